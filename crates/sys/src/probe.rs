@@ -1,0 +1,1 @@
+//! Kernel feature probes (being written).

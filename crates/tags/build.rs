@@ -1,0 +1,40 @@
+//! Builds the tags eBPF object and its libbpf-rs skeleton.
+//!
+//! vmlinux.h is generated from the running kernel's BTF (bpftool) so that a
+//! fresh machine builds without a checked-in header; CO-RE relocations make
+//! the object portable to other kernels with BTF.
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
+    let bpf_dir = manifest.join("src/bpf");
+    let vmlinux = bpf_dir.join("vmlinux.h");
+    if !vmlinux.exists() {
+        let out = Command::new("bpftool")
+            .args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"])
+            .output()
+            .expect("failed to run bpftool (apt-get install bpftool): needed to generate vmlinux.h");
+        assert!(out.status.success(), "bpftool btf dump failed: {}", String::from_utf8_lossy(&out.stderr));
+        std::fs::write(&vmlinux, out.stdout).expect("write vmlinux.h");
+    }
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("tags.skel.rs");
+    let mut clang_args = vec![
+        "-mcpu=v3".to_string(),
+        "-g".to_string(),
+        "-O2".to_string(),
+        "-D__TARGET_ARCH_x86".to_string(),
+        format!("-I{}", bpf_dir.display()),
+    ];
+    if let Ok(tags) = std::env::var("MANTLE_MT_TAGS") {
+        clang_args.push(format!("-DMT_TAGS={tags}"));
+    }
+    libbpf_cargo::SkeletonBuilder::new()
+        .source(bpf_dir.join("tags.bpf.c"))
+        .clang_args(clang_args)
+        .build_and_generate(&out)
+        .expect("failed to build tags.bpf.c");
+    println!("cargo:rerun-if-changed=src/bpf/tags.bpf.c");
+    println!("cargo:rerun-if-changed=src/bpf/tags.h");
+    println!("cargo:rerun-if-env-changed=MANTLE_MT_TAGS");
+}

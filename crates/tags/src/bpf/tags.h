@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * mantle tags: the structs shared by the kernel side (tags.bpf.c) and user
+ * space (crates/tags, crates/api, include/mantle/tags.h).
+ *
+ * Rules: plain fixed-width members only (no pointers, no bool), explicit
+ * padding, sizes asserted on both sides (static asserts below, and
+ * `layout` tests in crates/tags). Widen the tag vector by building with
+ * -DMT_TAGS=128 (a multiple of 64) on both sides.
+ */
+#ifndef MANTLE_TAGS_SHARED_H
+#define MANTLE_TAGS_SHARED_H
+
+#ifndef __VMLINUX_H__
+#include <linux/types.h>
+#endif
+
+#ifndef MT_TAGS
+#define MT_TAGS 64 /* bits in a tag vector: a multiple of 64 */
+#endif
+#define MT_WORDS (MT_TAGS / 64)
+#define MT_NAME_LEN 32       /* including the terminating NUL */
+#define MT_TTL_INF 255       /* a TTL that is never decremented */
+#define MT_LIFELINE_SLOTS 65536 /* reception records shared by all tags */
+#define MT_COMM_LEN 16
+
+/* Which IPC carried a reception (struct mt_reception.kind). */
+enum mt_kind {
+	MT_K_NONE = 0,
+	MT_K_SET = 1,        /* set by a tool or the API, not a hop */
+	MT_K_FORK = 2,       /* inherited at fork/clone, not a hop */
+	MT_K_SIGNAL = 3,
+	MT_K_PIPE = 4,       /* pipes and FIFOs */
+	MT_K_UNIX_STREAM = 5,
+	MT_K_UNIX_DGRAM = 6,
+	MT_K_UNIX_SEQPACKET = 7,
+	MT_K_TCP = 8,
+	MT_K_UDP = 9,
+	MT_K_MAX = 10,
+};
+
+/* Tag table entry states (struct mt_tag.state). */
+enum mt_state {
+	MT_ST_FREE = 0,
+	MT_ST_LIVE = 1,
+	MT_ST_DELETING = 2, /* no longer passed on; holders are being swept */
+};
+
+/* struct mt_tag.flags and struct mt_thread.flags */
+#define MT_F_SYSTEM 0x1   /* tag: a system tag; thread: a system thread */
+#define MT_F_LIFELINE 0x2 /* tag: receptions are recorded */
+#define MT_F_USER_SET 0x4 /* thread: class was set explicitly (not default) */
+
+/*
+ * Per-thread view: BPF_F_MMAPABLE array indexed by the thread's global tid.
+ * The tag vector lives here (and nowhere else) so that a thread reads its
+ * own tags with one load from a read-only mapping, no system call. Every
+ * writer (BPF hooks, the op programs) updates vec with atomic OR/AND.
+ * op_seq/op_err answer the calling thread's last self-operation.
+ */
+struct mt_view {
+	__u64 vec[MT_WORDS];
+	__u32 op_seq;
+	__s32 op_err;
+};
+
+/* Per-thread private state: BPF_MAP_TYPE_TASK_STORAGE. */
+struct mt_thread {
+	__u64 term[MT_WORDS];   /* terminator mask: tags this thread rejects */
+	__u64 spent[MT_WORDS];  /* held tags whose TTL is 0: held, not passed */
+	__u8 ttl[MT_TAGS];      /* TTL per held tag (MT_TTL_INF: unlimited) */
+	__u32 flags;            /* MT_F_SYSTEM, MT_F_USER_SET */
+	__u32 udp_dport;        /* last unconnected UDP destination port (host order) */
+};
+
+/*
+ * Global control block: a 1-entry mmapable array, readable by every user
+ * (names of private fields are not here). BPF reads it on every hop.
+ */
+struct mt_ctl {
+	__u64 live[MT_WORDS];      /* tags in state LIVE */
+	__u64 system[MT_WORDS];    /* system-class tags */
+	__u64 lifeline[MT_WORDS];  /* tags whose receptions are recorded */
+	__u32 epoch;               /* bumped each time a tag's bit is freed */
+	__u32 view_size;           /* entries in the view map (tids below it) */
+	__u32 freed_epoch[MT_TAGS];/* epoch at which each bit was last freed */
+	__u32 ll_base[MT_TAGS];    /* lifeline ring of each tag: first slot */
+	__u32 ll_size[MT_TAGS];    /*   and its size in slots (0: none) */
+	__u64 ll_head[MT_TAGS];    /*   and how many receptions it ever took */
+	__u8 default_ttl[MT_TAGS]; /* TTL a tag gets when set by a tool or API */
+	/* counters, for `mantle tags status` */
+	__u64 n_hops;              /* deliveries that gave a thread a tag */
+	__u64 n_rejected;          /* deliveries refused (terminator, class) */
+	__u64 n_deposit_fail;      /* deposits dropped: channel map full */
+	__u64 n_late;              /* deliveries after the receiver had read */
+	__u64 n_no_view;           /* threads with tid >= view_size */
+};
+
+/* Public part of a tag table entry (mmapable array of MT_TAGS, world-readable). */
+struct mt_tag {
+	char name[MT_NAME_LEN];
+	__u32 state;       /* enum mt_state */
+	__u32 flags;       /* MT_F_SYSTEM, MT_F_LIFELINE */
+	__u64 created_ns;  /* CLOCK_REALTIME, ns */
+	__u32 generation;  /* bumped each time the bit is allocated */
+	__u32 pad;
+};
+
+/* Private part of a tag table entry (root-only array of MT_TAGS). */
+struct mt_owner {
+	__u32 uid;
+	__u32 pid;
+};
+
+/* One lifeline record (mmapable array of MT_LIFELINE_SLOTS, root-only). */
+struct mt_reception {
+	__u64 ts_ns;       /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+	__u64 seq;         /* 1 + index in this tag's reception stream; 0: empty */
+	__u32 rx_tid, rx_pid;
+	__u32 tx_tid, tx_pid;
+	__u16 kind;        /* enum mt_kind */
+	__u8 tag;          /* bit */
+	__u8 ttl;          /* TTL the receiver now holds */
+	__u32 generation;  /* tag generation, to drop records of a reused bit */
+	char rx_comm[MT_COMM_LEN];
+};
+
+/*
+ * A channel deposit: the union of the snapshots of tagged requests sent on a
+ * channel and not yet read. Lives in SK_STORAGE of the sending unix socket,
+ * or in hash maps keyed by pipe inode / TCP flow / UDP port.
+ */
+struct mt_deposit {
+#ifdef __VMLINUX_H__
+	struct bpf_spin_lock lock;
+#else
+	__u32 lock;
+#endif
+	__u32 kind;
+	__u64 vec[MT_WORDS];
+	__u8 ttl[MT_TAGS];         /* sender's TTL (not yet decremented) */
+	__u32 tx_tid, tx_pid;
+	__u32 epoch;               /* ctl epoch when deposited */
+	__u32 last_reader;         /* tid of the last thread that read */
+	__u64 seq_start, seq_end;  /* TCP: sequence range of tagged bytes */
+	__u64 ts_ns;
+};
+
+/* Key of deposits that do not live in socket storage. */
+struct mt_chan_key {
+	__u64 a;  /* pipe: inode address; TCP: saddr<<32|daddr; UDP: port */
+	__u64 b;  /* pipe: inode number;  TCP: sport<<16|dport;  UDP: netns */
+	__u32 type; /* MT_K_PIPE, MT_K_TCP, MT_K_UDP */
+	__u32 pad;
+};
+
+/* Socket role, SK_STORAGE set by the cgroup connect hooks. */
+struct mt_sock {
+	__u32 role; /* MT_ROLE_* */
+	__u32 pad;
+};
+#define MT_ROLE_UNKNOWN 0
+#define MT_ROLE_CLIENT 1 /* called connect(): sends requests */
+
+/* Self-operations (uprobe on mantle_tag_ctl) and tool operations (iter). */
+enum mt_op_code {
+	MT_OP_NONE = 0,
+	MT_OP_SET = 1,     /* hold tag (arg: TTL, 0 = tag default) */
+	MT_OP_CLEAR = 2,   /* drop tag */
+	MT_OP_TERM = 3,    /* add tag to terminator mask (and drop it) */
+	MT_OP_UNTERM = 4,  /* remove tag from terminator mask */
+	MT_OP_TTL = 5,     /* set the TTL of a held tag (arg) */
+	MT_OP_CLASS = 6,   /* arg 1: system thread, 0: user thread (root) */
+	MT_OP_PING = 7,    /* does nothing: tells the caller the path works */
+	MT_OP_DELETE = 8,  /* owner deletes a tag (state -> DELETING) */
+};
+
+/* Parameters of a tool operation, read by the op iterator (root-only map). */
+struct mt_op {
+	__u32 code;     /* enum mt_op_code */
+	__u32 tag;      /* bit */
+	__u32 arg;
+	__u32 tid;      /* target thread (0: every thread of pid) */
+	__u32 pid;      /* target process (0: tid only) */
+	__u32 pad;
+};
+
+/* What the op / list iterators write per thread they touch or list. */
+struct mt_thread_rec {
+	__u32 tid, pid;
+	__s32 err;      /* op result for this thread (0 ok, -errno) */
+	__u32 flags;    /* mt_thread.flags */
+	__u64 vec[MT_WORDS];
+	__u64 term[MT_WORDS];
+	__u8 ttl[MT_TAGS];
+	char comm[MT_COMM_LEN];
+};
+
+/* errors written to mt_view.op_err / mt_thread_rec.err (negative errno) */
+#define MT_EPERM 1
+#define MT_ENOENT 2
+#define MT_EINVAL 22
+#define MT_ECLASS 18 /* EXDEV: class mismatch (system vs user) */
+#define MT_ETERM 71  /* EPROTO: thread terminates this tag */
+
+#define MT_STATIC_ASSERT(c, m) _Static_assert(c, m)
+MT_STATIC_ASSERT(MT_TAGS % 64 == 0 && MT_TAGS <= 256, "MT_TAGS: multiple of 64, at most 256");
+MT_STATIC_ASSERT(sizeof(struct mt_view) == 8 * MT_WORDS + 8, "mt_view layout");
+MT_STATIC_ASSERT(sizeof(struct mt_tag) == 56, "mt_tag layout");
+MT_STATIC_ASSERT(sizeof(struct mt_reception) == 56, "mt_reception layout");
+MT_STATIC_ASSERT(sizeof(struct mt_chan_key) == 24, "mt_chan_key layout");
+
+#endif
