@@ -18,7 +18,25 @@ fn main() {
         assert!(out.status.success(), "bpftool btf dump failed: {}", String::from_utf8_lossy(&out.stderr));
         std::fs::write(&vmlinux, out.stdout).expect("write vmlinux.h");
     }
-    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("tags.skel.rs");
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
+    let out = out_dir.join("tags.skel.rs");
+    // The shared constants come from the one header both halves use.
+    let header = std::fs::read_to_string(bpf_dir.join("tags.h")).expect("read tags.h");
+    let define = |name: &str| -> String {
+        header
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                (f.next() == Some("#define") && f.next() == Some(name)).then(|| f.next().unwrap().to_string())
+            })
+            .unwrap_or_else(|| panic!("tags.h has no #define {name}"))
+    };
+    let mt_tags = std::env::var("MANTLE_MT_TAGS").unwrap_or_else(|_| define("MT_TAGS"));
+    let mut consts = format!("/// Bits in a tag vector (tags.h MT_TAGS).\npub const MT_TAGS: usize = {mt_tags};\n");
+    for name in ["MT_NAME_LEN", "MT_TTL_INF", "MT_LIFELINE_SLOTS", "MT_COMM_LEN"] {
+        consts += &format!("/// tags.h {name}\npub const {name}: usize = {};\n", define(name));
+    }
+    std::fs::write(out_dir.join("consts.rs"), consts).expect("write consts.rs");
     let mut clang_args = vec![
         "-mcpu=v3".to_string(),
         "-g".to_string(),
@@ -31,6 +49,7 @@ fn main() {
     }
     libbpf_cargo::SkeletonBuilder::new()
         .source(bpf_dir.join("tags.bpf.c"))
+        .obj(out_dir.join("tags.bpf.o"))
         .clang_args(clang_args)
         .build_and_generate(&out)
         .expect("failed to build tags.bpf.c");

@@ -70,7 +70,7 @@ struct mt_thread {
 	__u64 spent[MT_WORDS];  /* held tags whose TTL is 0: held, not passed */
 	__u8 ttl[MT_TAGS];      /* TTL per held tag (MT_TTL_INF: unlimited) */
 	__u32 flags;            /* MT_F_SYSTEM, MT_F_USER_SET */
-	__u32 udp_dport;        /* last unconnected UDP destination port (host order) */
+	__u32 pad;
 };
 
 /*
@@ -81,6 +81,7 @@ struct mt_ctl {
 	__u64 live[MT_WORDS];      /* tags in state LIVE */
 	__u64 system[MT_WORDS];    /* system-class tags */
 	__u64 lifeline[MT_WORDS];  /* tags whose receptions are recorded */
+	__u64 deleting[MT_WORDS];  /* tags in state DELETING, for the sweep */
 	__u32 epoch;               /* bumped each time a tag's bit is freed */
 	__u32 view_size;           /* entries in the view map (tids below it) */
 	__u32 freed_epoch[MT_TAGS];/* epoch at which each bit was last freed */
@@ -94,6 +95,9 @@ struct mt_ctl {
 	__u64 n_deposit_fail;      /* deposits dropped: channel map full */
 	__u64 n_late;              /* deliveries after the receiver had read */
 	__u64 n_no_view;           /* threads with tid >= view_size */
+	__u64 n_pipe_deps;         /* live deposits in chan_dep, per type: */
+	__u64 n_tcp_deps;          /*   when 0, receivers skip the lookup */
+	__u64 n_udp_deps;
 };
 
 /* Public part of a tag table entry (mmapable array of MT_TAGS, world-readable). */
@@ -156,8 +160,8 @@ struct mt_chan_key {
 
 /* Socket role, SK_STORAGE set by the cgroup connect hooks. */
 struct mt_sock {
-	__u32 role; /* MT_ROLE_* */
-	__u32 pad;
+	__u32 role;      /* MT_ROLE_* */
+	__u32 udp_dport; /* last unconnected UDP destination (host order), tagged senders only */
 };
 #define MT_ROLE_UNKNOWN 0
 #define MT_ROLE_CLIENT 1 /* called connect(): sends requests */

@@ -1,0 +1,201 @@
+//! mantle-api: the tags API inside applications, as a Rust crate and as
+//! `libmantle.so` with the C header `include/mantle/tags.h`.
+//!
+//! Mechanism:
+//! * Reading one's own tags is the hot path (the paper's mode example reads
+//!   them before every send): the view map is mapped read-only once and the
+//!   caller's tid is cached per thread, so a read is a thread-local load plus
+//!   one load from shared memory, no system call.
+//! * Changing one's own tags needs no privilege: [`mantle_tag_ctl`] is an
+//!   empty function whose entry carries the kernel side's uprobe; the probe
+//!   runs in the caller's context, can touch only the caller's own state, and
+//!   answers through the caller's view entry (`op_seq`/`op_err`). If the
+//!   answer does not come, the probe is not attached to this copy of the
+//!   library, and the call says so.
+//! * Creating, deleting and changing other threads' tags go through
+//!   mantle-tags and need root (a tag's owner may delete it).
+//!
+//! Invariants: the mapping is made once per process and never unmapped
+//! (readers may hold pointers into it); the tid cache is reset in the
+//! child after fork. No locks besides the one-time initialisation.
+
+use mantle_tags::abi::{OpCode, View, MT_WORDS};
+use mantle_tags::kernel::MappedMap;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+pub use mantle_tags::{CreateOpts, Error, Tags, ThreadInfo};
+
+struct Shared {
+    view: MappedMap,
+    tags: Tags,
+}
+
+static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
+static VIEW: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
+static VIEW_LEN: AtomicUsize = AtomicUsize::new(0);
+/// Bumped in the child after fork: invalidates every cached tid.
+static FORK_GEN: AtomicU32 = AtomicU32::new(1);
+
+thread_local! {
+    static TID: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+    static SEQ: Cell<u32> = const { Cell::new(0) };
+}
+
+extern "C" fn after_fork_child() {
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+}
+
+fn shared() -> Result<&'static Shared, Error> {
+    let s = SHARED.get_or_init(|| {
+        let view = MappedMap::open_ro("view").map_err(|e| e.to_string())?;
+        let tags = Tags::open().map_err(|e| e.to_string())?;
+        VIEW_LEN.store(view.entries(), Ordering::Relaxed);
+        VIEW.store(view.ptr::<View>(0), Ordering::Release);
+        // SAFETY: registering a plain extern "C" fn without captured state.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+        Ok(Shared { view, tags })
+    });
+    match s {
+        Ok(s) => Ok(s),
+        Err(e) if e.contains("not loaded") => Err(Error::NotLoaded),
+        Err(e) => Err(Error::Kernel(e.clone())),
+    }
+}
+
+#[inline(always)]
+fn my_tid() -> u32 {
+    let gen = FORK_GEN.load(Ordering::Relaxed);
+    TID.with(|c| {
+        let (tid, g) = c.get();
+        if g == gen {
+            return tid;
+        }
+        let tid = mantle_sys::os::gettid();
+        c.set((tid, gen));
+        tid
+    })
+}
+
+/// Opens the kernel side's maps (done lazily by every call; call it early
+/// to take the cost up front and to learn whether tags are available).
+pub fn open() -> Result<(), Error> {
+    shared().map(|_| ())
+}
+
+/// The calling thread's tag vector: the hot path, no system call once open.
+#[inline]
+pub fn my_vector() -> Result<[u64; MT_WORDS], Error> {
+    let mut p = VIEW.load(Ordering::Acquire);
+    if p.is_null() {
+        shared()?;
+        p = VIEW.load(Ordering::Acquire);
+    }
+    let tid = my_tid() as usize;
+    if tid >= VIEW_LEN.load(Ordering::Relaxed) {
+        return Err(Error::Invalid(format!("tid {tid} beyond the view")));
+    }
+    // SAFETY: p maps VIEW_LEN entries for the life of the process; the
+    // entry is updated atomically by the kernel side, so a volatile read of
+    // each word is a consistent per-word snapshot.
+    let v = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p.add(tid)).vec)) };
+    Ok(v)
+}
+
+/// Bit of a live tag.
+pub fn lookup(name: &str) -> Result<u32, Error> {
+    shared()?.tags.lookup(name)
+}
+
+/// Whether the calling thread holds tag `name`.
+pub fn holds(name: &str) -> Result<bool, Error> {
+    let bit = lookup(name)?;
+    let (w, m) = mantle_tags::model::bit(bit);
+    Ok(my_vector()?[w] & m != 0)
+}
+
+/// The uprobe target. Its body does nothing; the kernel side's probe on its
+/// first instruction performs the operation for the calling thread.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn mantle_tag_ctl(op: u32, tag: u32, arg: u32, seq: u32) {
+    std::hint::black_box((op, tag, arg, seq));
+}
+
+/// Performs a self-operation through the uprobe and reads its answer.
+fn self_op(code: OpCode, bit: u32, arg: u32) -> Result<(), Error> {
+    let s = shared()?;
+    let tid = my_tid() as usize;
+    if tid >= s.view.entries() {
+        return Err(Error::Invalid(format!("tid {tid} beyond the view")));
+    }
+    let seq = SEQ.with(|c| {
+        // Start each thread at a value unlikely to be left over in its slot.
+        let mut n = c.get();
+        if n == 0 {
+            n = (tid as u32).wrapping_mul(2654435761) ^ std::process::id().rotate_left(16);
+        }
+        n = n.wrapping_add(1).max(1);
+        c.set(n);
+        n
+    });
+    mantle_tag_ctl(code as u32, bit, arg, seq);
+    let e = s.view.ptr::<View>(tid);
+    // SAFETY: in-bounds entry of the read-only mapping.
+    let (got, err) = unsafe { (std::ptr::read_volatile(&(*e).op_seq), std::ptr::read_volatile(&(*e).op_err)) };
+    if got != seq {
+        let lib = std::fs::read_to_string("/sys/fs/bpf/mantle/tags.lib").unwrap_or_default();
+        return Err(Error::Missing(format!(
+            "the self-operation probe did not answer: this process does not use the libmantle.so that `mantle tags up` attached to ({lib})"
+        )));
+    }
+    if err != 0 {
+        return Err(mantle_tags::op_error(-err, ""));
+    }
+    Ok(())
+}
+
+/// Holds tag `name` from now on (ttl 0: the tag's default).
+pub fn set(name: &str, ttl: u32) -> Result<(), Error> {
+    self_op(OpCode::Set, lookup(name)?, ttl)
+}
+/// Drops tag `name`.
+pub fn clear(name: &str) -> Result<(), Error> {
+    self_op(OpCode::Clear, lookup(name)?, 0)
+}
+/// Rejects tag `name` from now on (and drops it).
+pub fn terminate(name: &str) -> Result<(), Error> {
+    self_op(OpCode::Term, lookup(name)?, 0)
+}
+/// Stops rejecting tag `name`.
+pub fn unterminate(name: &str) -> Result<(), Error> {
+    self_op(OpCode::Unterm, lookup(name)?, 0)
+}
+/// Sets the TTL of a held tag; 0 stops passing it on.
+pub fn set_ttl(name: &str, ttl: u32) -> Result<(), Error> {
+    self_op(OpCode::Ttl, lookup(name)?, ttl)
+}
+/// Whether the self-operation path works for this process.
+pub fn ping() -> Result<(), Error> {
+    self_op(OpCode::Ping, 0, 0)
+}
+/// Creates a tag (root).
+pub fn create(name: &str, opts: &CreateOpts) -> Result<u32, Error> {
+    Ok(shared()?.tags.create(name, opts)?.bit)
+}
+/// Deletes a tag: root directly; its owner through the kernel side.
+pub fn delete(name: &str) -> Result<(), Error> {
+    let s = shared()?;
+    if mantle_sys::os::geteuid() == 0 {
+        return s.tags.delete(name);
+    }
+    self_op(OpCode::Delete, s.tags.lookup(name)?, 0)?;
+    s.tags.sweep()
+}
+/// Threads holding `name` (root).
+pub fn threads(name: &str) -> Result<Vec<ThreadInfo>, Error> {
+    shared()?.tags.threads(Some(name))
+}
+
+pub mod capi;

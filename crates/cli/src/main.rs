@@ -1,0 +1,408 @@
+//! `mantle`: the command-line tool. Thin: it parses arguments, calls the
+//! subsystem crates, and turns their typed errors into messages and exit
+//! codes. Exit codes: 0 ok, 1 failure, 2 usage, 3 kernel side not loaded
+//! or a kernel feature missing, 4 permission denied, 5 not found.
+
+mod demo;
+
+use clap::{Args, Parser, Subcommand};
+use mantle_tags::abi::OpCode;
+use mantle_tags::{CreateOpts, Error, Tags, Target};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "mantle",
+    version,
+    about = "Microkernel-style system services over an unmodified Linux",
+    after_help = "Examples:\n  mantle doctor\n  mantle tags up\n  mantle tag create req --lifeline 1024\n  mantle tag run req -- sh -c 'ls | sort | head'\n  mantle tag lifeline req --json\n  mantle demo\n\nExit codes: 0 ok, 1 failure, 2 usage, 3 not loaded / feature missing, 4 permission denied, 5 not found."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Which kernel features mantle can use on this machine.
+    #[command(after_help = "Examples:\n  mantle doctor\n  mantle doctor --json | jq '.features[] | select(.available|not)'")]
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Load, unload and inspect the tags kernel side.
+    #[command(subcommand)]
+    Tags(TagsCmd),
+    /// Create, set, inspect and trace tags.
+    #[command(subcommand)]
+    Tag(TagCmd),
+    /// A tag spreading through a shell pipeline and a client/server pair.
+    #[command(after_help = "Example:\n  mantle demo        # loads the kernel side if needed, cleans up after")]
+    Demo {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum TagsCmd {
+    /// Load and pin the kernel side (root).
+    #[command(after_help = "Examples:\n  mantle tags up\n  mantle tags up --lib /usr/local/lib/libmantle.so")]
+    Up {
+        /// libmantle.so whose mantle_tag_ctl carries the self-operation probe
+        /// (default: the one next to this binary).
+        #[arg(long)]
+        lib: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Unload the kernel side: every tag disappears (root).
+    Down,
+    /// Whether the kernel side is loaded, hooks, counters.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Args)]
+struct Who {
+    /// Every thread of this process.
+    #[arg(long, conflicts_with = "tid", required_unless_present = "tid")]
+    pid: Option<u32>,
+    /// This thread only.
+    #[arg(long)]
+    tid: Option<u32>,
+}
+
+impl Who {
+    fn target(&self) -> Target {
+        match (self.pid, self.tid) {
+            (_, Some(t)) => Target::Tid(t),
+            (Some(p), _) => Target::Pid(p),
+            _ => unreachable!("clap requires one"),
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum TagCmd {
+    /// Create a tag (root).
+    #[command(after_help = "Examples:\n  mantle tag create req\n  mantle tag create hop2 --ttl 2 --lifeline 4096\n  mantle tag create kmode --system")]
+    Create {
+        name: String,
+        /// Hops it may travel: 0..254 or inf (default inf).
+        #[arg(long, value_parser = mantle_tags::model::parse_ttl)]
+        ttl: Option<u8>,
+        /// A system tag: held only by system threads.
+        #[arg(long)]
+        system: bool,
+        /// Record receptions in a ring of this many records.
+        #[arg(long, default_value_t = 0)]
+        lifeline: u32,
+        /// Owner (may delete it); default: the caller.
+        #[arg(long)]
+        owner: Option<u32>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a tag: every thread holding it loses it.
+    Delete { name: String },
+    /// List tags.
+    #[command(alias = "list")]
+    Ls {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Give a thread (or every thread of a process) a tag (root).
+    #[command(after_help = "Example:\n  mantle tag set req --pid 1234 --ttl 3")]
+    Set {
+        name: String,
+        #[command(flatten)]
+        who: Who,
+        #[arg(long, value_parser = mantle_tags::model::parse_ttl)]
+        ttl: Option<u8>,
+    },
+    /// Take a tag from a thread or process (root).
+    Clear {
+        name: String,
+        #[command(flatten)]
+        who: Who,
+    },
+    /// Make a thread reject a tag: it neither holds nor passes it (root).
+    Terminate {
+        name: String,
+        #[command(flatten)]
+        who: Who,
+        /// Remove the terminator instead.
+        #[arg(long)]
+        undo: bool,
+    },
+    /// Mark threads as system or user threads (root).
+    #[command(after_help = "Example:\n  mantle tag class system --pid $(pidof myserver)")]
+    Class {
+        #[arg(value_parser = ["system", "user"])]
+        class: String,
+        #[command(flatten)]
+        who: Who,
+    },
+    /// Threads holding a tag (all tagged threads without NAME).
+    Threads {
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The tags a thread holds (readable by anyone).
+    Get {
+        #[arg(long)]
+        tid: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Receptions of a tag, oldest first.
+    #[command(after_help = "Examples:\n  mantle tag lifeline req\n  mantle tag lifeline req --json")]
+    Lifeline {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command that holds tags from its first instruction.
+    #[command(after_help = "Examples:\n  mantle tag run req -- ./client\n  mantle tag run a b --ttl 2 -- sh -c 'cat x | sort'")]
+    Run {
+        #[arg(required = true)]
+        names: Vec<String>,
+        #[arg(long, value_parser = mantle_tags::model::parse_ttl)]
+        ttl: Option<u8>,
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mantle: {e}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+fn exit_code(e: &Error) -> u8 {
+    match e {
+        Error::NotLoaded | Error::Missing(_) => 3,
+        Error::Permission(_) => 4,
+        Error::UnknownTag(_) | Error::NoSuchThread(_) => 5,
+        Error::Invalid(_) => 2,
+        _ => 1,
+    }
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serializable"));
+}
+
+fn default_lib() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("libmantle.so")))
+        .unwrap_or_else(|| PathBuf::from("libmantle.so"))
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    match cli.cmd {
+        Cmd::Doctor { json } => {
+            let r = mantle_sys::probe::probe_all();
+            if json {
+                print_json(&r);
+            } else {
+                print!("{}", r.render_text());
+            }
+            Ok(())
+        }
+        Cmd::Tags(c) => tags_cmd(c),
+        Cmd::Tag(c) => tag_cmd(c),
+        Cmd::Demo { json } => demo::run(json),
+    }
+}
+
+fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
+    match c {
+        TagsCmd::Up { lib, json } => {
+            if mantle_sys::os::geteuid() != 0 {
+                return Err(Error::Permission("loading the kernel side needs root".into()));
+            }
+            let lib = lib.unwrap_or_else(default_lib);
+            let lib = lib.canonicalize().unwrap_or(lib);
+            let r = mantle_tags::kernel::up(&lib)?;
+            if json {
+                print_json(&r);
+            } else {
+                println!(
+                    "tags kernel side loaded: pinned at {}, view of {} threads, self-operations via {}, cgroup hooks at {}",
+                    r.pin_root, r.view_entries, r.ctl_lib, r.cgroup
+                );
+            }
+            Ok(())
+        }
+        TagsCmd::Down => {
+            if mantle_sys::os::geteuid() != 0 {
+                return Err(Error::Permission("unloading the kernel side needs root".into()));
+            }
+            mantle_tags::kernel::down()?;
+            println!("tags kernel side unloaded");
+            Ok(())
+        }
+        TagsCmd::Status { json } => {
+            let st = match Tags::open() {
+                Ok(t) => t.status(),
+                Err(Error::NotLoaded) => mantle_tags::Status {
+                    loaded: false,
+                    hooks_attached: false,
+                    live_tags: 0,
+                    view_entries: 0,
+                    hops: 0,
+                    rejected: 0,
+                    late: 0,
+                    deposit_fail: 0,
+                    no_view: 0,
+                },
+                Err(e) => return Err(e),
+            };
+            if json {
+                print_json(&st);
+            } else if !st.loaded {
+                println!("tags: not loaded (mantle tags up)");
+            } else {
+                println!("tags: loaded, {} live tag(s), hooks {}", st.live_tags, if st.hooks_attached { "attached" } else { "detached (no tags)" });
+                println!("  view:       {} thread slots", st.view_entries);
+                println!("  hops:       {} deliveries", st.hops);
+                println!("  rejected:   {} (terminators, classes)", st.rejected);
+                println!("  late:       {} (reader faster than the sender's hook)", st.late);
+                println!("  dropped:    {} (channel map full)", st.deposit_fail);
+                println!("  no view:    {} (tid beyond pid_max at load)", st.no_view);
+            }
+            Ok(())
+        }
+    }
+}
+
+fn print_threads(ts: &[mantle_tags::ThreadInfo], json: bool) {
+    if json {
+        print_json(&ts);
+        return;
+    }
+    println!("{:>8} {:>8} {:<16} {:<6} TAGS(ttl) / TERMINATORS", "TID", "PID", "COMM", "CLASS");
+    for t in ts {
+        let tags: Vec<String> = t
+            .tags
+            .iter()
+            .map(|(n, ttl)| if *ttl == 255 { n.clone() } else { format!("{n}({ttl})") })
+            .collect();
+        let mut line = tags.join(",");
+        if !t.terminators.is_empty() {
+            line += &format!(" / !{}", t.terminators.join(",!"));
+        }
+        println!("{:>8} {:>8} {:<16} {:<6} {}", t.tid, t.pid, t.comm, if t.system { "system" } else { "user" }, line);
+    }
+}
+
+fn tag_cmd(c: TagCmd) -> Result<(), Error> {
+    let t = Tags::open()?;
+    match c {
+        TagCmd::Create { name, ttl, system, lifeline, owner, json } => {
+            let info = t.create(&name, &CreateOpts { ttl, system, lifeline, owner_uid: owner })?;
+            if json {
+                print_json(&info);
+            } else {
+                println!("created tag {} (bit {})", info.name, info.bit);
+            }
+        }
+        TagCmd::Delete { name } => {
+            t.delete(&name)?;
+            println!("deleted tag {name}");
+        }
+        TagCmd::Ls { json } => {
+            let l = t.list()?;
+            if json {
+                print_json(&l);
+            } else {
+                println!("{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}", "BIT", "NAME", "STATE", "CLASS", "TTL", "LIFELINE", "RECEIVED", "OWNER");
+                for i in l {
+                    println!(
+                        "{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}",
+                        i.bit,
+                        i.name,
+                        i.state,
+                        if i.system { "system" } else { "user" },
+                        i.ttl.map(|x| x.to_string()).unwrap_or_else(|| "inf".into()),
+                        i.lifeline,
+                        i.receptions,
+                        i.owner_uid.map(|u| u.to_string()).unwrap_or_else(|| "-".into())
+                    );
+                }
+            }
+        }
+        TagCmd::Set { name, who, ttl } => {
+            let r = t.op(OpCode::Set, Some(&name), ttl.map(|x| x as u32).unwrap_or(0), who.target())?;
+            println!("tag {name} set on {} thread(s)", r.len());
+        }
+        TagCmd::Clear { name, who } => {
+            let r = t.op(OpCode::Clear, Some(&name), 0, who.target())?;
+            println!("tag {name} cleared on {} thread(s)", r.len());
+        }
+        TagCmd::Terminate { name, who, undo } => {
+            let code = if undo { OpCode::Unterm } else { OpCode::Term };
+            let r = t.op(code, Some(&name), 0, who.target())?;
+            println!("{} {name} on {} thread(s)", if undo { "accepting" } else { "terminating" }, r.len());
+        }
+        TagCmd::Class { class, who } => {
+            let r = t.op(OpCode::Class, None, (class == "system") as u32, who.target())?;
+            println!("{} thread(s) marked {class}", r.len());
+        }
+        TagCmd::Threads { name, json } => print_threads(&t.threads(name.as_deref())?, json),
+        TagCmd::Get { tid, json } => {
+            let v = t.vector_of(tid)?;
+            if json {
+                print_json(&v);
+            } else {
+                println!("{}", v.join(" "));
+            }
+        }
+        TagCmd::Lifeline { name, json } => {
+            let l = t.lifeline(&name)?;
+            if json {
+                print_json(&l);
+            } else {
+                let t0 = l.first().map(|r| r.ts_ns).unwrap_or(0);
+                println!("{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}", "SEQ", "T+us", "VIA", "RX_TID", "RX_PID", "RX_COMM", "TX_TID", "TX_PID", "TTL");
+                for r in l {
+                    println!(
+                        "{:>6} {:>12.1} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
+                        r.seq,
+                        (r.ts_ns - t0) as f64 / 1e3,
+                        r.via,
+                        r.rx_tid,
+                        r.rx_pid,
+                        r.rx_comm,
+                        r.tx_tid,
+                        r.tx_pid,
+                        if r.ttl == 255 { "inf".into() } else { r.ttl.to_string() }
+                    );
+                }
+            }
+        }
+        TagCmd::Run { names, ttl, command } => {
+            let me = std::process::id();
+            for n in &names {
+                t.op(OpCode::Set, Some(n), ttl.map(|x| x as u32).unwrap_or(0), Target::Tid(me))?;
+            }
+            use std::os::unix::process::CommandExt;
+            let e = std::process::Command::new(&command[0]).args(&command[1..]).exec();
+            return Err(Error::Invalid(format!("cannot run {}: {e}", command[0])));
+        }
+    }
+    Ok(())
+}

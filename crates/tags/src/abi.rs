@@ -1,0 +1,214 @@
+//! Rust mirrors of the structs in `src/bpf/tags.h`, shared with the kernel
+//! side. Sizes are asserted here at compile time and field offsets are
+//! checked against the BTF of the compiled eBPF object by the `layout` test,
+//! so the two halves cannot drift apart silently.
+
+include!(concat!(env!("OUT_DIR"), "/consts.rs"));
+
+/// 64-bit words in a tag vector.
+pub const MT_WORDS: usize = MT_TAGS / 64;
+
+/// Which IPC carried a reception (`enum mt_kind`).
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    None = 0,
+    Set = 1,
+    Fork = 2,
+    Signal = 3,
+    Pipe = 4,
+    UnixStream = 5,
+    UnixDgram = 6,
+    UnixSeqpacket = 7,
+    Tcp = 8,
+    Udp = 9,
+}
+
+impl Kind {
+    pub fn from_raw(v: u16) -> Kind {
+        match v {
+            1 => Kind::Set,
+            2 => Kind::Fork,
+            3 => Kind::Signal,
+            4 => Kind::Pipe,
+            5 => Kind::UnixStream,
+            6 => Kind::UnixDgram,
+            7 => Kind::UnixSeqpacket,
+            8 => Kind::Tcp,
+            9 => Kind::Udp,
+            _ => Kind::None,
+        }
+    }
+    /// Short name used in listings and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::None => "none",
+            Kind::Set => "set",
+            Kind::Fork => "fork",
+            Kind::Signal => "signal",
+            Kind::Pipe => "pipe",
+            Kind::UnixStream => "unix-stream",
+            Kind::UnixDgram => "unix-dgram",
+            Kind::UnixSeqpacket => "unix-seqpacket",
+            Kind::Tcp => "tcp",
+            Kind::Udp => "udp",
+        }
+    }
+}
+
+pub const ST_FREE: u32 = 0;
+pub const ST_LIVE: u32 = 1;
+pub const ST_DELETING: u32 = 2;
+
+pub const F_SYSTEM: u32 = 0x1;
+pub const F_LIFELINE: u32 = 0x2;
+pub const F_USER_SET: u32 = 0x4;
+
+/// Operation codes (`enum mt_op_code`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpCode {
+    Set = 1,
+    Clear = 2,
+    Term = 3,
+    Unterm = 4,
+    Ttl = 5,
+    Class = 6,
+    Ping = 7,
+    Delete = 8,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct View {
+    pub vec: [u64; MT_WORDS],
+    pub op_seq: u32,
+    pub op_err: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Ctl {
+    pub live: [u64; MT_WORDS],
+    pub system: [u64; MT_WORDS],
+    pub lifeline: [u64; MT_WORDS],
+    pub deleting: [u64; MT_WORDS],
+    pub epoch: u32,
+    pub view_size: u32,
+    pub freed_epoch: [u32; MT_TAGS],
+    pub ll_base: [u32; MT_TAGS],
+    pub ll_size: [u32; MT_TAGS],
+    pub ll_head: [u64; MT_TAGS],
+    pub default_ttl: [u8; MT_TAGS],
+    pub n_hops: u64,
+    pub n_rejected: u64,
+    pub n_deposit_fail: u64,
+    pub n_late: u64,
+    pub n_no_view: u64,
+    pub n_pipe_deps: u64,
+    pub n_tcp_deps: u64,
+    pub n_udp_deps: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct TagEntry {
+    pub name: [u8; MT_NAME_LEN],
+    pub state: u32,
+    pub flags: u32,
+    pub created_ns: u64,
+    pub generation: u32,
+    pub pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Owner {
+    pub uid: u32,
+    pub pid: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Reception {
+    pub ts_ns: u64,
+    pub seq: u64,
+    pub rx_tid: u32,
+    pub rx_pid: u32,
+    pub tx_tid: u32,
+    pub tx_pid: u32,
+    pub kind: u16,
+    pub tag: u8,
+    pub ttl: u8,
+    pub generation: u32,
+    pub rx_comm: [u8; MT_COMM_LEN],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Op {
+    pub code: u32,
+    pub tag: u32,
+    pub arg: u32,
+    pub tid: u32,
+    pub pid: u32,
+    pub pad: u32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ThreadRec {
+    pub tid: u32,
+    pub pid: u32,
+    pub err: i32,
+    pub flags: u32,
+    pub vec: [u64; MT_WORDS],
+    pub term: [u64; MT_WORDS],
+    pub ttl: [u8; MT_TAGS],
+    pub comm: [u8; MT_COMM_LEN],
+}
+
+const _: () = assert!(MT_TAGS % 64 == 0 && MT_TAGS <= 256);
+const _: () = assert!(std::mem::size_of::<View>() == 8 * MT_WORDS + 8);
+const _: () = assert!(std::mem::size_of::<TagEntry>() == 56);
+const _: () = assert!(std::mem::size_of::<Reception>() == 56);
+const _: () = assert!(std::mem::size_of::<Op>() == 24);
+const _: () = assert!(std::mem::size_of::<Owner>() == 8);
+
+/// Plain-old-data: every bit pattern is a valid value, so these can be
+/// read from and written to map memory as bytes.
+///
+/// # Safety
+/// Implement only for `#[repr(C)]` structs of integers and integer arrays.
+pub unsafe trait Pod: Copy + 'static {
+    fn zeroed() -> Self {
+        // SAFETY: Pod types accept the all-zero bit pattern.
+        unsafe { std::mem::zeroed() }
+    }
+    fn as_bytes(&self) -> &[u8] {
+        // SAFETY: Pod types have no padding-sensitive invariants; reading
+        // their bytes is fine.
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast(), std::mem::size_of::<Self>()) }
+    }
+    fn from_bytes(b: &[u8]) -> Self {
+        assert!(b.len() >= std::mem::size_of::<Self>(), "short read of a shared struct");
+        // SAFETY: length checked; any bit pattern is valid; read_unaligned
+        // copes with byte buffers.
+        unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) }
+    }
+}
+
+// SAFETY: all are repr(C) structs of integers / integer arrays.
+unsafe impl Pod for View {}
+unsafe impl Pod for Ctl {}
+unsafe impl Pod for TagEntry {}
+unsafe impl Pod for Owner {}
+unsafe impl Pod for Reception {}
+unsafe impl Pod for Op {}
+unsafe impl Pod for ThreadRec {}
+
+/// A NUL-padded C string field as a Rust string (lossy).
+pub fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}

@@ -1,0 +1,1140 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * mantle tags, kernel side: tags that ride Linux IPC (mTags, seeds/000,
+ * sections 2-4) built only on hooks an unmodified, locked-down kernel
+ * allows: BTF tracepoints, cgroup sock_addr programs, a uprobe and task
+ * iterators (no LSM, no fentry, no kprobes: see shared/platform.md).
+ *
+ * The model, in one paragraph. A thread's tag vector lives in `view`
+ * (mmapable array indexed by tid); its TTLs, terminators and class live in
+ * task storage. A thread that sends a *request* deposits a snapshot of its
+ * passable tags (held, live, TTL > 0) on the channel; the thread that
+ * *reads* from the channel takes the deposit and ORs it into its own vector
+ * (TTL - 1, terminators and class applied). A deposit is the union of the
+ * tagged requests queued on a channel; it is cleared when the reader leaves
+ * the channel empty. This is policy-free mechanism: who may set what is
+ * decided in apply_op(), once.
+ *
+ * Where deposits live, and the hooks that fill and empty them:
+ *   unix sockets  SK_STORAGE of the *sending* socket. Sent by
+ *                 tp_btf/sock_send_length; the reader finds it through
+ *                 skb->sk (unix skbs are owned by the sender) in
+ *                 tp_btf/skb_copy_datagram_iovec. Drained when the sender
+ *                 socket has no skb left in flight (sk_wmem_alloc == 1).
+ *   TCP, one host chan_dep[flow]; sock_send_length / sock_recv_length; the
+ *                 shared sequence space tells exactly which bytes were tagged.
+ *   UDP, one host chan_dep[dst port]; the destination of unconnected sends
+ *                 comes from cgroup/sendmsg4|6.
+ *   pipes, FIFOs  chan_dep[pipe inode]; tp_btf/sys_exit of read/write/readv/
+ *                 writev (there is no pipe tracepoint).
+ *   signals       delivered at signal_generate, sender to target.
+ *   fork/clone    sched_process_fork copies the creator's state (not a hop).
+ *
+ * Requests vs replies: on a connected stream/seqpacket socket only the
+ * side that called connect() (marked by cgroup/connect4|6|unix) sends
+ * requests; datagrams, pipes, FIFOs and signals are always requests. A unix
+ * socket that never called connect() and has no address (socketpair, or a
+ * client connected before mantle was loaded) sends requests too.
+ *
+ * Cost when untagged: every send hook starts with one array load of the
+ * sender's own vector and returns if it is empty; receivers return after a
+ * storage lookup, or, for pipe/TCP/UDP, after reading a per-type count of
+ * live deposits. The hooks are attached only while a tag exists (loader).
+ *
+ * Locking: each deposit has a bpf_spin_lock taken for the copy in or out;
+ * no helper is called under it. Vectors are changed only with atomic
+ * OR/AND, so concurrent deliveries to one thread never lose a bit.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+#include "tags.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define AF_UNIX 1
+#define AF_INET 2
+#define AF_INET6 10
+#define SOCK_STREAM 1
+#define SOCK_DGRAM 2
+#define SOCK_SEQPACKET 5
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+#define S_IFMT 00170000
+#define S_IFIFO 0010000
+#define PF_KTHREAD 0x00200000
+#define BPF_LOCAL_STORAGE_GET_F_CREATE 1
+
+/* ---------------------------------------------------------------- maps */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 32768); /* set to pid_max by the loader */
+	__type(key, __u32);
+	__type(value, struct mt_view);
+} view SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mt_ctl);
+} ctl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MT_TAGS);
+	__type(key, __u32);
+	__type(value, struct mt_tag);
+} tags SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_TAGS);
+	__type(key, __u32);
+	__type(value, struct mt_owner);
+} owners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MT_LIFELINE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct mt_reception);
+} lifeline SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_deposit);
+} sk_dep SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_sock);
+} sk_role SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct mt_chan_key);
+	__type(value, struct mt_deposit);
+} chan_dep SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mt_op);
+} op SEC(".maps");
+
+/* A zeroed deposit to insert into chan_dep: same size, opaque type (a value
+ * with a visible bpf_spin_lock cannot be the source of an update). */
+struct mt_deposit_bytes {
+	__u8 b[sizeof(struct mt_deposit)];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mt_deposit_bytes);
+} zero_dep SEC(".maps");
+
+extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
+extern void bpf_task_release(struct task_struct *p) __ksym;
+
+/* ------------------------------------------------------------- helpers */
+
+/* A sender's passable tags at the moment it sent. */
+struct snap {
+	__u64 vec[MT_WORDS];
+	__u8 ttl[MT_TAGS];
+};
+
+static __always_inline struct mt_ctl *get_ctl(void)
+{
+	__u32 z = 0;
+	return bpf_map_lookup_elem(&ctl, &z);
+}
+
+static __always_inline struct mt_view *view_of(__u32 tid)
+{
+	return bpf_map_lookup_elem(&view, &tid);
+}
+
+static __always_inline int vec_empty(const __u64 *v)
+{
+	__u64 any = 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		any |= v[w];
+	return any == 0;
+}
+
+/* Index of the lowest set bit (m != 0), by de Bruijn multiplication. */
+static const __u8 debruijn64[64] = {
+	0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,
+	62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
+	63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
+	46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6,
+};
+
+static __always_inline __u32 ctz64(__u64 m)
+{
+	return debruijn64[(((m & -m) * 0x03f79d71b4ca8b09ULL) >> 58) & 63];
+}
+
+static __always_inline int task_is_system(struct task_struct *task, struct mt_thread *t)
+{
+	if (t && (t->flags & MT_F_USER_SET))
+		return (t->flags & MT_F_SYSTEM) != 0;
+	return (task->flags & PF_KTHREAD) || task->tgid == 1;
+}
+
+/*
+ * Snapshot of the current thread's passable tags. Returns 0 (and costs one
+ * array load) when the thread holds nothing.
+ */
+static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct mt_view *v = view_of(tid);
+	struct mt_thread *t;
+	struct mt_ctl *c;
+
+	if (!v || vec_empty(v->vec))
+		return 0;
+	c = get_ctl();
+	if (!c)
+		return 0;
+	t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+	__u64 any = 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		s->vec[w] = v->vec[w] & c->live[w] & ~t->spent[w];
+		any |= s->vec[w];
+	}
+	if (!any)
+		return 0;
+	__builtin_memcpy(s->ttl, t->ttl, MT_TAGS);
+	*cp = c;
+	return 1;
+}
+
+static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_struct *rx,
+				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl)
+{
+	__u32 size, base, slot;
+	__u64 n;
+	struct mt_reception *r;
+	struct mt_tag *tg;
+
+	idx &= MT_TAGS - 1;
+	size = c->ll_size[idx & (MT_TAGS - 1)];
+	if (!size)
+		return;
+	base = c->ll_base[idx & (MT_TAGS - 1)];
+	n = __sync_fetch_and_add(&c->ll_head[idx & (MT_TAGS - 1)], 1);
+	slot = base + (__u32)(n % size);
+	r = bpf_map_lookup_elem(&lifeline, &slot);
+	if (!r)
+		return;
+	tg = bpf_map_lookup_elem(&tags, &idx);
+	r->seq = 0; /* readers skip a record while it is being written */
+	r->ts_ns = bpf_ktime_get_ns();
+	r->rx_tid = rx->pid;
+	r->rx_pid = rx->tgid;
+	r->tx_tid = tx_tid;
+	r->tx_pid = tx_pid;
+	r->kind = kind;
+	r->tag = idx;
+	r->ttl = ttl;
+	r->generation = tg ? tg->generation : 0;
+	bpf_probe_read_kernel_str(r->rx_comm, sizeof(r->rx_comm), rx->comm);
+	r->seq = n + 1;
+}
+
+/*
+ * Give `task` the tags of snapshot `s`. hop: decrement TTLs (a message);
+ * not for fork, which is inheritance. dep_epoch drops bits freed (and
+ * perhaps reused) after the snapshot was taken.
+ */
+static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, struct snap *s,
+				    __u32 dep_epoch, __u32 kind, __u32 tx_tid, __u32 tx_pid, int hop)
+{
+	__u32 tid = task->pid;
+	struct mt_view *v = view_of(tid);
+	struct mt_thread *t;
+	int sys;
+
+	if (!v) {
+		__sync_fetch_and_add(&c->n_no_view, 1);
+		return;
+	}
+	t = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return;
+	sys = task_is_system(task, t);
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = s->vec[w] & c->live[w];
+		__u64 ok = m & ~t->term[w];
+		ok &= sys ? c->system[w] : ~c->system[w];
+		if (ok != m)
+			__sync_fetch_and_add(&c->n_rejected, 1);
+		for (int i = 0; i < 64 && ok; i++) {
+			__u32 b = ctz64(ok);
+			__u64 bit = 1ULL << b;
+			__u32 idx = (w * 64 + b) & (MT_TAGS - 1);
+			__u8 nt, cur;
+
+			ok &= ok - 1;
+			if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
+				continue;
+			nt = s->ttl[idx & (MT_TAGS - 1)];
+			if (hop && nt != MT_TTL_INF && nt > 0)
+				nt--;
+			cur = t->ttl[idx & (MT_TAGS - 1)];
+			if (!(v->vec[w] & bit) || nt > cur)
+				t->ttl[idx & (MT_TAGS - 1)] = nt;
+			if (t->ttl[idx & (MT_TAGS - 1)] == 0)
+				__sync_fetch_and_or(&t->spent[w], bit);
+			else
+				__sync_fetch_and_and(&t->spent[w], ~bit);
+			__sync_fetch_and_or(&v->vec[w], bit);
+			__sync_fetch_and_add(&c->n_hops, 1);
+			if (c->lifeline[w] & bit)
+				ll_record(c, idx, task, tx_tid, tx_pid, kind, t->ttl[idx & (MT_TAGS - 1)]);
+		}
+	}
+}
+
+/* Add snapshot s to deposit d (caller holds nothing; takes d->lock). */
+static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 kind, __u32 epoch,
+				    __u64 now, __u64 seq_start, __u64 seq_end)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	bpf_spin_lock(&d->lock);
+	if (vec_empty(d->vec)) {
+		__builtin_memcpy(d->ttl, s->ttl, MT_TAGS);
+		d->seq_start = seq_start;
+		d->epoch = epoch;
+	} else {
+		/* keep the oldest snapshot's epoch: it drops the most */
+		if (epoch < d->epoch)
+			d->epoch = epoch;
+		for (int i = 0; i < MT_TAGS; i++)
+			if (s->ttl[i] > d->ttl[i])
+				d->ttl[i] = s->ttl[i];
+	}
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		d->vec[w] |= s->vec[w];
+	d->kind = kind;
+	d->tx_tid = (__u32)id;
+	d->tx_pid = id >> 32;
+	d->seq_end = seq_end;
+	d->ts_ns = now;
+	bpf_spin_unlock(&d->lock);
+}
+
+/*
+ * Copy deposit d out into s. clear: the channel is now empty, so the
+ * deposit ends here. Returns 0 if d held nothing.
+ */
+static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epoch, __u32 *tx_tid,
+				__u32 *tx_pid, __u32 reader, int clear)
+{
+	int any;
+
+	bpf_spin_lock(&d->lock);
+	any = !vec_empty(d->vec);
+	if (any) {
+		__builtin_memcpy(s->vec, d->vec, sizeof(s->vec));
+		__builtin_memcpy(s->ttl, d->ttl, MT_TAGS);
+		*epoch = d->epoch;
+		*tx_tid = d->tx_tid;
+		*tx_pid = d->tx_pid;
+		if (clear) {
+#pragma unroll
+			for (int w = 0; w < MT_WORDS; w++)
+				d->vec[w] = 0;
+		}
+	}
+	d->last_reader = reader;
+	bpf_spin_unlock(&d->lock);
+	return any;
+}
+
+/* Deliver a deposit whose data was read before the deposit was made. */
+static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d)
+{
+	struct snap s;
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, reader;
+	struct task_struct *rx;
+
+	reader = d->last_reader;
+	if (!reader)
+		return;
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, reader, 1))
+		return;
+	rx = bpf_task_from_pid(reader);
+	if (!rx)
+		return;
+	deliver(c, rx, &s, epoch, d->kind, tx_tid, tx_pid, 1);
+	bpf_task_release(rx);
+	__sync_fetch_and_add(&c->n_late, 1);
+}
+
+/* Current thread reads deposit d; clear when the channel is left empty. */
+static __always_inline void receive(struct mt_deposit *d, int clear, __u32 kind_override)
+{
+	struct snap s;
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct mt_ctl *c;
+
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid, clear))
+		return;
+	c = get_ctl();
+	if (!c)
+		return;
+	deliver(c, bpf_get_current_task_btf(), &s, epoch, kind_override ? kind_override : d->kind,
+		tx_tid, tx_pid, 1);
+}
+
+/* ------------------------------------------------- fork, exit, signals */
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptid = (__u32)bpf_get_current_pid_tgid();
+	struct mt_view *pv = view_of(ptid), *cv = view_of(child->pid);
+	struct mt_thread *pt, *ct;
+	struct mt_ctl *c;
+
+	if (!cv)
+		return 0;
+	if (!pv) {
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++)
+			cv->vec[w] = 0;
+		return 0;
+	}
+	pt = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (!pt) {
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++)
+			cv->vec[w] = 0;
+		return 0;
+	}
+	c = get_ctl();
+	if (!c)
+		return 0;
+	ct = bpf_task_storage_get(&threads, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ct)
+		return 0;
+	__builtin_memcpy(ct->term, pt->term, sizeof(ct->term));
+	__builtin_memcpy(ct->spent, pt->spent, sizeof(ct->spent));
+	__builtin_memcpy(ct->ttl, pt->ttl, MT_TAGS);
+	ct->flags = pt->flags;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = pv->vec[w] & c->live[w];
+		cv->vec[w] = m;
+		m &= c->lifeline[w];
+		for (int i = 0; i < 64 && m; i++) {
+			__u32 b = ctz64(m);
+			__u32 idx = (w * 64 + b) & (MT_TAGS - 1);
+			m &= m - 1;
+			ll_record(c, idx, child, ptid, parent->tgid, MT_K_FORK, ct->ttl[idx & (MT_TAGS - 1)]);
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(mt_exit, struct task_struct *task)
+{
+	struct mt_view *v = view_of(task->pid);
+
+	if (v) {
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++)
+			v->vec[w] = 0;
+	}
+	return 0;
+}
+
+#define SEND_SIG_PRIV ((void *)1)
+#define TRACE_SIGNAL_IGNORED 1
+#define TRACE_SIGNAL_OVERFLOW_FAIL 3
+
+SEC("tp_btf/signal_generate")
+int BPF_PROG(mt_signal, int sig, struct kernel_siginfo *info, struct task_struct *task, int group,
+	     int result)
+{
+	struct snap s;
+	struct mt_ctl *c;
+	__u64 id;
+
+	if (result == TRACE_SIGNAL_IGNORED || result == TRACE_SIGNAL_OVERFLOW_FAIL)
+		return 0;
+	if (!take_snapshot(&s, &c))
+		return 0;
+	/* Only signals a thread sends (kill, tgkill, sigqueue) are requests:
+	 * kernel-made ones (SIGCHLD, SIGPIPE, faults) carry si_code > 0. */
+	if ((unsigned long)info <= (unsigned long)SEND_SIG_PRIV)
+		return 0;
+	if (BPF_CORE_READ(info, si_code) > 0)
+		return 0;
+	id = bpf_get_current_pid_tgid();
+	if (task->pid == (__u32)id)
+		return 0;
+	deliver(c, task, &s, c->epoch, MT_K_SIGNAL, (__u32)id, id >> 32, 1);
+	return 0;
+}
+
+/* ------------------------------------------------------------- sockets */
+
+static __always_inline __u32 unix_kind(struct sock *sk)
+{
+	__u16 type = sk->sk_type;
+
+	if (type == SOCK_DGRAM)
+		return MT_K_UNIX_DGRAM;
+	if (type == SOCK_SEQPACKET)
+		return MT_K_UNIX_SEQPACKET;
+	return MT_K_UNIX_STREAM;
+}
+
+static __always_inline int role_is_client(struct sock *sk)
+{
+	struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+
+	return r && r->role == MT_ROLE_CLIENT;
+}
+
+static __always_inline __u32 fold_addr(struct sock *sk, int remote)
+{
+	if (sk->__sk_common.skc_family == AF_INET)
+		return remote ? sk->__sk_common.skc_daddr : sk->__sk_common.skc_rcv_saddr;
+	struct in6_addr a = remote ? sk->__sk_common.skc_v6_daddr : sk->__sk_common.skc_v6_rcv_saddr;
+	return a.in6_u.u6_addr32[0] ^ a.in6_u.u6_addr32[1] ^ a.in6_u.u6_addr32[2] ^
+	       a.in6_u.u6_addr32[3];
+}
+
+/* Key of a TCP flow as its sender sees it (reverse = as its reader sees it). */
+static __always_inline void tcp_key(struct sock *sk, struct mt_chan_key *k, int reverse)
+{
+	__u64 la = fold_addr(sk, 0), ra = fold_addr(sk, 1);
+	__u64 lp = sk->__sk_common.skc_num, rp = bpf_ntohs(sk->__sk_common.skc_dport);
+
+	if (!reverse) {
+		k->a = la << 32 | ra;
+		k->b = lp << 16 | rp;
+	} else {
+		k->a = ra << 32 | la;
+		k->b = rp << 16 | lp;
+	}
+	k->type = MT_K_TCP;
+	k->pad = 0;
+}
+
+/* Find or make the chan_dep entry for k; count new ones per type. */
+static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_chan_key *k)
+{
+	struct mt_deposit *d = bpf_map_lookup_elem(&chan_dep, k);
+	__u32 z = 0;
+
+	if (d)
+		return d;
+	struct mt_deposit_bytes *zero = bpf_map_lookup_elem(&zero_dep, &z);
+	if (!zero)
+		return 0;
+	if (bpf_map_update_elem(&chan_dep, k, zero, BPF_NOEXIST) == 0) {
+		if (k->type == MT_K_PIPE)
+			__sync_fetch_and_add(&c->n_pipe_deps, 1);
+		else if (k->type == MT_K_TCP)
+			__sync_fetch_and_add(&c->n_tcp_deps, 1);
+		else
+			__sync_fetch_and_add(&c->n_udp_deps, 1);
+	}
+	d = bpf_map_lookup_elem(&chan_dep, k);
+	if (!d)
+		__sync_fetch_and_add(&c->n_deposit_fail, 1);
+	return d;
+}
+
+static __always_inline void chan_del(struct mt_ctl *c, struct mt_chan_key *k)
+{
+	if (bpf_map_delete_elem(&chan_dep, k) == 0) {
+		if (k->type == MT_K_PIPE)
+			__sync_fetch_and_add(&c->n_pipe_deps, -1);
+		else if (k->type == MT_K_TCP)
+			__sync_fetch_and_add(&c->n_tcp_deps, -1);
+		else
+			__sync_fetch_and_add(&c->n_udp_deps, -1);
+	}
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
+{
+	struct snap s;
+	struct mt_ctl *c;
+	struct mt_deposit *d;
+	__u16 family;
+
+	if (ret <= 0 || !take_snapshot(&s, &c))
+		return 0;
+	family = sk->__sk_common.skc_family;
+	if (family == AF_UNIX) {
+		__u32 kind = unix_kind(sk);
+
+		if (kind != MT_K_UNIX_DGRAM && !role_is_client(sk)) {
+			/* Not the connect() side: a reply, unless the socket has
+			 * no address (socketpair, or connected before load). */
+			struct unix_sock *u = (void *)sk;
+			if (BPF_CORE_READ(u, addr))
+				return 0;
+		}
+		d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!d) {
+			__sync_fetch_and_add(&c->n_deposit_fail, 1);
+			return 0;
+		}
+		deposit(d, &s, kind, c->epoch, bpf_ktime_get_ns(), 0, 0);
+		/* Everything this socket sent is already read: the reader was
+		 * faster than this hook. Hand the tags to it now. */
+		if (sk->sk_wmem_alloc.refs.counter <= 1)
+			deliver_late(c, d);
+		return 0;
+	}
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	if (sk->sk_protocol == IPPROTO_TCP) {
+		struct mt_chan_key k;
+		struct tcp_sock *tp = (void *)sk;
+		__u32 end;
+
+		if (!role_is_client(sk))
+			return 0; /* accepted side, or connected before load */
+		tcp_key(sk, &k, 0);
+		d = chan_get(c, &k);
+		if (!d)
+			return 0;
+		end = BPF_CORE_READ(tp, write_seq);
+		deposit(d, &s, MT_K_TCP, c->epoch, bpf_ktime_get_ns(), end - (__u32)ret, end);
+		return 0;
+	}
+	if (sk->sk_protocol == IPPROTO_UDP) {
+		struct mt_chan_key k = {};
+		__u32 port = bpf_ntohs(sk->__sk_common.skc_dport);
+
+		if (!port) {
+			struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+			port = r ? r->udp_dport : 0;
+		}
+		if (!port)
+			return 0;
+		k.a = port;
+		k.type = MT_K_UDP;
+		d = chan_get(c, &k);
+		if (!d)
+			return 0;
+		deposit(d, &s, MT_K_UDP, c->epoch, bpf_ktime_get_ns(), 0, 0);
+	}
+	return 0;
+}
+
+/* Unix receive: skb->sk is the sending socket, which holds the deposit. */
+SEC("tp_btf/skb_copy_datagram_iovec")
+int BPF_PROG(mt_unix_recv, const struct sk_buff *skb, int len)
+{
+	struct sock *sk = skb->sk;
+	struct mt_deposit *d;
+	int last;
+
+	if (!sk || sk->__sk_common.skc_family != AF_UNIX)
+		return 0;
+	d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
+	if (!d)
+		return 0;
+	/* This skb is the sender's last one in flight: the channel drains. */
+	last = sk->sk_wmem_alloc.refs.counter - (int)skb->truesize <= 1;
+	receive(d, last, 0);
+	return 0;
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
+{
+	struct mt_ctl *c;
+	struct mt_chan_key k = {};
+	struct mt_deposit *d;
+	__u16 family;
+
+	if (ret <= 0)
+		return 0;
+	family = sk->__sk_common.skc_family;
+	if (family != AF_INET && family != AF_INET6)
+		return 0;
+	c = get_ctl();
+	if (!c)
+		return 0;
+	if (sk->sk_protocol == IPPROTO_TCP) {
+		struct tcp_sock *tp = (void *)sk;
+		__u32 copied, start, end;
+
+		if (!c->n_tcp_deps)
+			return 0;
+		tcp_key(sk, &k, 1);
+		d = bpf_map_lookup_elem(&chan_dep, &k);
+		if (!d)
+			return 0;
+		copied = BPF_CORE_READ(tp, copied_seq);
+		start = d->seq_start;
+		end = d->seq_end;
+		/* read any tagged byte: deliver; read them all: done */
+		if ((__s32)(copied - start) <= 0)
+			return 0;
+		receive(d, (__s32)(copied - end) >= 0, 0);
+		if ((__s32)(copied - end) >= 0 && vec_empty(d->vec))
+			chan_del(c, &k);
+		return 0;
+	}
+	if (sk->sk_protocol == IPPROTO_UDP) {
+		struct udp_sock *up = (void *)sk;
+		int empty;
+
+		if (!c->n_udp_deps)
+			return 0;
+		k.a = sk->__sk_common.skc_num;
+		k.type = MT_K_UDP;
+		d = bpf_map_lookup_elem(&chan_dep, &k);
+		if (!d)
+			return 0;
+		empty = sk->sk_receive_queue.qlen == 0 && BPF_CORE_READ(up, reader_queue.qlen) == 0;
+		receive(d, empty, 0);
+		if (empty && vec_empty(d->vec))
+			chan_del(c, &k);
+	}
+	return 0;
+}
+
+/* ----------------------------------------------------- pipes and FIFOs */
+
+#define NR_read 0
+#define NR_write 1
+#define NR_readv 19
+#define NR_writev 20
+
+/* The pipe behind fd of the current task, or 0 if fd is not a pipe/FIFO. */
+static __always_inline struct pipe_inode_info *fd_pipe(int fd, struct mt_chan_key *k)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **fds;
+	struct file *f = 0;
+	struct inode *ino;
+	__u16 mode;
+
+	if (!fdt || fd < 0 || fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	fds = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	if (!f)
+		return 0;
+	ino = BPF_CORE_READ(f, f_inode);
+	mode = BPF_CORE_READ(ino, i_mode);
+	if ((mode & S_IFMT) != S_IFIFO)
+		return 0;
+	k->a = (__u64)BPF_CORE_READ(ino, i_pipe);
+	k->b = BPF_CORE_READ(ino, i_ino);
+	k->type = MT_K_PIPE;
+	k->pad = 0;
+	return (struct pipe_inode_info *)k->a;
+}
+
+static __always_inline int pipe_empty(struct pipe_inode_info *p)
+{
+	return BPF_CORE_READ(p, head) == BPF_CORE_READ(p, tail);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
+{
+	long nr;
+	struct mt_chan_key k;
+	struct pipe_inode_info *p;
+	struct mt_deposit *d;
+	struct mt_ctl *c;
+
+	if (ret <= 0)
+		return 0;
+	nr = regs->orig_ax;
+	if (nr == NR_write || nr == NR_writev) {
+		struct snap s;
+
+		if (!take_snapshot(&s, &c))
+			return 0;
+		p = fd_pipe((int)regs->di, &k);
+		if (!p)
+			return 0;
+		d = chan_get(c, &k);
+		if (!d)
+			return 0;
+		deposit(d, &s, MT_K_PIPE, c->epoch, bpf_ktime_get_ns(), 0, 0);
+		if (pipe_empty(p)) {
+			deliver_late(c, d);
+			if (vec_empty(d->vec))
+				chan_del(c, &k);
+		}
+		return 0;
+	}
+	if (nr == NR_read || nr == NR_readv) {
+		int empty;
+
+		c = get_ctl();
+		if (!c || !c->n_pipe_deps)
+			return 0;
+		p = fd_pipe((int)regs->di, &k);
+		if (!p)
+			return 0;
+		d = bpf_map_lookup_elem(&chan_dep, &k);
+		if (!d)
+			return 0;
+		empty = pipe_empty(p);
+		receive(d, empty, 0);
+		/* Keep an empty entry only to remember the last reader for a
+		 * writer that is slower than its reader (deliver_late). */
+		return 0;
+	}
+	return 0;
+}
+
+/* ------------------------------------------- cgroup connect / sendmsg */
+
+static __always_inline int mark_client(struct bpf_sock_addr *ctx)
+{
+	struct bpf_sock *sk = ctx->sk;
+	struct mt_sock *r;
+
+	if (!sk)
+		return 1;
+	r = bpf_sk_storage_get(&sk_role, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (r)
+		r->role = MT_ROLE_CLIENT;
+	return 1;
+}
+
+SEC("cgroup/connect4")
+int mt_connect4(struct bpf_sock_addr *ctx)
+{
+	return mark_client(ctx);
+}
+
+SEC("cgroup/connect6")
+int mt_connect6(struct bpf_sock_addr *ctx)
+{
+	return mark_client(ctx);
+}
+
+SEC("cgroup/connect_unix")
+int mt_connect_unix(struct bpf_sock_addr *ctx)
+{
+	return mark_client(ctx);
+}
+
+/* Unconnected UDP: remember where a tagged sender sends. */
+static __always_inline int note_udp_dst(struct bpf_sock_addr *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct mt_view *v = view_of(tid);
+	struct bpf_sock *sk = ctx->sk;
+	struct mt_sock *r;
+
+	if (!v || vec_empty(v->vec) || !sk)
+		return 1;
+	r = bpf_sk_storage_get(&sk_role, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (r)
+		r->udp_dport = bpf_ntohs((__u16)ctx->user_port);
+	return 1;
+}
+
+SEC("cgroup/sendmsg4")
+int mt_sendmsg4(struct bpf_sock_addr *ctx)
+{
+	return note_udp_dst(ctx);
+}
+
+SEC("cgroup/sendmsg6")
+int mt_sendmsg6(struct bpf_sock_addr *ctx)
+{
+	return note_udp_dst(ctx);
+}
+
+/* ------------------------------------------------------------ operations */
+
+/*
+ * Apply one operation to `task`. The caller has decided who may do what:
+ * `root` ops may touch any thread and change classes; self ops (the uprobe)
+ * only touch the calling thread. Returns 0 or a negative MT_E* error.
+ */
+static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, __u32 code,
+				    __u32 tag, __u32 arg, int root)
+{
+	__u32 idx = tag & (MT_TAGS - 1);
+	__u32 w = idx / 64;
+	__u64 bit = 1ULL << (idx % 64);
+	struct mt_view *v;
+	struct mt_thread *t;
+	__u64 id = bpf_get_current_pid_tgid();
+
+	if (code == MT_OP_PING)
+		return 0;
+	if (tag >= MT_TAGS && code != MT_OP_CLASS)
+		return -MT_EINVAL;
+	v = view_of(task->pid);
+	if (!v)
+		return -MT_EINVAL;
+	t = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return -MT_EINVAL;
+	if (w >= MT_WORDS)
+		return -MT_EINVAL;
+	switch (code) {
+	case MT_OP_SET: {
+		__u8 ttl;
+
+		if (!(c->live[w] & bit))
+			return -MT_ENOENT;
+		if (t->term[w] & bit)
+			return -MT_ETERM;
+		if (!!(c->system[w] & bit) != task_is_system(task, t))
+			return -MT_ECLASS;
+		ttl = arg ? (arg > MT_TTL_INF ? MT_TTL_INF : arg) : c->default_ttl[idx & (MT_TAGS - 1)];
+		if (arg == 0 && ttl == 0)
+			ttl = MT_TTL_INF;
+		t->ttl[idx & (MT_TAGS - 1)] = ttl;
+		if (ttl == 0)
+			__sync_fetch_and_or(&t->spent[w], bit);
+		else
+			__sync_fetch_and_and(&t->spent[w], ~bit);
+		__sync_fetch_and_or(&v->vec[w], bit);
+		if (c->lifeline[w] & bit)
+			ll_record(c, idx, task, (__u32)id, id >> 32, MT_K_SET, ttl);
+		return 0;
+	}
+	case MT_OP_CLEAR:
+		__sync_fetch_and_and(&v->vec[w], ~bit);
+		__sync_fetch_and_and(&t->spent[w], ~bit);
+		t->ttl[idx & (MT_TAGS - 1)] = 0;
+		return 0;
+	case MT_OP_TERM:
+		__sync_fetch_and_or(&t->term[w], bit);
+		__sync_fetch_and_and(&v->vec[w], ~bit);
+		__sync_fetch_and_and(&t->spent[w], ~bit);
+		t->ttl[idx & (MT_TAGS - 1)] = 0;
+		return 0;
+	case MT_OP_UNTERM:
+		__sync_fetch_and_and(&t->term[w], ~bit);
+		return 0;
+	case MT_OP_TTL:
+		if (!(v->vec[w] & bit))
+			return -MT_ENOENT;
+		if (arg > MT_TTL_INF)
+			return -MT_EINVAL;
+		t->ttl[idx & (MT_TAGS - 1)] = arg;
+		if (arg == 0)
+			__sync_fetch_and_or(&t->spent[w], bit);
+		else
+			__sync_fetch_and_and(&t->spent[w], ~bit);
+		return 0;
+	case MT_OP_CLASS:
+		if (!root)
+			return -MT_EPERM;
+		t->flags = MT_F_USER_SET | (arg ? MT_F_SYSTEM : 0);
+		return 0;
+	case MT_OP_DELETE: {
+		struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+		struct mt_owner *o = bpf_map_lookup_elem(&owners, &idx);
+		__u32 uid = (__u32)bpf_get_current_uid_gid();
+
+		if (!tg || !o)
+			return -MT_EINVAL;
+		if (!root && uid != o->uid)
+			return -MT_EPERM;
+		if (__sync_val_compare_and_swap(&tg->state, MT_ST_LIVE, MT_ST_DELETING) !=
+		    MT_ST_LIVE)
+			return -MT_ENOENT;
+		__sync_fetch_and_or(&c->deleting[w], bit);
+		__sync_fetch_and_and(&c->live[w], ~bit);
+		return 0;
+	}
+	}
+	return -MT_EINVAL;
+}
+
+/*
+ * The trusted path for unprivileged threads: a uprobe on libmantle's
+ * mantle_tag_ctl(op, tag, arg, seq). It runs in the caller's context, so it
+ * can only ever change the caller's own state; the answer goes to the
+ * caller's view entry (op_err, then op_seq), which it reads back.
+ */
+SEC("uprobe")
+int BPF_KPROBE(mt_ctl_self, __u32 code, __u32 tag, __u32 arg, __u32 seq)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct mt_view *v = view_of(task->pid);
+	struct mt_ctl *c = get_ctl();
+	int root = (__u32)bpf_get_current_uid_gid() == 0;
+	int err;
+
+	if (!v || !c)
+		return 0;
+	err = apply_op(c, task, code, tag, arg, root);
+	v->op_err = err;
+	__sync_fetch_and_add(&v->op_seq, 0); /* order: err before seq */
+	v->op_seq = seq;
+	return 0;
+}
+
+static __always_inline void emit(struct seq_file *seq, struct task_struct *task, int err)
+{
+	struct mt_thread_rec rec = {};
+	struct mt_view *v = view_of(task->pid);
+	struct mt_thread *t = bpf_task_storage_get(&threads, task, 0, 0);
+
+	rec.tid = task->pid;
+	rec.pid = task->tgid;
+	rec.err = err;
+	if (v)
+		__builtin_memcpy(rec.vec, v->vec, sizeof(rec.vec));
+	if (t) {
+		__builtin_memcpy(rec.term, t->term, sizeof(rec.term));
+		__builtin_memcpy(rec.ttl, t->ttl, MT_TAGS);
+		rec.flags = t->flags;
+	}
+	if (!t || !(t->flags & MT_F_USER_SET))
+		rec.flags = task_is_system(task, t) ? MT_F_SYSTEM : 0;
+	bpf_probe_read_kernel_str(rec.comm, sizeof(rec.comm), task->comm);
+	bpf_seq_write(seq, &rec, sizeof(rec));
+}
+
+/* Tool operation on other threads (root: the pinned link is root-only). */
+SEC("iter/task")
+int mt_op_iter(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	__u32 z = 0;
+	struct mt_op *o = bpf_map_lookup_elem(&op, &z);
+	struct mt_ctl *c = get_ctl();
+
+	if (!task || !o || !c)
+		return 0;
+	if (o->tid ? task->pid != o->tid : task->tgid != o->pid)
+		return 0;
+	emit(ctx->meta->seq, task, apply_op(c, task, o->code, o->tag, o->arg, 1));
+	return 0;
+}
+
+/* Every thread that holds a tag, a terminator or an explicit class. */
+SEC("iter/task")
+int mt_list_iter(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct mt_view *v;
+	struct mt_thread *t;
+
+	if (!task)
+		return 0;
+	v = view_of(task->pid);
+	t = bpf_task_storage_get(&threads, task, 0, 0);
+	if ((v && !vec_empty(v->vec)) || (t && (!vec_empty(t->term) || (t->flags & MT_F_USER_SET))))
+		emit(ctx->meta->seq, task, 0);
+	return 0;
+}
+
+/*
+ * Deletion sweep: clear the bits of DELETING tags from every thread, then
+ * (at the end of the walk) free them. World-readable pin: reading it is
+ * harmless and lets a tag's unprivileged owner finish a deletion.
+ */
+SEC("iter/task")
+int mt_sweep_iter(struct bpf_iter__task *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct mt_ctl *c = get_ctl();
+
+	if (!c)
+		return 0;
+	if (task) {
+		struct mt_view *v = view_of(task->pid);
+		struct mt_thread *t = bpf_task_storage_get(&threads, task, 0, 0);
+
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++) {
+			__u64 dead = c->deleting[w];
+
+			if (!dead)
+				continue;
+			if (v && (v->vec[w] & dead))
+				__sync_fetch_and_and(&v->vec[w], ~dead);
+			if (t) {
+				if (t->term[w] & dead)
+					__sync_fetch_and_and(&t->term[w], ~dead);
+				if (t->spent[w] & dead)
+					__sync_fetch_and_and(&t->spent[w], ~dead);
+			}
+		}
+		return 0;
+	}
+	/* end of the walk: every holder is clean, free the bits */
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = c->deleting[w];
+
+		for (int i = 0; i < 64 && m; i++) {
+			__u32 b = ctz64(m);
+			__u32 idx = (w * 64 + b) & (MT_TAGS - 1);
+			__u64 bit = 1ULL << b;
+			struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+
+			m &= m - 1;
+			if (!tg)
+				continue;
+			if (__sync_val_compare_and_swap(&tg->state, MT_ST_DELETING, MT_ST_FREE) ==
+			    MT_ST_DELETING) {
+				__u32 e = __sync_fetch_and_add(&c->epoch, 1) + 1;
+
+				c->freed_epoch[idx & (MT_TAGS - 1)] = e;
+				c->ll_size[idx & (MT_TAGS - 1)] = 0;
+				__sync_fetch_and_and(&c->system[w], ~bit);
+				__sync_fetch_and_and(&c->lifeline[w], ~bit);
+			}
+			__sync_fetch_and_and(&c->deleting[w], ~bit);
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,549 @@
+//! Loading, pinning and attaching the kernel side, and the raw access to
+//! its maps (bpf(2) through libbpf, mmap). This is the tags crate's `sys`
+//! module: every `unsafe` block of the crate is here.
+//!
+//! Pin layout under /sys/fs/bpf/mantle/tags:
+//!   maps/<name>   every map (view, ctl, tags world-readable; others root)
+//!   progs/<name>  every program
+//!   links/<name>  attached hooks; "always" links exist while loaded, the
+//!                 "tagged" ones only while at least one tag exists.
+
+use crate::abi::{Pod, MT_COMM_LEN};
+use crate::Error;
+use libbpf_rs::libbpf_sys;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use std::ffi::CString;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/tags.skel.rs"));
+}
+use skel::TagsSkelBuilder;
+
+pub const PIN_ROOT: &str = "/sys/fs/bpf/mantle/tags";
+
+/// Maps, and whether users other than root may read them.
+pub const MAPS: &[(&str, bool)] = &[
+    ("view", true),
+    ("ctl", true),
+    ("tags", true),
+    ("threads", false),
+    ("owners", false),
+    ("lifeline", false),
+    ("sk_dep", false),
+    ("sk_role", false),
+    ("chan_dep", false),
+    ("op", false),
+    ("zero_dep", false),
+];
+
+/// Hooks attached only while tags exist: (program, how to attach).
+pub const TAGGED_HOOKS: &[(&str, Hook)] = &[
+    ("mt_fork", Hook::RawTp),
+    ("mt_exit", Hook::RawTp),
+    ("mt_signal", Hook::RawTp),
+    ("mt_sock_send", Hook::RawTp),
+    ("mt_unix_recv", Hook::RawTp),
+    ("mt_sock_recv", Hook::RawTp),
+    ("mt_sys_exit", Hook::RawTp),
+    ("mt_sendmsg4", Hook::Cgroup(libbpf_sys::BPF_CGROUP_UDP4_SENDMSG)),
+    ("mt_sendmsg6", Hook::Cgroup(libbpf_sys::BPF_CGROUP_UDP6_SENDMSG)),
+];
+
+#[derive(Clone, Copy, Debug)]
+pub enum Hook {
+    RawTp,
+    Cgroup(libbpf_sys::bpf_attach_type),
+}
+
+pub fn pin(kind: &str, name: &str) -> PathBuf {
+    Path::new(PIN_ROOT).join(kind).join(name)
+}
+
+pub fn loaded() -> bool {
+    pin("maps", "ctl").exists()
+}
+
+fn kerr(what: impl Into<String>, e: impl std::fmt::Display) -> Error {
+    Error::Kernel(format!("{}: {e}", what.into()))
+}
+
+fn io_last(what: &str) -> Error {
+    kerr(what, std::io::Error::last_os_error())
+}
+
+/// Where cgroup programs attach: the cgroup v2 root.
+pub fn cgroup_root() -> Result<PathBuf, Error> {
+    mantle_sys::probe::cgroup2_mount()
+        .ok_or_else(|| Error::Missing("cgroup v2 is not mounted (needed for connect/sendmsg hooks)".into()))
+}
+
+fn pid_max() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(32768)
+        .clamp(1024, 4 << 20)
+}
+
+/// What `up` attached and where.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UpReport {
+    pub pin_root: String,
+    pub view_entries: u32,
+    pub ctl_lib: String,
+    pub cgroup: String,
+}
+
+/// Loads tags.bpf.o, pins maps and programs, attaches the always-on hooks
+/// (cgroup connect marking, the self-operation uprobe, the iterators).
+pub fn up(ctl_lib: &Path) -> Result<UpReport, Error> {
+    if loaded() {
+        return Err(Error::AlreadyLoaded);
+    }
+    mantle_sys::os::ensure_bpffs().map_err(|e| kerr("failed to mount bpffs at /sys/fs/bpf", e))?;
+    let cg = cgroup_root()?;
+    if !ctl_lib.exists() {
+        return Err(Error::Missing(format!(
+            "libmantle.so not found at {} (build it with `cargo build --release`, or pass --lib)",
+            ctl_lib.display()
+        )));
+    }
+    for d in ["maps", "progs", "links"] {
+        std::fs::create_dir_all(Path::new(PIN_ROOT).join(d)).map_err(|e| kerr("create pin dir", e))?;
+    }
+    for d in ["/sys/fs/bpf/mantle", PIN_ROOT, &format!("{PIN_ROOT}/maps"), &format!("{PIN_ROOT}/links")] {
+        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755));
+    }
+    let res = up_inner(ctl_lib, &cg);
+    if res.is_err() {
+        let _ = down();
+    }
+    res
+}
+
+fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
+    let mut obj = MaybeUninit::uninit();
+    let mut open = TagsSkelBuilder::default()
+        .open(&mut obj)
+        .map_err(|e| kerr("failed to open the tags eBPF object", e))?;
+    let view_entries = pid_max();
+    open.maps
+        .view
+        .set_max_entries(view_entries)
+        .map_err(|e| kerr("size view map", e))?;
+    let mut skel = open
+        .load()
+        .map_err(|e| kerr("failed to load tags programs (verifier or kernel refused them)", e))?;
+
+    // Pin maps, with read access for everybody where the API needs it.
+    {
+        let m = &mut skel.maps;
+        let maps: Vec<(&str, &mut libbpf_rs::MapMut)> = vec![
+            ("view", &mut m.view),
+            ("ctl", &mut m.ctl),
+            ("tags", &mut m.tags),
+            ("threads", &mut m.threads),
+            ("owners", &mut m.owners),
+            ("lifeline", &mut m.lifeline),
+            ("sk_dep", &mut m.sk_dep),
+            ("sk_role", &mut m.sk_role),
+            ("chan_dep", &mut m.chan_dep),
+            ("op", &mut m.op),
+            ("zero_dep", &mut m.zero_dep),
+        ];
+        for (name, map) in maps {
+            let p = pin("maps", name);
+            map.pin(&p).map_err(|e| kerr(format!("pin map {name}"), e))?;
+            let public = MAPS.iter().any(|(n, p)| *n == name && *p);
+            // The view is frozen below, so 0666 lets readers open it
+            // read-write (mmap of a BPF map needs that) without letting
+            // anybody write it: only the kernel side changes vectors.
+            let mode = if name == "view" { 0o666 } else if public { 0o444 } else { 0o600 };
+            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+        }
+    }
+    // No user space writes the view, ever: freezing it makes that a
+    // kernel-enforced rule (map updates and writable mmaps get EPERM).
+    {
+        use std::os::fd::AsFd;
+        // SAFETY: valid map fd.
+        let rc = unsafe { libbpf_sys::bpf_map_freeze(skel.maps.view.as_fd().as_raw_fd()) };
+        if rc < 0 {
+            return Err(kerr("freeze view map", std::io::Error::from_raw_os_error(-rc)));
+        }
+    }
+    // The view is sized at load; record it for readers.
+    {
+        let ctl = MappedMap::open_rw("ctl")?;
+        // SAFETY: ctl maps one struct mt_ctl; view_size is a plain u32 field.
+        unsafe { (*ctl.ptr::<crate::abi::Ctl>(0)).view_size = view_entries };
+    }
+
+    // Pin programs so later commands can attach the tagged hooks.
+    {
+        let p = &mut skel.progs;
+        let progs: Vec<(&str, &mut libbpf_rs::ProgramMut)> = vec![
+            ("mt_fork", &mut p.mt_fork),
+            ("mt_exit", &mut p.mt_exit),
+            ("mt_signal", &mut p.mt_signal),
+            ("mt_sock_send", &mut p.mt_sock_send),
+            ("mt_unix_recv", &mut p.mt_unix_recv),
+            ("mt_sock_recv", &mut p.mt_sock_recv),
+            ("mt_sys_exit", &mut p.mt_sys_exit),
+            ("mt_sendmsg4", &mut p.mt_sendmsg4),
+            ("mt_sendmsg6", &mut p.mt_sendmsg6),
+        ];
+        for (name, prog) in progs {
+            prog.pin(pin("progs", name)).map_err(|e| kerr(format!("pin program {name}"), e))?;
+        }
+    }
+
+    // Always-on hooks.
+    let cgf = std::fs::File::open(cg).map_err(|e| kerr(format!("open cgroup {}", cg.display()), e))?;
+    let cgfd = cgf.as_raw_fd();
+    let p = &skel.progs;
+    let mut always: Vec<(&str, libbpf_rs::Link, u32)> = vec![
+        ("connect4", p.mt_connect4.attach_cgroup(cgfd).map_err(|e| kerr("attach cgroup/connect4", e))?, 0o600),
+        ("connect6", p.mt_connect6.attach_cgroup(cgfd).map_err(|e| kerr("attach cgroup/connect6", e))?, 0o600),
+        (
+            "connect_unix",
+            p.mt_connect_unix
+                .attach_cgroup(cgfd)
+                .map_err(|e| kerr("attach cgroup/connect_unix (Linux 6.7+)", e))?,
+            0o600,
+        ),
+        ("op_iter", p.mt_op_iter.attach().map_err(|e| kerr("attach op iterator", e))?, 0o600),
+        ("list_iter", p.mt_list_iter.attach().map_err(|e| kerr("attach list iterator", e))?, 0o600),
+        ("sweep_iter", p.mt_sweep_iter.attach().map_err(|e| kerr("attach sweep iterator", e))?, 0o444),
+    ];
+    let opts = libbpf_rs::UprobeOpts { func_name: Some("mantle_tag_ctl".into()), ..Default::default() };
+    let up = p
+        .mt_ctl_self
+        .attach_uprobe_with_opts(-1, ctl_lib, 0, opts)
+        .map_err(|e| kerr(format!("attach uprobe on mantle_tag_ctl in {}", ctl_lib.display()), e))?;
+    always.push(("ctl_self", up, 0o600));
+    for (name, link, mode) in always.iter_mut() {
+        let path = pin("links", name);
+        link.pin(&path).map_err(|e| kerr(format!("pin link {name}"), e))?;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode));
+    }
+    std::fs::write(Path::new(PIN_ROOT).join("..").join("tags.lib"), ctl_lib.to_string_lossy().as_bytes()).ok();
+    Ok(UpReport {
+        pin_root: PIN_ROOT.into(),
+        view_entries,
+        ctl_lib: ctl_lib.display().to_string(),
+        cgroup: cg.display().to_string(),
+    })
+}
+
+/// Unpins everything: links go first, so hooks detach before maps vanish.
+pub fn down() -> Result<(), Error> {
+    if !Path::new(PIN_ROOT).exists() {
+        return Err(Error::NotLoaded);
+    }
+    for d in ["links", "progs", "maps"] {
+        let dir = Path::new(PIN_ROOT).join(d);
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                std::fs::remove_file(e.path()).map_err(|e| kerr(format!("unpin {d}"), e))?;
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+    let _ = std::fs::remove_file(Path::new(PIN_ROOT).join("..").join("tags.lib"));
+    std::fs::remove_dir(PIN_ROOT).map_err(|e| kerr("remove pin dir", e))?;
+    Ok(())
+}
+
+/// Whether the tagged hooks are attached.
+pub fn hooks_attached() -> bool {
+    pin("links", TAGGED_HOOKS[0].0).exists()
+}
+
+/// Attaches (and pins) the hooks needed while tags exist. Idempotent.
+pub fn attach_tagged() -> Result<(), Error> {
+    let mut cgf = None;
+    for (name, hook) in TAGGED_HOOKS {
+        let lp = pin("links", name);
+        if lp.exists() {
+            continue;
+        }
+        let prog = libbpf_rs::Program::fd_from_pinned_path(pin("progs", name))
+            .map_err(|e| kerr(format!("open pinned program {name}"), e))?;
+        let fd = match hook {
+            // SAFETY: prog is a valid program fd; NULL name = BTF-typed tracepoint.
+            Hook::RawTp => unsafe { libbpf_sys::bpf_raw_tracepoint_open(std::ptr::null(), prog.as_raw_fd()) },
+            Hook::Cgroup(at) => {
+                if cgf.is_none() {
+                    let cg = cgroup_root()?;
+                    cgf = Some(std::fs::File::open(&cg).map_err(|e| kerr("open cgroup", e))?);
+                }
+                let cgfd = cgf.as_ref().unwrap().as_raw_fd();
+                // SAFETY: valid fds; NULL opts.
+                unsafe { libbpf_sys::bpf_link_create(prog.as_raw_fd(), cgfd, *at, std::ptr::null()) }
+            }
+        };
+        if fd < 0 {
+            return Err(kerr(format!("attach {name}"), std::io::Error::from_raw_os_error(-fd)));
+        }
+        // SAFETY: fd is a new link fd we own.
+        let link = unsafe { OwnedFd::from_raw_fd(fd) };
+        let c = CString::new(lp.to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: valid fd and path.
+        let rc = unsafe { libbpf_sys::bpf_obj_pin(link.as_raw_fd(), c.as_ptr()) };
+        if rc < 0 {
+            return Err(kerr(format!("pin link {name}"), std::io::Error::from_raw_os_error(-rc)));
+        }
+    }
+    Ok(())
+}
+
+/// Detaches the tagged hooks (unpinning drops the last reference).
+pub fn detach_tagged() -> Result<(), Error> {
+    for (name, _) in TAGGED_HOOKS {
+        let lp = pin("links", name);
+        if lp.exists() {
+            std::fs::remove_file(&lp).map_err(|e| kerr(format!("unpin link {name}"), e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs a pinned task iterator and returns its output records. A pinned
+/// iterator link reads like a file: each read(2) runs the program over all
+/// tasks, and the pin's file mode decides who may run it.
+pub fn run_iter<T: Pod>(link: &str) -> Result<Vec<T>, Error> {
+    if !loaded() {
+        return Err(Error::NotLoaded);
+    }
+    let buf = std::fs::read(pin("links", link)).map_err(|e| match e.kind() {
+        std::io::ErrorKind::PermissionDenied => Error::Permission(format!("running the {link} iterator needs root")),
+        _ => kerr(format!("run iterator {link}"), e),
+    })?;
+    let n = std::mem::size_of::<T>();
+    Ok(buf.chunks_exact(n).map(T::from_bytes).collect())
+}
+
+/// A pinned map opened by path, with its fd and geometry.
+pub struct PinnedMap {
+    fd: OwnedFd,
+    pub value_size: u32,
+    pub max_entries: u32,
+}
+
+impl PinnedMap {
+    pub fn open(name: &str, write: bool) -> Result<PinnedMap, Error> {
+        let path = pin("maps", name);
+        if !loaded() {
+            return Err(Error::NotLoaded);
+        }
+        let c = CString::new(path.to_string_lossy().as_bytes()).unwrap();
+        let opts = libbpf_sys::bpf_obj_get_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_obj_get_opts>() as _,
+            file_flags: if write { 0 } else { libbpf_sys::BPF_F_RDONLY },
+            ..Default::default()
+        };
+        // SAFETY: valid path and opts.
+        let fd = unsafe { libbpf_sys::bpf_obj_get_opts(c.as_ptr(), &opts) };
+        if fd < 0 {
+            let e = std::io::Error::from_raw_os_error(-fd);
+            return Err(match e.kind() {
+                std::io::ErrorKind::PermissionDenied => {
+                    Error::Permission(format!("map {name} is readable by root only"))
+                }
+                _ => kerr(format!("open pinned map {}", path.display()), e),
+            });
+        }
+        // SAFETY: new fd we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut info = libbpf_sys::bpf_map_info::default();
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
+        // SAFETY: info/len valid for writing.
+        let rc = unsafe { libbpf_sys::bpf_map_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+        if rc < 0 {
+            return Err(kerr(format!("map info {name}"), std::io::Error::from_raw_os_error(-rc)));
+        }
+        Ok(PinnedMap { fd, value_size: info.value_size, max_entries: info.max_entries })
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    pub fn lookup<K: Pod, V: Pod>(&self, key: &K) -> Result<Option<V>, Error> {
+        let mut v = V::zeroed();
+        // SAFETY: key/value buffers match the map's sizes (checked by layout tests).
+        let rc = unsafe {
+            libbpf_sys::bpf_map_lookup_elem(
+                self.fd.as_raw_fd(),
+                (key as *const K).cast(),
+                (&mut v as *mut V).cast(),
+            )
+        };
+        if rc == -libc::ENOENT {
+            return Ok(None);
+        }
+        if rc < 0 {
+            return Err(kerr("map lookup", std::io::Error::from_raw_os_error(-rc)));
+        }
+        Ok(Some(v))
+    }
+
+    pub fn update<K: Pod, V: Pod>(&self, key: &K, val: &V) -> Result<(), Error> {
+        // SAFETY: as for lookup.
+        let rc = unsafe {
+            libbpf_sys::bpf_map_update_elem(self.fd.as_raw_fd(), (key as *const K).cast(), (val as *const V).cast(), 0)
+        };
+        if rc < 0 {
+            return Err(kerr("map update", std::io::Error::from_raw_os_error(-rc)));
+        }
+        Ok(())
+    }
+}
+
+unsafe impl Pod for u8 {}
+unsafe impl Pod for u32 {}
+unsafe impl Pod for u64 {}
+unsafe impl Pod for i32 {}
+
+/// An mmapable array map, mapped for reading (or writing, for root).
+pub struct MappedMap {
+    _map: PinnedMap,
+    base: *mut u8,
+    len: usize,
+    stride: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed with atomics or plain reads
+// of Pod data; the pointer is valid for the life of the struct.
+unsafe impl Send for MappedMap {}
+unsafe impl Sync for MappedMap {}
+
+impl MappedMap {
+    pub fn open_ro(name: &str) -> Result<MappedMap, Error> {
+        Self::map(name, false)
+    }
+    pub fn open_rw(name: &str) -> Result<MappedMap, Error> {
+        Self::map(name, true)
+    }
+    fn map(name: &str, write: bool) -> Result<MappedMap, Error> {
+        // mmap(MAP_SHARED) of a file opened read-only loses VM_SHARED, which
+        // bpf_map_mmap refuses (EINVAL): even a read-only mapping needs an
+        // fd opened for writing. Frozen maps (the view) stay unwritable.
+        let m = PinnedMap::open(name, true)?;
+        let stride = (m.value_size as usize + 7) & !7;
+        let page = 4096;
+        let len = (stride * m.max_entries as usize).div_ceil(page) * page;
+        let prot = libc::PROT_READ | if write { libc::PROT_WRITE } else { 0 };
+        // SAFETY: mapping a BPF_F_MMAPABLE array fd; len covers the array.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, m.fd.as_raw_fd(), 0) };
+        if p == libc::MAP_FAILED {
+            return Err(io_last(&format!("mmap map {name}")));
+        }
+        Ok(MappedMap { _map: m, base: p.cast(), len, stride })
+    }
+    pub fn entries(&self) -> usize {
+        self._map.max_entries as usize
+    }
+    /// Pointer to entry i (bounds-checked).
+    pub fn ptr<T>(&self, i: usize) -> *mut T {
+        assert!(i < self.entries() && std::mem::size_of::<T>() <= self.stride);
+        // SAFETY: in bounds of the mapping.
+        unsafe { self.base.add(i * self.stride).cast() }
+    }
+    /// A copy of entry i.
+    pub fn get<T: Pod>(&self, i: usize) -> T {
+        assert!(std::mem::size_of::<T>() <= self.stride);
+        // SAFETY: in bounds; volatile read of shared memory that may change.
+        unsafe { std::ptr::read_volatile(self.ptr::<T>(i)) }
+    }
+}
+
+impl Drop for MappedMap {
+    fn drop(&mut self) {
+        // SAFETY: base/len came from mmap.
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// A u64 in shared memory as an atomic.
+///
+/// # Safety
+/// p must be 8-aligned and valid for the returned lifetime.
+pub unsafe fn atomic_u64<'a>(p: *mut u64) -> &'a std::sync::atomic::AtomicU64 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::sync::atomic::AtomicU64::from_ptr(p) }
+}
+
+/// A u32 in shared memory as an atomic.
+///
+/// # Safety
+/// p must be 4-aligned and valid for the returned lifetime.
+pub unsafe fn atomic_u32<'a>(p: *mut u32) -> &'a std::sync::atomic::AtomicU32 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::sync::atomic::AtomicU32::from_ptr(p) }
+}
+
+/// An exclusive lock serialising table changes between tools.
+pub struct TableLock(std::fs::File);
+
+impl TableLock {
+    pub fn take() -> Result<TableLock, Error> {
+        std::fs::create_dir_all("/run/mantle").map_err(|e| kerr("create /run/mantle", e))?;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open("/run/mantle/tags.lock")
+            .map_err(|e| kerr("open /run/mantle/tags.lock", e))?;
+        // SAFETY: valid fd.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io_last("lock tag table"));
+        }
+        Ok(TableLock(f))
+    }
+}
+
+
+/// comm of a thread record, as text.
+pub fn comm(b: &[u8; MT_COMM_LEN]) -> String {
+    crate::abi::cstr(b)
+}
+
+/// An array map read either through a mapping (root, or a frozen map) or
+/// entry by entry with lookups (anybody with read access to the pin).
+pub enum Region {
+    Mapped(MappedMap),
+    Copied { map: PinnedMap, stride: usize },
+}
+
+impl Region {
+    pub fn open(name: &str, root: bool) -> Result<Region, Error> {
+        if root {
+            return Ok(Region::Mapped(MappedMap::open_rw(name)?));
+        }
+        let map = PinnedMap::open(name, false)?;
+        let stride = map.value_size as usize;
+        Ok(Region::Copied { map, stride })
+    }
+    pub fn get<T: Pod>(&self, i: usize) -> T {
+        match self {
+            Region::Mapped(m) => m.get(i),
+            Region::Copied { map, stride } => {
+                assert!(std::mem::size_of::<T>() <= *stride);
+                map.lookup::<u32, T>(&(i as u32)).ok().flatten().unwrap_or_else(T::zeroed)
+            }
+        }
+    }
+    /// Writable pointer to entry i (root's mapping only).
+    pub fn ptr<T>(&self, i: usize) -> Result<*mut T, Error> {
+        match self {
+            Region::Mapped(m) => Ok(m.ptr(i)),
+            Region::Copied { .. } => Err(Error::Permission("changing the tag table needs root".into())),
+        }
+    }
+}

@@ -1,0 +1,481 @@
+//! mantle-tags: mTags (seeds/000) on an unmodified Linux.
+//!
+//! A tag is a named label carried by threads. When a thread sends a
+//! *request* over IPC (unix sockets, pipes and FIFOs, TCP and UDP on one
+//! host, signals), the reader acquires the sender's tags as they were when
+//! it sent, keeps its own, and passes them on with its own later requests;
+//! fork/clone inherit them. The kernel side (`src/bpf/tags.bpf.c`) does the
+//! work with tracepoint, cgroup, uprobe and iterator programs; applications
+//! are not changed.
+//!
+//! Mechanism in brief (details in tags.bpf.c's header comment):
+//! * the tag vector of thread `tid` is `view[tid]`, an mmapable array that
+//!   any process maps read-only to read its own tags without a system call;
+//!   TTLs, terminators and the class live in task storage;
+//! * senders deposit a snapshot of their passable tags on the channel,
+//!   readers take it; TTL, terminators and classes are applied on delivery;
+//! * the table (`tags`, world-readable; `owners`, root-only) and `ctl`
+//!   (live/system/lifeline masks, counters) are written by tools under
+//!   [`kernel::TableLock`] and read by the kernel side on every hop;
+//! * hooks that cost on hot paths are attached only while a tag exists.
+//!
+//! Invariants: a bit is set in some thread's vector only while its tag is
+//! LIVE or DELETING; a bit is reused only after the sweep cleared it from
+//! every thread, and deposits older than its freeing are dropped (epochs).
+//! A thread's vector changes only through atomic OR/AND.
+//!
+//! Lock order: the table lock (flock on /run/mantle/tags.lock) is the only
+//! user-space lock; kernel-side deposit spin locks are never held across
+//! helper calls, so there is nothing to order against.
+
+pub mod abi;
+pub mod kernel;
+pub mod model;
+
+use abi::{Ctl, Owner, Pod, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};
+use kernel::{atomic_u32, atomic_u64, MappedMap, PinnedMap, Region};
+use std::sync::atomic::Ordering::SeqCst;
+
+/// Errors of the tags subsystem. The CLI maps them to messages and exit codes.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("the tags kernel side is not loaded (run `mantle tags up` as root)")]
+    NotLoaded,
+    #[error("the tags kernel side is already loaded (`mantle tags down` first)")]
+    AlreadyLoaded,
+    #[error("missing on this machine: {0}")]
+    Missing(String),
+    #[error("unknown tag {0:?}")]
+    UnknownTag(String),
+    #[error("a tag named {0:?} already exists")]
+    Exists(String),
+    #[error("the tag table is full ({MT_TAGS} tags; build with MANTLE_MT_TAGS=128 for more)")]
+    TableFull,
+    #[error("no room for a lifeline of {0} records (all tags share {n})", n = abi::MT_LIFELINE_SLOTS)]
+    LifelineFull(u32),
+    #[error("permission denied: {0}")]
+    Permission(String),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("no such thread or process: {0}")]
+    NoSuchThread(u32),
+    #[error("{0}")]
+    Refused(String),
+    #[error("kernel: {0}")]
+    Kernel(String),
+}
+
+impl From<model::NameError> for Error {
+    fn from(e: model::NameError) -> Self {
+        Error::Invalid(e.to_string())
+    }
+}
+
+/// A tag as listed by tools.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TagInfo {
+    pub name: String,
+    pub bit: u32,
+    pub state: &'static str,
+    pub system: bool,
+    pub ttl: Option<u8>,
+    pub lifeline: u32,
+    pub receptions: u64,
+    pub created_ns: u64,
+    pub generation: u32,
+    /// Root only; `None` for others.
+    pub owner_uid: Option<u32>,
+    pub owner_pid: Option<u32>,
+}
+
+/// Options of `create`.
+#[derive(Debug, Clone, Default)]
+pub struct CreateOpts {
+    /// Hops the tag may travel (None: unlimited).
+    pub ttl: Option<u8>,
+    pub system: bool,
+    /// Lifeline ring size in records (0: no lifeline).
+    pub lifeline: u32,
+    pub owner_uid: Option<u32>,
+}
+
+/// One thread as listed by tools.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ThreadInfo {
+    pub tid: u32,
+    pub pid: u32,
+    pub comm: String,
+    pub system: bool,
+    pub tags: Vec<(String, u8)>,
+    pub terminators: Vec<String>,
+}
+
+/// One lifeline record.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReceptionInfo {
+    pub seq: u64,
+    pub ts_ns: u64,
+    pub tag: String,
+    pub rx_tid: u32,
+    pub rx_pid: u32,
+    pub rx_comm: String,
+    pub tx_tid: u32,
+    pub tx_pid: u32,
+    pub via: &'static str,
+    pub ttl: u8,
+}
+
+/// Whole-subsystem status.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    pub loaded: bool,
+    pub hooks_attached: bool,
+    pub live_tags: u32,
+    pub view_entries: u32,
+    pub hops: u64,
+    pub rejected: u64,
+    pub late: u64,
+    pub deposit_fail: u64,
+    pub no_view: u64,
+}
+
+/// Handle on the loaded kernel side.
+pub struct Tags {
+    ctl: Region,
+    tags: Region,
+    root: bool,
+}
+
+/// Target of an operation from a tool.
+#[derive(Debug, Clone, Copy)]
+pub enum Target {
+    Tid(u32),
+    Pid(u32),
+}
+
+impl Tags {
+    /// Opens the loaded kernel side; root gets write access to the table.
+    pub fn open() -> Result<Tags, Error> {
+        if !kernel::loaded() {
+            return Err(Error::NotLoaded);
+        }
+        let root = mantle_sys::os::geteuid() == 0;
+        Ok(Tags { ctl: Region::open("ctl", root)?, tags: Region::open("tags", root)?, root })
+    }
+
+    fn need_root(&self, what: &str) -> Result<(), Error> {
+        if self.root {
+            Ok(())
+        } else {
+            Err(Error::Permission(format!("{what} needs root")))
+        }
+    }
+
+    fn ctl_ptr(&self) -> Result<*mut Ctl, Error> {
+        self.ctl.ptr::<Ctl>(0)
+    }
+
+    fn ctl(&self) -> Ctl {
+        self.ctl.get::<Ctl>(0)
+    }
+
+    fn entry(&self, bit: u32) -> TagEntry {
+        self.tags.get::<TagEntry>(bit as usize)
+    }
+
+    /// Bit of a live tag by name.
+    pub fn lookup(&self, name: &str) -> Result<u32, Error> {
+        (0..MT_TAGS as u32)
+            .find(|&b| {
+                let e = self.entry(b);
+                e.state == abi::ST_LIVE && abi::cstr(&e.name) == name
+            })
+            .ok_or_else(|| Error::UnknownTag(name.to_string()))
+    }
+
+    fn name_of(&self, bit: u32) -> String {
+        abi::cstr(&self.entry(bit).name)
+    }
+
+    /// Creates a tag; attaches the tagged hooks if it is the first one.
+    pub fn create(&self, name: &str, o: &CreateOpts) -> Result<TagInfo, Error> {
+        self.need_root("creating a tag")?;
+        model::validate_name(name)?;
+        let _lock = kernel::TableLock::take()?;
+        let mut free = None;
+        let mut regions = Vec::new();
+        let c = self.ctl();
+        for b in 0..MT_TAGS as u32 {
+            let e = self.entry(b);
+            if e.state != abi::ST_FREE {
+                if abi::cstr(&e.name) == name {
+                    return Err(Error::Exists(name.to_string()));
+                }
+                regions.push((c.ll_base[b as usize], c.ll_size[b as usize]));
+            } else if free.is_none() {
+                free = Some(b);
+            }
+        }
+        let bit = free.ok_or(Error::TableFull)?;
+        let base = if o.lifeline > 0 {
+            model::alloc_lifeline(&regions, o.lifeline).ok_or(Error::LifelineFull(o.lifeline))?
+        } else {
+            0
+        };
+        if o.lifeline > 0 {
+            let ll = MappedMap::open_rw("lifeline")?;
+            for s in base..base + o.lifeline {
+                // SAFETY: in-bounds entry of the mapped lifeline array.
+                unsafe { (*ll.ptr::<Reception>(s as usize)).seq = 0 };
+            }
+        }
+        let owners = PinnedMap::open("owners", true)?;
+        let uid = o.owner_uid.unwrap_or_else(mantle_sys::os::geteuid);
+        owners.update(&bit, &Owner { uid, pid: std::process::id() })?;
+        let (w, m) = model::bit(bit);
+        let cp = self.ctl_ptr()?;
+        let i = bit as usize;
+        // SAFETY: cp points at the mapped struct mt_ctl; fields are aligned.
+        unsafe {
+            (*cp).default_ttl[i] = o.ttl.unwrap_or(MT_TTL_INF as u8);
+            (*cp).ll_base[i] = base;
+            (*cp).ll_size[i] = o.lifeline;
+            atomic_u64(&mut (*cp).ll_head[i]).store(0, SeqCst);
+            let sys = atomic_u64(&mut (*cp).system[w]);
+            if o.system {
+                sys.fetch_or(m, SeqCst);
+            } else {
+                sys.fetch_and(!m, SeqCst);
+            }
+            let ll = atomic_u64(&mut (*cp).lifeline[w]);
+            if o.lifeline > 0 {
+                ll.fetch_or(m, SeqCst);
+            } else {
+                ll.fetch_and(!m, SeqCst);
+            }
+        }
+        let tp = self.tags.ptr::<TagEntry>(i)?;
+        let mut nm = [0u8; MT_NAME_LEN];
+        nm[..name.len()].copy_from_slice(name.as_bytes());
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        // SAFETY: tp points at the mapped entry; the state word is written
+        // last, atomically, after every other field.
+        unsafe {
+            (*tp).name = nm;
+            (*tp).flags = (o.system as u32 * abi::F_SYSTEM) | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 };
+            (*tp).created_ns = now.as_nanos() as u64;
+            (*tp).generation = (*tp).generation.wrapping_add(1);
+            atomic_u32(&mut (*tp).state).store(abi::ST_LIVE, SeqCst);
+            atomic_u64(&mut (*cp).live[w]).fetch_or(m, SeqCst);
+        }
+        kernel::attach_tagged()?;
+        self.info(bit)
+    }
+
+    /// Deletes a tag: it stops travelling at once, every holder loses it
+    /// (sweep), then its bit is freed. Detaches the hooks after the last.
+    pub fn delete(&self, name: &str) -> Result<(), Error> {
+        self.need_root("deleting a tag (owners use the library call)")?;
+        let _lock = kernel::TableLock::take()?;
+        let bit = self.lookup(name)?;
+        let (w, m) = model::bit(bit);
+        let tp = self.tags.ptr::<TagEntry>(bit as usize)?;
+        let cp = self.ctl_ptr()?;
+        // SAFETY: mapped entry / ctl, aligned fields.
+        unsafe {
+            if atomic_u32(&mut (*tp).state)
+                .compare_exchange(abi::ST_LIVE, abi::ST_DELETING, SeqCst, SeqCst)
+                .is_err()
+            {
+                return Err(Error::UnknownTag(name.to_string()));
+            }
+            atomic_u64(&mut (*cp).deleting[w]).fetch_or(m, SeqCst);
+            atomic_u64(&mut (*cp).live[w]).fetch_and(!m, SeqCst);
+        }
+        self.sweep()?;
+        if self.entry(bit).state != abi::ST_FREE {
+            return Err(Error::Kernel(format!("tag {name:?} was not freed by the sweep")));
+        }
+        let any_left = (0..MT_TAGS as u32).any(|b| self.entry(b).state != abi::ST_FREE);
+        if !any_left {
+            kernel::detach_tagged()?;
+        }
+        Ok(())
+    }
+
+    /// Finishes pending deletions (clears their bits everywhere).
+    pub fn sweep(&self) -> Result<(), Error> {
+        kernel::run_iter::<u8>("sweep_iter").map(|_| ())
+    }
+
+    /// Details of one tag by bit.
+    pub fn info(&self, bit: u32) -> Result<TagInfo, Error> {
+        let e = self.entry(bit);
+        let c = self.ctl();
+        let owner: Option<Owner> = if self.root {
+            PinnedMap::open("owners", false)?.lookup::<u32, Owner>(&bit)?
+        } else {
+            None
+        };
+        let i = bit as usize;
+        let ttl = c.default_ttl[i];
+        Ok(TagInfo {
+            name: abi::cstr(&e.name),
+            bit,
+            state: match e.state {
+                abi::ST_LIVE => "live",
+                abi::ST_DELETING => "deleting",
+                _ => "free",
+            },
+            system: e.flags & abi::F_SYSTEM != 0,
+            ttl: (ttl != MT_TTL_INF as u8).then_some(ttl),
+            lifeline: c.ll_size[i],
+            receptions: c.ll_head[i],
+            created_ns: e.created_ns,
+            generation: e.generation,
+            owner_uid: owner.map(|o| o.uid),
+            owner_pid: owner.map(|o| o.pid),
+        })
+    }
+
+    /// Every tag that is not free.
+    pub fn list(&self) -> Result<Vec<TagInfo>, Error> {
+        (0..MT_TAGS as u32)
+            .filter(|&b| self.entry(b).state != abi::ST_FREE)
+            .map(|b| self.info(b))
+            .collect()
+    }
+
+    /// Applies an operation to other threads (root): set, clear, terminate...
+    pub fn op(&self, code: abi::OpCode, tag: Option<&str>, arg: u32, target: Target) -> Result<Vec<ThreadInfo>, Error> {
+        self.need_root("changing another thread's tags")?;
+        let bit = match tag {
+            Some(t) => self.lookup(t)?,
+            None => 0,
+        };
+        let _lock = kernel::TableLock::take()?;
+        let op = abi::Op {
+            code: code as u32,
+            tag: bit,
+            arg,
+            tid: if let Target::Tid(t) = target { t } else { 0 },
+            pid: if let Target::Pid(p) = target { p } else { 0 },
+            pad: 0,
+        };
+        PinnedMap::open("op", true)?.update(&0u32, &op)?;
+        let recs = kernel::run_iter::<ThreadRec>("op_iter")?;
+        let id = match target {
+            Target::Tid(t) | Target::Pid(t) => t,
+        };
+        if recs.is_empty() {
+            return Err(Error::NoSuchThread(id));
+        }
+        if let Some(r) = recs.iter().find(|r| r.err != 0) {
+            return Err(op_error(-r.err, tag.unwrap_or("")));
+        }
+        Ok(recs.iter().map(|r| self.thread_info(r)).collect())
+    }
+
+    fn thread_info(&self, r: &ThreadRec) -> ThreadInfo {
+        ThreadInfo {
+            tid: r.tid,
+            pid: r.pid,
+            comm: abi::cstr(&r.comm),
+            system: r.flags & abi::F_SYSTEM != 0,
+            tags: model::bits(&r.vec).into_iter().map(|b| (self.name_of(b), r.ttl[b as usize])).collect(),
+            terminators: model::bits(&r.term).into_iter().map(|b| self.name_of(b)).collect(),
+        }
+    }
+
+    /// Threads holding `tag` (or any tag / terminator / class mark if None).
+    pub fn threads(&self, tag: Option<&str>) -> Result<Vec<ThreadInfo>, Error> {
+        self.need_root("listing threads")?;
+        let bit = tag.map(|t| self.lookup(t)).transpose()?;
+        let recs = kernel::run_iter::<ThreadRec>("list_iter")?;
+        Ok(recs
+            .iter()
+            .filter(|r| match bit {
+                Some(b) => {
+                    let (w, m) = model::bit(b);
+                    r.vec[w] & m != 0
+                }
+                None => true,
+            })
+            .map(|r| self.thread_info(r))
+            .collect())
+    }
+
+    /// Tag vector of any thread, read from the view (no privilege needed).
+    pub fn vector_of(&self, tid: u32) -> Result<Vec<String>, Error> {
+        let view = MappedMap::open_ro("view")?;
+        if tid as usize >= view.entries() {
+            return Err(Error::Invalid(format!("tid {tid} is beyond the view ({} entries)", view.entries())));
+        }
+        let v: View = view.get(tid as usize);
+        Ok(model::bits(&v.vec).into_iter().map(|b| self.name_of(b)).collect())
+    }
+
+    /// The lifeline of a tag, oldest first.
+    pub fn lifeline(&self, name: &str) -> Result<Vec<ReceptionInfo>, Error> {
+        self.need_root("reading a lifeline")?;
+        let bit = self.lookup(name)?;
+        let i = bit as usize;
+        let c = self.ctl();
+        let (base, size, head) = (c.ll_base[i] as u64, c.ll_size[i] as u64, c.ll_head[i]);
+        if size == 0 {
+            return Err(Error::Invalid(format!("tag {name:?} has no lifeline (create it with --lifeline N)")));
+        }
+        let gen = self.entry(bit).generation;
+        let ll = MappedMap::open_ro("lifeline")?;
+        let mut out = Vec::new();
+        for n in head.saturating_sub(size)..head {
+            let r: Reception = ll.get((base + n % size) as usize);
+            if r.seq != n + 1 || r.generation != gen {
+                continue; // being written, or overwritten since
+            }
+            out.push(ReceptionInfo {
+                seq: r.seq,
+                ts_ns: r.ts_ns,
+                tag: name.to_string(),
+                rx_tid: r.rx_tid,
+                rx_pid: r.rx_pid,
+                rx_comm: abi::cstr(&r.rx_comm),
+                tx_tid: r.tx_tid,
+                tx_pid: r.tx_pid,
+                via: abi::Kind::from_raw(r.kind).name(),
+                ttl: r.ttl,
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn status(&self) -> Status {
+        let c = self.ctl();
+        Status {
+            loaded: true,
+            hooks_attached: kernel::hooks_attached(),
+            live_tags: c.live.iter().map(|w| w.count_ones()).sum(),
+            view_entries: c.view_size,
+            hops: c.n_hops,
+            rejected: c.n_rejected,
+            late: c.n_late,
+            deposit_fail: c.n_deposit_fail,
+            no_view: c.n_no_view,
+        }
+    }
+}
+
+/// Maps a kernel-side op error (positive errno) to a typed error.
+pub fn op_error(errno: i32, tag: &str) -> Error {
+    match errno {
+        1 => Error::Permission(format!("not allowed to change tag {tag:?} there")),
+        2 => Error::UnknownTag(tag.to_string()),
+        18 => Error::Refused(format!("class mismatch: tag {tag:?} and the thread are not both system or both user")),
+        71 => Error::Refused(format!("the thread terminates tag {tag:?}")),
+        _ => Error::Invalid(format!("kernel side refused the operation (errno {errno})")),
+    }
+}
+
+// Keep Pod in scope for generic reads.
+#[allow(unused_imports)]
+use Pod as _;

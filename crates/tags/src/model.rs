@@ -1,0 +1,219 @@
+//! The pure core of tags: validation of names and settings, the lifeline
+//! region allocator, and a reference model of the propagation rules that
+//! the kernel side implements (mTags, seeds/000, sections 2-3). No system
+//! calls here; everything is unit-tested on any host.
+
+use crate::abi::{MT_LIFELINE_SLOTS, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};
+use std::collections::BTreeMap;
+
+/// Why a tag name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("tag name is empty")]
+    Empty,
+    #[error("tag name {0:?} is longer than {max} bytes", max = MT_NAME_LEN - 1)]
+    TooLong(String),
+    #[error("tag name {0:?} has a character outside [A-Za-z0-9_.:-] (or starts with '-')")]
+    BadChar(String),
+}
+
+/// A tag name is 1..=31 printable bytes from a conservative set, so that
+/// it is safe in shells, file names, JSON and trace formats.
+pub fn validate_name(name: &str) -> Result<(), NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > MT_NAME_LEN - 1 {
+        return Err(NameError::TooLong(name.to_string()));
+    }
+    let ok = name
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b':' | b'-'));
+    if !ok || name.starts_with('-') {
+        return Err(NameError::BadChar(name.to_string()));
+    }
+    Ok(())
+}
+
+/// A TTL as users give it: a number of hops 0..=254, or "inf".
+pub fn parse_ttl(s: &str) -> Result<u8, String> {
+    if s == "inf" || s == "infinite" {
+        return Ok(MT_TTL_INF as u8);
+    }
+    match s.parse::<u32>() {
+        Ok(n) if n < MT_TTL_INF as u32 => Ok(n as u8),
+        _ => Err(format!("TTL {s:?} must be a hop count 0..={} or 'inf'", MT_TTL_INF - 1)),
+    }
+}
+
+/// First-fit allocation of a lifeline ring of `want` slots out of the
+/// shared MT_LIFELINE_SLOTS, given the (base, size) regions in use.
+pub fn alloc_lifeline(used: &[(u32, u32)], want: u32) -> Option<u32> {
+    if want == 0 || want as usize > MT_LIFELINE_SLOTS {
+        return None;
+    }
+    let mut regions: Vec<(u32, u32)> = used.iter().copied().filter(|r| r.1 > 0).collect();
+    regions.sort();
+    let mut at = 0u32;
+    for (base, size) in regions {
+        if base >= at && base - at >= want {
+            return Some(at);
+        }
+        at = at.max(base + size);
+    }
+    (MT_LIFELINE_SLOTS as u32 - at >= want).then_some(at)
+}
+
+/// Reference model of one thread's tag state, mirroring `struct mt_thread`
+/// plus its view vector, with the same rules as tags.bpf.c `deliver()`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Thread {
+    pub system: bool,
+    /// held tag -> TTL
+    pub held: BTreeMap<u32, u8>,
+    pub terminators: Vec<u32>,
+}
+
+/// Per-tag facts the rules need.
+#[derive(Clone, Debug, Default)]
+pub struct TagInfo {
+    pub system: bool,
+}
+
+impl Thread {
+    /// The tags this thread passes on with a request, with the TTL the
+    /// receiver will hold (already decremented): held tags with TTL > 0.
+    pub fn outgoing(&self) -> BTreeMap<u32, u8> {
+        self.held
+            .iter()
+            .filter(|(_, &ttl)| ttl > 0)
+            .map(|(&t, &ttl)| (t, if ttl == MT_TTL_INF as u8 { ttl } else { ttl - 1 }))
+            .collect()
+    }
+
+    /// Receive a request carrying `msg` (as made by `outgoing`). Returns the
+    /// tags actually taken. Terminators and classes reject; a tag already
+    /// held keeps the larger TTL.
+    pub fn receive(&mut self, msg: &BTreeMap<u32, u8>, tags: &BTreeMap<u32, TagInfo>) -> Vec<u32> {
+        let mut taken = Vec::new();
+        for (&t, &ttl) in msg {
+            let Some(info) = tags.get(&t) else { continue };
+            if self.terminators.contains(&t) || info.system != self.system {
+                continue;
+            }
+            let e = self.held.entry(t).or_insert(ttl);
+            if ttl > *e {
+                *e = ttl;
+            }
+            taken.push(t);
+        }
+        taken
+    }
+}
+
+/// Bit index -> (word, mask) in a vector of MT_TAGS bits.
+pub fn bit(tag: u32) -> (usize, u64) {
+    assert!((tag as usize) < MT_TAGS);
+    ((tag / 64) as usize, 1u64 << (tag % 64))
+}
+
+/// The bits set in a vector, ascending.
+pub fn bits(vec: &[u64]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (w, &word) in vec.iter().enumerate() {
+        let mut m = word;
+        while m != 0 {
+            let b = m.trailing_zeros();
+            out.push(w as u32 * 64 + b);
+            m &= m - 1;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tags(n: u32, system: &[u32]) -> BTreeMap<u32, TagInfo> {
+        (0..n).map(|t| (t, TagInfo { system: system.contains(&t) })).collect()
+    }
+
+    #[test]
+    fn names() {
+        assert!(validate_name("tau1").is_ok());
+        assert!(validate_name("net.hipow:3-x_y").is_ok());
+        assert_eq!(validate_name(""), Err(NameError::Empty));
+        assert!(matches!(validate_name(&"a".repeat(32)), Err(NameError::TooLong(_))));
+        assert!(validate_name(&"a".repeat(31)).is_ok());
+        assert!(matches!(validate_name("a b"), Err(NameError::BadChar(_))));
+        assert!(matches!(validate_name("-x"), Err(NameError::BadChar(_))));
+        assert!(matches!(validate_name("é"), Err(NameError::BadChar(_))));
+    }
+
+    #[test]
+    fn ttls() {
+        assert_eq!(parse_ttl("0"), Ok(0));
+        assert_eq!(parse_ttl("254"), Ok(254));
+        assert_eq!(parse_ttl("inf"), Ok(255));
+        assert!(parse_ttl("255").is_err());
+        assert!(parse_ttl("-1").is_err());
+    }
+
+    #[test]
+    fn lifeline_first_fit() {
+        assert_eq!(alloc_lifeline(&[], 100), Some(0));
+        assert_eq!(alloc_lifeline(&[(0, 100)], 50), Some(100));
+        assert_eq!(alloc_lifeline(&[(0, 100), (150, 10)], 50), Some(100));
+        assert_eq!(alloc_lifeline(&[(0, 100), (140, 10)], 50), Some(150));
+        assert_eq!(alloc_lifeline(&[(0, MT_LIFELINE_SLOTS as u32)], 1), None);
+        assert_eq!(alloc_lifeline(&[], 0), None);
+        assert_eq!(alloc_lifeline(&[(10, 0)], 5), Some(0));
+    }
+
+    /// Figure 3 of the paper: TTL 2 reaches t_g with 0 and never t_h; the
+    /// terminator t_d and the system thread t_c reject.
+    #[test]
+    fn figure3_rules() {
+        let info = tags(1, &[]);
+        let mut ta = Thread::default();
+        ta.held.insert(0, 2);
+        let mut tc = Thread { system: true, ..Default::default() };
+        let mut td = Thread { terminators: vec![0], ..Default::default() };
+        let (mut tf, mut tg, mut th, mut te) =
+            (Thread::default(), Thread::default(), Thread::default(), Thread::default());
+        assert!(tc.receive(&ta.outgoing(), &info).is_empty());
+        assert!(td.receive(&ta.outgoing(), &info).is_empty());
+        te.receive(&td.outgoing(), &info);
+        assert!(te.held.is_empty());
+        tf.receive(&ta.outgoing(), &info);
+        assert_eq!(tf.held[&0], 1);
+        tg.receive(&tf.outgoing(), &info);
+        assert_eq!(tg.held[&0], 0);
+        th.receive(&tg.outgoing(), &info);
+        assert!(th.held.is_empty());
+    }
+
+    #[test]
+    fn keeps_larger_ttl_and_infinite() {
+        let info = tags(2, &[1]);
+        let mut a = Thread::default();
+        a.held.insert(0, MT_TTL_INF as u8);
+        let mut b = Thread::default();
+        b.held.insert(0, 3);
+        b.receive(&a.outgoing(), &info);
+        assert_eq!(b.held[&0], MT_TTL_INF as u8);
+        // a system tag never reaches a user thread
+        let mut s = Thread { system: true, ..Default::default() };
+        s.held.insert(1, 5);
+        let mut u = Thread::default();
+        assert!(u.receive(&s.outgoing(), &info).is_empty());
+    }
+
+    #[test]
+    fn bit_helpers() {
+        assert_eq!(bit(0), (0, 1));
+        assert_eq!(bit(63), (0, 1 << 63));
+        assert_eq!(bits(&[0b1011]), vec![0, 1, 3]);
+    }
+}
