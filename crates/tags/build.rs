@@ -12,10 +12,23 @@ fn main() {
     let vmlinux = bpf_dir.join("vmlinux.h");
     if !vmlinux.exists() {
         let out = Command::new("bpftool")
-            .args(["btf", "dump", "file", "/sys/kernel/btf/vmlinux", "format", "c"])
+            .args([
+                "btf",
+                "dump",
+                "file",
+                "/sys/kernel/btf/vmlinux",
+                "format",
+                "c",
+            ])
             .output()
-            .expect("failed to run bpftool (apt-get install bpftool): needed to generate vmlinux.h");
-        assert!(out.status.success(), "bpftool btf dump failed: {}", String::from_utf8_lossy(&out.stderr));
+            .expect(
+                "failed to run bpftool (apt-get install bpftool): needed to generate vmlinux.h",
+            );
+        assert!(
+            out.status.success(),
+            "bpftool btf dump failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         std::fs::write(&vmlinux, out.stdout).expect("write vmlinux.h");
     }
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
@@ -27,14 +40,25 @@ fn main() {
             .lines()
             .find_map(|l| {
                 let mut f = l.split_whitespace();
-                (f.next() == Some("#define") && f.next() == Some(name)).then(|| f.next().unwrap().to_string())
+                (f.next() == Some("#define") && f.next() == Some(name))
+                    .then(|| f.next().unwrap().to_string())
             })
             .unwrap_or_else(|| panic!("tags.h has no #define {name}"))
     };
     let mt_tags = std::env::var("MANTLE_MT_TAGS").unwrap_or_else(|_| define("MT_TAGS"));
-    let mut consts = format!("/// Bits in a tag vector (tags.h MT_TAGS).\npub const MT_TAGS: usize = {mt_tags};\n");
-    for name in ["MT_NAME_LEN", "MT_TTL_INF", "MT_LIFELINE_SLOTS", "MT_COMM_LEN"] {
-        consts += &format!("/// tags.h {name}\npub const {name}: usize = {};\n", define(name));
+    let mut consts = format!(
+        "/// Bits in a tag vector (tags.h MT_TAGS).\npub const MT_TAGS: usize = {mt_tags};\n"
+    );
+    for name in [
+        "MT_NAME_LEN",
+        "MT_TTL_INF",
+        "MT_LIFELINE_SLOTS",
+        "MT_COMM_LEN",
+    ] {
+        consts += &format!(
+            "/// tags.h {name}\npub const {name}: usize = {};\n",
+            define(name)
+        );
     }
     std::fs::write(out_dir.join("consts.rs"), consts).expect("write consts.rs");
     let mut clang_args = vec![

@@ -35,7 +35,9 @@ unsafe fn name<'a>(p: *const c_char) -> Result<&'a str, Error> {
         return Err(Error::Invalid("NULL tag name".into()));
     }
     // SAFETY: guaranteed by the caller.
-    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Error::Invalid("tag name is not UTF-8".into()))
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| Error::Invalid("tag name is not UTF-8".into()))
 }
 
 #[no_mangle]
@@ -102,11 +104,31 @@ macro_rules! self_call {
     };
 }
 
-self_call!(mantle_tag_set, crate::set, "Hold `tag` (arg: TTL, 0 = the tag's default).");
-self_call!(mantle_tag_set_ttl, crate::set_ttl, "Set the TTL of a held tag (0: stop passing it).");
-self_call!(mantle_tag_clear, |t, _| crate::clear(t), "Drop `tag` (arg unused).");
-self_call!(mantle_tag_terminate, |t, _| crate::terminate(t), "Reject `tag` from now on (arg unused).");
-self_call!(mantle_tag_unterminate, |t, _| crate::unterminate(t), "Accept `tag` again (arg unused).");
+self_call!(
+    mantle_tag_set,
+    crate::set,
+    "Hold `tag` (arg: TTL, 0 = the tag's default)."
+);
+self_call!(
+    mantle_tag_set_ttl,
+    crate::set_ttl,
+    "Set the TTL of a held tag (0: stop passing it)."
+);
+self_call!(
+    mantle_tag_clear,
+    |t, _| crate::clear(t),
+    "Drop `tag` (arg unused)."
+);
+self_call!(
+    mantle_tag_terminate,
+    |t, _| crate::terminate(t),
+    "Reject `tag` from now on (arg unused)."
+);
+self_call!(
+    mantle_tag_unterminate,
+    |t, _| crate::unterminate(t),
+    "Accept `tag` again (arg unused)."
+);
 
 pub const MANTLE_TAG_SYSTEM: u32 = 1;
 
@@ -115,9 +137,18 @@ pub const MANTLE_TAG_SYSTEM: u32 = 1;
 /// # Safety
 /// `tag` is a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn mantle_tag_create(tag: *const c_char, ttl: c_int, flags: u32, lifeline: u32) -> c_int {
+pub unsafe extern "C" fn mantle_tag_create(
+    tag: *const c_char,
+    ttl: c_int,
+    flags: u32,
+    lifeline: u32,
+) -> c_int {
     let opts = crate::CreateOpts {
-        ttl: if ttl < 0 { None } else { Some(ttl.min(254) as u8) },
+        ttl: if ttl < 0 {
+            None
+        } else {
+            Some(ttl.min(254) as u8)
+        },
         system: flags & MANTLE_TAG_SYSTEM != 0,
         lifeline,
         owner_uid: None,
@@ -162,7 +193,9 @@ pub extern "C" fn mantle_strerror(err: c_int) -> *const c_char {
     let s: &'static CStr = match -err {
         0 => c"success",
         libc::ENODEV => c"mantle tags kernel side not loaded (mantle tags up)",
-        libc::ENOSYS => c"feature missing, or this libmantle.so is not the one the kernel side watches",
+        libc::ENOSYS => {
+            c"feature missing, or this libmantle.so is not the one the kernel side watches"
+        }
         libc::ENOENT => c"unknown tag",
         libc::EEXIST => c"tag already exists",
         libc::ENOSPC => c"tag table or lifeline space full",

@@ -143,7 +143,12 @@ fn self_op(code: OpCode, bit: u32, arg: u32) -> Result<(), Error> {
     mantle_tag_ctl(code as u32, bit, arg, seq);
     let e = s.view.ptr::<View>(tid);
     // SAFETY: in-bounds entry of the read-only mapping.
-    let (got, err) = unsafe { (std::ptr::read_volatile(&(*e).op_seq), std::ptr::read_volatile(&(*e).op_err)) };
+    let (got, err) = unsafe {
+        (
+            std::ptr::read_volatile(&(*e).op_seq),
+            std::ptr::read_volatile(&(*e).op_err),
+        )
+    };
     if got != seq {
         let lib = std::fs::read_to_string("/sys/fs/bpf/mantle/tags.lib").unwrap_or_default();
         return Err(Error::Missing(format!(

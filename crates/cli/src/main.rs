@@ -26,7 +26,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Which kernel features mantle can use on this machine.
-    #[command(after_help = "Examples:\n  mantle doctor\n  mantle doctor --json | jq '.features[] | select(.available|not)'")]
+    #[command(
+        after_help = "Examples:\n  mantle doctor\n  mantle doctor --json | jq '.features[] | select(.available|not)'"
+    )]
     Doctor {
         #[arg(long)]
         json: bool,
@@ -38,7 +40,9 @@ enum Cmd {
     #[command(subcommand)]
     Tag(TagCmd),
     /// A tag spreading through a shell pipeline and a client/server pair.
-    #[command(after_help = "Example:\n  mantle demo        # loads the kernel side if needed, cleans up after")]
+    #[command(
+        after_help = "Example:\n  mantle demo        # loads the kernel side if needed, cleans up after"
+    )]
     Demo {
         #[arg(long)]
         json: bool,
@@ -48,7 +52,9 @@ enum Cmd {
 #[derive(Subcommand)]
 enum TagsCmd {
     /// Load and pin the kernel side (root).
-    #[command(after_help = "Examples:\n  mantle tags up\n  mantle tags up --lib /usr/local/lib/libmantle.so")]
+    #[command(
+        after_help = "Examples:\n  mantle tags up\n  mantle tags up --lib /usr/local/lib/libmantle.so"
+    )]
     Up {
         /// libmantle.so whose mantle_tag_ctl carries the self-operation probe
         /// (default: the one next to this binary).
@@ -89,7 +95,9 @@ impl Who {
 #[derive(Subcommand)]
 enum TagCmd {
     /// Create a tag (root).
-    #[command(after_help = "Examples:\n  mantle tag create req\n  mantle tag create hop2 --ttl 2 --lifeline 4096\n  mantle tag create kmode --system")]
+    #[command(
+        after_help = "Examples:\n  mantle tag create req\n  mantle tag create hop2 --ttl 2 --lifeline 4096\n  mantle tag create kmode --system"
+    )]
     Create {
         name: String,
         /// Hops it may travel: 0..254 or inf (default inf).
@@ -161,14 +169,18 @@ enum TagCmd {
         json: bool,
     },
     /// Receptions of a tag, oldest first.
-    #[command(after_help = "Examples:\n  mantle tag lifeline req\n  mantle tag lifeline req --json")]
+    #[command(
+        after_help = "Examples:\n  mantle tag lifeline req\n  mantle tag lifeline req --json"
+    )]
     Lifeline {
         name: String,
         #[arg(long)]
         json: bool,
     },
     /// Run a command that holds tags from its first instruction.
-    #[command(after_help = "Examples:\n  mantle tag run req -- ./client\n  mantle tag run a b --ttl 2 -- sh -c 'cat x | sort'")]
+    #[command(
+        after_help = "Examples:\n  mantle tag run req -- ./client\n  mantle tag run a b --ttl 2 -- sh -c 'cat x | sort'"
+    )]
     Run {
         #[arg(required = true)]
         names: Vec<String>,
@@ -232,7 +244,9 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
     match c {
         TagsCmd::Up { lib, json } => {
             if mantle_sys::os::geteuid() != 0 {
-                return Err(Error::Permission("loading the kernel side needs root".into()));
+                return Err(Error::Permission(
+                    "loading the kernel side needs root".into(),
+                ));
             }
             let lib = lib.unwrap_or_else(default_lib);
             let lib = lib.canonicalize().unwrap_or(lib);
@@ -249,7 +263,9 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
         }
         TagsCmd::Down => {
             if mantle_sys::os::geteuid() != 0 {
-                return Err(Error::Permission("unloading the kernel side needs root".into()));
+                return Err(Error::Permission(
+                    "unloading the kernel side needs root".into(),
+                ));
             }
             mantle_tags::kernel::down()?;
             println!("tags kernel side unloaded");
@@ -276,11 +292,22 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
             } else if !st.loaded {
                 println!("tags: not loaded (mantle tags up)");
             } else {
-                println!("tags: loaded, {} live tag(s), hooks {}", st.live_tags, if st.hooks_attached { "attached" } else { "detached (no tags)" });
+                println!(
+                    "tags: loaded, {} live tag(s), hooks {}",
+                    st.live_tags,
+                    if st.hooks_attached {
+                        "attached"
+                    } else {
+                        "detached (no tags)"
+                    }
+                );
                 println!("  view:       {} thread slots", st.view_entries);
                 println!("  hops:       {} deliveries", st.hops);
                 println!("  rejected:   {} (terminators, classes)", st.rejected);
-                println!("  late:       {} (reader faster than the sender's hook)", st.late);
+                println!(
+                    "  late:       {} (reader faster than the sender's hook)",
+                    st.late
+                );
                 println!("  dropped:    {} (channel map full)", st.deposit_fail);
                 println!("  no view:    {} (tid beyond pid_max at load)", st.no_view);
             }
@@ -294,26 +321,57 @@ fn print_threads(ts: &[mantle_tags::ThreadInfo], json: bool) {
         print_json(&ts);
         return;
     }
-    println!("{:>8} {:>8} {:<16} {:<6} TAGS(ttl) / TERMINATORS", "TID", "PID", "COMM", "CLASS");
+    println!(
+        "{:>8} {:>8} {:<16} {:<6} TAGS(ttl) / TERMINATORS",
+        "TID", "PID", "COMM", "CLASS"
+    );
     for t in ts {
         let tags: Vec<String> = t
             .tags
             .iter()
-            .map(|(n, ttl)| if *ttl == 255 { n.clone() } else { format!("{n}({ttl})") })
+            .map(|(n, ttl)| {
+                if *ttl == 255 {
+                    n.clone()
+                } else {
+                    format!("{n}({ttl})")
+                }
+            })
             .collect();
         let mut line = tags.join(",");
         if !t.terminators.is_empty() {
             line += &format!(" / !{}", t.terminators.join(",!"));
         }
-        println!("{:>8} {:>8} {:<16} {:<6} {}", t.tid, t.pid, t.comm, if t.system { "system" } else { "user" }, line);
+        println!(
+            "{:>8} {:>8} {:<16} {:<6} {}",
+            t.tid,
+            t.pid,
+            t.comm,
+            if t.system { "system" } else { "user" },
+            line
+        );
     }
 }
 
 fn tag_cmd(c: TagCmd) -> Result<(), Error> {
     let t = Tags::open()?;
     match c {
-        TagCmd::Create { name, ttl, system, lifeline, owner, json } => {
-            let info = t.create(&name, &CreateOpts { ttl, system, lifeline, owner_uid: owner })?;
+        TagCmd::Create {
+            name,
+            ttl,
+            system,
+            lifeline,
+            owner,
+            json,
+        } => {
+            let info = t.create(
+                &name,
+                &CreateOpts {
+                    ttl,
+                    system,
+                    lifeline,
+                    owner_uid: owner,
+                },
+            )?;
             if json {
                 print_json(&info);
             } else {
@@ -329,7 +387,10 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             if json {
                 print_json(&l);
             } else {
-                println!("{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}", "BIT", "NAME", "STATE", "CLASS", "TTL", "LIFELINE", "RECEIVED", "OWNER");
+                println!(
+                    "{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}",
+                    "BIT", "NAME", "STATE", "CLASS", "TTL", "LIFELINE", "RECEIVED", "OWNER"
+                );
                 for i in l {
                     println!(
                         "{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}",
@@ -340,13 +401,20 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                         i.ttl.map(|x| x.to_string()).unwrap_or_else(|| "inf".into()),
                         i.lifeline,
                         i.receptions,
-                        i.owner_uid.map(|u| u.to_string()).unwrap_or_else(|| "-".into())
+                        i.owner_uid
+                            .map(|u| u.to_string())
+                            .unwrap_or_else(|| "-".into())
                     );
                 }
             }
         }
         TagCmd::Set { name, who, ttl } => {
-            let r = t.op(OpCode::Set, Some(&name), ttl.map(|x| x as u32).unwrap_or(0), who.target())?;
+            let r = t.op(
+                OpCode::Set,
+                Some(&name),
+                ttl.map(|x| x as u32).unwrap_or(0),
+                who.target(),
+            )?;
             println!("tag {name} set on {} thread(s)", r.len());
         }
         TagCmd::Clear { name, who } => {
@@ -356,10 +424,19 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
         TagCmd::Terminate { name, who, undo } => {
             let code = if undo { OpCode::Unterm } else { OpCode::Term };
             let r = t.op(code, Some(&name), 0, who.target())?;
-            println!("{} {name} on {} thread(s)", if undo { "accepting" } else { "terminating" }, r.len());
+            println!(
+                "{} {name} on {} thread(s)",
+                if undo { "accepting" } else { "terminating" },
+                r.len()
+            );
         }
         TagCmd::Class { class, who } => {
-            let r = t.op(OpCode::Class, None, (class == "system") as u32, who.target())?;
+            let r = t.op(
+                OpCode::Class,
+                None,
+                (class == "system") as u32,
+                who.target(),
+            )?;
             println!("{} thread(s) marked {class}", r.len());
         }
         TagCmd::Threads { name, json } => print_threads(&t.threads(name.as_deref())?, json),
@@ -377,7 +454,10 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                 print_json(&l);
             } else {
                 let t0 = l.first().map(|r| r.ts_ns).unwrap_or(0);
-                println!("{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}", "SEQ", "T+us", "VIA", "RX_TID", "RX_PID", "RX_COMM", "TX_TID", "TX_PID", "TTL");
+                println!(
+                    "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
+                    "SEQ", "T+us", "VIA", "RX_TID", "RX_PID", "RX_COMM", "TX_TID", "TX_PID", "TTL"
+                );
                 for r in l {
                     println!(
                         "{:>6} {:>12.1} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
@@ -389,18 +469,33 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                         r.rx_comm,
                         r.tx_tid,
                         r.tx_pid,
-                        if r.ttl == 255 { "inf".into() } else { r.ttl.to_string() }
+                        if r.ttl == 255 {
+                            "inf".into()
+                        } else {
+                            r.ttl.to_string()
+                        }
                     );
                 }
             }
         }
-        TagCmd::Run { names, ttl, command } => {
+        TagCmd::Run {
+            names,
+            ttl,
+            command,
+        } => {
             let me = std::process::id();
             for n in &names {
-                t.op(OpCode::Set, Some(n), ttl.map(|x| x as u32).unwrap_or(0), Target::Tid(me))?;
+                t.op(
+                    OpCode::Set,
+                    Some(n),
+                    ttl.map(|x| x as u32).unwrap_or(0),
+                    Target::Tid(me),
+                )?;
             }
             use std::os::unix::process::CommandExt;
-            let e = std::process::Command::new(&command[0]).args(&command[1..]).exec();
+            let e = std::process::Command::new(&command[0])
+                .args(&command[1..])
+                .exec();
             return Err(Error::Invalid(format!("cannot run {}: {e}", command[0])));
         }
     }

@@ -188,10 +188,15 @@ pub unsafe trait Pod: Copy + 'static {
     fn as_bytes(&self) -> &[u8] {
         // SAFETY: Pod types have no padding-sensitive invariants; reading
         // their bytes is fine.
-        unsafe { std::slice::from_raw_parts((self as *const Self).cast(), std::mem::size_of::<Self>()) }
+        unsafe {
+            std::slice::from_raw_parts((self as *const Self).cast(), std::mem::size_of::<Self>())
+        }
     }
     fn from_bytes(b: &[u8]) -> Self {
-        assert!(b.len() >= std::mem::size_of::<Self>(), "short read of a shared struct");
+        assert!(
+            b.len() >= std::mem::size_of::<Self>(),
+            "short read of a shared struct"
+        );
         // SAFETY: length checked; any bit pattern is valid; read_unaligned
         // copes with byte buffers.
         unsafe { std::ptr::read_unaligned(b.as_ptr().cast()) }

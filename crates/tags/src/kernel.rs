@@ -49,8 +49,14 @@ pub const TAGGED_HOOKS: &[(&str, Hook)] = &[
     ("mt_unix_recv", Hook::RawTp),
     ("mt_sock_recv", Hook::RawTp),
     ("mt_sys_exit", Hook::RawTp),
-    ("mt_sendmsg4", Hook::Cgroup(libbpf_sys::BPF_CGROUP_UDP4_SENDMSG)),
-    ("mt_sendmsg6", Hook::Cgroup(libbpf_sys::BPF_CGROUP_UDP6_SENDMSG)),
+    (
+        "mt_sendmsg4",
+        Hook::Cgroup(libbpf_sys::BPF_CGROUP_UDP4_SENDMSG),
+    ),
+    (
+        "mt_sendmsg6",
+        Hook::Cgroup(libbpf_sys::BPF_CGROUP_UDP6_SENDMSG),
+    ),
 ];
 
 #[derive(Clone, Copy, Debug)]
@@ -77,8 +83,9 @@ fn io_last(what: &str) -> Error {
 
 /// Where cgroup programs attach: the cgroup v2 root.
 pub fn cgroup_root() -> Result<PathBuf, Error> {
-    mantle_sys::probe::cgroup2_mount()
-        .ok_or_else(|| Error::Missing("cgroup v2 is not mounted (needed for connect/sendmsg hooks)".into()))
+    mantle_sys::probe::cgroup2_mount().ok_or_else(|| {
+        Error::Missing("cgroup v2 is not mounted (needed for connect/sendmsg hooks)".into())
+    })
 }
 
 fn pid_max() -> u32 {
@@ -113,9 +120,15 @@ pub fn up(ctl_lib: &Path) -> Result<UpReport, Error> {
         )));
     }
     for d in ["maps", "progs", "links"] {
-        std::fs::create_dir_all(Path::new(PIN_ROOT).join(d)).map_err(|e| kerr("create pin dir", e))?;
+        std::fs::create_dir_all(Path::new(PIN_ROOT).join(d))
+            .map_err(|e| kerr("create pin dir", e))?;
     }
-    for d in ["/sys/fs/bpf/mantle", PIN_ROOT, &format!("{PIN_ROOT}/maps"), &format!("{PIN_ROOT}/links")] {
+    for d in [
+        "/sys/fs/bpf/mantle",
+        PIN_ROOT,
+        &format!("{PIN_ROOT}/maps"),
+        &format!("{PIN_ROOT}/links"),
+    ] {
         let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755));
     }
     let res = up_inner(ctl_lib, &cg);
@@ -135,9 +148,12 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
         .view
         .set_max_entries(view_entries)
         .map_err(|e| kerr("size view map", e))?;
-    let mut skel = open
-        .load()
-        .map_err(|e| kerr("failed to load tags programs (verifier or kernel refused them)", e))?;
+    let mut skel = open.load().map_err(|e| {
+        kerr(
+            "failed to load tags programs (verifier or kernel refused them)",
+            e,
+        )
+    })?;
 
     // Pin maps, with read access for everybody where the API needs it.
     {
@@ -157,12 +173,19 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
         ];
         for (name, map) in maps {
             let p = pin("maps", name);
-            map.pin(&p).map_err(|e| kerr(format!("pin map {name}"), e))?;
+            map.pin(&p)
+                .map_err(|e| kerr(format!("pin map {name}"), e))?;
             let public = MAPS.iter().any(|(n, p)| *n == name && *p);
             // The view is frozen below, so 0666 lets readers open it
             // read-write (mmap of a BPF map needs that) without letting
             // anybody write it: only the kernel side changes vectors.
-            let mode = if name == "view" { 0o666 } else if public { 0o444 } else { 0o600 };
+            let mode = if name == "view" {
+                0o666
+            } else if public {
+                0o444
+            } else {
+                0o600
+            };
             let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
         }
     }
@@ -173,7 +196,10 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
         // SAFETY: valid map fd.
         let rc = unsafe { libbpf_sys::bpf_map_freeze(skel.maps.view.as_fd().as_raw_fd()) };
         if rc < 0 {
-            return Err(kerr("freeze view map", std::io::Error::from_raw_os_error(-rc)));
+            return Err(kerr(
+                "freeze view map",
+                std::io::Error::from_raw_os_error(-rc),
+            ));
         }
     }
     // The view is sized at load; record it for readers.
@@ -198,17 +224,31 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             ("mt_sendmsg6", &mut p.mt_sendmsg6),
         ];
         for (name, prog) in progs {
-            prog.pin(pin("progs", name)).map_err(|e| kerr(format!("pin program {name}"), e))?;
+            prog.pin(pin("progs", name))
+                .map_err(|e| kerr(format!("pin program {name}"), e))?;
         }
     }
 
     // Always-on hooks.
-    let cgf = std::fs::File::open(cg).map_err(|e| kerr(format!("open cgroup {}", cg.display()), e))?;
+    let cgf =
+        std::fs::File::open(cg).map_err(|e| kerr(format!("open cgroup {}", cg.display()), e))?;
     let cgfd = cgf.as_raw_fd();
     let p = &skel.progs;
     let mut always: Vec<(&str, libbpf_rs::Link, u32)> = vec![
-        ("connect4", p.mt_connect4.attach_cgroup(cgfd).map_err(|e| kerr("attach cgroup/connect4", e))?, 0o600),
-        ("connect6", p.mt_connect6.attach_cgroup(cgfd).map_err(|e| kerr("attach cgroup/connect6", e))?, 0o600),
+        (
+            "connect4",
+            p.mt_connect4
+                .attach_cgroup(cgfd)
+                .map_err(|e| kerr("attach cgroup/connect4", e))?,
+            0o600,
+        ),
+        (
+            "connect6",
+            p.mt_connect6
+                .attach_cgroup(cgfd)
+                .map_err(|e| kerr("attach cgroup/connect6", e))?,
+            0o600,
+        ),
         (
             "connect_unix",
             p.mt_connect_unix
@@ -216,22 +256,53 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
                 .map_err(|e| kerr("attach cgroup/connect_unix (Linux 6.7+)", e))?,
             0o600,
         ),
-        ("op_iter", p.mt_op_iter.attach().map_err(|e| kerr("attach op iterator", e))?, 0o600),
-        ("list_iter", p.mt_list_iter.attach().map_err(|e| kerr("attach list iterator", e))?, 0o600),
-        ("sweep_iter", p.mt_sweep_iter.attach().map_err(|e| kerr("attach sweep iterator", e))?, 0o444),
+        (
+            "op_iter",
+            p.mt_op_iter
+                .attach()
+                .map_err(|e| kerr("attach op iterator", e))?,
+            0o600,
+        ),
+        (
+            "list_iter",
+            p.mt_list_iter
+                .attach()
+                .map_err(|e| kerr("attach list iterator", e))?,
+            0o600,
+        ),
+        (
+            "sweep_iter",
+            p.mt_sweep_iter
+                .attach()
+                .map_err(|e| kerr("attach sweep iterator", e))?,
+            0o444,
+        ),
     ];
-    let opts = libbpf_rs::UprobeOpts { func_name: Some("mantle_tag_ctl".into()), ..Default::default() };
+    let opts = libbpf_rs::UprobeOpts {
+        func_name: Some("mantle_tag_ctl".into()),
+        ..Default::default()
+    };
     let up = p
         .mt_ctl_self
         .attach_uprobe_with_opts(-1, ctl_lib, 0, opts)
-        .map_err(|e| kerr(format!("attach uprobe on mantle_tag_ctl in {}", ctl_lib.display()), e))?;
+        .map_err(|e| {
+            kerr(
+                format!("attach uprobe on mantle_tag_ctl in {}", ctl_lib.display()),
+                e,
+            )
+        })?;
     always.push(("ctl_self", up, 0o600));
     for (name, link, mode) in always.iter_mut() {
         let path = pin("links", name);
-        link.pin(&path).map_err(|e| kerr(format!("pin link {name}"), e))?;
+        link.pin(&path)
+            .map_err(|e| kerr(format!("pin link {name}"), e))?;
         let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode));
     }
-    std::fs::write(Path::new(PIN_ROOT).join("..").join("tags.lib"), ctl_lib.to_string_lossy().as_bytes()).ok();
+    std::fs::write(
+        Path::new(PIN_ROOT).join("..").join("tags.lib"),
+        ctl_lib.to_string_lossy().as_bytes(),
+    )
+    .ok();
     Ok(UpReport {
         pin_root: PIN_ROOT.into(),
         view_entries,
@@ -276,7 +347,9 @@ pub fn attach_tagged() -> Result<(), Error> {
             .map_err(|e| kerr(format!("open pinned program {name}"), e))?;
         let fd = match hook {
             // SAFETY: prog is a valid program fd; NULL name = BTF-typed tracepoint.
-            Hook::RawTp => unsafe { libbpf_sys::bpf_raw_tracepoint_open(std::ptr::null(), prog.as_raw_fd()) },
+            Hook::RawTp => unsafe {
+                libbpf_sys::bpf_raw_tracepoint_open(std::ptr::null(), prog.as_raw_fd())
+            },
             Hook::Cgroup(at) => {
                 if cgf.is_none() {
                     let cg = cgroup_root()?;
@@ -284,11 +357,16 @@ pub fn attach_tagged() -> Result<(), Error> {
                 }
                 let cgfd = cgf.as_ref().unwrap().as_raw_fd();
                 // SAFETY: valid fds; NULL opts.
-                unsafe { libbpf_sys::bpf_link_create(prog.as_raw_fd(), cgfd, *at, std::ptr::null()) }
+                unsafe {
+                    libbpf_sys::bpf_link_create(prog.as_raw_fd(), cgfd, *at, std::ptr::null())
+                }
             }
         };
         if fd < 0 {
-            return Err(kerr(format!("attach {name}"), std::io::Error::from_raw_os_error(-fd)));
+            return Err(kerr(
+                format!("attach {name}"),
+                std::io::Error::from_raw_os_error(-fd),
+            ));
         }
         // SAFETY: fd is a new link fd we own.
         let link = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -296,7 +374,10 @@ pub fn attach_tagged() -> Result<(), Error> {
         // SAFETY: valid fd and path.
         let rc = unsafe { libbpf_sys::bpf_obj_pin(link.as_raw_fd(), c.as_ptr()) };
         if rc < 0 {
-            return Err(kerr(format!("pin link {name}"), std::io::Error::from_raw_os_error(-rc)));
+            return Err(kerr(
+                format!("pin link {name}"),
+                std::io::Error::from_raw_os_error(-rc),
+            ));
         }
     }
     Ok(())
@@ -321,7 +402,9 @@ pub fn run_iter<T: Pod>(link: &str) -> Result<Vec<T>, Error> {
         return Err(Error::NotLoaded);
     }
     let buf = std::fs::read(pin("links", link)).map_err(|e| match e.kind() {
-        std::io::ErrorKind::PermissionDenied => Error::Permission(format!("running the {link} iterator needs root")),
+        std::io::ErrorKind::PermissionDenied => {
+            Error::Permission(format!("running the {link} iterator needs root"))
+        }
         _ => kerr(format!("run iterator {link}"), e),
     })?;
     let n = std::mem::size_of::<T>();
@@ -365,9 +448,16 @@ impl PinnedMap {
         // SAFETY: info/len valid for writing.
         let rc = unsafe { libbpf_sys::bpf_map_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
         if rc < 0 {
-            return Err(kerr(format!("map info {name}"), std::io::Error::from_raw_os_error(-rc)));
+            return Err(kerr(
+                format!("map info {name}"),
+                std::io::Error::from_raw_os_error(-rc),
+            ));
         }
-        Ok(PinnedMap { fd, value_size: info.value_size, max_entries: info.max_entries })
+        Ok(PinnedMap {
+            fd,
+            value_size: info.value_size,
+            max_entries: info.max_entries,
+        })
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -396,7 +486,12 @@ impl PinnedMap {
     pub fn update<K: Pod, V: Pod>(&self, key: &K, val: &V) -> Result<(), Error> {
         // SAFETY: as for lookup.
         let rc = unsafe {
-            libbpf_sys::bpf_map_update_elem(self.fd.as_raw_fd(), (key as *const K).cast(), (val as *const V).cast(), 0)
+            libbpf_sys::bpf_map_update_elem(
+                self.fd.as_raw_fd(),
+                (key as *const K).cast(),
+                (val as *const V).cast(),
+                0,
+            )
         };
         if rc < 0 {
             return Err(kerr("map update", std::io::Error::from_raw_os_error(-rc)));
@@ -440,11 +535,25 @@ impl MappedMap {
         let len = (stride * m.max_entries as usize).div_ceil(page) * page;
         let prot = libc::PROT_READ | if write { libc::PROT_WRITE } else { 0 };
         // SAFETY: mapping a BPF_F_MMAPABLE array fd; len covers the array.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, m.fd.as_raw_fd(), 0) };
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                prot,
+                libc::MAP_SHARED,
+                m.fd.as_raw_fd(),
+                0,
+            )
+        };
         if p == libc::MAP_FAILED {
             return Err(io_last(&format!("mmap map {name}")));
         }
-        Ok(MappedMap { _map: m, base: p.cast(), len, stride })
+        Ok(MappedMap {
+            _map: m,
+            base: p.cast(),
+            len,
+            stride,
+        })
     }
     pub fn entries(&self) -> usize {
         self._map.max_entries as usize
@@ -489,7 +598,7 @@ pub unsafe fn atomic_u32<'a>(p: *mut u32) -> &'a std::sync::atomic::AtomicU32 {
 }
 
 /// An exclusive lock serialising table changes between tools.
-pub struct TableLock(std::fs::File);
+pub struct TableLock(#[allow(dead_code)] std::fs::File);
 
 impl TableLock {
     pub fn take() -> Result<TableLock, Error> {
@@ -507,7 +616,6 @@ impl TableLock {
         Ok(TableLock(f))
     }
 }
-
 
 /// comm of a thread record, as text.
 pub fn comm(b: &[u8; MT_COMM_LEN]) -> String {
@@ -535,7 +643,10 @@ impl Region {
             Region::Mapped(m) => m.get(i),
             Region::Copied { map, stride } => {
                 assert!(std::mem::size_of::<T>() <= *stride);
-                map.lookup::<u32, T>(&(i as u32)).ok().flatten().unwrap_or_else(T::zeroed)
+                map.lookup::<u32, T>(&(i as u32))
+                    .ok()
+                    .flatten()
+                    .unwrap_or_else(T::zeroed)
             }
         }
     }
@@ -543,7 +654,9 @@ impl Region {
     pub fn ptr<T>(&self, i: usize) -> Result<*mut T, Error> {
         match self {
             Region::Mapped(m) => Ok(m.ptr(i)),
-            Region::Copied { .. } => Err(Error::Permission("changing the tag table needs root".into())),
+            Region::Copied { .. } => Err(Error::Permission(
+                "changing the tag table needs root".into(),
+            )),
         }
     }
 }

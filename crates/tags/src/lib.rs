@@ -32,7 +32,9 @@ pub mod abi;
 pub mod kernel;
 pub mod model;
 
-use abi::{Ctl, Owner, Pod, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};
+use abi::{
+    Ctl, Owner, Pod, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF,
+};
 use kernel::{atomic_u32, atomic_u64, MappedMap, PinnedMap, Region};
 use std::sync::atomic::Ordering::SeqCst;
 
@@ -160,7 +162,11 @@ impl Tags {
             return Err(Error::NotLoaded);
         }
         let root = mantle_sys::os::geteuid() == 0;
-        Ok(Tags { ctl: Region::open("ctl", root)?, tags: Region::open("tags", root)?, root })
+        Ok(Tags {
+            ctl: Region::open("ctl", root)?,
+            tags: Region::open("tags", root)?,
+            root,
+        })
     }
 
     fn need_root(&self, what: &str) -> Result<(), Error> {
@@ -231,7 +237,13 @@ impl Tags {
         }
         let owners = PinnedMap::open("owners", true)?;
         let uid = o.owner_uid.unwrap_or_else(mantle_sys::os::geteuid);
-        owners.update(&bit, &Owner { uid, pid: std::process::id() })?;
+        owners.update(
+            &bit,
+            &Owner {
+                uid,
+                pid: std::process::id(),
+            },
+        )?;
         let (w, m) = model::bit(bit);
         let cp = self.ctl_ptr()?;
         let i = bit as usize;
@@ -257,12 +269,15 @@ impl Tags {
         let tp = self.tags.ptr::<TagEntry>(i)?;
         let mut nm = [0u8; MT_NAME_LEN];
         nm[..name.len()].copy_from_slice(name.as_bytes());
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
         // SAFETY: tp points at the mapped entry; the state word is written
         // last, atomically, after every other field.
         unsafe {
             (*tp).name = nm;
-            (*tp).flags = (o.system as u32 * abi::F_SYSTEM) | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 };
+            (*tp).flags = (o.system as u32 * abi::F_SYSTEM)
+                | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 };
             (*tp).created_ns = now.as_nanos() as u64;
             (*tp).generation = (*tp).generation.wrapping_add(1);
             atomic_u32(&mut (*tp).state).store(abi::ST_LIVE, SeqCst);
@@ -294,7 +309,9 @@ impl Tags {
         }
         self.sweep()?;
         if self.entry(bit).state != abi::ST_FREE {
-            return Err(Error::Kernel(format!("tag {name:?} was not freed by the sweep")));
+            return Err(Error::Kernel(format!(
+                "tag {name:?} was not freed by the sweep"
+            )));
         }
         let any_left = (0..MT_TAGS as u32).any(|b| self.entry(b).state != abi::ST_FREE);
         if !any_left {
@@ -347,7 +364,13 @@ impl Tags {
     }
 
     /// Applies an operation to other threads (root): set, clear, terminate...
-    pub fn op(&self, code: abi::OpCode, tag: Option<&str>, arg: u32, target: Target) -> Result<Vec<ThreadInfo>, Error> {
+    pub fn op(
+        &self,
+        code: abi::OpCode,
+        tag: Option<&str>,
+        arg: u32,
+        target: Target,
+    ) -> Result<Vec<ThreadInfo>, Error> {
         self.need_root("changing another thread's tags")?;
         let bit = match tag {
             Some(t) => self.lookup(t)?,
@@ -382,8 +405,14 @@ impl Tags {
             pid: r.pid,
             comm: abi::cstr(&r.comm),
             system: r.flags & abi::F_SYSTEM != 0,
-            tags: model::bits(&r.vec).into_iter().map(|b| (self.name_of(b), r.ttl[b as usize])).collect(),
-            terminators: model::bits(&r.term).into_iter().map(|b| self.name_of(b)).collect(),
+            tags: model::bits(&r.vec)
+                .into_iter()
+                .map(|b| (self.name_of(b), r.ttl[b as usize]))
+                .collect(),
+            terminators: model::bits(&r.term)
+                .into_iter()
+                .map(|b| self.name_of(b))
+                .collect(),
         }
     }
 
@@ -409,10 +438,16 @@ impl Tags {
     pub fn vector_of(&self, tid: u32) -> Result<Vec<String>, Error> {
         let view = MappedMap::open_ro("view")?;
         if tid as usize >= view.entries() {
-            return Err(Error::Invalid(format!("tid {tid} is beyond the view ({} entries)", view.entries())));
+            return Err(Error::Invalid(format!(
+                "tid {tid} is beyond the view ({} entries)",
+                view.entries()
+            )));
         }
         let v: View = view.get(tid as usize);
-        Ok(model::bits(&v.vec).into_iter().map(|b| self.name_of(b)).collect())
+        Ok(model::bits(&v.vec)
+            .into_iter()
+            .map(|b| self.name_of(b))
+            .collect())
     }
 
     /// The lifeline of a tag, oldest first.
@@ -423,7 +458,9 @@ impl Tags {
         let c = self.ctl();
         let (base, size, head) = (c.ll_base[i] as u64, c.ll_size[i] as u64, c.ll_head[i]);
         if size == 0 {
-            return Err(Error::Invalid(format!("tag {name:?} has no lifeline (create it with --lifeline N)")));
+            return Err(Error::Invalid(format!(
+                "tag {name:?} has no lifeline (create it with --lifeline N)"
+            )));
         }
         let gen = self.entry(bit).generation;
         let ll = MappedMap::open_ro("lifeline")?;
@@ -470,7 +507,9 @@ pub fn op_error(errno: i32, tag: &str) -> Error {
     match errno {
         1 => Error::Permission(format!("not allowed to change tag {tag:?} there")),
         2 => Error::UnknownTag(tag.to_string()),
-        18 => Error::Refused(format!("class mismatch: tag {tag:?} and the thread are not both system or both user")),
+        18 => Error::Refused(format!(
+            "class mismatch: tag {tag:?} and the thread are not both system or both user"
+        )),
         71 => Error::Refused(format!("the thread terminates tag {tag:?}")),
         _ => Error::Invalid(format!("kernel side refused the operation (errno {errno})")),
     }

@@ -42,7 +42,10 @@ pub fn parse_ttl(s: &str) -> Result<u8, String> {
     }
     match s.parse::<u32>() {
         Ok(n) if n < MT_TTL_INF as u32 => Ok(n as u8),
-        _ => Err(format!("TTL {s:?} must be a hop count 0..={} or 'inf'", MT_TTL_INF - 1)),
+        _ => Err(format!(
+            "TTL {s:?} must be a hop count 0..={} or 'inf'",
+            MT_TTL_INF - 1
+        )),
     }
 }
 
@@ -87,7 +90,16 @@ impl Thread {
         self.held
             .iter()
             .filter(|(_, &ttl)| ttl > 0)
-            .map(|(&t, &ttl)| (t, if ttl == MT_TTL_INF as u8 { ttl } else { ttl - 1 }))
+            .map(|(&t, &ttl)| {
+                (
+                    t,
+                    if ttl == MT_TTL_INF as u8 {
+                        ttl
+                    } else {
+                        ttl - 1
+                    },
+                )
+            })
             .collect()
     }
 
@@ -136,7 +148,16 @@ mod tests {
     use super::*;
 
     fn tags(n: u32, system: &[u32]) -> BTreeMap<u32, TagInfo> {
-        (0..n).map(|t| (t, TagInfo { system: system.contains(&t) })).collect()
+        (0..n)
+            .map(|t| {
+                (
+                    t,
+                    TagInfo {
+                        system: system.contains(&t),
+                    },
+                )
+            })
+            .collect()
     }
 
     #[test]
@@ -144,7 +165,10 @@ mod tests {
         assert!(validate_name("tau1").is_ok());
         assert!(validate_name("net.hipow:3-x_y").is_ok());
         assert_eq!(validate_name(""), Err(NameError::Empty));
-        assert!(matches!(validate_name(&"a".repeat(32)), Err(NameError::TooLong(_))));
+        assert!(matches!(
+            validate_name(&"a".repeat(32)),
+            Err(NameError::TooLong(_))
+        ));
         assert!(validate_name(&"a".repeat(31)).is_ok());
         assert!(matches!(validate_name("a b"), Err(NameError::BadChar(_))));
         assert!(matches!(validate_name("-x"), Err(NameError::BadChar(_))));
@@ -178,10 +202,20 @@ mod tests {
         let info = tags(1, &[]);
         let mut ta = Thread::default();
         ta.held.insert(0, 2);
-        let mut tc = Thread { system: true, ..Default::default() };
-        let mut td = Thread { terminators: vec![0], ..Default::default() };
-        let (mut tf, mut tg, mut th, mut te) =
-            (Thread::default(), Thread::default(), Thread::default(), Thread::default());
+        let mut tc = Thread {
+            system: true,
+            ..Default::default()
+        };
+        let mut td = Thread {
+            terminators: vec![0],
+            ..Default::default()
+        };
+        let (mut tf, mut tg, mut th, mut te) = (
+            Thread::default(),
+            Thread::default(),
+            Thread::default(),
+            Thread::default(),
+        );
         assert!(tc.receive(&ta.outgoing(), &info).is_empty());
         assert!(td.receive(&ta.outgoing(), &info).is_empty());
         te.receive(&td.outgoing(), &info);
@@ -204,7 +238,10 @@ mod tests {
         b.receive(&a.outgoing(), &info);
         assert_eq!(b.held[&0], MT_TTL_INF as u8);
         // a system tag never reaches a user thread
-        let mut s = Thread { system: true, ..Default::default() };
+        let mut s = Thread {
+            system: true,
+            ..Default::default()
+        };
         s.held.insert(1, 5);
         let mut u = Thread::default();
         assert!(u.receive(&s.outgoing(), &info).is_empty());

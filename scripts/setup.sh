@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what mantle needs to build and run on Debian (run as root):
+# clang/LLVM and libbpf headers for the eBPF programs, bpftool for
+# vmlinux.h, libelf/zlib for libbpf, socat for the demo, and the tools the
+# tests and benchmarks drive. Rust comes from the machine's rustup
+# toolchain (mantle needs Rust >= 1.82); Debian's own rustc is too old.
+set -euo pipefail
+need=()
+for p in clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc socat \
+         iproute2 util-linux procps python3 xz-utils sqlite3; do
+  dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "setup: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
+    [ -x "$d/cargo" ] && export PATH="$d:$PATH" && break
+  done
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: no Rust toolchain found; installing Debian's (may be older than the 1.82 mantle needs)"
+  apt-get install -y -qq cargo rustc >/dev/null
+fi
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
+echo "setup: ok ($(cargo --version))"
