@@ -217,3 +217,63 @@ pub fn cstr(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
+
+/// The layout test: every shared struct's size and field offsets, in Rust,
+/// equal those the eBPF compiler laid out (read from the object's BTF).
+#[cfg(test)]
+mod layout {
+    use super::*;
+    use libbpf_rs::btf::types::{MemberAttr, Struct};
+    use libbpf_rs::btf::{Btf, HasSize};
+    use std::mem::{offset_of, size_of};
+
+    fn check(btf: &Btf, name: &str, size: usize, fields: &[(&str, usize)]) {
+        let s: Struct = btf.type_by_name(name).unwrap_or_else(|| panic!("struct {name} not in the object's BTF"));
+        assert_eq!(s.size(), size, "size of struct {name}");
+        for &(field, off) in fields {
+            let m = s
+                .iter()
+                .find(|m| m.name.map(|n| n == field).unwrap_or(false))
+                .unwrap_or_else(|| panic!("{name}.{field} not in BTF"));
+            let bits = match m.attr {
+                MemberAttr::Normal { offset } => offset,
+                MemberAttr::BitField { .. } => panic!("{name}.{field} is a bitfield"),
+            };
+            assert_eq!(bits as usize, off * 8, "offset of {name}.{field}");
+        }
+        // every BTF member is checked: a field added on one side only fails
+        assert_eq!(s.iter().len(), fields.len(), "field count of struct {name}");
+    }
+
+    macro_rules! fields {
+        ($t:ty: $($f:ident),*) => { &[$((stringify!($f), offset_of!($t, $f))),*] };
+    }
+
+    #[test]
+    fn rust_matches_bpf_object() {
+        let btf = Btf::from_path(concat!(env!("OUT_DIR"), "/tags.bpf.o")).expect("read BTF of tags.bpf.o");
+        check(&btf, "mt_view", size_of::<View>(), fields!(View: vec, op_seq, op_err));
+        check(
+            &btf,
+            "mt_ctl",
+            size_of::<Ctl>(),
+            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, freed_epoch, ll_base, ll_size, ll_head,
+                default_ttl, n_hops, n_rejected, n_deposit_fail, n_late, n_no_view, n_pipe_deps, n_tcp_deps, n_udp_deps),
+        );
+        check(&btf, "mt_tag", size_of::<TagEntry>(), fields!(TagEntry: name, state, flags, created_ns, generation, pad));
+        check(&btf, "mt_owner", size_of::<Owner>(), fields!(Owner: uid, pid));
+        check(
+            &btf,
+            "mt_reception",
+            size_of::<Reception>(),
+            fields!(Reception: ts_ns, seq, rx_tid, rx_pid, tx_tid, tx_pid, kind, tag, ttl, generation, rx_comm),
+        );
+        check(&btf, "mt_op", size_of::<Op>(), fields!(Op: code, tag, arg, tid, pid, pad));
+        check(
+            &btf,
+            "mt_thread_rec",
+            size_of::<ThreadRec>(),
+            fields!(ThreadRec: tid, pid, err, flags, vec, term, ttl, comm),
+        );
+    }
+}

@@ -156,6 +156,14 @@ struct {
 	__type(value, struct mt_deposit_bytes);
 } zero_dep SEC(".maps");
 
+/* BTF for the structs only user space decodes, so that the layout test can
+ * compare them with their Rust mirrors (BTF keeps no local-variable types). */
+struct mt_btf_anchor {
+	struct mt_thread_rec rec;
+	struct mt_op op;
+};
+const volatile struct mt_btf_anchor mt_btf_anchor SEC(".rodata") = {};
+
 extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
 extern void bpf_task_release(struct task_struct *p) __ksym;
 
