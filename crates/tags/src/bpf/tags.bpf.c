@@ -335,13 +335,21 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 	}
 }
 
-/* Add snapshot s to deposit d (caller holds nothing; takes d->lock). */
-static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 kind, __u32 epoch,
+/*
+ * Add snapshot s to deposit d (caller holds nothing; takes d->lock).
+ * Returns 0 if d was unlinked from chan_dep by a reader meanwhile: the
+ * caller must look the channel up again.
+ */
+static __always_inline int deposit(struct mt_deposit *d, struct snap *s, __u32 kind, __u32 epoch,
 				    __u64 now, __u64 seq_start, __u64 seq_end)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 
 	bpf_spin_lock(&d->lock);
+	if (d->dead) {
+		bpf_spin_unlock(&d->lock);
+		return 0;
+	}
 	if (vec_empty(d->vec)) {
 		__builtin_memcpy(d->ttl, s->ttl, MT_TAGS);
 		d->seq_start = seq_start;
@@ -363,12 +371,17 @@ static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 
 	d->seq_end = seq_end;
 	d->ts_ns = now;
 	bpf_spin_unlock(&d->lock);
+	return 1;
 }
 
 /*
  * Copy deposit d out into s. clear: the channel is now empty, so the
- * deposit ends here. Returns 0 if d held nothing.
+ * deposit ends here; CLEAR_UNLINK also marks it dead because the caller
+ * will delete it from chan_dep (a sender that still holds a pointer to it
+ * then deposits into a fresh entry instead). Returns 0 if d held nothing.
  */
+#define CLEAR 1
+#define CLEAR_UNLINK 2
 static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epoch, __u32 *tx_tid,
 				__u32 *tx_pid, __u32 reader, int clear)
 {
@@ -388,6 +401,8 @@ static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epo
 				d->vec[w] = 0;
 		}
 	}
+	if (clear == CLEAR_UNLINK)
+		d->dead = 1;
 	d->last_reader = reader;
 	bpf_spin_unlock(&d->lock);
 	return any;
@@ -403,7 +418,7 @@ static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d)
 	reader = d->last_reader;
 	if (!reader)
 		return;
-	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, reader, 1))
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, reader, CLEAR))
 		return;
 	rx = bpf_task_from_pid(reader);
 	if (!rx)
@@ -605,6 +620,29 @@ static __always_inline void chan_del(struct mt_ctl *c, struct mt_chan_key *k)
 	}
 }
 
+/*
+ * Deposit into the chan_dep entry of k, creating it if needed. A reader may
+ * drain and unlink the entry between our lookup and our lock (deposit()
+ * then refuses it); the unlink follows the drain at once, so look again.
+ */
+static __always_inline struct mt_deposit *chan_deposit(struct mt_ctl *c, struct mt_chan_key *k,
+							struct snap *s, __u32 kind, __u64 seq_start,
+							__u64 seq_end)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	for (int i = 0; i < 4; i++) {
+		struct mt_deposit *d = chan_get(c, k);
+
+		if (!d)
+			return 0;
+		if (deposit(d, s, kind, c->epoch, now, seq_start, seq_end))
+			return d;
+	}
+	__sync_fetch_and_add(&c->n_deposit_fail, 1);
+	return 0;
+}
+
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 {
@@ -631,7 +669,7 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 			__sync_fetch_and_add(&c->n_deposit_fail, 1);
 			return 0;
 		}
-		deposit(d, &s, kind, c->epoch, bpf_ktime_get_ns(), 0, 0);
+		deposit(d, &s, kind, c->epoch, bpf_ktime_get_ns(), 0, 0); /* never unlinked */
 		/* Everything this socket sent is already read: the reader was
 		 * faster than this hook. Hand the tags to it now. */
 		if (sk->sk_wmem_alloc.refs.counter <= 1)
@@ -648,11 +686,8 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 		if (!role_is_client(sk))
 			return 0; /* accepted side, or connected before load */
 		tcp_key(sk, &k, 0);
-		d = chan_get(c, &k);
-		if (!d)
-			return 0;
 		end = BPF_CORE_READ(tp, write_seq);
-		deposit(d, &s, MT_K_TCP, c->epoch, bpf_ktime_get_ns(), end - (__u32)ret, end);
+		chan_deposit(c, &k, &s, MT_K_TCP, end - (__u32)ret, end);
 		return 0;
 	}
 	if (sk->sk_protocol == IPPROTO_UDP) {
@@ -667,10 +702,7 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 			return 0;
 		k.a = port;
 		k.type = MT_K_UDP;
-		d = chan_get(c, &k);
-		if (!d)
-			return 0;
-		deposit(d, &s, MT_K_UDP, c->epoch, bpf_ktime_get_ns(), 0, 0);
+		chan_deposit(c, &k, &s, MT_K_UDP, 0, 0);
 	}
 	return 0;
 }
@@ -726,9 +758,12 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		/* read any tagged byte: deliver; read them all: done */
 		if ((__s32)(copied - start) <= 0)
 			return 0;
-		receive(d, (__s32)(copied - end) >= 0, 0);
-		if ((__s32)(copied - end) >= 0 && vec_empty(d->vec))
+		if ((__s32)(copied - end) >= 0) {
+			receive(d, CLEAR_UNLINK, 0);
 			chan_del(c, &k);
+		} else {
+			receive(d, 0, 0);
+		}
 		return 0;
 	}
 	if (sk->sk_protocol == IPPROTO_UDP) {
@@ -743,8 +778,8 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		if (!d)
 			return 0;
 		empty = sk->sk_receive_queue.qlen == 0 && BPF_CORE_READ(up, reader_queue.qlen) == 0;
-		receive(d, empty, 0);
-		if (empty && vec_empty(d->vec))
+		receive(d, empty ? CLEAR_UNLINK : 0, 0);
+		if (empty)
 			chan_del(c, &k);
 	}
 	return 0;
@@ -809,15 +844,10 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		p = fd_pipe((int)regs->di, &k);
 		if (!p)
 			return 0;
-		d = chan_get(c, &k);
-		if (!d)
-			return 0;
-		deposit(d, &s, MT_K_PIPE, c->epoch, bpf_ktime_get_ns(), 0, 0);
-		if (pipe_empty(p)) {
+		d = chan_deposit(c, &k, &s, MT_K_PIPE, 0, 0);
+		/* Already read: the reader beat this hook (see deliver_late). */
+		if (d && pipe_empty(p))
 			deliver_late(c, d);
-			if (vec_empty(d->vec))
-				chan_del(c, &k);
-		}
 		return 0;
 	}
 	if (nr == NR_read || nr == NR_readv) {
@@ -832,10 +862,12 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		d = bpf_map_lookup_elem(&chan_dep, &k);
 		if (!d)
 			return 0;
+		/* A drained pipe ends its deposit: unlink it, so that entries
+		 * do not outlive their pipes. */
 		empty = pipe_empty(p);
-		receive(d, empty, 0);
-		/* Keep an empty entry only to remember the last reader for a
-		 * writer that is slower than its reader (deliver_late). */
+		receive(d, empty ? CLEAR_UNLINK : 0, 0);
+		if (empty)
+			chan_del(c, &k);
 		return 0;
 	}
 	return 0;

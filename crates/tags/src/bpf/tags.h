@@ -146,6 +146,8 @@ struct mt_deposit {
 	__u32 tx_tid, tx_pid;
 	__u32 epoch;               /* ctl epoch when deposited */
 	__u32 last_reader;         /* tid of the last thread that read */
+	__u32 dead;                /* unlinked from chan_dep: deposit elsewhere */
+	__u32 pad;
 	__u64 seq_start, seq_end;  /* TCP: sequence range of tagged bytes */
 	__u64 ts_ns;
 };
