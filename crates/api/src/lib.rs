@@ -150,7 +150,9 @@ fn self_op(code: OpCode, bit: u32, arg: u32) -> Result<(), Error> {
         )
     };
     if got != seq {
-        let lib = std::fs::read_to_string("/sys/fs/bpf/mantle/tags.lib").unwrap_or_default();
+        let lib = mantle_tags::kernel::ctl_lib()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
         return Err(Error::Missing(format!(
             "the self-operation probe did not answer: this process does not use the libmantle.so that `mantle tags up` attached to ({lib})"
         )));

@@ -4,6 +4,7 @@
 //! or a kernel feature missing, 4 permission denied, 5 not found.
 
 mod demo;
+mod selfset;
 
 use clap::{Args, Parser, Subcommand};
 use mantle_tags::abi::OpCode;
@@ -484,13 +485,15 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             command,
         } => {
             let me = std::process::id();
+            let ttl = ttl.map(|x| x as u32).unwrap_or(0);
             for n in &names {
-                t.op(
-                    OpCode::Set,
-                    Some(n),
-                    ttl.map(|x| x as u32).unwrap_or(0),
-                    Target::Tid(me),
-                )?;
+                if mantle_sys::os::geteuid() == 0 {
+                    t.op(OpCode::Set, Some(n), ttl, Target::Tid(me))?;
+                } else {
+                    // Unprivileged: through the trusted path, which can
+                    // only ever change this thread's own tags.
+                    selfset::set(n, ttl)?;
+                }
             }
             use std::os::unix::process::CommandExt;
             let e = std::process::Command::new(&command[0])

@@ -46,7 +46,13 @@ pub fn ensure_bpffs() -> io::Result<()> {
     let target = c"/sys/fs/bpf";
     // SAFETY: all pointers are valid NUL-terminated strings; data is null.
     let rc = unsafe {
-        libc::mount(src.as_ptr(), target.as_ptr(), src.as_ptr(), 0, std::ptr::null())
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            src.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());

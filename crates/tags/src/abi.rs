@@ -228,7 +228,9 @@ mod layout {
     use std::mem::{offset_of, size_of};
 
     fn check(btf: &Btf, name: &str, size: usize, fields: &[(&str, usize)]) {
-        let s: Struct = btf.type_by_name(name).unwrap_or_else(|| panic!("struct {name} not in the object's BTF"));
+        let s: Struct = btf
+            .type_by_name(name)
+            .unwrap_or_else(|| panic!("struct {name} not in the object's BTF"));
         assert_eq!(s.size(), size, "size of struct {name}");
         for &(field, off) in fields {
             let m = s
@@ -251,8 +253,14 @@ mod layout {
 
     #[test]
     fn rust_matches_bpf_object() {
-        let btf = Btf::from_path(concat!(env!("OUT_DIR"), "/tags.bpf.o")).expect("read BTF of tags.bpf.o");
-        check(&btf, "mt_view", size_of::<View>(), fields!(View: vec, op_seq, op_err));
+        let btf = Btf::from_path(concat!(env!("OUT_DIR"), "/tags.bpf.o"))
+            .expect("read BTF of tags.bpf.o");
+        check(
+            &btf,
+            "mt_view",
+            size_of::<View>(),
+            fields!(View: vec, op_seq, op_err),
+        );
         check(
             &btf,
             "mt_ctl",
@@ -260,15 +268,30 @@ mod layout {
             fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, freed_epoch, ll_base, ll_size, ll_head,
                 default_ttl, n_hops, n_rejected, n_deposit_fail, n_late, n_no_view, n_pipe_deps, n_tcp_deps, n_udp_deps),
         );
-        check(&btf, "mt_tag", size_of::<TagEntry>(), fields!(TagEntry: name, state, flags, created_ns, generation, pad));
-        check(&btf, "mt_owner", size_of::<Owner>(), fields!(Owner: uid, pid));
+        check(
+            &btf,
+            "mt_tag",
+            size_of::<TagEntry>(),
+            fields!(TagEntry: name, state, flags, created_ns, generation, pad),
+        );
+        check(
+            &btf,
+            "mt_owner",
+            size_of::<Owner>(),
+            fields!(Owner: uid, pid),
+        );
         check(
             &btf,
             "mt_reception",
             size_of::<Reception>(),
             fields!(Reception: ts_ns, seq, rx_tid, rx_pid, tx_tid, tx_pid, kind, tag, ttl, generation, rx_comm),
         );
-        check(&btf, "mt_op", size_of::<Op>(), fields!(Op: code, tag, arg, tid, pid, pad));
+        check(
+            &btf,
+            "mt_op",
+            size_of::<Op>(),
+            fields!(Op: code, tag, arg, tid, pid, pad),
+        );
         check(
             &btf,
             "mt_thread_rec",

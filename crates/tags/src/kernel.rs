@@ -24,6 +24,16 @@ mod skel {
 use skel::TagsSkelBuilder;
 
 pub const PIN_ROOT: &str = "/sys/fs/bpf/mantle/tags";
+/// Which libmantle.so carries the self-operation uprobe (bpffs holds no
+/// regular files, so this note lives in /run).
+pub const LIB_NOTE: &str = "/run/mantle/tags.lib";
+
+/// The libmantle.so the loaded kernel side watches.
+pub fn ctl_lib() -> Option<PathBuf> {
+    std::fs::read_to_string(LIB_NOTE)
+        .ok()
+        .map(|s| PathBuf::from(s.trim()))
+}
 
 /// Maps, and whether users other than root may read them.
 pub const MAPS: &[(&str, bool)] = &[
@@ -298,11 +308,9 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             .map_err(|e| kerr(format!("pin link {name}"), e))?;
         let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode));
     }
-    std::fs::write(
-        Path::new(PIN_ROOT).join("..").join("tags.lib"),
-        ctl_lib.to_string_lossy().as_bytes(),
-    )
-    .ok();
+    std::fs::create_dir_all("/run/mantle").map_err(|e| kerr("create /run/mantle", e))?;
+    std::fs::write(LIB_NOTE, ctl_lib.to_string_lossy().as_bytes())
+        .map_err(|e| kerr(format!("write {LIB_NOTE}"), e))?;
     Ok(UpReport {
         pin_root: PIN_ROOT.into(),
         view_entries,
@@ -325,7 +333,7 @@ pub fn down() -> Result<(), Error> {
         }
         let _ = std::fs::remove_dir(&dir);
     }
-    let _ = std::fs::remove_file(Path::new(PIN_ROOT).join("..").join("tags.lib"));
+    let _ = std::fs::remove_file(LIB_NOTE);
     std::fs::remove_dir(PIN_ROOT).map_err(|e| kerr("remove pin dir", e))?;
     Ok(())
 }

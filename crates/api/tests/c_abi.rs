@@ -1,0 +1,101 @@
+//! The C interface: every function include/mantle/tags.h declares is
+//! exported by libmantle.so and nothing else is, and a C program that uses
+//! the whole header compiles with warnings as errors and links.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn lib_dir() -> PathBuf {
+    // target/<profile>/deps/c_abi-* -> target/<profile>
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+fn declared() -> BTreeSet<String> {
+    let h = std::fs::read_to_string(root().join("include/mantle/tags.h")).unwrap();
+    h.lines()
+        .filter(|l| !l.trim_start().starts_with('*') && !l.trim_start().starts_with("/*"))
+        .filter_map(|l| {
+            let i = l.find("mantle_")?;
+            let rest = &l[i..];
+            let end = rest.find('(')?;
+            let name = &rest[..end];
+            name.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+                .then(|| name.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn header_matches_exports() {
+    let lib = lib_dir().join("libmantle.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&lib)
+        .output()
+        .expect("nm (binutils)");
+    assert!(out.status.success());
+    let exported: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .filter(|s| s.starts_with("mantle_"))
+        .map(String::from)
+        .collect();
+    let declared = declared();
+    assert!(
+        declared.len() >= 14,
+        "parsed too few declarations: {declared:?}"
+    );
+    assert_eq!(
+        declared, exported,
+        "tags.h declarations vs libmantle.so exports"
+    );
+}
+
+#[test]
+fn c_program_compiles_and_links() {
+    let dir = std::env::temp_dir().join(format!("mantle-capi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("use_all.c");
+    let calls: String = declared()
+        .iter()
+        .map(|f| format!("    (void)&{f};\n"))
+        .collect();
+    std::fs::write(
+        &src,
+        format!(
+            "#include <mantle/tags.h>\n#include <stdio.h>\nint main(void) {{\n{calls}    \
+             printf(\"%s\\n\", mantle_strerror(mantle_tag_lookup(\"x\") < 0 ? -19 : 0));\n    return 0;\n}}\n"
+        ),
+    )
+    .unwrap();
+    let out = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-Wstrict-prototypes",
+        ])
+        .arg(format!("-I{}", root().join("include").display()))
+        .arg(&src)
+        .arg(format!("-L{}", lib_dir().display()))
+        .arg("-lmantle")
+        .arg("-o")
+        .arg(dir.join("use_all"))
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "C build failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,584 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * actor: an ordinary program that does IPC on command, for the tags
+ * integration tests (crates/cli/tests/tags.rs). It knows nothing of mantle:
+ * the tests tag its threads from the outside and read their tags with
+ * `mantle tag get|threads`.
+ *
+ *   actor [--ctl FIFO] [WORKERS]
+ *
+ * Commands come one per line on stdin (or from the FIFO); the main thread
+ * only dispatches them, it never does IPC, so it stays untagged unless a
+ * signal is sent to the process. Each worker thread runs its commands in
+ * order, blocking where the command blocks (recv, accept, ...), which gives
+ * the tests well-defined points to inspect tags at.
+ *
+ *   command:  SEQ WORKER VERB ARGS...
+ *   report:   SEQ ok RESULT...   |   SEQ err MESSAGE
+ *
+ * Reports go to stdout, which the tests point at a regular file, never a
+ * pipe: a tagged actor writing to a pipe the test reads would tag the test.
+ * The first report is "ready PID MAIN_TID W0_TID W1_TID ...".
+ *
+ * Sockets, pipes and FIFOs are kept in a table of names given by the test.
+ * Verbs (NAME: a table name, TEXT: one word):
+ *   listen_unix NAME PATH stream|seqpacket   listen_tcp NAME -> port
+ *   accept NAME LISTENER                     connect_unix NAME PATH stream|seqpacket
+ *   connect_tcp NAME PORT                    dgram_unix NAME [PATH]
+ *   udp NAME [bind] -> port                  sendto_unix NAME PATH TEXT
+ *   sendto_udp NAME PORT TEXT                send NAME TEXT (write(2) TEXT\n)
+ *   recv NAME -> first word read             close NAME
+ *   adopt NAME FD (an inherited fd)          open_fifo NAME PATH r|w
+ *   kill PID SIG      tgkill PID TID SIG     sigcount SIG -> n
+ *   wait_sig SIG N (bounded: 10 s)           tid -> this worker's tid
+ *   fork_child NAME -> pid (child blocks until `release NAME`, then exits)
+ *   release NAME      waitpid PID -> status
+ *   spawn REPORT PROG ARGS... -> pid (fork+exec, stdout to REPORT)
+ *   exit
+ * Signals: SIGUSR1 and SIGCHLD are counted by a handler that only the main
+ * thread runs (workers block them); SIGUSR2 is ignored.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXW 8
+#define QLEN 64
+#define LINE 1024
+#define NFDS 64
+
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void report(const char *fmt, ...)
+{
+	char buf[LINE + 64];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf) - 1, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		return;
+	if (n > (int)sizeof(buf) - 2)
+		n = sizeof(buf) - 2;
+	buf[n++] = '\n';
+	pthread_mutex_lock(&out_lock);
+	if (write(1, buf, n) < 0) {
+		/* nothing to do: the test will time out and show stderr */
+	}
+	pthread_mutex_unlock(&out_lock);
+}
+
+static pid_t gettid_(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
+/* ------------------------------------------------------------ fd table */
+
+static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	char name[32];
+	int fd;
+	pid_t child; /* fork_child: the child's pid */
+} fds[NFDS];
+
+static void fd_put(const char *name, int fd, pid_t child)
+{
+	pthread_mutex_lock(&fd_lock);
+	for (int i = 0; i < NFDS; i++) {
+		if (!fds[i].name[0] || !strcmp(fds[i].name, name)) {
+			snprintf(fds[i].name, sizeof(fds[i].name), "%s", name);
+			fds[i].fd = fd;
+			fds[i].child = child;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&fd_lock);
+}
+
+static int fd_get(const char *name)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&fd_lock);
+	for (int i = 0; i < NFDS; i++)
+		if (fds[i].name[0] && !strcmp(fds[i].name, name))
+			fd = fds[i].fd;
+	pthread_mutex_unlock(&fd_lock);
+	return fd;
+}
+
+/* ------------------------------------------------------------- signals */
+
+static volatile sig_atomic_t n_usr1, n_chld;
+
+static void on_signal(int sig)
+{
+	if (sig == SIGUSR1)
+		n_usr1++;
+	else if (sig == SIGCHLD)
+		n_chld++;
+}
+
+static int sig_of(const char *s)
+{
+	if (!strcmp(s, "USR1"))
+		return SIGUSR1;
+	if (!strcmp(s, "USR2"))
+		return SIGUSR2;
+	if (!strcmp(s, "CHLD"))
+		return SIGCHLD;
+	return atoi(s);
+}
+
+static int count_of(int sig)
+{
+	return sig == SIGUSR1 ? n_usr1 : sig == SIGCHLD ? n_chld : -1;
+}
+
+/* ------------------------------------------------------------ commands */
+
+#define FAIL(...)                                                                                  \
+	do {                                                                                       \
+		report(__VA_ARGS__);                                                               \
+		return;                                                                            \
+	} while (0)
+#define NEED(n)                                                                                    \
+	do {                                                                                       \
+		if (argc < (n))                                                                    \
+			FAIL("%s err usage: %s needs %d argument(s)", seq, verb, (n) - 1);         \
+	} while (0)
+#define SYSFAIL(what) FAIL("%s err %s: %s", seq, what, strerror(errno))
+
+static int sock_type(const char *s)
+{
+	return s && !strcmp(s, "seqpacket") ? SOCK_SEQPACKET : SOCK_STREAM;
+}
+
+static socklen_t unix_addr(struct sockaddr_un *a, const char *path)
+{
+	memset(a, 0, sizeof(*a));
+	a->sun_family = AF_UNIX;
+	snprintf(a->sun_path, sizeof(a->sun_path), "%s", path);
+	return sizeof(*a);
+}
+
+static void loopback(struct sockaddr_in *a, int port)
+{
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_port = htons(port);
+	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+}
+
+static int local_port(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t l = sizeof(a);
+
+	if (getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+		return -1;
+	return ntohs(a.sin_port);
+}
+
+static void run(char *line)
+{
+	char *argv[32];
+	int argc = 0;
+	char *save = 0, *tok;
+	const char *seq, *verb;
+
+	for (tok = strtok_r(line, " \t\r\n", &save); tok && argc < 31;
+	     tok = strtok_r(0, " \t\r\n", &save))
+		argv[argc++] = tok;
+	argv[argc] = 0;
+	if (argc < 3)
+		return;
+	seq = argv[0];
+	verb = argv[2];
+	argv += 2; /* argv[0] is the verb now */
+	argc -= 2;
+
+	if (!strcmp(verb, "tid")) {
+		report("%s ok %d", seq, gettid_());
+	} else if (!strcmp(verb, "listen_unix")) {
+		struct sockaddr_un a;
+		int fd;
+
+		NEED(3);
+		fd = socket(AF_UNIX, sock_type(argv[3]), 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		unlink(argv[2]);
+		if (bind(fd, (struct sockaddr *)&a, unix_addr(&a, argv[2])) < 0)
+			SYSFAIL("bind");
+		if (listen(fd, 16) < 0)
+			SYSFAIL("listen");
+		fd_put(argv[1], fd, 0);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "listen_tcp")) {
+		struct sockaddr_in a;
+		int fd, one = 1;
+
+		NEED(2);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		loopback(&a, 0);
+		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+			SYSFAIL("bind");
+		if (listen(fd, 16) < 0)
+			SYSFAIL("listen");
+		fd_put(argv[1], fd, 0);
+		report("%s ok %d", seq, local_port(fd));
+	} else if (!strcmp(verb, "accept")) {
+		int fd;
+
+		NEED(3);
+		fd = accept(fd_get(argv[2]), 0, 0);
+		if (fd < 0)
+			SYSFAIL("accept");
+		fd_put(argv[1], fd, 0);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "connect_unix")) {
+		struct sockaddr_un a;
+		int fd;
+
+		NEED(3);
+		fd = socket(AF_UNIX, sock_type(argv[3]), 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		if (connect(fd, (struct sockaddr *)&a, unix_addr(&a, argv[2])) < 0)
+			SYSFAIL("connect");
+		fd_put(argv[1], fd, 0);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "connect_tcp")) {
+		struct sockaddr_in a;
+		int fd;
+
+		NEED(3);
+		fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		loopback(&a, atoi(argv[2]));
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+			SYSFAIL("connect");
+		fd_put(argv[1], fd, 0);
+		report("%s ok %d", seq, local_port(fd));
+	} else if (!strcmp(verb, "dgram_unix")) {
+		struct sockaddr_un a;
+		int fd;
+
+		NEED(2);
+		fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		if (argc > 2) {
+			unlink(argv[2]);
+			if (bind(fd, (struct sockaddr *)&a, unix_addr(&a, argv[2])) < 0)
+				SYSFAIL("bind");
+		}
+		fd_put(argv[1], fd, 0);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "udp")) {
+		struct sockaddr_in a;
+		int fd;
+
+		NEED(2);
+		fd = socket(AF_INET, SOCK_DGRAM, 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		if (argc > 2 && !strcmp(argv[2], "bind")) {
+			loopback(&a, 0);
+			if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+				SYSFAIL("bind");
+		}
+		fd_put(argv[1], fd, 0);
+		report("%s ok %d", seq, local_port(fd));
+	} else if (!strcmp(verb, "sendto_unix")) {
+		struct sockaddr_un a;
+		char buf[256];
+		int n;
+
+		NEED(4);
+		n = snprintf(buf, sizeof(buf), "%s\n", argv[3]);
+		if (sendto(fd_get(argv[1]), buf, n, 0, (struct sockaddr *)&a,
+			   unix_addr(&a, argv[2])) < 0)
+			SYSFAIL("sendto");
+		report("%s ok %d", seq, n);
+	} else if (!strcmp(verb, "sendto_udp")) {
+		struct sockaddr_in a;
+		char buf[256];
+		int n;
+
+		NEED(4);
+		n = snprintf(buf, sizeof(buf), "%s\n", argv[3]);
+		loopback(&a, atoi(argv[2]));
+		if (sendto(fd_get(argv[1]), buf, n, 0, (struct sockaddr *)&a, sizeof(a)) < 0)
+			SYSFAIL("sendto");
+		report("%s ok %d", seq, n);
+	} else if (!strcmp(verb, "send")) {
+		char buf[256];
+		int n;
+
+		NEED(3);
+		n = snprintf(buf, sizeof(buf), "%s\n", argv[2]);
+		if (write(fd_get(argv[1]), buf, n) != n)
+			SYSFAIL("write");
+		report("%s ok %d", seq, n);
+	} else if (!strcmp(verb, "recv")) {
+		char buf[4096];
+		ssize_t n;
+
+		NEED(2);
+		n = read(fd_get(argv[1]), buf, sizeof(buf) - 1);
+		if (n < 0)
+			SYSFAIL("read");
+		buf[n] = 0;
+		buf[strcspn(buf, " \t\r\n")] = 0;
+		report("%s ok %s", seq, n ? buf : "EOF");
+	} else if (!strcmp(verb, "close")) {
+		NEED(2);
+		close(fd_get(argv[1]));
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "adopt")) {
+		NEED(3);
+		fd_put(argv[1], atoi(argv[2]), 0);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "open_fifo")) {
+		int fd;
+
+		NEED(4);
+		fd = open(argv[2], argv[3][0] == 'w' ? O_WRONLY : O_RDONLY);
+		if (fd < 0)
+			SYSFAIL("open");
+		fd_put(argv[1], fd, 0);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "kill")) {
+		NEED(3);
+		if (kill(atoi(argv[1]), sig_of(argv[2])) < 0)
+			SYSFAIL("kill");
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "tgkill")) {
+		NEED(4);
+		if (syscall(SYS_tgkill, atoi(argv[1]), atoi(argv[2]), sig_of(argv[3])) < 0)
+			SYSFAIL("tgkill");
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "sigcount")) {
+		NEED(2);
+		report("%s ok %d", seq, count_of(sig_of(argv[1])));
+	} else if (!strcmp(verb, "wait_sig")) {
+		int sig, want;
+		struct timespec ts = {0, 1000000};
+
+		NEED(3);
+		sig = sig_of(argv[1]);
+		want = atoi(argv[2]);
+		for (int i = 0; i < 10000 && count_of(sig) < want; i++)
+			nanosleep(&ts, 0);
+		if (count_of(sig) < want)
+			FAIL("%s err timeout: %d signal(s) %d, want %d", seq, count_of(sig), sig, want);
+		report("%s ok %d", seq, count_of(sig));
+	} else if (!strcmp(verb, "fork_child")) {
+		int p[2];
+		pid_t pid;
+		char c;
+
+		NEED(2);
+		if (pipe2(p, O_CLOEXEC) < 0)
+			SYSFAIL("pipe");
+		pid = fork();
+		if (pid < 0)
+			SYSFAIL("fork");
+		if (pid == 0) {
+			close(p[1]);
+			while (read(p[0], &c, 1) > 0) {
+			}
+			_exit(0);
+		}
+		close(p[0]);
+		fd_put(argv[1], p[1], pid);
+		report("%s ok %d", seq, pid);
+	} else if (!strcmp(verb, "release")) {
+		NEED(2);
+		close(fd_get(argv[1]));
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "waitpid")) {
+		int st = 0;
+
+		NEED(2);
+		if (waitpid(atoi(argv[1]), &st, 0) < 0)
+			SYSFAIL("waitpid");
+		report("%s ok %d", seq, st);
+	} else if (!strcmp(verb, "spawn")) {
+		pid_t pid;
+		int fd;
+
+		NEED(3);
+		fd = open(argv[1], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd < 0)
+			SYSFAIL("open report");
+		pid = fork();
+		if (pid < 0)
+			SYSFAIL("fork");
+		if (pid == 0) {
+			sigset_t none;
+
+			sigemptyset(&none);
+			sigprocmask(SIG_SETMASK, &none, 0);
+			dup2(fd, 1);
+			execv(argv[2], &argv[2]);
+			_exit(127);
+		}
+		close(fd);
+		report("%s ok %d", seq, pid);
+	} else if (!strcmp(verb, "exit")) {
+		report("%s ok", seq);
+		_exit(0);
+	} else {
+		report("%s err unknown verb %s", seq, verb);
+	}
+}
+
+/* ------------------------------------------------------------- workers */
+
+static struct worker {
+	pthread_t th;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	char q[QLEN][LINE];
+	unsigned head, tail;
+	volatile pid_t tid;
+} workers[MAXW];
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	char line[LINE];
+
+	w->tid = gettid_();
+	for (;;) {
+		pthread_mutex_lock(&w->lock);
+		while (w->head == w->tail)
+			pthread_cond_wait(&w->cond, &w->lock);
+		memcpy(line, w->q[w->tail % QLEN], LINE);
+		w->tail++;
+		pthread_mutex_unlock(&w->lock);
+		run(line);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *ctl = 0;
+	int nw = 1, in = 0;
+	struct sigaction sa;
+	sigset_t blocked;
+	char buf[LINE * 4];
+	size_t have = 0;
+	char ready[256];
+	int off;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--ctl") && i + 1 < argc)
+			ctl = argv[++i];
+		else
+			nw = atoi(argv[i]);
+	}
+	if (nw < 1 || nw > MAXW)
+		nw = 1;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGUSR1, &sa, 0);
+	sigaction(SIGCHLD, &sa, 0);
+	signal(SIGUSR2, SIG_IGN);
+	signal(SIGPIPE, SIG_IGN);
+
+	/* Workers block the counted signals: only the main thread runs the
+	 * handler, so "who handles it" is well defined. */
+	sigemptyset(&blocked);
+	sigaddset(&blocked, SIGUSR1);
+	sigaddset(&blocked, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &blocked, 0);
+	for (int i = 0; i < nw; i++) {
+		pthread_mutex_init(&workers[i].lock, 0);
+		pthread_cond_init(&workers[i].cond, 0);
+		pthread_create(&workers[i].th, 0, worker_main, &workers[i]);
+	}
+	pthread_sigmask(SIG_UNBLOCK, &blocked, 0);
+	for (int i = 0; i < nw; i++)
+		while (!workers[i].tid)
+			sched_yield();
+
+	off = snprintf(ready, sizeof(ready), "ready %d %d", getpid(), gettid_());
+	for (int i = 0; i < nw; i++)
+		off += snprintf(ready + off, sizeof(ready) - off, " %d", workers[i].tid);
+	report("%s", ready);
+
+	if (ctl) {
+		in = open(ctl, O_RDONLY);
+		if (in < 0) {
+			perror("open --ctl");
+			return 1;
+		}
+	}
+	for (;;) {
+		ssize_t n = read(in, buf + have, sizeof(buf) - 1 - have);
+		char *nl;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		have += n;
+		buf[have] = 0;
+		while ((nl = memchr(buf, '\n', have))) {
+			char line[LINE];
+			size_t len = nl - buf;
+			unsigned wi = 0;
+			struct worker *w;
+
+			if (len >= LINE)
+				len = LINE - 1;
+			memcpy(line, buf, len);
+			line[len] = 0;
+			memmove(buf, nl + 1, have - (nl + 1 - buf));
+			have -= nl + 1 - buf;
+			if (sscanf(line, "%*s %u", &wi) != 1 || wi >= (unsigned)nw) {
+				report("%.*s err bad worker", (int)strcspn(line, " "), line);
+				continue;
+			}
+			w = &workers[wi];
+			pthread_mutex_lock(&w->lock);
+			if (w->head - w->tail < QLEN) {
+				memcpy(w->q[w->head % QLEN], line, len + 1);
+				w->head++;
+				pthread_cond_signal(&w->cond);
+			}
+			pthread_mutex_unlock(&w->lock);
+		}
+	}
+	/* stdin closed: the test is gone or done */
+	_exit(0);
+}
