@@ -168,7 +168,7 @@ pub struct ThreadRec {
     pub comm: [u8; MT_COMM_LEN],
 }
 
-const _: () = assert!(MT_TAGS % 64 == 0 && MT_TAGS <= 256);
+const _: () = assert!(MT_TAGS.is_multiple_of(64) && MT_TAGS <= 256);
 const _: () = assert!(std::mem::size_of::<View>() == 8 * MT_WORDS + 8);
 const _: () = assert!(std::mem::size_of::<TagEntry>() == 56);
 const _: () = assert!(std::mem::size_of::<Reception>() == 56);

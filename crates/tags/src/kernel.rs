@@ -122,6 +122,7 @@ pub fn up(ctl_lib: &Path) -> Result<UpReport, Error> {
         return Err(Error::AlreadyLoaded);
     }
     mantle_sys::os::ensure_bpffs().map_err(|e| kerr("failed to mount bpffs at /sys/fs/bpf", e))?;
+    check_features()?;
     let cg = cgroup_root()?;
     if !ctl_lib.exists() {
         return Err(Error::Missing(format!(
@@ -146,6 +147,37 @@ pub fn up(ctl_lib: &Path) -> Result<UpReport, Error> {
         let _ = down();
     }
     res
+}
+
+/// What the kernel side needs, by `mantle doctor` id, checked before loading
+/// so that a missing feature is named instead of a verifier log.
+pub const REQUIRED: &[&str] = &[
+    "btf",
+    "prog_tp_btf",
+    "prog_uprobe",
+    "prog_cgroup_connect4",
+    "prog_cgroup_connect_unix",
+    "prog_iter_task",
+    "map_task_storage",
+    "map_sk_storage",
+    "map_mmapable_array",
+];
+
+fn check_features() -> Result<(), Error> {
+    let r = mantle_sys::probe::probe_all();
+    let missing: Vec<String> = REQUIRED
+        .iter()
+        .filter_map(|id| match r.get(id) {
+            Some(f) if f.available => None,
+            Some(f) => Some(format!("{} ({})", f.name, f.detail)),
+            None => Some(id.to_string()),
+        })
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Missing(format!("the tags kernel side needs: {}", missing.join("; "))))
+    }
 }
 
 fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
