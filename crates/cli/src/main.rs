@@ -196,20 +196,36 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("mantle: {e}");
-            ExitCode::from(exit_code(&e))
+        Err(f) => {
+            eprintln!("mantle: {}", f.message);
+            ExitCode::from(f.code)
         }
     }
 }
 
-fn exit_code(e: &Error) -> u8 {
-    match e {
-        Error::NotLoaded | Error::Missing(_) => 3,
-        Error::Permission(_) => 4,
-        Error::UnknownTag(_) | Error::NoSuchThread(_) => 5,
-        Error::Invalid(_) => 2,
-        _ => 1,
+/// A failed command: what to print and the exit code (see the top of this
+/// file). Every subsystem's typed error converts into it, here only.
+pub struct Failure {
+    pub message: String,
+    pub code: u8,
+}
+
+pub const EXIT_FAILURE: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_MISSING: u8 = 3;
+pub const EXIT_PERMISSION: u8 = 4;
+pub const EXIT_NOT_FOUND: u8 = 5;
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        let code = match e {
+            Error::NotLoaded | Error::Missing(_) => EXIT_MISSING,
+            Error::Permission(_) => EXIT_PERMISSION,
+            Error::UnknownTag(_) | Error::NoSuchThread(_) => EXIT_NOT_FOUND,
+            Error::Invalid(_) => EXIT_USAGE,
+            _ => EXIT_FAILURE,
+        };
+        Failure { message: e.to_string(), code }
     }
 }
 
@@ -224,7 +240,7 @@ fn default_lib() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("libmantle.so"))
 }
 
-fn run(cli: Cli) -> Result<(), Error> {
+fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Doctor { json } => {
             let r = mantle_sys::probe::probe_all();
@@ -235,9 +251,9 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
             Ok(())
         }
-        Cmd::Tags(c) => tags_cmd(c),
-        Cmd::Tag(c) => tag_cmd(c),
-        Cmd::Demo { json } => demo::run(json),
+        Cmd::Tags(c) => Ok(tags_cmd(c)?),
+        Cmd::Tag(c) => Ok(tag_cmd(c)?),
+        Cmd::Demo { json } => Ok(demo::run(json)?),
     }
 }
 
