@@ -4,6 +4,7 @@
 //! or a kernel feature missing, 4 permission denied, 5 not found.
 
 mod demo;
+mod prof;
 mod selfset;
 
 use clap::{Args, Parser, Subcommand};
@@ -48,6 +49,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Profile the whole system, a process or a command (L4oprof-style).
+    #[command(subcommand)]
+    Prof(prof::ProfCmd),
 }
 
 #[derive(Subcommand)]
@@ -229,6 +233,23 @@ impl From<Error> for Failure {
     }
 }
 
+impl From<mantle_prof::Error> for Failure {
+    fn from(e: mantle_prof::Error) -> Self {
+        use mantle_prof::Error as P;
+        let code = match e {
+            P::NoPmu(_) => EXIT_MISSING,
+            P::Permission(_) => EXIT_PERMISSION,
+            P::NoSession(_) | P::NoSuchProcess(_) => EXIT_NOT_FOUND,
+            P::UnknownEvent(..) | P::Invalid(_) | P::RateTooHigh { .. } => EXIT_USAGE,
+            _ => EXIT_FAILURE,
+        };
+        Failure {
+            message: e.to_string(),
+            code,
+        }
+    }
+}
+
 fn print_json<T: serde::Serialize>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).expect("serializable"));
 }
@@ -254,6 +275,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Tags(c) => Ok(tags_cmd(c)?),
         Cmd::Tag(c) => Ok(tag_cmd(c)?),
         Cmd::Demo { json } => Ok(demo::run(json)?),
+        Cmd::Prof(c) => Ok(prof::run(c)?),
     }
 }
 

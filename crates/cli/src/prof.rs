@@ -1,0 +1,197 @@
+//! `mantle prof`: the profiler's commands (crates/prof does the work).
+
+use clap::{Args, Subcommand};
+use mantle_prof::{RecordOpts, ReportOpts, Target, Transport};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Subcommand)]
+pub enum ProfCmd {
+    /// What this machine can sample (says plainly when there is no PMU).
+    #[command(after_help = "Examples:\n  mantle prof events\n  mantle prof events --json")]
+    Events {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Sample the system, a process or a command into a session (root).
+    #[command(
+        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+    )]
+    Record(RecordArgs),
+    /// Report on a session: symbols, images, components, tags.
+    #[command(
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz"
+    )]
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+pub struct RecordArgs {
+    /// Every CPU, every process (the default without -p or a command).
+    #[arg(short = 'a', long = "all-cpus", conflicts_with = "pid")]
+    all: bool,
+    /// One process (all its threads, and children it creates later).
+    #[arg(short, long)]
+    pid: Option<u32>,
+    /// Event to sample (see `mantle prof events`).
+    #[arg(short, long, default_value = "cpu-clock")]
+    event: String,
+    /// When EVENT needs a PMU that is not there, sample this event instead
+    /// (said in the summary and the report header).
+    #[arg(long, value_name = "EVENT")]
+    fallback: Option<String>,
+    /// Samples per second (per CPU, per task), adjusted by the kernel.
+    #[arg(short = 'F', long, conflicts_with = "count")]
+    freq: Option<u64>,
+    /// A sample every COUNT events (ns for cpu-clock / task-clock).
+    #[arg(short = 'c', long)]
+    count: Option<u64>,
+    /// Session directory.
+    #[arg(short, long, default_value = "mantle.prof")]
+    output: PathBuf,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// How samples leave the kernel: aggregate (in-kernel counts) or ring.
+    #[arg(long, default_value = "aggregate", value_parser = ["aggregate", "ring"])]
+    transport: String,
+    /// Milliseconds between drains of the in-kernel counts.
+    #[arg(long, default_value_t = 1000)]
+    drain_ms: u64,
+    /// Measure the sample path's own cost per sample (eBPF and user space).
+    #[arg(long)]
+    self_timing: bool,
+    /// No live status line.
+    #[arg(short, long)]
+    quiet: bool,
+    /// Summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Command to run and profile (with its children).
+    #[arg(last = true)]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// Session directory.
+    #[arg(short, long, default_value = "mantle.prof")]
+    input: PathBuf,
+    /// Per tag: which processes and symbols spent time on its behalf.
+    #[arg(long)]
+    by_tag: bool,
+    /// Only samples of this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Show at most N symbols (0: all).
+    #[arg(short = 'n', long, default_value_t = 0)]
+    limit: usize,
+    #[arg(long)]
+    json: bool,
+    /// Also write a flame graph (SVG).
+    #[arg(long, value_name = "SVG")]
+    flame: Option<PathBuf>,
+    /// Also write a gzipped pprof profile (go tool pprof).
+    #[arg(long, value_name = "PB_GZ")]
+    pprof: Option<PathBuf>,
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).expect("serializable"));
+}
+
+pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
+    match c {
+        ProfCmd::Events { json } => {
+            let r = mantle_prof::list_events();
+            if json {
+                print_json(&r);
+            } else {
+                println!("{}", r.note);
+                println!(
+                    "kernel.perf_event_max_sample_rate = {}, perf_event_paranoid = {}",
+                    r.max_sample_rate
+                        .map(|v| v.to_string())
+                        .unwrap_or("?".into()),
+                    r.perf_event_paranoid
+                        .map(|v| v.to_string())
+                        .unwrap_or("?".into())
+                );
+                println!();
+                println!(
+                    "{:<18} {:<9} {:<5} {:<32} DESCRIPTION",
+                    "EVENT", "KIND", "OK", "DETAIL"
+                );
+                for e in &r.events {
+                    println!(
+                        "{:<18} {:<9} {:<5} {:<32} {}",
+                        e.name,
+                        if e.hardware { "hardware" } else { "software" },
+                        if e.available { "yes" } else { "no" },
+                        e.detail,
+                        e.description
+                    );
+                }
+            }
+            Ok(())
+        }
+        ProfCmd::Record(a) => {
+            let target = if !a.command.is_empty() {
+                if a.all || a.pid.is_some() {
+                    return Err(mantle_prof::Error::Invalid(
+                        "give either -a, -p PID or a command after --".into(),
+                    ));
+                }
+                Target::Command(a.command)
+            } else if let Some(p) = a.pid {
+                Target::Pid(p)
+            } else {
+                Target::All
+            };
+            let opts = RecordOpts {
+                target,
+                event: a.event,
+                fallback: a.fallback,
+                freq: a.freq,
+                period: a.count,
+                output: a.output,
+                duration: a.duration.map(Duration::from_secs_f64),
+                transport: if a.transport == "ring" {
+                    Transport::Ring
+                } else {
+                    Transport::Aggregate
+                },
+                drain_interval: Duration::from_millis(a.drain_ms.max(10)),
+                self_timing: a.self_timing,
+                status: !a.quiet,
+            };
+            let s = mantle_prof::record::record(&opts)?;
+            if a.json {
+                print_json(&s);
+            } else {
+                eprint!("{}", s.render());
+            }
+            Ok(())
+        }
+        ProfCmd::Report(a) => {
+            let opts = ReportOpts {
+                by_tag: a.by_tag,
+                pid: a.pid,
+                limit: a.limit,
+            };
+            let r = mantle_prof::report::report(&a.input, &opts)?;
+            if let Some(p) = &a.flame {
+                mantle_prof::report::write_flame(&r, p)?;
+            }
+            if let Some(p) = &a.pprof {
+                mantle_prof::report::write_pprof(&r, p)?;
+            }
+            if a.json {
+                print_json(&r);
+            } else {
+                print!("{}", mantle_prof::model::render_text(&r));
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * mantle prof: the structs shared by the sample path (prof.bpf.c) and user
+ * space (crates/prof/src/abi.rs). Plain fixed-width members, no implicit
+ * padding; sizes asserted here and offsets checked against the object's BTF
+ * by the `layout` test in crates/prof.
+ *
+ * The tag vector width comes from the tags header (MT_TAGS / MT_WORDS), so
+ * a build with -DMT_TAGS=128 widens both halves of both subsystems.
+ */
+#ifndef MANTLE_PROF_SHARED_H
+#define MANTLE_PROF_SHARED_H
+
+#include "tags.h"
+
+/* mp_key.mode */
+#define MP_MODE_USER 0
+#define MP_MODE_KERNEL 1
+
+/*
+ * One sample as the sample path sees it. In aggregation mode it is the key
+ * of the count maps (value: __u64 samples); in ring mode it is the record
+ * pushed to the ring buffer (one per sample).
+ */
+struct mp_key {
+	__u32 pid;              /* tgid; 0 for the idle task */
+	__u32 tid;
+	__u64 ip;               /* interrupted instruction pointer */
+	__u32 cpu;
+	__u32 mode;             /* MP_MODE_USER / MP_MODE_KERNEL */
+	__u64 tags[MT_WORDS];   /* the thread's tag vector (view[tid]) */
+};
+
+/* Per-CPU counters of the sample path (PERCPU_ARRAY, one entry). */
+struct mp_stats {
+	__u64 samples;          /* program runs */
+	__u64 dropped;          /* count map full: sample not recorded */
+	__u64 ring_full;        /* ring buffer full: sample not recorded */
+	/* self-timing (rodata `timing`): ns from entry to return, per run */
+	__u64 t_n, t_sum, t_sumsq, t_min, t_max;
+};
+
+#define MP_STATIC_ASSERT(c, m) _Static_assert(c, m)
+MP_STATIC_ASSERT(sizeof(struct mp_key) == 24 + 8 * MT_WORDS, "mp_key layout");
+MP_STATIC_ASSERT(sizeof(struct mp_stats) == 64, "mp_stats layout");
+
+#endif

@@ -1,0 +1,135 @@
+//! mantle-prof: a system-wide statistical profiler for mantle, after
+//! L4oprof (seeds/002) and OProfile, on an unmodified Linux.
+//!
+//! What: samples the whole system (or one command's process tree, or one
+//! process) on a perf event, and says where the time or the hardware events
+//! went: per image, per symbol, per component (kernel, mantle, each
+//! process) and per tag (the thread's mTags vector at each sample).
+//!
+//! Mechanism:
+//! * `perf_event_open` per CPU (per CPU and task with `inherit` for a
+//!   command or process), software or hardware events by name
+//!   ([`events`]); a hardware event on a machine without a PMU is
+//!   [`Error::NoPmu`] unless `--fallback` names another event;
+//! * an eBPF `perf_event` program (`src/bpf/prof.bpf.c`) is the sample
+//!   path: it records (pid, tid, cpu, mode, ip, tag vector) into one of two
+//!   in-kernel hash maps (default) or a ring buffer; user space flips the
+//!   maps and drains the idle one every second;
+//! * a per-CPU dummy event with mmap2/comm/task bits and its own ring is
+//!   the side band (mmaps with build IDs, exec, fork, exit); the sampling
+//!   events' own output (throttle records) is redirected into it; with an
+//!   initial /proc snapshot it lets [`model::AddressSpaces`] turn each ip
+//!   into (image, offset) when the samples are drained, so processes that
+//!   exit before the report still resolve;
+//! * a session ([`session`]) is a directory of merged counts plus what the
+//!   report needs later (images with build IDs, kallsyms, vDSO, tag names);
+//! * reports ([`report`]) symbolize with blazesym (ELF + DWARF) and render
+//!   text, JSON, flame graphs (inferno) and pprof.
+//!
+//! Invariants: the sample path never writes to the perf ring (the program
+//! returns 0), so a sample costs the interrupt plus the program; user space
+//! only deletes from the count map that the program is not writing (the
+//! `sel` flip); the rate is never changed silently: throttling, a change of
+//! `kernel.perf_event_max_sample_rate`, lost samples and a fallback event
+//! are written into the session and shown in every summary and report.
+//! [`model`] is the pure core (no system calls); [`kernel`] holds every
+//! `unsafe` block and system call.
+//!
+//! Lock order: none inside the crate (one recording thread). The profiler
+//! only reads the tags subsystem's pinned `view` map, so it takes no tags
+//! lock; the kernel-wide /run/mantle-kernel.lock is for scripts that load
+//! or unload the tags kernel side and for benchmarks.
+
+pub mod abi;
+pub mod events;
+pub mod kernel;
+pub mod model;
+pub mod pprof;
+pub mod record;
+pub mod report;
+pub mod session;
+pub mod symbols;
+
+pub use model::{Report, ReportOpts};
+pub use record::{RecordOpts, Summary, Target, Transport};
+
+/// Errors of the profiler. The CLI maps them to messages and exit codes.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("event {0} needs a hardware PMU, and this machine has none (perf_event_open: ENOENT); record with `--fallback cpu-clock` to sample CPU time instead")]
+    NoPmu(String),
+    #[error("unknown event {0:?} (known: {1}; see `mantle prof events`)")]
+    UnknownEvent(String, String),
+    #[error("-F {asked} is above kernel.perf_event_max_sample_rate ({max}): ask for less, or raise the sysctl; mantle does not lower the rate silently")]
+    RateTooHigh { asked: u64, max: i64 },
+    #[error("permission denied: {0}")]
+    Permission(String),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("no such process: {0}")]
+    NoSuchProcess(u32),
+    #[error("no session at {0} (record one with `mantle prof record -o DIR`)")]
+    NoSession(String),
+    #[error("session: {0}")]
+    Session(String),
+    #[error("kernel: {0}")]
+    Kernel(String),
+}
+
+/// One line of `mantle prof events`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EventInfo {
+    pub name: &'static str,
+    pub hardware: bool,
+    pub available: bool,
+    pub detail: String,
+    pub description: &'static str,
+}
+
+/// What this machine offers.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct EventsReport {
+    pub pmu: bool,
+    pub events: Vec<EventInfo>,
+    pub max_sample_rate: Option<i64>,
+    pub perf_event_paranoid: Option<i64>,
+    pub note: String,
+}
+
+/// Tries every known event (a counting event on this thread; no sampling).
+pub fn list_events() -> EventsReport {
+    let events: Vec<EventInfo> = events::EVENTS
+        .iter()
+        .map(|e| {
+            let r = record::event_available(e);
+            EventInfo {
+                name: e.name,
+                hardware: e.hardware,
+                available: r.is_ok(),
+                detail: match r {
+                    Ok(()) => "ok".into(),
+                    Err(err) if err.raw_os_error() == Some(libc::ENOENT) => {
+                        "ENOENT: no PMU for this event".into()
+                    }
+                    Err(err) => err.to_string(),
+                },
+                description: e.description,
+            }
+        })
+        .collect();
+    let pmu = events.iter().any(|e| e.hardware && e.available);
+    let note = if pmu {
+        "a hardware PMU is present: hardware events can be sampled".to_string()
+    } else {
+        "no hardware PMU on this machine: cycles, instructions, cache and TLB misses cannot be sampled; use cpu-clock (or --fallback cpu-clock)".to_string()
+    };
+    EventsReport {
+        pmu,
+        events,
+        max_sample_rate: record::max_sample_rate(),
+        perf_event_paranoid: std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+            .ok()
+            .and_then(|s| s.trim().parse().ok()),
+        note,
+    }
+}

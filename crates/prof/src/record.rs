@@ -1,0 +1,819 @@
+//! `mantle prof record`: opens the perf events, runs the sample path,
+//! follows the side band, drains and resolves samples into the merged
+//! profile, and writes the session.
+
+use crate::abi::{Key, MODE_KERNEL};
+use crate::events::{self, EventDef};
+use crate::kernel::{self, attr, PerfEventAttr, PerfRecord, PerfRing, Sampler};
+use crate::model::{
+    self, AddressSpaces, Dist, Mapping, Meta, Mode, Profile, RawSample, SampleCost, TagName,
+};
+use crate::session::{self, SessionData};
+use crate::Error;
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// What to profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every CPU, every process.
+    All,
+    /// One running process (all its threads, and children it creates).
+    Pid(u32),
+    /// A command run for the occasion, and its process tree.
+    Command(Vec<String>),
+}
+
+/// How samples travel from the sample path to user space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// In-kernel aggregation in hash maps, drained periodically (default).
+    Aggregate,
+    /// One ring-buffer record per sample.
+    Ring,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordOpts {
+    pub target: Target,
+    pub event: String,
+    /// Event to use when `event` is not available here.
+    pub fallback: Option<String>,
+    pub freq: Option<u64>,
+    pub period: Option<u64>,
+    pub output: PathBuf,
+    pub duration: Option<Duration>,
+    pub transport: Transport,
+    pub drain_interval: Duration,
+    /// Measure the sample path's cost (Table 2).
+    pub self_timing: bool,
+    /// Live status line (only drawn when stderr is a terminal).
+    pub status: bool,
+}
+
+impl Default for RecordOpts {
+    fn default() -> Self {
+        RecordOpts {
+            target: Target::All,
+            event: "cpu-clock".into(),
+            fallback: None,
+            freq: None,
+            period: None,
+            output: PathBuf::from(session::DEFAULT_DIR),
+            duration: None,
+            transport: Transport::Aggregate,
+            drain_interval: Duration::from_millis(1000),
+            self_timing: false,
+            status: true,
+        }
+    }
+}
+
+pub const DEFAULT_FREQ: u64 = 4000;
+
+/// The outcome of a recording.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    pub session: String,
+    pub meta: Meta,
+    pub caveats: Vec<String>,
+    pub rows: usize,
+    pub images: usize,
+    pub processes: usize,
+    /// Exit code of the profiled command, if one was run.
+    pub command_status: Option<i32>,
+}
+
+impl Summary {
+    pub fn render(&self) -> String {
+        let m = &self.meta;
+        let mut s = format!(
+            "mantle prof: {} samples of {}{} in {:.2} s ({:.0}/s) on {} CPU(s), {} lost, throttled {} time(s)\n",
+            m.samples,
+            m.event,
+            m.fallback_from
+                .as_ref()
+                .map(|f| format!(" (fallback for {f})"))
+                .unwrap_or_default(),
+            m.duration_ns as f64 / 1e9,
+            m.samples as f64 / (m.duration_ns as f64 / 1e9).max(1e-9),
+            m.cpus,
+            m.lost_samples,
+            m.throttle_events
+        );
+        s += &format!(
+            "  session {} ({} profile rows, {} images, {} processes)\n",
+            self.session, self.rows, self.images, self.processes
+        );
+        for c in &self.caveats {
+            s += &format!("  warning: {c}\n");
+        }
+        if let Some(c) = &m.cost {
+            s += &format!(
+                "  sample path: eBPF {:.0} ns mean (sd {:.0}, min {:.0}, max {:.0}, n {}); kernel stats {:.0} ns/run over {} runs; user-space drain {:.0} ns/sample\n",
+                c.bpf_self_ns.mean,
+                c.bpf_self_ns.stddev,
+                c.bpf_self_ns.min,
+                c.bpf_self_ns.max,
+                c.bpf_self_ns.n,
+                c.bpf_stats_mean_ns,
+                c.bpf_stats_runs,
+                c.drain_ns_per_sample.mean
+            );
+        }
+        if let Some(code) = self.command_status {
+            if code != 0 {
+                s += &format!("  the command exited with status {code}\n");
+            }
+        }
+        s
+    }
+}
+
+/// Online CPUs (from /sys/devices/system/cpu/online, e.g. "0-1,4").
+pub fn online_cpus() -> Vec<u32> {
+    let s =
+        std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_else(|_| "0".into());
+    parse_cpu_list(s.trim())
+}
+
+pub fn parse_cpu_list(s: &str) -> Vec<u32> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.parse::<u32>(), b.parse::<u32>()) {
+                    v.extend(a..=b);
+                }
+            }
+            None => {
+                if let Ok(a) = part.parse() {
+                    v.push(a)
+                }
+            }
+        }
+    }
+    v
+}
+
+pub fn max_sample_rate() -> Option<i64> {
+    mantle_sys::probe::sysctl("kernel/perf_event_max_sample_rate").or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    })
+}
+
+fn is_missing_pmu(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::ENODEV) | Some(libc::EOPNOTSUPP)
+    )
+}
+
+/// Whether an event can be opened here (a counting event on this thread).
+pub fn event_available(e: &EventDef) -> Result<(), std::io::Error> {
+    let a = PerfEventAttr {
+        type_: e.type_,
+        config: e.config,
+        flags: attr::DISABLED,
+        ..Default::default()
+    };
+    kernel::perf_event_open(&a, 0, -1).map(|_| ())
+}
+
+struct BuildIds(HashMap<String, Option<String>>);
+
+impl BuildIds {
+    fn of(&mut self, path: &str) -> Option<String> {
+        if !path.starts_with('/') {
+            return None;
+        }
+        self.0
+            .entry(path.to_string())
+            .or_insert_with(|| crate::symbols::build_id(Path::new(path)))
+            .clone()
+    }
+}
+
+fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    b.get(o..o + 4)
+        .map(|x| u32::from_ne_bytes(x.try_into().unwrap()))
+        .unwrap_or(0)
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    b.get(o..o + 8)
+        .map(|x| u64::from_ne_bytes(x.try_into().unwrap()))
+        .unwrap_or(0)
+}
+
+/// Counters from the side band.
+#[derive(Default)]
+struct SideStats {
+    lost: u64,
+    throttle: u64,
+    unthrottle: u64,
+    lost_samples: u64,
+}
+
+fn apply_record(r: &PerfRecord, sp: &mut AddressSpaces, ids: &mut BuildIds, st: &mut SideStats) {
+    let b = &r.body;
+    match r.type_ {
+        kernel::PERF_RECORD_MMAP2 => {
+            let (pid, start, len, pgoff) =
+                (u32_at(b, 0), u64_at(b, 8), u64_at(b, 16), u64_at(b, 24));
+            let path = cstr(b.get(64..).unwrap_or(&[]));
+            let mut build_id = None;
+            if r.misc & kernel::PERF_RECORD_MISC_MMAP_BUILD_ID != 0 {
+                let n = (*b.get(32).unwrap_or(&0) as usize).min(20);
+                if n > 0 {
+                    build_id = Some(crate::symbols::hex(&b[36..36 + n]));
+                }
+            }
+            if build_id.is_none() {
+                build_id = ids.of(&path);
+            }
+            sp.mmap(
+                pid,
+                Mapping {
+                    start,
+                    end: start + len,
+                    pgoff,
+                    path,
+                    build_id,
+                },
+            );
+        }
+        kernel::PERF_RECORD_COMM => {
+            let exec = r.misc & kernel::PERF_RECORD_MISC_COMM_EXEC != 0;
+            sp.comm(
+                u32_at(b, 0),
+                u32_at(b, 4),
+                &cstr(&b[8.min(b.len())..]),
+                exec,
+            );
+        }
+        kernel::PERF_RECORD_FORK => sp.fork(u32_at(b, 0), u32_at(b, 4), u32_at(b, 8)),
+        kernel::PERF_RECORD_EXIT => sp.exit(u32_at(b, 0), u32_at(b, 8)),
+        kernel::PERF_RECORD_LOST => st.lost += u64_at(b, 8),
+        kernel::PERF_RECORD_THROTTLE => st.throttle += 1,
+        kernel::PERF_RECORD_UNTHROTTLE => st.unthrottle += 1,
+        kernel::PERF_RECORD_LOST_SAMPLES => st.lost_samples += u64_at(b, 0),
+        _ => {}
+    }
+}
+
+/// Reads every process's executable mappings from /proc.
+fn snapshot_proc(sp: &mut AddressSpaces, ids: &mut BuildIds) {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let dir = e.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        let ppid = std::fs::read_to_string(dir.join("stat"))
+            .ok()
+            .and_then(|s| {
+                let r = s.rsplit_once(')')?.1.to_string();
+                r.split_whitespace().nth(1)?.parse().ok()
+            })
+            .unwrap_or(0);
+        sp.add_process(pid, ppid, comm.trim());
+        if let Ok(maps) = std::fs::read_to_string(dir.join("maps")) {
+            for l in maps.lines() {
+                if let Some(mut m) = model::parse_maps_line(l) {
+                    m.build_id = ids.of(&m.path);
+                    sp.mmap(pid, m);
+                }
+            }
+        }
+    }
+}
+
+/// Text symbols of /proc/kallsyms (None when addresses are hidden).
+fn kallsyms_text() -> Option<String> {
+    let s = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    let mut out = String::with_capacity(s.len() / 2);
+    let mut nonzero = false;
+    for l in s.lines() {
+        let mut f = l.split_whitespace();
+        let (Some(a), Some(t)) = (f.next(), f.next()) else {
+            continue;
+        };
+        if matches!(t, "t" | "T" | "w" | "W") {
+            if a.bytes().any(|c| c != b'0') {
+                nonzero = true;
+            }
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    nonzero.then_some(out)
+}
+
+fn tag_names() -> (bool, Vec<TagName>) {
+    match mantle_tags::Tags::open() {
+        Ok(t) => (
+            true,
+            t.list()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|i| TagName {
+                    bit: i.bit,
+                    name: i.name,
+                })
+                .collect(),
+        ),
+        Err(_) => (false, Vec::new()),
+    }
+}
+
+fn to_raw(k: &Key) -> RawSample {
+    RawSample {
+        pid: k.pid,
+        tid: k.tid,
+        cpu: k.cpu,
+        mode: if k.mode == MODE_KERNEL {
+            Mode::Kernel
+        } else {
+            Mode::User
+        },
+        ip: k.ip,
+        tags: k.tags.to_vec(),
+    }
+}
+
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Records a session. Blocks until the command exits, the process exits,
+/// the duration ends, or SIGINT/SIGTERM.
+pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
+    if mantle_sys::os::geteuid() != 0 {
+        return Err(Error::Permission(
+            "recording needs root (system-wide perf events and eBPF)".into(),
+        ));
+    }
+    let mut ev = events::by_name(&o.event)
+        .ok_or_else(|| Error::UnknownEvent(o.event.clone(), events::names()))?;
+    let mut fallback_from = None;
+    if let Some(fb) = &o.fallback {
+        let fbe =
+            events::by_name(fb).ok_or_else(|| Error::UnknownEvent(fb.clone(), events::names()))?;
+        if let Err(e) = event_available(ev) {
+            if ev.hardware && is_missing_pmu(&e) {
+                fallback_from = Some(ev.name.to_string());
+                ev = fbe;
+            }
+        }
+    }
+    let (freq, period) = match (o.freq, o.period) {
+        (Some(_), Some(_)) => return Err(Error::Invalid("-F and -c exclude each other".into())),
+        (None, None) => (Some(DEFAULT_FREQ), None),
+        (f, p) => (f, p),
+    };
+    if freq == Some(0) || period == Some(0) {
+        return Err(Error::Invalid("-F and -c must be positive".into()));
+    }
+    let max_rate_start = max_sample_rate();
+    if let (Some(f), Some(m)) = (freq, max_rate_start) {
+        if f as i64 > m {
+            return Err(Error::RateTooHigh { asked: f, max: m });
+        }
+    }
+    let cpus = online_cpus();
+    let own_comm = std::fs::read_to_string("/proc/self/comm")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let mut mantle_comms = vec!["mantle".to_string()];
+    if !own_comm.is_empty() && own_comm != "mantle" {
+        mantle_comms.push(own_comm);
+    }
+    let mut sp = AddressSpaces::new(mantle_comms);
+    let mut ids = BuildIds(HashMap::new());
+    let (tags_loaded, tags_start) = tag_names();
+
+    // the sample path
+    let view = kernel::open_tags_view();
+    let mut sampler = Sampler::load(
+        o.transport == Transport::Ring,
+        o.self_timing,
+        view.as_ref().map(|f| f.as_fd()),
+    )?;
+    let stats_fd = if o.self_timing {
+        kernel::enable_bpf_stats()
+    } else {
+        None
+    };
+
+    // the side band: every CPU, every process, from now on
+    let mut rings: HashMap<u32, PerfRing> = HashMap::new();
+    for &cpu in &cpus {
+        let mut a = PerfEventAttr {
+            type_: events::PERF_TYPE_SOFTWARE,
+            config: kernel::PERF_COUNT_SW_DUMMY,
+            sample_period: 1,
+            flags: attr::MMAP
+                | attr::MMAP2
+                | attr::COMM
+                | attr::COMM_EXEC
+                | attr::TASK
+                | attr::BUILD_ID,
+            ..Default::default()
+        };
+        let fd = match kernel::perf_event_open(&a, -1, cpu as i32) {
+            Ok(fd) => fd,
+            Err(_) => {
+                a.flags &= !attr::BUILD_ID; // kernels before 5.12
+                kernel::perf_event_open(&a, -1, cpu as i32).map_err(|e| {
+                    Error::Kernel(format!("open the side-band event on CPU {cpu}: {e}"))
+                })?
+            }
+        };
+        let ring = PerfRing::new(fd, 256)
+            .map_err(|e| Error::Kernel(format!("mmap the side-band ring of CPU {cpu}: {e}")))?;
+        rings.insert(cpu, ring);
+    }
+    snapshot_proc(&mut sp, &mut ids);
+    if let Some(p) = sp.procs.get_mut(&std::process::id()) {
+        p.mantle = true;
+    }
+
+    // the target
+    let mut child = None;
+    let mut gate = None;
+    let (pids, inherit, on_exec, target_desc): (Vec<i32>, bool, bool, String) = match &o.target {
+        Target::All => (vec![-1], false, false, "all CPUs".into()),
+        Target::Pid(p) => {
+            let tids: Vec<i32> = std::fs::read_dir(format!("/proc/{p}/task"))
+                .map_err(|_| Error::NoSuchProcess(*p))?
+                .flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect();
+            (tids, true, false, format!("pid {p}"))
+        }
+        Target::Command(argv) => {
+            if argv.is_empty() {
+                return Err(Error::Invalid("no command given after --".into()));
+            }
+            let (c, g) = kernel::spawn_gated(argv)
+                .map_err(|e| Error::Invalid(format!("cannot run {}: {e}", argv[0])))?;
+            let pid = c.pid as i32;
+            child = Some(c);
+            gate = Some(g);
+            (
+                vec![pid],
+                true,
+                true,
+                format!("command: {}", argv.join(" ")),
+            )
+        }
+    };
+
+    // the sampling events
+    let open_all = |ev: &EventDef| -> Result<Vec<(u32, OwnedFd)>, std::io::Error> {
+        let mut fds = Vec::new();
+        for &pid in &pids {
+            for &cpu in &cpus {
+                let mut flags = attr::DISABLED;
+                if inherit {
+                    flags |= attr::INHERIT;
+                }
+                if on_exec {
+                    flags |= attr::ENABLE_ON_EXEC;
+                }
+                if freq.is_some() {
+                    flags |= attr::FREQ;
+                }
+                let a = PerfEventAttr {
+                    type_: ev.type_,
+                    config: ev.config,
+                    sample_period: freq.or(period).unwrap(),
+                    sample_type: kernel::PERF_SAMPLE_IP | kernel::PERF_SAMPLE_TID,
+                    flags,
+                    ..Default::default()
+                };
+                match kernel::perf_event_open(&a, pid, cpu as i32) {
+                    Ok(fd) => fds.push((cpu, fd)),
+                    // a thread of -p PID that exited meanwhile
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) && pids.len() > 1 => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(fds)
+    };
+    let fds = match open_all(ev) {
+        Ok(f) => f,
+        Err(e) if ev.hardware && is_missing_pmu(&e) => {
+            if let Some(fb) = &o.fallback {
+                let fbe = events::by_name(fb).expect("checked above");
+                fallback_from = Some(ev.name.to_string());
+                ev = fbe;
+                open_all(ev).map_err(|e| Error::Kernel(format!("open {} events: {e}", ev.name)))?
+            } else {
+                return Err(Error::NoPmu(ev.name.to_string()));
+            }
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && freq.is_some() => {
+            return Err(Error::Kernel(format!(
+                "the kernel refused {} at {} Hz (EINVAL): kernel.perf_event_max_sample_rate is {}",
+                ev.name,
+                freq.unwrap(),
+                max_sample_rate()
+                    .map(|m| m.to_string())
+                    .unwrap_or("?".into())
+            )))
+        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
+            return Err(Error::Permission(format!("perf_event_open: {e}")))
+        }
+        Err(e) => return Err(Error::Kernel(format!("open {} events: {e}", ev.name))),
+    };
+    let mut throttle_visible = true;
+    for (cpu, fd) in &fds {
+        sampler.attach(fd.as_fd())?;
+        if let Some(r) = rings.get(cpu) {
+            if kernel::perf_set_output(fd.as_fd(), r.fd.as_fd()).is_err() {
+                throttle_visible = false;
+            }
+        }
+    }
+
+    // go
+    let start = Instant::now();
+    let start_ns = unix_ns();
+    kernel::catch_stop_signals();
+    if let Some(g) = gate.take() {
+        g.release()
+            .map_err(|e| Error::Kernel(format!("start the command: {e}")))?;
+    } else {
+        for (_, fd) in &fds {
+            kernel::perf_enable(fd.as_fd()).map_err(|e| Error::Kernel(format!("enable: {e}")))?;
+        }
+    }
+    let live = o.status && kernel::stderr_is_tty();
+    let mut profile = Profile::default();
+    let mut side = SideStats::default();
+    let mut recs = Vec::new();
+    let mut raw = Vec::new();
+    let mut drain_costs: Vec<f64> = Vec::new();
+    let mut last_drain = Instant::now();
+    let mut last_status = Instant::now();
+    let mut last_samples = 0u64;
+    let mut command_status = None;
+    let poll = if o.transport == Transport::Ring {
+        Duration::from_millis(50)
+    } else {
+        Duration::from_millis(100).min(o.drain_interval)
+    };
+    let drain = |sampler: &mut Sampler,
+                 sp: &mut AddressSpaces,
+                 profile: &mut Profile,
+                 raw: &mut Vec<(Key, u64)>,
+                 drain_costs: &mut Vec<f64>|
+     -> Result<(), Error> {
+        let t = Instant::now();
+        sampler.drain(raw)?;
+        let n: u64 = raw.iter().map(|r| r.1).sum();
+        for (k, c) in raw.drain(..) {
+            profile.add(sp, &to_raw(&k), c);
+        }
+        if n > 0 {
+            drain_costs.push(t.elapsed().as_nanos() as f64 / n as f64);
+        }
+        Ok(())
+    };
+    loop {
+        std::thread::sleep(poll);
+        for r in rings.values_mut() {
+            r.read(&mut recs);
+        }
+        for r in recs.drain(..) {
+            apply_record(&r, &mut sp, &mut ids, &mut side);
+        }
+        if o.transport == Transport::Ring || last_drain.elapsed() >= o.drain_interval {
+            drain(
+                &mut sampler,
+                &mut sp,
+                &mut profile,
+                &mut raw,
+                &mut drain_costs,
+            )?;
+            last_drain = Instant::now();
+        }
+        if live && last_status.elapsed() >= Duration::from_millis(500) {
+            let st = sampler.stats();
+            let dt = last_status.elapsed().as_secs_f64();
+            let _ = write!(
+                std::io::stderr(),
+                "\r\x1b[Kmantle prof: {} samples, {:.0}/s, lost {}, throttled {}",
+                st.samples,
+                (st.samples - last_samples) as f64 / dt,
+                st.dropped + st.ring_full + side.lost_samples,
+                side.throttle
+            );
+            last_samples = st.samples;
+            last_status = Instant::now();
+        }
+        let mut done = kernel::stop_requested();
+        if let Some(d) = o.duration {
+            done |= start.elapsed() >= d;
+        }
+        if let Some(c) = child.as_mut() {
+            if let Some(s) = c.try_wait() {
+                command_status = Some(s);
+                done = true;
+            }
+        }
+        if let Target::Pid(p) = o.target {
+            done |= !Path::new(&format!("/proc/{p}")).exists();
+        }
+        if done {
+            break;
+        }
+    }
+    let duration = start.elapsed();
+    if live {
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
+    }
+    for (_, fd) in &fds {
+        let _ = kernel::perf_disable(fd.as_fd());
+    }
+    sampler.detach();
+    if let Some(mut c) = child.take() {
+        // stopped early (signal or duration): the command keeps its signal
+        if let Some(s) = c.wait() {
+            command_status.get_or_insert(s);
+        }
+    }
+    for r in rings.values_mut() {
+        r.read(&mut recs);
+    }
+    for r in recs.drain(..) {
+        apply_record(&r, &mut sp, &mut ids, &mut side);
+    }
+    drain(
+        &mut sampler,
+        &mut sp,
+        &mut profile,
+        &mut raw,
+        &mut drain_costs,
+    )?;
+    drain(
+        &mut sampler,
+        &mut sp,
+        &mut profile,
+        &mut raw,
+        &mut drain_costs,
+    )?;
+    let st = sampler.stats();
+    let (run_ns, run_cnt) = sampler.prog_run_stats();
+    drop(stats_fd);
+
+    let (_, tags_end) = tag_names();
+    let mut tags = tags_end;
+    for t in tags_start {
+        if !tags.iter().any(|x| x.bit == t.bit) {
+            tags.push(t);
+        }
+    }
+    tags.sort_by_key(|t| t.bit);
+
+    // JIT maps of processes that had executable anonymous memory
+    let mut jit_maps = Vec::new();
+    let sampled_pids: std::collections::HashSet<u32> =
+        profile.counts.keys().map(|k| k.pid).collect();
+    for pid in sampled_pids {
+        if let Ok(t) = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")) {
+            if let Some(p) = sp.procs.get_mut(&pid) {
+                p.jit_map = true;
+            }
+            jit_maps.push((pid, t));
+        }
+    }
+    // JIT images need re-resolution now that jit_map is known: redo anon rows
+    if !jit_maps.is_empty() {
+        let rows: Vec<_> = profile.counts.drain().collect();
+        let anon = profile
+            .images
+            .iter()
+            .position(|i| i.kind == model::ImageKind::Anon);
+        for (k, n) in rows {
+            if Some(k.image as usize) == anon && sp.procs.get(&k.pid).is_some_and(|p| p.jit_map) {
+                let img = model::Image {
+                    path: model::JIT_IMAGE.into(),
+                    kind: model::ImageKind::Jit,
+                    build_id: None,
+                    pid: Some(k.pid),
+                };
+                let id = profile.image_id(&img);
+                profile.add_row(model::RowKey { image: id, ..k }, n);
+            } else {
+                profile.add_row(k, n);
+            }
+        }
+    }
+
+    let ks = kallsyms_text();
+    let mut warnings = Vec::new();
+    if !throttle_visible {
+        warnings.push(
+            "throttle records could not be routed to the side band: throttling is detected only through the max-sample-rate sysctl".into(),
+        );
+    }
+    let cost = o.self_timing.then(|| SampleCost {
+        bpf_self_ns: Dist::from_moments(
+            st.t_n,
+            st.t_sum as f64,
+            st.t_sumsq as f64,
+            st.t_min as f64,
+            st.t_max as f64,
+        ),
+        bpf_stats_mean_ns: if run_cnt > 0 {
+            run_ns as f64 / run_cnt as f64
+        } else {
+            0.0
+        },
+        bpf_stats_runs: run_cnt,
+        drain_ns_per_sample: Dist::of(&drain_costs),
+    });
+    let meta = Meta {
+        format: session::FORMAT,
+        mantle_version: env!("CARGO_PKG_VERSION").into(),
+        event: ev.name.into(),
+        fallback_from,
+        freq,
+        period,
+        target: target_desc,
+        cpus: cpus.len() as u32,
+        start_unix_ns: start_ns,
+        duration_ns: duration.as_nanos() as u64,
+        samples: st.samples,
+        lost_samples: st.dropped + st.ring_full + side.lost_samples,
+        lost_sideband: side.lost,
+        throttle_events: side.throttle,
+        unthrottle_events: side.unthrottle,
+        max_sample_rate_start: max_rate_start,
+        max_sample_rate_end: max_sample_rate(),
+        transport: match o.transport {
+            Transport::Aggregate => "aggregate".into(),
+            Transport::Ring => "ring".into(),
+        },
+        tags_loaded,
+        kernel_symbols: ks.is_some(),
+        warnings,
+        cost,
+    };
+    let vdso = kernel::vdso_image();
+    session::write_session(
+        &o.output,
+        &SessionData {
+            meta: &meta,
+            profile: &profile,
+            procs: &sp.procs,
+            history: &sp.history,
+            tags: &tags,
+            kallsyms_text: ks.as_deref(),
+            vdso: vdso.as_deref(),
+            jit_maps: &jit_maps,
+        },
+    )?;
+    Ok(Summary {
+        session: o.output.display().to_string(),
+        caveats: meta.caveats(),
+        rows: profile.counts.len(),
+        images: profile.images.len(),
+        processes: sp.procs.len(),
+        meta,
+        command_status,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn cpu_list() {
+        assert_eq!(parse_cpu_list("0-1"), vec![0, 1]);
+        assert_eq!(parse_cpu_list("0,2-3,7"), vec![0, 2, 3, 7]);
+        assert_eq!(parse_cpu_list("0"), vec![0]);
+        assert!(parse_cpu_list("").is_empty());
+    }
+}
