@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+"""Tables for bench/tags/run.sh (called by it; not meant to be run alone).
+
+    report.py RAW.tsv PROFILE.tsv META_JSON OUT_PREFIX
+
+RAW rows:     kind case cond rep value_ns hops_per_op note
+PROFILE rows: kind case cond program calls_per_op ns_per_call
+Prints the report and writes OUT_PREFIX.txt and OUT_PREFIX.json.
+
+Statistics: per case and condition, the median, the MAD (median absolute
+deviation, unscaled, as in the paper's tables) and min..max over the
+repetitions; "ratio" is median(condition) / median(baseline); "paired" is
+the range of per-repetition ratios (rep r of a condition over rep r of
+baseline, which ran next to it), a direct view of the noise.
+"""
+import json
+import statistics
+import sys
+from collections import defaultdict
+
+CONDS = ["baseline", "loaded", "bystander", "tagged", "lifeline"]
+IPC = {"unix_pingpong", "pipe_pingpong", "signal_rt", "pipe_read"}
+SELFREAD_MAX_NS = 100.0
+
+
+def bar_of(kind, case, cond):
+    """(text, check(value, ratio) -> bool) or None when the issue sets no bar."""
+    if case == "selfread":
+        return ("<= 100 ns", lambda v, r: v <= SELFREAD_MAX_NS)
+    if cond == "loaded":
+        return ("<= 1.02", lambda v, r: r <= 1.02)
+    if cond in ("tagged", "lifeline"):
+        if kind == "program":
+            return ("<= 1.03", lambda v, r: r <= 1.03)
+        if case in IPC:
+            return ("<= 1.15", lambda v, r: r <= 1.15)
+    return None
+
+
+def mwu_p(xs, ys):
+    """Two-sided exact Mann-Whitney U p-value (ties count one half)."""
+    n, m = len(xs), len(ys)
+    if not n or not m:
+        return None
+    u = sum((x > y) + 0.5 * (x == y) for x in xs for y in ys)
+    # Distribution of U for n, m without ties: count[u] by recursion on (n, m).
+    from functools import lru_cache
+
+    @lru_cache(maxsize=None)
+    def cnt(a, b, k):
+        if k < 0:
+            return 0
+        if a == 0 or b == 0:
+            return 1 if k == 0 else 0
+        return cnt(a - 1, b, k - b) + cnt(a, b - 1, k)
+
+    total = sum(cnt(n, m, k) for k in range(n * m + 1))
+    lo = min(u, n * m - u)
+    tail = sum(cnt(n, m, k) for k in range(int(lo) + 1))  # P(U <= lo); ties: conservative
+    return min(1.0, 2.0 * tail / total)
+
+
+def fmt_t(ns, kind):
+    if kind == "program":
+        return "%.3f s" % (ns / 1e9)
+    if ns >= 1e6:
+        return "%.2f ms" % (ns / 1e6)
+    if ns >= 1e4:
+        return "%.2f us" % (ns / 1e3)
+    return "%.1f ns" % ns
+
+
+def main():
+    raw_p, prof_p, meta_s, out = sys.argv[1:5]
+    meta = json.loads(meta_s)
+    vals = defaultdict(dict)  # (kind, case, cond) -> {rep: value}
+    hops = defaultdict(list)
+    notes = defaultdict(set)
+    order = []
+    for line in open(raw_p):
+        kind, case, cond, rep, v, h, note = line.rstrip("\n").split("\t")
+        key = (kind, case, cond)
+        if (kind, case) not in order:
+            order.append((kind, case))
+        vals[key][int(rep)] = float(v)
+        hops[key].append(float(h))
+        if note != "-":
+            notes[key].add(note)
+    prof = []
+    for line in open(prof_p):
+        kind, case, cond, prog, cpo, npc = line.rstrip("\n").split("\t")
+        prof.append(dict(kind=kind, case=case, cond=cond, program=prog,
+                         calls_per_op=float(cpo), ns_per_call=float(npc)))
+
+    rows = []
+    for kind, case in order:
+        base = vals.get((kind, case, "baseline"), {})
+        bmed = statistics.median(base.values()) if base else None
+        for cond in CONDS:
+            d = vals.get((kind, case, cond))
+            if not d:
+                continue
+            xs = list(d.values())
+            med = statistics.median(xs)
+            mad = statistics.median([abs(x - med) for x in xs])
+            ratio = med / bmed if bmed else None
+            paired = [d[r] / base[r] for r in d if r in base and base[r] > 0]
+            pval = mwu_p(xs, list(base.values())) if cond != "baseline" else None
+            b = bar_of(kind, case, cond)
+            if cond == "baseline" and case != "selfread":
+                b = None
+            verdict = "info" if b is None else ("PASS" if b[1](med, ratio) else "MISS")
+            rows.append(dict(kind=kind, case=case, cond=cond, n=len(xs), values=xs,
+                             median=med, mad=mad, min=min(xs), max=max(xs), ratio=ratio,
+                             paired_min=min(paired) if paired else None,
+                             paired_max=max(paired) if paired else None,
+                             bar=b[0] if b else None, verdict=verdict, p_mwu=pval,
+                             hops_per_op=statistics.median(hops[(kind, case, cond)]),
+                             note=",".join(sorted(notes[(kind, case, cond)])) or None))
+
+    lines = []
+    p = lines.append
+    p("mantle tags overhead (bench/tags/run.sh), %s, git %s, kernel %s, %s CPUs"
+      % (meta.get("date"), meta.get("git"), meta.get("kernel"), meta.get("cpus")))
+    p("pinning: %s; /dev/cpu_dma_latency: %s" % (meta.get("pinning"), meta.get("cpu_dma_latency")))
+    p("repetitions: micro %s, programs %s; order: %s" % (meta.get("reps_micro"), meta.get("reps_programs"), meta.get("order")))
+    p("micro iterations per run: %s (+10%% untimed warm-up)" % meta.get("iters"))
+    p("program inputs: %s" % meta.get("inputs"))
+    p("load average at start %s, at end %s; wall time micro %ss, programs %ss"
+      % (meta.get("loadavg_start"), meta.get("loadavg_end"), meta.get("seconds_micro"), meta.get("seconds_programs")))
+    p("statistics: median, MAD and min..max over repetitions; ratio = median / median(baseline);")
+    p("paired = range of per-repetition ratios to the baseline run of the same repetition;")
+    p("p = two-sided Mann-Whitney U test against baseline (exact; < 0.05: the difference is")
+    p("unlikely to be noise). Verdicts use the ratio of medians only, as the issue states the bars.")
+    p("")
+    hdr = "%-14s %-9s %11s %9s %23s %6s %11s %6s %8s %-7s %8s" % (
+        "case", "condition", "median", "MAD", "min..max", "ratio", "paired", "p", "bar", "verdict", "hops/op")
+    for kind, title in (("micro", "Micro cases (per operation; Table 3 shape)"),
+                        ("program", "Whole programs (wall time of the pipeline; Table 2 shape)")):
+        rs = [r for r in rows if r["kind"] == kind]
+        if not rs:
+            continue
+        p(title)
+        p(hdr)
+        p("-" * len(hdr))
+        last = None
+        for r in rs:
+            if last and last != r["case"]:
+                p("")
+            last = r["case"]
+            p("%-14s %-9s %11s %9s %23s %6s %11s %6s %8s %-7s %8s" % (
+                r["case"], r["cond"], fmt_t(r["median"], kind), fmt_t(r["mad"], kind),
+                fmt_t(r["min"], kind) + ".." + fmt_t(r["max"], kind),
+                "%.3f" % r["ratio"] if r["ratio"] else "-",
+                "%.2f..%.2f" % (r["paired_min"], r["paired_max"]) if r["paired_min"] else "-",
+                "%.3f" % r["p_mwu"] if r["p_mwu"] is not None else "-",
+                r["bar"] or "-", r["verdict"],
+                "%.2f" % r["hops_per_op"] if r["cond"] in ("tagged", "lifeline") else "-"))
+        p("")
+
+    miss = [r for r in rows if r["verdict"] == "MISS"]
+    npass = sum(r["verdict"] == "PASS" for r in rows)
+    p("bars: %d PASS, %d MISS%s" % (npass, len(miss), (": " + ", ".join(
+        "%s/%s %s" % (r["case"], r["cond"], "%.1f ns" % r["median"] if r["case"] == "selfread" else "%.3f" % r["ratio"])
+        for r in miss)) if miss else ""))
+
+    if prof:
+        p("")
+        p("Where the time goes: one extra run per case with kernel.bpf_stats_enabled=1")
+        p("(calls/op and ns/call per mt_* program from bpftool run_cnt/run_time_ns; 'bpf ns/op' is")
+        p("their sum; 'measured' is median(condition) - median(baseline) from the timed runs above.")
+        p("What bpf_stats does not see: entering the programs (tracepoint and syscall slow paths).)")
+        med = {(r["kind"], r["case"], r["cond"]): r["median"] for r in rows}
+        groups = defaultdict(list)
+        for x in prof:
+            groups[(x["kind"], x["case"], x["cond"])].append(x)
+        p("(micro: per operation; program: per run of the whole pipeline, 'ns/op' = ns per run).")
+        p("A program that returns at once shows ~70-90 ns/call here: the floor of this measurement.")
+        p("%-8s %-14s %-9s %-16s %10s %9s %12s" % ("kind", "case", "condition", "program", "calls/op", "ns/call", "ns/op"))
+        for (kind, case, cond), xs in groups.items():
+            tot = 0.0
+            for x in sorted(xs, key=lambda x: -x["calls_per_op"] * x["ns_per_call"]):
+                nso = x["calls_per_op"] * x["ns_per_call"]
+                tot += nso
+                p("%-8s %-14s %-9s %-16s %10.3f %9.1f %12.1f" % (kind, case, cond, x["program"], x["calls_per_op"], x["ns_per_call"], nso))
+            m, b = med.get((kind, case, cond)), med.get((kind, case, "baseline"))
+            meas = "%.1f" % (m - b) if m is not None and b is not None else "-"
+            p("%-8s %-14s %-9s %-16s %10s %9s %12.1f   measured %s ns/op" % (kind, case, cond, "= bpf ns/op", "", "", tot, meas))
+        p("")
+
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    with open(out + ".txt", "w") as f:
+        f.write(text)
+    with open(out + ".json", "w") as f:
+        json.dump(dict(meta=meta, rows=rows, profile=prof), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

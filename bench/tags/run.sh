@@ -1,0 +1,496 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# bench/tags/run.sh: the cost of mantle tags, side by side in one run: the
+# shape of the paper's Table 3 (system calls and IPC; here micro.c) and
+# Table 2 (real programs; here unmodified Debian tools in a pipeline).
+#
+#   bash bench/tags/run.sh [--quick] [options]      (from the repo root, as root)
+#
+# What runs. Every case under each condition:
+#   baseline   kernel side not loaded (`mantle tags down`)
+#   loaded     `mantle tags up`, no tag exists (only the always-on hooks:
+#              cgroup connect marking and the self-operation uprobe)
+#   bystander  a tag exists (so the tagged hooks are attached machine-wide)
+#              but the measured processes do not hold it: the price every
+#              other process pays while anybody uses tags (extra row, the
+#              issue sets no bar for it)
+#   tagged     a tag exists and the measured processes hold it from their
+#              first instruction (`mantle tag run TAG -- ...`; children
+#              inherit, so both ends of every IPC are tagged)
+#   lifeline   as tagged, the tag created with --lifeline 65536: every
+#              reception is recorded
+# Micro cases (micro.c): unix_pingpong pipe_pingpong getpid fork_exit
+# signal_rt devnull_write pipe_read selfread (see micro.c's header). Whole
+# programs, each one `sh -c` pipeline timed from outside by `micro time`,
+# tagged as a whole in the tagged/lifeline conditions:
+#   gzip    cat text | gzip -c | wc -c                  (16 MiB of text)
+#   xz      cat text | xz -T1 -c | wc -c                (1.5 MiB: xz -6 takes ~1.3 s/MiB here)
+#   sort    cat text | sort | wc -c                     (64 MiB)
+#   sqlite  sqlite3 -readonly db < q.sql | wc -l        (1M-row table; group by,
+#                                                        indexed join, 600k-row dump)
+#   tar     3 x (tar cf - /usr/include | cat >/dev/null)   (130 MB, 8k files)
+# Input data is generated deterministically (gendata.py, sqlite3 with a
+# fixed formula) into $MANTLE_BENCH_DATA (default /var/tmp/mantle-bench-tags)
+# once and reused.
+#
+# Order, repetitions, pinning. An untimed warm-up runs every case once. Then
+# repetition r runs every condition once, each condition a block of all
+# cases; the order of conditions alternates (baseline..lifeline, then
+# lifeline..baseline: ABBA, cancels linear drift). Micro: 11 repetitions
+# (each case run is one process: ITERS/10 untimed warm-up + ITERS timed
+# ops, ~0.1-0.2 s; run-to-run noise here is ~10%, so many short runs beat
+# few long ones); programs: 7 repetitions (0.8-2.5 s each). Everything is pinned to CPU 1 with
+# taskset (both ends of a ping-pong and all stages of a pipeline share it:
+# cross-CPU wake-ups cost 33-70 us on these VMs). /dev/cpu_dma_latency is
+# NOT held unless --dma-latency is given. Each table row gives the median,
+# the MAD and the min..max over the repetitions, and the ratio of medians to
+# baseline, with the issue's bar and PASS/MISS (MISS is reported, not fatal):
+#   loaded <= 1.02 on every case;
+#   tagged, lifeline <= 1.15 on IPC micro cases (unix_pingpong pipe_pingpong
+#     signal_rt pipe_read), <= 1.03 on whole programs; other micro cases:
+#     no bar (info);
+#   selfread <= 100 ns absolute in every condition (its ratio is info: the
+#     baseline times the "not loaded" early return);
+#   bystander: no bar (info).
+# "hops/op" (tagged, lifeline) is how many deliveries the kernel side counted
+# per operation: proof that the tags really travelled during the timed runs.
+# After the timed runs (full mode) a profile pass runs each case once more
+# with kernel.bpf_stats_enabled=1 and prints, per mt_* program, calls per op
+# and ns per call (bpf_stats adds its own overhead, so it is never on while
+# timing). Results: stdout, bench/results/tags-<date>.txt and .json.
+#
+# The kernel side is machine-wide state: the script holds
+# `flock /run/mantle-kernel.lock` (fd 9) from before its first change until
+# it exits. It records what it found; on exit it leaves the kernel side
+# unloaded if it was unloaded, and if it was loaded it loads it again (with
+# the repository's target/release/libmantle.so as --lib) and re-creates the
+# tags it had (name, ttl, lifeline, class, owner); which threads held them
+# cannot be restored. While it runs, the kernel side is loaded from private
+# copies of mantle and libmantle.so (others may rebuild target/ meanwhile). Also restored on exit:
+# kernel.bpf_stats_enabled.
+#
+# Options:
+#   --quick            ~1 min smoke run: 3/2 repetitions, half the
+#                      iterations, small inputs, no profile pass
+#   --micro-only / --programs-only
+#   --reps-micro N / --reps-programs N
+#   --cpu LIST         taskset CPU list (default 1; "0-1" = not pinned)
+#   --dma-latency      hold /dev/cpu_dma_latency at 0 during the run
+#   --no-profile       skip the bpf_stats profile pass
+#   --max-wait S       before timing, wait up to S seconds (default 600;
+#                      --quick: 0) for the CPUs to be <= 15% busy with other
+#                      people's work; the busy share seen is in the report
+#   --out DIR          results directory (default bench/results)
+# Exit status: 0 when every case ran (even with MISS rows), 1 on errors.
+
+set -euo pipefail
+
+ARGS="$*"
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE=$ROOT/bench/tags
+QUICK=0
+DO_MICRO=1
+DO_PROGS=1
+REPS_MICRO=11
+REPS_PROGS=7
+CPU=1
+DMA=0
+PROFILE=1
+OUT=$ROOT/bench/results
+DATA=${MANTLE_BENCH_DATA:-/var/tmp/mantle-bench-tags}
+SETTLE=0.3
+QUIET_PCT=15
+MAX_WAIT=
+
+usage() { sed -n '/^# Options:/,/^# Exit/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--quick) QUICK=1 ;;
+	--micro-only) DO_PROGS=0 ;;
+	--programs-only) DO_MICRO=0 ;;
+	--reps-micro) REPS_MICRO=$2; shift ;;
+	--reps-programs) REPS_PROGS=$2; shift ;;
+	--cpu) CPU=$2; shift ;;
+	--dma-latency) DMA=1 ;;
+	--no-profile) PROFILE=0 ;;
+	--max-wait) MAX_WAIT=$2; shift ;;
+	--out) OUT=$2; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 1 ;;
+	esac
+	shift
+done
+if [[ $QUICK == 1 ]]; then
+	[[ $REPS_MICRO == 11 ]] && REPS_MICRO=3
+	[[ $REPS_PROGS == 7 ]] && REPS_PROGS=2
+	PROFILE=0
+	MAX_WAIT=${MAX_WAIT:-0}
+fi
+MAX_WAIT=${MAX_WAIT:-600}
+
+die() { echo "run.sh: $*" >&2; exit 1; }
+log() { echo "[$(date +%T)] $*" >&2; }
+
+[[ $(id -u) == 0 ]] || die "needs root (loads and unloads the kernel side)"
+
+# ------------------------------------------------------------------ tools
+need() { # command apt-package
+	command -v "$1" >/dev/null 2>&1 && return 0
+	log "installing $2 (for $1)"
+	apt-get install -y "$2" >/dev/null || die "cannot install $2"
+}
+need cc gcc
+need python3 python3
+need gzip gzip
+need xz xz-utils
+need sort coreutils
+need sqlite3 sqlite3
+need tar tar
+need taskset util-linux
+need flock util-linux
+need bpftool bpftool
+
+# ------------------------------------------------------------------ build
+cd "$ROOT"
+if [[ ! -x target/release/mantle || ! -f target/release/libmantle.so ]]; then
+	log "building mantle (cargo build --release)"
+	cargo build --release >&2
+fi
+# Private copies: other people may rebuild target/ while this runs, and the
+# self-operation uprobe is attached to the library file `tags up` is given.
+BIN=$(mktemp -d /tmp/mantle-bench-tags.XXXXXX)
+trap 'rm -rf "$BIN"' EXIT # replaced by restore() once we hold the lock
+cp target/release/mantle target/release/libmantle.so "$BIN/"
+MANTLE=$BIN/mantle
+cc -O2 -Wall -Wextra -o "$BIN/micro" "$HERE/micro.c"
+cc -O2 -Wall -Wextra -DWITH_MANTLE -I"$ROOT/include" -o "$BIN/micro_mantle" "$HERE/micro.c" \
+	-L"$BIN" -lmantle -Wl,-rpath,"$BIN"
+GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$ROOT" diff --quiet HEAD -- crates include 2>/dev/null || GIT_REV="$GIT_REV+dirty(crates/include)"
+MANTLE_SHA=$(sha256sum "$MANTLE" | cut -c1-12)
+
+# ------------------------------------------------------------------ cases
+MICRO_CASES=(unix_pingpong pipe_pingpong getpid fork_exit signal_rt devnull_write pipe_read selfread)
+declare -A ITERS=([unix_pingpong]=10000 [pipe_pingpong]=15000 [getpid]=500000 [fork_exit]=800
+	[signal_rt]=12000 [devnull_write]=250000 [pipe_read]=100000 [selfread]=15000000)
+if [[ $QUICK == 1 ]]; then
+	for c in "${!ITERS[@]}"; do ITERS[$c]=$((ITERS[$c] / 2)); done
+	MIB_GZ=4 KIB_XZ=512 MIB_SORT=16 TAR_LOOPS=1
+else
+	MIB_GZ=16 KIB_XZ=1536 MIB_SORT=64 TAR_LOOPS=3
+fi
+PROG_CASES=(gzip xz sort sqlite tar)
+CONDS=(baseline loaded bystander tagged lifeline)
+
+# ------------------------------------------------------------------ data
+DATA_VERSION=1
+prepare_data() {
+	mkdir -p "$DATA"
+	if [[ $(cat "$DATA/version" 2>/dev/null) != "$DATA_VERSION" ]]; then
+		rm -f "$DATA"/*
+		log "generating input data in $DATA (once)"
+		python3 "$HERE/gendata.py" text "$DATA/text64" 64 1
+		sqlite3 "$DATA/db.tmp" "PRAGMA journal_mode=OFF;
+			CREATE TABLE t(id INTEGER PRIMARY KEY, k INTEGER, v INTEGER, s TEXT);
+			WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM c WHERE i < 1000000)
+			INSERT INTO t SELECT i, (i*2654435761) % 100003, (i*40503) % 65536,
+				printf('%08x-%d', (i*2246822519) % 4294967296, i % 977) FROM c;
+			CREATE INDEX tk ON t(k);" >/dev/null
+		mv "$DATA/db.tmp" "$DATA/db.sqlite"
+		echo "$DATA_VERSION" >"$DATA/version"
+	fi
+	head -c $((MIB_GZ << 20)) "$DATA/text64" >"$DATA/gz.in"
+	head -c $((KIB_XZ << 10)) "$DATA/text64" >"$DATA/xz.in"
+	head -c $((MIB_SORT << 20)) "$DATA/text64" >"$DATA/sort.in"
+	if [[ $QUICK == 1 ]]; then
+		echo "SELECT k % 100, count(*), sum(v), max(s) FROM t GROUP BY 1 ORDER BY 3 DESC LIMIT 5;" >"$DATA/q.sql"
+	else
+		cat >"$DATA/q.sql" <<-'EOF'
+			SELECT k % 100, count(*), sum(v), max(s) FROM t GROUP BY 1 ORDER BY 3 DESC LIMIT 5;
+			SELECT count(*), sum(b.v) FROM t a JOIN t b ON b.k = a.v WHERE a.id % 40 = 0;
+			SELECT id, k, v, s FROM t WHERE v < 40000 ORDER BY s;
+		EOF
+	fi
+	# Warm the page cache (tar reads 130 MB of /usr/include).
+	cat "$DATA"/* >/dev/null
+	tar cf - /usr/include 2>/dev/null | cat >/dev/null
+}
+
+prog_cmd() {
+	case $1 in
+	gzip) echo "cat '$DATA/gz.in' | gzip -c | wc -c" ;;
+	xz) echo "cat '$DATA/xz.in' | xz -T1 -c | wc -c" ;;
+	sort) echo "cat '$DATA/sort.in' | sort | wc -c" ;;
+	sqlite) echo "sqlite3 -readonly '$DATA/db.sqlite' < '$DATA/q.sql' | wc -l" ;;
+	tar) echo "for i in \$(seq $TAR_LOOPS); do tar cf - /usr/include 2>/dev/null | cat > /dev/null; done" ;;
+	esac
+}
+
+# ------------------------------------------------------------------ quiet
+# Busy share (%) of all CPUs over one second, from /proc/stat.
+busy_pct() {
+	local a b
+	a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+	sleep 1
+	b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+	awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " ");
+		bu = y[1] - x[1]; id = y[2] - x[2]; printf "%d", (bu + id) ? 100 * bu / (bu + id) : 0 }'
+}
+# Other people's builds make this 2-CPU machine useless for timing: wait
+# (up to --max-wait seconds) until it is quiet, and record what we saw.
+wait_quiet() {
+	local t0 b
+	t0=$(date +%s)
+	while :; do
+		b=$(busy_pct)
+		((b <= QUIET_PCT)) && break
+		if (($(date +%s) - t0 >= MAX_WAIT)); then
+			log "machine still busy (${b}% of the CPUs) after ${MAX_WAIT}s: measuring anyway"
+			break
+		fi
+		log "machine busy (${b}% of the CPUs used by others); waiting for <= ${QUIET_PCT}%"
+		sleep 9
+	done
+	echo "$b"
+}
+[[ $DO_PROGS == 1 ]] && prepare_data
+BUSY0=$(wait_quiet)
+
+# ------------------------------------------------------------------ kernel state
+# Take the machine-wide kernel-side lock before looking at or changing it
+# (held through fd 9 until this script exits).
+exec 9>/run/mantle-kernel.lock
+if ! flock -n 9; then
+	log "waiting for /run/mantle-kernel.lock (someone else is using the kernel side)"
+	flock 9
+fi
+log "holding /run/mantle-kernel.lock"
+
+PIN=/sys/fs/bpf/mantle/tags
+is_loaded() { [[ -e $PIN/maps/ctl ]]; }
+WAS_LOADED=0
+WAS_LIB=
+is_loaded && WAS_LOADED=1
+if [[ $WAS_LOADED == 1 ]]; then
+	WAS_LIB=$(cat /sys/fs/bpf/mantle/tags.lib 2>/dev/null || true)
+	"$MANTLE" tag ls --json >"$BIN/tags-before.json"
+	log "kernel side was loaded with $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$BIN/tags-before.json") tag(s); restored on exit"
+fi
+STATS_BEFORE=$(sysctl -n kernel.bpf_stats_enabled)
+
+restore() {
+	local rc=$?
+	set +e
+	[[ $DMA == 1 ]] && exec 8>&-
+	sysctl -q -w kernel.bpf_stats_enabled="$STATS_BEFORE" >/dev/null
+	is_loaded && "$MANTLE" tags down >/dev/null
+	if [[ $WAS_LOADED == 1 ]]; then
+		# Prefer the repository's mantle (next to its libmantle.so, the
+		# default --lib); fall back to our copy if that one cannot load.
+		local m=$ROOT/target/release/mantle lib=${WAS_LIB:-$ROOT/target/release/libmantle.so}
+		if ! "$m" tags up --lib "$lib" >/dev/null; then
+			echo "run.sh: $m tags up failed; loading with the copy this run used" >&2
+			m=$MANTLE
+			"$m" tags up --lib "$lib" >/dev/null || echo "run.sh: could not re-load the kernel side" >&2
+		fi
+		python3 - "$BIN/tags-before.json" <<-'EOF' | while read -r -a args; do "$m" tag create "${args[@]}" >/dev/null || echo "run.sh: could not re-create tag ${args[0]}" >&2; done
+			import json, sys
+			for t in json.load(open(sys.argv[1])):
+			    a = [t["name"]]
+			    if t.get("ttl") is not None: a += ["--ttl", str(t["ttl"])]
+			    if t.get("system"): a.append("--system")
+			    if t.get("lifeline"): a += ["--lifeline", str(t["lifeline"])]
+			    if t.get("owner_uid") is not None: a += ["--owner", str(t["owner_uid"])]
+			    print(" ".join(a))
+		EOF
+		echo "run.sh: kernel side re-loaded, tags re-created (their holders are not restored)" >&2
+	else
+		echo "run.sh: kernel side left unloaded, as found" >&2
+	fi
+	rm -rf "$BIN"
+	exit $rc
+}
+trap restore EXIT
+trap 'exit 130' INT TERM
+
+# Current state, tracked here (we hold the lock: nobody else changes it).
+CUR_LOADED=$WAS_LOADED
+CUR_TAG=unknown
+goto() {
+	local cond=$1 want=
+	case $cond in
+	baseline | loaded) want= ;;
+	bystander | tagged) want=bench_t ;;
+	lifeline) want=bench_ll ;;
+	esac
+	if [[ $cond == baseline ]]; then
+		if [[ $CUR_LOADED == 1 ]]; then "$MANTLE" tags down >/dev/null; fi
+		CUR_LOADED=0 CUR_TAG=
+	else
+		if [[ $CUR_TAG == unknown && $CUR_LOADED == 1 ]]; then "$MANTLE" tags down >/dev/null; CUR_LOADED=0; fi
+		if [[ $CUR_LOADED == 0 ]]; then "$MANTLE" tags up --lib "$BIN/libmantle.so" >/dev/null; CUR_LOADED=1 CUR_TAG=; fi
+		if [[ $CUR_TAG != "$want" ]]; then
+			[[ -n $CUR_TAG ]] && "$MANTLE" tag delete "$CUR_TAG" >/dev/null
+			if [[ $want == bench_ll ]]; then
+				"$MANTLE" tag create bench_ll --lifeline 65536 >/dev/null
+			elif [[ -n $want ]]; then
+				"$MANTLE" tag create "$want" >/dev/null
+			fi
+			CUR_TAG=$want
+		fi
+	fi
+	sleep "$SETTLE"
+}
+# The command prefix of a condition: pinning, then the tag for the run.
+prefix() {
+	case $1 in
+	tagged) echo "taskset -c $CPU $MANTLE tag run bench_t --" ;;
+	lifeline) echo "taskset -c $CPU $MANTLE tag run bench_ll --" ;;
+	*) echo "taskset -c $CPU" ;;
+	esac
+}
+hops() { # deliveries counted by the kernel side so far (0 if not loaded)
+	if [[ $CUR_LOADED == 1 ]]; then
+		"$MANTLE" tags status | awk '$1 == "hops:" { print $2 }'
+	else echo 0; fi
+}
+
+# ------------------------------------------------------------------ run
+if [[ $DMA == 1 ]]; then
+	exec 8>/dev/cpu_dma_latency
+	echo 0 >&8
+fi
+STAMP=$(date +%Y%m%d-%H%M%S)
+mkdir -p "$OUT"
+RAW=$BIN/raw.tsv
+: >"$RAW"
+T_START=$(date +%s)
+
+# run_one KIND CASE COND REP: one timed run, appends a row to $RAW.
+# Output goes to files, never to a pipe this shell reads: reading from a
+# tagged process's pipe would give the driver (and every later run) its tag.
+run_one() {
+	local kind=$1 case=$2 cond=$3 rep=$4 h0 h1 val ops note=
+	local out=$BIN/out err=$BIN/err
+	h0=$(hops)
+	if [[ $kind == micro ]]; then
+		local bin=$BIN/micro
+		[[ $case == selfread ]] && bin=$BIN/micro_mantle
+		# shellcheck disable=SC2046
+		$(prefix "$cond") "$bin" "$case" "${ITERS[$case]}" >"$out" 2>"$err" ||
+			die "micro $case under $cond failed: $(cat "$err")"
+		val=$(awk -v c="$case" '$1 == c { print $2 }' "$out")
+		ops=$((ITERS[$case] + ITERS[$case] / 10))
+		if [[ $case == selfread ]]; then
+			note=$(sed -n 's/^selfread: vector //p' "$err")
+			if [[ $cond == tagged || $cond == lifeline ]] && [[ $note == 0 ]]; then
+				die "selfread under $cond read an empty vector: the tag is not visible"
+			fi
+			if [[ $cond != tagged && $cond != lifeline && $note != 0 ]]; then
+				die "selfread under $cond read vector $note: this run holds a tag it should not"
+			fi
+		fi
+	else
+		$(prefix "$cond") "$BIN/micro" time sh -c "$(prog_cmd "$case")" >"$out" 2>"$err" ||
+			die "program $case under $cond failed: $(cat "$err")"
+		val=$(awk '$1 == "time" { print $2 }' "$out")
+		ops=1
+	fi
+	[[ -n $val ]] || die "$kind $case under $cond printed no result"
+	h1=$(hops)
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$kind" "$case" "$cond" "$rep" "$val" \
+		"$(awk -v a="$h0" -v b="$h1" -v n="$ops" 'BEGIN { printf "%.4f", (b - a) / n }')" "${note:--}" >>"$RAW"
+}
+
+conds_for_rep() { # ABBA order
+	if (($1 % 2 == 1)); then printf '%s\n' "${CONDS[@]}"; else printf '%s\n' "${CONDS[@]}" | tac; fi
+}
+
+run_suite() { # KIND REPS CASES...
+	local kind=$1 reps=$2 rep cond c
+	shift 2
+	for ((rep = 1; rep <= reps; rep++)); do
+		for cond in $(conds_for_rep "$rep"); do
+			goto "$cond"
+			log "$kind rep $rep/$reps: $cond"
+			for c in "$@"; do run_one "$kind" "$c" "$cond" "$rep"; done
+		done
+	done
+}
+
+# Warm-up: every case once, untimed, in the baseline state (page cache,
+# binaries, the first run of anything is slower here).
+goto baseline
+log "warm-up pass (untimed)"
+if [[ $DO_MICRO == 1 ]]; then for c in "${MICRO_CASES[@]}"; do run_one micro "$c" baseline 0; done; fi
+if [[ $DO_PROGS == 1 ]]; then for c in "${PROG_CASES[@]}"; do run_one program "$c" baseline 0; done; fi
+: >"$RAW"
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
+[[ $DO_MICRO == 1 ]] && run_suite micro "$REPS_MICRO" "${MICRO_CASES[@]}"
+T_MICRO=$(date +%s)
+[[ $DO_PROGS == 1 ]] && run_suite program "$REPS_PROGS" "${PROG_CASES[@]}"
+T_END=$(date +%s)
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ------------------------------------------------------------------ profile
+PROF=$BIN/profile.tsv
+: >"$PROF"
+prog_stats() { # name run_cnt run_time_ns, for every mt_* program
+	bpftool prog show --json | python3 -c '
+import json, sys
+for p in json.load(sys.stdin):
+    n = p.get("name", "")
+    if n.startswith("mt_"):
+        print(n, p.get("run_cnt", 0), p.get("run_time_ns", 0))'
+}
+profile_one() { # KIND CASE COND
+	local kind=$1 case=$2 cond=$3 ops
+	prog_stats >"$BIN/s0"
+	if [[ $kind == micro ]]; then
+		local bin=$BIN/micro
+		[[ $case == selfread ]] && bin=$BIN/micro_mantle
+		$(prefix "$cond") "$bin" "$case" "${ITERS[$case]}" >/dev/null 2>&1 || die "profile: micro $case failed"
+		ops=$((ITERS[$case] + ITERS[$case] / 10))
+	else
+		$(prefix "$cond") "$BIN/micro" time sh -c "$(prog_cmd "$case")" >/dev/null 2>&1 || die "profile: $case failed"
+		ops=1
+	fi
+	prog_stats >"$BIN/s1"
+	python3 - "$BIN/s0" "$BIN/s1" "$kind" "$case" "$cond" "$ops" >>"$PROF" <<-'EOF'
+		import sys
+		s0 = {l.split()[0]: l.split()[1:] for l in open(sys.argv[1])}
+		for l in open(sys.argv[2]):
+		    n, c, t = l.split()
+		    c0, t0 = s0.get(n, ["0", "0"])
+		    dc, dt = int(c) - int(c0), int(t) - int(t0)
+		    if dc > 0:
+		        print("\t".join([sys.argv[3], sys.argv[4], sys.argv[5], n, str(dc / float(sys.argv[6])), str(dt / dc)]))
+	EOF
+}
+if [[ $PROFILE == 1 ]]; then
+	sysctl -q -w kernel.bpf_stats_enabled=1 >/dev/null
+	for cond in bystander tagged lifeline; do
+		goto "$cond"
+		log "profile pass (bpf_stats on): $cond"
+		if [[ $DO_MICRO == 1 ]]; then for c in "${MICRO_CASES[@]}"; do profile_one micro "$c" "$cond"; done; fi
+		if [[ $DO_PROGS == 1 && $cond == tagged ]]; then for c in "${PROG_CASES[@]}"; do profile_one program "$c" "$cond"; done; fi
+	done
+	sysctl -q -w kernel.bpf_stats_enabled="$STATS_BEFORE" >/dev/null
+fi
+goto baseline
+
+# ------------------------------------------------------------------ report
+META=$(python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a in sys.argv[1:])))' \
+	"date=$STAMP" "git=$GIT_REV" "mantle_sha256=$MANTLE_SHA" "kernel=$(uname -r)" "cpus=$(nproc)" \
+	"pinning=taskset -c $CPU (every process of every case)" \
+	"cpu_dma_latency=$([[ $DMA == 1 ]] && echo 'held at 0' || echo 'not held')" \
+	"reps_micro=$REPS_MICRO" "reps_programs=$REPS_PROGS" "quick=$QUICK" \
+	"order=ABBA: odd reps baseline..lifeline, even reps reversed" \
+	"iters=$(for c in "${MICRO_CASES[@]}"; do printf '%s:%s ' "$c" "${ITERS[$c]}"; done)" \
+	"inputs=gzip ${MIB_GZ} MiB, xz ${KIB_XZ} KiB, sort ${MIB_SORT} MiB, sqlite 1M rows, tar /usr/include x${TAR_LOOPS}" \
+	"loadavg_start=$LOAD0" "loadavg_end=$LOAD1" "busy_before_start=${BUSY0}% of all CPUs (others' load)" \
+	"seconds_micro=$((T_MICRO - T_START))" "seconds_programs=$((T_END - T_MICRO))" \
+	"command=bash bench/tags/run.sh $ARGS")
+python3 "$HERE/report.py" "$RAW" "$PROF" "$META" "$OUT/tags-$STAMP"
+log "written $OUT/tags-$STAMP.txt and .json"
