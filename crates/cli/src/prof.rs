@@ -96,8 +96,14 @@ pub struct ReportArgs {
     pprof: Option<PathBuf>,
 }
 
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+fn out(s: &str) {
+    use std::io::Write;
+    let _ = std::io::stdout().lock().write_all(s.as_bytes());
+}
+
 fn print_json<T: serde::Serialize>(v: &T) {
-    println!("{}", serde_json::to_string_pretty(v).expect("serializable"));
+    out(&(serde_json::to_string_pretty(v).expect("serializable") + "\n"));
 }
 
 pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
@@ -189,7 +195,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
             if a.json {
                 print_json(&r);
             } else {
-                print!("{}", mantle_prof::model::render_text(&r));
+                out(&mantle_prof::model::render_text(&r));
             }
             Ok(())
         }

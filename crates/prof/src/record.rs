@@ -271,6 +271,53 @@ fn apply_record(r: &PerfRecord, sp: &mut AddressSpaces, ids: &mut BuildIds, st: 
     }
 }
 
+/// Time of a side-band record (the sample_id trailer's last u64); records
+/// without a trailer (throttling, from the sampling events) sort first.
+fn record_time(r: &PerfRecord) -> u64 {
+    match r.type_ {
+        kernel::PERF_RECORD_MMAP2
+        | kernel::PERF_RECORD_COMM
+        | kernel::PERF_RECORD_FORK
+        | kernel::PERF_RECORD_EXIT
+        | kernel::PERF_RECORD_LOST => r
+            .body
+            .len()
+            .checked_sub(8)
+            .map(|o| u64_at(&r.body, o))
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Reads every CPU's side-band ring and applies the records in time
+/// order (a fork seen on one CPU precedes the child's exec on another).
+fn replay(
+    rings: &mut HashMap<u32, PerfRing>,
+    recs: &mut Vec<PerfRecord>,
+    sp: &mut AddressSpaces,
+    ids: &mut BuildIds,
+    side: &mut SideStats,
+) {
+    for r in rings.values_mut() {
+        r.read(recs);
+    }
+    recs.sort_by_key(record_time);
+    let trace = std::env::var_os("MANTLE_PROF_TRACE").is_some();
+    for r in recs.drain(..) {
+        if trace {
+            eprintln!(
+                "sideband t={} type={} misc={:#x} pid={} {:?}",
+                record_time(&r),
+                r.type_,
+                r.misc,
+                u32_at(&r.body, 0),
+                String::from_utf8_lossy(&r.body[8.min(r.body.len())..]).trim_matches('\0')
+            );
+        }
+        apply_record(&r, sp, ids, side);
+    }
+}
+
 /// Reads every process's executable mappings from /proc.
 fn snapshot_proc(sp: &mut AddressSpaces, ids: &mut BuildIds) {
     let Ok(rd) = std::fs::read_dir("/proc") else {
@@ -429,11 +476,15 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             type_: events::PERF_TYPE_SOFTWARE,
             config: kernel::PERF_COUNT_SW_DUMMY,
             sample_period: 1,
+            // every record carries (pid, tid, time) at its end, so records of
+            // different CPUs' rings can be replayed in time order
+            sample_type: kernel::PERF_SAMPLE_TID | kernel::PERF_SAMPLE_TIME,
             flags: attr::MMAP
                 | attr::MMAP2
                 | attr::COMM
                 | attr::COMM_EXEC
                 | attr::TASK
+                | attr::SAMPLE_ID_ALL
                 | attr::BUILD_ID,
             ..Default::default()
         };
@@ -602,12 +653,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     };
     loop {
         std::thread::sleep(poll);
-        for r in rings.values_mut() {
-            r.read(&mut recs);
-        }
-        for r in recs.drain(..) {
-            apply_record(&r, &mut sp, &mut ids, &mut side);
-        }
+        replay(&mut rings, &mut recs, &mut sp, &mut ids, &mut side);
         if o.transport == Transport::Ring || last_drain.elapsed() >= o.drain_interval {
             drain(
                 &mut sampler,
@@ -663,12 +709,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             command_status.get_or_insert(s);
         }
     }
-    for r in rings.values_mut() {
-        r.read(&mut recs);
-    }
-    for r in recs.drain(..) {
-        apply_record(&r, &mut sp, &mut ids, &mut side);
-    }
+    replay(&mut rings, &mut recs, &mut sp, &mut ids, &mut side);
     drain(
         &mut sampler,
         &mut sp,
