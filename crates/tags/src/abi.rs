@@ -100,14 +100,20 @@ pub struct Ctl {
     pub ll_size: [u32; MT_TAGS],
     pub ll_head: [u64; MT_TAGS],
     pub default_ttl: [u8; MT_TAGS],
-    pub n_hops: u64,
-    pub n_rejected: u64,
-    pub n_deposit_fail: u64,
-    pub n_late: u64,
-    pub n_no_view: u64,
     pub n_pipe_deps: u64,
     pub n_tcp_deps: u64,
     pub n_udp_deps: u64,
+}
+
+/// `struct mt_stats`: per-CPU counters.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    pub hops: u64,
+    pub rejected: u64,
+    pub deposit_fail: u64,
+    pub late: u64,
+    pub no_view: u64,
 }
 
 #[repr(C)]
@@ -206,6 +212,7 @@ pub unsafe trait Pod: Copy + 'static {
 // SAFETY: all are repr(C) structs of integers / integer arrays.
 unsafe impl Pod for View {}
 unsafe impl Pod for Ctl {}
+unsafe impl Pod for Stats {}
 unsafe impl Pod for TagEntry {}
 unsafe impl Pod for Owner {}
 unsafe impl Pod for Reception {}
@@ -266,7 +273,7 @@ mod layout {
             "mt_ctl",
             size_of::<Ctl>(),
             fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, freed_epoch, ll_base, ll_size, ll_head,
-                default_ttl, n_hops, n_rejected, n_deposit_fail, n_late, n_no_view, n_pipe_deps, n_tcp_deps, n_udp_deps),
+                default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps),
         );
         check(
             &btf,

@@ -40,6 +40,7 @@ pub const MAPS: &[(&str, bool)] = &[
     ("view", true),
     ("ctl", true),
     ("tags", true),
+    ("stats", true),
     ("threads", false),
     ("owners", false),
     ("lifeline", false),
@@ -176,7 +177,10 @@ fn check_features() -> Result<(), Error> {
     if missing.is_empty() {
         Ok(())
     } else {
-        Err(Error::Missing(format!("the tags kernel side needs: {}", missing.join("; "))))
+        Err(Error::Missing(format!(
+            "the tags kernel side needs: {}",
+            missing.join("; ")
+        )))
     }
 }
 
@@ -204,6 +208,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             ("view", &mut m.view),
             ("ctl", &mut m.ctl),
             ("tags", &mut m.tags),
+            ("stats", &mut m.stats),
             ("threads", &mut m.threads),
             ("owners", &mut m.owners),
             ("lifeline", &mut m.lifeline),
@@ -521,6 +526,40 @@ impl PinnedMap {
             return Err(kerr("map lookup", std::io::Error::from_raw_os_error(-rc)));
         }
         Ok(Some(v))
+    }
+
+    /// The sum over CPUs of entry `key` of a per-CPU array of u64 fields.
+    pub fn percpu_sum<V: Pod>(&self, key: u32) -> Result<V, Error> {
+        // SAFETY: no arguments; returns the possible-CPU count or -errno.
+        let ncpu = unsafe { libbpf_sys::libbpf_num_possible_cpus() };
+        if ncpu <= 0 {
+            return Err(kerr("count CPUs", std::io::Error::from_raw_os_error(-ncpu)));
+        }
+        let stride = (std::mem::size_of::<V>() + 7) & !7;
+        let mut buf = vec![0u8; stride * ncpu as usize];
+        // SAFETY: buf holds one value per possible CPU, as the kernel writes.
+        let rc = unsafe {
+            libbpf_sys::bpf_map_lookup_elem(
+                self.fd.as_raw_fd(),
+                (&key as *const u32).cast(),
+                buf.as_mut_ptr().cast(),
+            )
+        };
+        if rc < 0 {
+            return Err(kerr(
+                "per-CPU map lookup",
+                std::io::Error::from_raw_os_error(-rc),
+            ));
+        }
+        let words = std::mem::size_of::<V>() / 8;
+        let mut sum = vec![0u64; words];
+        for cpu in buf.chunks_exact(stride) {
+            for (i, w) in cpu.chunks_exact(8).take(words).enumerate() {
+                sum[i] += u64::from_ne_bytes(w.try_into().unwrap());
+            }
+        }
+        let bytes: Vec<u8> = sum.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        Ok(V::from_bytes(&bytes))
     }
 
     pub fn update<K: Pod, V: Pod>(&self, key: &K, val: &V) -> Result<(), Error> {

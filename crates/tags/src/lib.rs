@@ -488,16 +488,19 @@ impl Tags {
 
     pub fn status(&self) -> Status {
         let c = self.ctl();
+        let st: abi::Stats = PinnedMap::open("stats", false)
+            .and_then(|m| m.percpu_sum(0))
+            .unwrap_or_default();
         Status {
             loaded: true,
             hooks_attached: kernel::hooks_attached(),
             live_tags: c.live.iter().map(|w| w.count_ones()).sum(),
             view_entries: c.view_size,
-            hops: c.n_hops,
-            rejected: c.n_rejected,
-            late: c.n_late,
-            deposit_fail: c.n_deposit_fail,
-            no_view: c.n_no_view,
+            hops: st.hops,
+            rejected: st.rejected,
+            late: st.late,
+            deposit_fail: st.deposit_fail,
+            no_view: st.no_view,
         }
     }
 }

@@ -41,9 +41,10 @@
  * storage lookup, or, for pipe/TCP/UDP, after reading a per-type count of
  * live deposits. The hooks are attached only while a tag exists (loader).
  *
- * Locking: each deposit has a bpf_spin_lock taken for the copy in or out;
- * no helper is called under it. Vectors are changed only with atomic
- * OR/AND, so concurrent deliveries to one thread never lose a bit.
+ * Locking: none. Deposits and vectors change only with atomic OR/AND/XCHG
+ * (a deposit's TTLs are written before its bits are published), so
+ * concurrent senders, readers and deliveries never lose a bit; at worst two
+ * racing senders of one tag keep the smaller of their TTLs.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -51,6 +52,12 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_endian.h>
 #include "tags.h"
+
+#ifndef bpf_core_cast /* libbpf < 1.3 headers */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
+#define bpf_core_cast(ptr, type)                                               \
+	((typeof(type) *)bpf_rdonly_cast((ptr), bpf_core_type_id_kernel(type)))
+#endif
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -101,6 +108,13 @@ struct {
 } tags SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mt_stats);
+} stats SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MT_TAGS);
 	__type(key, __u32);
@@ -129,8 +143,9 @@ struct {
 	__type(value, struct mt_sock);
 } sk_role SEC(".maps");
 
+/* LRU: a deposit outlives its pipe or flow only until the space is needed. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, struct mt_chan_key);
 	__type(value, struct mt_deposit);
@@ -143,17 +158,13 @@ struct {
 	__type(value, struct mt_op);
 } op SEC(".maps");
 
-/* A zeroed deposit to insert into chan_dep: same size, opaque type (a value
- * with a visible bpf_spin_lock cannot be the source of an update). */
-struct mt_deposit_bytes {
-	__u8 b[sizeof(struct mt_deposit)];
-};
-
+/* A zeroed deposit to insert into chan_dep (too large to build on the stack
+ * next to a snapshot). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct mt_deposit_bytes);
+	__type(value, struct mt_deposit);
 } zero_dep SEC(".maps");
 
 /* BTF for the structs only user space decodes, so that the layout test can
@@ -180,6 +191,15 @@ static __always_inline struct mt_ctl *get_ctl(void)
 	__u32 z = 0;
 	return bpf_map_lookup_elem(&ctl, &z);
 }
+
+/* Bump a per-CPU counter (field of struct mt_stats). */
+#define STAT(field)                                                            \
+	do {                                                                   \
+		__u32 _z = 0;                                                  \
+		struct mt_stats *_st = bpf_map_lookup_elem(&stats, &_z);       \
+		if (_st)                                                       \
+			_st->field++;                                          \
+	} while (0)
 
 static __always_inline struct mt_view *view_of(__u32 tid)
 {
@@ -215,9 +235,21 @@ static __always_inline int task_is_system(struct task_struct *task, struct mt_th
 	return (task->flags & PF_KTHREAD) || task->tgid == 1;
 }
 
+/* Runs the block after the names for each set bit of m (word w), lowest
+ * first, with idx (tag bit index) and bit (mask in the word); consumes m. */
+#define for_each_bit(m, w, idx, bit, ...)                                      \
+	for (int _i = 0; _i < 64 && (m); _i++) {                               \
+		__u32 _b = ctz64(m);                                           \
+		__u64 bit = 1ULL << _b;                                        \
+		__u32 idx = ((w) * 64 + _b) & (MT_TAGS - 1);                   \
+		(m) &= (m) - 1;                                                \
+		__VA_ARGS__                                                    \
+	}
+
 /*
- * Snapshot of the current thread's passable tags. Returns 0 (and costs one
- * array load) when the thread holds nothing.
+ * Snapshot of the current thread's passable tags (held, live, TTL > 0), with
+ * the TTLs of the set bits only. Returns 0, after one array load, when the
+ * thread holds nothing.
  */
 static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 {
@@ -225,6 +257,7 @@ static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 	struct mt_view *v = view_of(tid);
 	struct mt_thread *t;
 	struct mt_ctl *c;
+	__u64 any = 0;
 
 	if (!v || vec_empty(v->vec))
 		return 0;
@@ -234,17 +267,26 @@ static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 	t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
 	if (!t)
 		return 0;
-	__u64 any = 0;
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
-		s->vec[w] = v->vec[w] & c->live[w] & ~t->spent[w];
-		any |= s->vec[w];
+		__u64 m = v->vec[w] & c->live[w] & ~t->spent[w];
+
+		s->vec[w] = m;
+		any |= m;
+		for_each_bit(m, w, idx, bit, { s->ttl[idx] = t->ttl[idx]; })
 	}
 	if (!any)
 		return 0;
-	__builtin_memcpy(s->ttl, t->ttl, MT_TAGS);
 	*cp = c;
 	return 1;
+}
+
+/* Whether the current thread holds any passable tag (cheap pre-check). */
+static __always_inline int self_tagged(void)
+{
+	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
+
+	return v && !vec_empty(v->vec);
 }
 
 static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_struct *rx,
@@ -283,7 +325,8 @@ static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_s
 /*
  * Give `task` the tags of snapshot `s`. hop: decrement TTLs (a message);
  * not for fork, which is inheritance. dep_epoch drops bits freed (and
- * perhaps reused) after the snapshot was taken.
+ * perhaps reused) after the snapshot was taken. In the steady state (the
+ * thread already holds the tag with at least this TTL) nothing is written.
  */
 static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, struct snap *s,
 				    __u32 dep_epoch, __u32 kind, __u32 tx_tid, __u32 tx_pid, int hop)
@@ -294,144 +337,141 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 	int sys;
 
 	if (!v) {
-		__sync_fetch_and_add(&c->n_no_view, 1);
+		STAT(no_view);
 		return;
 	}
 	t = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return;
 	sys = task_is_system(task, t);
+	STAT(hops);
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = s->vec[w] & c->live[w];
 		__u64 ok = m & ~t->term[w];
+
 		ok &= sys ? c->system[w] : ~c->system[w];
 		if (ok != m)
-			__sync_fetch_and_add(&c->n_rejected, 1);
-		for (int i = 0; i < 64 && ok; i++) {
-			__u32 b = ctz64(ok);
-			__u64 bit = 1ULL << b;
-			__u32 idx = (w * 64 + b) & (MT_TAGS - 1);
+			STAT(rejected);
+		for_each_bit(ok, w, idx, bit, {
 			__u8 nt, cur;
+			int held;
 
-			ok &= ok - 1;
 			if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
 				continue;
 			nt = s->ttl[idx & (MT_TAGS - 1)];
 			if (hop && nt != MT_TTL_INF && nt > 0)
 				nt--;
 			cur = t->ttl[idx & (MT_TAGS - 1)];
-			if (!(v->vec[w] & bit) || nt > cur)
+			held = (v->vec[w] & bit) != 0;
+			if (!held || nt > cur) {
 				t->ttl[idx & (MT_TAGS - 1)] = nt;
-			if (t->ttl[idx & (MT_TAGS - 1)] == 0)
-				__sync_fetch_and_or(&t->spent[w], bit);
-			else
-				__sync_fetch_and_and(&t->spent[w], ~bit);
-			__sync_fetch_and_or(&v->vec[w], bit);
-			__sync_fetch_and_add(&c->n_hops, 1);
+				if (nt == 0)
+					__sync_fetch_and_or(&t->spent[w], bit);
+				else if (t->spent[w] & bit)
+					__sync_fetch_and_and(&t->spent[w], ~bit);
+				if (!held)
+					__sync_fetch_and_or(&v->vec[w], bit);
+				cur = nt;
+			}
 			if (c->lifeline[w] & bit)
-				ll_record(c, idx, task, tx_tid, tx_pid, kind, t->ttl[idx & (MT_TAGS - 1)]);
-		}
+				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur);
+		})
 	}
 }
 
 /*
- * Add snapshot s to deposit d (caller holds nothing; takes d->lock).
- * Returns 0 if d was unlinked from chan_dep by a reader meanwhile: the
- * caller must look the channel up again.
+ * Add snapshot s to deposit d. Lock-free: TTLs first, then the bits are
+ * published with one atomic OR per word; concurrent depositors may race on a
+ * TTL byte, which only ever loses the larger of two TTLs of one tag.
  */
-static __always_inline int deposit(struct mt_deposit *d, struct snap *s, __u32 kind, __u32 epoch,
-				    __u64 now, __u64 seq_start, __u64 seq_end)
+static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 kind, __u32 epoch,
+				    __u64 seq_start, __u64 seq_end)
 {
 	__u64 id = bpf_get_current_pid_tgid();
+	int was_empty = vec_empty(d->vec);
 
-	bpf_spin_lock(&d->lock);
-	if (d->dead) {
-		bpf_spin_unlock(&d->lock);
-		return 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = s->vec[w];
+
+		for_each_bit(m, w, idx, bit, {
+			if (was_empty || !(d->vec[w] & bit) ||
+			    s->ttl[idx & (MT_TAGS - 1)] > d->ttl[idx & (MT_TAGS - 1)])
+				d->ttl[idx & (MT_TAGS - 1)] = s->ttl[idx & (MT_TAGS - 1)];
+		})
 	}
-	if (vec_empty(d->vec)) {
-		__builtin_memcpy(d->ttl, s->ttl, MT_TAGS);
+	if (was_empty) {
 		d->seq_start = seq_start;
 		d->epoch = epoch;
-	} else {
-		/* keep the oldest snapshot's epoch: it drops the most */
-		if (epoch < d->epoch)
-			d->epoch = epoch;
-		for (int i = 0; i < MT_TAGS; i++)
-			if (s->ttl[i] > d->ttl[i])
-				d->ttl[i] = s->ttl[i];
+	} else if (epoch < d->epoch) {
+		d->epoch = epoch; /* keep the oldest snapshot's: it drops the most */
 	}
-#pragma unroll
-	for (int w = 0; w < MT_WORDS; w++)
-		d->vec[w] |= s->vec[w];
+	d->seq_end = seq_end;
 	d->kind = kind;
 	d->tx_tid = (__u32)id;
 	d->tx_pid = id >> 32;
-	d->seq_end = seq_end;
-	d->ts_ns = now;
-	bpf_spin_unlock(&d->lock);
-	return 1;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		if ((d->vec[w] & s->vec[w]) != s->vec[w])
+			__sync_fetch_and_or(&d->vec[w], s->vec[w]);
 }
 
 /*
- * Copy deposit d out into s. clear: the channel is now empty, so the
- * deposit ends here; CLEAR_UNLINK also marks it dead because the caller
- * will delete it from chan_dep (a sender that still holds a pointer to it
- * then deposits into a fresh entry instead). Returns 0 if d held nothing.
+ * Copy deposit d into s; clear: the channel is empty now, so the deposit
+ * ends here (the vector is swapped to 0 atomically: a concurrent deposit
+ * either lands before, and is taken, or after, and stays). Returns 0 if d
+ * held nothing.
  */
-#define CLEAR 1
-#define CLEAR_UNLINK 2
 static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epoch, __u32 *tx_tid,
 				__u32 *tx_pid, __u32 reader, int clear)
 {
-	int any;
+	__u64 any = 0;
 
-	bpf_spin_lock(&d->lock);
-	any = !vec_empty(d->vec);
-	if (any) {
-		__builtin_memcpy(s->vec, d->vec, sizeof(s->vec));
-		__builtin_memcpy(s->ttl, d->ttl, MT_TAGS);
-		*epoch = d->epoch;
-		*tx_tid = d->tx_tid;
-		*tx_pid = d->tx_pid;
-		if (clear) {
 #pragma unroll
-			for (int w = 0; w < MT_WORDS; w++)
-				d->vec[w] = 0;
-		}
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = d->vec[w];
+
+		if (m && clear)
+			m = __sync_lock_test_and_set(&d->vec[w], 0);
+		s->vec[w] = m;
+		any |= m;
+		for_each_bit(m, w, idx, bit, { s->ttl[idx & (MT_TAGS - 1)] = d->ttl[idx & (MT_TAGS - 1)]; })
 	}
-	if (clear == CLEAR_UNLINK)
-		d->dead = 1;
-	d->last_reader = reader;
-	bpf_spin_unlock(&d->lock);
-	return any;
+	if (d->last_reader != reader)
+		d->last_reader = reader;
+	if (!any)
+		return 0;
+	*epoch = d->epoch;
+	*tx_tid = d->tx_tid;
+	*tx_pid = d->tx_pid;
+	return 1;
 }
 
 /* Deliver a deposit whose data was read before the deposit was made. */
 static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d)
 {
-	struct snap s;
+	struct snap s = {};
 	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, reader;
 	struct task_struct *rx;
 
 	reader = d->last_reader;
 	if (!reader)
 		return;
-	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, reader, CLEAR))
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, reader, 1))
 		return;
 	rx = bpf_task_from_pid(reader);
 	if (!rx)
 		return;
 	deliver(c, rx, &s, epoch, d->kind, tx_tid, tx_pid, 1);
 	bpf_task_release(rx);
-	__sync_fetch_and_add(&c->n_late, 1);
+	STAT(late);
 }
 
 /* Current thread reads deposit d; clear when the channel is left empty. */
-static __always_inline void receive(struct mt_deposit *d, int clear, __u32 kind_override)
+static __always_inline void receive(struct mt_deposit *d, int clear)
 {
-	struct snap s;
+	struct snap s = {};
 	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct mt_ctl *c;
@@ -441,8 +481,7 @@ static __always_inline void receive(struct mt_deposit *d, int clear, __u32 kind_
 	c = get_ctl();
 	if (!c)
 		return;
-	deliver(c, bpf_get_current_task_btf(), &s, epoch, kind_override ? kind_override : d->kind,
-		tx_tid, tx_pid, 1);
+	deliver(c, bpf_get_current_task_btf(), &s, epoch, d->kind, tx_tid, tx_pid, 1);
 }
 
 /* ------------------------------------------------- fork, exit, signals */
@@ -583,7 +622,7 @@ static __always_inline void tcp_key(struct sock *sk, struct mt_chan_key *k, int 
 	k->pad = 0;
 }
 
-/* Find or make the chan_dep entry for k; count new ones per type. */
+/* Find or make the chan_dep entry for k; count deposits per type. */
 static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_chan_key *k)
 {
 	struct mt_deposit *d = bpf_map_lookup_elem(&chan_dep, k);
@@ -591,62 +630,31 @@ static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_c
 
 	if (d)
 		return d;
-	struct mt_deposit_bytes *zero = bpf_map_lookup_elem(&zero_dep, &z);
+	struct mt_deposit *zero = bpf_map_lookup_elem(&zero_dep, &z);
 	if (!zero)
 		return 0;
-	if (bpf_map_update_elem(&chan_dep, k, zero, BPF_NOEXIST) == 0) {
-		if (k->type == MT_K_PIPE)
-			__sync_fetch_and_add(&c->n_pipe_deps, 1);
-		else if (k->type == MT_K_TCP)
-			__sync_fetch_and_add(&c->n_tcp_deps, 1);
-		else
-			__sync_fetch_and_add(&c->n_udp_deps, 1);
-	}
+	bpf_map_update_elem(&chan_dep, k, zero, BPF_NOEXIST);
 	d = bpf_map_lookup_elem(&chan_dep, k);
-	if (!d)
-		__sync_fetch_and_add(&c->n_deposit_fail, 1);
+	if (!d) {
+		STAT(deposit_fail);
+		return 0;
+	}
+	if (k->type == MT_K_PIPE) {
+		if (!c->n_pipe_deps)
+			__sync_fetch_and_add(&c->n_pipe_deps, 1);
+	} else if (k->type == MT_K_TCP) {
+		if (!c->n_tcp_deps)
+			__sync_fetch_and_add(&c->n_tcp_deps, 1);
+	} else if (!c->n_udp_deps) {
+		__sync_fetch_and_add(&c->n_udp_deps, 1);
+	}
 	return d;
-}
-
-static __always_inline void chan_del(struct mt_ctl *c, struct mt_chan_key *k)
-{
-	if (bpf_map_delete_elem(&chan_dep, k) == 0) {
-		if (k->type == MT_K_PIPE)
-			__sync_fetch_and_add(&c->n_pipe_deps, -1);
-		else if (k->type == MT_K_TCP)
-			__sync_fetch_and_add(&c->n_tcp_deps, -1);
-		else
-			__sync_fetch_and_add(&c->n_udp_deps, -1);
-	}
-}
-
-/*
- * Deposit into the chan_dep entry of k, creating it if needed. A reader may
- * drain and unlink the entry between our lookup and our lock (deposit()
- * then refuses it); the unlink follows the drain at once, so look again.
- */
-static __always_inline struct mt_deposit *chan_deposit(struct mt_ctl *c, struct mt_chan_key *k,
-							struct snap *s, __u32 kind, __u64 seq_start,
-							__u64 seq_end)
-{
-	__u64 now = bpf_ktime_get_ns();
-
-	for (int i = 0; i < 4; i++) {
-		struct mt_deposit *d = chan_get(c, k);
-
-		if (!d)
-			return 0;
-		if (deposit(d, s, kind, c->epoch, now, seq_start, seq_end))
-			return d;
-	}
-	__sync_fetch_and_add(&c->n_deposit_fail, 1);
-	return 0;
 }
 
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 {
-	struct snap s;
+	struct snap s = {};
 	struct mt_ctl *c;
 	struct mt_deposit *d;
 	__u16 family;
@@ -660,16 +668,16 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 		if (kind != MT_K_UNIX_DGRAM && !role_is_client(sk)) {
 			/* Not the connect() side: a reply, unless the socket has
 			 * no address (socketpair, or connected before load). */
-			struct unix_sock *u = (void *)sk;
-			if (BPF_CORE_READ(u, addr))
+			struct unix_sock *u = bpf_core_cast(sk, struct unix_sock);
+			if (u->addr)
 				return 0;
 		}
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!d) {
-			__sync_fetch_and_add(&c->n_deposit_fail, 1);
+			STAT(deposit_fail);
 			return 0;
 		}
-		deposit(d, &s, kind, c->epoch, bpf_ktime_get_ns(), 0, 0); /* never unlinked */
+		deposit(d, &s, kind, c->epoch, 0, 0);
 		/* Everything this socket sent is already read: the reader was
 		 * faster than this hook. Hand the tags to it now. */
 		if (sk->sk_wmem_alloc.refs.counter <= 1)
@@ -680,14 +688,17 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 		return 0;
 	if (sk->sk_protocol == IPPROTO_TCP) {
 		struct mt_chan_key k;
-		struct tcp_sock *tp = (void *)sk;
+		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		__u32 end;
 
 		if (!role_is_client(sk))
 			return 0; /* accepted side, or connected before load */
 		tcp_key(sk, &k, 0);
-		end = BPF_CORE_READ(tp, write_seq);
-		chan_deposit(c, &k, &s, MT_K_TCP, end - (__u32)ret, end);
+		d = chan_get(c, &k);
+		if (!d)
+			return 0;
+		end = tp->write_seq;
+		deposit(d, &s, MT_K_TCP, c->epoch, end - (__u32)ret, end);
 		return 0;
 	}
 	if (sk->sk_protocol == IPPROTO_UDP) {
@@ -702,7 +713,9 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 			return 0;
 		k.a = port;
 		k.type = MT_K_UDP;
-		chan_deposit(c, &k, &s, MT_K_UDP, 0, 0);
+		d = chan_get(c, &k);
+		if (d)
+			deposit(d, &s, MT_K_UDP, c->epoch, 0, 0);
 	}
 	return 0;
 }
@@ -718,11 +731,14 @@ int BPF_PROG(mt_unix_recv, const struct sk_buff *skb, int len)
 	if (!sk || sk->__sk_common.skc_family != AF_UNIX)
 		return 0;
 	d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
-	if (!d)
+	if (!d || vec_empty(d->vec)) {
+		if (d && d->last_reader != (__u32)bpf_get_current_pid_tgid())
+			d->last_reader = (__u32)bpf_get_current_pid_tgid();
 		return 0;
+	}
 	/* This skb is the sender's last one in flight: the channel drains. */
 	last = sk->sk_wmem_alloc.refs.counter - (int)skb->truesize <= 1;
-	receive(d, last, 0);
+	receive(d, last);
 	return 0;
 }
 
@@ -743,31 +759,26 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 	if (!c)
 		return 0;
 	if (sk->sk_protocol == IPPROTO_TCP) {
-		struct tcp_sock *tp = (void *)sk;
+		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		__u32 copied, start, end;
 
 		if (!c->n_tcp_deps)
 			return 0;
 		tcp_key(sk, &k, 1);
 		d = bpf_map_lookup_elem(&chan_dep, &k);
-		if (!d)
+		if (!d || vec_empty(d->vec))
 			return 0;
-		copied = BPF_CORE_READ(tp, copied_seq);
+		copied = tp->copied_seq;
 		start = d->seq_start;
 		end = d->seq_end;
 		/* read any tagged byte: deliver; read them all: done */
 		if ((__s32)(copied - start) <= 0)
 			return 0;
-		if ((__s32)(copied - end) >= 0) {
-			receive(d, CLEAR_UNLINK, 0);
-			chan_del(c, &k);
-		} else {
-			receive(d, 0, 0);
-		}
+		receive(d, (__s32)(copied - end) >= 0);
 		return 0;
 	}
 	if (sk->sk_protocol == IPPROTO_UDP) {
-		struct udp_sock *up = (void *)sk;
+		struct udp_sock *up = bpf_core_cast(sk, struct udp_sock);
 		int empty;
 
 		if (!c->n_udp_deps)
@@ -775,12 +786,10 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		k.a = sk->__sk_common.skc_num;
 		k.type = MT_K_UDP;
 		d = bpf_map_lookup_elem(&chan_dep, &k);
-		if (!d)
+		if (!d || vec_empty(d->vec))
 			return 0;
-		empty = sk->sk_receive_queue.qlen == 0 && BPF_CORE_READ(up, reader_queue.qlen) == 0;
-		receive(d, empty ? CLEAR_UNLINK : 0, 0);
-		if (empty)
-			chan_del(c, &k);
+		empty = sk->sk_receive_queue.qlen == 0 && up->reader_queue.qlen == 0;
+		receive(d, empty);
 	}
 	return 0;
 }
@@ -792,36 +801,43 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 #define NR_readv 19
 #define NR_writev 20
 
-/* The pipe behind fd of the current task, or 0 if fd is not a pipe/FIFO. */
+/*
+ * The pipe behind fd of the current task, or 0 if fd is not a pipe/FIFO.
+ * One helper call (the fd array is an array of pointers, which BTF cannot
+ * walk); the rest are direct loads through a read-only cast.
+ */
 static __always_inline struct pipe_inode_info *fd_pipe(int fd, struct mt_chan_key *k)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	struct file **fds;
+	struct fdtable *fdt = task->files->fdt;
 	struct file *f = 0;
 	struct inode *ino;
-	__u16 mode;
+	struct pipe_inode_info *p;
 
-	if (!fdt || fd < 0 || fd >= BPF_CORE_READ(fdt, max_fds))
+	if (!fdt || fd < 0 || fd >= fdt->max_fds)
 		return 0;
-	fds = BPF_CORE_READ(fdt, fd);
-	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	/* A read-only cast to void makes the fd array loadable directly (an
+	 * exception-table load, no helper call; Linux 6.13+). */
+	struct file **fds = bpf_rdonly_cast(fdt->fd, 0);
+	f = fds[fd & 0xffffff];
 	if (!f)
 		return 0;
-	ino = BPF_CORE_READ(f, f_inode);
-	mode = BPF_CORE_READ(ino, i_mode);
-	if ((mode & S_IFMT) != S_IFIFO)
+	ino = bpf_core_cast(f, struct file)->f_inode;
+	if (!ino || (ino->i_mode & S_IFMT) != S_IFIFO)
 		return 0;
-	k->a = (__u64)BPF_CORE_READ(ino, i_pipe);
-	k->b = BPF_CORE_READ(ino, i_ino);
+	p = ino->i_pipe;
+	k->a = (__u64)p;
+	k->b = ino->i_ino;
 	k->type = MT_K_PIPE;
 	k->pad = 0;
-	return (struct pipe_inode_info *)k->a;
+	return p;
 }
 
 static __always_inline int pipe_empty(struct pipe_inode_info *p)
 {
-	return BPF_CORE_READ(p, head) == BPF_CORE_READ(p, tail);
+	struct pipe_inode_info *pp = bpf_core_cast(p, struct pipe_inode_info);
+
+	return pp->head == pp->tail;
 }
 
 SEC("tp_btf/sys_exit")
@@ -837,22 +853,23 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	nr = regs->orig_ax;
 	if (nr == NR_write || nr == NR_writev) {
-		struct snap s;
+		struct snap s = {};
 
-		if (!take_snapshot(&s, &c))
+		if (!self_tagged())
 			return 0;
 		p = fd_pipe((int)regs->di, &k);
-		if (!p)
+		if (!p || !take_snapshot(&s, &c))
 			return 0;
-		d = chan_deposit(c, &k, &s, MT_K_PIPE, 0, 0);
+		d = chan_get(c, &k);
+		if (!d)
+			return 0;
+		deposit(d, &s, MT_K_PIPE, c->epoch, 0, 0);
 		/* Already read: the reader beat this hook (see deliver_late). */
-		if (d && pipe_empty(p))
+		if (pipe_empty(p))
 			deliver_late(c, d);
 		return 0;
 	}
 	if (nr == NR_read || nr == NR_readv) {
-		int empty;
-
 		c = get_ctl();
 		if (!c || !c->n_pipe_deps)
 			return 0;
@@ -862,12 +879,12 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		d = bpf_map_lookup_elem(&chan_dep, &k);
 		if (!d)
 			return 0;
-		/* A drained pipe ends its deposit: unlink it, so that entries
-		 * do not outlive their pipes. */
-		empty = pipe_empty(p);
-		receive(d, empty ? CLEAR_UNLINK : 0, 0);
-		if (empty)
-			chan_del(c, &k);
+		if (vec_empty(d->vec)) {
+			if (d->last_reader != (__u32)bpf_get_current_pid_tgid())
+				d->last_reader = (__u32)bpf_get_current_pid_tgid();
+			return 0;
+		}
+		receive(d, pipe_empty(p));
 		return 0;
 	}
 	return 0;

@@ -89,15 +89,19 @@ struct mt_ctl {
 	__u32 ll_size[MT_TAGS];    /*   and its size in slots (0: none) */
 	__u64 ll_head[MT_TAGS];    /*   and how many receptions it ever took */
 	__u8 default_ttl[MT_TAGS]; /* TTL a tag gets when set by a tool or API */
-	/* counters, for `mantle tags status` */
-	__u64 n_hops;              /* deliveries that gave a thread a tag */
-	__u64 n_rejected;          /* deliveries refused (terminator, class) */
-	__u64 n_deposit_fail;      /* deposits dropped: channel map full */
-	__u64 n_late;              /* deliveries after the receiver had read */
-	__u64 n_no_view;           /* threads with tid >= view_size */
-	__u64 n_pipe_deps;         /* live deposits in chan_dep, per type: */
-	__u64 n_tcp_deps;          /*   when 0, receivers skip the lookup */
+	__u64 n_pipe_deps;         /* deposits ever made in chan_dep, per type: */
+	__u64 n_tcp_deps;          /*   while 0, receivers skip the lookup */
 	__u64 n_udp_deps;
+};
+
+/* Counters for `mantle tags status`: a per-CPU array of one entry (no
+ * shared cache line on the hot path); user space sums the CPUs. */
+struct mt_stats {
+	__u64 hops;          /* deliveries of a request's tags */
+	__u64 rejected;      /* deliveries with a tag refused (terminator, class) */
+	__u64 deposit_fail;  /* deposits dropped: channel map full */
+	__u64 late;          /* deliveries after the receiver had read */
+	__u64 no_view;       /* threads with tid >= view_size */
 };
 
 /* Public part of a tag table entry (mmapable array of MT_TAGS, world-readable). */
@@ -131,25 +135,20 @@ struct mt_reception {
 
 /*
  * A channel deposit: the union of the snapshots of tagged requests sent on a
- * channel and not yet read. Lives in SK_STORAGE of the sending unix socket,
- * or in hash maps keyed by pipe inode / TCP flow / UDP port.
+ * channel and not yet drained. Lives in SK_STORAGE of the sending unix
+ * socket, or in an LRU hash keyed by pipe inode / TCP flow / UDP port.
+ * Lock-free: TTLs of a bit are written before the bit is published with an
+ * atomic OR; a reader that drains swaps the vector to 0 atomically.
  */
 struct mt_deposit {
-#ifdef __VMLINUX_H__
-	struct bpf_spin_lock lock;
-#else
-	__u32 lock;
-#endif
-	__u32 kind;
 	__u64 vec[MT_WORDS];
-	__u8 ttl[MT_TAGS];         /* sender's TTL (not yet decremented) */
+	__u8 ttl[MT_TAGS];         /* sender's TTL (not yet decremented), set bits only */
+	__u32 kind;
 	__u32 tx_tid, tx_pid;
-	__u32 epoch;               /* ctl epoch when deposited */
+	__u32 epoch;               /* ctl epoch of the oldest snapshot in it */
 	__u32 last_reader;         /* tid of the last thread that read */
-	__u32 dead;                /* unlinked from chan_dep: deposit elsewhere */
 	__u32 pad;
 	__u64 seq_start, seq_end;  /* TCP: sequence range of tagged bytes */
-	__u64 ts_ns;
 };
 
 /* Key of deposits that do not live in socket storage. */
