@@ -83,6 +83,9 @@ pub struct ReportArgs {
     /// Only samples of this process.
     #[arg(long)]
     pid: Option<u32>,
+    /// Only samples of processes with this command name (comm).
+    #[arg(long)]
+    comm: Option<String>,
     /// Show at most N symbols (0: all).
     #[arg(short = 'n', long, default_value_t = 0)]
     limit: usize,
@@ -183,6 +186,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
             let opts = ReportOpts {
                 by_tag: a.by_tag,
                 pid: a.pid,
+                comm: a.comm,
                 limit: a.limit,
             };
             let r = mantle_prof::report::report(&a.input, &opts)?;

@@ -731,8 +731,10 @@ fn pct(n: u64, total: u64) -> f64 {
 #[derive(Debug, Clone, Default)]
 pub struct ReportOpts {
     pub by_tag: bool,
-    /// Only this pid (and its samples), if set.
+    /// Only samples of this process, if set.
     pub pid: Option<u32>,
+    /// Only samples of processes with this command name, if set.
+    pub comm: Option<String>,
     /// Longest symbol table (0: all).
     pub limit: usize,
 }
@@ -814,9 +816,16 @@ pub fn build_report(
     opts: &ReportOpts,
 ) -> Report {
     // symbolize per image, each offset once
+    let keep = |k: &RowKey| {
+        opts.pid.is_none_or(|p| p == k.pid)
+            && opts
+                .comm
+                .as_ref()
+                .is_none_or(|c| *c == proc_name(k.pid, procs))
+    };
     let mut per_image: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for k in profile.counts.keys() {
-        if opts.pid.is_some_and(|p| p != k.pid) {
+        if !keep(k) {
             continue;
         }
         per_image.entry(k.image).or_default().push(k.offset);
@@ -853,7 +862,7 @@ pub fn build_report(
     let mut per_tag: BTreeMap<Option<u32>, TagAcc> = BTreeMap::new();
 
     for (k, &n) in &profile.counts {
-        if opts.pid.is_some_and(|p| p != k.pid) {
+        if !keep(k) {
             continue;
         }
         total += n;

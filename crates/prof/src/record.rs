@@ -231,16 +231,10 @@ fn apply_record(r: &PerfRecord, sp: &mut AddressSpaces, ids: &mut BuildIds, st: 
             let (pid, start, len, pgoff) =
                 (u32_at(b, 0), u64_at(b, 8), u64_at(b, 16), u64_at(b, 24));
             let path = cstr(b.get(64..).unwrap_or(&[]));
-            let mut build_id = None;
-            if r.misc & kernel::PERF_RECORD_MISC_MMAP_BUILD_ID != 0 {
-                let n = (*b.get(32).unwrap_or(&0) as usize).min(20);
-                if n > 0 {
-                    build_id = Some(crate::symbols::hex(&b[36..36 + n]));
-                }
-            }
-            if build_id.is_none() {
-                build_id = ids.of(&path);
-            }
+            // The record's MMAP_BUILD_ID misc bit is not trusted: another
+            // session's attr.build_id can make the kernel set it on records
+            // that carry maj/min/ino (see the side-band attr below).
+            let build_id = ids.of(&path);
             sp.mmap(
                 pid,
                 Mapping {
@@ -472,7 +466,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     // the side band: every CPU, every process, from now on
     let mut rings: HashMap<u32, PerfRing> = HashMap::new();
     for &cpu in &cpus {
-        let mut a = PerfEventAttr {
+        let a = PerfEventAttr {
             type_: events::PERF_TYPE_SOFTWARE,
             config: kernel::PERF_COUNT_SW_DUMMY,
             sample_period: 1,
@@ -484,19 +478,15 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
                 | attr::COMM
                 | attr::COMM_EXEC
                 | attr::TASK
-                | attr::SAMPLE_ID_ALL
-                | attr::BUILD_ID,
+                | attr::SAMPLE_ID_ALL,
+            // Not attr::BUILD_ID: on this kernel the MMAP_BUILD_ID misc bit
+            // it sets leaks into other sessions' MMAP2 records (which carry
+            // maj/min/ino), and a `perf record` running at the same time
+            // aborts. Build IDs are read from the files instead (cached).
             ..Default::default()
         };
-        let fd = match kernel::perf_event_open(&a, -1, cpu as i32) {
-            Ok(fd) => fd,
-            Err(_) => {
-                a.flags &= !attr::BUILD_ID; // kernels before 5.12
-                kernel::perf_event_open(&a, -1, cpu as i32).map_err(|e| {
-                    Error::Kernel(format!("open the side-band event on CPU {cpu}: {e}"))
-                })?
-            }
-        };
+        let fd = kernel::perf_event_open(&a, -1, cpu as i32)
+            .map_err(|e| Error::Kernel(format!("open the side-band event on CPU {cpu}: {e}")))?;
         let ring = PerfRing::new(fd, 256)
             .map_err(|e| Error::Kernel(format!("mmap the side-band ring of CPU {cpu}: {e}")))?;
         rings.insert(cpu, ring);
