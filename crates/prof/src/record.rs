@@ -160,7 +160,7 @@ pub fn parse_cpu_list(s: &str) -> Vec<u32> {
 }
 
 pub fn max_sample_rate() -> Option<i64> {
-    mantle_sys::probe::sysctl("kernel/perf_event_max_sample_rate").or_else(|| {
+    mantle_sys::probe::sysctl("perf_event_max_sample_rate").or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
             .ok()
             .and_then(|s| s.trim().parse().ok())

@@ -1,0 +1,238 @@
+//! Integration tests with the real kernel: record → report on a real
+//! workload, a process that exits during recording, the missing-PMU error
+//! and the --fallback path, and pprof output read by `go tool pprof`.
+//!
+//! They need root, perf_event_open and eBPF. Without them a test is skipped
+//! with a message — unless CI is set, where a missing feature is a failure.
+
+use mantle_prof::model::{render_text, ReportOpts};
+use mantle_prof::record::{record, RecordOpts, Target};
+use mantle_prof::{report, Error};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+fn ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Whether the test can run here; with CI set, a missing feature panics.
+fn need(what: &str, ok: bool) -> bool {
+    if !ok {
+        if ci() {
+            panic!("CI: {what} is required for this test");
+        }
+        eprintln!("skipped: {what} is not available here");
+    }
+    ok
+}
+
+fn can_record() -> bool {
+    if !need("root", mantle_sys::os::geteuid() == 0) {
+        return false;
+    }
+    let r = mantle_sys::probe::probe_all();
+    need("software perf events", r.has("perf_software"))
+        && need("BPF perf_event programs", r.has("prog_perf_event"))
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mantle-prof-it-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The paper's Multiply workload, built from bench/prof/multiply.c.
+fn multiply(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/multiply.c");
+    let out = dir.join("multiply");
+    let st = Command::new("cc")
+        .args(["-O0", "-g", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success());
+    out
+}
+
+fn opts(dir: &Path, target: Target) -> RecordOpts {
+    RecordOpts {
+        target,
+        freq: Some(5000),
+        output: dir.join("s"),
+        status: false,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn record_then_report_multiply() {
+    if !can_record() {
+        return;
+    }
+    let d = tmpdir("mult");
+    let bin = multiply(&d);
+    let s = record(&opts(
+        &d,
+        Target::Command(vec![bin.display().to_string(), "8000".into()]),
+    ))
+    .expect("record");
+    assert_eq!(s.command_status, Some(0));
+    assert!(s.meta.samples > 100, "{} samples", s.meta.samples);
+    assert!(d.join("s/meta.json").exists() && d.join("s/profile.tsv").exists());
+    let r = report::report(&d.join("s"), &ReportOpts::default()).expect("report");
+    let top = &r.symbols[0];
+    assert_eq!(top.symbol, "slow_multiply", "{}", render_text(&r));
+    assert!(top.percent > 80.0, "{}", render_text(&r));
+    assert!(r.symbols.iter().any(|s| s.symbol == "main"));
+    assert!(r
+        .components
+        .iter()
+        .any(|c| c.component.starts_with("multiply[") && c.percent > 80.0));
+    assert_eq!(r.total, r.symbols.iter().map(|s| s.samples).sum::<u64>());
+    // text and JSON both render
+    let text = render_text(&r);
+    assert!(text.contains("Per component:") && text.contains("Per image:"));
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["symbols"][0]["symbol"], "slow_multiply");
+    // flame graph
+    report::write_flame(&r, &d.join("f.svg")).unwrap();
+    let svg = std::fs::read_to_string(d.join("f.svg")).unwrap();
+    assert!(svg.contains("<svg") && svg.contains("slow_multiply"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn process_exiting_during_recording_still_resolves() {
+    if !can_record() {
+        return;
+    }
+    let d = tmpdir("exit");
+    let bin = multiply(&d);
+    // the multiply process exits well before the recording ends
+    let script = format!("{} 4000; sleep 1.5", bin.display());
+    let s = record(&opts(
+        &d,
+        Target::Command(vec!["sh".into(), "-c".into(), script]),
+    ))
+    .expect("record");
+    assert_eq!(s.command_status, Some(0));
+    let procs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("s/processes.json")).unwrap()).unwrap();
+    let m = procs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["comm"] == "multiply")
+        .expect("multiply in processes.json");
+    assert_eq!(m["exited"], true);
+    let r = report::report(
+        &d.join("s"),
+        &ReportOpts {
+            comm: Some("multiply".into()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(r.symbols[0].symbol, "slow_multiply", "{}", render_text(&r));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn hardware_event_without_pmu_is_an_error_naming_the_fallback() {
+    if !can_record() {
+        return;
+    }
+    let cycles = mantle_prof::events::by_name("cycles").unwrap();
+    if mantle_prof::record::event_available(cycles).is_ok() {
+        eprintln!("skipped: this machine has a PMU (the missing-PMU path cannot be tested)");
+        return;
+    }
+    let d = tmpdir("pmu");
+    let mut o = opts(&d, Target::Command(vec!["true".into()]));
+    o.event = "cycles".into();
+    let e = record(&o).expect_err("cycles without a PMU");
+    assert!(matches!(e, Error::NoPmu(ref ev) if ev == "cycles"), "{e}");
+    assert!(e.to_string().contains("--fallback cpu-clock"), "{e}");
+    assert!(!d.join("s/meta.json").exists());
+
+    let bin = multiply(&d);
+    o.fallback = Some("cpu-clock".into());
+    o.target = Target::Command(vec![bin.display().to_string(), "3000".into()]);
+    let s = record(&o).expect("record with fallback");
+    assert_eq!(s.meta.event, "cpu-clock");
+    assert_eq!(s.meta.fallback_from.as_deref(), Some("cycles"));
+    assert!(s.render().contains("fallback for cycles"), "{}", s.render());
+    let r = report::report(&d.join("s"), &ReportOpts::default()).unwrap();
+    let text = render_text(&r);
+    assert!(text.contains("cpu-clock (fallback for cycles)"), "{text}");
+    assert!(
+        text.contains("warning: event cycles is not available here"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn rate_above_the_kernel_maximum_is_refused() {
+    if !can_record() {
+        return;
+    }
+    let Some(max) = mantle_prof::record::max_sample_rate() else {
+        return;
+    };
+    let d = tmpdir("rate");
+    let mut o = opts(&d, Target::Command(vec!["true".into()]));
+    o.freq = Some(max as u64 + 1);
+    let e = record(&o).expect_err("rate above max");
+    assert!(matches!(e, Error::RateTooHigh { .. }), "{e}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn pprof_output_is_read_by_go_tool_pprof() {
+    if !can_record() {
+        return;
+    }
+    let go = ["go", "/usr/local/go/bin/go"].into_iter().find(|g| {
+        Command::new(g)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !need("go (for go tool pprof)", go.is_some()) {
+        return;
+    }
+    let d = tmpdir("pprof");
+    let bin = multiply(&d);
+    let mut o = opts(
+        &d,
+        Target::Command(vec![bin.display().to_string(), "5000".into()]),
+    );
+    o.duration = Some(Duration::from_secs(30));
+    record(&o).expect("record");
+    let r = report::report(&d.join("s"), &ReportOpts::default()).unwrap();
+    report::write_pprof(&r, &d.join("p.pb.gz")).unwrap();
+    let out = Command::new(go.unwrap())
+        .args(["tool", "pprof", "-top"])
+        .arg(d.join("p.pb.gz"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("slow_multiply"), "{text}");
+    // the top line is slow_multiply
+    let first = text
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .nth(1)
+        .unwrap_or("");
+    assert!(first.contains("slow_multiply"), "{text}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

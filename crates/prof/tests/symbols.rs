@@ -1,0 +1,154 @@
+//! Symbol resolution against ELF fixtures built from C source here (cc):
+//! the fixture prints its functions' addresses and its own executable
+//! mappings; the pure core turns them into (image, file offset) and the
+//! session symbolizer (blazesym) must name them — from the ELF symbol table,
+//! from DWARF alone (symbol table removed), and not at all when the file
+//! was replaced after "recording" (build ID mismatch).
+
+use mantle_prof::model::{parse_maps_line, AddressSpaces, Kallsyms, Mode, Symbolizer};
+use mantle_prof::symbols::{build_id, SessionSymbolizer};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const FIXTURE: &str = r#"
+#include <stdio.h>
+__attribute__((noinline)) static int alpha_static(int x) { return x * 3 + 1; }
+__attribute__((noinline)) int beta_global(int x) { return alpha_static(x) ^ 5; }
+int main(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    printf("alpha_static %p\nbeta_global %p\nmain %p\n",
+           (void *)alpha_static, (void *)beta_global, (void *)main);
+    while (fgets(line, sizeof line, f)) printf("MAP %s", line);
+    return beta_global(1) == 0;
+}
+"#;
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mantle-prof-sym-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn cc(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let src = dir.join("fixture.c");
+    std::fs::write(&src, FIXTURE).unwrap();
+    let out = dir.join(name);
+    let st = Command::new("cc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(extra)
+        .status()
+        .expect("cc (a C compiler is needed to build the ELF fixtures)");
+    assert!(st.success());
+    out
+}
+
+/// Runs the fixture; returns (function, resolved image path, file offset).
+fn run_and_resolve(bin: &Path) -> Vec<(String, String, u64)> {
+    let out = Command::new(bin).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut sp = AddressSpaces::new(vec![]);
+    sp.add_process(1, 0, "fixture");
+    for l in text.lines().filter_map(|l| l.strip_prefix("MAP ")) {
+        if let Some(m) = parse_maps_line(l) {
+            sp.mmap(1, m);
+        }
+    }
+    text.lines()
+        .filter(|l| !l.starts_with("MAP "))
+        .map(|l| {
+            let (name, addr) = l.split_once(' ').unwrap();
+            let addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).unwrap();
+            let r = sp.resolve(1, addr, Mode::User);
+            (name.to_string(), r.image.path, r.offset)
+        })
+        .collect()
+}
+
+fn symbolize(
+    dir: &Path,
+    bin: &Path,
+    offsets: &[u64],
+    recorded_id: Option<String>,
+) -> (Vec<Option<String>>, Vec<String>) {
+    let mut s = SessionSymbolizer::new(dir, Kallsyms::default());
+    let img = mantle_prof::model::Image {
+        path: bin.display().to_string(),
+        kind: mantle_prof::model::ImageKind::Elf,
+        build_id: recorded_id,
+        pid: None,
+    };
+    let names = s.symbolize(&img, offsets);
+    (names, s.warnings)
+}
+
+#[test]
+fn elf_symtab_names_functions_at_file_offsets() {
+    let d = tmpdir("symtab");
+    let bin = cc(&d, "fx", &[]);
+    let r = run_and_resolve(&bin);
+    assert_eq!(r.len(), 3);
+    for (_, img, _) in &r {
+        assert_eq!(Path::new(img), bin.canonicalize().unwrap());
+    }
+    let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
+    let (names, warn) = symbolize(&d, &bin, &offs, build_id(&bin));
+    assert!(warn.is_empty(), "{warn:?}");
+    for ((want, _, _), got) in r.iter().zip(names) {
+        assert_eq!(got.as_deref(), Some(want.as_str()));
+    }
+    // an address inside a function resolves to it too
+    let (n, _) = symbolize(&d, &bin, &[offs[1] + 1], None);
+    assert_eq!(n[0].as_deref(), Some("beta_global"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn dwarf_names_functions_without_a_symbol_table() {
+    let d = tmpdir("dwarf");
+    let bin = cc(&d, "fx", &[]);
+    let r = run_and_resolve(&bin);
+    let st = Command::new("objcopy")
+        .args(["--remove-section", ".symtab", "--remove-section", ".strtab"])
+        .arg(&bin)
+        .status()
+        .expect("objcopy (binutils)");
+    assert!(st.success());
+    let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
+    let (names, _) = symbolize(&d, &bin, &offs, None);
+    // alpha_static is in neither .dynsym nor anywhere but DWARF now
+    assert_eq!(names[0].as_deref(), Some("alpha_static"));
+    assert_eq!(names[1].as_deref(), Some("beta_global"));
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn replaced_file_is_detected_by_build_id() {
+    let d = tmpdir("replaced");
+    let bin = cc(&d, "fx", &[]);
+    let r = run_and_resolve(&bin);
+    let recorded = build_id(&bin).expect("cc adds a build ID");
+    // "after recording": the file is rebuilt from other source
+    std::fs::write(d.join("other.c"), "int main(void){return 42;}\n").unwrap();
+    let st = Command::new("cc")
+        .arg("-o")
+        .arg(&bin)
+        .arg(d.join("other.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_ne!(build_id(&bin).as_deref(), Some(recorded.as_str()));
+    let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
+    let (names, warn) = symbolize(&d, &bin, &offs, Some(recorded));
+    assert!(names.iter().all(|n| n.is_none()));
+    assert_eq!(warn.len(), 1);
+    assert!(
+        warn[0].contains("replaced on disk since recording"),
+        "{}",
+        warn[0]
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
