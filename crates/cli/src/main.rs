@@ -175,12 +175,24 @@ enum TagCmd {
     },
     /// Receptions of a tag, oldest first.
     #[command(
-        after_help = "Examples:\n  mantle tag lifeline req\n  mantle tag lifeline req --json"
+        after_help = "Examples:\n  mantle tag lifeline req\n  mantle tag lifeline req --json > here.json\n  mantle tag lifeline req --format svg -o req.svg\n  mantle tag lifeline req --format chrome -o req.trace.json   # open in ui.perfetto.dev\n  mantle tag lifeline req --merge hostb.json hostc.json --format svg -o all.svg"
     )]
     Lifeline {
         name: String,
+        /// Same as --format json.
         #[arg(long)]
         json: bool,
+        /// text, json, chrome (trace-event JSON for Perfetto or
+        /// chrome://tracing), or svg (a plot: time across, a row per thread).
+        #[arg(long, value_parser = ["text", "json", "chrome", "svg"], default_value = "text")]
+        format: String,
+        /// Write to this file instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Merge lifelines saved with --json on other machines (causal order,
+        /// by Lamport clock); the local one is included when it exists.
+        #[arg(long, num_args = 1..)]
+        merge: Vec<PathBuf>,
     },
     /// Run a command that holds tags from its first instruction.
     #[command(
@@ -229,7 +241,10 @@ impl From<Error> for Failure {
             Error::Invalid(_) => EXIT_USAGE,
             _ => EXIT_FAILURE,
         };
-        Failure { message: e.to_string(), code }
+        Failure {
+            message: e.to_string(),
+            code,
+        }
     }
 }
 
@@ -391,7 +406,105 @@ fn print_threads(ts: &[mantle_tags::ThreadInfo], json: bool) {
     }
 }
 
+fn lifeline_cmd(
+    name: &str,
+    format: &str,
+    output: Option<PathBuf>,
+    merge: &[PathBuf],
+) -> Result<(), Error> {
+    let mut parts = Vec::new();
+    match Tags::open().and_then(|t| t.lifeline(name)) {
+        Ok(l) => parts.push(l),
+        // With files to merge, a machine without the tag (or without mantle
+        // loaded) just contributes nothing.
+        Err(e) if merge.is_empty() => return Err(e),
+        Err(_) => {}
+    }
+    for f in merge {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| Error::Invalid(format!("cannot read {}: {e}", f.display())))?;
+        let l: Vec<mantle_tags::ReceptionInfo> = serde_json::from_str(&text).map_err(|e| {
+            Error::Invalid(format!(
+                "{} is not a lifeline saved with `mantle tag lifeline --json`: {e}",
+                f.display()
+            ))
+        })?;
+        parts.push(l.into_iter().filter(|r| r.tag == name).collect());
+    }
+    let l = mantle_tags::lifeline::merge(parts);
+    let text = match format {
+        "json" => serde_json::to_string_pretty(&l).expect("json") + "\n",
+        "chrome" => {
+            serde_json::to_string(&mantle_tags::lifeline::chrome_trace(&l)).expect("json") + "\n"
+        }
+        "svg" => mantle_tags::lifeline::svg(
+            &l,
+            &format!("lifeline of tag {name} ({} receptions)", l.len()),
+        ),
+        _ => lifeline_text(&l),
+    };
+    match output {
+        Some(p) => std::fs::write(&p, text)
+            .map_err(|e| Error::Invalid(format!("cannot write {}: {e}", p.display()))),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn lifeline_text(l: &[mantle_tags::ReceptionInfo]) -> String {
+    use std::fmt::Write;
+    let multi = l.windows(2).any(|w| w[0].host != w[1].host);
+    let t0 = l.iter().map(|r| r.ts_ns).min().unwrap_or(0);
+    let mut s = format!(
+        "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}{}\n",
+        "SEQ",
+        if multi { "LAMPORT" } else { "T+us" },
+        "VIA",
+        "RX_TID",
+        "RX_PID",
+        "RX_COMM",
+        "TX_TID",
+        "TX_PID",
+        "TTL",
+        if multi { "  HOST <- FROM" } else { "" }
+    );
+    for r in l {
+        let when = if multi {
+            r.lamport.to_string()
+        } else {
+            format!("{:.1}", (r.ts_ns - t0) as f64 / 1e3)
+        };
+        let ttl = if r.ttl == 255 {
+            "inf".to_string()
+        } else {
+            r.ttl.to_string()
+        };
+        let _ = write!(
+            s,
+            "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
+            r.seq, when, r.via, r.rx_tid, r.rx_pid, r.rx_comm, r.tx_tid, r.tx_pid, ttl
+        );
+        if multi {
+            let _ = write!(s, "  {} <- {}", r.host, r.tx_host);
+        }
+        s.push('\n');
+    }
+    s
+}
+
 fn tag_cmd(c: TagCmd) -> Result<(), Error> {
+    if let TagCmd::Lifeline {
+        name,
+        json,
+        format,
+        output,
+        merge,
+    } = c
+    {
+        return lifeline_cmd(&name, if json { "json" } else { &format }, output, &merge);
+    }
     let t = Tags::open()?;
     match c {
         TagCmd::Create {
@@ -487,36 +600,7 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                 println!("{}", v.join(" "));
             }
         }
-        TagCmd::Lifeline { name, json } => {
-            let l = t.lifeline(&name)?;
-            if json {
-                print_json(&l);
-            } else {
-                let t0 = l.first().map(|r| r.ts_ns).unwrap_or(0);
-                println!(
-                    "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
-                    "SEQ", "T+us", "VIA", "RX_TID", "RX_PID", "RX_COMM", "TX_TID", "TX_PID", "TTL"
-                );
-                for r in l {
-                    println!(
-                        "{:>6} {:>12.1} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
-                        r.seq,
-                        (r.ts_ns - t0) as f64 / 1e3,
-                        r.via,
-                        r.rx_tid,
-                        r.rx_pid,
-                        r.rx_comm,
-                        r.tx_tid,
-                        r.tx_pid,
-                        if r.ttl == 255 {
-                            "inf".into()
-                        } else {
-                            r.ttl.to_string()
-                        }
-                    );
-                }
-            }
-        }
+        TagCmd::Lifeline { .. } => unreachable!("handled before opening the table"),
         TagCmd::Run {
             names,
             ttl,

@@ -30,6 +30,7 @@
 
 pub mod abi;
 pub mod kernel;
+pub mod lifeline;
 pub mod model;
 
 use abi::{
@@ -113,7 +114,7 @@ pub struct ThreadInfo {
 }
 
 /// One lifeline record.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReceptionInfo {
     pub seq: u64,
     pub ts_ns: u64,
@@ -123,8 +124,13 @@ pub struct ReceptionInfo {
     pub rx_comm: String,
     pub tx_tid: u32,
     pub tx_pid: u32,
-    pub via: &'static str,
+    pub via: String,
     pub ttl: u8,
+    /// Machine where the reception happened, and the sending machine.
+    pub host: String,
+    pub tx_host: String,
+    /// Lamport clock of the receiving thread after the reception.
+    pub lamport: u64,
 }
 
 /// Whole-subsystem status.
@@ -464,6 +470,7 @@ impl Tags {
         }
         let gen = self.entry(bit).generation;
         let ll = MappedMap::open_ro("lifeline")?;
+        let host = mantle_sys::os::hostname();
         let mut out = Vec::new();
         for n in head.saturating_sub(size)..head {
             let r: Reception = ll.get((base + n % size) as usize);
@@ -479,8 +486,11 @@ impl Tags {
                 rx_comm: abi::cstr(&r.rx_comm),
                 tx_tid: r.tx_tid,
                 tx_pid: r.tx_pid,
-                via: abi::Kind::from_raw(r.kind).name(),
+                via: abi::Kind::from_raw(r.kind).name().to_string(),
                 ttl: r.ttl,
+                host: host.clone(),
+                tx_host: host.clone(),
+                lamport: 0,
             });
         }
         Ok(out)
