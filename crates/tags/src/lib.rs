@@ -470,7 +470,13 @@ impl Tags {
         }
         let gen = self.entry(bit).generation;
         let ll = MappedMap::open_ro("lifeline")?;
-        let host = mantle_sys::os::hostname();
+        let hosts = kernel::host_names(c.host_id, c.host_netns);
+        let host_name = |id: u32| {
+            hosts
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| format!("host-{id:08x}"))
+        };
         let mut out = Vec::new();
         for n in head.saturating_sub(size)..head {
             let r: Reception = ll.get((base + n % size) as usize);
@@ -488,9 +494,9 @@ impl Tags {
                 tx_pid: r.tx_pid,
                 via: abi::Kind::from_raw(r.kind).name().to_string(),
                 ttl: r.ttl,
-                host: host.clone(),
-                tx_host: host.clone(),
-                lamport: 0,
+                host: host_name(r.rx_host),
+                tx_host: host_name(r.tx_host),
+                lamport: r.lamport,
             });
         }
         Ok(out)

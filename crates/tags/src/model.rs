@@ -123,6 +123,27 @@ impl Thread {
     }
 }
 
+/// The machine's host id from a stable machine identity (e.g.
+/// /etc/machine-id): FNV-1a, never 0.
+pub fn machine_host_id(identity: &str) -> u32 {
+    let mut h: u32 = 0x811c9dc5;
+    for b in identity.trim().bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x01000193);
+    }
+    h.max(1)
+}
+
+/// Host id of a network namespace: the machine's own id for the namespace
+/// `tags up` ran in (`home`), else the kernel side's host_of() folding of
+/// the namespace cookie into the machine id.
+pub fn netns_host_id(machine: u32, home: u64, cookie: u64) -> u32 {
+    if cookie == 0 || cookie == home {
+        return machine;
+    }
+    (machine ^ ((cookie.wrapping_mul(0x9e3779b97f4a7c15) >> 32) as u32)) | 1
+}
+
 /// Bit index -> (word, mask) in a vector of MT_TAGS bits.
 pub fn bit(tag: u32) -> (usize, u64) {
     assert!((tag as usize) < MT_TAGS);
@@ -245,6 +266,19 @@ mod tests {
         s.held.insert(1, 5);
         let mut u = Thread::default();
         assert!(u.receive(&s.outgoing(), &info).is_empty());
+    }
+
+    #[test]
+    fn host_ids() {
+        let m = machine_host_id("0123456789abcdef\n");
+        assert_ne!(m, 0);
+        assert_eq!(m, machine_host_id("0123456789abcdef"));
+        assert_ne!(m, machine_host_id("fedcba9876543210"));
+        assert_eq!(netns_host_id(m, 7, 7), m);
+        let a = netns_host_id(m, 7, 4096);
+        assert_ne!(a, m);
+        assert_eq!(a & 1, 1);
+        assert_ne!(a, netns_host_id(m, 7, 4097));
     }
 
     #[test]

@@ -189,6 +189,8 @@ extern void bpf_task_release(struct task_struct *p) __ksym;
 struct snap {
 	__u64 vec[MT_WORDS];
 	__u8 ttl[MT_TAGS];
+	__u64 lamport; /* sender's clock at the send */
+	__u32 host;    /* sender's host */
 };
 
 static __always_inline struct mt_ctl *get_ctl(void)
@@ -231,6 +233,23 @@ static const __u8 debruijn64[64] = {
 static __always_inline __u32 ctz64(__u64 m)
 {
 	return debruijn64[(((m & -m) * 0x03f79d71b4ca8b09ULL) >> 58) & 63];
+}
+
+/*
+ * The host of a task: this machine's id in its initial network namespace;
+ * other namespaces are hosts of their own (so that namespaces joined by veth
+ * pairs behave as separate machines, which is how mantle tests tags across
+ * machines on one box).
+ */
+static __always_inline __u32 host_of(struct mt_ctl *c, struct task_struct *task)
+{
+	struct net *net = task->nsproxy ? task->nsproxy->net_ns : 0;
+	__u64 cookie = net ? net->net_cookie : 0;
+
+	if (!cookie || cookie == c->host_netns)
+		return c->host_id;
+	/* fold the namespace cookie into the machine id (never 0) */
+	return (c->host_id ^ (__u32)(cookie * 0x9e3779b97f4a7c15ULL >> 32)) | 1;
 }
 
 static __always_inline int task_is_system(struct task_struct *task, struct mt_thread *t)
@@ -282,6 +301,8 @@ static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 	}
 	if (!any)
 		return 0;
+	s->lamport = ++t->lamport; /* a send is an event of the sender */
+	s->host = host_of(c, bpf_get_current_task_btf());
 	*cp = c;
 	return 1;
 }
@@ -295,7 +316,8 @@ static __always_inline int self_tagged(void)
 }
 
 static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_struct *rx,
-				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl)
+				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl,
+				      __u64 lamport, __u32 tx_host)
 {
 	__u32 size, base, slot;
 	__u64 n;
@@ -324,6 +346,9 @@ static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_s
 	r->ttl = ttl;
 	r->generation = tg ? tg->generation : 0;
 	bpf_probe_read_kernel_str(r->rx_comm, sizeof(r->rx_comm), rx->comm);
+	r->lamport = lamport;
+	r->rx_host = host_of(c, rx);
+	r->tx_host = tx_host;
 	r->seq = n + 1;
 }
 
@@ -350,6 +375,10 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 		return;
 	sys = task_is_system(task, t);
 	STAT(hops);
+	/* a reception: max(own, message) + 1 */
+	if (s->lamport > t->lamport)
+		t->lamport = s->lamport;
+	t->lamport++;
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = s->vec[w] & c->live[w];
@@ -380,7 +409,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 				cur = nt;
 			}
 			if (c->lifeline[w] & bit)
-				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur);
+				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur, t->lamport, s->host);
 		})
 	}
 }
@@ -413,6 +442,9 @@ static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 
 		d->epoch = epoch; /* keep the oldest snapshot's: it drops the most */
 	}
 	d->seq_end = seq_end;
+	if (s->lamport > d->lamport || was_empty)
+		d->lamport = s->lamport;
+	d->tx_host = s->host;
 	d->kind = kind;
 	d->tx_tid = (__u32)id;
 	d->tx_pid = id >> 32;
@@ -447,6 +479,8 @@ static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epo
 		d->last_reader = reader;
 	if (!any)
 		return 0;
+	s->lamport = d->lamport;
+	s->host = d->tx_host;
 	*epoch = d->epoch;
 	*tx_tid = d->tx_tid;
 	*tx_pid = d->tx_pid;
@@ -524,6 +558,7 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 	__builtin_memcpy(ct->spent, pt->spent, sizeof(ct->spent));
 	__builtin_memcpy(ct->ttl, pt->ttl, MT_TAGS);
 	ct->flags = pt->flags;
+	ct->lamport = ++pt->lamport; /* the fork is an event of the parent */
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = pv->vec[w] & c->live[w];
@@ -533,7 +568,8 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 			__u32 b = ctz64(m);
 			__u32 idx = (w * 64 + b) & (MT_TAGS - 1);
 			m &= m - 1;
-			ll_record(c, idx, child, ptid, parent->tgid, MT_K_FORK, ct->ttl[idx & (MT_TAGS - 1)]);
+			ll_record(c, idx, child, ptid, parent->tgid, MT_K_FORK, ct->ttl[idx & (MT_TAGS - 1)],
+				  ct->lamport, host_of(c, parent));
 		}
 	}
 	return 0;
@@ -1008,8 +1044,10 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 		else
 			__sync_fetch_and_and(&t->spent[w], ~bit);
 		__sync_fetch_and_or(&v->vec[w], bit);
+		t->lamport++;
 		if (c->lifeline[w] & bit)
-			ll_record(c, idx, task, (__u32)id, id >> 32, MT_K_SET, ttl);
+			ll_record(c, idx, task, (__u32)id, id >> 32, MT_K_SET, ttl, t->lamport,
+				  host_of(c, bpf_get_current_task_btf()));
 		return 0;
 	}
 	case MT_OP_CLEAR:

@@ -71,6 +71,7 @@ struct mt_thread {
 	__u8 ttl[MT_TAGS];      /* TTL per held tag (MT_TTL_INF: unlimited) */
 	__u32 flags;            /* MT_F_SYSTEM, MT_F_USER_SET */
 	__u32 pad;
+	__u64 lamport;          /* Lamport clock: +1 per tagged send, max+1 per reception */
 };
 
 /*
@@ -84,6 +85,9 @@ struct mt_ctl {
 	__u64 deleting[MT_WORDS];  /* tags in state DELETING, for the sweep */
 	__u32 epoch;               /* bumped each time a tag's bit is freed */
 	__u32 view_size;           /* entries in the view map (tids below it) */
+	__u32 host_id;             /* this machine (its initial network namespace) */
+	__u32 pad0;
+	__u64 host_netns;          /* cookie of that namespace (where `tags up` ran) */
 	__u32 freed_epoch[MT_TAGS];/* epoch at which each bit was last freed */
 	__u32 ll_base[MT_TAGS];    /* lifeline ring of each tag: first slot */
 	__u32 ll_size[MT_TAGS];    /*   and its size in slots (0: none) */
@@ -131,6 +135,9 @@ struct mt_reception {
 	__u8 ttl;          /* TTL the receiver now holds */
 	__u32 generation;  /* tag generation, to drop records of a reused bit */
 	char rx_comm[MT_COMM_LEN];
+	__u64 lamport;     /* receiver's Lamport clock after the reception */
+	__u32 rx_host;     /* host of the receiver (machine, or network namespace) */
+	__u32 tx_host;     /* host of the sender */
 };
 
 /*
@@ -147,8 +154,9 @@ struct mt_deposit {
 	__u32 tx_tid, tx_pid;
 	__u32 epoch;               /* ctl epoch of the oldest snapshot in it */
 	__u32 last_reader;         /* tid of the last thread that read */
-	__u32 pad;
+	__u32 tx_host;             /* host of the (last) sender */
 	__u64 seq_start, seq_end;  /* TCP: sequence range of tagged bytes */
+	__u64 lamport;             /* largest sender clock among the snapshots */
 };
 
 /* Key of deposits that do not live in socket storage. */
@@ -212,7 +220,7 @@ struct mt_thread_rec {
 MT_STATIC_ASSERT(MT_TAGS % 64 == 0 && MT_TAGS <= 256, "MT_TAGS: multiple of 64, at most 256");
 MT_STATIC_ASSERT(sizeof(struct mt_view) == 8 * MT_WORDS + 8, "mt_view layout");
 MT_STATIC_ASSERT(sizeof(struct mt_tag) == 56, "mt_tag layout");
-MT_STATIC_ASSERT(sizeof(struct mt_reception) == 56, "mt_reception layout");
+MT_STATIC_ASSERT(sizeof(struct mt_reception) == 72, "mt_reception layout");
 MT_STATIC_ASSERT(sizeof(struct mt_chan_key) == 24, "mt_chan_key layout");
 
 #endif
