@@ -58,13 +58,17 @@ enum Cmd {
 enum TagsCmd {
     /// Load and pin the kernel side (root).
     #[command(
-        after_help = "Examples:\n  mantle tags up\n  mantle tags up --lib /usr/local/lib/libmantle.so"
+        after_help = "Examples:\n  mantle tags up\n  mantle tags up --cluster /etc/mantle/cluster-tags\n  mantle tags up --lib /usr/local/lib/libmantle.so"
     )]
     Up {
         /// libmantle.so whose mantle_tag_ctl carries the self-operation probe
         /// (default: the one next to this binary).
         #[arg(long)]
         lib: Option<PathBuf>,
+        /// Cluster table: the global tags (one per line: NAME [ttl=N] [system]),
+        /// the same file on every machine; only these cross machines.
+        #[arg(long)]
+        cluster: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -296,15 +300,44 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
     match c {
-        TagsCmd::Up { lib, json } => {
+        TagsCmd::Up { lib, cluster, json } => {
             if mantle_sys::os::geteuid() != 0 {
                 return Err(Error::Permission(
                     "loading the kernel side needs root".into(),
                 ));
             }
+            // Validate the cluster table before loading anything.
+            let table = match &cluster {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p).map_err(|e| {
+                        Error::Invalid(format!("cannot read cluster table {}: {e}", p.display()))
+                    })?;
+                    Some(mantle_tags::model::parse_cluster(&text).map_err(|e| {
+                        Error::Invalid(format!("cluster table {}: {e}", p.display()))
+                    })?)
+                }
+                None => None,
+            };
             let lib = lib.unwrap_or_else(default_lib);
             let lib = lib.canonicalize().unwrap_or(lib);
             let r = mantle_tags::kernel::up(&lib)?;
+            if let Some(t) = &table {
+                let installed = Tags::open().and_then(|tags| {
+                    tags.install_cluster(t)?;
+                    mantle_tags::kernel::attach_tagged()
+                });
+                if let Err(e) = installed {
+                    let _ = mantle_tags::kernel::down();
+                    return Err(e);
+                }
+                if !json {
+                    println!(
+                        "cluster table: {} global tag(s), digest {:04x}",
+                        t.tags.len(),
+                        t.digest
+                    );
+                }
+            }
             if json {
                 print_json(&r);
             } else {
@@ -328,17 +361,7 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
         TagsCmd::Status { json } => {
             let st = match Tags::open() {
                 Ok(t) => t.status(),
-                Err(Error::NotLoaded) => mantle_tags::Status {
-                    loaded: false,
-                    hooks_attached: false,
-                    live_tags: 0,
-                    view_entries: 0,
-                    hops: 0,
-                    rejected: 0,
-                    late: 0,
-                    deposit_fail: 0,
-                    no_view: 0,
-                },
+                Err(Error::NotLoaded) => mantle_tags::Status::default(),
                 Err(e) => return Err(e),
             };
             if json {
@@ -364,6 +387,13 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
                 );
                 println!("  dropped:    {} (channel map full)", st.deposit_fail);
                 println!("  no view:    {} (tid beyond pid_max at load)", st.no_view);
+                if st.cluster_digest != 0 {
+                    println!("  cluster:    table digest {:04x}", st.cluster_digest);
+                    println!(
+                        "  TCP option: {} written, {} parsed, {} dropped (other cluster table), {} without room",
+                        st.tcp_options_written, st.tcp_options_parsed, st.tcp_options_mismatched, st.tcp_options_no_space
+                    );
+                }
             }
             Ok(())
         }
@@ -540,15 +570,24 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                 print_json(&l);
             } else {
                 println!(
-                    "{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}",
-                    "BIT", "NAME", "STATE", "CLASS", "TTL", "LIFELINE", "RECEIVED", "OWNER"
+                    "{:>3} {:<20} {:<8} {:<6} {:<6} {:>4} {:>9} {:>10} {:>6}",
+                    "BIT",
+                    "NAME",
+                    "STATE",
+                    "SCOPE",
+                    "CLASS",
+                    "TTL",
+                    "LIFELINE",
+                    "RECEIVED",
+                    "OWNER"
                 );
                 for i in l {
                     println!(
-                        "{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}",
+                        "{:>3} {:<20} {:<8} {:<6} {:<6} {:>4} {:>9} {:>10} {:>6}",
                         i.bit,
                         i.name,
                         i.state,
+                        i.scope,
                         if i.system { "system" } else { "user" },
                         i.ttl.map(|x| x.to_string()).unwrap_or_else(|| "inf".into()),
                         i.lifeline,

@@ -63,6 +63,7 @@ pub const ST_DELETING: u32 = 2;
 pub const F_SYSTEM: u32 = 0x1;
 pub const F_LIFELINE: u32 = 0x2;
 pub const F_USER_SET: u32 = 0x4;
+pub const F_GLOBAL: u32 = 0x8;
 
 /// Operation codes (`enum mt_op_code`).
 #[repr(u32)]
@@ -98,6 +99,9 @@ pub struct Ctl {
     pub host_id: u32,
     pub pad0: u32,
     pub host_netns: u64,
+    pub global: [u64; MT_WORDS],
+    pub cluster_digest: u32,
+    pub pad1: u32,
     pub freed_epoch: [u32; MT_TAGS],
     pub ll_base: [u32; MT_TAGS],
     pub ll_size: [u32; MT_TAGS],
@@ -117,6 +121,10 @@ pub struct Stats {
     pub deposit_fail: u64,
     pub late: u64,
     pub no_view: u64,
+    pub opt_written: u64,
+    pub opt_parsed: u64,
+    pub opt_mismatch: u64,
+    pub opt_nospace: u64,
 }
 
 #[repr(C)]
@@ -278,7 +286,7 @@ mod layout {
             &btf,
             "mt_ctl",
             size_of::<Ctl>(),
-            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, pad0, host_netns, freed_epoch, ll_base, ll_size, ll_head,
+            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, pad0, host_netns, global, cluster_digest, pad1, freed_epoch, ll_base, ll_size, ll_head,
                 default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps),
         );
         check(

@@ -46,6 +46,8 @@ pub const MAPS: &[(&str, bool)] = &[
     ("lifeline", false),
     ("sk_dep", false),
     ("sk_role", false),
+    ("sk_net", false),
+    ("sk_rdep", false),
     ("chan_dep", false),
     ("op", false),
     ("zero_dep", false),
@@ -60,6 +62,7 @@ pub const TAGGED_HOOKS: &[(&str, Hook)] = &[
     ("mt_unix_recv", Hook::RawTp),
     ("mt_sock_recv", Hook::RawTp),
     ("mt_sys_exit", Hook::RawTp),
+    ("mt_tcp_sendmsg", Hook::RawTp),
     (
         "mt_sendmsg4",
         Hook::Cgroup(libbpf_sys::BPF_CGROUP_UDP4_SENDMSG),
@@ -227,6 +230,8 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             ("lifeline", &mut m.lifeline),
             ("sk_dep", &mut m.sk_dep),
             ("sk_role", &mut m.sk_role),
+            ("sk_net", &mut m.sk_net),
+            ("sk_rdep", &mut m.sk_rdep),
             ("chan_dep", &mut m.chan_dep),
             ("op", &mut m.op),
             ("zero_dep", &mut m.zero_dep),
@@ -287,6 +292,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             ("mt_unix_recv", &mut p.mt_unix_recv),
             ("mt_sock_recv", &mut p.mt_sock_recv),
             ("mt_sys_exit", &mut p.mt_sys_exit),
+            ("mt_tcp_sendmsg", &mut p.mt_tcp_sendmsg),
             ("mt_sendmsg4", &mut p.mt_sendmsg4),
             ("mt_sendmsg6", &mut p.mt_sendmsg6),
         ];
@@ -321,6 +327,13 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             p.mt_connect_unix
                 .attach_cgroup(cgfd)
                 .map_err(|e| kerr("attach cgroup/connect_unix (Linux 6.7+)", e))?,
+            0o600,
+        ),
+        (
+            "sockops",
+            p.mt_sockops
+                .attach_cgroup(cgfd)
+                .map_err(|e| kerr("attach sockops (TCP header options)", e))?,
             0o600,
         ),
         (
