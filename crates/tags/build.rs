@@ -54,6 +54,7 @@ fn main() {
         "MT_TTL_INF",
         "MT_LIFELINE_SLOTS",
         "MT_COMM_LEN",
+        "MT_GLOBAL_BITS",
     ] {
         consts += &format!(
             "/// tags.h {name}\npub const {name}: usize = {};\n",

@@ -84,7 +84,7 @@ fn run_loaded(exe: &std::path::Path, json: bool) -> Result<(), Error> {
     println!("\nWho received tag {name}, in order (mantle tag lifeline {name}):");
     let t0 = lifeline.first().map(|r| r.ts_ns).unwrap_or(0);
     for r in &lifeline {
-        let how = match r.via {
+        let how = match r.via.as_str() {
             "set" => "set by `mantle tag run`".to_string(),
             "fork" => format!("inherited at fork from pid {}", r.tx_pid),
             via => format!("request over {via} from pid {}", r.tx_pid),

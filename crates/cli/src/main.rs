@@ -58,13 +58,17 @@ enum Cmd {
 enum TagsCmd {
     /// Load and pin the kernel side (root).
     #[command(
-        after_help = "Examples:\n  mantle tags up\n  mantle tags up --lib /usr/local/lib/libmantle.so"
+        after_help = "Examples:\n  mantle tags up\n  mantle tags up --cluster /etc/mantle/cluster-tags\n  mantle tags up --lib /usr/local/lib/libmantle.so"
     )]
     Up {
         /// libmantle.so whose mantle_tag_ctl carries the self-operation probe
         /// (default: the one next to this binary).
         #[arg(long)]
         lib: Option<PathBuf>,
+        /// Cluster table: the global tags (one per line: NAME [ttl=N] [system]),
+        /// the same file on every machine; only these cross machines.
+        #[arg(long)]
+        cluster: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -175,12 +179,24 @@ enum TagCmd {
     },
     /// Receptions of a tag, oldest first.
     #[command(
-        after_help = "Examples:\n  mantle tag lifeline req\n  mantle tag lifeline req --json"
+        after_help = "Examples:\n  mantle tag lifeline req\n  mantle tag lifeline req --json > here.json\n  mantle tag lifeline req --format svg -o req.svg\n  mantle tag lifeline req --format chrome -o req.trace.json   # open in ui.perfetto.dev\n  mantle tag lifeline req --merge hostb.json hostc.json --format svg -o all.svg"
     )]
     Lifeline {
         name: String,
+        /// Same as --format json.
         #[arg(long)]
         json: bool,
+        /// text, json, chrome (trace-event JSON for Perfetto or
+        /// chrome://tracing), or svg (a plot: time across, a row per thread).
+        #[arg(long, value_parser = ["text", "json", "chrome", "svg"], default_value = "text")]
+        format: String,
+        /// Write to this file instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Merge lifelines saved with --json on other machines (causal order,
+        /// by Lamport clock); the local one is included when it exists.
+        #[arg(long, num_args = 1..)]
+        merge: Vec<PathBuf>,
     },
     /// Run a command that holds tags from its first instruction.
     #[command(
@@ -229,7 +245,10 @@ impl From<Error> for Failure {
             Error::Invalid(_) => EXIT_USAGE,
             _ => EXIT_FAILURE,
         };
-        Failure { message: e.to_string(), code }
+        Failure {
+            message: e.to_string(),
+            code,
+        }
     }
 }
 
@@ -281,15 +300,44 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
     match c {
-        TagsCmd::Up { lib, json } => {
+        TagsCmd::Up { lib, cluster, json } => {
             if mantle_sys::os::geteuid() != 0 {
                 return Err(Error::Permission(
                     "loading the kernel side needs root".into(),
                 ));
             }
+            // Validate the cluster table before loading anything.
+            let table = match &cluster {
+                Some(p) => {
+                    let text = std::fs::read_to_string(p).map_err(|e| {
+                        Error::Invalid(format!("cannot read cluster table {}: {e}", p.display()))
+                    })?;
+                    Some(mantle_tags::model::parse_cluster(&text).map_err(|e| {
+                        Error::Invalid(format!("cluster table {}: {e}", p.display()))
+                    })?)
+                }
+                None => None,
+            };
             let lib = lib.unwrap_or_else(default_lib);
             let lib = lib.canonicalize().unwrap_or(lib);
             let r = mantle_tags::kernel::up(&lib)?;
+            if let Some(t) = &table {
+                let installed = Tags::open().and_then(|tags| {
+                    tags.install_cluster(t)?;
+                    mantle_tags::kernel::attach_tagged()
+                });
+                if let Err(e) = installed {
+                    let _ = mantle_tags::kernel::down();
+                    return Err(e);
+                }
+                if !json {
+                    println!(
+                        "cluster table: {} global tag(s), digest {:04x}",
+                        t.tags.len(),
+                        t.digest
+                    );
+                }
+            }
             if json {
                 print_json(&r);
             } else {
@@ -313,17 +361,7 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
         TagsCmd::Status { json } => {
             let st = match Tags::open() {
                 Ok(t) => t.status(),
-                Err(Error::NotLoaded) => mantle_tags::Status {
-                    loaded: false,
-                    hooks_attached: false,
-                    live_tags: 0,
-                    view_entries: 0,
-                    hops: 0,
-                    rejected: 0,
-                    late: 0,
-                    deposit_fail: 0,
-                    no_view: 0,
-                },
+                Err(Error::NotLoaded) => mantle_tags::Status::default(),
                 Err(e) => return Err(e),
             };
             if json {
@@ -349,6 +387,13 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
                 );
                 println!("  dropped:    {} (channel map full)", st.deposit_fail);
                 println!("  no view:    {} (tid beyond pid_max at load)", st.no_view);
+                if st.cluster_digest != 0 {
+                    println!("  cluster:    table digest {:04x}", st.cluster_digest);
+                    println!(
+                        "  TCP option: {} written, {} parsed, {} dropped (other cluster table), {} without room",
+                        st.tcp_options_written, st.tcp_options_parsed, st.tcp_options_mismatched, st.tcp_options_no_space
+                    );
+                }
             }
             Ok(())
         }
@@ -391,7 +436,105 @@ fn print_threads(ts: &[mantle_tags::ThreadInfo], json: bool) {
     }
 }
 
+fn lifeline_cmd(
+    name: &str,
+    format: &str,
+    output: Option<PathBuf>,
+    merge: &[PathBuf],
+) -> Result<(), Error> {
+    let mut parts = Vec::new();
+    match Tags::open().and_then(|t| t.lifeline(name)) {
+        Ok(l) => parts.push(l),
+        // With files to merge, a machine without the tag (or without mantle
+        // loaded) just contributes nothing.
+        Err(e) if merge.is_empty() => return Err(e),
+        Err(_) => {}
+    }
+    for f in merge {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| Error::Invalid(format!("cannot read {}: {e}", f.display())))?;
+        let l: Vec<mantle_tags::ReceptionInfo> = serde_json::from_str(&text).map_err(|e| {
+            Error::Invalid(format!(
+                "{} is not a lifeline saved with `mantle tag lifeline --json`: {e}",
+                f.display()
+            ))
+        })?;
+        parts.push(l.into_iter().filter(|r| r.tag == name).collect());
+    }
+    let l = mantle_tags::lifeline::merge(parts);
+    let text = match format {
+        "json" => serde_json::to_string_pretty(&l).expect("json") + "\n",
+        "chrome" => {
+            serde_json::to_string(&mantle_tags::lifeline::chrome_trace(&l)).expect("json") + "\n"
+        }
+        "svg" => mantle_tags::lifeline::svg(
+            &l,
+            &format!("lifeline of tag {name} ({} receptions)", l.len()),
+        ),
+        _ => lifeline_text(&l),
+    };
+    match output {
+        Some(p) => std::fs::write(&p, text)
+            .map_err(|e| Error::Invalid(format!("cannot write {}: {e}", p.display()))),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn lifeline_text(l: &[mantle_tags::ReceptionInfo]) -> String {
+    use std::fmt::Write;
+    let multi = l.windows(2).any(|w| w[0].host != w[1].host);
+    let t0 = l.iter().map(|r| r.ts_ns).min().unwrap_or(0);
+    let mut s = format!(
+        "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}{}\n",
+        "SEQ",
+        if multi { "LAMPORT" } else { "T+us" },
+        "VIA",
+        "RX_TID",
+        "RX_PID",
+        "RX_COMM",
+        "TX_TID",
+        "TX_PID",
+        "TTL",
+        if multi { "  HOST <- FROM" } else { "" }
+    );
+    for r in l {
+        let when = if multi {
+            r.lamport.to_string()
+        } else {
+            format!("{:.1}", (r.ts_ns - t0) as f64 / 1e3)
+        };
+        let ttl = if r.ttl == 255 {
+            "inf".to_string()
+        } else {
+            r.ttl.to_string()
+        };
+        let _ = write!(
+            s,
+            "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
+            r.seq, when, r.via, r.rx_tid, r.rx_pid, r.rx_comm, r.tx_tid, r.tx_pid, ttl
+        );
+        if multi {
+            let _ = write!(s, "  {} <- {}", r.host, r.tx_host);
+        }
+        s.push('\n');
+    }
+    s
+}
+
 fn tag_cmd(c: TagCmd) -> Result<(), Error> {
+    if let TagCmd::Lifeline {
+        name,
+        json,
+        format,
+        output,
+        merge,
+    } = c
+    {
+        return lifeline_cmd(&name, if json { "json" } else { &format }, output, &merge);
+    }
     let t = Tags::open()?;
     match c {
         TagCmd::Create {
@@ -427,15 +570,24 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                 print_json(&l);
             } else {
                 println!(
-                    "{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}",
-                    "BIT", "NAME", "STATE", "CLASS", "TTL", "LIFELINE", "RECEIVED", "OWNER"
+                    "{:>3} {:<20} {:<8} {:<6} {:<6} {:>4} {:>9} {:>10} {:>6}",
+                    "BIT",
+                    "NAME",
+                    "STATE",
+                    "SCOPE",
+                    "CLASS",
+                    "TTL",
+                    "LIFELINE",
+                    "RECEIVED",
+                    "OWNER"
                 );
                 for i in l {
                     println!(
-                        "{:>3} {:<20} {:<8} {:<6} {:>4} {:>9} {:>10} {:>6}",
+                        "{:>3} {:<20} {:<8} {:<6} {:<6} {:>4} {:>9} {:>10} {:>6}",
                         i.bit,
                         i.name,
                         i.state,
+                        i.scope,
                         if i.system { "system" } else { "user" },
                         i.ttl.map(|x| x.to_string()).unwrap_or_else(|| "inf".into()),
                         i.lifeline,
@@ -487,36 +639,7 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                 println!("{}", v.join(" "));
             }
         }
-        TagCmd::Lifeline { name, json } => {
-            let l = t.lifeline(&name)?;
-            if json {
-                print_json(&l);
-            } else {
-                let t0 = l.first().map(|r| r.ts_ns).unwrap_or(0);
-                println!(
-                    "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
-                    "SEQ", "T+us", "VIA", "RX_TID", "RX_PID", "RX_COMM", "TX_TID", "TX_PID", "TTL"
-                );
-                for r in l {
-                    println!(
-                        "{:>6} {:>12.1} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
-                        r.seq,
-                        (r.ts_ns - t0) as f64 / 1e3,
-                        r.via,
-                        r.rx_tid,
-                        r.rx_pid,
-                        r.rx_comm,
-                        r.tx_tid,
-                        r.tx_pid,
-                        if r.ttl == 255 {
-                            "inf".into()
-                        } else {
-                            r.ttl.to_string()
-                        }
-                    );
-                }
-            }
-        }
+        TagCmd::Lifeline { .. } => unreachable!("handled before opening the table"),
         TagCmd::Run {
             names,
             ttl,

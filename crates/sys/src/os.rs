@@ -65,3 +65,20 @@ pub fn geteuid() -> u32 {
     // SAFETY: cannot fail.
     unsafe { libc::geteuid() }
 }
+
+/// This machine's name (uname nodename).
+pub fn hostname() -> String {
+    // SAFETY: utsname is plain data filled by uname.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: valid pointer to a utsname.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return "localhost".into();
+    }
+    let b: Vec<u8> = u
+        .nodename
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&b).into_owned()
+}

@@ -63,6 +63,7 @@ pub const ST_DELETING: u32 = 2;
 pub const F_SYSTEM: u32 = 0x1;
 pub const F_LIFELINE: u32 = 0x2;
 pub const F_USER_SET: u32 = 0x4;
+pub const F_GLOBAL: u32 = 0x8;
 
 /// Operation codes (`enum mt_op_code`).
 #[repr(u32)]
@@ -95,6 +96,12 @@ pub struct Ctl {
     pub deleting: [u64; MT_WORDS],
     pub epoch: u32,
     pub view_size: u32,
+    pub host_id: u32,
+    pub pad0: u32,
+    pub host_netns: u64,
+    pub global: [u64; MT_WORDS],
+    pub cluster_digest: u32,
+    pub pad1: u32,
     pub freed_epoch: [u32; MT_TAGS],
     pub ll_base: [u32; MT_TAGS],
     pub ll_size: [u32; MT_TAGS],
@@ -114,6 +121,10 @@ pub struct Stats {
     pub deposit_fail: u64,
     pub late: u64,
     pub no_view: u64,
+    pub opt_written: u64,
+    pub opt_parsed: u64,
+    pub opt_mismatch: u64,
+    pub opt_nospace: u64,
 }
 
 #[repr(C)]
@@ -148,6 +159,9 @@ pub struct Reception {
     pub ttl: u8,
     pub generation: u32,
     pub rx_comm: [u8; MT_COMM_LEN],
+    pub lamport: u64,
+    pub rx_host: u32,
+    pub tx_host: u32,
 }
 
 #[repr(C)]
@@ -177,7 +191,7 @@ pub struct ThreadRec {
 const _: () = assert!(MT_TAGS.is_multiple_of(64) && MT_TAGS <= 256);
 const _: () = assert!(std::mem::size_of::<View>() == 8 * MT_WORDS + 8);
 const _: () = assert!(std::mem::size_of::<TagEntry>() == 56);
-const _: () = assert!(std::mem::size_of::<Reception>() == 56);
+const _: () = assert!(std::mem::size_of::<Reception>() == 72);
 const _: () = assert!(std::mem::size_of::<Op>() == 24);
 const _: () = assert!(std::mem::size_of::<Owner>() == 8);
 
@@ -272,7 +286,7 @@ mod layout {
             &btf,
             "mt_ctl",
             size_of::<Ctl>(),
-            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, freed_epoch, ll_base, ll_size, ll_head,
+            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, pad0, host_netns, global, cluster_digest, pad1, freed_epoch, ll_base, ll_size, ll_head,
                 default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps),
         );
         check(
@@ -291,7 +305,8 @@ mod layout {
             &btf,
             "mt_reception",
             size_of::<Reception>(),
-            fields!(Reception: ts_ns, seq, rx_tid, rx_pid, tx_tid, tx_pid, kind, tag, ttl, generation, rx_comm),
+            fields!(Reception: ts_ns, seq, rx_tid, rx_pid, tx_tid, tx_pid, kind, tag, ttl, generation, rx_comm,
+                lamport, rx_host, tx_host),
         );
         check(
             &btf,

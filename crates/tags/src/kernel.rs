@@ -46,6 +46,8 @@ pub const MAPS: &[(&str, bool)] = &[
     ("lifeline", false),
     ("sk_dep", false),
     ("sk_role", false),
+    ("sk_net", false),
+    ("sk_rdep", false),
     ("chan_dep", false),
     ("op", false),
     ("zero_dep", false),
@@ -60,6 +62,7 @@ pub const TAGGED_HOOKS: &[(&str, Hook)] = &[
     ("mt_unix_recv", Hook::RawTp),
     ("mt_sock_recv", Hook::RawTp),
     ("mt_sys_exit", Hook::RawTp),
+    ("mt_tcp_sendmsg", Hook::RawTp),
     (
         "mt_sendmsg4",
         Hook::Cgroup(libbpf_sys::BPF_CGROUP_UDP4_SENDMSG),
@@ -227,6 +230,8 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             ("lifeline", &mut m.lifeline),
             ("sk_dep", &mut m.sk_dep),
             ("sk_role", &mut m.sk_role),
+            ("sk_net", &mut m.sk_net),
+            ("sk_rdep", &mut m.sk_rdep),
             ("chan_dep", &mut m.chan_dep),
             ("op", &mut m.op),
             ("zero_dep", &mut m.zero_dep),
@@ -265,8 +270,15 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
     // The view is sized at load; record it for readers.
     {
         let ctl = MappedMap::open_rw("ctl")?;
-        // SAFETY: ctl maps one struct mt_ctl; view_size is a plain u32 field.
-        unsafe { (*ctl.ptr::<crate::abi::Ctl>(0)).view_size = view_entries };
+        let identity = std::fs::read_to_string("/etc/machine-id")
+            .unwrap_or_else(|_| mantle_sys::os::hostname());
+        // SAFETY: ctl maps one struct mt_ctl; plain u32 fields, written
+        // before any tag exists.
+        unsafe {
+            (*ctl.ptr::<crate::abi::Ctl>(0)).view_size = view_entries;
+            (*ctl.ptr::<crate::abi::Ctl>(0)).host_id = crate::model::machine_host_id(&identity);
+            (*ctl.ptr::<crate::abi::Ctl>(0)).host_netns = own_netns_cookie().unwrap_or(0);
+        }
     }
 
     // Pin programs so later commands can attach the tagged hooks.
@@ -280,6 +292,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             ("mt_unix_recv", &mut p.mt_unix_recv),
             ("mt_sock_recv", &mut p.mt_sock_recv),
             ("mt_sys_exit", &mut p.mt_sys_exit),
+            ("mt_tcp_sendmsg", &mut p.mt_tcp_sendmsg),
             ("mt_sendmsg4", &mut p.mt_sendmsg4),
             ("mt_sendmsg6", &mut p.mt_sendmsg6),
         ];
@@ -314,6 +327,13 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             p.mt_connect_unix
                 .attach_cgroup(cgfd)
                 .map_err(|e| kerr("attach cgroup/connect_unix (Linux 6.7+)", e))?,
+            0o600,
+        ),
+        (
+            "sockops",
+            p.mt_sockops
+                .attach_cgroup(cgfd)
+                .map_err(|e| kerr("attach sockops (TCP header options)", e))?,
             0o600,
         ),
         (
@@ -751,4 +771,63 @@ impl Region {
             )),
         }
     }
+}
+
+/// Names of hosts this machine knows: itself, and its named network
+/// namespaces (/run/netns/NAME, as `ip netns` makes them), by host id.
+pub fn host_names(machine: u32, home: u64) -> std::collections::BTreeMap<u32, String> {
+    let mut m = std::collections::BTreeMap::new();
+    m.insert(machine, mantle_sys::os::hostname());
+    if let Ok(rd) = std::fs::read_dir("/run/netns") {
+        for e in rd.flatten() {
+            if let Some(cookie) = netns_cookie(&e.path()) {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let id = crate::model::netns_host_id(machine, home, cookie);
+                m.entry(id).or_insert(name);
+            }
+        }
+    }
+    m
+}
+
+/// The cookie of the calling thread's network namespace (SO_NETNS_COOKIE
+/// of a fresh socket).
+fn own_netns_cookie() -> Option<u64> {
+    // SAFETY: a fresh socket, closed before returning; cookie/len valid.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+        if fd < 0 {
+            return None;
+        }
+        let mut cookie: u64 = 0;
+        let mut len = std::mem::size_of::<u64>() as libc::socklen_t;
+        const SO_NETNS_COOKIE: libc::c_int = 71;
+        let rc = libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_NETNS_COOKIE,
+            (&mut cookie as *mut u64).cast(),
+            &mut len,
+        );
+        libc::close(fd);
+        (rc == 0).then_some(cookie)
+    }
+}
+
+/// The cookie of the network namespace at `path`, asked from a short-lived
+/// thread that joins it (setns affects only the calling thread).
+fn netns_cookie(path: &Path) -> Option<u64> {
+    let f = std::fs::File::open(path).ok()?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: setns on this short-lived thread only.
+            if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return None;
+            }
+            own_netns_cookie()
+        })
+        .join()
+        .ok()
+        .flatten()
+    })
 }

@@ -30,6 +30,7 @@
 
 pub mod abi;
 pub mod kernel;
+pub mod lifeline;
 pub mod model;
 
 use abi::{
@@ -80,6 +81,8 @@ pub struct TagInfo {
     pub bit: u32,
     pub state: &'static str,
     pub system: bool,
+    /// "global" (cluster table, crosses machines) or "local".
+    pub scope: &'static str,
     pub ttl: Option<u8>,
     pub lifeline: u32,
     pub receptions: u64,
@@ -113,7 +116,7 @@ pub struct ThreadInfo {
 }
 
 /// One lifeline record.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ReceptionInfo {
     pub seq: u64,
     pub ts_ns: u64,
@@ -123,12 +126,17 @@ pub struct ReceptionInfo {
     pub rx_comm: String,
     pub tx_tid: u32,
     pub tx_pid: u32,
-    pub via: &'static str,
+    pub via: String,
     pub ttl: u8,
+    /// Machine where the reception happened, and the sending machine.
+    pub host: String,
+    pub tx_host: String,
+    /// Lamport clock of the receiving thread after the reception.
+    pub lamport: u64,
 }
 
 /// Whole-subsystem status.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Status {
     pub loaded: bool,
     pub hooks_attached: bool,
@@ -139,6 +147,12 @@ pub struct Status {
     pub late: u64,
     pub deposit_fail: u64,
     pub no_view: u64,
+    /// 16-bit digest of the cluster table (0: none loaded).
+    pub cluster_digest: u32,
+    pub tcp_options_written: u64,
+    pub tcp_options_parsed: u64,
+    pub tcp_options_mismatched: u64,
+    pub tcp_options_no_space: u64,
 }
 
 /// Handle on the loaded kernel side.
@@ -208,7 +222,43 @@ impl Tags {
         self.need_root("creating a tag")?;
         model::validate_name(name)?;
         let _lock = kernel::TableLock::take()?;
-        let mut free = None;
+        // Local tags live above the global range, so that a cluster table
+        // loaded later (or on another machine) never collides with them.
+        let bit = (abi::MT_GLOBAL_BITS as u32..MT_TAGS as u32)
+            .find(|&b| self.entry(b).state == abi::ST_FREE)
+            .ok_or(Error::TableFull)?;
+        self.install(bit, name, o, 0)
+    }
+
+    /// Installs the cluster table's global tags on bits 0.. (at load).
+    pub fn install_cluster(&self, table: &model::ClusterTable) -> Result<(), Error> {
+        self.need_root("loading a cluster table")?;
+        let _lock = kernel::TableLock::take()?;
+        for (i, g) in table.tags.iter().enumerate() {
+            let o = CreateOpts {
+                ttl: g.ttl,
+                system: g.system,
+                lifeline: 4096,
+                owner_uid: Some(0),
+            };
+            self.install(i as u32, &g.name, &o, abi::F_GLOBAL)?;
+            let (w, m) = model::bit(i as u32);
+            // SAFETY: mapped ctl, aligned field.
+            unsafe { atomic_u64(&mut (*self.ctl_ptr()?).global[w]).fetch_or(m, SeqCst) };
+        }
+        // SAFETY: mapped ctl; read by the kernel side only once globals exist.
+        unsafe { (*self.ctl_ptr()?).cluster_digest = table.digest as u32 };
+        Ok(())
+    }
+
+    /// Writes tag `name` into free entry `bit` (table lock held).
+    fn install(
+        &self,
+        bit: u32,
+        name: &str,
+        o: &CreateOpts,
+        extra_flags: u32,
+    ) -> Result<TagInfo, Error> {
         let mut regions = Vec::new();
         let c = self.ctl();
         for b in 0..MT_TAGS as u32 {
@@ -218,11 +268,11 @@ impl Tags {
                     return Err(Error::Exists(name.to_string()));
                 }
                 regions.push((c.ll_base[b as usize], c.ll_size[b as usize]));
-            } else if free.is_none() {
-                free = Some(b);
             }
         }
-        let bit = free.ok_or(Error::TableFull)?;
+        if self.entry(bit).state != abi::ST_FREE {
+            return Err(Error::Exists(abi::cstr(&self.entry(bit).name)));
+        }
         let base = if o.lifeline > 0 {
             model::alloc_lifeline(&regions, o.lifeline).ok_or(Error::LifelineFull(o.lifeline))?
         } else {
@@ -277,7 +327,8 @@ impl Tags {
         unsafe {
             (*tp).name = nm;
             (*tp).flags = (o.system as u32 * abi::F_SYSTEM)
-                | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 };
+                | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 }
+                | extra_flags;
             (*tp).created_ns = now.as_nanos() as u64;
             (*tp).generation = (*tp).generation.wrapping_add(1);
             atomic_u32(&mut (*tp).state).store(abi::ST_LIVE, SeqCst);
@@ -293,6 +344,11 @@ impl Tags {
         self.need_root("deleting a tag (owners use the library call)")?;
         let _lock = kernel::TableLock::take()?;
         let bit = self.lookup(name)?;
+        if self.entry(bit).flags & abi::F_GLOBAL != 0 {
+            return Err(Error::Refused(format!(
+                "{name:?} is a global tag: it comes from the cluster table, which every machine must share (reload with `tags up --cluster`)"
+            )));
+        }
         let (w, m) = model::bit(bit);
         let tp = self.tags.ptr::<TagEntry>(bit as usize)?;
         let cp = self.ctl_ptr()?;
@@ -345,6 +401,11 @@ impl Tags {
                 _ => "free",
             },
             system: e.flags & abi::F_SYSTEM != 0,
+            scope: if e.flags & abi::F_GLOBAL != 0 {
+                "global"
+            } else {
+                "local"
+            },
             ttl: (ttl != MT_TTL_INF as u8).then_some(ttl),
             lifeline: c.ll_size[i],
             receptions: c.ll_head[i],
@@ -464,6 +525,13 @@ impl Tags {
         }
         let gen = self.entry(bit).generation;
         let ll = MappedMap::open_ro("lifeline")?;
+        let hosts = kernel::host_names(c.host_id, c.host_netns);
+        let host_name = |id: u32| {
+            hosts
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| format!("host-{id:08x}"))
+        };
         let mut out = Vec::new();
         for n in head.saturating_sub(size)..head {
             let r: Reception = ll.get((base + n % size) as usize);
@@ -479,8 +547,11 @@ impl Tags {
                 rx_comm: abi::cstr(&r.rx_comm),
                 tx_tid: r.tx_tid,
                 tx_pid: r.tx_pid,
-                via: abi::Kind::from_raw(r.kind).name(),
+                via: abi::Kind::from_raw(r.kind).name().to_string(),
                 ttl: r.ttl,
+                host: host_name(r.rx_host),
+                tx_host: host_name(r.tx_host),
+                lamport: r.lamport,
             });
         }
         Ok(out)
@@ -501,6 +572,11 @@ impl Tags {
             late: st.late,
             deposit_fail: st.deposit_fail,
             no_view: st.no_view,
+            cluster_digest: c.cluster_digest,
+            tcp_options_written: st.opt_written,
+            tcp_options_parsed: st.opt_parsed,
+            tcp_options_mismatched: st.opt_mismatch,
+            tcp_options_no_space: st.opt_nospace,
         }
     }
 }

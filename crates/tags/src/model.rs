@@ -123,6 +123,98 @@ impl Thread {
     }
 }
 
+/// A global tag from the cluster table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GlobalTag {
+    pub name: String,
+    pub ttl: Option<u8>,
+    pub system: bool,
+}
+
+/// The cluster table: the global tags every machine of a cluster loads, in
+/// bit order, and a 16-bit digest of it that travels in every TCP option so
+/// that a machine with a different table drops the tags rather than
+/// misreading them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterTable {
+    pub tags: Vec<GlobalTag>,
+    pub digest: u16,
+}
+
+/// Parses a cluster table: one tag per line, `NAME [ttl=N|inf] [system]`;
+/// `#` starts a comment. Tag i of the file gets bit i (the global range).
+pub fn parse_cluster(text: &str) -> Result<ClusterTable, String> {
+    let mut tags: Vec<GlobalTag> = Vec::new();
+    let mut canon = String::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap_or_default().to_string();
+        validate_name(&name).map_err(|e| format!("line {}: {e}", n + 1))?;
+        if tags.iter().any(|t| t.name == name) {
+            return Err(format!("line {}: tag {name:?} listed twice", n + 1));
+        }
+        let mut t = GlobalTag {
+            name,
+            ttl: None,
+            system: false,
+        };
+        for w in words {
+            if let Some(v) = w.strip_prefix("ttl=") {
+                let ttl = parse_ttl(v).map_err(|e| format!("line {}: {e}", n + 1))?;
+                t.ttl = (ttl != MT_TTL_INF as u8).then_some(ttl);
+            } else if w == "system" {
+                t.system = true;
+            } else {
+                return Err(format!(
+                    "line {}: unknown attribute {w:?} (ttl=N, system)",
+                    n + 1
+                ));
+            }
+        }
+        canon += &format!("{} {:?} {}\n", t.name, t.ttl, t.system);
+        tags.push(t);
+    }
+    if tags.len() > crate::abi::MT_GLOBAL_BITS {
+        return Err(format!(
+            "{} global tags; at most {}",
+            tags.len(),
+            crate::abi::MT_GLOBAL_BITS
+        ));
+    }
+    // 0 means "no table" on the wire, so a real table never digests to 0.
+    let d = machine_host_id(&canon);
+    let digest = ((d >> 16) ^ (d & 0xffff)) as u16;
+    Ok(ClusterTable {
+        tags,
+        digest: digest.max(1),
+    })
+}
+
+/// The machine's host id from a stable machine identity (e.g.
+/// /etc/machine-id): FNV-1a, never 0.
+pub fn machine_host_id(identity: &str) -> u32 {
+    let mut h: u32 = 0x811c9dc5;
+    for b in identity.trim().bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x01000193);
+    }
+    h.max(1)
+}
+
+/// Host id of a network namespace: the machine's own id for the namespace
+/// `tags up` ran in (`home`), else the kernel side's host_of() folding of
+/// the namespace cookie into the machine id.
+pub fn netns_host_id(machine: u32, home: u64, cookie: u64) -> u32 {
+    if cookie == 0 || cookie == home {
+        return machine;
+    }
+    (machine ^ ((cookie.wrapping_mul(0x9e3779b97f4a7c15) >> 32) as u32)) | 1
+}
+
 /// Bit index -> (word, mask) in a vector of MT_TAGS bits.
 pub fn bit(tag: u32) -> (usize, u64) {
     assert!((tag as usize) < MT_TAGS);
@@ -245,6 +337,58 @@ mod tests {
         s.held.insert(1, 5);
         let mut u = Thread::default();
         assert!(u.receive(&s.outgoing(), &info).is_empty());
+    }
+
+    #[test]
+    fn cluster_tables() {
+        let t = parse_cluster("# cluster\nreq\nhipow ttl=3 # a mode\n\nkmode system\n").unwrap();
+        assert_eq!(t.tags.len(), 3);
+        assert_eq!(
+            t.tags[1],
+            GlobalTag {
+                name: "hipow".into(),
+                ttl: Some(3),
+                system: false
+            }
+        );
+        assert!(t.tags[2].system);
+        // comments and blank lines do not change the digest; content does
+        assert_eq!(
+            t.digest,
+            parse_cluster("req\nhipow ttl=3\nkmode system")
+                .unwrap()
+                .digest
+        );
+        assert_ne!(
+            t.digest,
+            parse_cluster("req\nhipow ttl=4\nkmode system")
+                .unwrap()
+                .digest
+        );
+        assert_ne!(
+            t.digest,
+            parse_cluster("hipow ttl=3\nreq\nkmode system")
+                .unwrap()
+                .digest
+        );
+        assert!(parse_cluster("a\na").is_err());
+        assert!(parse_cluster("a colour=red").is_err());
+        assert!(parse_cluster("bad name").is_err());
+        let many: String = (0..17).map(|i| format!("t{i}\n")).collect();
+        assert!(parse_cluster(&many).is_err());
+    }
+
+    #[test]
+    fn host_ids() {
+        let m = machine_host_id("0123456789abcdef\n");
+        assert_ne!(m, 0);
+        assert_eq!(m, machine_host_id("0123456789abcdef"));
+        assert_ne!(m, machine_host_id("fedcba9876543210"));
+        assert_eq!(netns_host_id(m, 7, 7), m);
+        let a = netns_host_id(m, 7, 4096);
+        assert_ne!(a, m);
+        assert_eq!(a & 1, 1);
+        assert_ne!(a, netns_host_id(m, 7, 4097));
     }
 
     #[test]

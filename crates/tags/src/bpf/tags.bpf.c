@@ -143,6 +143,22 @@ struct {
 	__type(value, struct mt_sock);
 } sk_role SEC(".maps");
 
+/* Client TCP sockets: the global tags their segments carry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_netsnap);
+} sk_net SEC(".maps");
+
+/* Receiving TCP sockets: tags that came in TCP options, by sequence range. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_deposit);
+} sk_rdep SEC(".maps");
+
 /* LRU: a deposit outlives its pipe or flow only until the space is needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -189,6 +205,8 @@ extern void bpf_task_release(struct task_struct *p) __ksym;
 struct snap {
 	__u64 vec[MT_WORDS];
 	__u8 ttl[MT_TAGS];
+	__u64 lamport; /* sender's clock at the send */
+	__u32 host;    /* sender's host */
 };
 
 static __always_inline struct mt_ctl *get_ctl(void)
@@ -231,6 +249,27 @@ static const __u8 debruijn64[64] = {
 static __always_inline __u32 ctz64(__u64 m)
 {
 	return debruijn64[(((m & -m) * 0x03f79d71b4ca8b09ULL) >> 58) & 63];
+}
+
+/*
+ * The host of a task: this machine's id in its initial network namespace;
+ * other namespaces are hosts of their own (so that namespaces joined by veth
+ * pairs behave as separate machines, which is how mantle tests tags across
+ * machines on one box).
+ */
+static __always_inline __u32 host_of_netns(struct mt_ctl *c, __u64 cookie)
+{
+	if (!cookie || cookie == c->host_netns)
+		return c->host_id;
+	/* fold the namespace cookie into the machine id (never 0) */
+	return (c->host_id ^ (__u32)(cookie * 0x9e3779b97f4a7c15ULL >> 32)) | 1;
+}
+
+static __always_inline __u32 host_of(struct mt_ctl *c, struct task_struct *task)
+{
+	struct net *net = task->nsproxy ? task->nsproxy->net_ns : 0;
+
+	return host_of_netns(c, net ? net->net_cookie : 0);
 }
 
 static __always_inline int task_is_system(struct task_struct *task, struct mt_thread *t)
@@ -282,6 +321,8 @@ static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 	}
 	if (!any)
 		return 0;
+	s->lamport = ++t->lamport; /* a send is an event of the sender */
+	s->host = host_of(c, bpf_get_current_task_btf());
 	*cp = c;
 	return 1;
 }
@@ -295,7 +336,8 @@ static __always_inline int self_tagged(void)
 }
 
 static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_struct *rx,
-				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl)
+				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl,
+				      __u64 lamport, __u32 tx_host)
 {
 	__u32 size, base, slot;
 	__u64 n;
@@ -324,6 +366,9 @@ static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_s
 	r->ttl = ttl;
 	r->generation = tg ? tg->generation : 0;
 	bpf_probe_read_kernel_str(r->rx_comm, sizeof(r->rx_comm), rx->comm);
+	r->lamport = lamport;
+	r->rx_host = host_of(c, rx);
+	r->tx_host = tx_host;
 	r->seq = n + 1;
 }
 
@@ -350,6 +395,10 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 		return;
 	sys = task_is_system(task, t);
 	STAT(hops);
+	/* a reception: max(own, message) + 1 */
+	if (s->lamport > t->lamport)
+		t->lamport = s->lamport;
+	t->lamport++;
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = s->vec[w] & c->live[w];
@@ -380,7 +429,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 				cur = nt;
 			}
 			if (c->lifeline[w] & bit)
-				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur);
+				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur, t->lamport, s->host);
 		})
 	}
 }
@@ -412,7 +461,11 @@ static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 
 	} else if (epoch < d->epoch) {
 		d->epoch = epoch; /* keep the oldest snapshot's: it drops the most */
 	}
-	d->seq_end = seq_end;
+	if (was_empty || (__s32)((__u32)seq_end - (__u32)d->seq_end) > 0)
+		d->seq_end = seq_end;
+	if (s->lamport > d->lamport || was_empty)
+		d->lamport = s->lamport;
+	d->tx_host = s->host;
 	d->kind = kind;
 	d->tx_tid = (__u32)id;
 	d->tx_pid = id >> 32;
@@ -447,6 +500,8 @@ static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epo
 		d->last_reader = reader;
 	if (!any)
 		return 0;
+	s->lamport = d->lamport;
+	s->host = d->tx_host;
 	*epoch = d->epoch;
 	*tx_tid = d->tx_tid;
 	*tx_pid = d->tx_pid;
@@ -524,6 +579,7 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 	__builtin_memcpy(ct->spent, pt->spent, sizeof(ct->spent));
 	__builtin_memcpy(ct->ttl, pt->ttl, MT_TAGS);
 	ct->flags = pt->flags;
+	ct->lamport = ++pt->lamport; /* the fork is an event of the parent */
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = pv->vec[w] & c->live[w];
@@ -533,7 +589,8 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 			__u32 b = ctz64(m);
 			__u32 idx = (w * 64 + b) & (MT_TAGS - 1);
 			m &= m - 1;
-			ll_record(c, idx, child, ptid, parent->tgid, MT_K_FORK, ct->ttl[idx & (MT_TAGS - 1)]);
+			ll_record(c, idx, child, ptid, parent->tgid, MT_K_FORK, ct->ttl[idx & (MT_TAGS - 1)],
+				  ct->lamport, host_of(c, parent));
 		}
 	}
 	return 0;
@@ -610,8 +667,21 @@ static __always_inline __u32 fold_addr(struct sock *sk, int remote)
 	       a.in6_u.u6_addr32[3];
 }
 
-/* Key of a TCP flow as its sender sees it (reverse = as its reader sees it). */
-static __always_inline void tcp_key(struct sock *sk, struct mt_chan_key *k, int reverse)
+/* The host (machine, or network namespace) a socket lives in. */
+static __always_inline __u32 host_of_sock(struct mt_ctl *c, struct sock *sk)
+{
+	struct net *net = sk->__sk_common.skc_net.net;
+
+	return host_of_netns(c, net ? net->net_cookie : 0);
+}
+
+/*
+ * Key of a TCP flow as its sender sees it (reverse = as its reader sees it),
+ * within one host: flows between network namespaces are between hosts, and
+ * their tags travel only in TCP options.
+ */
+static __always_inline void tcp_key(struct mt_ctl *c, struct sock *sk, struct mt_chan_key *k,
+				    int reverse)
 {
 	__u64 la = fold_addr(sk, 0), ra = fold_addr(sk, 1);
 	__u64 lp = sk->__sk_common.skc_num, rp = bpf_ntohs(sk->__sk_common.skc_dport);
@@ -624,7 +694,7 @@ static __always_inline void tcp_key(struct sock *sk, struct mt_chan_key *k, int 
 		k->b = rp << 16 | lp;
 	}
 	k->type = MT_K_TCP;
-	k->pad = 0;
+	k->pad = host_of_sock(c, sk);
 }
 
 /* Find or make the chan_dep entry for k; count deposits per type. */
@@ -698,7 +768,7 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 
 		if (!role_is_client(sk))
 			return 0; /* accepted side, or connected before load */
-		tcp_key(sk, &k, 0);
+		tcp_key(c, sk, &k, 0);
 		d = chan_get(c, &k);
 		if (!d)
 			return 0;
@@ -718,6 +788,7 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 			return 0;
 		k.a = port;
 		k.type = MT_K_UDP;
+		k.pad = host_of_sock(c, sk);
 		d = chan_get(c, &k);
 		if (d)
 			deposit(d, &s, MT_K_UDP, c->epoch, 0, 0);
@@ -767,9 +838,16 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		__u32 copied, start, end;
 
+		/* Tags that came from another host in TCP options. */
+		d = bpf_sk_storage_get(&sk_rdep, sk, 0, 0);
+		if (d && !vec_empty(d->vec)) {
+			copied = tp->copied_seq;
+			if ((__s32)(copied - (__u32)d->seq_start) > 0)
+				receive(d, (__s32)(copied - (__u32)d->seq_end) >= 0);
+		}
 		if (!c->n_tcp_deps)
 			return 0;
-		tcp_key(sk, &k, 1);
+		tcp_key(c, sk, &k, 1);
 		d = bpf_map_lookup_elem(&chan_dep, &k);
 		if (!d || vec_empty(d->vec))
 			return 0;
@@ -790,6 +868,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 			return 0;
 		k.a = sk->__sk_common.skc_num;
 		k.type = MT_K_UDP;
+		k.pad = host_of_sock(c, sk);
 		d = bpf_map_lookup_elem(&chan_dep, &k);
 		if (!d || vec_empty(d->vec))
 			return 0;
@@ -897,6 +976,168 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		return 0;
 	}
 	return 0;
+}
+
+/* ------------------------------------------------- tags across hosts */
+
+/*
+ * The sender side: before TCP builds the segments of a send, remember the
+ * sender's global tags on its (client) socket; the sockops program writes
+ * them into every data segment's header. Taken here rather than at
+ * sock_send_length because the segments leave inside tcp_sendmsg.
+ */
+SEC("tp_btf/tcp_sendmsg_locked")
+int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff *skb, int size_goal)
+{
+	struct snap s = {};
+	struct mt_ctl *c = get_ctl();
+	struct mt_netsnap *ns;
+	__u64 g;
+
+	if (!c || !c->global[0])
+		return 0;
+	if (!self_tagged() || !role_is_client(sk) || !take_snapshot(&s, &c) ||
+	    !(g = s.vec[0] & c->global[0] & ((1ULL << MT_GLOBAL_BITS) - 1))) {
+		/* an untagged send: stop carrying what an earlier one left */
+		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
+		if (ns && ns->vec)
+			ns->vec = 0;
+		return 0;
+	}
+	ns = bpf_sk_storage_get(&sk_net, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ns)
+		return 0;
+	__u64 m = g;
+	for_each_bit(m, 0, idx, bit, { ns->ttl[idx & (MT_GLOBAL_BITS - 1)] = s.ttl[idx]; })
+	ns->lamport = (__u32)s.lamport;
+	ns->host = s.host;
+	ns->pid = bpf_get_current_pid_tgid() >> 32;
+	ns->vec = g;
+	return 0;
+}
+
+static __always_inline int opt_build(struct mt_netsnap *ns, struct mt_tcpopt *o, __u32 digest)
+{
+	__u64 m = ns->vec;
+	int n = 0;
+
+	o->kind = MT_OPT_KIND;
+	o->magic = bpf_htons(MT_OPT_MAGIC);
+	o->digest = bpf_htons((__u16)digest);
+	o->vec = bpf_htons(ns->vec);
+	o->host = bpf_htonl(ns->host);
+	o->lamport = bpf_htonl(ns->lamport);
+	o->pid = bpf_htonl(ns->pid);
+	for (int i = 0; i < MT_OPT_MAX_TTLS && m; i++) {
+		__u32 b = ctz64(m);
+
+		m &= m - 1;
+		o->ttl[i] = ns->ttl[b & (MT_GLOBAL_BITS - 1)];
+		n++;
+	}
+	o->len = MT_OPT_FIXED + n;
+	return o->len;
+}
+
+/*
+ * Both sides of every TCP connection made while global tags exist: enable
+ * the header-option callbacks (only then: sockets pay per segment), write
+ * the option on data segments of senders that hold global tags, and parse it
+ * on arrival into the receiving socket's deposit, with the segment's
+ * sequence range, so that sock_recv_length delivers exactly as for local TCP.
+ */
+SEC("sockops")
+int mt_sockops(struct bpf_sock_ops *skops)
+{
+	struct mt_ctl *c = get_ctl();
+	struct mt_netsnap *ns;
+	struct mt_tcpopt o = {};
+
+	if (!c)
+		return 1;
+	switch (skops->op) {
+	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
+	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
+		if (c->global[0])
+			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
+							 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG |
+							 BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG);
+		return 1;
+	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
+	case BPF_SOCK_OPS_WRITE_HDR_OPT_CB: {
+		struct bpf_sock *sk = skops->sk;
+		int len;
+
+		if (!sk)
+			return 1;
+		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
+		if (!ns || !ns->vec)
+			return 1;
+		len = opt_build(ns, &o, c->cluster_digest);
+		if (skops->op == BPF_SOCK_OPS_HDR_OPT_LEN_CB) {
+			if (bpf_reserve_hdr_opt(skops, len, 0))
+				STAT(opt_nospace);
+			return 1;
+		}
+		if (len > sizeof(o))
+			return 1;
+		if (bpf_store_hdr_opt(skops, &o, len & 0x3f, 0) == 0)
+			STAT(opt_written);
+		else
+			STAT(opt_nospace);
+		return 1;
+	}
+	case BPF_SOCK_OPS_PARSE_HDR_OPT_CB: {
+		struct bpf_sock *sk = skops->sk;
+		struct mt_deposit *d;
+		struct snap s = {};
+		struct tcphdr *th;
+		__u32 seq, doff, payload;
+		__u16 vec;
+		int ret;
+
+		o.kind = MT_OPT_KIND;
+		o.len = 4; /* search key: kind, then the 2-byte ExID */
+		o.magic = bpf_htons(MT_OPT_MAGIC);
+		ret = bpf_load_hdr_opt(skops, &o, sizeof(o), 0);
+		if (ret < MT_OPT_FIXED || !sk)
+			return 1;
+		if (bpf_ntohs(o.digest) != (__u16)c->cluster_digest) {
+			STAT(opt_mismatch);
+			return 1;
+		}
+		/* from this very host: the local mechanism delivers it */
+		if (bpf_ntohl(o.host) == host_of_netns(c, bpf_get_netns_cookie(skops)))
+			return 1;
+		th = skops->skb_data;
+		if ((void *)(th + 1) > skops->skb_data_end)
+			return 1;
+		seq = bpf_ntohl(th->seq);
+		doff = th->doff * 4;
+		if (skops->skb_len <= doff)
+			return 1; /* no payload */
+		payload = skops->skb_len - doff;
+		vec = bpf_ntohs(o.vec);
+		s.vec[0] = vec & c->global[0];
+		__u64 m = s.vec[0];
+		int i = 0;
+		for_each_bit(m, 0, idx, bit, {
+			s.ttl[idx] = i < MT_OPT_MAX_TTLS && i < ret - MT_OPT_FIXED ? o.ttl[i & (MT_OPT_MAX_TTLS - 1)] : 1;
+			i++;
+		})
+		s.lamport = bpf_ntohl(o.lamport);
+		s.host = bpf_ntohl(o.host);
+		d = bpf_sk_storage_get(&sk_rdep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!d)
+			return 1;
+		deposit(d, &s, MT_K_TCP, c->epoch, seq, seq + payload);
+		d->tx_tid = 0;
+		d->tx_pid = bpf_ntohl(o.pid);
+		STAT(opt_parsed);
+		return 1;
+	}
+	}
+	return 1;
 }
 
 /* ------------------------------------------- cgroup connect / sendmsg */
@@ -1008,8 +1249,10 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 		else
 			__sync_fetch_and_and(&t->spent[w], ~bit);
 		__sync_fetch_and_or(&v->vec[w], bit);
+		t->lamport++;
 		if (c->lifeline[w] & bit)
-			ll_record(c, idx, task, (__u32)id, id >> 32, MT_K_SET, ttl);
+			ll_record(c, idx, task, (__u32)id, id >> 32, MT_K_SET, ttl, t->lamport,
+				  host_of(c, bpf_get_current_task_btf()));
 		return 0;
 	}
 	case MT_OP_CLEAR:

@@ -23,6 +23,17 @@
 #define MT_TTL_INF 255       /* a TTL that is never decremented */
 #define MT_LIFELINE_SLOTS 65536 /* reception records shared by all tags */
 #define MT_COMM_LEN 16
+/* Bits 0..MT_GLOBAL_BITS-1 are global tags: named by a cluster-wide table
+ * every machine loads, the only ones that travel between machines. The rest
+ * are local: allocated on demand, never leaving the machine. */
+#define MT_GLOBAL_BITS 16
+
+/* The TCP header option that carries global tags (RFC 6994 experimental
+ * option with an ExID). */
+#define MT_OPT_KIND 253
+#define MT_OPT_MAGIC 0x6d54 /* "mT" */
+#define MT_OPT_MAX_TTLS 8   /* TTL bytes carried: the first 8 set bits */
+#define MT_OPT_FIXED 20     /* option bytes before the TTLs */
 
 /* Which IPC carried a reception (struct mt_reception.kind). */
 enum mt_kind {
@@ -50,6 +61,7 @@ enum mt_state {
 #define MT_F_SYSTEM 0x1   /* tag: a system tag; thread: a system thread */
 #define MT_F_LIFELINE 0x2 /* tag: receptions are recorded */
 #define MT_F_USER_SET 0x4 /* thread: class was set explicitly (not default) */
+#define MT_F_GLOBAL 0x8   /* tag: from the cluster table; crosses machines */
 
 /*
  * Per-thread view: BPF_F_MMAPABLE array indexed by the thread's global tid.
@@ -71,6 +83,7 @@ struct mt_thread {
 	__u8 ttl[MT_TAGS];      /* TTL per held tag (MT_TTL_INF: unlimited) */
 	__u32 flags;            /* MT_F_SYSTEM, MT_F_USER_SET */
 	__u32 pad;
+	__u64 lamport;          /* Lamport clock: +1 per tagged send, max+1 per reception */
 };
 
 /*
@@ -84,6 +97,12 @@ struct mt_ctl {
 	__u64 deleting[MT_WORDS];  /* tags in state DELETING, for the sweep */
 	__u32 epoch;               /* bumped each time a tag's bit is freed */
 	__u32 view_size;           /* entries in the view map (tids below it) */
+	__u32 host_id;             /* this machine (its initial network namespace) */
+	__u32 pad0;
+	__u64 host_netns;          /* cookie of that namespace (where `tags up` ran) */
+	__u64 global[MT_WORDS];    /* global tags (bits below MT_GLOBAL_BITS) */
+	__u32 cluster_digest;      /* 16-bit digest of the cluster table (0: none) */
+	__u32 pad1;
 	__u32 freed_epoch[MT_TAGS];/* epoch at which each bit was last freed */
 	__u32 ll_base[MT_TAGS];    /* lifeline ring of each tag: first slot */
 	__u32 ll_size[MT_TAGS];    /*   and its size in slots (0: none) */
@@ -102,6 +121,10 @@ struct mt_stats {
 	__u64 deposit_fail;  /* deposits dropped: channel map full */
 	__u64 late;          /* deliveries after the receiver had read */
 	__u64 no_view;       /* threads with tid >= view_size */
+	__u64 opt_written;   /* TCP options written (segments carrying tags) */
+	__u64 opt_parsed;    /* TCP options taken from the wire */
+	__u64 opt_mismatch;  /* options dropped: the sender's cluster table differs */
+	__u64 opt_nospace;   /* options not written: no room left in the header */
 };
 
 /* Public part of a tag table entry (mmapable array of MT_TAGS, world-readable). */
@@ -131,6 +154,9 @@ struct mt_reception {
 	__u8 ttl;          /* TTL the receiver now holds */
 	__u32 generation;  /* tag generation, to drop records of a reused bit */
 	char rx_comm[MT_COMM_LEN];
+	__u64 lamport;     /* receiver's Lamport clock after the reception */
+	__u32 rx_host;     /* host of the receiver (machine, or network namespace) */
+	__u32 tx_host;     /* host of the sender */
 };
 
 /*
@@ -147,16 +173,41 @@ struct mt_deposit {
 	__u32 tx_tid, tx_pid;
 	__u32 epoch;               /* ctl epoch of the oldest snapshot in it */
 	__u32 last_reader;         /* tid of the last thread that read */
-	__u32 pad;
+	__u32 tx_host;             /* host of the (last) sender */
 	__u64 seq_start, seq_end;  /* TCP: sequence range of tagged bytes */
+	__u64 lamport;             /* largest sender clock among the snapshots */
 };
+
+/* What a client TCP socket's segments carry: the sender's global tags at
+ * its last send (SK_STORAGE, written by tcp_sendmsg_locked). */
+struct mt_netsnap {
+	__u16 vec;    /* global bits */
+	__u16 pad;
+	__u32 lamport;
+	__u32 host;
+	__u32 pid;
+	__u8 ttl[MT_GLOBAL_BITS];
+};
+
+/* The option on the wire (network byte order for the 16/32-bit fields). */
+struct mt_tcpopt {
+	__u8 kind;    /* MT_OPT_KIND */
+	__u8 len;     /* MT_OPT_FIXED + number of TTL bytes */
+	__u16 magic;  /* MT_OPT_MAGIC */
+	__u16 digest; /* cluster table digest: receivers with another table drop it */
+	__u16 vec;    /* global tags */
+	__u32 host;   /* sending host */
+	__u32 lamport;/* sender's Lamport clock (low 32 bits) */
+	__u32 pid;    /* sending process */
+	__u8 ttl[MT_OPT_MAX_TTLS]; /* sender's TTL of each set bit, lowest first */
+} __attribute__((packed));
 
 /* Key of deposits that do not live in socket storage. */
 struct mt_chan_key {
 	__u64 a;  /* pipe: inode address; TCP: saddr<<32|daddr; UDP: port */
 	__u64 b;  /* pipe: inode number;  TCP: sport<<16|dport;  UDP: netns */
 	__u32 type; /* MT_K_PIPE, MT_K_TCP, MT_K_UDP */
-	__u32 pad;
+	__u32 pad;  /* TCP, UDP: host of the flow (the same on both ends, or no match) */
 };
 
 /* Socket role, SK_STORAGE set by the cgroup connect hooks. */
@@ -212,7 +263,9 @@ struct mt_thread_rec {
 MT_STATIC_ASSERT(MT_TAGS % 64 == 0 && MT_TAGS <= 256, "MT_TAGS: multiple of 64, at most 256");
 MT_STATIC_ASSERT(sizeof(struct mt_view) == 8 * MT_WORDS + 8, "mt_view layout");
 MT_STATIC_ASSERT(sizeof(struct mt_tag) == 56, "mt_tag layout");
-MT_STATIC_ASSERT(sizeof(struct mt_reception) == 56, "mt_reception layout");
+MT_STATIC_ASSERT(sizeof(struct mt_reception) == 72, "mt_reception layout");
 MT_STATIC_ASSERT(sizeof(struct mt_chan_key) == 24, "mt_chan_key layout");
+MT_STATIC_ASSERT(sizeof(struct mt_tcpopt) == MT_OPT_FIXED + MT_OPT_MAX_TTLS, "mt_tcpopt layout");
+MT_STATIC_ASSERT(MT_OPT_FIXED + MT_OPT_MAX_TTLS <= 28, "the option must fit beside TCP timestamps");
 
 #endif

@@ -1,0 +1,395 @@
+//! Lifelines for people and tools: the Chrome trace-event format (opens in
+//! Perfetto and chrome://tracing), an SVG plot in the style of the mTags
+//! paper's Figure 4 (time across, one row per receiving thread, a mark per
+//! reception), and the merge of lifelines collected on several machines in
+//! causal order (Lamport clocks; the paper, section 4, names a logical clock
+//! as required for ordering distributed lifelines). Pure: no system calls.
+
+use crate::ReceptionInfo;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Merges lifelines from several machines into one causal order: by Lamport
+/// clock, then machine, then the machine's own reception sequence. If a
+/// reception happened before another (same thread, or through the message
+/// that carried the tag), its Lamport clock is smaller, so it comes first.
+pub fn merge(mut parts: Vec<Vec<ReceptionInfo>>) -> Vec<ReceptionInfo> {
+    let mut all: Vec<ReceptionInfo> = parts.drain(..).flatten().collect();
+    all.sort_by(|a, b| (a.lamport, &a.host, a.seq).cmp(&(b.lamport, &b.host, b.seq)));
+    all.dedup_by(|a, b| a.host == b.host && a.seq == b.seq && a.tag == b.tag);
+    all
+}
+
+/// Whether the receptions come from more than one machine.
+fn multi_host(l: &[ReceptionInfo]) -> bool {
+    l.windows(2).any(|w| w[0].host != w[1].host)
+}
+
+/// Stable small integers for (host, pid) pairs: Chrome traces key on pid,
+/// and pids from different machines may collide.
+fn pid_ids(l: &[ReceptionInfo]) -> BTreeMap<(String, u32), u64> {
+    let mut ids = BTreeMap::new();
+    for r in l {
+        for key in [(r.host.clone(), r.rx_pid), (r.tx_host.clone(), r.tx_pid)] {
+            let n = ids.len() as u64 + 1;
+            ids.entry(key).or_insert(n);
+        }
+    }
+    ids
+}
+
+/// The Chrome trace-event JSON of a lifeline. Each reception is a short
+/// slice on the receiving thread, linked by a flow arrow from a slice on the
+/// sending thread. Time is real time (µs from the first reception) for one
+/// machine, and the Lamport clock for lifelines merged from several.
+pub fn chrome_trace(l: &[ReceptionInfo]) -> Value {
+    let multi = multi_host(l);
+    let t0 = l.iter().map(|r| r.ts_ns).min().unwrap_or(0);
+    let ts = |r: &ReceptionInfo| -> f64 {
+        if multi {
+            r.lamport as f64 * 10.0
+        } else {
+            (r.ts_ns - t0) as f64 / 1e3
+        }
+    };
+    let ids = pid_ids(l);
+    let mut ev = Vec::new();
+    let mut names: BTreeMap<u64, String> = BTreeMap::new();
+    for r in l {
+        let rx = ids[&(r.host.clone(), r.rx_pid)];
+        names.insert(
+            rx,
+            if multi {
+                format!("{}[{}]@{}", r.rx_comm, r.rx_pid, r.host)
+            } else {
+                format!("{}[{}]", r.rx_comm, r.rx_pid)
+            },
+        );
+        let t = ts(r);
+        let args = json!({
+            "tag": r.tag, "via": r.via, "ttl": r.ttl, "from_pid": r.tx_pid, "from_tid": r.tx_tid,
+            "from_host": r.tx_host, "lamport": r.lamport,
+        });
+        ev.push(
+            json!({"name": format!("{} via {}", r.tag, r.via), "cat": "mantle.tag", "ph": "X",
+            "ts": t, "dur": 1.0, "pid": rx, "tid": r.rx_tid, "args": args}),
+        );
+        if r.via != "set" && (r.tx_pid, &r.tx_host) != (r.rx_pid, &r.host) {
+            let tx = ids[&(r.tx_host.clone(), r.tx_pid)];
+            let id = format!("{}:{}:{}", r.host, r.seq, r.tag);
+            ev.push(
+                json!({"name": format!("send {}", r.tag), "cat": "mantle.tag", "ph": "X",
+                "ts": t - 0.5, "dur": 0.5, "pid": tx, "tid": r.tx_tid}),
+            );
+            ev.push(json!({"name": "tag", "cat": "mantle.tag", "ph": "s", "id": id, "ts": t - 0.5, "pid": tx, "tid": r.tx_tid}));
+            ev.push(json!({"name": "tag", "cat": "mantle.tag", "ph": "f", "bp": "e", "id": id, "ts": t, "pid": rx, "tid": r.rx_tid}));
+        }
+    }
+    for (pid, name) in names {
+        ev.push(json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}));
+    }
+    json!({ "traceEvents": ev, "displayTimeUnit": "ms",
+            "otherData": { "clock": if multi { "lamport" } else { "monotonic" } } })
+}
+
+/// Colour of an IPC kind in the plot.
+fn colour(via: &str) -> &'static str {
+    match via {
+        "set" => "#444444",
+        "fork" => "#8c564b",
+        "pipe" => "#1f77b4",
+        "unix-stream" | "unix-seqpacket" => "#2ca02c",
+        "unix-dgram" => "#98df8a",
+        "tcp" => "#d62728",
+        "udp" => "#ff9896",
+        "signal" => "#9467bd",
+        _ => "#7f7f7f",
+    }
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// An SVG plot of a lifeline in the style of the paper's Figure 4: time
+/// across, one row per receiving thread (grouped by process, in order of
+/// first reception), a mark per reception coloured by the IPC that carried
+/// it, and a faint line from the sender's row to the receiver's.
+pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
+    let multi = multi_host(l);
+    let t0 = l.iter().map(|r| r.ts_ns).min().unwrap_or(0);
+    let x_of = |r: &ReceptionInfo| -> f64 {
+        if multi {
+            r.lamport as f64
+        } else {
+            (r.ts_ns - t0) as f64 / 1e6
+        }
+    };
+    let span = l.iter().map(x_of).fold(0.0f64, f64::max).max(1e-3);
+    // rows: receiving threads in order of first appearance
+    let mut rows: Vec<(String, u32, u32)> = Vec::new();
+    let mut label: BTreeMap<(String, u32, u32), String> = BTreeMap::new();
+    for r in l {
+        let key = (r.host.clone(), r.rx_pid, r.rx_tid);
+        if !rows.contains(&key) {
+            rows.push(key.clone());
+        }
+        // the last name seen: after exec, the program rather than the shell
+        let host = if multi {
+            format!("@{}", r.host)
+        } else {
+            String::new()
+        };
+        let tid = if r.rx_tid != r.rx_pid {
+            format!("/{}", r.rx_tid)
+        } else {
+            String::new()
+        };
+        label.insert(key, format!("{}[{}{}]{}", r.rx_comm, r.rx_pid, tid, host));
+    }
+    let (left, top, row_h, width) = (210.0, 50.0, 22.0, 760.0);
+    let height = top + row_h * rows.len().max(1) as f64 + 70.0;
+    let total_w = left + width + 30.0;
+    let xpx = |x: f64| left + x / span * width;
+    let row_y = |host: &str, pid: u32, tid: u32| -> Option<f64> {
+        rows.iter()
+            .position(|k| k.0 == host && k.1 == pid && k.2 == tid)
+            .map(|i| top + row_h * i as f64 + row_h / 2.0)
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{height}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" font-size="14" font-weight="bold">{}</text>"#,
+        left,
+        esc(title)
+    );
+    for (i, k) in rows.iter().enumerate() {
+        let y = top + row_h * i as f64;
+        if i % 2 == 0 {
+            let _ = writeln!(
+                s,
+                r##"<rect x="{left}" y="{y}" width="{width}" height="{row_h}" fill="#f4f4f4"/>"##
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            left - 6.0,
+            y + row_h * 0.7,
+            esc(&label[k])
+        );
+    }
+    // axis with ~8 ticks
+    let axis_y = top + row_h * rows.len() as f64 + 4.0;
+    let _ = writeln!(
+        s,
+        r#"<line x1="{left}" y1="{axis_y}" x2="{}" y2="{axis_y}" stroke="black"/>"#,
+        left + width
+    );
+    let step = nice_step(span / 8.0);
+    let mut t = 0.0;
+    while t <= span + 1e-9 {
+        let x = xpx(t);
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x}" y1="{axis_y}" x2="{x}" y2="{}" stroke="black"/><text x="{x}" y="{}" text-anchor="middle">{}</text>"#,
+            axis_y + 4.0,
+            axis_y + 16.0,
+            fmt_tick(t)
+        );
+        t += step;
+    }
+    let unit = if multi {
+        "Lamport clock"
+    } else {
+        "time since the first reception (ms)"
+    };
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{unit}</text>"#,
+        left + width / 2.0,
+        axis_y + 32.0
+    );
+    // sender -> receiver lines, then marks
+    for r in l {
+        let (Some(ry), Some(sy)) = (
+            row_y(&r.host, r.rx_pid, r.rx_tid),
+            row_y(&r.tx_host, r.tx_pid, r.tx_tid),
+        ) else {
+            continue;
+        };
+        if r.via == "set" || (ry - sy).abs() < 0.1 {
+            continue;
+        }
+        let x = xpx(x_of(r));
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x}" y1="{sy}" x2="{x}" y2="{ry}" stroke="{}" stroke-opacity="0.25"/>"#,
+            colour(&r.via)
+        );
+    }
+    for r in l {
+        let Some(y) = row_y(&r.host, r.rx_pid, r.rx_tid) else {
+            continue;
+        };
+        let x = xpx(x_of(r));
+        let _ = writeln!(
+            s,
+            r#"<rect x="{}" y="{}" width="3" height="{}" fill="{}"><title>{} via {} from pid {} (ttl {})</title></rect>"#,
+            x - 1.5,
+            y - row_h * 0.35,
+            row_h * 0.7,
+            colour(&r.via),
+            esc(&r.tag),
+            r.via,
+            r.tx_pid,
+            r.ttl
+        );
+    }
+    // legend of the kinds present
+    let mut kinds: Vec<&str> = l.iter().map(|r| r.via.as_ref()).collect();
+    kinds.sort();
+    kinds.dedup();
+    let mut lx = left;
+    for k in kinds {
+        let _ = writeln!(
+            s,
+            r#"<rect x="{lx}" y="30" width="10" height="10" fill="{}"/><text x="{}" y="39">{k}</text>"#,
+            colour(k),
+            lx + 14.0
+        );
+        lx += 24.0 + 7.0 * k.len() as f64;
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+fn nice_step(raw: f64) -> f64 {
+    let p = 10f64.powf(raw.max(1e-9).log10().floor());
+    for m in [1.0, 2.0, 5.0, 10.0] {
+        if m * p >= raw {
+            return m * p;
+        }
+    }
+    10.0 * p
+}
+
+fn fmt_tick(t: f64) -> String {
+    if t == t.trunc() {
+        format!("{t:.0}")
+    } else if t * 10.0 == (t * 10.0).trunc() {
+        format!("{t:.1}")
+    } else {
+        format!("{t:.2}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(
+        host: &str,
+        seq: u64,
+        lamport: u64,
+        rx: u32,
+        tx: u32,
+        via: &'static str,
+        ts_ms: u64,
+    ) -> ReceptionInfo {
+        ReceptionInfo {
+            seq,
+            ts_ns: ts_ms * 1_000_000,
+            tag: "t".into(),
+            rx_tid: rx,
+            rx_pid: rx,
+            rx_comm: format!("p{rx}"),
+            tx_tid: tx,
+            tx_pid: tx,
+            via: via.into(),
+            ttl: 3,
+            host: host.into(),
+            tx_host: host.into(),
+            lamport,
+        }
+    }
+
+    #[test]
+    fn merge_orders_by_lamport_then_host() {
+        let a = vec![
+            rec("a", 1, 1, 10, 10, "set", 0),
+            rec("a", 2, 2, 11, 10, "pipe", 5),
+        ];
+        let mut b = vec![
+            rec("b", 1, 4, 20, 11, "tcp", 1),
+            rec("b", 2, 3, 21, 20, "pipe", 0),
+        ];
+        b[0].tx_host = "a".into();
+        let m = merge(vec![b, a]);
+        let order: Vec<(String, u64)> = m.iter().map(|r| (r.host.clone(), r.lamport)).collect();
+        assert_eq!(
+            order,
+            vec![
+                ("a".into(), 1),
+                ("a".into(), 2),
+                ("b".into(), 3),
+                ("b".into(), 4)
+            ]
+        );
+        // merging a lifeline with itself changes nothing
+        assert_eq!(merge(vec![m.clone(), m.clone()]).len(), 4);
+    }
+
+    #[test]
+    fn chrome_trace_has_slices_flows_and_names() {
+        let l = vec![
+            rec("h", 1, 1, 10, 10, "set", 0),
+            rec("h", 2, 2, 11, 10, "pipe", 2),
+        ];
+        let v = chrome_trace(&l);
+        let ev = v["traceEvents"].as_array().unwrap();
+        assert_eq!(
+            ev.iter()
+                .filter(|e| e["ph"] == "X" && e["name"] == "t via pipe")
+                .count(),
+            1
+        );
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "s").count(), 1);
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "f").count(), 1);
+        assert_eq!(ev.iter().filter(|e| e["ph"] == "M").count(), 2);
+        let pipe = ev.iter().find(|e| e["name"] == "t via pipe").unwrap();
+        assert_eq!(pipe["ts"].as_f64().unwrap(), 2000.0); // µs after the first
+        assert_eq!(v["otherData"]["clock"], "monotonic");
+    }
+
+    #[test]
+    fn svg_has_a_row_per_thread_and_a_mark_per_reception() {
+        let l = vec![
+            rec("h", 1, 1, 10, 10, "set", 0),
+            rec("h", 2, 2, 11, 10, "pipe", 2),
+            rec("h", 3, 3, 11, 10, "pipe", 4),
+        ];
+        let s = svg(&l, "lifeline of t");
+        assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
+        assert_eq!(s.matches("<title>").count(), 3);
+        assert!(s.contains(">p10[10]<") && s.contains(">p11[11]<"));
+        assert!(s.contains("lifeline of t"));
+    }
+
+    #[test]
+    fn ticks() {
+        assert_eq!(nice_step(0.13), 0.2);
+        assert_eq!(nice_step(3.0), 5.0);
+        assert_eq!(fmt_tick(2.0), "2");
+        assert_eq!(fmt_tick(0.5), "0.5");
+    }
+}
