@@ -446,6 +446,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// SIGINT/SIGTERM/SIGHUP set a flag instead of killing the recorder.
 pub fn catch_stop_signals() {
+    STOP.store(false, Ordering::SeqCst);
     for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic.
         unsafe {

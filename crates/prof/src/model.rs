@@ -354,7 +354,11 @@ impl Profile {
 
     /// Adds `count` samples of one raw key, resolved now.
     pub fn add(&mut self, spaces: &AddressSpaces, s: &RawSample, count: u64) {
-        let r = spaces.resolve(s.pid, s.ip, s.mode);
+        self.add_resolved(s, &spaces.resolve(s.pid, s.ip, s.mode), count);
+    }
+
+    /// Adds `count` samples of one raw key already resolved.
+    pub fn add_resolved(&mut self, s: &RawSample, r: &Resolved, count: u64) {
         let image = self.image_id(&r.image);
         *self
             .counts
@@ -433,7 +437,7 @@ pub fn parse_tags_hex(s: &str, words: usize) -> Option<Vec<u64>> {
         let start = end.saturating_sub(16);
         *w = u64::from_str_radix(&s[start..end], 16).ok()?;
     }
-    if n > 16 * words && s[..n - 16 * words].trim_start_matches('0') != "" {
+    if n > 16 * words && !s[..n - 16 * words].trim_start_matches('0').is_empty() {
         return None;
     }
     Some(out)

@@ -224,7 +224,7 @@ struct SideStats {
     lost_samples: u64,
 }
 
-fn apply_record(r: &PerfRecord, sp: &mut AddressSpaces, ids: &mut BuildIds, st: &mut SideStats) {
+fn apply_record(r: &PerfRecord, sp: &mut AddressSpaces, st: &mut SideStats) {
     let b = &r.body;
     match r.type_ {
         kernel::PERF_RECORD_MMAP2 => {
@@ -234,7 +234,8 @@ fn apply_record(r: &PerfRecord, sp: &mut AddressSpaces, ids: &mut BuildIds, st: 
             // The record's MMAP_BUILD_ID misc bit is not trusted: another
             // session's attr.build_id can make the kernel set it on records
             // that carry maj/min/ino (see the side-band attr below).
-            let build_id = ids.of(&path);
+            // build IDs are read lazily, for images that get samples
+            let build_id = None;
             sp.mmap(
                 pid,
                 Mapping {
@@ -289,7 +290,6 @@ fn replay(
     rings: &mut HashMap<u32, PerfRing>,
     recs: &mut Vec<PerfRecord>,
     sp: &mut AddressSpaces,
-    ids: &mut BuildIds,
     side: &mut SideStats,
 ) {
     for r in rings.values_mut() {
@@ -308,12 +308,12 @@ fn replay(
                 String::from_utf8_lossy(&r.body[8.min(r.body.len())..]).trim_matches('\0')
             );
         }
-        apply_record(&r, sp, ids, side);
+        apply_record(&r, sp, side);
     }
 }
 
 /// Reads every process's executable mappings from /proc.
-fn snapshot_proc(sp: &mut AddressSpaces, ids: &mut BuildIds) {
+fn snapshot_proc(sp: &mut AddressSpaces) {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -333,8 +333,7 @@ fn snapshot_proc(sp: &mut AddressSpaces, ids: &mut BuildIds) {
         sp.add_process(pid, ppid, comm.trim());
         if let Ok(maps) = std::fs::read_to_string(dir.join("maps")) {
             for l in maps.lines() {
-                if let Some(mut m) = model::parse_maps_line(l) {
-                    m.build_id = ids.of(&m.path);
+                if let Some(m) = model::parse_maps_line(l) {
                     sp.mmap(pid, m);
                 }
             }
@@ -491,7 +490,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             .map_err(|e| Error::Kernel(format!("mmap the side-band ring of CPU {cpu}: {e}")))?;
         rings.insert(cpu, ring);
     }
-    snapshot_proc(&mut sp, &mut ids);
+    snapshot_proc(&mut sp);
     if let Some(p) = sp.procs.get_mut(&std::process::id()) {
         p.mantle = true;
     }
@@ -628,13 +627,19 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
                  sp: &mut AddressSpaces,
                  profile: &mut Profile,
                  raw: &mut Vec<(Key, u64)>,
-                 drain_costs: &mut Vec<f64>|
+                 drain_costs: &mut Vec<f64>,
+                 ids: &mut BuildIds|
      -> Result<(), Error> {
         let t = Instant::now();
         sampler.drain(raw)?;
         let n: u64 = raw.iter().map(|r| r.1).sum();
         for (k, c) in raw.drain(..) {
-            profile.add(sp, &to_raw(&k), c);
+            let s = to_raw(&k);
+            let mut r = sp.resolve(s.pid, s.ip, s.mode);
+            if r.image.kind == model::ImageKind::Elf && r.image.build_id.is_none() {
+                r.image.build_id = ids.of(&r.image.path);
+            }
+            profile.add_resolved(&s, &r, c);
         }
         if n > 0 {
             drain_costs.push(t.elapsed().as_nanos() as f64 / n as f64);
@@ -643,7 +648,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     };
     loop {
         std::thread::sleep(poll);
-        replay(&mut rings, &mut recs, &mut sp, &mut ids, &mut side);
+        replay(&mut rings, &mut recs, &mut sp, &mut side);
         if o.transport == Transport::Ring || last_drain.elapsed() >= o.drain_interval {
             drain(
                 &mut sampler,
@@ -651,6 +656,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
                 &mut profile,
                 &mut raw,
                 &mut drain_costs,
+                &mut ids,
             )?;
             last_drain = Instant::now();
         }
@@ -699,13 +705,14 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             command_status.get_or_insert(s);
         }
     }
-    replay(&mut rings, &mut recs, &mut sp, &mut ids, &mut side);
+    replay(&mut rings, &mut recs, &mut sp, &mut side);
     drain(
         &mut sampler,
         &mut sp,
         &mut profile,
         &mut raw,
         &mut drain_costs,
+        &mut ids,
     )?;
     drain(
         &mut sampler,
@@ -713,6 +720,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         &mut profile,
         &mut raw,
         &mut drain_costs,
+        &mut ids,
     )?;
     let st = sampler.stats();
     let (run_ns, run_cnt) = sampler.prog_run_stats();
