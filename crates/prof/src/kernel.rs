@@ -281,6 +281,15 @@ pub fn open_tags_view() -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// (value_size, max_entries) of a BPF map.
+pub fn map_geometry(fd: BorrowedFd) -> Option<(u32, u32)> {
+    let mut info = libbpf_sys::bpf_map_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
+    // SAFETY: info/len valid for writing.
+    let rc = unsafe { libbpf_sys::bpf_map_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
+    (rc == 0).then_some((info.value_size, info.max_entries))
+}
+
 impl Sampler {
     /// Opens, configures and loads prof.bpf.o. `view`: the tags view map
     /// to read tag vectors from (None: a private empty one).

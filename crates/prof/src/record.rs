@@ -362,10 +362,15 @@ fn kallsyms_text() -> Option<String> {
     nonzero.then_some(out)
 }
 
+/// The tag table's names. A kernel side loaded by another mantle build
+/// with another layout makes the tags crate panic on a size check: the
+/// profile is then recorded without names (silently for the panic, with a
+/// warning in the session).
 fn tag_names() -> (bool, Vec<TagName>) {
-    match mantle_tags::Tags::open() {
-        Ok(t) => (
-            true,
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(|| match mantle_tags::Tags::open() {
+        Ok(t) => Some(
             t.list()
                 .unwrap_or_default()
                 .into_iter()
@@ -373,9 +378,14 @@ fn tag_names() -> (bool, Vec<TagName>) {
                     bit: i.bit,
                     name: i.name,
                 })
-                .collect(),
+                .collect::<Vec<_>>(),
         ),
-        Err(_) => (false, Vec::new()),
+        Err(_) => None,
+    });
+    std::panic::set_hook(hook);
+    match r {
+        Ok(Some(v)) => (true, v),
+        _ => (false, Vec::new()),
     }
 }
 
@@ -450,7 +460,18 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let (tags_loaded, tags_start) = tag_names();
 
     // the sample path
-    let view = kernel::open_tags_view();
+    let mut warnings = Vec::new();
+    // the tags view, if loaded with the layout this build expects
+    let want = std::mem::size_of::<mantle_tags::abi::View>() as u32;
+    let view = kernel::open_tags_view().filter(|fd| {
+        let ok = kernel::map_geometry(fd.as_fd()).is_some_and(|(vs, _)| vs == want);
+        if !ok {
+            warnings.push(format!(
+                "the loaded tags kernel side has another view layout than this build (value size != {want}): samples are recorded untagged"
+            ));
+        }
+        ok
+    });
     let mut sampler = Sampler::load(
         o.transport == Transport::Ring,
         o.self_timing,
@@ -771,7 +792,6 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     }
 
     let ks = kallsyms_text();
-    let mut warnings = Vec::new();
     if !throttle_visible {
         warnings.push(
             "throttle records could not be routed to the side band: throttling is detected only through the max-sample-rate sysctl".into(),
