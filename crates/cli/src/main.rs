@@ -121,6 +121,10 @@ enum TagCmd {
         /// Owner (may delete it); default: the caller.
         #[arg(long)]
         owner: Option<u32>,
+        /// Travel with replies as well as requests (off by default: the
+        /// paper's rule is requests only).
+        #[arg(long)]
+        replies: bool,
         #[arg(long)]
         json: bool,
     },
@@ -543,6 +547,7 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             system,
             lifeline,
             owner,
+            replies,
             json,
         } => {
             let info = t.create(
@@ -552,6 +557,7 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                     system,
                     lifeline,
                     owner_uid: owner,
+                    replies,
                 },
             )?;
             if json {

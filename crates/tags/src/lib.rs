@@ -83,6 +83,8 @@ pub struct TagInfo {
     pub system: bool,
     /// "global" (cluster table, crosses machines) or "local".
     pub scope: &'static str,
+    /// Travels with replies as well as requests.
+    pub replies: bool,
     pub ttl: Option<u8>,
     pub lifeline: u32,
     pub receptions: u64,
@@ -102,6 +104,8 @@ pub struct CreateOpts {
     /// Lifeline ring size in records (0: no lifeline).
     pub lifeline: u32,
     pub owner_uid: Option<u32>,
+    /// Travels with replies as well as requests.
+    pub replies: bool,
 }
 
 /// One thread as listed by tools.
@@ -240,6 +244,7 @@ impl Tags {
                 system: g.system,
                 lifeline: 4096,
                 owner_uid: Some(0),
+                replies: false,
             };
             self.install(i as u32, &g.name, &o, abi::F_GLOBAL)?;
             let (w, m) = model::bit(i as u32);
@@ -309,6 +314,12 @@ impl Tags {
             } else {
                 sys.fetch_and(!m, SeqCst);
             }
+            let rp = atomic_u64(&mut (*cp).replies[w]);
+            if o.replies {
+                rp.fetch_or(m, SeqCst);
+            } else {
+                rp.fetch_and(!m, SeqCst);
+            }
             let ll = atomic_u64(&mut (*cp).lifeline[w]);
             if o.lifeline > 0 {
                 ll.fetch_or(m, SeqCst);
@@ -328,6 +339,7 @@ impl Tags {
             (*tp).name = nm;
             (*tp).flags = (o.system as u32 * abi::F_SYSTEM)
                 | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 }
+                | if o.replies { abi::F_REPLIES } else { 0 }
                 | extra_flags;
             (*tp).created_ns = now.as_nanos() as u64;
             (*tp).generation = (*tp).generation.wrapping_add(1);
@@ -401,6 +413,7 @@ impl Tags {
                 _ => "free",
             },
             system: e.flags & abi::F_SYSTEM != 0,
+            replies: e.flags & abi::F_REPLIES != 0,
             scope: if e.flags & abi::F_GLOBAL != 0 {
                 "global"
             } else {

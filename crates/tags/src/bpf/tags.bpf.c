@@ -651,6 +651,20 @@ static __always_inline __u32 unix_kind(struct sock *sk)
 	return MT_K_UNIX_STREAM;
 }
 
+/* A reply carries only the tags made to travel with replies (--replies):
+ * keep those in s; returns 0 if none is left. */
+static __always_inline int replies_only(struct mt_ctl *c, struct snap *s)
+{
+	__u64 any = 0;
+
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		s->vec[w] &= c->replies[w];
+		any |= s->vec[w];
+	}
+	return any != 0;
+}
+
 static __always_inline int role_is_client(struct sock *sk)
 {
 	struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
@@ -744,7 +758,7 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 			/* Not the connect() side: a reply, unless the socket has
 			 * no address (socketpair, or connected before load). */
 			struct unix_sock *u = bpf_core_cast(sk, struct unix_sock);
-			if (u->addr)
+			if (u->addr && !replies_only(c, &s))
 				return 0;
 		}
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -766,8 +780,9 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		__u32 end;
 
-		if (!role_is_client(sk))
-			return 0; /* accepted side, or connected before load */
+		/* accepted side (or connected before load): a reply */
+		if (!role_is_client(sk) && !replies_only(c, &s))
+			return 0;
 		tcp_key(c, sk, &k, 0);
 		d = chan_get(c, &k);
 		if (!d)
@@ -996,7 +1011,7 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 
 	if (!c || !c->global[0])
 		return 0;
-	if (!self_tagged() || !role_is_client(sk) || !take_snapshot(&s, &c) ||
+	if (!self_tagged() || !take_snapshot(&s, &c) || (!role_is_client(sk) && !replies_only(c, &s)) ||
 	    !(g = s.vec[0] & c->global[0] & ((1ULL << MT_GLOBAL_BITS) - 1))) {
 		/* an untagged send: stop carrying what an earlier one left */
 		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
