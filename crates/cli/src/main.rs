@@ -105,7 +105,7 @@ impl Who {
 enum TagCmd {
     /// Create a tag (root).
     #[command(
-        after_help = "Examples:\n  mantle tag create req\n  mantle tag create hop2 --ttl 2 --lifeline 4096\n  mantle tag create kmode --system"
+        after_help = "Examples:\n  mantle tag create req\n  mantle tag create hop2 --ttl 2 --lifeline 4096\n  mantle tag create kmode --system\n  mantle tag create burst --expire 500ms\n  mantle tag create echo --replies"
     )]
     Create {
         name: String,
@@ -125,6 +125,10 @@ enum TagCmd {
         /// paper's rule is requests only).
         #[arg(long)]
         replies: bool,
+        /// Expire after this long (500ms, 2s, 1m): a kernel timer retires the
+        /// tag; it stops travelling at once and holders are swept.
+        #[arg(long, value_parser = mantle_tags::model::parse_duration_ms)]
+        expire: Option<u32>,
         #[arg(long)]
         json: bool,
     },
@@ -548,6 +552,7 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             lifeline,
             owner,
             replies,
+            expire,
             json,
         } => {
             let info = t.create(
@@ -560,6 +565,12 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                     replies,
                 },
             )?;
+            if let Some(ms) = expire {
+                if let Err(e) = t.expire_after(&name, ms) {
+                    let _ = t.delete(&name);
+                    return Err(e);
+                }
+            }
             if json {
                 print_json(&info);
             } else {

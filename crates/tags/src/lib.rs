@@ -180,11 +180,17 @@ impl Tags {
             return Err(Error::NotLoaded);
         }
         let root = mantle_sys::os::geteuid() == 0;
-        Ok(Tags {
+        let t = Tags {
             ctl: Region::open("ctl", root)?,
             tags: Region::open("tags", root)?,
             root,
-        })
+        };
+        // Finish what expired (or an owner deleted) since the last command.
+        if root && t.ctl().deleting.iter().any(|&w| w != 0) {
+            t.sweep()?;
+            t.detach_if_empty()?;
+        }
+        Ok(t)
     }
 
     fn need_root(&self, what: &str) -> Result<(), Error> {
@@ -381,11 +387,21 @@ impl Tags {
                 "tag {name:?} was not freed by the sweep"
             )));
         }
-        let any_left = (0..MT_TAGS as u32).any(|b| self.entry(b).state != abi::ST_FREE);
-        if !any_left {
+        self.detach_if_empty()
+    }
+
+    /// Detaches the tagged hooks once no tag is left.
+    fn detach_if_empty(&self) -> Result<(), Error> {
+        if (0..MT_TAGS as u32).all(|b| self.entry(b).state == abi::ST_FREE) {
             kernel::detach_tagged()?;
         }
         Ok(())
+    }
+
+    /// Retires tag `name` after `ms` milliseconds (a kernel timer).
+    pub fn expire_after(&self, name: &str, ms: u32) -> Result<(), Error> {
+        self.need_root("setting an expiry")?;
+        kernel::arm_expiry(self.lookup(name)?, ms)
     }
 
     /// Finishes pending deletions (clears their bits everywhere).

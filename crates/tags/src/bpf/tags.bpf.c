@@ -143,6 +143,14 @@ struct {
 	__type(value, struct mt_sock);
 } sk_role SEC(".maps");
 
+/* Tags that expire after a set time (seeds/000, section 3's suggestion). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_TAGS);
+	__type(key, __u32);
+	__type(value, struct mt_expiry);
+} expiry SEC(".maps");
+
 /* Client TCP sockets: the global tags their segments carry. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -1217,6 +1225,53 @@ int mt_sendmsg6(struct bpf_sock_addr *ctx)
 }
 
 /* ------------------------------------------------------------ operations */
+
+#define CLOCK_MONOTONIC 1
+
+/*
+ * A tag's time is up: it stops travelling at once (no longer live) and
+ * becomes DELETING; the next sweep (any table command, or reading the sweep
+ * iterator) clears it from its holders and frees the bit. A timer armed for
+ * an earlier generation of the bit does nothing.
+ */
+static int expire_cb(void *map, __u32 *key, struct mt_expiry *e)
+{
+	__u32 idx = *key & (MT_TAGS - 1);
+	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+	struct mt_ctl *c = get_ctl();
+	__u64 bit = 1ULL << (idx % 64);
+	__u32 w = (idx / 64) & (MT_WORDS - 1);
+
+	if (!tg || !c || tg->generation != e->generation)
+		return 0;
+	if (__sync_val_compare_and_swap(&tg->state, MT_ST_LIVE, MT_ST_DELETING) == MT_ST_LIVE) {
+		__sync_fetch_and_or(&c->deleting[w], bit);
+		__sync_fetch_and_and(&c->live[w], ~bit);
+	}
+	return 0;
+}
+
+/*
+ * Arms a tag's expiry timer. A BPF_PROG_RUN (syscall) program because the
+ * kernel refuses timers in tracing programs; root runs it (pinned 0600).
+ */
+SEC("syscall")
+int mt_arm_expiry(struct mt_expire_args *a)
+{
+	__u32 idx = a->tag & (MT_TAGS - 1);
+	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+	struct mt_expiry *e = bpf_map_lookup_elem(&expiry, &idx);
+	struct mt_ctl *c = get_ctl();
+
+	if (a->tag >= MT_TAGS || !tg || !e || !c || tg->state != MT_ST_LIVE)
+		return -MT_ENOENT;
+	e->generation = tg->generation;
+	bpf_timer_init(&e->timer, &expiry, CLOCK_MONOTONIC);
+	bpf_timer_set_callback(&e->timer, expire_cb);
+	if (bpf_timer_start(&e->timer, (__u64)a->ms * 1000000ULL, 0))
+		return -MT_EINVAL;
+	return 0;
+}
 
 /*
  * Apply one operation to `task`. The caller has decided who may do what:

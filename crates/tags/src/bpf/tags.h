@@ -233,6 +233,23 @@ enum mt_op_code {
 	MT_OP_DELETE = 8,  /* owner deletes a tag (state -> DELETING) */
 };
 
+/* A tag's expiry timer (array of MT_TAGS). */
+struct mt_expiry {
+#ifdef __VMLINUX_H__
+	struct bpf_timer timer;
+#else
+	__u64 timer[2];
+#endif
+	__u32 generation; /* the tag generation it was armed for */
+	__u32 pad;
+};
+
+/* Context of the mt_arm_expiry syscall program (BPF_PROG_RUN). */
+struct mt_expire_args {
+	__u32 tag; /* bit */
+	__u32 ms;  /* from now */
+};
+
 /* Parameters of a tool operation, read by the op iterator (root-only map). */
 struct mt_op {
 	__u32 code;     /* enum mt_op_code */
