@@ -27,7 +27,8 @@
 extern "C" {
 #endif
 
-#define MANTLE_TAG_SYSTEM 1u /* mantle_tag_create flags: a system tag */
+#define MANTLE_TAG_SYSTEM 1u  /* mantle_tag_create flags: a system tag, */
+#define MANTLE_TAG_REPLIES 2u /* one that travels with replies as well */
 
 /* Map the kernel side's tables now (otherwise done on first use). */
 int mantle_tags_open(void);

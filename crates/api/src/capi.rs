@@ -131,6 +131,7 @@ self_call!(
 );
 
 pub const MANTLE_TAG_SYSTEM: u32 = 1;
+pub const MANTLE_TAG_REPLIES: u32 = 2;
 
 /// Create a tag (root). ttl < 0: unlimited. flags: MANTLE_TAG_SYSTEM.
 /// Returns the tag's bit.
@@ -152,6 +153,7 @@ pub unsafe extern "C" fn mantle_tag_create(
         system: flags & MANTLE_TAG_SYSTEM != 0,
         lifeline,
         owner_uid: None,
+        replies: flags & MANTLE_TAG_REPLIES != 0,
     };
     // SAFETY: forwarded contract.
     match unsafe { name(tag) }.and_then(|t| crate::create(t, &opts)) {

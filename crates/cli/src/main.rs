@@ -105,7 +105,7 @@ impl Who {
 enum TagCmd {
     /// Create a tag (root).
     #[command(
-        after_help = "Examples:\n  mantle tag create req\n  mantle tag create hop2 --ttl 2 --lifeline 4096\n  mantle tag create kmode --system"
+        after_help = "Examples:\n  mantle tag create req\n  mantle tag create hop2 --ttl 2 --lifeline 4096\n  mantle tag create kmode --system\n  mantle tag create burst --expire 500ms\n  mantle tag create echo --replies"
     )]
     Create {
         name: String,
@@ -121,6 +121,14 @@ enum TagCmd {
         /// Owner (may delete it); default: the caller.
         #[arg(long)]
         owner: Option<u32>,
+        /// Travel with replies as well as requests (off by default: the
+        /// paper's rule is requests only).
+        #[arg(long)]
+        replies: bool,
+        /// Expire after this long (500ms, 2s, 1m): a kernel timer retires the
+        /// tag; it stops travelling at once and holders are swept.
+        #[arg(long, value_parser = mantle_tags::model::parse_duration_ms)]
+        expire: Option<u32>,
         #[arg(long)]
         json: bool,
     },
@@ -543,6 +551,8 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             system,
             lifeline,
             owner,
+            replies,
+            expire,
             json,
         } => {
             let info = t.create(
@@ -552,8 +562,15 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                     system,
                     lifeline,
                     owner_uid: owner,
+                    replies,
                 },
             )?;
+            if let Some(ms) = expire {
+                if let Err(e) = t.expire_after(&name, ms) {
+                    let _ = t.delete(&name);
+                    return Err(e);
+                }
+            }
             if json {
                 print_json(&info);
             } else {

@@ -64,6 +64,7 @@ pub const F_SYSTEM: u32 = 0x1;
 pub const F_LIFELINE: u32 = 0x2;
 pub const F_USER_SET: u32 = 0x4;
 pub const F_GLOBAL: u32 = 0x8;
+pub const F_REPLIES: u32 = 0x10;
 
 /// Operation codes (`enum mt_op_code`).
 #[repr(u32)]
@@ -102,6 +103,7 @@ pub struct Ctl {
     pub global: [u64; MT_WORDS],
     pub cluster_digest: u32,
     pub pad1: u32,
+    pub replies: [u64; MT_WORDS],
     pub freed_epoch: [u32; MT_TAGS],
     pub ll_base: [u32; MT_TAGS],
     pub ll_size: [u32; MT_TAGS],
@@ -286,7 +288,7 @@ mod layout {
             &btf,
             "mt_ctl",
             size_of::<Ctl>(),
-            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, pad0, host_netns, global, cluster_digest, pad1, freed_epoch, ll_base, ll_size, ll_head,
+            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, pad0, host_netns, global, cluster_digest, pad1, replies, freed_epoch, ll_base, ll_size, ll_head,
                 default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps),
         );
         check(

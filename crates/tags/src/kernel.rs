@@ -47,6 +47,7 @@ pub const MAPS: &[(&str, bool)] = &[
     ("sk_dep", false),
     ("sk_role", false),
     ("sk_net", false),
+    ("expiry", false),
     ("sk_rdep", false),
     ("chan_dep", false),
     ("op", false),
@@ -231,6 +232,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             ("sk_dep", &mut m.sk_dep),
             ("sk_role", &mut m.sk_role),
             ("sk_net", &mut m.sk_net),
+            ("expiry", &mut m.expiry),
             ("sk_rdep", &mut m.sk_rdep),
             ("chan_dep", &mut m.chan_dep),
             ("op", &mut m.op),
@@ -293,6 +295,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             ("mt_sock_recv", &mut p.mt_sock_recv),
             ("mt_sys_exit", &mut p.mt_sys_exit),
             ("mt_tcp_sendmsg", &mut p.mt_tcp_sendmsg),
+            ("mt_arm_expiry", &mut p.mt_arm_expiry),
             ("mt_sendmsg4", &mut p.mt_sendmsg4),
             ("mt_sendmsg6", &mut p.mt_sendmsg6),
         ];
@@ -459,6 +462,37 @@ pub fn attach_tagged() -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Arms the expiry timer of tag `bit`: it is retired `ms` from now.
+pub fn arm_expiry(bit: u32, ms: u32) -> Result<(), Error> {
+    let prog = libbpf_rs::Program::fd_from_pinned_path(pin("progs", "mt_arm_expiry")).map_err(
+        |e| match e.kind() {
+            libbpf_rs::ErrorKind::PermissionDenied => {
+                Error::Permission("arming an expiry needs root".into())
+            }
+            _ => kerr("open pinned program mt_arm_expiry", e),
+        },
+    )?;
+    let mut args = [bit, ms];
+    let mut opts = libbpf_sys::bpf_test_run_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
+        ctx_in: args.as_mut_ptr().cast(),
+        ctx_size_in: std::mem::size_of_val(&args) as u32,
+        ..Default::default()
+    };
+    // SAFETY: valid program fd and options pointing at live memory.
+    let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) };
+    if rc < 0 {
+        return Err(kerr(
+            "run mt_arm_expiry",
+            std::io::Error::from_raw_os_error(-rc),
+        ));
+    }
+    match opts.retval as i32 {
+        0 => Ok(()),
+        e => Err(crate::op_error(-e, "")),
+    }
 }
 
 /// Detaches the tagged hooks (unpinning drops the last reference).

@@ -83,6 +83,8 @@ pub struct TagInfo {
     pub system: bool,
     /// "global" (cluster table, crosses machines) or "local".
     pub scope: &'static str,
+    /// Travels with replies as well as requests.
+    pub replies: bool,
     pub ttl: Option<u8>,
     pub lifeline: u32,
     pub receptions: u64,
@@ -102,6 +104,8 @@ pub struct CreateOpts {
     /// Lifeline ring size in records (0: no lifeline).
     pub lifeline: u32,
     pub owner_uid: Option<u32>,
+    /// Travels with replies as well as requests.
+    pub replies: bool,
 }
 
 /// One thread as listed by tools.
@@ -176,11 +180,17 @@ impl Tags {
             return Err(Error::NotLoaded);
         }
         let root = mantle_sys::os::geteuid() == 0;
-        Ok(Tags {
+        let t = Tags {
             ctl: Region::open("ctl", root)?,
             tags: Region::open("tags", root)?,
             root,
-        })
+        };
+        // Finish what expired (or an owner deleted) since the last command.
+        if root && t.ctl().deleting.iter().any(|&w| w != 0) {
+            t.sweep()?;
+            t.detach_if_empty()?;
+        }
+        Ok(t)
     }
 
     fn need_root(&self, what: &str) -> Result<(), Error> {
@@ -240,6 +250,7 @@ impl Tags {
                 system: g.system,
                 lifeline: 4096,
                 owner_uid: Some(0),
+                replies: false,
             };
             self.install(i as u32, &g.name, &o, abi::F_GLOBAL)?;
             let (w, m) = model::bit(i as u32);
@@ -309,6 +320,12 @@ impl Tags {
             } else {
                 sys.fetch_and(!m, SeqCst);
             }
+            let rp = atomic_u64(&mut (*cp).replies[w]);
+            if o.replies {
+                rp.fetch_or(m, SeqCst);
+            } else {
+                rp.fetch_and(!m, SeqCst);
+            }
             let ll = atomic_u64(&mut (*cp).lifeline[w]);
             if o.lifeline > 0 {
                 ll.fetch_or(m, SeqCst);
@@ -328,6 +345,7 @@ impl Tags {
             (*tp).name = nm;
             (*tp).flags = (o.system as u32 * abi::F_SYSTEM)
                 | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 }
+                | if o.replies { abi::F_REPLIES } else { 0 }
                 | extra_flags;
             (*tp).created_ns = now.as_nanos() as u64;
             (*tp).generation = (*tp).generation.wrapping_add(1);
@@ -369,11 +387,21 @@ impl Tags {
                 "tag {name:?} was not freed by the sweep"
             )));
         }
-        let any_left = (0..MT_TAGS as u32).any(|b| self.entry(b).state != abi::ST_FREE);
-        if !any_left {
+        self.detach_if_empty()
+    }
+
+    /// Detaches the tagged hooks once no tag is left.
+    fn detach_if_empty(&self) -> Result<(), Error> {
+        if (0..MT_TAGS as u32).all(|b| self.entry(b).state == abi::ST_FREE) {
             kernel::detach_tagged()?;
         }
         Ok(())
+    }
+
+    /// Retires tag `name` after `ms` milliseconds (a kernel timer).
+    pub fn expire_after(&self, name: &str, ms: u32) -> Result<(), Error> {
+        self.need_root("setting an expiry")?;
+        kernel::arm_expiry(self.lookup(name)?, ms)
     }
 
     /// Finishes pending deletions (clears their bits everywhere).
@@ -401,6 +429,7 @@ impl Tags {
                 _ => "free",
             },
             system: e.flags & abi::F_SYSTEM != 0,
+            replies: e.flags & abi::F_REPLIES != 0,
             scope: if e.flags & abi::F_GLOBAL != 0 {
                 "global"
             } else {

@@ -49,6 +49,28 @@ pub fn parse_ttl(s: &str) -> Result<u8, String> {
     }
 }
 
+/// A duration as users give it: `500ms`, `2s`, `1m`, or plain
+/// milliseconds; 1 ms to one day.
+pub fn parse_duration_ms(s: &str) -> Result<u32, String> {
+    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 1)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1000)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60_000)
+    } else {
+        (s, 1)
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("duration {s:?}: use e.g. 500ms, 2s, 1m"))?;
+    let ms = n.checked_mul(scale).unwrap_or(u64::MAX);
+    if !(1..=86_400_000).contains(&ms) {
+        return Err(format!("duration {s:?} must be between 1ms and 24h"));
+    }
+    Ok(ms as u32)
+}
+
 /// First-fit allocation of a lifeline ring of `want` slots out of the
 /// shared MT_LIFELINE_SLOTS, given the (base, size) regions in use.
 pub fn alloc_lifeline(used: &[(u32, u32)], want: u32) -> Option<u32> {
@@ -274,6 +296,18 @@ mod tests {
         assert_eq!(parse_ttl("inf"), Ok(255));
         assert!(parse_ttl("255").is_err());
         assert!(parse_ttl("-1").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("2s"), Ok(2000));
+        assert_eq!(parse_duration_ms("1m"), Ok(60_000));
+        assert_eq!(parse_duration_ms("750"), Ok(750));
+        assert!(parse_duration_ms("0ms").is_err());
+        assert!(parse_duration_ms("2h").is_err());
+        assert!(parse_duration_ms("soon").is_err());
+        assert!(parse_duration_ms("25h").is_err());
     }
 
     #[test]

@@ -143,6 +143,14 @@ struct {
 	__type(value, struct mt_sock);
 } sk_role SEC(".maps");
 
+/* Tags that expire after a set time (seeds/000, section 3's suggestion). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_TAGS);
+	__type(key, __u32);
+	__type(value, struct mt_expiry);
+} expiry SEC(".maps");
+
 /* Client TCP sockets: the global tags their segments carry. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -651,6 +659,20 @@ static __always_inline __u32 unix_kind(struct sock *sk)
 	return MT_K_UNIX_STREAM;
 }
 
+/* A reply carries only the tags made to travel with replies (--replies):
+ * keep those in s; returns 0 if none is left. */
+static __always_inline int replies_only(struct mt_ctl *c, struct snap *s)
+{
+	__u64 any = 0;
+
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		s->vec[w] &= c->replies[w];
+		any |= s->vec[w];
+	}
+	return any != 0;
+}
+
 static __always_inline int role_is_client(struct sock *sk)
 {
 	struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
@@ -744,7 +766,7 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 			/* Not the connect() side: a reply, unless the socket has
 			 * no address (socketpair, or connected before load). */
 			struct unix_sock *u = bpf_core_cast(sk, struct unix_sock);
-			if (u->addr)
+			if (u->addr && !replies_only(c, &s))
 				return 0;
 		}
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -766,8 +788,9 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		__u32 end;
 
-		if (!role_is_client(sk))
-			return 0; /* accepted side, or connected before load */
+		/* accepted side (or connected before load): a reply */
+		if (!role_is_client(sk) && !replies_only(c, &s))
+			return 0;
 		tcp_key(c, sk, &k, 0);
 		d = chan_get(c, &k);
 		if (!d)
@@ -996,7 +1019,7 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 
 	if (!c || !c->global[0])
 		return 0;
-	if (!self_tagged() || !role_is_client(sk) || !take_snapshot(&s, &c) ||
+	if (!self_tagged() || !take_snapshot(&s, &c) || (!role_is_client(sk) && !replies_only(c, &s)) ||
 	    !(g = s.vec[0] & c->global[0] & ((1ULL << MT_GLOBAL_BITS) - 1))) {
 		/* an untagged send: stop carrying what an earlier one left */
 		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
@@ -1202,6 +1225,53 @@ int mt_sendmsg6(struct bpf_sock_addr *ctx)
 }
 
 /* ------------------------------------------------------------ operations */
+
+#define CLOCK_MONOTONIC 1
+
+/*
+ * A tag's time is up: it stops travelling at once (no longer live) and
+ * becomes DELETING; the next sweep (any table command, or reading the sweep
+ * iterator) clears it from its holders and frees the bit. A timer armed for
+ * an earlier generation of the bit does nothing.
+ */
+static int expire_cb(void *map, __u32 *key, struct mt_expiry *e)
+{
+	__u32 idx = *key & (MT_TAGS - 1);
+	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+	struct mt_ctl *c = get_ctl();
+	__u64 bit = 1ULL << (idx % 64);
+	__u32 w = (idx / 64) & (MT_WORDS - 1);
+
+	if (!tg || !c || tg->generation != e->generation)
+		return 0;
+	if (__sync_val_compare_and_swap(&tg->state, MT_ST_LIVE, MT_ST_DELETING) == MT_ST_LIVE) {
+		__sync_fetch_and_or(&c->deleting[w], bit);
+		__sync_fetch_and_and(&c->live[w], ~bit);
+	}
+	return 0;
+}
+
+/*
+ * Arms a tag's expiry timer. A BPF_PROG_RUN (syscall) program because the
+ * kernel refuses timers in tracing programs; root runs it (pinned 0600).
+ */
+SEC("syscall")
+int mt_arm_expiry(struct mt_expire_args *a)
+{
+	__u32 idx = a->tag & (MT_TAGS - 1);
+	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+	struct mt_expiry *e = bpf_map_lookup_elem(&expiry, &idx);
+	struct mt_ctl *c = get_ctl();
+
+	if (a->tag >= MT_TAGS || !tg || !e || !c || tg->state != MT_ST_LIVE)
+		return -MT_ENOENT;
+	e->generation = tg->generation;
+	bpf_timer_init(&e->timer, &expiry, CLOCK_MONOTONIC);
+	bpf_timer_set_callback(&e->timer, expire_cb);
+	if (bpf_timer_start(&e->timer, (__u64)a->ms * 1000000ULL, 0))
+		return -MT_EINVAL;
+	return 0;
+}
 
 /*
  * Apply one operation to `task`. The caller has decided who may do what:

@@ -62,6 +62,7 @@ enum mt_state {
 #define MT_F_LIFELINE 0x2 /* tag: receptions are recorded */
 #define MT_F_USER_SET 0x4 /* thread: class was set explicitly (not default) */
 #define MT_F_GLOBAL 0x8   /* tag: from the cluster table; crosses machines */
+#define MT_F_REPLIES 0x10 /* tag: travels with replies too (paper, section 10) */
 
 /*
  * Per-thread view: BPF_F_MMAPABLE array indexed by the thread's global tid.
@@ -103,6 +104,7 @@ struct mt_ctl {
 	__u64 global[MT_WORDS];    /* global tags (bits below MT_GLOBAL_BITS) */
 	__u32 cluster_digest;      /* 16-bit digest of the cluster table (0: none) */
 	__u32 pad1;
+	__u64 replies[MT_WORDS];   /* tags that travel with replies as well */
 	__u32 freed_epoch[MT_TAGS];/* epoch at which each bit was last freed */
 	__u32 ll_base[MT_TAGS];    /* lifeline ring of each tag: first slot */
 	__u32 ll_size[MT_TAGS];    /*   and its size in slots (0: none) */
@@ -229,6 +231,23 @@ enum mt_op_code {
 	MT_OP_CLASS = 6,   /* arg 1: system thread, 0: user thread (root) */
 	MT_OP_PING = 7,    /* does nothing: tells the caller the path works */
 	MT_OP_DELETE = 8,  /* owner deletes a tag (state -> DELETING) */
+};
+
+/* A tag's expiry timer (array of MT_TAGS). */
+struct mt_expiry {
+#ifdef __VMLINUX_H__
+	struct bpf_timer timer;
+#else
+	__u64 timer[2];
+#endif
+	__u32 generation; /* the tag generation it was armed for */
+	__u32 pad;
+};
+
+/* Context of the mt_arm_expiry syscall program (BPF_PROG_RUN). */
+struct mt_expire_args {
+	__u32 tag; /* bit */
+	__u32 ms;  /* from now */
 };
 
 /* Parameters of a tool operation, read by the op iterator (root-only map). */
