@@ -312,8 +312,8 @@ fn replay(
     }
 }
 
-/// Reads every process's executable mappings from /proc.
-fn snapshot_proc(sp: &mut AddressSpaces) {
+/// Reads the executable mappings of every process (or of `only`) from /proc.
+fn snapshot_proc(sp: &mut AddressSpaces, only: Option<&[u32]>) {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -321,6 +321,9 @@ fn snapshot_proc(sp: &mut AddressSpaces) {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
+        if only.is_some_and(|o| !o.contains(&pid)) {
+            continue;
+        }
         let dir = e.path();
         let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
         let ppid = std::fs::read_to_string(dir.join("stat"))
@@ -483,39 +486,6 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         None
     };
 
-    // the side band: every CPU, every process, from now on
-    let mut rings: HashMap<u32, PerfRing> = HashMap::new();
-    for &cpu in &cpus {
-        let a = PerfEventAttr {
-            type_: events::PERF_TYPE_SOFTWARE,
-            config: kernel::PERF_COUNT_SW_DUMMY,
-            sample_period: 1,
-            // every record carries (pid, tid, time) at its end, so records of
-            // different CPUs' rings can be replayed in time order
-            sample_type: kernel::PERF_SAMPLE_TID | kernel::PERF_SAMPLE_TIME,
-            flags: attr::MMAP
-                | attr::MMAP2
-                | attr::COMM
-                | attr::COMM_EXEC
-                | attr::TASK
-                | attr::SAMPLE_ID_ALL,
-            // Not attr::BUILD_ID: on this kernel the MMAP_BUILD_ID misc bit
-            // it sets leaks into other sessions' MMAP2 records (which carry
-            // maj/min/ino), and a `perf record` running at the same time
-            // aborts. Build IDs are read from the files instead (cached).
-            ..Default::default()
-        };
-        let fd = kernel::perf_event_open(&a, -1, cpu as i32)
-            .map_err(|e| Error::Kernel(format!("open the side-band event on CPU {cpu}: {e}")))?;
-        let ring = PerfRing::new(fd, 256)
-            .map_err(|e| Error::Kernel(format!("mmap the side-band ring of CPU {cpu}: {e}")))?;
-        rings.insert(cpu, ring);
-    }
-    snapshot_proc(&mut sp);
-    if let Some(p) = sp.procs.get_mut(&std::process::id()) {
-        p.mantle = true;
-    }
-
     // the target
     let mut child = None;
     let mut gate = None;
@@ -546,6 +516,65 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             )
         }
     };
+
+    // The side band: a dummy event per CPU (and per thread for -p), with
+    // its own ring. System-wide for -a; for a process or a command it
+    // follows that task tree only (inherit), as perf does, so the rest of
+    // the machine's activity costs nothing here.
+    let mut rings: HashMap<u32, PerfRing> = HashMap::new();
+    let mut extra_side: Vec<OwnedFd> = Vec::new();
+    let side_attr = PerfEventAttr {
+        type_: events::PERF_TYPE_SOFTWARE,
+        config: kernel::PERF_COUNT_SW_DUMMY,
+        sample_period: 1,
+        // every record carries (pid, tid, time) at its end, so records of
+        // different CPUs' rings can be replayed in time order
+        sample_type: kernel::PERF_SAMPLE_TID | kernel::PERF_SAMPLE_TIME,
+        flags: attr::MMAP
+            | attr::MMAP2
+            | attr::COMM
+            | attr::COMM_EXEC
+            | attr::TASK
+            | attr::SAMPLE_ID_ALL
+            | if inherit { attr::INHERIT } else { 0 },
+        // Not attr::BUILD_ID: on this kernel the MMAP_BUILD_ID misc bit it
+        // sets leaks into other sessions' MMAP2 records (which carry
+        // maj/min/ino), and a `perf record` running at the same time
+        // aborts. Build IDs are read from the files instead (cached).
+        ..Default::default()
+    };
+    for &cpu in &cpus {
+        for (n, &pid) in pids.iter().enumerate() {
+            let fd = match kernel::perf_event_open(&side_attr, pid, cpu as i32) {
+                Ok(fd) => fd,
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) && n > 0 => continue,
+                Err(e) => {
+                    return Err(Error::Kernel(format!(
+                        "open the side-band event on CPU {cpu}: {e}"
+                    )))
+                }
+            };
+            if let Some(r) = rings.get(&cpu) {
+                kernel::perf_set_output(fd.as_fd(), r.fd.as_fd()).map_err(|e| {
+                    Error::Kernel(format!("route side band of thread {pid} on CPU {cpu}: {e}"))
+                })?;
+                extra_side.push(fd);
+            } else {
+                let ring = PerfRing::new(fd, 256).map_err(|e| {
+                    Error::Kernel(format!("mmap the side-band ring of CPU {cpu}: {e}"))
+                })?;
+                rings.insert(cpu, ring);
+            }
+        }
+    }
+    match &o.target {
+        Target::All => snapshot_proc(&mut sp, None),
+        Target::Pid(p) => snapshot_proc(&mut sp, Some(&[*p, std::process::id()])),
+        Target::Command(_) => snapshot_proc(&mut sp, Some(&[std::process::id()])),
+    }
+    if let Some(p) = sp.procs.get_mut(&std::process::id()) {
+        p.mantle = true;
+    }
 
     // the sampling events
     let open_all = |ev: &EventDef| -> Result<Vec<(u32, OwnedFd)>, std::io::Error> {
