@@ -109,6 +109,21 @@ pub struct Process {
     pub jit_map: bool,
     #[serde(skip)]
     maps: BTreeMap<u64, Mapping>,
+    /// Address spaces before the last execs (newest last, at most
+    /// [`OLD_SPACES`]): samples are resolved when drained, up to a second
+    /// later, and may predate an exec (ASLR makes overlaps rare).
+    #[serde(skip)]
+    old: Vec<BTreeMap<u64, Mapping>>,
+}
+
+/// How many pre-exec address spaces a process keeps for resolution.
+pub const OLD_SPACES: usize = 4;
+
+fn lookup(maps: &BTreeMap<u64, Mapping>, ip: u64) -> Option<&Mapping> {
+    maps.range(..=ip)
+        .next_back()
+        .map(|(_, m)| m)
+        .filter(|m| ip < m.end)
 }
 
 impl Process {
@@ -195,7 +210,13 @@ impl AddressSpaces {
         p.comm = comm.to_string();
         p.mantle = mantle;
         if exec {
-            p.maps.clear();
+            let old = std::mem::take(&mut p.maps);
+            if !old.is_empty() {
+                p.old.push(old);
+                if p.old.len() > OLD_SPACES {
+                    p.old.remove(0);
+                }
+            }
             p.exe = None;
             p.exited = false;
         }
@@ -218,6 +239,7 @@ impl AddressSpaces {
                 mantle: parent.mantle,
                 jit_map: false,
                 maps: parent.maps,
+                old: Vec::new(),
             },
         );
     }
@@ -239,11 +261,11 @@ impl AddressSpaces {
                 offset: ip,
             };
         }
-        let m = self
-            .procs
-            .get(&pid)
-            .and_then(|p| p.maps.range(..=ip).next_back().map(|(_, m)| (p, m)))
-            .filter(|(_, m)| ip < m.end);
+        let m = self.procs.get(&pid).and_then(|p| {
+            lookup(&p.maps, ip)
+                .or_else(|| p.old.iter().rev().find_map(|o| lookup(o, ip)))
+                .map(|m| (p, m))
+        });
         let Some((p, m)) = m else {
             return Resolved {
                 image: Image::named(UNKNOWN_IMAGE, ImageKind::Unknown),
@@ -1189,10 +1211,9 @@ mod tests {
         s.fork(10, 10, 12); // a thread: nothing new
         assert!(!s.procs.contains_key(&12));
         s.comm(11, 11, "other", true);
-        assert_eq!(
-            s.resolve(11, 0x400010, Mode::User).image.kind,
-            ImageKind::Unknown
-        );
+        // until the new program maps something there, a sample taken before
+        // the exec still resolves in the old address space
+        assert_eq!(s.resolve(11, 0x400010, Mode::User).image.path, "/bin/app");
         s.mmap(
             11,
             Mapping {
