@@ -236,3 +236,38 @@ fn pprof_output_is_read_by_go_tool_pprof() {
     assert!(first.contains("slow_multiply"), "{text}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+#[test]
+fn vdso_samples_resolve_through_the_session_copy() {
+    if !can_record() {
+        return;
+    }
+    let d = tmpdir("vdso");
+    std::fs::write(
+        d.join("vd.c"),
+        "#include <time.h>\nint main(void){struct timespec t; long s=0; for(long i=0;i<8000000;i++){clock_gettime(CLOCK_MONOTONIC,&t); s+=t.tv_nsec;} return s==1;}\n",
+    )
+    .unwrap();
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(d.join("vd"))
+        .arg(d.join("vd.c"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    record(&opts(
+        &d,
+        Target::Command(vec![d.join("vd").display().to_string()]),
+    ))
+    .unwrap();
+    assert!(d.join("s/vdso.so").exists());
+    let r = report::report(&d.join("s"), &ReportOpts::default()).unwrap();
+    assert!(
+        r.symbols
+            .iter()
+            .any(|s| s.image == "[vdso]" && s.symbol.contains("clock_gettime") && s.percent > 20.0),
+        "{}",
+        render_text(&r)
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
