@@ -11,5 +11,6 @@
 //!
 //! No locks are held in this crate.
 
+pub mod layout;
 pub mod os;
 pub mod probe;

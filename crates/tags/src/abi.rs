@@ -246,33 +246,10 @@ pub fn cstr(b: &[u8]) -> String {
 #[cfg(test)]
 mod layout {
     use super::*;
-    use libbpf_rs::btf::types::{MemberAttr, Struct};
-    use libbpf_rs::btf::{Btf, HasSize};
-    use std::mem::{offset_of, size_of};
-
-    fn check(btf: &Btf, name: &str, size: usize, fields: &[(&str, usize)]) {
-        let s: Struct = btf
-            .type_by_name(name)
-            .unwrap_or_else(|| panic!("struct {name} not in the object's BTF"));
-        assert_eq!(s.size(), size, "size of struct {name}");
-        for &(field, off) in fields {
-            let m = s
-                .iter()
-                .find(|m| m.name.map(|n| n == field).unwrap_or(false))
-                .unwrap_or_else(|| panic!("{name}.{field} not in BTF"));
-            let bits = match m.attr {
-                MemberAttr::Normal { offset } => offset,
-                MemberAttr::BitField { .. } => panic!("{name}.{field} is a bitfield"),
-            };
-            assert_eq!(bits as usize, off * 8, "offset of {name}.{field}");
-        }
-        // every BTF member is checked: a field added on one side only fails
-        assert_eq!(s.iter().len(), fields.len(), "field count of struct {name}");
-    }
-
-    macro_rules! fields {
-        ($t:ty: $($f:ident),*) => { &[$((stringify!($f), offset_of!($t, $f))),*] };
-    }
+    use libbpf_rs::btf::Btf;
+    use mantle_sys::layout::check_struct as check;
+    use mantle_sys::layout_fields as fields;
+    use std::mem::size_of;
 
     #[test]
     fn rust_matches_bpf_object() {
