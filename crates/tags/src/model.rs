@@ -64,7 +64,7 @@ pub fn parse_duration_ms(s: &str) -> Result<u32, String> {
     let n: u64 = num
         .parse()
         .map_err(|_| format!("duration {s:?}: use e.g. 500ms, 2s, 1m"))?;
-    let ms = n.checked_mul(scale).unwrap_or(u64::MAX);
+    let ms = n.saturating_mul(scale);
     if !(1..=86_400_000).contains(&ms) {
         return Err(format!("duration {s:?} must be between 1ms and 24h"));
     }
