@@ -61,8 +61,21 @@ fn ci() -> bool {
 /// The scenario's results, or None when the tests must be skipped.
 fn scenario() -> Option<&'static Scenario> {
     static S: OnceLock<Result<Scenario, Missing>> = OnceLock::new();
-    match S.get_or_init(run_scenario) {
+    // A failure inside the scenario is caught and stored, so that the other
+    // tests report it too instead of running the scenario again.
+    let r = S.get_or_init(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run_scenario)).unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(Missing(format!("{FAILED}{msg}")))
+        })
+    });
+    match r {
         Ok(s) => Some(s),
+        Err(Missing(why)) if why.starts_with(FAILED) => panic!("{why}"),
         Err(Missing(why)) if ci() => panic!("missing feature (CI set, so this fails): {why}"),
         Err(Missing(why)) => {
             eprintln!("SKIP: {why}");
@@ -70,6 +83,8 @@ fn scenario() -> Option<&'static Scenario> {
         }
     }
 }
+
+const FAILED: &str = "the A→B→C scenario failed: ";
 
 /// A missing prerequisite (skip outside CI). Real failures panic.
 #[derive(Debug)]
