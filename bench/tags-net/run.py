@@ -147,9 +147,10 @@ class Bench:
 
     # -------------------------------------------------------------- runs
     def client(self, tagged):
+        """tagged: False, True (the global tag `bench`), or a tag name."""
         cmd = ["nsenter", f"--net=/run/netns/{self.cli}", "taskset", "-c", str(self.a.cpu)]
         if tagged:
-            cmd += [self.mantle, "tag", "run", "bench", "--"]
+            cmd += [self.mantle, "tag", "run", "bench" if tagged is True else tagged, "--"]
         cmd += [f"{self.tmp}/fcli", "10.77.60.2", str(PORT), str(self.a.ops)] + [str(r) for r in RECS]
         r = sh(*cmd)
         rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
@@ -177,6 +178,22 @@ class Bench:
         self.loaded = False
         return out
 
+    def run_plain_load(self):
+        """(--diag) Load without a cluster table: run the client with no tag
+        in the table at all ('empty': the propagation hooks are detached),
+        then create a local tag and run the client under it ('local': the
+        propagation hooks run, no TCP option)."""
+        sh(self.mantle, "tags", "up")
+        self.loaded = True
+        time.sleep(self.a.settle)
+        out = {"empty": (self.client(False), {})}
+        sh(self.mantle, "tag", "create", "benchlocal")
+        cmd_tag = "benchlocal"
+        out["local"] = (self.client(cmd_tag), {})
+        sh(self.mantle, "tags", "down")
+        self.loaded = False
+        return out
+
     def run_base(self):
         r = sh(self.mantle, "tags", "status", check=False)
         if "not loaded" not in r.stdout + r.stderr:
@@ -200,8 +217,9 @@ def opt_counters(status):
 
 def analyse(runs, a):
     """runs: list of (rep, cond, rows, info)."""
-    per = {c: {r: [] for r in RECS} for c in ("tags", "base", "idle")}
-    per_test = {c: {t: [] for t in TESTS} for c in ("tags", "base", "idle")}
+    conds = ("tags", "base", "idle", "empty", "local")
+    per = {c: {r: [] for r in RECS} for c in conds}
+    per_test = {c: {t: [] for t in TESTS} for c in conds}
     by_rep = {}
     for rep, cond, rows, _ in runs:
         tot = {r: 0 for r in RECS}
@@ -231,10 +249,17 @@ def analyse(runs, a):
     overall_paired = math.exp(sum(math.log(x["paired_median"]) for x in table) / len(table))
     tests = [{"test": t, "ratio": st.median(per_test["tags"][t]) / st.median(per_test["base"][t])} for t in TESTS]
     overall_idle = math.exp(sum(math.log(x["idle_ratio"]) for x in table) / len(table))
-    return table, overall, overall_paired, tests, overall_idle
+    diag = {}
+    for c in ("idle", "empty", "local"):
+        if per[c][RECS[0]]:
+            rs = [st.median(per[c][r]) / st.median(per["base"][r]) for r in RECS]
+            diag[c] = math.exp(sum(math.log(x) for x in rs) / len(rs))
+    table_diag = diag
+    return table, overall, overall_paired, tests, (overall_idle, table_diag)
 
 
-def report(table, overall, overall_paired, tests, overall_idle, runs, a, elapsed, cmdline):
+def report(table, overall, overall_paired, tests, idle_diag, runs, a, elapsed, cmdline):
+    overall_idle, diag = idle_diag
     worst = max(table, key=lambda x: x["ratio"])
     ok_overall, ok_each = overall <= 1.02, worst["ratio"] < 1.05
     infos = [i for _, c, _, i in runs if c == "tags"]
@@ -260,6 +285,12 @@ def report(table, overall, overall_paired, tests, overall_idle, runs, a, elapsed
                  f"**{x['ratio']:.3f}** | {x['paired_median']:.3f} [{x['paired_p25']:.3f}–{x['paired_p75']:.3f}] | {x['idle_ratio']:.3f} |")
     L.append(f"| **overall** (geometric mean) | | | | | **{overall:.3f}** | {overall_paired:.3f} | {overall_idle:.3f} |")
     L.append("")
+    if a.diag:
+        L.append("Diagnostic conditions, overall (geometric mean over record sizes of median/median base): "
+                 + ", ".join(f"{c} {v:.3f}" for c, v in diag.items())
+                 + " (empty: loaded, no tag in the table, so the propagation hooks are detached; "
+                 "local: client under a local tag, no TCP option; idle: cluster table loaded, client untagged).")
+        L.append("")
     L.append("Per test (all record sizes): " + ", ".join(f"{t['test']} {t['ratio']:.3f}" for t in tests) + ".")
     L.append("")
     L.append(f"Bars: overall ≤ 1.02: **{'PASS' if ok_overall else 'FAIL'}** ({overall:.3f}); "
@@ -275,6 +306,8 @@ def main():
     p.add_argument("--cpu", type=int, default=1, help="CPU for client and server (default 1)")
     p.add_argument("--settle", type=float, default=1.0, help="seconds to wait after loading mantle (default 1)")
     p.add_argument("--mantle", default=os.path.join(ROOT, "target/release/mantle"))
+    p.add_argument("--diag", action="store_true",
+                   help="also a load without cluster table per repetition: 'empty' (no tags) and 'local' (client under a local tag)")
     p.add_argument("--json", help="write every run's raw figures here")
     p.add_argument("--md", help="write the report (markdown) here")
     a = p.parse_args()
@@ -294,8 +327,13 @@ def main():
         b.client(False)  # warm-up (not counted)
         for rep in range(a.reps):
             order = ("loaded", "base") if rep % 2 == 0 else ("base", "loaded")
+            if a.diag:
+                order = order + ("plain",) if rep % 2 == 0 else ("plain",) + order
             for block in order:
-                if block == "base":
+                if block == "plain":
+                    for cond, (rows, info) in b.run_plain_load().items():
+                        runs.append((rep, cond, rows, info))
+                elif block == "base":
                     rows, info = b.run_base()
                     runs.append((rep, "base", rows, info))
                 else:
