@@ -21,19 +21,22 @@
  * The first report is "ready PID MAIN_TID W0_TID W1_TID ...".
  *
  * Sockets, pipes and FIFOs are kept in a table of names given by the test.
- * Verbs (NAME: a table name, TEXT: one word):
- *   listen_unix NAME PATH stream|seqpacket   listen_tcp NAME -> port
- *   accept NAME LISTENER                     connect_unix NAME PATH stream|seqpacket
- *   connect_tcp NAME PORT                    dgram_unix NAME [PATH]
- *   udp NAME [bind] -> port                  sendto_unix NAME PATH TEXT
- *   sendto_udp NAME PORT TEXT                send NAME TEXT (write(2) TEXT\n)
- *   recv NAME -> first word read             close NAME
- *   adopt NAME FD (an inherited fd)          open_fifo NAME PATH r|w
- *   kill PID SIG      tgkill PID TID SIG     sigcount SIG -> n
- *   wait_sig SIG N (bounded: 10 s)           tid -> this worker's tid
- *   fork_child NAME -> pid (child blocks until `release NAME`, then exits)
+ * Verbs (NAME: a table name, TEXT: one word; "->" what the report carries):
+ *   listen_unix NAME PATH stream|seqpacket    connect_unix NAME PATH stream|seqpacket
+ *   listen_tcp NAME -> port                   connect_tcp NAME PORT
+ *   accept NAME LISTENER                      dgram_unix NAME [PATH]
+ *   udp NAME [bind] -> port                   connect_udp NAME PORT
+ *   sendto_unix NAME PATH TEXT                sendto_udp NAME PORT TEXT
+ *   send NAME TEXT (write(2) of TEXT\n)       recv NAME -> first word read
+ *   spin_recv NAME: busy-polls with non-blocking reads, reports "SEQ busy"
+ *                   when it starts, then the first word read
+ *   close NAME        adopt NAME FD (an inherited fd)
+ *   open_fifo NAME PATH r|w                   pin CPU (this worker thread)
+ *   kill PID SIG      tgkill PID TID SIG      sigcount SIG -> n
+ *   wait_sig SIG N (bounded: 10 s) -> n       tid -> this worker's tid
+ *   fork_child NAME -> pid (the child blocks until `release NAME`, then exits)
  *   release NAME      waitpid PID -> status
- *   spawn REPORT PROG ARGS... -> pid (fork+exec, stdout to REPORT)
+ *   spawn REPORT PROG ARGS... -> pid (fork+exec, its stdout to REPORT)
  *   exit
  * Signals: SIGUSR1 and SIGCHLD are counted by a handler that only the main
  * thread runs (workers block them); SIGUSR2 is ignored.
@@ -44,6 +47,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -60,7 +64,7 @@
 #define MAXW 8
 #define QLEN 64
 #define LINE 1024
-#define NFDS 64
+#define NFDS 256
 
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -96,23 +100,26 @@ static pthread_mutex_t fd_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	char name[32];
 	int fd;
-	pid_t child; /* fork_child: the child's pid */
 } fds[NFDS];
 
-static void fd_put(const char *name, int fd, pid_t child)
+/* Names fd; fails (-1) only when the table is full. */
+static int fd_put(const char *name, int fd)
 {
+	int ok = -1;
+
 	pthread_mutex_lock(&fd_lock);
-	for (int i = 0; i < NFDS; i++) {
+	for (int i = 0; i < NFDS && ok < 0; i++) {
 		if (!fds[i].name[0] || !strcmp(fds[i].name, name)) {
 			snprintf(fds[i].name, sizeof(fds[i].name), "%s", name);
 			fds[i].fd = fd;
-			fds[i].child = child;
-			break;
+			ok = 0;
 		}
 	}
 	pthread_mutex_unlock(&fd_lock);
+	return ok;
 }
 
+/* The fd named name, or -1 (and the calls on it fail with EBADF). */
 static int fd_get(const char *name)
 {
 	int fd = -1;
@@ -200,20 +207,21 @@ static int local_port(int fd)
 
 static void run(char *line)
 {
-	char *argv[32];
+	char *words[32];
+	char **argv = words;
 	int argc = 0;
 	char *save = 0, *tok;
 	const char *seq, *verb;
 
 	for (tok = strtok_r(line, " \t\r\n", &save); tok && argc < 31;
 	     tok = strtok_r(0, " \t\r\n", &save))
-		argv[argc++] = tok;
-	argv[argc] = 0;
+		words[argc++] = tok;
+	words[argc] = 0;
 	if (argc < 3)
 		return;
-	seq = argv[0];
-	verb = argv[2];
-	argv += 2; /* argv[0] is the verb now */
+	seq = words[0];
+	verb = words[2];
+	argv = words + 2; /* argv[0] is the verb now */
 	argc -= 2;
 
 	if (!strcmp(verb, "tid")) {
@@ -231,7 +239,8 @@ static void run(char *line)
 			SYSFAIL("bind");
 		if (listen(fd, 16) < 0)
 			SYSFAIL("listen");
-		fd_put(argv[1], fd, 0);
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "listen_tcp")) {
 		struct sockaddr_in a;
@@ -247,7 +256,8 @@ static void run(char *line)
 			SYSFAIL("bind");
 		if (listen(fd, 16) < 0)
 			SYSFAIL("listen");
-		fd_put(argv[1], fd, 0);
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "accept")) {
 		int fd;
@@ -256,7 +266,8 @@ static void run(char *line)
 		fd = accept(fd_get(argv[2]), 0, 0);
 		if (fd < 0)
 			SYSFAIL("accept");
-		fd_put(argv[1], fd, 0);
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "connect_unix")) {
 		struct sockaddr_un a;
@@ -268,7 +279,8 @@ static void run(char *line)
 			SYSFAIL("socket");
 		if (connect(fd, (struct sockaddr *)&a, unix_addr(&a, argv[2])) < 0)
 			SYSFAIL("connect");
-		fd_put(argv[1], fd, 0);
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "connect_tcp")) {
 		struct sockaddr_in a;
@@ -281,7 +293,8 @@ static void run(char *line)
 		loopback(&a, atoi(argv[2]));
 		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 			SYSFAIL("connect");
-		fd_put(argv[1], fd, 0);
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "dgram_unix")) {
 		struct sockaddr_un a;
@@ -296,7 +309,8 @@ static void run(char *line)
 			if (bind(fd, (struct sockaddr *)&a, unix_addr(&a, argv[2])) < 0)
 				SYSFAIL("bind");
 		}
-		fd_put(argv[1], fd, 0);
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "udp")) {
 		struct sockaddr_in a;
@@ -311,7 +325,22 @@ static void run(char *line)
 			if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 				SYSFAIL("bind");
 		}
-		fd_put(argv[1], fd, 0);
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
+		report("%s ok %d", seq, local_port(fd));
+	} else if (!strcmp(verb, "connect_udp")) {
+		struct sockaddr_in a;
+		int fd;
+
+		NEED(3);
+		fd = socket(AF_INET, SOCK_DGRAM, 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		loopback(&a, atoi(argv[2]));
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+			SYSFAIL("connect");
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "sendto_unix")) {
 		struct sockaddr_un a;
@@ -355,13 +384,52 @@ static void run(char *line)
 		buf[n] = 0;
 		buf[strcspn(buf, " \t\r\n")] = 0;
 		report("%s ok %s", seq, n ? buf : "EOF");
+	} else if (!strcmp(verb, "spin_recv")) {
+		/* A busy-polling reader: non-blocking reads in a loop (10 s at
+		 * most). Reports "SEQ busy" once it spins, then the data. */
+		char buf[4096];
+		ssize_t n = -1;
+		int fd, fl;
+		struct timespec t0, t;
+
+		NEED(2);
+		fd = fd_get(argv[1]);
+		fl = fcntl(fd, F_GETFL);
+		if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+			SYSFAIL("fcntl");
+		report("%s busy", seq);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		for (;;) {
+			n = read(fd, buf, sizeof(buf) - 1);
+			if (n >= 0 || (errno != EAGAIN && errno != EINTR))
+				break;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			if (t.tv_sec - t0.tv_sec > 10)
+				break;
+		}
+		fcntl(fd, F_SETFL, fl);
+		if (n < 0)
+			SYSFAIL("read");
+		buf[n] = 0;
+		buf[strcspn(buf, " \t\r\n")] = 0;
+		report("%s ok %s", seq, n ? buf : "EOF");
+	} else if (!strcmp(verb, "pin")) {
+		cpu_set_t set;
+
+		NEED(2);
+		CPU_ZERO(&set);
+		CPU_SET(atoi(argv[1]), &set);
+		if (sched_setaffinity(0, sizeof(set), &set) < 0)
+			SYSFAIL("sched_setaffinity");
+		report("%s ok", seq);
 	} else if (!strcmp(verb, "close")) {
 		NEED(2);
 		close(fd_get(argv[1]));
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "adopt")) {
 		NEED(3);
-		fd_put(argv[1], atoi(argv[2]), 0);
+		if (fd_put(argv[1], atoi(argv[2])) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "open_fifo")) {
 		int fd;
@@ -370,7 +438,8 @@ static void run(char *line)
 		fd = open(argv[2], argv[3][0] == 'w' ? O_WRONLY : O_RDONLY);
 		if (fd < 0)
 			SYSFAIL("open");
-		fd_put(argv[1], fd, 0);
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "kill")) {
 		NEED(3);
@@ -415,7 +484,8 @@ static void run(char *line)
 			_exit(0);
 		}
 		close(p[0]);
-		fd_put(argv[1], p[1], pid);
+		if (fd_put(argv[1], p[1]) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok %d", seq, pid);
 	} else if (!strcmp(verb, "release")) {
 		NEED(2);

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * bpfpoke: tries to open pinned BPF maps for writing and to write them,
+ * the way any unprivileged program could (bpf(2) directly, no libbpf).
+ *
+ *   bpfpoke PIN...
+ *
+ * Per pin, one line: "PIN get_rw=E get_ro=E update=E mmap_rw=E mmap_ro=E"
+ * where E is 0 on success, an errno number on failure, or "-" when the
+ * step was not possible. The update writes back the value just read from
+ * key 0 (so even a successful write changes nothing); it is tried only
+ * when that lookup worked. Mappings are tried only on array maps.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/bpf.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static long sys_bpf(int cmd, union bpf_attr *attr)
+{
+	return syscall(SYS_bpf, cmd, attr, sizeof(*attr));
+}
+
+static int obj_get(const char *path, unsigned flags)
+{
+	union bpf_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.pathname = (uint64_t)(uintptr_t)path;
+	a.file_flags = flags;
+	return (int)sys_bpf(BPF_OBJ_GET, &a);
+}
+
+int main(int argc, char **argv)
+{
+	static char key[4096], val[1 << 16];
+
+	for (int i = 1; i < argc; i++) {
+		char upd[16] = "-", mrw[16] = "-", mro[16] = "-";
+		int rw = obj_get(argv[i], 0);
+		int erw = rw < 0 ? errno : 0;
+		int ro = obj_get(argv[i], BPF_F_RDONLY);
+		int ero = ro < 0 ? errno : 0;
+		int fd = rw >= 0 ? rw : ro;
+
+		if (fd >= 0) {
+			struct bpf_map_info info;
+			union bpf_attr a;
+
+			memset(&info, 0, sizeof(info));
+			memset(&a, 0, sizeof(a));
+			a.info.bpf_fd = fd;
+			a.info.info_len = sizeof(info);
+			a.info.info = (uint64_t)(uintptr_t)&info;
+			if (sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &a) == 0 && info.value_size <= sizeof(val)) {
+				memset(&a, 0, sizeof(a));
+				a.map_fd = fd;
+				a.key = (uint64_t)(uintptr_t)key;
+				a.value = (uint64_t)(uintptr_t)val;
+				if (rw >= 0 && sys_bpf(BPF_MAP_LOOKUP_ELEM, &a) == 0) {
+					a.flags = BPF_ANY;
+					snprintf(upd, sizeof(upd), "%d",
+						 sys_bpf(BPF_MAP_UPDATE_ELEM, &a) == 0 ? 0 : errno);
+				}
+				if (info.type == BPF_MAP_TYPE_ARRAY) {
+					size_t len = ((size_t)((info.value_size + 7) & ~7u) *
+							      info.max_entries +
+						      4095) & ~(size_t)4095;
+					void *p = mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+					snprintf(mrw, sizeof(mrw), "%d", p == MAP_FAILED ? errno : 0);
+					if (p != MAP_FAILED)
+						munmap(p, len);
+					p = mmap(0, len, PROT_READ, MAP_SHARED, fd, 0);
+					snprintf(mro, sizeof(mro), "%d", p == MAP_FAILED ? errno : 0);
+					if (p != MAP_FAILED)
+						munmap(p, len);
+				}
+			}
+		}
+		printf("%s get_rw=%d get_ro=%d update=%s mmap_rw=%s mmap_ro=%s\n", argv[i], erw, ero,
+		       upd, mrw, mro);
+		if (rw >= 0)
+			close(rw);
+		if (ro >= 0)
+			close(ro);
+	}
+	return 0;
+}

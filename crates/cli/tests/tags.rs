@@ -1,0 +1,2024 @@
+//! Integration tests of mantle tags with real processes and the real
+//! kernel side (mTags, seeds/000, sections 2-3: Figures 1-3, Examples 1-2).
+//!
+//! Needs root. Outside CI, a machine without root or where the kernel side
+//! does not load skips every test with a `SKIP:` line saying why; with `CI`
+//! set, it fails instead.
+//!
+//! How the tests work:
+//! * The kernel side is global machine state: the binary holds an exclusive
+//!   flock on /run/mantle-kernel.lock for its whole life, reloads the kernel
+//!   side once (`tags down`, `tags up --lib target/<profile>/libmantle.so`)
+//!   and unloads it at exit.
+//! * Actors (tests/actors/*.c, compiled with `cc` at start into a 0755 temp
+//!   dir) are plain programs doing IPC on command; they know nothing of
+//!   mantle. Tests tag their threads from outside (`mantle tag set --tid`)
+//!   and read tags with `mantle tag get|threads --json`.
+//! * Commands go to an actor's stdin; its reports go to a regular file. The
+//!   test process must never be tagged (it would tag every actor it starts
+//!   afterwards), so no tagged process ever writes into a pipe or socket the
+//!   test reads, and every test checks at its end that no thread of the test
+//!   process holds a tag.
+//! * Each test makes its own uniquely named tags and deletes them at the end,
+//!   on failure too (Case's Drop). Tests run in parallel; only `table_full`
+//!   (which fills the tag table) excludes the others, through `TABLE`.
+//! * Every IPC step is ordered by waiting for the actors' reports: the
+//!   sender's send completes before the reader reads, except in the
+//!   `reader_*` tests, which test the other orders on purpose (the reader
+//!   blocked in read(2) first, checked through /proc; or busy-polling).
+
+use serde_json::Value;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+const MANTLE: &str = env!("CARGO_BIN_EXE_mantle");
+const KERNEL_LOCK: &str = "/run/mantle-kernel.lock";
+const TIMEOUT: Duration = Duration::from_secs(10);
+const NOBODY: u32 = 65534;
+const ACTORS: &[&str] = &["actor", "stage", "bpfpoke", "selftag"];
+
+// ---------------------------------------------------------------- setup
+
+struct Env {
+    /// Held for the life of the test binary: serialises every user of the
+    /// kernel side (benchmarks, other test runs).
+    _lock: File,
+    /// Shared temp dir (0755): compiled actors in bin/, one dir per test.
+    dir: PathBuf,
+}
+
+static ENV: OnceLock<Result<Env, String>> = OnceLock::new();
+/// Read-held by every test, write-held by `table_full`.
+static TABLE: RwLock<()> = RwLock::new(());
+
+fn ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// The shared environment, or None when the tests must be skipped.
+fn env() -> Option<&'static Env> {
+    match ENV.get_or_init(setup) {
+        Ok(e) => Some(e),
+        Err(why) if ci() => panic!("{why}"),
+        Err(why) => {
+            eprintln!("SKIP: {why}");
+            None
+        }
+    }
+}
+
+fn setup() -> Result<Env, String> {
+    // Without root nothing below touches the kernel side, so the lock is
+    // not needed to decide that.
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 {
+        return Err(format!(
+            "mantle tags integration tests need root (running as uid {euid})"
+        ));
+    }
+    let lock = take_kernel_lock()?;
+
+    let lib_dir = Path::new(MANTLE).parent().unwrap().to_path_buf();
+    let lib = lib_dir.join("libmantle.so");
+    if !lib.exists() {
+        // `cargo test -p mantle-cli` alone does not build the cdylib.
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "mantle-api", "--lib"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        if !lib_dir.ends_with("debug") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().map_err(|e| format!("run cargo: {e}"))?;
+        if !st.success() || !lib.exists() {
+            return Err(format!(
+                "{} is missing and `cargo build -p mantle-api` did not make it",
+                lib.display()
+            ));
+        }
+    }
+
+    let dir = std::env::temp_dir().join(format!("mantle-tags-test.{}", std::process::id()));
+    let _ = fs::remove_dir_all(&dir);
+    let bin = dir.join("bin");
+    fs::create_dir_all(&bin).map_err(|e| format!("create {}: {e}", bin.display()))?;
+    for d in [&dir, &bin] {
+        fs::set_permissions(d, fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
+    }
+    CLEANUP_DIR.set(dir.clone()).ok();
+    // SAFETY: registering a plain extern "C" fn.
+    unsafe { libc::atexit(at_exit) };
+    compile_actors(&bin, &lib_dir)?;
+
+    let _ = mantle(&["tags", "down"]);
+    let up = mantle(&["tags", "up", "--lib", lib.to_str().unwrap()]);
+    if up.code != 0 {
+        return Err(format!(
+            "`mantle tags up` failed (exit {}): {}",
+            up.code,
+            up.stderr.trim()
+        ));
+    }
+    LOADED.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(Env { _lock: lock, dir })
+}
+
+static CLEANUP_DIR: OnceLock<PathBuf> = OnceLock::new();
+static LOADED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Takes /run/mantle-kernel.lock for the life of the binary. When run as
+/// `flock /run/mantle-kernel.lock cargo test`, the lock is already ours:
+/// flock(1) passes its fd down, and locking that same open file succeeds
+/// at once (a fresh open would wait for flock(1) forever). If an ancestor
+/// holds the lock without passing the fd (`flock -o`), it holds it for us.
+fn take_kernel_lock() -> Result<File, String> {
+    let flock = |f: &File, how: i32| {
+        // SAFETY: valid fd.
+        unsafe { libc::flock(f.as_raw_fd(), how) == 0 }
+    };
+    for e in fs::read_dir("/proc/self/fd")
+        .map_err(|e| e.to_string())?
+        .flatten()
+    {
+        if fs::read_link(e.path()).is_ok_and(|p| p == Path::new(KERNEL_LOCK)) {
+            let Ok(fd) = e.file_name().to_string_lossy().parse::<RawFd>() else {
+                continue;
+            };
+            // SAFETY: dup of an fd that is open in this process.
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if dup < 0 {
+                continue;
+            }
+            // SAFETY: dup is a fresh fd we own.
+            let f = unsafe { File::from_raw_fd(dup) };
+            if flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
+                return Ok(f);
+            }
+        }
+    }
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o644)
+        .open(KERNEL_LOCK)
+        .map_err(|e| format!("open {KERNEL_LOCK}: {e}"))?;
+    if flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
+        return Ok(f);
+    }
+    if let Some(pid) = lock_holder_is_ancestor(&f) {
+        eprintln!("tags tests: {KERNEL_LOCK} is held by our ancestor {pid}: running under it");
+        return Ok(f);
+    }
+    eprintln!("tags tests: waiting for {KERNEL_LOCK} (another user of the kernel side)");
+    if flock(&f, libc::LOCK_EX) {
+        return Ok(f);
+    }
+    Err(format!(
+        "flock {KERNEL_LOCK}: {}",
+        std::io::Error::last_os_error()
+    ))
+}
+
+/// The pid holding the flock on `f`'s inode, if it is one of our ancestors.
+fn lock_holder_is_ancestor(f: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = f.metadata().ok()?.ino();
+    let locks = fs::read_to_string("/proc/locks").ok()?;
+    let holder = locks.lines().find_map(|l| {
+        let v: Vec<&str> = l.split_whitespace().collect();
+        (v.len() >= 6 && v[1] == "FLOCK" && v[5].rsplit(':').next() == Some(&ino.to_string()))
+            .then(|| v[4].parse::<u32>().ok())
+            .flatten()
+    })?;
+    let mut pid = std::process::id();
+    while pid > 1 {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        pid = stat
+            .rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        if pid == holder {
+            return Some(holder);
+        }
+    }
+    None
+}
+
+/// At exit, still under the lock: unload what setup loaded, remove the dir.
+extern "C" fn at_exit() {
+    if LOADED.load(std::sync::atomic::Ordering::SeqCst) {
+        let _ = Command::new(MANTLE)
+            .args(["tags", "down"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    if let Some(d) = CLEANUP_DIR.get() {
+        let _ = fs::remove_dir_all(d);
+    }
+}
+
+fn actor_src(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/actors")
+        .join(format!("{name}.c"))
+}
+
+fn compile_actors(bin: &Path, lib_dir: &Path) -> Result<(), String> {
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
+    let mut jobs = Vec::new();
+    for name in ACTORS {
+        let mut cmd = Command::new("cc");
+        cmd.args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(bin.join(name))
+            .arg(actor_src(name))
+            .arg("-lpthread")
+            .stderr(Stdio::piped());
+        if *name == "selftag" {
+            cmd.arg(format!("-I{}", include.display()))
+                .arg(format!("-L{}", lib_dir.display()))
+                .arg("-lmantle")
+                .arg(format!("-Wl,-rpath,{}", lib_dir.display()));
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run cc (a C compiler is needed for the actors): {e}"))?;
+        jobs.push((name, child));
+    }
+    for (name, child) in jobs {
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(format!(
+                "cc {name}.c failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------ the CLI
+
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn mantle_as(uid: Option<u32>, args: &[&str]) -> Out {
+    let mut cmd = Command::new(MANTLE);
+    cmd.args(args).stdin(Stdio::null());
+    if let Some(u) = uid {
+        // std drops supplementary groups too (setgroups(0)).
+        cmd.uid(u).gid(u);
+    }
+    let o = cmd.output().expect("run mantle");
+    Out {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn mantle(args: &[&str]) -> Out {
+    mantle_as(None, args)
+}
+
+/// Runs mantle and requires exit code `code`.
+#[track_caller]
+fn mantle_code(code: i32, args: &[&str]) -> Out {
+    let o = mantle(args);
+    assert_eq!(
+        o.code,
+        code,
+        "`mantle {}`: exit {} (want {code})\nstdout: {}\nstderr: {}",
+        args.join(" "),
+        o.code,
+        o.stdout,
+        o.stderr
+    );
+    o
+}
+
+#[track_caller]
+fn mantle_ok(args: &[&str]) -> String {
+    mantle_code(0, args).stdout
+}
+
+/// Tags thread `tid` holds, from the world-readable view.
+#[track_caller]
+fn tags_of(tid: u32) -> BTreeSet<String> {
+    let out = mantle_ok(&["tag", "get", "--tid", &tid.to_string(), "--json"]);
+    let v: Vec<String> =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("tag get json: {e}: {out}"));
+    v.into_iter().collect()
+}
+
+fn set_of(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+#[track_caller]
+fn expect_tags(who: &str, tid: u32, want: &[&str]) {
+    assert_eq!(
+        tags_of(tid),
+        set_of(want),
+        "tags of {who} (tid {tid}) differ from what the model says"
+    );
+}
+
+/// Every thread holding `tag`, with the TTL it holds (`tag threads`).
+#[track_caller]
+fn holders(tag: &str) -> BTreeMap<u32, u8> {
+    threads_json(Some(tag))
+        .into_iter()
+        .map(|t| {
+            let tid = t["tid"].as_u64().unwrap() as u32;
+            let ttl = t["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p[0] == tag)
+                .map(|p| p[1].as_u64().unwrap() as u8)
+                .unwrap_or_else(|| panic!("tag threads {tag}: {t} lacks the tag"));
+            (tid, ttl)
+        })
+        .collect()
+}
+
+#[track_caller]
+fn threads_json(tag: Option<&str>) -> Vec<Value> {
+    let mut args = vec!["tag", "threads"];
+    args.extend(tag);
+    args.push("--json");
+    let out = mantle_ok(&args);
+    serde_json::from_str::<Vec<Value>>(&out)
+        .unwrap_or_else(|e| panic!("tag threads json: {e}: {out}"))
+}
+
+#[track_caller]
+fn lifeline(tag: &str) -> Vec<Value> {
+    let out = mantle_ok(&["tag", "lifeline", tag, "--json"]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("lifeline json: {e}: {out}"))
+}
+
+/// Waits (bounded) until `f` gives a value.
+fn poll_until<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    let mut nap = Duration::from_micros(100);
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > TIMEOUT {
+            return None;
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(4));
+    }
+}
+
+// ---------------------------------------------------------- fds, files
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh fds we own.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+fn socketpair(ty: i32) -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for two.
+    let rc =
+        unsafe { libc::socketpair(libc::AF_UNIX, ty | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) };
+    assert_eq!(rc, 0, "socketpair: {}", std::io::Error::last_os_error());
+    // SAFETY: fresh fds we own.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: valid path.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o666) };
+    assert_eq!(
+        rc,
+        0,
+        "mkfifo {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
+/// Opens a FIFO for writing once its reader has opened it (bounded wait).
+fn open_fifo_writer(path: &Path) -> File {
+    let f = poll_until(|| {
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .ok()
+    })
+    .unwrap_or_else(|| panic!("nobody opened FIFO {} for reading", path.display()));
+    // SAFETY: valid fd; clear O_NONBLOCK.
+    unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, 0) };
+    f
+}
+
+/// Makes the command's child see `src` as fd `dst` (and nothing else of ours:
+/// every fd the tests make is close-on-exec).
+fn pass_fds(cmd: &mut Command, fds: &[(RawFd, RawFd)]) {
+    let fds = fds.to_vec();
+    // SAFETY: dup2/fcntl are async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            for &(src, dst) in &fds {
+                if src == dst {
+                    libc::fcntl(dst, libc::F_SETFD, 0);
+                } else if libc::dup2(src, dst) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
+// ------------------------------------------------------------ a test case
+
+#[allow(dead_code)] // the guards are held for their Drop only
+enum TableGuard {
+    Shared(RwLockReadGuard<'static, ()>),
+    Exclusive(RwLockWriteGuard<'static, ()>),
+}
+
+/// One test: its dir, its tags (deleted on drop, failure or not).
+struct Case {
+    env: &'static Env,
+    prefix: &'static str,
+    dir: PathBuf,
+    tags: RefCell<Vec<String>>,
+    /// Last field: released after Drop deleted the tags.
+    _table: TableGuard,
+}
+
+macro_rules! case {
+    ($prefix:expr) => {
+        match Case::new($prefix, false) {
+            Some(c) => c,
+            None => return,
+        }
+    };
+    ($prefix:expr, exclusive) => {
+        match Case::new($prefix, true) {
+            Some(c) => c,
+            None => return,
+        }
+    };
+}
+
+impl Case {
+    fn new(prefix: &'static str, exclusive: bool) -> Option<Case> {
+        let env = env()?;
+        let table = if exclusive {
+            TableGuard::Exclusive(TABLE.write().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            TableGuard::Shared(TABLE.read().unwrap_or_else(|e| e.into_inner()))
+        };
+        let dir = env.dir.join(prefix);
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        Some(Case {
+            env,
+            prefix,
+            dir,
+            tags: RefCell::new(Vec::new()),
+            _table: table,
+        })
+    }
+
+    fn bin(&self, name: &str) -> PathBuf {
+        self.env.dir.join("bin").join(name)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// The full name of this test's tag `short`.
+    fn name(&self, short: &str) -> String {
+        format!("{}.{short}", self.prefix)
+    }
+
+    /// Creates this test's tag `short` (deleted when the test ends).
+    #[track_caller]
+    fn tag(&self, short: &str, opts: &[&str]) -> String {
+        let name = self.name(short);
+        let mut args = vec!["tag", "create", &name];
+        args.extend_from_slice(opts);
+        self.tags.borrow_mut().push(name.clone());
+        mantle_ok(&args);
+        name
+    }
+
+    /// Gives thread `tid` tag `tag` (root, from outside).
+    #[track_caller]
+    fn set(&self, tag: &str, tid: u32, ttl: Option<u8>) {
+        let tid = tid.to_string();
+        let ttl = ttl.map(|t| t.to_string());
+        let mut args = vec!["tag", "set", tag, "--tid", &tid];
+        if let Some(t) = &ttl {
+            args.extend(["--ttl", t]);
+        }
+        mantle_ok(&args);
+    }
+
+    fn actor(&self, name: &str, workers: usize) -> Actor {
+        self.actor_with(name, workers, &[])
+    }
+
+    /// An actor that also gets fds of ours: (our fd, its fd number).
+    fn actor_with(&self, name: &str, workers: usize, fds: &[(&OwnedFd, RawFd)]) -> Actor {
+        let mut cmd = Command::new(self.bin("actor"));
+        cmd.arg(workers.to_string());
+        let fds: Vec<(RawFd, RawFd)> = fds.iter().map(|(f, d)| (f.as_raw_fd(), *d)).collect();
+        pass_fds(&mut cmd, &fds);
+        Actor::spawn(self, name, cmd)
+    }
+
+    /// Threads of the test process itself must never hold a tag.
+    fn test_process_tags(&self) -> Vec<(u32, BTreeSet<String>)> {
+        let mut bad = Vec::new();
+        for e in fs::read_dir("/proc/self/task").unwrap().flatten() {
+            if let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() {
+                let o = mantle(&["tag", "get", "--tid", &tid.to_string(), "--json"]);
+                if o.code == 0 {
+                    let v: BTreeSet<String> = serde_json::from_str(&o.stdout).unwrap_or_default();
+                    if !v.is_empty() {
+                        bad.push((tid, v));
+                    }
+                }
+            }
+        }
+        bad
+    }
+}
+
+impl Drop for Case {
+    fn drop(&mut self) {
+        let tainted = if std::thread::panicking() {
+            Vec::new()
+        } else {
+            self.test_process_tags()
+        };
+        for t in self.tags.borrow().iter() {
+            let _ = mantle(&["tag", "delete", t]);
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+        if !tainted.is_empty() {
+            panic!("the test process itself was tagged (it must never be): {tainted:?}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------- actors
+
+/// A running actor: commands in through a pipe (or FIFO), reports out
+/// through a regular file.
+struct Actor {
+    name: String,
+    /// Our child (killed with its process group on drop), or None for an
+    /// actor another actor started (it dies with that actor's group).
+    child: Option<Child>,
+    pid: u32,
+    main: u32,
+    /// Worker thread tids.
+    w: Vec<u32>,
+    ctl: Box<dyn Write>,
+    report: PathBuf,
+    errlog: PathBuf,
+    seq: u32,
+    sent: HashMap<u32, String>,
+    done: HashMap<u32, Result<String, String>>,
+    /// Commands that reported "SEQ busy" (spin_recv is spinning).
+    busy: BTreeSet<u32>,
+    pos: usize,
+}
+
+impl Actor {
+    fn spawn(case: &Case, name: &str, mut cmd: Command) -> Actor {
+        let report = case.path(&format!("{name}.out"));
+        let errlog = case.path(&format!("{name}.err"));
+        cmd.stdin(Stdio::piped())
+            .stdout(File::create(&report).unwrap())
+            .stderr(File::create(&errlog).unwrap())
+            .process_group(0);
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        let ctl = Box::new(child.stdin.take().unwrap());
+        let mut a = Actor::new(name, Some(child), ctl, report, errlog);
+        a.ready();
+        a
+    }
+
+    fn new(
+        name: &str,
+        child: Option<Child>,
+        ctl: Box<dyn Write>,
+        report: PathBuf,
+        errlog: PathBuf,
+    ) -> Actor {
+        Actor {
+            name: name.into(),
+            child,
+            pid: 0,
+            main: 0,
+            w: Vec::new(),
+            ctl,
+            report,
+            errlog,
+            seq: 0,
+            sent: HashMap::new(),
+            done: HashMap::new(),
+            busy: BTreeSet::new(),
+            pos: 0,
+        }
+    }
+
+    /// Waits for "ready PID MAIN W0 W1...".
+    fn ready(&mut self) {
+        let line = poll_until(|| {
+            let s = fs::read_to_string(&self.report).ok()?;
+            let l = s.lines().find(|l| l.starts_with("ready "))?.to_string();
+            Some(l)
+        })
+        .unwrap_or_else(|| panic!("{}", self.context("never became ready")));
+        let n: Vec<u32> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        self.pid = n[0];
+        self.main = n[1];
+        self.w = n[2..].to_vec();
+    }
+
+    /// What went wrong, with the actor's last commands, reports and stderr.
+    fn context(&self, what: &str) -> String {
+        let tail = |s: String| {
+            let lines: Vec<&str> = s.lines().collect();
+            lines[lines.len().saturating_sub(30)..].join("\n")
+        };
+        let mut sent: Vec<_> = self.sent.iter().collect();
+        sent.sort();
+        let sent: Vec<String> = sent
+            .iter()
+            .rev()
+            .take(30)
+            .rev()
+            .map(|(n, c)| format!("{n} {c}"))
+            .collect();
+        format!(
+            "actor {} (pid {}): {what}\nlast commands:\n{}\nlast reports:\n{}\nstderr:\n{}",
+            self.name,
+            self.pid,
+            sent.join("\n"),
+            tail(fs::read_to_string(&self.report).unwrap_or_default()),
+            tail(fs::read_to_string(&self.errlog).unwrap_or_default())
+        )
+    }
+
+    /// Queues a command on worker `w`; returns its sequence number.
+    fn send(&mut self, w: usize, cmd: &str) -> u32 {
+        self.seq += 1;
+        let seq = self.seq;
+        self.sent.insert(seq, format!("@{w} {cmd}"));
+        writeln!(self.ctl, "{seq} {w} {cmd}")
+            .and_then(|_| self.ctl.flush())
+            .unwrap_or_else(|e| panic!("{}", self.context(&format!("command {cmd}: {e}"))));
+        seq
+    }
+
+    fn poll(&mut self) {
+        let Ok(data) = fs::read(&self.report) else {
+            return;
+        };
+        let Some(end) = data.iter().rposition(|&b| b == b'\n') else {
+            return;
+        };
+        if end < self.pos {
+            return;
+        }
+        let text = String::from_utf8_lossy(&data[self.pos..=end]).into_owned();
+        self.pos = end + 1;
+        for l in text.lines() {
+            let mut it = l.splitn(3, ' ');
+            let (Some(seq), Some(st)) = (it.next(), it.next()) else {
+                continue;
+            };
+            let Ok(seq) = seq.parse::<u32>() else {
+                continue;
+            };
+            let rest = it.next().unwrap_or("").to_string();
+            if st == "busy" {
+                self.busy.insert(seq);
+                continue;
+            }
+            self.done
+                .insert(seq, if st == "ok" { Ok(rest) } else { Err(rest) });
+        }
+    }
+
+    fn result(&mut self, seq: u32) -> Result<String, String> {
+        let r = poll_until(|| {
+            self.poll();
+            self.done.remove(&seq)
+        });
+        match r {
+            Some(r) => r,
+            None => {
+                let cmd = self.sent.get(&seq).cloned().unwrap_or_default();
+                panic!("{}", self.context(&format!("no answer to `{cmd}`")))
+            }
+        }
+    }
+
+    /// Waits for command `seq`; it must succeed.
+    #[track_caller]
+    fn wait(&mut self, seq: u32) -> String {
+        match self.result(seq) {
+            Ok(s) => s,
+            Err(e) => {
+                let cmd = self.sent.get(&seq).cloned().unwrap_or_default();
+                panic!("{}", self.context(&format!("`{cmd}` failed: {e}")))
+            }
+        }
+    }
+
+    #[track_caller]
+    fn run(&mut self, w: usize, cmd: &str) -> String {
+        let s = self.send(w, cmd);
+        self.wait(s)
+    }
+
+    /// All the actor's threads: (label, tid).
+    fn threads(&self) -> Vec<(String, u32)> {
+        let mut v = vec![(format!("{}.main", self.name), self.main)];
+        for (i, t) in self.w.iter().enumerate() {
+            v.push((format!("{}.w{i}", self.name), *t));
+        }
+        v
+    }
+
+    /// Waits until command `seq` (spin_recv) reported that it spins.
+    #[track_caller]
+    fn wait_busy(&mut self, seq: u32) {
+        let ok = poll_until(|| {
+            self.poll();
+            (self.busy.contains(&seq) || self.done.contains_key(&seq)).then_some(())
+        });
+        if ok.is_none() || !self.busy.contains(&seq) {
+            panic!(
+                "{}",
+                self.context(&format!("command {seq} never started spinning"))
+            );
+        }
+    }
+
+    /// Waits until worker `w`, running command `seq`, sleeps in read(2)
+    /// (per /proc/PID/task/TID/syscall and stat): for tests that need the
+    /// reader blocked before the writer writes.
+    #[track_caller]
+    fn wait_blocked_in_read(&mut self, w: usize, seq: u32) {
+        const READ: &str = "0"; // x86-64 read(2)
+        let task = format!("/proc/{}/task/{}", self.pid, self.w[w]);
+        let blocked = poll_until(|| {
+            self.poll();
+            if let Some(r) = self.done.get(&seq) {
+                return Some(Err(r.clone()));
+            }
+            let sc = fs::read_to_string(format!("{task}/syscall")).ok()?;
+            let st = fs::read_to_string(format!("{task}/stat")).ok()?;
+            let state = st
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .next()?
+                .to_string();
+            (sc.split_whitespace().next() == Some(READ) && state == "S").then_some(Ok(()))
+        });
+        match blocked {
+            Some(Ok(())) => {}
+            Some(Err(r)) => panic!(
+                "{}",
+                self.context(&format!("command {seq} ended ({r:?}) instead of blocking"))
+            ),
+            None => panic!(
+                "{}",
+                self.context(&format!("command {seq} never blocked in read"))
+            ),
+        }
+    }
+}
+
+impl Drop for Actor {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            // The actor leads its own process group: this also ends the
+            // processes it forked.
+            // SAFETY: plain kill of a group we created.
+            unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
+            let _ = c.wait();
+        } else if self.pid != 0 {
+            // SAFETY: plain kill of a process one of our actors started.
+            unsafe { libc::kill(self.pid as i32, libc::SIGKILL) };
+        }
+    }
+}
+
+// ================================================================= tests
+
+/// Example 1 / Figure 1: t_a creates τ1 and sends to t_b (unix stream) and
+/// t_c (TCP); t_c passes it to t_d (pipe); t_e sends to t_b (unix stream),
+/// but t_b never initiates communication, so t_e (and nobody else) gets τ1
+/// from t_b, even though t_b answers t_e.
+#[test]
+fn fig1_example1_propagation() {
+    let c = case!("fig1");
+    let tau1 = c.tag("tau1", &["--lifeline", "64"]);
+    let (pr, pw) = pipe();
+    let mut a = c.actor("t_a", 1);
+    let mut b = c.actor("t_b", 1);
+    let mut tc = c.actor_with("t_c", 1, &[(&pw, 100)]);
+    let mut d = c.actor_with("t_d", 1, &[(&pr, 100)]);
+    let mut e = c.actor("t_e", 1);
+    drop((pr, pw));
+    tc.run(0, "adopt p 100");
+    d.run(0, "adopt p 100");
+    let sock = c.path("b.sock");
+    let sock = sock.to_str().unwrap();
+    b.run(0, &format!("listen_unix l {sock} stream"));
+    let port = tc.run(0, "listen_tcp l");
+
+    // t_a creates (here: is given) τ1.
+    c.set(&tau1, a.w[0], None);
+    expect_tags("t_a", a.w[0], &[&tau1]);
+
+    // t_a -> t_b over a unix stream socket; t_b answers (a reply).
+    a.run(0, &format!("connect_unix s {sock} stream"));
+    b.run(0, "accept c l");
+    a.run(0, "send s req-a");
+    assert_eq!(b.run(0, "recv c"), "req-a");
+    b.run(0, "send c ack-a");
+    assert_eq!(a.run(0, "recv s"), "ack-a");
+    expect_tags("t_b", b.w[0], &[&tau1]);
+
+    // t_a -> t_c over TCP on 127.0.0.1.
+    a.run(0, &format!("connect_tcp t {port}"));
+    tc.run(0, "accept c l");
+    a.run(0, "send t req-c");
+    assert_eq!(tc.run(0, "recv c"), "req-c");
+    expect_tags("t_c", tc.w[0], &[&tau1]);
+
+    // t_c -> t_d over a pipe.
+    tc.run(0, "send p fwd");
+    assert_eq!(d.run(0, "recv p"), "fwd");
+    expect_tags("t_d", d.w[0], &[&tau1]);
+
+    // t_e -> t_b: t_b reads t_e's request and answers it; the answer is a
+    // reply and carries nothing, so t_e stays untagged.
+    e.run(0, &format!("connect_unix s {sock} stream"));
+    b.run(0, "accept c2 l");
+    e.run(0, "send s req-e");
+    assert_eq!(b.run(0, "recv c2"), "req-e");
+    b.run(0, "send c2 ack-e");
+    assert_eq!(e.run(0, "recv s"), "ack-e");
+
+    expect_tags("t_e", e.w[0], &[]);
+    expect_tags("t_b", b.w[0], &[&tau1]);
+    // Tags belong to the thread that read, not to its process.
+    for x in [&a, &b, &tc, &d, &e] {
+        expect_tags(&format!("{}.main", x.name), x.main, &[]);
+    }
+    let want: BTreeMap<u32, u8> = [a.w[0], b.w[0], tc.w[0], d.w[0]]
+        .into_iter()
+        .map(|t| (t, 255))
+        .collect();
+    assert_eq!(
+        holders(&tau1),
+        want,
+        "holders of τ1 (tids: t_a {} t_b {} t_c {} t_d {} t_e {})",
+        a.w[0],
+        b.w[0],
+        tc.w[0],
+        d.w[0],
+        e.w[0]
+    );
+
+    // The lifeline tells who got τ1 from whom, over what.
+    let ll = lifeline(&tau1);
+    let got = |rx: u32| -> Vec<(String, u64)> {
+        ll.iter()
+            .filter(|r| r["rx_tid"] == rx)
+            .map(|r| {
+                (
+                    r["via"].as_str().unwrap().to_string(),
+                    r["tx_tid"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        got(b.w[0]),
+        vec![("unix-stream".to_string(), a.w[0] as u64)],
+        "lifeline {ll:?}"
+    );
+    assert_eq!(
+        got(tc.w[0]),
+        vec![("tcp".to_string(), a.w[0] as u64)],
+        "lifeline {ll:?}"
+    );
+    assert_eq!(
+        got(d.w[0]),
+        vec![("pipe".to_string(), tc.w[0] as u64)],
+        "lifeline {ll:?}"
+    );
+    assert!(got(e.w[0]).is_empty(), "lifeline {ll:?}");
+}
+
+/// Example 2 / Figure 2: an application process with threads t_a (τ_a) and
+/// t_b (τ_b); only t_a writes to the file server thread t_c, which ends
+/// with τ_a only. Then t_b writes to it too, and t_c holds both.
+#[test]
+fn fig2_two_threads_one_file_server() {
+    let c = case!("fig2");
+    let ta = c.tag("tau_a", &[]);
+    let tb = c.tag("tau_b", &[]);
+    let mut app = c.actor("app", 2);
+    let mut fs_ = c.actor("fs", 1);
+    let mut net = c.actor("net", 1);
+    let fs_sock = c.path("fs.sock");
+    let fs_sock = fs_sock.to_str().unwrap();
+    let net_sock = c.path("net.sock");
+    let net_sock = net_sock.to_str().unwrap();
+    fs_.run(0, &format!("listen_unix l {fs_sock} stream"));
+    net.run(0, &format!("listen_unix l {net_sock} seqpacket"));
+    let (t_a, t_b) = (app.w[0], app.w[1]);
+    c.set(&ta, t_a, None);
+    c.set(&tb, t_b, None);
+
+    // t_a writes a file: request to t_c, reply back.
+    app.run(0, &format!("connect_unix f {fs_sock} stream"));
+    fs_.run(0, "accept c1 l");
+    app.run(0, "send f write:block1");
+    assert_eq!(fs_.run(0, "recv c1"), "write:block1");
+    fs_.run(0, "send c1 done");
+    assert_eq!(app.run(0, "recv f"), "done");
+    // t_b talks to somebody else (seqpacket), never to t_c.
+    app.run(1, &format!("connect_unix n {net_sock} seqpacket"));
+    net.run(0, "accept c1 l");
+    app.run(1, "send n ping");
+    assert_eq!(net.run(0, "recv c1"), "ping");
+
+    expect_tags("t_a", t_a, &[&ta]);
+    expect_tags("t_b", t_b, &[&tb]);
+    expect_tags("app main thread", app.main, &[]);
+    expect_tags("t_c (file server)", fs_.w[0], &[&ta]);
+    expect_tags("net server", net.w[0], &[&tb]);
+    assert_eq!(holders(&ta).keys().copied().collect::<Vec<_>>(), {
+        let mut v = vec![t_a, fs_.w[0]];
+        v.sort();
+        v
+    });
+
+    // "If both t_a and t_b were to communicate with t_c, t_c would receive
+    // both tags, keeping both simultaneously."
+    app.run(1, &format!("connect_unix f {fs_sock} stream"));
+    fs_.run(0, "accept c2 l");
+    app.run(1, "send f write:block2");
+    assert_eq!(fs_.run(0, "recv c2"), "write:block2");
+    expect_tags("t_c (file server)", fs_.w[0], &[&ta, &tb]);
+    expect_tags("t_a", t_a, &[&ta]);
+    expect_tags("t_b", t_b, &[&tb]);
+}
+
+/// Figure 3: t_a holds τ1 with TTL 2. t_c is a system thread and rejects
+/// the user tag; t_d terminates τ1, so t_e behind it never sees it; t_f
+/// holds it with TTL 1, t_g with TTL 0, and t_h never gets it from t_g.
+#[test]
+fn fig3_system_threads_terminators_ttl() {
+    let c = case!("fig3");
+    let tau1 = c.tag("tau1", &["--ttl", "2"]);
+    let (pr, pw) = pipe();
+    let mut a = c.actor_with("t_a", 1, &[(&pw, 100)]);
+    let mut tc = c.actor("t_c", 1);
+    let mut d = c.actor_with("t_d", 1, &[(&pr, 100)]);
+    let mut e = c.actor("t_e", 1);
+    let mut f = c.actor("t_f", 1);
+    let mut g = c.actor("t_g", 1);
+    let mut h = c.actor("t_h", 1);
+    drop((pr, pw));
+    a.run(0, "adopt p 100");
+    d.run(0, "adopt p 100");
+
+    mantle_ok(&["tag", "class", "system", "--tid", &tc.w[0].to_string()]);
+    mantle_ok(&["tag", "terminate", &tau1, "--tid", &d.w[0].to_string()]);
+    c.set(&tau1, a.w[0], None); // the tag's TTL: 2
+    assert_eq!(holders(&tau1), BTreeMap::from([(a.w[0], 2)]));
+
+    // A user tag cannot be put on a system thread, nor on a terminator.
+    let o = mantle_code(1, &["tag", "set", &tau1, "--tid", &tc.w[0].to_string()]);
+    assert!(o.stderr.contains("class mismatch"), "{o:?}");
+    let o = mantle_code(1, &["tag", "set", &tau1, "--tid", &d.w[0].to_string()]);
+    assert!(o.stderr.contains("terminates"), "{o:?}");
+
+    // t_a -> t_c (system thread), unix datagram.
+    let c_sock = c.path("c.sock");
+    let c_sock = c_sock.to_str().unwrap();
+    tc.run(0, &format!("dgram_unix r {c_sock}"));
+    a.run(0, "dgram_unix s");
+    a.run(0, &format!("sendto_unix s {c_sock} m-c"));
+    assert_eq!(tc.run(0, "recv r"), "m-c");
+
+    // t_a -> t_d (terminator), pipe; t_d -> t_e, UDP.
+    a.run(0, "send p m-d");
+    assert_eq!(d.run(0, "recv p"), "m-d");
+    let port = e.run(0, "udp r bind");
+    d.run(0, "udp s");
+    d.run(0, &format!("sendto_udp s {port} m-e"));
+    assert_eq!(e.run(0, "recv r"), "m-e");
+
+    // t_a -> t_f, TCP; t_f -> t_g, unix stream; t_g -> t_h, FIFO.
+    let port = f.run(0, "listen_tcp l");
+    a.run(0, &format!("connect_tcp t {port}"));
+    f.run(0, "accept c l");
+    a.run(0, "send t m-f");
+    assert_eq!(f.run(0, "recv c"), "m-f");
+    let g_sock = c.path("g.sock");
+    let g_sock = g_sock.to_str().unwrap();
+    g.run(0, &format!("listen_unix l {g_sock} stream"));
+    f.run(0, &format!("connect_unix u {g_sock} stream"));
+    g.run(0, "accept c l");
+    f.run(0, "send u m-g");
+    assert_eq!(g.run(0, "recv c"), "m-g");
+    let fifo = c.path("h.fifo");
+    mkfifo(&fifo);
+    let fifo = fifo.to_str().unwrap();
+    let hs = h.send(0, &format!("open_fifo r {fifo} r"));
+    g.run(0, &format!("open_fifo w {fifo} w"));
+    h.wait(hs);
+    g.run(0, "send w m-h");
+    assert_eq!(h.run(0, "recv r"), "m-h");
+
+    assert_eq!(
+        holders(&tau1),
+        BTreeMap::from([(a.w[0], 2), (f.w[0], 1), (g.w[0], 0)]),
+        "τ1 holders with TTLs (t_a {}, t_f {}, t_g {}; t_c {}, t_d {}, t_e {}, t_h {})",
+        a.w[0],
+        f.w[0],
+        g.w[0],
+        tc.w[0],
+        d.w[0],
+        e.w[0],
+        h.w[0]
+    );
+    expect_tags("t_c (system)", tc.w[0], &[]);
+    expect_tags("t_d (terminator)", d.w[0], &[]);
+    expect_tags("t_e (behind the terminator)", e.w[0], &[]);
+    expect_tags("t_h (behind TTL 0)", h.w[0], &[]);
+    // The listing shows the class and the terminator.
+    let all = threads_json(None);
+    let rec = |tid: u32| {
+        all.iter()
+            .find(|t| t["tid"] == tid)
+            .unwrap_or_else(|| panic!("tid {tid} not in `tag threads`: {all:?}"))
+            .clone()
+    };
+    assert_eq!(rec(tc.w[0])["system"], true);
+    assert_eq!(rec(d.w[0])["terminators"], serde_json::json!([tau1]));
+    assert_eq!(rec(d.w[0])["system"], false);
+}
+
+/// TTLs: a receiver that already holds a tag keeps the larger TTL (a
+/// tag at TTL 0 comes alive again with a fresher copy); a terminator that
+/// is undone accepts the tag again.
+#[test]
+fn ttl_keeps_the_larger_and_terminator_undo() {
+    let c = case!("ttlmax");
+    let t = c.tag("t", &[]);
+    let mut a = c.actor("a", 1);
+    let mut g = c.actor("g", 1);
+    let mut h = c.actor("h", 1);
+    let pg = c.path("g.sock");
+    let ph = c.path("h.sock");
+    g.run(0, &format!("dgram_unix r {}", pg.display()));
+    h.run(0, &format!("dgram_unix r {}", ph.display()));
+    a.run(0, "dgram_unix s");
+    g.run(0, "dgram_unix s");
+    let send = |x: &mut Actor, to: &Path, m: &str| {
+        x.run(0, &format!("sendto_unix s {} {m}", to.display()));
+    };
+
+    c.set(&t, a.w[0], Some(1));
+    send(&mut a, &pg, "m1");
+    assert_eq!(g.run(0, "recv r"), "m1");
+    assert_eq!(holders(&t).get(&g.w[0]), Some(&0), "g holds t at TTL 0");
+    send(&mut g, &ph, "m2");
+    assert_eq!(h.run(0, "recv r"), "m2");
+    expect_tags("h (behind TTL 0)", h.w[0], &[]);
+
+    // A lower TTL does not replace a higher one...
+    c.set(&t, a.w[0], Some(5));
+    send(&mut a, &pg, "m3");
+    assert_eq!(g.run(0, "recv r"), "m3");
+    assert_eq!(holders(&t).get(&g.w[0]), Some(&4));
+    c.set(&t, a.w[0], Some(2));
+    send(&mut a, &pg, "m4");
+    assert_eq!(g.run(0, "recv r"), "m4");
+    assert_eq!(holders(&t).get(&g.w[0]), Some(&4), "g keeps the larger TTL");
+    // ...and g passes t on again.
+    mantle_ok(&["tag", "terminate", &t, "--tid", &h.w[0].to_string()]);
+    send(&mut g, &ph, "m5");
+    assert_eq!(h.run(0, "recv r"), "m5");
+    expect_tags("h (terminator)", h.w[0], &[]);
+    mantle_ok(&[
+        "tag",
+        "terminate",
+        &t,
+        "--tid",
+        &h.w[0].to_string(),
+        "--undo",
+    ]);
+    send(&mut g, &ph, "m6");
+    assert_eq!(h.run(0, "recv r"), "m6");
+    assert_eq!(
+        holders(&t).get(&h.w[0]),
+        Some(&3),
+        "h after the terminator is undone"
+    );
+}
+
+/// The class rule the other way: a system tag travels among system threads
+/// and is rejected by user threads.
+#[test]
+fn system_tag_stays_among_system_threads() {
+    let c = case!("sys");
+    let sigma = c.tag("sigma", &["--system"]);
+    let mut s1 = c.actor("s1", 1);
+    let mut s2 = c.actor("s2", 1);
+    let mut u = c.actor("u", 1);
+    for x in [&s1, &s2] {
+        mantle_ok(&["tag", "class", "system", "--tid", &x.w[0].to_string()]);
+    }
+    let o = mantle_code(1, &["tag", "set", &sigma, "--tid", &u.w[0].to_string()]);
+    assert!(o.stderr.contains("class mismatch"), "{o:?}");
+    c.set(&sigma, s1.w[0], None);
+    let p2 = c.path("s2.sock");
+    let pu = c.path("u.sock");
+    s2.run(0, &format!("dgram_unix r {}", p2.display()));
+    u.run(0, &format!("dgram_unix r {}", pu.display()));
+    s1.run(0, "dgram_unix s");
+    s1.run(0, &format!("sendto_unix s {} to-s2", p2.display()));
+    s1.run(0, &format!("sendto_unix s {} to-u", pu.display()));
+    assert_eq!(s2.run(0, "recv r"), "to-s2");
+    assert_eq!(u.run(0, "recv r"), "to-u");
+    expect_tags("s2 (system)", s2.w[0], &[&sigma]);
+    expect_tags("u (user)", u.w[0], &[]);
+    expect_tags("s1 main (user)", s1.main, &[]);
+    // A system thread's child is a system thread (and inherits sigma).
+    let kid: u32 = s1.run(0, "fork_child kid").parse().unwrap();
+    let all = threads_json(None);
+    let rec = all
+        .iter()
+        .find(|t| t["tid"] == kid)
+        .unwrap_or_else(|| panic!("child {kid} not listed: {all:?}"));
+    assert_eq!(rec["system"], true, "{rec}");
+    expect_tags("child of a system thread", kid, &[&sigma]);
+    s1.run(0, "release kid");
+}
+
+/// Replies carry nothing: a tagged server answering an untagged client
+/// (which is no descendant of a tagged process) leaves the client untagged,
+/// over unix stream, unix seqpacket and TCP. The same server thread's own
+/// requests do carry its tag (control).
+#[test]
+fn replies_carry_nothing() {
+    let c = case!("reply");
+    let x = c.tag("x", &[]);
+    let mut srv = c.actor("server", 1);
+    let mut cli = c.actor("client", 1);
+    let mut peer = c.actor("peer", 1);
+    let stream = c.path("stream.sock");
+    let seqp = c.path("seqpacket.sock");
+    srv.run(0, &format!("listen_unix us {} stream", stream.display()));
+    srv.run(0, &format!("listen_unix sp {} seqpacket", seqp.display()));
+    let port = srv.run(0, "listen_tcp tl");
+    c.set(&x, srv.w[0], None);
+
+    for (what, connect, listener) in [
+        (
+            "unix stream",
+            format!("connect_unix s1 {} stream", stream.display()),
+            "us",
+        ),
+        (
+            "unix seqpacket",
+            format!("connect_unix s2 {} seqpacket", seqp.display()),
+            "sp",
+        ),
+        ("tcp", format!("connect_tcp s3 {port}"), "tl"),
+    ] {
+        let sock = &connect.split_whitespace().nth(1).unwrap().to_string();
+        cli.run(0, &connect);
+        srv.run(0, &format!("accept a{sock} {listener}"));
+        cli.run(0, &format!("send {sock} request"));
+        assert_eq!(srv.run(0, &format!("recv a{sock}")), "request");
+        srv.run(0, &format!("send a{sock} reply"));
+        assert_eq!(cli.run(0, &format!("recv {sock}")), "reply");
+        expect_tags(&format!("client after a {what} reply"), cli.w[0], &[]);
+        expect_tags("server", srv.w[0], &[&x]);
+    }
+    // Control: the server thread's own requests carry x.
+    let ps = c.path("peer.sock");
+    peer.run(0, &format!("listen_unix l {} stream", ps.display()));
+    srv.run(0, &format!("connect_unix up {} stream", ps.display()));
+    peer.run(0, "accept c l");
+    srv.run(0, "send up request");
+    assert_eq!(peer.run(0, "recv c"), "request");
+    expect_tags("peer (got a request from the server)", peer.w[0], &[&x]);
+    expect_tags("client", cli.w[0], &[]);
+}
+
+/// `mantle tag run T -- sh -c 'a | b | c > fifo'`: the shell and every
+/// stage hold T; an untagged reader outside the pipeline gets it through
+/// the FIFO; a bystander does not.
+#[test]
+fn shell_pipeline_and_fifo_reader() {
+    let c = case!("pipeline");
+    let t = c.tag("t", &[]);
+    let fifo = c.path("out.fifo");
+    mkfifo(&fifo);
+    let rep = c.path("stages.out");
+    let mut reader = c.actor("reader", 1);
+    let bystander = c.actor("bystander", 1);
+    let open = reader.send(0, &format!("open_fifo f {} r", fifo.display()));
+
+    let mut sh = Command::new(MANTLE);
+    sh.args(["tag", "run", &t, "--", "sh", "-c"])
+        .arg(r#""$S" a "$R" | "$S" b "$R" | "$S" c "$R" > "$F""#)
+        .env("S", c.bin("stage"))
+        .env("R", &rep)
+        .env("F", &fifo)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(File::create(c.path("sh.err")).unwrap())
+        .process_group(0);
+    let mut sh = sh.spawn().unwrap();
+    struct Group(u32);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            // SAFETY: kill of the process group we created.
+            unsafe { libc::kill(-(self.0 as i32), libc::SIGKILL) };
+        }
+    }
+    let _group = Group(sh.id());
+    let stage_pids = poll_until(|| {
+        let s = fs::read_to_string(&rep).ok()?;
+        let pids: BTreeMap<String, u32> = s
+            .lines()
+            .filter_map(|l| {
+                let v: Vec<&str> = l.split_whitespace().collect();
+                (v.len() == 3 && v[1] == "start").then(|| (v[0].to_string(), v[2].parse().unwrap()))
+            })
+            .collect();
+        (pids.len() == 3).then_some(pids)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "pipeline stages did not start: {:?} / {:?}",
+            fs::read_to_string(&rep),
+            fs::read_to_string(c.path("sh.err"))
+        )
+    });
+    reader.wait(open);
+
+    expect_tags("sh", sh.id(), &[&t]);
+    for (stage, pid) in &stage_pids {
+        expect_tags(&format!("stage {stage}"), *pid, &[&t]);
+    }
+    expect_tags("FIFO reader before reading", reader.w[0], &[]);
+
+    let mut input = sh.stdin.take().unwrap();
+    input.write_all(b"hello\n").unwrap();
+    drop(input);
+    poll_until(|| {
+        fs::read_to_string(&rep)
+            .ok()?
+            .lines()
+            .any(|l| l.starts_with("c wrote"))
+            .then_some(())
+    })
+    .expect("stage c never wrote");
+    assert_eq!(reader.run(0, "recv f"), "hello");
+    expect_tags("FIFO reader", reader.w[0], &[&t]);
+    expect_tags("FIFO reader's main thread", reader.main, &[]);
+    expect_tags("bystander", bystander.w[0], &[]);
+    expect_tags("bystander main", bystander.main, &[]);
+    assert_eq!(reader.run(0, "recv f"), "EOF");
+    let st = poll_until(|| sh.try_wait().unwrap()).expect("pipeline did not end");
+    assert!(st.success(), "pipeline: {st:?}");
+}
+
+/// A tagged process forks and execs another program: the child (and the
+/// threads it makes) hold the tags with unchanged TTLs (inheritance is not
+/// a hop); the parent's untagged thread stays untagged.
+#[test]
+fn fork_exec_inherits_tags_and_ttls() {
+    let c = case!("forkexec");
+    let x = c.tag("x", &["--lifeline", "64"]);
+    let y = c.tag("y", &[]);
+    let mut parent = c.actor("parent", 1);
+    c.set(&x, parent.w[0], Some(3));
+    c.set(&y, parent.w[0], None);
+    let ctl = c.path("child.ctl");
+    mkfifo(&ctl);
+    let report = c.path("child.out");
+    let pid: u32 = parent
+        .run(
+            0,
+            &format!(
+                "spawn {} {} --ctl {} 2",
+                report.display(),
+                c.bin("actor").display(),
+                ctl.display()
+            ),
+        )
+        .parse()
+        .unwrap();
+    let w = open_fifo_writer(&ctl);
+    let mut child = Actor::new("child", None, Box::new(w), report, c.path("child.err"));
+    child.ready();
+    assert_eq!(child.pid, pid);
+
+    let want = BTreeMap::from([
+        (parent.w[0], 3),
+        (child.main, 3),
+        (child.w[0], 3),
+        (child.w[1], 3),
+    ]);
+    assert_eq!(
+        holders(&x),
+        want,
+        "x holders (parent worker {}, child {:?})",
+        parent.w[0],
+        child.threads()
+    );
+    for (label, tid) in child.threads() {
+        expect_tags(&label, tid, &[&x, &y]);
+    }
+    let ys = holders(&y);
+    assert_eq!(ys.get(&child.main), Some(&255), "{ys:?}");
+    expect_tags("parent main", parent.main, &[]);
+    // The lifeline says "fork", and the TTL the child holds.
+    let ll = lifeline(&x);
+    let fork = ll
+        .iter()
+        .find(|r| r["rx_tid"] == child.main)
+        .unwrap_or_else(|| panic!("no lifeline record for the child: {ll:?}"));
+    assert_eq!(fork["via"], "fork", "{fork}");
+    assert_eq!(fork["ttl"], 3, "{fork}");
+    assert_eq!(fork["tx_tid"], parent.w[0], "{fork}");
+
+    // The child's requests are hops: its reader gets TTL 2.
+    let mut rx = c.actor("rx", 1);
+    let p = c.path("rx.sock");
+    rx.run(0, &format!("dgram_unix r {}", p.display()));
+    child.run(1, "dgram_unix s");
+    child.run(1, &format!("sendto_unix s {} hi", p.display()));
+    assert_eq!(rx.run(0, "recv r"), "hi");
+    assert_eq!(holders(&x).get(&rx.w[0]), Some(&2));
+}
+
+/// Signals sent by a thread are requests: a tagged sender's kill(SIGUSR1)
+/// tags the untagged target (its main thread, the one that handles it).
+/// An ignored signal carries nothing, and a kernel-made SIGCHLD from a
+/// tagged child exiting does not tag the parent.
+#[test]
+fn signals_user_sent_tag_kernel_made_do_not() {
+    let c = case!("signals");
+    let x = c.tag("x", &[]);
+    let mut sender = c.actor("sender", 1);
+    let mut target = c.actor("target", 1);
+    let ignorer = c.actor("ignorer", 1);
+    let mut parent = c.actor("parent", 1);
+    c.set(&x, sender.w[0], None);
+
+    sender.run(0, &format!("kill {} USR1", target.pid));
+    assert_eq!(target.run(0, "wait_sig USR1 1"), "1");
+    expect_tags("target main thread (handled SIGUSR1)", target.main, &[&x]);
+    expect_tags("target worker (blocks SIGUSR1)", target.w[0], &[]);
+
+    // tgkill names the thread: the target's main thread gets y as well.
+    let y = c.tag("y", &[]);
+    c.set(&y, sender.w[0], None);
+    sender.run(0, &format!("tgkill {} {} USR1", target.pid, target.main));
+    assert_eq!(target.run(0, "wait_sig USR1 2"), "2");
+    expect_tags("target main thread (tgkill)", target.main, &[&x, &y]);
+    expect_tags("target worker", target.w[0], &[]);
+
+    sender.run(0, &format!("kill {} USR2", ignorer.pid));
+    expect_tags("ignorer (SIGUSR2 ignored)", ignorer.main, &[]);
+
+    // SIGCHLD: the child is tagged, the parent is not; the child exits.
+    let child: u32 = parent.run(0, "fork_child kid").parse().unwrap();
+    mantle_ok(&["tag", "set", &x, "--pid", &child.to_string()]);
+    expect_tags("child", child, &[&x]);
+    parent.run(0, "release kid");
+    assert_eq!(parent.run(0, "wait_sig CHLD 1"), "1");
+    parent.run(0, &format!("waitpid {child}"));
+    for (label, tid) in parent.threads() {
+        expect_tags(&format!("{label} (got SIGCHLD)"), tid, &[]);
+    }
+    expect_tags("sender main", sender.main, &[]);
+}
+
+/// Datagrams are always requests: unix datagram sendto() a bound path, and
+/// UDP on 127.0.0.1; bystanders on other addresses get nothing.
+#[test]
+fn datagrams_unix_and_udp() {
+    let c = case!("dgram");
+    let x = c.tag("x", &[]);
+    let y = c.tag("y", &[]);
+    let mut tx = c.actor("tx", 2);
+    let mut urx = c.actor("unix-rx", 1);
+    let mut udprx = c.actor("udp-rx", 1);
+    let mut other = c.actor("other", 1);
+    c.set(&x, tx.w[0], None);
+    c.set(&y, tx.w[1], None);
+    let p = c.path("rx.sock");
+    let q = c.path("other.sock");
+    urx.run(0, &format!("dgram_unix r {}", p.display()));
+    other.run(0, &format!("dgram_unix r {}", q.display()));
+    let port = udprx.run(0, "udp r bind");
+    let oport = other.run(0, "udp u bind");
+
+    tx.run(0, "dgram_unix s");
+    tx.run(0, &format!("sendto_unix s {} d1", p.display()));
+    assert_eq!(urx.run(0, "recv r"), "d1");
+    tx.run(1, "udp s");
+    tx.run(1, &format!("sendto_udp s {port} u1"));
+    assert_eq!(udprx.run(0, "recv r"), "u1");
+
+    expect_tags("unix dgram reader", urx.w[0], &[&x]);
+    expect_tags("udp reader", udprx.w[0], &[&y]);
+    // A connected UDP socket (send(2) without an address) too.
+    let z = c.tag("z", &[]);
+    let mut crx = c.actor("udp-rx2", 1);
+    let cport = crx.run(0, "udp r bind");
+    let mut ctx = c.actor("udp-tx2", 1);
+    c.set(&z, ctx.w[0], None);
+    ctx.run(0, &format!("connect_udp s {cport}"));
+    ctx.run(0, "send s c1");
+    assert_eq!(crx.run(0, "recv r"), "c1");
+    expect_tags("connected-udp reader", crx.w[0], &[&z]);
+    // The bystander's sockets saw traffic only from untagged senders.
+    let mut plain = c.actor("plain", 1);
+    plain.run(0, "dgram_unix s");
+    plain.run(0, &format!("sendto_unix s {} p1", q.display()));
+    plain.run(0, "udp s");
+    plain.run(0, &format!("sendto_udp s {oport} p2"));
+    assert_eq!(other.run(0, "recv r"), "p1");
+    assert_eq!(other.run(0, "recv u"), "p2");
+    expect_tags("bystander", other.w[0], &[]);
+}
+
+/// A socketpair has no connect() side: both directions are requests.
+#[test]
+fn socketpair_both_directions() {
+    let c = case!("sockpair");
+    let x = c.tag("x", &[]);
+    let y = c.tag("y", &[]);
+    let z = c.tag("z", &[]);
+    // Stream pair: A has end 0, B end 1.
+    let (s0, s1) = socketpair(libc::SOCK_STREAM);
+    let mut a = c.actor_with("A", 1, &[(&s0, 100)]);
+    let mut b = c.actor_with("B", 1, &[(&s1, 100)]);
+    // Seqpacket pair: C has end 0, D end 1.
+    let (q0, q1) = socketpair(libc::SOCK_SEQPACKET);
+    let mut cc = c.actor_with("C", 1, &[(&q0, 100)]);
+    let mut d = c.actor_with("D", 1, &[(&q1, 100)]);
+    drop((s0, s1, q0, q1));
+    for x in [&mut a, &mut b, &mut cc, &mut d] {
+        x.run(0, "adopt sp 100");
+    }
+
+    c.set(&x, a.w[0], None);
+    a.run(0, "send sp ping");
+    assert_eq!(b.run(0, "recv sp"), "ping");
+    expect_tags("B (end 1) after A's message", b.w[0], &[&x]);
+
+    c.set(&y, b.w[0], None);
+    b.run(0, "send sp pong");
+    assert_eq!(a.run(0, "recv sp"), "pong");
+    expect_tags("A (end 0) after B's message", a.w[0], &[&x, &y]);
+    expect_tags("B", b.w[0], &[&x, &y]);
+
+    // Seqpacket, from end 1 to end 0.
+    c.set(&z, d.w[0], None);
+    d.run(0, "send sp hello");
+    assert_eq!(cc.run(0, "recv sp"), "hello");
+    expect_tags("C (end 0)", cc.w[0], &[&z]);
+}
+
+/// Deleting a tag clears it from every holder, in every process; the name
+/// is free again, and the new tag of that name is on nobody, not even on
+/// a reader of a request that was queued before the deletion.
+#[test]
+fn delete_clears_every_holder() {
+    let c = case!("delete");
+    let x = c.tag("x", &[]);
+    let (pr, pw) = pipe();
+    let mut a = c.actor_with("a", 1, &[(&pw, 100)]);
+    let mut b = c.actor_with("b", 1, &[(&pr, 100)]);
+    let mut cc = c.actor("c", 1);
+    let d = c.actor("d", 1);
+    let mut e = c.actor("e", 1);
+    drop((pr, pw));
+    a.run(0, "adopt p 100");
+    b.run(0, "adopt p 100");
+    mantle_ok(&["tag", "set", &x, "--pid", &a.pid.to_string()]);
+    a.run(0, "send p m1");
+    assert_eq!(b.run(0, "recv p"), "m1");
+    let cs = c.path("c.sock");
+    cc.run(0, &format!("dgram_unix r {}", cs.display()));
+    b.run(0, "dgram_unix s");
+    b.run(0, &format!("sendto_unix s {} m2", cs.display()));
+    assert_eq!(cc.run(0, "recv r"), "m2");
+    c.set(&x, d.w[0], None);
+    // A request queued for e, not read before the deletion.
+    let es = c.path("e.sock");
+    e.run(0, &format!("dgram_unix r {}", es.display()));
+    a.run(0, "dgram_unix s");
+    a.run(0, &format!("sendto_unix s {} stale", es.display()));
+
+    let holders_before: BTreeSet<u32> = holders(&x).into_keys().collect();
+    let all = [a.main, a.w[0], b.w[0], cc.w[0], d.w[0]];
+    assert_eq!(holders_before, all.iter().copied().collect());
+
+    mantle_ok(&["tag", "delete", &x]);
+    for (i, tid) in all.iter().enumerate() {
+        expect_tags(&format!("holder #{i} after delete"), *tid, &[]);
+    }
+    let o = mantle_code(5, &["tag", "threads", &x]);
+    assert!(o.stderr.contains("unknown tag"), "{o:?}");
+    let ls = mantle_ok(&["tag", "ls", "--json"]);
+    assert!(!ls.contains(&format!("\"{x}\"")), "{ls}");
+
+    // The name is free again; the new tag is on nobody.
+    mantle_ok(&["tag", "create", &x]);
+    assert_eq!(holders(&x), BTreeMap::new());
+    assert_eq!(e.run(0, "recv r"), "stale");
+    expect_tags("reader of a request sent before the deletion", e.w[0], &[]);
+    a.run(0, "send p m3");
+    assert_eq!(b.run(0, "recv p"), "m3");
+    for (i, tid) in all.iter().enumerate() {
+        expect_tags(&format!("old holder #{i} after re-create"), *tid, &[]);
+    }
+    assert_eq!(holders(&x), BTreeMap::new());
+}
+
+/// What an unprivileged user can and cannot do.
+#[test]
+fn unprivileged_user_is_refused() {
+    let c = case!("unpriv");
+    let x = c.tag("x", &[]);
+    let sys = c.tag("sys", &["--system"]);
+    let victim = c.actor("victim", 1);
+    let vt = victim.w[0].to_string();
+    let nobody = |args: &[&str]| mantle_as(Some(NOBODY), args);
+    #[track_caller]
+    fn code(o: Out, want: i32, what: &str) -> Out {
+        assert_eq!(o.code, want, "as nobody: {what}: {o:?}");
+        o
+    }
+
+    code(nobody(&["tag", "set", &x, "--tid", &vt]), 4, "tag set");
+    code(nobody(&["tag", "clear", &x, "--tid", &vt]), 4, "tag clear");
+    code(
+        nobody(&["tag", "terminate", &x, "--tid", &vt]),
+        4,
+        "tag terminate",
+    );
+    code(
+        nobody(&["tag", "class", "system", "--tid", &vt]),
+        4,
+        "tag class",
+    );
+    code(nobody(&["tag", "create", &c.name("new")]), 4, "tag create");
+    code(nobody(&["tag", "delete", &x]), 4, "tag delete");
+    code(nobody(&["tag", "threads"]), 4, "tag threads");
+    code(nobody(&["tag", "threads", &x]), 4, "tag threads NAME");
+    code(nobody(&["tag", "lifeline", &x]), 4, "tag lifeline");
+    code(nobody(&["tags", "down"]), 4, "tags down");
+    let ls = code(nobody(&["tag", "ls", "--json"]), 0, "tag ls");
+    let ls: Vec<Value> = serde_json::from_str(&ls.stdout).unwrap();
+    assert!(ls.iter().any(|t| t["name"] == x.as_str()), "{ls:?}");
+    let g = code(
+        nobody(&["tag", "get", "--tid", &vt, "--json"]),
+        0,
+        "tag get",
+    );
+    assert_eq!(g.stdout.trim(), "[]");
+    expect_tags("victim", victim.w[0], &[]);
+    assert!(mantle_ok(&["tag", "ls"]).contains(&x));
+    assert!(!mantle_ok(&["tag", "ls"]).contains(&c.name("new")));
+
+    // A program linked with libmantle, running as nobody, changes its own
+    // tags; nobody else's change but by IPC.
+    let (pr, pw) = pipe();
+    let mut sink = c.actor_with("sink", 1, &[(&pr, 100)]);
+    sink.run(0, "adopt p 100");
+    let mut cmd = Command::new(c.bin("selftag"));
+    cmd.uid(NOBODY).gid(NOBODY);
+    pass_fds(&mut cmd, &[(pw.as_raw_fd(), 3)]);
+    let mut me = Actor::spawn(&c, "selftag", cmd);
+    drop((pr, pw));
+    assert_eq!(me.run(0, "uid"), NOBODY.to_string());
+    assert_eq!(me.run(0, &format!("holds {x}")), "0");
+    assert_eq!(
+        me.run(0, &format!("set {x} 0")),
+        "0",
+        "mantle_tag_set as nobody"
+    );
+    assert_eq!(me.run(0, &format!("holds {x}")), "1");
+    assert_ne!(me.run(0, "self"), "0");
+    expect_tags("selftag (nobody)", me.main, &[&x]);
+    expect_tags("sink", sink.w[0], &[]);
+    expect_tags("victim", victim.w[0], &[]);
+    // Not a tag of the other class.
+    assert_eq!(
+        me.run(0, &format!("set {sys} 0")),
+        (-libc::EXDEV).to_string()
+    );
+    // By IPC it does travel.
+    me.run(0, "send 3 hello");
+    assert_eq!(sink.run(0, "recv p"), "hello");
+    expect_tags("sink (read from selftag)", sink.w[0], &[&x]);
+    assert_eq!(me.run(0, &format!("clear {x}")), "0");
+    assert_eq!(me.run(0, &format!("holds {x}")), "0");
+    expect_tags("selftag after clear", me.main, &[]);
+    expect_tags("sink after selftag's clear", sink.w[0], &[&x]);
+    expect_tags("victim", victim.w[0], &[]);
+
+    // No unprivileged writes to the kernel side's maps, by bpf(2) or mmap.
+    let maps = [
+        "view", "ctl", "tags", "threads", "owners", "lifeline", "op", "chan_dep", "sk_dep",
+        "sk_role",
+    ];
+    let pins: Vec<String> = maps
+        .iter()
+        .map(|m| format!("/sys/fs/bpf/mantle/tags/maps/{m}"))
+        .collect();
+    let out = Command::new(c.bin("bpfpoke"))
+        .args(&pins)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let out = String::from_utf8_lossy(&out.stdout);
+    let res: HashMap<&str, HashMap<&str, &str>> = out
+        .lines()
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let m = f.next().unwrap().rsplit('/').next().unwrap();
+            (m, f.filter_map(|kv| kv.split_once('=')).collect())
+        })
+        .collect();
+    assert_eq!(res.len(), maps.len(), "{out}");
+    for (m, r) in &res {
+        for k in ["update", "mmap_rw"] {
+            assert!(
+                r[k] == "-" || r[k] != "0",
+                "nobody could write map {m} ({k}): {out}"
+            );
+        }
+        if !["view", "ctl", "tags"].contains(m) {
+            assert!(
+                r["get_ro"] != "0" && r["get_rw"] != "0",
+                "nobody opened root-only map {m}: {out}"
+            );
+        } else if *m != "view" {
+            assert_ne!(r["get_rw"], "0", "nobody opened {m} for writing: {out}");
+        }
+    }
+    // The view is opened read-write (mmap needs it) but frozen: the write
+    // was really tried, and refused.
+    assert_eq!(res["view"]["get_rw"], "0", "{out}");
+    assert_eq!(res["view"]["update"], libc::EPERM.to_string(), "{out}");
+    assert_ne!(res["view"]["mmap_rw"], "0", "{out}");
+    assert_eq!(res["view"]["mmap_ro"], "0", "{out}");
+    // Frozen means root cannot write it from user space either.
+    let out = Command::new(c.bin("bpfpoke"))
+        .arg("/sys/fs/bpf/mantle/tags/maps/view")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.contains(&format!("update={}", libc::EPERM)),
+        "root: {out}"
+    );
+}
+
+/// Error paths of the CLI: exit codes and messages.
+#[test]
+fn error_paths() {
+    let c = case!("errors");
+    let x = c.tag("x", &[]);
+    let a = c.actor("a", 1);
+    let tid = a.w[0].to_string();
+    let nosuch = c.name("nosuch");
+
+    for args in [
+        vec!["tag", "set", &nosuch, "--tid", &tid],
+        vec!["tag", "clear", &nosuch, "--tid", &tid],
+        vec!["tag", "delete", &nosuch],
+        vec!["tag", "threads", &nosuch],
+        vec!["tag", "lifeline", &nosuch],
+    ] {
+        let o = mantle_code(5, &args);
+        assert!(
+            o.stderr.contains("unknown tag") && o.stderr.contains(&nosuch),
+            "{args:?}: {o:?}"
+        );
+    }
+    // A thread that does not exist (a reaped child's pid).
+    let gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id();
+    let _ = { gone }.wait();
+    let o = mantle_code(5, &["tag", "set", &x, "--tid", &gone_pid.to_string()]);
+    assert!(o.stderr.contains("no such thread"), "{o:?}");
+
+    for (bad, why) in [
+        ("bad name", "character outside"),
+        ("bad/name", "character outside"),
+        ("", "empty"),
+        ("a-name-that-is-much-too-long-for-a-tag", "longer than 31"),
+    ] {
+        let o = mantle_code(2, &["tag", "create", bad]);
+        assert!(o.stderr.contains(why), "create {bad:?}: {o:?}");
+        assert!(o.stderr.contains("tag name"), "create {bad:?}: {o:?}");
+    }
+    let o = mantle_code(2, &["tag", "create", &c.name("ttl"), "--ttl", "300"]);
+    assert!(o.stderr.contains("TTL"), "{o:?}");
+    let o = mantle_code(1, &["tag", "create", &x]);
+    assert!(o.stderr.contains("already exists"), "{o:?}");
+    let o = mantle_code(2, &["tag", "get", "--tid", "999999999"]);
+    assert!(o.stderr.contains("beyond the view"), "{o:?}");
+    // Usage errors.
+    mantle_code(2, &["tag", "set", &x]);
+    mantle_code(2, &["tag", "bogus"]);
+    // Nothing got x on the way.
+    assert_eq!(holders(&x), BTreeMap::new());
+}
+
+/// The kernel side not loaded: exit 3. Checked in a private mount namespace
+/// whose /sys/fs/bpf is empty, so the other tests keep their kernel side.
+#[test]
+fn not_loaded_exit_3() {
+    let _c = case!("notloaded");
+    let run = |args: &str| {
+        Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount -t tmpfs none /sys/fs/bpf || exit 99; exec \"$0\" {args}"
+            ))
+            .arg(MANTLE)
+            .output()
+    };
+    let o = match run("tag get --tid 1 --json") {
+        Ok(o) if o.status.code() != Some(99) => o,
+        other => {
+            let why = format!("cannot make a private mount namespace (unshare): {other:?}");
+            if ci() {
+                panic!("{why}");
+            }
+            eprintln!("SKIP not_loaded_exit_3: {why}");
+            return;
+        }
+    };
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(3), "tag get: {err}");
+    assert!(err.contains("not loaded"), "{err}");
+    let o = run("tag ls").unwrap();
+    assert_eq!(o.status.code(), Some(3), "tag ls: {o:?}");
+    let o = run("tags status").unwrap();
+    assert_eq!(o.status.code(), Some(0), "tags status: {o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("not loaded"),
+        "{o:?}"
+    );
+    // Outside the namespace it is still loaded.
+    mantle_ok(&["tag", "get", "--tid", "1"]);
+}
+
+/// Creates tags until the table refuses one; returns how many it took (on
+/// top of those listed before) and the refusal. The tags are the case's.
+fn fill_table(c: &Case) -> (usize, usize, Out) {
+    let ls: Vec<Value> = serde_json::from_str(&mantle_ok(&["tag", "ls", "--json"])).unwrap();
+    let before = ls.len();
+    let mut made = 0;
+    let err = loop {
+        assert!(made <= 1024, "the table never filled");
+        let name = c.name(&format!("t{made}"));
+        c.tags.borrow_mut().push(name.clone());
+        let o = mantle(&["tag", "create", &name]);
+        if o.code != 0 {
+            c.tags.borrow_mut().pop();
+            break o;
+        }
+        made += 1;
+    };
+    (before, made, err)
+}
+
+/// Fills the tag table: the create after the last free local bit fails
+/// clearly (exit 1); deleting makes room again. Runs alone (it takes every
+/// free bit). Local tags have the bits above the global (cluster) range.
+#[test]
+fn table_full() {
+    let c = case!("full", exclusive);
+    let (before, made, err) = fill_table(&c);
+    assert_eq!(err.code, 1, "{err:?}");
+    assert!(err.stderr.contains("table is full"), "{err:?}");
+    let local = mantle_tags::abi::MT_TAGS - mantle_tags::abi::MT_GLOBAL_BITS;
+    assert_eq!(before + made, local, "local tags that fit: {err:?}");
+    // One delete frees one bit, and only one.
+    let first = c.tags.borrow()[0].clone();
+    mantle_ok(&["tag", "delete", &first]);
+    mantle_ok(&["tag", "create", &first]);
+    mantle_code(1, &["tag", "create", &c.name("one-more")]);
+}
+
+/// The refusal names the table's size: it says 64 while only the 48 bits
+/// above the global range can hold local tags (crates/tags/src/lib.rs
+/// Error::TableFull prints MT_TAGS).
+#[test]
+#[ignore = "bug: `tag create` on a full table says \"64 tags\" but 48 local tags fit (MT_GLOBAL_BITS are reserved)"]
+fn table_full_message_states_capacity() {
+    let c = case!("fullmsg", exclusive);
+    let (before, made, err) = fill_table(&c);
+    let total = before + made;
+    assert!(
+        err.stderr.contains(&format!("{total} tags")),
+        "the table took {total} tags, the message says: {}",
+        err.stderr.trim()
+    );
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Reader {
+    /// Blocked in read(2) when the request is sent (a typical server).
+    Blocked,
+    /// Busy-polling with non-blocking reads, on the other CPU than the
+    /// sender: it takes the data before the sender's send hook has run.
+    Spinning,
+}
+
+/// Request rounds where the reader is already reading when the tagged
+/// request is sent, on channels it has read from before (the race of
+/// docs/tags.md, "What the kernel side guarantees", point 4). Returns, per
+/// channel, the rounds whose read did not give the reader the tag (checked
+/// after each round; the reader's tag is cleared before each round).
+fn reader_first_rounds(
+    c: &Case,
+    chans: &[&str],
+    rounds: usize,
+    mode: Reader,
+) -> BTreeMap<&'static str, Vec<usize>> {
+    let x = c.tag("x", &[]);
+    let (pr, pw) = pipe();
+    let mut tx = c.actor_with("tx", 1, &[(&pw, 100)]);
+    let mut rx = c.actor_with("rx", 1, &[(&pr, 100)]);
+    drop((pr, pw));
+    tx.run(0, "adopt p 100");
+    rx.run(0, "adopt p 100");
+    if mode == Reader::Spinning {
+        tx.run(0, "pin 0");
+        rx.run(0, "pin 1");
+    }
+    let us = c.path("rx.sock");
+    rx.run(0, &format!("listen_unix l {} stream", us.display()));
+    tx.run(0, &format!("connect_unix u {} stream", us.display()));
+    rx.run(0, "accept u l");
+    let port = rx.run(0, "listen_tcp tl");
+    tx.run(0, &format!("connect_tcp t {port}"));
+    rx.run(0, "accept t tl");
+    let uport = rx.run(0, "udp d bind");
+    tx.run(0, "udp d");
+    let ds = c.path("rx.dgram");
+    rx.run(0, &format!("dgram_unix g {}", ds.display()));
+    tx.run(0, "dgram_unix g");
+    let send_cmd = |ch: &str, msg: &str| match ch {
+        "d" => format!("sendto_udp d {uport} {msg}"),
+        "g" => format!("sendto_unix g {} {msg}", ds.display()),
+        _ => format!("send {ch} {msg}"),
+    };
+    let name = |ch: &str| match ch {
+        "p" => "pipe",
+        "u" => "unix-stream",
+        "t" => "tcp",
+        "d" => "udp",
+        _ => "unix-dgram",
+    };
+    // Every channel first carries one tagged request, read after it was
+    // sent: the channel has a deposit and a known last reader, so the
+    // "very first tagged send" limitation of the docs does not apply.
+    c.set(&x, tx.w[0], None);
+    for ch in chans {
+        tx.run(0, &send_cmd(ch, "warm"));
+        assert_eq!(rx.run(0, &format!("recv {ch}")), "warm");
+        assert!(tags_of(rx.w[0]).contains(&x), "warm-up over {}", name(ch));
+    }
+    let rxt = rx.w[0].to_string();
+    let mut missed: BTreeMap<&'static str, Vec<usize>> = BTreeMap::new();
+    for i in 0..rounds {
+        for ch in chans {
+            mantle_ok(&["tag", "clear", &x, "--tid", &rxt]);
+            let r = match mode {
+                Reader::Blocked => {
+                    let r = rx.send(0, &format!("recv {ch}"));
+                    rx.wait_blocked_in_read(0, r);
+                    r
+                }
+                Reader::Spinning => {
+                    let r = rx.send(0, &format!("spin_recv {ch}"));
+                    rx.wait_busy(r);
+                    r
+                }
+            };
+            tx.run(0, &send_cmd(ch, &format!("m{i}")));
+            assert_eq!(rx.wait(r), format!("m{i}"));
+            let got = tags_of(rx.w[0]).contains(&x);
+            let m = missed.entry(name(ch)).or_default();
+            if !got {
+                m.push(i);
+            }
+        }
+    }
+    missed
+}
+
+/// The reader is blocked in read(2) before the tagged request arrives (the
+/// usual case for a server), on a pipe: every round's read gives it the
+/// tag. Unix sockets, TCP and UDP are left to the ignored test below: they
+/// lose the tag when the woken reader wins the race against the sender's
+/// hook, which a blocked reader also does now and then under load (seen:
+/// unix-dgram, 1 round in 1 of 5 runs of the whole file).
+#[test]
+fn reader_blocked_before_send() {
+    let c = case!("blocked");
+    let missed = reader_first_rounds(&c, &["p"], 20, Reader::Blocked);
+    assert!(
+        missed.values().all(|r| r.is_empty()),
+        "rounds (of 20) whose read did not give the blocked reader the tag: {missed:?}"
+    );
+}
+
+/// A reader busy-polling on the other CPU takes each request before the
+/// sender's send hook has run: the case docs/tags.md point 4 says is handled
+/// by delivering to the channel's last reader at once ("late"), on a channel
+/// that has a known reader. Pipes pass; unix stream, unix datagram, TCP and
+/// UDP miss the tag in about a quarter of the rounds (it comes with the
+/// reader's next read instead, or never), so 20 rounds fail almost surely.
+/// Likely causes (tags.bpf.c at 224303f): for unix, mt_sock_send hands the
+/// tags over late only if sk_wmem_alloc <= 1, but the reader's copy hook
+/// (skb_copy_datagram_iovec) runs before its skb is freed, so when the
+/// sender checks in between, nobody delivers; TCP and UDP have no late
+/// path at all (the deposit just waits for the next read).
+#[test]
+#[ignore = "bug: tags lost when the reader reads before the sender's send hook (unix, TCP, UDP); see the doc comment"]
+fn reader_faster_than_send_hook() {
+    let c = case!("spinning");
+    let missed = reader_first_rounds(&c, &["p", "u", "g", "t", "d"], 20, Reader::Spinning);
+    assert!(
+        missed.values().all(|r| r.is_empty()),
+        "rounds (of 20) whose read did not give the spinning reader the tag: {missed:?}"
+    );
+}
