@@ -1877,10 +1877,9 @@ fn table_full() {
 }
 
 /// The refusal names the table's size: it says 64 while only the 48 bits
-/// above the global range can hold local tags (crates/tags/src/lib.rs
-/// Error::TableFull prints MT_TAGS).
+/// above the global range can hold local tags (Error::TableFull used to
+/// print MT_TAGS; it now states the local capacity).
 #[test]
-#[ignore = "bug: `tag create` on a full table says \"64 tags\" but 48 local tags fit (MT_GLOBAL_BITS are reserved)"]
 fn table_full_message_states_capacity() {
     let c = case!("fullmsg", exclusive);
     let (before, made, err) = fill_table(&c);

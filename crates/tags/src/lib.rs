@@ -52,7 +52,10 @@ pub enum Error {
     UnknownTag(String),
     #[error("a tag named {0:?} already exists")]
     Exists(String),
-    #[error("the tag table is full ({MT_TAGS} tags; build with MANTLE_MT_TAGS=128 for more)")]
+    #[error(
+        "the tag table is full ({n} tags: bits {g}-{last}; bits 0-{gl} are for the cluster table's global tags; build with MANTLE_MT_TAGS=128 for more)",
+        n = MT_TAGS - abi::MT_GLOBAL_BITS, g = abi::MT_GLOBAL_BITS, last = MT_TAGS - 1, gl = abi::MT_GLOBAL_BITS - 1
+    )]
     TableFull,
     #[error("no room for a lifeline of {0} records (all tags share {n})", n = abi::MT_LIFELINE_SLOTS)]
     LifelineFull(u32),
