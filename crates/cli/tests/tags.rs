@@ -1876,9 +1876,8 @@ fn table_full() {
     mantle_code(1, &["tag", "create", &c.name("one-more")]);
 }
 
-/// The refusal names the table's size: it says 64 while only the 48 bits
-/// above the global range can hold local tags (Error::TableFull used to
-/// print MT_TAGS; it now states the local capacity).
+/// The refusal names the table's real size: the 48 bits above the global
+/// range are the ones local tags can take (it used to say 64).
 #[test]
 fn table_full_message_states_capacity() {
     let c = case!("fullmsg", exclusive);
