@@ -39,7 +39,8 @@ say "mTags: mtags/sender | libnet | stack | socat -> mtags/sink   (libnet, stack
 run_chain "$W/mtags/sink" "$W/mtags/sender" "$W/plain/libnet" "$W/plain/stack" \
   "mtags/sender 4 | plain/libnet | plain/stack | socat -u - UNIX-CONNECT:radio0.sock   (sink: mtags/sink)"
 echo "LOOK: request 1 went out at HIGH power; the sink then deleted HIPOW, so 2-4 are normal."
-echo "      HIPOW exists now? $("$M" tag ls | grep -q ' HIPOW ' && echo yes || echo 'no (deleted by the sink)')"
+TAGS_NOW=$("$M" tag ls)
+echo "      HIPOW exists now? $([[ $TAGS_NOW == *" HIPOW "* ]] && echo yes || echo "no (deleted by the sink)")"
 
 say "again: each run of the sender raises the mode once more"
 run_chain "$W/mtags/sink" "$W/mtags/sender" "$W/plain/libnet" "$W/plain/stack" "mtags/sender 4 | ... (same chain)"

@@ -139,7 +139,10 @@ fn take_kernel_lock() -> Result<File, String> {
     if flock(&f, libc::LOCK_EX) {
         return Ok(f);
     }
-    Err(format!("flock {KERNEL_LOCK}: {}", std::io::Error::last_os_error()))
+    Err(format!(
+        "flock {KERNEL_LOCK}: {}",
+        std::io::Error::last_os_error()
+    ))
 }
 
 fn lock_holder_is_ancestor(f: &File) -> Option<u32> {
@@ -159,7 +162,13 @@ fn lock_holder_is_ancestor(f: &File) -> Option<u32> {
     let mut pid = std::process::id();
     while pid > 1 {
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let ppid: u32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
+        let ppid: u32 = stat
+            .rsplit(')')
+            .next()?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
         if holders.contains(&ppid) {
             return Some(ppid);
         }
@@ -213,7 +222,14 @@ fn mantle_ok(args: &[&str]) -> String {
 #[track_caller]
 fn sh_ok(prog: &str, args: &[&str]) {
     let o = run(prog, args);
-    assert_eq!(o.code, 0, "`{prog} {}` exited {}: {}", args.join(" "), o.code, o.stderr.trim());
+    assert_eq!(
+        o.code,
+        0,
+        "`{prog} {}` exited {}: {}",
+        args.join(" "),
+        o.code,
+        o.stderr.trim()
+    );
 }
 
 fn have(prog: &str) -> bool {
@@ -236,7 +252,10 @@ fn need(prog: &str, pkg: &str) -> Result<(), Missing> {
         .stdout(Stdio::null())
         .status();
     if !have(prog) {
-        let _ = Command::new("apt-get").args(["update", "-q"]).stdout(Stdio::null()).status();
+        let _ = Command::new("apt-get")
+            .args(["update", "-q"])
+            .stdout(Stdio::null())
+            .status();
         let _ = Command::new("apt-get")
             .args(["install", "-y", "-q", pkg])
             .env("DEBIAN_FRONTEND", "noninteractive")
@@ -246,7 +265,9 @@ fn need(prog: &str, pkg: &str) -> Result<(), Missing> {
     if have(prog) {
         Ok(())
     } else {
-        Err(Missing(format!("{prog} is missing and `apt-get install {pkg}` did not install it")))
+        Err(Missing(format!(
+            "{prog} is missing and `apt-get install {pkg}` did not install it"
+        )))
     }
 }
 
@@ -316,7 +337,11 @@ impl Drop for Guard {
         for n in &self.netns {
             // Whatever our processes left running in our own namespaces.
             let o = run("ip", &["netns", "pids", n]);
-            for pid in o.stdout.split_whitespace().filter_map(|s| s.parse::<i32>().ok()) {
+            for pid in o
+                .stdout
+                .split_whitespace()
+                .filter_map(|s| s.parse::<i32>().ok())
+            {
                 // SAFETY: a pid living in a namespace this test created.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
@@ -328,7 +353,10 @@ impl Drop for Guard {
             let _ = mantle(&["tags", "down"]);
         }
         if std::env::var_os("MANTLE_TEST_KEEP").is_some() {
-            eprintln!("tags_net: MANTLE_TEST_KEEP set: keeping {}", self.dir.display());
+            eprintln!(
+                "tags_net: MANTLE_TEST_KEEP set: keeping {}",
+                self.dir.display()
+            );
         } else {
             let _ = fs::remove_dir_all(&self.dir);
         }
@@ -371,9 +399,16 @@ fn run_scenario() -> Result<Scenario, Missing> {
     // SAFETY: geteuid cannot fail.
     let euid = unsafe { libc::geteuid() };
     if euid != 0 {
-        return Err(Missing(format!("tags_net needs root (running as uid {euid})")));
+        return Err(Missing(format!(
+            "tags_net needs root (running as uid {euid})"
+        )));
     }
-    for (prog, pkg) in [("ip", "iproute2"), ("nsenter", "util-linux"), ("socat", "socat"), ("tcpdump", "tcpdump")] {
+    for (prog, pkg) in [
+        ("ip", "iproute2"),
+        ("nsenter", "util-linux"),
+        ("socat", "socat"),
+        ("tcpdump", "tcpdump"),
+    ] {
         need(prog, pkg)?;
     }
     let _lock = take_kernel_lock().map_err(Missing)?;
@@ -407,7 +442,12 @@ fn run_scenario() -> Result<Scenario, Missing> {
     // Hosts: unique names (interfaces are ≤ 15 characters).
     let tag = format!("mtn{}", id % 100_000);
     let (a, b, c) = (format!("{tag}a"), format!("{tag}b"), format!("{tag}c"));
-    let mut g = Guard { children: vec![], netns: vec![], loaded: false, dir: dir.clone() };
+    let mut g = Guard {
+        children: vec![],
+        netns: vec![],
+        loaded: false,
+        dir: dir.clone(),
+    };
     for n in [&a, &b, &c] {
         let o = run("ip", &["netns", "add", n]);
         if o.code != 0 {
@@ -417,15 +457,30 @@ fn run_scenario() -> Result<Scenario, Missing> {
         sh_ok("ip", &["-n", n, "link", "set", "lo", "up"]);
     }
     // A–B 10.77.1.0/24, B–C 10.77.2.0/24, C–A 10.77.3.0/24 (the way back).
-    let links = [(&a, &b, "10.77.1.1", "10.77.1.2", "ab"), (&b, &c, "10.77.2.1", "10.77.2.2", "bc"), (&c, &a, "10.77.3.2", "10.77.3.1", "ca")];
+    let links = [
+        (&a, &b, "10.77.1.1", "10.77.1.2", "ab"),
+        (&b, &c, "10.77.2.1", "10.77.2.2", "bc"),
+        (&c, &a, "10.77.3.2", "10.77.3.1", "ca"),
+    ];
     for (x, y, ax, ay, nm) in links {
         let (ix, iy) = (format!("{tag}{nm}0"), format!("{tag}{nm}1"));
-        let o = run("ip", &["link", "add", &ix, "netns", x, "type", "veth", "peer", "name", &iy, "netns", y]);
+        let o = run(
+            "ip",
+            &[
+                "link", "add", &ix, "netns", x, "type", "veth", "peer", "name", &iy, "netns", y,
+            ],
+        );
         if o.code != 0 {
             return Err(Missing(format!("veth pair: {}", o.stderr.trim())));
         }
-        sh_ok("ip", &["-n", x, "addr", "add", &format!("{ax}/24"), "dev", &ix]);
-        sh_ok("ip", &["-n", y, "addr", "add", &format!("{ay}/24"), "dev", &iy]);
+        sh_ok(
+            "ip",
+            &["-n", x, "addr", "add", &format!("{ax}/24"), "dev", &ix],
+        );
+        sh_ok(
+            "ip",
+            &["-n", y, "addr", "add", &format!("{ay}/24"), "dev", &iy],
+        );
         sh_ok("ip", &["-n", x, "link", "set", &ix, "up"]);
         sh_ok("ip", &["-n", y, "link", "set", &iy, "up"]);
     }
@@ -433,11 +488,26 @@ fn run_scenario() -> Result<Scenario, Missing> {
 
     // The kernel side, with the cluster table.
     let cluster = p("cluster");
-    fs::write(&cluster, format!("# tags_net test\n{GLOBAL} ttl={GLOBAL_TTL}\n{IDLE_GLOBAL}\n")).unwrap();
+    fs::write(
+        &cluster,
+        format!("# tags_net test\n{GLOBAL} ttl={GLOBAL_TTL}\n{IDLE_GLOBAL}\n"),
+    )
+    .unwrap();
     let _ = mantle(&["tags", "down"]);
-    let up = mantle(&["tags", "up", "--cluster", &cluster, "--lib", lib.to_str().unwrap()]);
+    let up = mantle(&[
+        "tags",
+        "up",
+        "--cluster",
+        &cluster,
+        "--lib",
+        lib.to_str().unwrap(),
+    ]);
     if up.code != 0 {
-        return Err(Missing(format!("`mantle tags up --cluster` failed (exit {}): {}", up.code, up.stderr.trim())));
+        return Err(Missing(format!(
+            "`mantle tags up --cluster` failed (exit {}): {}",
+            up.code,
+            up.stderr.trim()
+        )));
     }
     g.loaded = true;
     step("loaded with the cluster table");
@@ -452,30 +522,81 @@ fn run_scenario() -> Result<Scenario, Missing> {
 
     // A: the listener for the way back (started untagged).
     let back = p("back.out");
-    g.spawn("A listener", ns(&a).args(["socat", "-u", "TCP-LISTEN:7002,reuseaddr", &format!("OPEN:{back},creat,trunc")]).stderr(log("a-listen.err")));
+    g.spawn(
+        "A listener",
+        ns(&a)
+            .args([
+                "socat",
+                "-u",
+                "TCP-LISTEN:7002,reuseaddr",
+                &format!("OPEN:{back},creat,trunc"),
+            ])
+            .stderr(log("a-listen.err")),
+    );
     // C: a server that stores the first line, then makes a request of its
     // own back to A (the shell that read the line holds what it received).
     let c_out = p("c.out");
     let c_script = format!(
         "socat -u TCP-LISTEN:7001,reuseaddr STDOUT | {{ read line; echo \"$line\" > {c_out}; echo \"back:$line\" | socat -u - TCP:10.77.3.1:7002; cat >/dev/null; }}"
     );
-    g.spawn("C server", ns(&c).args(["sh", "-c", &c_script]).stderr(log("c.err")));
+    g.spawn(
+        "C server",
+        ns(&c).args(["sh", "-c", &c_script]).stderr(log("c.err")),
+    );
     // B: an unmodified relay.
-    let relay_pid = g.spawn("B relay", ns(&b).args(["socat", "TCP-LISTEN:7000,reuseaddr", "TCP:10.77.2.2:7001"]).stderr(log("b.err")));
+    let relay_pid = g.spawn(
+        "B relay",
+        ns(&b)
+            .args(["socat", "TCP-LISTEN:7000,reuseaddr", "TCP:10.77.2.2:7001"])
+            .stderr(log("b.err")),
+    );
     // tcpdump on the B–C link, B's side.
     let pcap = p("bc.pcap");
     let td_err = p("tcpdump.err");
-    g.spawn("tcpdump", ns(&b).args(["tcpdump", "-i", &bc_if, "-Z", "root", "--immediate-mode", "-U", "-nn", "-s", "256", "-w", &pcap, "tcp"]).stderr(File::create(&td_err).unwrap()));
+    g.spawn(
+        "tcpdump",
+        ns(&b)
+            .args([
+                "tcpdump",
+                "-i",
+                &bc_if,
+                "-Z",
+                "root",
+                "--immediate-mode",
+                "-U",
+                "-nn",
+                "-s",
+                "256",
+                "-w",
+                &pcap,
+                "tcp",
+            ])
+            .stderr(File::create(&td_err).unwrap()),
+    );
     let ready = poll_until(TIMEOUT, || {
-        fs::read_to_string(&td_err).ok().filter(|s| s.contains("listening on")).map(|_| ())
+        fs::read_to_string(&td_err)
+            .ok()
+            .filter(|s| s.contains("listening on"))
+            .map(|_| ())
     });
     if ready.is_none() {
-        panic!("tcpdump did not start: {}", fs::read_to_string(&td_err).unwrap_or_default());
+        panic!(
+            "tcpdump did not start: {}",
+            fs::read_to_string(&td_err).unwrap_or_default()
+        );
     }
     // Listeners up?
     for (n, port) in [(&a, "7002"), (&c, "7001"), (&b, "7000")] {
         let up = poll_until(TIMEOUT, || {
-            let o = run("nsenter", &[&format!("--net=/run/netns/{n}"), "ss", "-Hltn", &format!("sport = :{port}")]);
+            let o = run(
+                "nsenter",
+                &[
+                    &format!("--net=/run/netns/{n}"),
+                    "ss",
+                    "-Hltn",
+                    &format!("sport = :{port}"),
+                ],
+            );
             o.stdout.contains(port).then_some(())
         });
         assert!(up.is_some(), "listener on {n}:{port} did not come up");
@@ -485,37 +606,78 @@ fn run_scenario() -> Result<Scenario, Missing> {
     step("hosts, servers and tcpdump ready");
     let t_start = Instant::now();
     let st = ns(&a)
-        .args([MANTLE, "tag", "run", GLOBAL, LOCAL, "--", "sh", "-c", "echo hello-across | socat -t1 - TCP:10.77.1.2:7000"])
+        .args([
+            MANTLE,
+            "tag",
+            "run",
+            GLOBAL,
+            LOCAL,
+            "--",
+            "sh",
+            "-c",
+            "echo hello-across | socat -t1 - TCP:10.77.1.2:7000",
+        ])
         .stdin(Stdio::null())
         .stdout(log("a.out"))
         .stderr(log("a.err"))
         .status()
         .expect("run the tagged client");
-    assert!(st.success(), "tagged client on A failed: {}", fs::read_to_string(p("a.err")).unwrap_or_default());
+    assert!(
+        st.success(),
+        "tagged client on A failed: {}",
+        fs::read_to_string(p("a.err")).unwrap_or_default()
+    );
 
-    let back_got = poll_until(TIMEOUT, || fs::read_to_string(&back).ok().filter(|s| s.contains('\n')))
-        .unwrap_or_else(|| panic!("nothing came back to A (C said: {})", fs::read_to_string(p("c.err")).unwrap_or_default()));
+    let back_got = poll_until(TIMEOUT, || {
+        fs::read_to_string(&back).ok().filter(|s| s.contains('\n'))
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "nothing came back to A (C said: {})",
+            fs::read_to_string(p("c.err")).unwrap_or_default()
+        )
+    });
     let c_got = fs::read_to_string(&c_out).unwrap_or_default();
     step("the chain came back to A");
     // The B–C connection ends when A's client closes; let the FIN exchange pass.
     std::thread::sleep(Duration::from_millis(300));
 
     // Collect while loaded.
-    let ll_global: Vec<Value> = serde_json::from_value(json(&mantle_ok(&["tag", "lifeline", GLOBAL, "--json"]), "lifeline")).unwrap();
-    let ll_local: Vec<Value> = serde_json::from_value(json(&mantle_ok(&["tag", "lifeline", LOCAL, "--json"]), "lifeline")).unwrap();
-    let local_holders: Vec<Value> = serde_json::from_value(json(&mantle_ok(&["tag", "threads", LOCAL, "--json"]), "threads")).unwrap();
+    let ll_global: Vec<Value> = serde_json::from_value(json(
+        &mantle_ok(&["tag", "lifeline", GLOBAL, "--json"]),
+        "lifeline",
+    ))
+    .unwrap();
+    let ll_local: Vec<Value> = serde_json::from_value(json(
+        &mantle_ok(&["tag", "lifeline", LOCAL, "--json"]),
+        "lifeline",
+    ))
+    .unwrap();
+    let local_holders: Vec<Value> = serde_json::from_value(json(
+        &mantle_ok(&["tag", "threads", LOCAL, "--json"]),
+        "threads",
+    ))
+    .unwrap();
     let status = json(&mantle_ok(&["tags", "status", "--json"]), "status");
     let tags_v = json(&mantle_ok(&["tag", "ls", "--json"]), "tag ls");
     let tags: Vec<Value> = match tags_v {
         Value::Array(v) => v,
-        Value::Object(ref m) => m.get("tags").and_then(|t| t.as_array()).cloned().unwrap_or_default(),
+        Value::Object(ref m) => m
+            .get("tags")
+            .and_then(|t| t.as_array())
+            .cloned()
+            .unwrap_or_default(),
         _ => vec![],
     };
     // Every process now living in B or C (by network namespace inode).
     let mut remote_pids = BTreeSet::new();
     for n in [&b, &c] {
         let o = run("ip", &["netns", "pids", n]);
-        remote_pids.extend(o.stdout.split_whitespace().filter_map(|s| s.parse::<u32>().ok()));
+        remote_pids.extend(
+            o.stdout
+                .split_whitespace()
+                .filter_map(|s| s.parse::<u32>().ok()),
+        );
     }
 
     g.kill_all(); // tcpdump flushes on SIGTERM
@@ -534,7 +696,10 @@ fn run_scenario() -> Result<Scenario, Missing> {
     // with mantle unloaded (so only the files count), files in reverse order.
     let mut per_host: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     for r in &ll_global {
-        per_host.entry(r["host"].as_str().unwrap_or("?").to_string()).or_default().push(r.clone());
+        per_host
+            .entry(r["host"].as_str().unwrap_or("?").to_string())
+            .or_default()
+            .push(r.clone());
     }
     let _ = mantle(&["tags", "down"]);
     g.loaded = false;
@@ -542,12 +707,18 @@ fn run_scenario() -> Result<Scenario, Missing> {
     let mut files = Vec::new();
     for h in [&c, &b, &a] {
         let f = p(&format!("lifeline-{h}.json"));
-        fs::write(&f, serde_json::to_string_pretty(&per_host.get(h.as_str()).cloned().unwrap_or_default()).unwrap()).unwrap();
+        fs::write(
+            &f,
+            serde_json::to_string_pretty(&per_host.get(h.as_str()).cloned().unwrap_or_default())
+                .unwrap(),
+        )
+        .unwrap();
         files.push(f);
     }
     let mut args = vec!["tag", "lifeline", GLOBAL, "--json", "--merge"];
     args.extend(files.iter().map(|s| s.as_str()));
-    let merged: Vec<Value> = serde_json::from_value(json(&mantle_ok(&args), "merged lifeline")).unwrap();
+    let merged: Vec<Value> =
+        serde_json::from_value(json(&mantle_ok(&args), "merged lifeline")).unwrap();
 
     Ok(Scenario {
         a: a.clone(),
@@ -602,7 +773,11 @@ fn parse_pcap(raw: &[u8], src: &str, dst: &str) -> (Vec<WireOpt>, usize) {
     };
     let u32at = |b: &[u8], o: usize| {
         let a: [u8; 4] = b[o..o + 4].try_into().unwrap();
-        if le { u32::from_le_bytes(a) } else { u32::from_be_bytes(a) }
+        if le {
+            u32::from_le_bytes(a)
+        } else {
+            u32::from_be_bytes(a)
+        }
     };
     let link = u32at(raw, 20);
     let l2 = match link {
@@ -680,10 +855,12 @@ fn parse_pcap(raw: &[u8], src: &str, dst: &str) -> (Vec<WireOpt>, usize) {
 // -------------------------------------------------------------- checks
 
 fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("field {k} missing in {v}"))
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("field {k} missing in {v}"))
 }
 fn s<'a>(v: &'a Value, k: &str) -> &'a str {
-    v[k].as_str().unwrap_or_else(|| panic!("field {k} missing in {v}"))
+    v[k].as_str()
+        .unwrap_or_else(|| panic!("field {k} missing in {v}"))
 }
 
 fn bit_of(sc: &Scenario, name: &str) -> u64 {
@@ -700,43 +877,82 @@ fn tcp_reception<'a>(sc: &'a Scenario, host: &str) -> &'a Value {
     sc.ll_global
         .iter()
         .find(|r| s(r, "host") == host && s(r, "via") == "tcp")
-        .unwrap_or_else(|| panic!("no TCP reception of {GLOBAL} on {host}; lifeline: {:#?}", sc.ll_global))
+        .unwrap_or_else(|| {
+            panic!(
+                "no TCP reception of {GLOBAL} on {host}; lifeline: {:#?}",
+                sc.ll_global
+            )
+        })
 }
 
 #[test]
 fn global_tag_reaches_c_with_ttl_decremented_twice() {
     let Some(sc) = scenario() else { return };
-    assert_eq!(sc.c_got.trim(), "hello-across", "the data itself must arrive on C");
+    assert_eq!(
+        sc.c_got.trim(),
+        "hello-across",
+        "the data itself must arrive on C"
+    );
     // The sender on A: the socat that connected to B.
-    let on_a: Vec<&Value> = sc.ll_global.iter().filter(|r| s(r, "host") == sc.a && s(r, "tx_host") == sc.a).collect();
+    let on_a: Vec<&Value> = sc
+        .ll_global
+        .iter()
+        .filter(|r| s(r, "host") == sc.a && s(r, "tx_host") == sc.a)
+        .collect();
     assert!(!on_a.is_empty(), "no receptions on A: {:#?}", sc.ll_global);
     // `tag run` sets it, fork passes it on unchanged, and a pipe hop to a
     // process that already holds it keeps the larger TTL.
-    assert!(on_a.iter().all(|r| u(r, "ttl") == GLOBAL_TTL), "on A the sender side holds TTL {GLOBAL_TTL}: {on_a:#?}");
+    assert!(
+        on_a.iter().all(|r| u(r, "ttl") == GLOBAL_TTL),
+        "on A the sender side holds TTL {GLOBAL_TTL}: {on_a:#?}"
+    );
     let rb = tcp_reception(sc, &sc.b);
     let rc = tcp_reception(sc, &sc.c);
     assert_eq!(s(rb, "tx_host"), sc.a, "B got it from A: {rb}");
     assert_eq!(s(rc, "tx_host"), sc.b, "C got it from B: {rc}");
     assert_eq!(u(rb, "ttl"), GLOBAL_TTL - 1, "one hop to B: {rb}");
     assert_eq!(u(rc, "ttl"), GLOBAL_TTL - 2, "two hops to C: {rc}");
-    assert_eq!(u(rb, "rx_pid"), sc.relay_pid as u64, "B's receiver is the relay: {rb}");
-    assert_eq!(u(rc, "tx_pid"), sc.relay_pid as u64, "C's sender is B's relay: {rc}");
+    assert_eq!(
+        u(rb, "rx_pid"),
+        sc.relay_pid as u64,
+        "B's receiver is the relay: {rb}"
+    );
+    assert_eq!(
+        u(rc, "tx_pid"),
+        sc.relay_pid as u64,
+        "C's sender is B's relay: {rc}"
+    );
     assert_eq!(s(rc, "rx_comm"), "socat", "C's receiver is its socat: {rc}");
     // The sending socat on A is the one whose pid B names.
     let sender = on_a
         .iter()
         .find(|r| u(r, "rx_pid") == u(rb, "tx_pid"))
-        .unwrap_or_else(|| panic!("B names sender pid {} which never got the tag on A: {on_a:#?}", u(rb, "tx_pid")));
+        .unwrap_or_else(|| {
+            panic!(
+                "B names sender pid {} which never got the tag on A: {on_a:#?}",
+                u(rb, "tx_pid")
+            )
+        });
     // Lamport clocks increase along the chain A → B → C → (back to) A.
     let (la, lb, lc) = (u(sender, "lamport"), u(rb, "lamport"), u(rc, "lamport"));
-    assert!(la < lb && lb < lc, "Lamport clocks along the chain: A {la}, B {lb}, C {lc}");
+    assert!(
+        la < lb && lb < lc,
+        "Lamport clocks along the chain: A {la}, B {lb}, C {lc}"
+    );
     let back = sc
         .ll_global
         .iter()
         .find(|r| s(r, "host") == sc.a && s(r, "tx_host") == sc.c)
         .unwrap_or_else(|| panic!("no reception back on A from C: {:#?}", sc.ll_global));
-    assert!(u(back, "lamport") > lc, "A's reception from C is after C's: {back} vs {rc}");
-    assert!(sc.back_got.contains("back:hello-across"), "A's listener got: {:?}", sc.back_got);
+    assert!(
+        u(back, "lamport") > lc,
+        "A's reception from C is after C's: {back} vs {rc}"
+    );
+    assert!(
+        sc.back_got.contains("back:hello-across"),
+        "A's listener got: {:?}",
+        sc.back_got
+    );
     eprintln!("chain: A lamport {la} ttl {} → B lamport {lb} ttl {} → C lamport {lc} ttl {} → A lamport {} ttl {}", u(sender, "ttl"), u(rb, "ttl"), u(rc, "ttl"), u(back, "lamport"), u(back, "ttl"));
 }
 
@@ -745,22 +961,57 @@ fn tcpdump_sees_the_option_on_the_b_to_c_link() {
     let Some(sc) = scenario() else { return };
     let bit = bit_of(sc, GLOBAL);
     let idle = bit_of(sc, IDLE_GLOBAL);
-    assert!(bit < 16 && idle < 16, "global tags live in bits 0-15: {GLOBAL} {bit}, {IDLE_GLOBAL} {idle}");
-    assert!(sc.data_segments_bc > 0, "tcpdump saw no data segment from B to C");
+    assert!(
+        bit < 16 && idle < 16,
+        "global tags live in bits 0-15: {GLOBAL} {bit}, {IDLE_GLOBAL} {idle}"
+    );
+    assert!(
+        sc.data_segments_bc > 0,
+        "tcpdump saw no data segment from B to C"
+    );
     let data: Vec<&WireOpt> = sc.options_bc.iter().filter(|o| o.has_payload).collect();
-    assert!(!data.is_empty(), "no mTags option (kind 0xfd, ExID 6d54) on any of {} B→C data segments", sc.data_segments_bc);
+    assert!(
+        !data.is_empty(),
+        "no mTags option (kind 0xfd, ExID 6d54) on any of {} B→C data segments",
+        sc.data_segments_bc
+    );
     let digest = sc.status.get("cluster_digest").and_then(|d| d.as_u64());
     let rb = tcp_reception(sc, &sc.b);
     for o in &data {
         assert_eq!(o.raw[0], 0xfd, "kind");
         assert_eq!(&o.raw[2..4], &[0x6d, 0x54], "ExID 'mT'");
         assert_eq!(o.raw[1] as usize, o.raw.len(), "length byte");
-        assert_ne!(o.vec & (1 << bit), 0, "{GLOBAL}'s bit {bit} in the vector {:#06x}", o.vec);
-        assert_eq!(o.vec & (1 << idle), 0, "{IDLE_GLOBAL} is held by nobody: its bit {idle} must be clear in {:#06x}", o.vec);
-        assert_eq!(o.ttls.len(), o.vec.count_ones() as usize, "one TTL byte per set bit: {:02x?}", o.raw);
-        assert_eq!(o.ttls[0] as u64, GLOBAL_TTL - 1, "B sends what it holds (TTL {})", GLOBAL_TTL - 1);
+        assert_ne!(
+            o.vec & (1 << bit),
+            0,
+            "{GLOBAL}'s bit {bit} in the vector {:#06x}",
+            o.vec
+        );
+        assert_eq!(
+            o.vec & (1 << idle),
+            0,
+            "{IDLE_GLOBAL} is held by nobody: its bit {idle} must be clear in {:#06x}",
+            o.vec
+        );
+        assert_eq!(
+            o.ttls.len(),
+            o.vec.count_ones() as usize,
+            "one TTL byte per set bit: {:02x?}",
+            o.raw
+        );
+        assert_eq!(
+            o.ttls[0] as u64,
+            GLOBAL_TTL - 1,
+            "B sends what it holds (TTL {})",
+            GLOBAL_TTL - 1
+        );
         assert_eq!(o.pid, sc.relay_pid, "the sending pid is B's relay");
-        assert!(o.lamport as u64 >= u(rb, "lamport"), "the option's Lamport clock ({}) is B's, after its reception ({})", o.lamport, u(rb, "lamport"));
+        assert!(
+            o.lamport as u64 >= u(rb, "lamport"),
+            "the option's Lamport clock ({}) is B's, after its reception ({})",
+            o.lamport,
+            u(rb, "lamport")
+        );
         assert_ne!(o.host, 0, "host id");
         if let Some(d) = digest {
             assert_eq!(o.digest as u64, d, "the cluster table digest");
@@ -770,7 +1021,12 @@ fn tcpdump_sees_the_option_on_the_b_to_c_link() {
         "B→C: {} data segment(s), {} option(s); e.g. {}",
         sc.data_segments_bc,
         sc.options_bc.len(),
-        data[0].raw.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
+        data[0]
+            .raw
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
 }
 
@@ -778,10 +1034,15 @@ fn tcpdump_sees_the_option_on_the_b_to_c_link() {
 fn local_tag_never_leaves_the_host() {
     let Some(sc) = scenario() else { return };
     let lbit = bit_of(sc, LOCAL);
-    assert!(lbit >= 16, "local tags live above the global range: {LOCAL} has bit {lbit}");
+    assert!(
+        lbit >= 16,
+        "local tags live above the global range: {LOCAL} has bit {lbit}"
+    );
     // It did spread on A (so its absence elsewhere means something).
     assert!(
-        sc.ll_local.iter().any(|r| s(r, "host") == sc.a && s(r, "rx_comm") == "socat"),
+        sc.ll_local
+            .iter()
+            .any(|r| s(r, "host") == sc.a && s(r, "rx_comm") == "socat"),
         "{LOCAL} should reach the socat on A through the pipe: {:#?}",
         sc.ll_local
     );
@@ -790,30 +1051,50 @@ fn local_tag_never_leaves_the_host() {
     }
     for t in &sc.local_holders {
         let pid = u(t, "pid") as u32;
-        assert!(!sc.remote_pids.contains(&pid), "a thread on B or C holds {LOCAL}: {t}");
+        assert!(
+            !sc.remote_pids.contains(&pid),
+            "a thread on B or C holds {LOCAL}: {t}"
+        );
     }
     // On the wire: every option's vector has only global bits, and only
     // the one global tag the sender held.
     let gbit = bit_of(sc, GLOBAL);
     for o in &sc.options_bc {
-        assert_eq!(o.vec, 1 << gbit, "only {GLOBAL} travels: vector {:#06x}", o.vec);
+        assert_eq!(
+            o.vec,
+            1 << gbit,
+            "only {GLOBAL} travels: vector {:#06x}",
+            o.vec
+        );
         if lbit < 16 {
             assert_eq!(o.vec & (1 << lbit), 0);
         }
     }
     // C never holds it: its receiver's lifeline records are only of the global tag.
-    assert!(!sc.ll_local.iter().any(|r| s(r, "host") == sc.c || s(r, "host") == sc.b));
+    assert!(!sc
+        .ll_local
+        .iter()
+        .any(|r| s(r, "host") == sc.c || s(r, "host") == sc.b));
 }
 
 #[test]
 fn merged_lifelines_are_in_causal_order() {
     let Some(sc) = scenario() else { return };
-    assert!(sc.per_host.len() >= 3, "receptions on A, B and C: {:?}", sc.per_host.keys());
+    assert!(
+        sc.per_host.len() >= 3,
+        "receptions on A, B and C: {:?}",
+        sc.per_host.keys()
+    );
     let total: usize = sc.per_host.values().map(|v| v.len()).sum();
     assert_eq!(sc.merged.len(), total, "merge keeps every record once");
     // Lamport order, and each host's records in their own order.
     for w in sc.merged.windows(2) {
-        assert!(u(&w[0], "lamport") <= u(&w[1], "lamport"), "merged out of Lamport order: {} then {}", w[0], w[1]);
+        assert!(
+            u(&w[0], "lamport") <= u(&w[1], "lamport"),
+            "merged out of Lamport order: {} then {}",
+            w[0],
+            w[1]
+        );
     }
     let mut last_seq: BTreeMap<String, u64> = BTreeMap::new();
     for r in &sc.merged {
@@ -834,12 +1115,21 @@ fn merged_lifelines_are_in_causal_order() {
         let cause = sc.merged[..i]
             .iter()
             .position(|e| s(e, "host") == s(r, "tx_host") && u(e, "rx_pid") == tx);
-        assert!(cause.is_some(), "reception {r} has no earlier reception by its sender {}@{}", tx, s(r, "tx_host"));
+        assert!(
+            cause.is_some(),
+            "reception {r} has no earlier reception by its sender {}@{}",
+            tx,
+            s(r, "tx_host")
+        );
     }
     // The path across hosts in merged order: A … B … C … A.
     let mut path: Vec<&str> = sc.merged.iter().map(|r| s(r, "host")).collect();
     path.dedup();
-    assert_eq!(path.first().copied(), Some(sc.a.as_str()), "starts on A: {path:?}");
+    assert_eq!(
+        path.first().copied(),
+        Some(sc.a.as_str()),
+        "starts on A: {path:?}"
+    );
     let want = [sc.a.as_str(), sc.b.as_str(), sc.c.as_str(), sc.a.as_str()];
     assert_eq!(path, want, "host order of the merged lifeline");
 }
