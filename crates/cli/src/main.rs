@@ -221,6 +221,11 @@ enum TagCmd {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes
+    // away (`mantle tag lifeline x | head`): Rust ignores SIGPIPE by default,
+    // which turns it into a panic in print!.
+    // SAFETY: resetting a signal disposition at start-up, before any thread.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
