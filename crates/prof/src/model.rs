@@ -506,9 +506,18 @@ impl Kallsyms {
                 Some((a, name))
             })
             .collect();
-        syms.sort();
-        syms.dedup_by_key(|s| s.0);
-        Kallsyms { syms }
+        // Aliases share an address (memset, __memset, __pi_memset): keep
+        // the last one in kallsyms order, as perf does (it prefers the
+        // alias with a non-zero size, which only the last one has).
+        syms.sort_by_key(|s| s.0); // stable: kallsyms order within an address
+        let mut out: Vec<(u64, String)> = Vec::with_capacity(syms.len());
+        for s in syms {
+            match out.last_mut() {
+                Some(l) if l.0 == s.0 => *l = s,
+                _ => out.push(s),
+            }
+        }
+        Kallsyms { syms: out }
     }
     pub fn len(&self) -> usize {
         self.syms.len()
@@ -1301,6 +1310,10 @@ mod tests {
         assert_eq!(k.lookup(0xffffffff81000000), Some("_stext"));
         assert_eq!(k.lookup(0xffffffffc0000010), Some("modfn [mod]"));
         assert_eq!(k.lookup(0x1000), None);
+        let k = Kallsyms::parse(
+            "ffffffff82000000 T memset\nffffffff82000000 T __memset\nffffffff82000000 T __pi_memset\nffffffff82000100 T next\n",
+        );
+        assert_eq!(k.lookup(0xffffffff82000010), Some("__pi_memset"));
     }
 
     fn report(by_tag: bool) -> Report {
