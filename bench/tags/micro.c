@@ -8,8 +8,10 @@
  * exists only when built with -DWITH_MANTLE (linked with libmantle.so) and
  * times mantle_tags_self().
  *
- *   micro CASE ITERS        run CASE: a warm-up of ITERS/10, then ITERS timed
- *                           operations; prints "CASE <ns per op>" on stdout
+ *   micro CASE ITERS        run CASE: a warm-up of ITERS/5, then ITERS timed
+ *                           operations in 5 equal segments; prints
+ *                           "CASE <median> <min> <max>" on stdout: ns per op
+ *                           of the median, fastest and slowest segment
  *   micro time CMD ARGS...  fork+exec CMD, wait, print its wall time in ns
  *                           (the timer for whole programs: a tag held by
  *                           this process is inherited by CMD)
@@ -100,7 +102,59 @@ static void reap(pid_t pid)
 	}
 }
 
-/* Each case runs `warm` untimed then `n` timed ops; returns elapsed ns. */
+/*
+ * The clock: a case calls tick(i) at the top of iteration i and clk_stop()
+ * after its loop. The n timed ops (after `warm` untimed ones) are split in
+ * SEGS equal segments; the result is the median segment's ns per op, so a
+ * burst of interference in one segment (this VM has them) does not move it.
+ */
+#define SEGS 5
+static struct {
+	long next, seglen;
+	int k;
+	uint64_t t[SEGS + 1];
+} clk;
+
+static void clk_start(long warm, long n)
+{
+	clk.seglen = n / SEGS;
+	clk.next = warm;
+	clk.k = 0;
+}
+
+static inline void tick(long i)
+{
+	if (__builtin_expect(i == clk.next, 0)) {
+		clk.t[clk.k++] = now_ns();
+		clk.next = clk.k < SEGS ? clk.next + clk.seglen : -1;
+	}
+}
+
+static uint64_t clk_stop(void)
+{
+	clk.t[SEGS] = now_ns();
+	return clk.t[SEGS] - clk.t[0];
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Median, min and max over the segments of ns per op. */
+static void clk_result(double *med, double *lo, double *hi)
+{
+	double d[SEGS];
+	for (int k = 0; k < SEGS; k++)
+		d[k] = (double)(clk.t[k + 1] - clk.t[k]) / (double)clk.seglen;
+	qsort(d, SEGS, sizeof(d[0]), cmp_d);
+	*med = d[SEGS / 2];
+	*lo = d[0];
+	*hi = d[SEGS - 1];
+}
+
+/* Each case runs `warm` untimed then `n` timed ops (n a multiple of SEGS). */
 typedef uint64_t (*case_fn)(long warm, long n);
 
 /* ------------------------------------------------------- ping-pongs */
@@ -126,14 +180,12 @@ static void echo_loop(int rfd, int wfd)
 static uint64_t pingpong(int wfd, int rfd, long warm, long n)
 {
 	char c = 'x';
-	uint64_t t0 = 0;
 	for (long i = 0; i < warm + n; i++) {
-		if (i == warm)
-			t0 = now_ns();
+		tick(i);
 		xwrite(wfd, &c, 1);
 		xread(rfd, &c, 1);
 	}
-	return now_ns() - t0;
+	return clk_stop();
 }
 
 static uint64_t case_unix_pingpong(long warm, long n)
@@ -201,22 +253,18 @@ static uint64_t case_pipe_pingpong(long warm, long n)
 
 static uint64_t case_getpid(long warm, long n)
 {
-	uint64_t t0 = 0;
 	for (long i = 0; i < warm + n; i++) {
-		if (i == warm)
-			t0 = now_ns();
+		tick(i);
 		if (syscall(SYS_getpid) < 0)
 			die("getpid");
 	}
-	return now_ns() - t0;
+	return clk_stop();
 }
 
 static uint64_t case_fork_exit(long warm, long n)
 {
-	uint64_t t0 = 0;
 	for (long i = 0; i < warm + n; i++) {
-		if (i == warm)
-			t0 = now_ns();
+		tick(i);
 		pid_t pid = fork();
 		if (pid < 0)
 			die("fork");
@@ -224,14 +272,13 @@ static uint64_t case_fork_exit(long warm, long n)
 			_exit(0);
 		reap(pid);
 	}
-	return now_ns() - t0;
+	return clk_stop();
 }
 
 static uint64_t case_signal_rt(long warm, long n)
 {
 	sigset_t set;
 	pid_t parent = getpid(), pid;
-	uint64_t t0 = 0;
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR1);
@@ -253,8 +300,7 @@ static uint64_t case_signal_rt(long warm, long n)
 	}
 	sigdelset(&set, SIGUSR2);
 	for (long i = 0; i < warm + n; i++) {
-		if (i == warm)
-			t0 = now_ns();
+		tick(i);
 		if (kill(pid, SIGUSR1) < 0)
 			die("kill");
 		int sig;
@@ -264,7 +310,7 @@ static uint64_t case_signal_rt(long warm, long n)
 		if (sig != SIGUSR1)
 			die("sigwaitinfo");
 	}
-	uint64_t ns = now_ns() - t0;
+	uint64_t ns = clk_stop();
 	kill(pid, SIGUSR2);
 	reap(pid);
 	return ns;
@@ -274,16 +320,14 @@ static uint64_t case_devnull_write(long warm, long n)
 {
 	int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
 	char c = 'x';
-	uint64_t t0 = 0;
 
 	if (fd < 0)
 		die("open /dev/null");
 	for (long i = 0; i < warm + n; i++) {
-		if (i == warm)
-			t0 = now_ns();
+		tick(i);
 		xwrite(fd, &c, 1);
 	}
-	uint64_t ns = now_ns() - t0;
+	uint64_t ns = clk_stop();
 	close(fd);
 	return ns;
 }
@@ -292,17 +336,15 @@ static uint64_t case_pipe_read(long warm, long n)
 {
 	int p[2];
 	char c = 'x';
-	uint64_t t0 = 0;
 
 	if (pipe2(p, O_CLOEXEC) < 0)
 		die("pipe");
 	for (long i = 0; i < warm + n; i++) {
-		if (i == warm)
-			t0 = now_ns();
+		tick(i);
 		xwrite(p[1], &c, 1);
 		xread(p[0], &c, 1);
 	}
-	uint64_t ns = now_ns() - t0;
+	uint64_t ns = clk_stop();
 	close(p[0]);
 	close(p[1]);
 	return ns;
@@ -312,17 +354,16 @@ static uint64_t case_pipe_read(long warm, long n)
 static uint64_t case_selfread(long warm, long n)
 {
 	volatile uint64_t sink = 0;
-	uint64_t acc = 0, t0 = 0;
+	uint64_t acc = 0;
 
 	/* Map the tables up front; -ENODEV (not loaded) is a valid condition:
 	 * the call then returns 0, and that path is what gets timed. */
 	(void)mantle_tags_open();
 	for (long i = 0; i < warm + n; i++) {
-		if (i == warm)
-			t0 = now_ns();
+		tick(i);
 		acc |= mantle_tags_self();
 	}
-	uint64_t ns = now_ns() - t0;
+	uint64_t ns = clk_stop();
 	sink = acc;
 	(void)sink;
 	/* Tell the driver what was read: a tagged run must see its tag. */
@@ -396,10 +437,16 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < ncases; i++) {
 		if (strcmp(argv[1], cases[i].name) != 0)
 			continue;
-		/* Our stdout may be a pipe read by the driver: keep it quiet
-		 * until the end (one write, after the clock stops). */
-		uint64_t ns = cases[i].fn(n / 10, n);
-		printf("%s %.2f\n", cases[i].name, (double)ns / (double)n);
+		double med, lo, hi;
+
+		n -= n % SEGS;
+		if (n < SEGS)
+			n = SEGS;
+		clk_start(n / 5, n);
+		/* Nothing is printed until the clock has stopped. */
+		(void)cases[i].fn(n / 5, n);
+		clk_result(&med, &lo, &hi);
+		printf("%s %.2f %.2f %.2f\n", cases[i].name, med, lo, hi);
 		return 0;
 	}
 	fprintf(stderr, "micro: unknown case %s (micro list)\n", argv[1]);

@@ -3,6 +3,7 @@
 """Tables for bench/tags/run.sh (called by it; not meant to be run alone).
 
     report.py RAW.tsv PROFILE.tsv META_JSON OUT_PREFIX
+    report.py --from-json OLD.json OUT_PREFIX      (re-render a report)
 
 RAW rows:     kind case cond rep value_ns hops_per_op note
 PROFILE rows: kind case cond program calls_per_op ns_per_call
@@ -71,9 +72,7 @@ def fmt_t(ns, kind):
     return "%.1f ns" % ns
 
 
-def main():
-    raw_p, prof_p, meta_s, out = sys.argv[1:5]
-    meta = json.loads(meta_s)
+def load_raw(raw_p, prof_p):
     vals = defaultdict(dict)  # (kind, case, cond) -> {rep: value}
     hops = defaultdict(list)
     notes = defaultdict(set)
@@ -92,6 +91,36 @@ def main():
         kind, case, cond, prog, cpo, npc = line.rstrip("\n").split("\t")
         prof.append(dict(kind=kind, case=case, cond=cond, program=prog,
                          calls_per_op=float(cpo), ns_per_call=float(npc)))
+    return vals, hops, notes, order, prof
+
+
+def load_json(path):
+    """The same inputs back from a report's .json (to re-render it)."""
+    d = json.load(open(path))
+    vals, hops, notes, order = defaultdict(dict), defaultdict(list), defaultdict(set), []
+    for r in d["rows"]:
+        key = (r["kind"], r["case"], r["cond"])
+        if (r["kind"], r["case"]) not in order:
+            order.append((r["kind"], r["case"]))
+        reps = r.get("reps") or list(range(1, len(r["values"]) + 1))
+        vals[key] = dict(zip(reps, r["values"]))
+        hops[key] = r.get("hops") or [r["hops_per_op"]]
+        if r.get("note"):
+            notes[key] = set(r["note"].split(","))
+    return d["meta"], vals, hops, notes, order, d.get("profile", [])
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--from-json":
+        meta, vals, hops, notes, order, prof = load_json(sys.argv[2])
+        out = sys.argv[3]
+    elif len(sys.argv) == 5:
+        raw_p, prof_p, meta_s, out = sys.argv[1:5]
+        meta = json.loads(meta_s)
+        vals, hops, notes, order, prof = load_raw(raw_p, prof_p)
+    else:
+        sys.stderr.write(__doc__)
+        return 2
 
     rows = []
     for kind, case in order:
@@ -111,7 +140,8 @@ def main():
             if cond == "baseline" and case != "selfread":
                 b = None
             verdict = "info" if b is None else ("PASS" if b[1](med, ratio) else "MISS")
-            rows.append(dict(kind=kind, case=case, cond=cond, n=len(xs), values=xs,
+            rows.append(dict(kind=kind, case=case, cond=cond, n=len(xs), values=xs, reps=list(d.keys()),
+                             hops=hops[(kind, case, cond)],
                              median=med, mad=mad, min=min(xs), max=max(xs), ratio=ratio,
                              paired_min=min(paired) if paired else None,
                              paired_max=max(paired) if paired else None,
@@ -123,12 +153,15 @@ def main():
     p = lines.append
     p("mantle tags overhead (bench/tags/run.sh), %s, git %s, kernel %s, %s CPUs"
       % (meta.get("date"), meta.get("git"), meta.get("kernel"), meta.get("cpus")))
+    p("measured: %s/mantle and libmantle.so (mantle sha256 %s...); command: %s"
+      % (meta.get("mantle_dir"), meta.get("mantle_sha256"), meta.get("command")))
     p("pinning: %s; /dev/cpu_dma_latency: %s" % (meta.get("pinning"), meta.get("cpu_dma_latency")))
     p("repetitions: micro %s, programs %s; order: %s" % (meta.get("reps_micro"), meta.get("reps_programs"), meta.get("order")))
-    p("micro iterations per run: %s (+10%% untimed warm-up)" % meta.get("iters"))
+    p("micro iterations per run: %s (+20%% untimed warm-up; value = median of 5 segments)" % meta.get("iters"))
     p("program inputs: %s" % meta.get("inputs"))
-    p("load average at start %s, at end %s; wall time micro %ss, programs %ss"
-      % (meta.get("loadavg_start"), meta.get("loadavg_end"), meta.get("seconds_micro"), meta.get("seconds_programs")))
+    p("load average at start %s, at end %s; CPUs busy with others' work before the start: %s;"
+      % (meta.get("loadavg_start"), meta.get("loadavg_end"), meta.get("busy_before_start")))
+    p("wall time micro %ss, programs %ss" % (meta.get("seconds_micro"), meta.get("seconds_programs")))
     p("statistics: median, MAD and min..max over repetitions; ratio = median / median(baseline);")
     p("paired = range of per-repetition ratios to the baseline run of the same repetition;")
     p("p = two-sided Mann-Whitney U test against baseline (exact; < 0.05: the difference is")
@@ -169,7 +202,9 @@ def main():
         p("")
         p("Where the time goes: one extra run per case with kernel.bpf_stats_enabled=1")
         p("(calls/op and ns/call per mt_* program from bpftool run_cnt/run_time_ns; 'bpf ns/op' is")
-        p("their sum; 'measured' is median(condition) - median(baseline) from the timed runs above.")
+        p("their sum, also as a share of the baseline median: time spent in the programs alone, a")
+        p("lower bound of the overhead that noise does not blur; 'measured' is median(condition) -")
+        p("median(baseline) from the timed runs above.")
         p("What bpf_stats does not see: entering the programs (tracepoint and syscall slow paths).)")
         med = {(r["kind"], r["case"], r["cond"]): r["median"] for r in rows}
         groups = defaultdict(list)
@@ -186,7 +221,9 @@ def main():
                 p("%-8s %-14s %-9s %-16s %10.3f %9.1f %12.1f" % (kind, case, cond, x["program"], x["calls_per_op"], x["ns_per_call"], nso))
             m, b = med.get((kind, case, cond)), med.get((kind, case, "baseline"))
             meas = "%.1f" % (m - b) if m is not None and b is not None else "-"
-            p("%-8s %-14s %-9s %-16s %10s %9s %12.1f   measured %s ns/op" % (kind, case, cond, "= bpf ns/op", "", "", tot, meas))
+            share = " (%.1f%% of baseline)" % (100.0 * tot / b) if b else ""
+            p("%-8s %-14s %-9s %-16s %10s %9s %12.1f%s; measured %s ns/op"
+              % (kind, case, cond, "= bpf ns/op", "", "", tot, share, meas))
         p("")
 
     text = "\n".join(lines) + "\n"

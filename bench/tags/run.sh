@@ -37,15 +37,20 @@
 # Order, repetitions, pinning. An untimed warm-up runs every case once. Then
 # repetition r runs every condition once, each condition a block of all
 # cases; the order of conditions alternates (baseline..lifeline, then
-# lifeline..baseline: ABBA, cancels linear drift). Micro: 11 repetitions
-# (each case run is one process: ITERS/10 untimed warm-up + ITERS timed
-# ops, ~0.1-0.2 s; run-to-run noise here is ~10%, so many short runs beat
-# few long ones); programs: 7 repetitions (0.8-2.5 s each). Everything is pinned to CPU 1 with
+# lifeline..baseline: ABBA, cancels linear drift). Micro: 13 repetitions;
+# each case run is one process: ITERS/5 untimed warm-up ops, then ITERS
+# timed ops in 5 equal segments, and the run's value is the median segment's
+# ns/op (~0.1-0.2 s a run; this VM has bursts of interference and ~10%
+# run-to-run noise, so many short runs beat few long ones). Programs: 7
+# repetitions (0.8-2.7 s each). Everything is pinned to CPU 1 with
 # taskset (both ends of a ping-pong and all stages of a pipeline share it:
 # cross-CPU wake-ups cost 33-70 us on these VMs). /dev/cpu_dma_latency is
 # NOT held unless --dma-latency is given. Each table row gives the median,
-# the MAD and the min..max over the repetitions, and the ratio of medians to
-# baseline, with the issue's bar and PASS/MISS (MISS is reported, not fatal):
+# the MAD and the min..max over the repetitions, the ratio of medians to
+# baseline, the range of per-repetition ratios to baseline ("paired"), a
+# two-sided Mann-Whitney p against baseline (is the difference noise?), and
+# the issue's bar with PASS/MISS on the ratio of medians (MISS is reported,
+# not fatal):
 #   loaded <= 1.02 on every case;
 #   tagged, lifeline <= 1.15 on IPC micro cases (unix_pingpong pipe_pingpong
 #     signal_rt pipe_read), <= 1.03 on whole programs; other micro cases:
@@ -58,17 +63,20 @@
 # After the timed runs (full mode) a profile pass runs each case once more
 # with kernel.bpf_stats_enabled=1 and prints, per mt_* program, calls per op
 # and ns per call (bpf_stats adds its own overhead, so it is never on while
-# timing). Results: stdout, bench/results/tags-<date>.txt and .json.
+# timing), and their sum as a share of the baseline: the time spent in
+# mantle's programs, which noise does not blur. Results: stdout,
+# bench/results/tags-<date>.txt and .json (`report.py --from-json` re-renders).
 #
 # The kernel side is machine-wide state: the script holds
 # `flock /run/mantle-kernel.lock` (fd 9) from before its first change until
-# it exits. It records what it found; on exit it leaves the kernel side
-# unloaded if it was unloaded, and if it was loaded it loads it again (with
-# the repository's target/release/libmantle.so as --lib) and re-creates the
-# tags it had (name, ttl, lifeline, class, owner); which threads held them
-# cannot be restored. While it runs, the kernel side is loaded from private
-# copies of mantle and libmantle.so (others may rebuild target/ meanwhile). Also restored on exit:
-# kernel.bpf_stats_enabled.
+# it exits. It records what it found. On exit it leaves the kernel side
+# unloaded if it was unloaded; if it was loaded, it loads it again (with the
+# --lib it had, from /run/mantle/tags.lib, else the repository's
+# target/release/libmantle.so) and re-creates the local tags it had (name,
+# ttl, lifeline, class, replies, owner; not --expire); which threads held
+# them cannot be restored. Also restored on exit: kernel.bpf_stats_enabled.
+# While it runs, the kernel side is loaded from private copies of mantle and
+# libmantle.so (others may rebuild target/ meanwhile).
 #
 # Options:
 #   --quick            ~1 min smoke run: 3/2 repetitions, half the
@@ -78,10 +86,13 @@
 #   --cpu LIST         taskset CPU list (default 1; "0-1" = not pinned)
 #   --dma-latency      hold /dev/cpu_dma_latency at 0 during the run
 #   --no-profile       skip the bpf_stats profile pass
-#   --max-wait S       before timing, wait up to S seconds (default 600;
-#                      --quick: 0) for the CPUs to be <= 15% busy with other
-#                      people's work; the busy share seen is in the report
+#   --max-wait S       before timing, wait up to S seconds (default 600)
+#                      for the CPUs to be <= 15% busy with other people's
+#                      work, and fail if they are not; 0 (the --quick
+#                      default): do not wait. The busy share is reported
 #   --out DIR          results directory (default bench/results)
+#   --mantle-dir DIR   measure the mantle and libmantle.so in DIR (e.g. a
+#                      clean build of a commit) instead of target/release
 # Exit status: 0 when every case ran (even with MISS rows), 1 on errors.
 
 set -euo pipefail
@@ -92,16 +103,17 @@ HERE=$ROOT/bench/tags
 QUICK=0
 DO_MICRO=1
 DO_PROGS=1
-REPS_MICRO=11
+REPS_MICRO=13
 REPS_PROGS=7
 CPU=1
 DMA=0
 PROFILE=1
 OUT=$ROOT/bench/results
 DATA=${MANTLE_BENCH_DATA:-/var/tmp/mantle-bench-tags}
-SETTLE=0.3
+SETTLE=0.5
 QUIET_PCT=15
 MAX_WAIT=
+MANTLE_DIR=
 
 usage() { sed -n '/^# Options:/,/^# Exit/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -116,13 +128,14 @@ while [[ $# -gt 0 ]]; do
 	--no-profile) PROFILE=0 ;;
 	--max-wait) MAX_WAIT=$2; shift ;;
 	--out) OUT=$2; shift ;;
+	--mantle-dir) MANTLE_DIR=$2; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) echo "run.sh: unknown option $1" >&2; usage >&2; exit 1 ;;
 	esac
 	shift
 done
 if [[ $QUICK == 1 ]]; then
-	[[ $REPS_MICRO == 11 ]] && REPS_MICRO=3
+	[[ $REPS_MICRO == 13 ]] && REPS_MICRO=3
 	[[ $REPS_PROGS == 7 ]] && REPS_PROGS=2
 	PROFILE=0
 	MAX_WAIT=${MAX_WAIT:-0}
@@ -153,15 +166,20 @@ need bpftool bpftool
 
 # ------------------------------------------------------------------ build
 cd "$ROOT"
-if [[ ! -x target/release/mantle || ! -f target/release/libmantle.so ]]; then
-	log "building mantle (cargo build --release)"
-	cargo build --release >&2
+if [[ -z $MANTLE_DIR ]]; then
+	MANTLE_DIR=$ROOT/target/release
+	if [[ ! -x $MANTLE_DIR/mantle || ! -f $MANTLE_DIR/libmantle.so ]]; then
+		log "building mantle (cargo build --release)"
+		cargo build --release >&2
+	fi
 fi
+[[ -x $MANTLE_DIR/mantle && -f $MANTLE_DIR/libmantle.so ]] || die "no mantle and libmantle.so in $MANTLE_DIR"
 # Private copies: other people may rebuild target/ while this runs, and the
 # self-operation uprobe is attached to the library file `tags up` is given.
 BIN=$(mktemp -d /tmp/mantle-bench-tags.XXXXXX)
 trap 'rm -rf "$BIN"' EXIT # replaced by restore() once we hold the lock
-cp target/release/mantle target/release/libmantle.so "$BIN/"
+trap 'exit 130' INT TERM
+cp "$MANTLE_DIR/mantle" "$MANTLE_DIR/libmantle.so" "$BIN/"
 MANTLE=$BIN/mantle
 cc -O2 -Wall -Wextra -o "$BIN/micro" "$HERE/micro.c"
 cc -O2 -Wall -Wextra -DWITH_MANTLE -I"$ROOT/include" -o "$BIN/micro_mantle" "$HERE/micro.c" \
@@ -245,9 +263,12 @@ wait_quiet() {
 	while :; do
 		b=$(busy_pct)
 		((b <= QUIET_PCT)) && break
-		if (($(date +%s) - t0 >= MAX_WAIT)); then
-			log "machine still busy (${b}% of the CPUs) after ${MAX_WAIT}s: measuring anyway"
+		if ((MAX_WAIT == 0)); then
+			log "machine busy (${b}% of the CPUs used by others): measuring anyway (--max-wait 0)"
 			break
+		fi
+		if (($(date +%s) - t0 >= MAX_WAIT)); then
+			die "machine still busy (${b}% of the CPUs used by others) after ${MAX_WAIT}s; timings would be noise. Rerun later, or pass --max-wait 0 to measure anyway"
 		fi
 		log "machine busy (${b}% of the CPUs used by others); waiting for <= ${QUIET_PCT}%"
 		sleep 9
@@ -266,6 +287,7 @@ if ! flock -n 9; then
 	flock 9
 fi
 log "holding /run/mantle-kernel.lock"
+BUSY1=$(busy_pct) # whoever held the lock may have kept the machine busy
 
 PIN=/sys/fs/bpf/mantle/tags
 is_loaded() { [[ -e $PIN/maps/ctl ]]; }
@@ -273,7 +295,7 @@ WAS_LOADED=0
 WAS_LIB=
 is_loaded && WAS_LOADED=1
 if [[ $WAS_LOADED == 1 ]]; then
-	WAS_LIB=$(cat /sys/fs/bpf/mantle/tags.lib 2>/dev/null || true)
+	WAS_LIB=$(cat /run/mantle/tags.lib 2>/dev/null || true) # written by `mantle tags up`
 	"$MANTLE" tag ls --json >"$BIN/tags-before.json"
 	log "kernel side was loaded with $(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$BIN/tags-before.json") tag(s); restored on exit"
 fi
@@ -288,7 +310,8 @@ restore() {
 	if [[ $WAS_LOADED == 1 ]]; then
 		# Prefer the repository's mantle (next to its libmantle.so, the
 		# default --lib); fall back to our copy if that one cannot load.
-		local m=$ROOT/target/release/mantle lib=${WAS_LIB:-$ROOT/target/release/libmantle.so}
+		local m=$ROOT/target/release/mantle lib=$WAS_LIB
+		[[ -n $lib && -f $lib ]] || lib=$ROOT/target/release/libmantle.so
 		if ! "$m" tags up --lib "$lib" >/dev/null; then
 			echo "run.sh: $m tags up failed; loading with the copy this run used" >&2
 			m=$MANTLE
@@ -301,6 +324,10 @@ restore() {
 			    if t.get("ttl") is not None: a += ["--ttl", str(t["ttl"])]
 			    if t.get("system"): a.append("--system")
 			    if t.get("lifeline"): a += ["--lifeline", str(t["lifeline"])]
+			    if t.get("replies"): a.append("--replies")
+			    if t.get("scope", "local") != "local" or t.get("state") != "live":
+			        sys.stderr.write("run.sh: not re-creating tag %s (%s, %s)\n" % (t["name"], t.get("scope"), t.get("state")))
+			        continue
 			    if t.get("owner_uid") is not None: a += ["--owner", str(t["owner_uid"])]
 			    print(" ".join(a))
 		EOF
@@ -312,7 +339,6 @@ restore() {
 	exit $rc
 }
 trap restore EXIT
-trap 'exit 130' INT TERM
 
 # Current state, tracked here (we hold the lock: nobody else changes it).
 CUR_LOADED=$WAS_LOADED
@@ -381,7 +407,7 @@ run_one() {
 		$(prefix "$cond") "$bin" "$case" "${ITERS[$case]}" >"$out" 2>"$err" ||
 			die "micro $case under $cond failed: $(cat "$err")"
 		val=$(awk -v c="$case" '$1 == c { print $2 }' "$out")
-		ops=$((ITERS[$case] + ITERS[$case] / 10))
+		ops=$((ITERS[$case] + ITERS[$case] / 5))
 		if [[ $case == selfread ]]; then
 			note=$(sed -n 's/^selfread: vector //p' "$err")
 			if [[ $cond == tagged || $cond == lifeline ]] && [[ $note == 0 ]]; then
@@ -451,7 +477,7 @@ profile_one() { # KIND CASE COND
 		local bin=$BIN/micro
 		[[ $case == selfread ]] && bin=$BIN/micro_mantle
 		$(prefix "$cond") "$bin" "$case" "${ITERS[$case]}" >/dev/null 2>&1 || die "profile: micro $case failed"
-		ops=$((ITERS[$case] + ITERS[$case] / 10))
+		ops=$((ITERS[$case] + ITERS[$case] / 5))
 	else
 		$(prefix "$cond") "$BIN/micro" time sh -c "$(prog_cmd "$case")" >/dev/null 2>&1 || die "profile: $case failed"
 		ops=1
@@ -482,14 +508,14 @@ goto baseline
 
 # ------------------------------------------------------------------ report
 META=$(python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a in sys.argv[1:])))' \
-	"date=$STAMP" "git=$GIT_REV" "mantle_sha256=$MANTLE_SHA" "kernel=$(uname -r)" "cpus=$(nproc)" \
+	"date=$STAMP" "git=repository HEAD $GIT_REV" "mantle_sha256=$MANTLE_SHA" "mantle_dir=$MANTLE_DIR" "kernel=$(uname -r)" "cpus=$(nproc)" \
 	"pinning=taskset -c $CPU (every process of every case)" \
 	"cpu_dma_latency=$([[ $DMA == 1 ]] && echo 'held at 0' || echo 'not held')" \
 	"reps_micro=$REPS_MICRO" "reps_programs=$REPS_PROGS" "quick=$QUICK" \
 	"order=ABBA: odd reps baseline..lifeline, even reps reversed" \
 	"iters=$(for c in "${MICRO_CASES[@]}"; do printf '%s:%s ' "$c" "${ITERS[$c]}"; done)" \
 	"inputs=gzip ${MIB_GZ} MiB, xz ${KIB_XZ} KiB, sort ${MIB_SORT} MiB, sqlite 1M rows, tar /usr/include x${TAR_LOOPS}" \
-	"loadavg_start=$LOAD0" "loadavg_end=$LOAD1" "busy_before_start=${BUSY0}% of all CPUs (others' load)" \
+	"loadavg_start=$LOAD0" "loadavg_end=$LOAD1" "busy_before_start=${BUSY0}% of all CPUs before taking the lock, ${BUSY1}% after" \
 	"seconds_micro=$((T_MICRO - T_START))" "seconds_programs=$((T_END - T_MICRO))" \
 	"command=bash bench/tags/run.sh $ARGS")
 python3 "$HERE/report.py" "$RAW" "$PROF" "$META" "$OUT/tags-$STAMP"
