@@ -49,7 +49,7 @@ extern "C" fn after_fork_child() {
 
 fn shared() -> Result<&'static Shared, Error> {
     let s = SHARED.get_or_init(|| {
-        let view = MappedMap::open_ro("view").map_err(|e| e.to_string())?;
+        let view = MappedMap::open_ro::<View>("view").map_err(|e| e.to_string())?;
         let tags = Tags::open().map_err(|e| e.to_string())?;
         VIEW_LEN.store(view.entries(), Ordering::Relaxed);
         VIEW.store(view.ptr::<View>(0), Ordering::Release);

@@ -246,7 +246,7 @@ fn compile_actors(bin: &Path, lib_dir: &Path) -> Result<(), String> {
         cmd.args(["-O1", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
             .arg(bin.join(name))
             .arg(actor_src(name))
-            .arg("-lpthread")
+            .args(["-lpthread", "-lrt"])
             .stderr(Stdio::piped());
         if *name == "selftag" {
             cmd.arg(format!("-I{}", include.display()))
@@ -1506,6 +1506,121 @@ fn datagrams_unix_and_udp() {
     assert_eq!(other.run(0, "recv r"), "p1");
     assert_eq!(other.run(0, "recv u"), "p2");
     expect_tags("bystander", other.w[0], &[]);
+}
+
+/// Shared memory (paper section 4): the tags of the thread that creates a
+/// shared object attach to it; a thread that maps it acquires them. Each
+/// object kind once: memfd (mapped through /proc/PID/fd), shm_open, SysV
+/// shmget/shmat, and a plain file whose first tagged sharer attaches its
+/// tags. A private mapping and an untagged object give nothing.
+#[test]
+fn shared_memory_objects() {
+    let c = case!("shm");
+    let m = c.tag("m", &["--lifeline", "64"]);
+    let mut a = c.actor("A", 1);
+    let mut b = c.actor("B", 1);
+    c.set(&m, a.w[0], None);
+
+    // memfd: created by tagged A, never mapped by A.
+    let fd = a.run(0, "memfd mf");
+    b.run(0, &format!("open_rw mf /proc/{}/fd/{fd}", a.pid));
+    expect_tags("B before mapping", b.w[0], &[]);
+    b.run(0, "map mf private");
+    expect_tags("B after a private mapping", b.w[0], &[]);
+    b.run(0, "map mf shared");
+    expect_tags("B after mapping the memfd", b.w[0], &[&m]);
+
+    // shm_open, SysV: each to a fresh reader.
+    let name = format!("/mantle-test-{}", std::process::id());
+    a.run(0, &format!("shm_open so {name}"));
+    let mut r1 = c.actor("R1", 1);
+    r1.run(0, &format!("open_rw so /dev/shm{name}"));
+    r1.run(0, "map so shared");
+    let _ = fs::remove_file(format!("/dev/shm{name}"));
+    expect_tags("R1 after mapping the shm_open object", r1.w[0], &[&m]);
+    let id = a.run(0, "shmget sv");
+    let mut r2 = c.actor("R2", 1);
+    r2.run(0, &format!("shmat {id}"));
+    // SAFETY: removing the test's own SysV segment (IPC_PRIVATE).
+    unsafe { libc::shmctl(id.parse().unwrap(), libc::IPC_RMID, std::ptr::null_mut()) };
+    expect_tags("R2 after shmat", r2.w[0], &[&m]);
+
+    // A plain file, created untagged: the first tagged thread to map it
+    // shared attaches its tags; later sharers acquire them.
+    let f = c.path("shared.dat");
+    fs::write(&f, vec![0u8; 4096]).unwrap();
+    a.run(0, &format!("open_rw pf {}", f.display()));
+    a.run(0, "map pf shared");
+    let mut r3 = c.actor("R3", 1);
+    r3.run(0, &format!("open_rw pf {}", f.display()));
+    r3.run(0, "map pf shared");
+    expect_tags("R3 after sharing the file's pages", r3.w[0], &[&m]);
+
+    // An object made by an untagged thread carries nothing.
+    let mut u = c.actor("U", 1);
+    let ufd = u.run(0, "memfd um");
+    let mut r4 = c.actor("R4", 1);
+    r4.run(0, &format!("open_rw um /proc/{}/fd/{ufd}", u.pid));
+    r4.run(0, "map um shared");
+    expect_tags("R4 after mapping an untagged memfd", r4.w[0], &[]);
+
+    let via: BTreeSet<String> = lifeline(&m)
+        .iter()
+        .map(|r| r["via"].as_str().unwrap().to_string())
+        .collect();
+    assert!(via.contains("shm"), "lifeline: {via:?}");
+}
+
+/// POSIX message queues carry requests like pipes; eventfd is the pulse
+/// (asynchronous notification): the writer's tags reach the reader.
+#[test]
+fn message_queues_and_eventfd() {
+    let c = case!("mq");
+    let q = c.tag("q", &["--lifeline", "64"]);
+    let e = c.tag("e", &["--lifeline", "64"]);
+    let mut a = c.actor("A", 1);
+    let mut b = c.actor("B", 1);
+    let qn = format!("/mantle-test-{}", std::process::id());
+    b.run(0, &format!("mq_open mq {qn}"));
+    a.run(0, &format!("mq_open mq {qn}"));
+    // SAFETY: plain libc call with a NUL-terminated name.
+    let cn = std::ffi::CString::new(qn.clone()).unwrap();
+    unsafe { libc::mq_unlink(cn.as_ptr()) };
+
+    // An untagged message first: nothing; then a tagged one.
+    a.run(0, "mq_send mq plain");
+    assert_eq!(b.run(0, "mq_recv mq"), "plain");
+    expect_tags("B after an untagged message", b.w[0], &[]);
+    c.set(&q, a.w[0], None);
+    a.run(0, "mq_send mq hello");
+    expect_tags("B before receiving", b.w[0], &[]);
+    assert_eq!(b.run(0, "mq_recv mq"), "hello");
+    expect_tags("B after the queue's message", b.w[0], &[&q]);
+
+    // eventfd, made by the test (untagged) and shared with both.
+    // SAFETY: eventfd(2) returns a new fd or -1.
+    let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    assert!(efd >= 0);
+    // SAFETY: efd is a fresh fd we own.
+    let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+    let mut w = c.actor_with("W", 1, &[(&efd, 100)]);
+    let mut r = c.actor_with("R", 1, &[(&efd, 100)]);
+    drop(efd);
+    w.run(0, "adopt ev 100");
+    r.run(0, "adopt ev 100");
+    c.set(&e, w.w[0], None);
+    let seq = r.send(0, "efd_read ev");
+    r.wait_blocked_in_read(0, seq);
+    w.run(0, "efd_write ev 3");
+    assert_eq!(r.wait(seq), "3");
+    expect_tags("R after the pulse", r.w[0], &[&e]);
+    for (tag, kind) in [(&q, "mq"), (&e, "eventfd")] {
+        let ll = lifeline(tag);
+        assert!(
+            ll.iter().any(|r| r["via"] == kind),
+            "{tag}: no {kind} reception in {ll:?}"
+        );
+    }
 }
 
 /// A socketpair has no connect() side: both directions are requests.

@@ -22,6 +22,9 @@ pub enum Kind {
     UnixSeqpacket = 7,
     Tcp = 8,
     Udp = 9,
+    Shm = 10,
+    Mq = 11,
+    Eventfd = 12,
 }
 
 impl Kind {
@@ -36,6 +39,9 @@ impl Kind {
             7 => Kind::UnixSeqpacket,
             8 => Kind::Tcp,
             9 => Kind::Udp,
+            10 => Kind::Shm,
+            11 => Kind::Mq,
+            12 => Kind::Eventfd,
             _ => Kind::None,
         }
     }
@@ -52,6 +58,9 @@ impl Kind {
             Kind::UnixSeqpacket => "unix-seqpacket",
             Kind::Tcp => "tcp",
             Kind::Udp => "udp",
+            Kind::Shm => "shm",
+            Kind::Mq => "mq",
+            Kind::Eventfd => "eventfd",
         }
     }
 }
@@ -112,6 +121,8 @@ pub struct Ctl {
     pub n_pipe_deps: u64,
     pub n_tcp_deps: u64,
     pub n_udp_deps: u64,
+    pub n_ipc_deps: u64,
+    pub n_obj_deps: u64,
 }
 
 /// `struct mt_stats`: per-CPU counters.
@@ -266,7 +277,7 @@ mod layout {
             "mt_ctl",
             size_of::<Ctl>(),
             fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, pad0, host_netns, global, cluster_digest, pad1, replies, freed_epoch, ll_base, ll_size, ll_head,
-                default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps),
+                default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps, n_ipc_deps, n_obj_deps),
         );
         check(
             &btf,

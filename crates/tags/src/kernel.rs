@@ -271,7 +271,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
     }
     // The view is sized at load; record it for readers.
     {
-        let ctl = MappedMap::open_rw("ctl")?;
+        let ctl = MappedMap::open_rw::<crate::abi::Ctl>("ctl")?;
         let identity = std::fs::read_to_string("/etc/machine-id")
             .unwrap_or_else(|_| mantle_sys::os::hostname());
         // SAFETY: ctl maps one struct mt_ctl; plain u32 fields, written
@@ -651,6 +651,15 @@ unsafe impl Pod for u32 {}
 unsafe impl Pod for u64 {}
 unsafe impl Pod for i32 {}
 
+/// The pins outlive the binary that made them: a kernel side loaded by
+/// another build of mantle may lay its structs out differently.
+fn stale(name: &str, found: usize, expected: usize) -> Error {
+    Error::Refused(format!(
+        "the loaded tags kernel side comes from another build of mantle (map {name}: entries of \
+         {found} bytes, this build expects {expected}); reload it: `mantle tags down && mantle tags up`"
+    ))
+}
+
 /// An mmapable array map, mapped for reading (or writing, for root).
 pub struct MappedMap {
     _map: PinnedMap,
@@ -665,17 +674,24 @@ unsafe impl Send for MappedMap {}
 unsafe impl Sync for MappedMap {}
 
 impl MappedMap {
-    pub fn open_ro(name: &str) -> Result<MappedMap, Error> {
-        Self::map(name, false)
+    /// Map pinned array `name` whose entries are `T`s, read-only.
+    pub fn open_ro<T: Pod>(name: &str) -> Result<MappedMap, Error> {
+        Self::map(name, false, std::mem::size_of::<T>())
     }
-    pub fn open_rw(name: &str) -> Result<MappedMap, Error> {
-        Self::map(name, true)
+    /// Map pinned array `name` whose entries are `T`s, for writing.
+    pub fn open_rw<T: Pod>(name: &str) -> Result<MappedMap, Error> {
+        Self::map(name, true, std::mem::size_of::<T>())
     }
-    fn map(name: &str, write: bool) -> Result<MappedMap, Error> {
+    fn map(name: &str, write: bool, entry: usize) -> Result<MappedMap, Error> {
         // mmap(MAP_SHARED) of a file opened read-only loses VM_SHARED, which
         // bpf_map_mmap refuses (EINVAL): even a read-only mapping needs an
         // fd opened for writing. Frozen maps (the view) stay unwritable.
         let m = PinnedMap::open(name, true)?;
+        // The pins outlive the binary that made them: a kernel side loaded
+        // by another build of mantle may lay its structs out differently.
+        if m.value_size as usize != entry {
+            return Err(stale(name, m.value_size as usize, entry));
+        }
         let stride = (m.value_size as usize + 7) & !7;
         let page = 4096;
         let len = (stride * m.max_entries as usize).div_ceil(page) * page;
@@ -776,12 +792,15 @@ pub enum Region {
 }
 
 impl Region {
-    pub fn open(name: &str, root: bool) -> Result<Region, Error> {
+    pub fn open<T: Pod>(name: &str, root: bool) -> Result<Region, Error> {
         if root {
-            return Ok(Region::Mapped(MappedMap::open_rw(name)?));
+            return Ok(Region::Mapped(MappedMap::open_rw::<T>(name)?));
         }
         let map = PinnedMap::open(name, false)?;
         let stride = map.value_size as usize;
+        if stride != std::mem::size_of::<T>() {
+            return Err(stale(name, stride, std::mem::size_of::<T>()));
+        }
         Ok(Region::Copied { map, stride })
     }
     pub fn get<T: Pod>(&self, i: usize) -> T {

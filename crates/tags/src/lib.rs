@@ -184,8 +184,8 @@ impl Tags {
         }
         let root = mantle_sys::os::geteuid() == 0;
         let t = Tags {
-            ctl: Region::open("ctl", root)?,
-            tags: Region::open("tags", root)?,
+            ctl: Region::open::<abi::Ctl>("ctl", root)?,
+            tags: Region::open::<abi::TagEntry>("tags", root)?,
             root,
         };
         // Finish what expired (or an owner deleted) since the last command.
@@ -293,7 +293,7 @@ impl Tags {
             0
         };
         if o.lifeline > 0 {
-            let ll = MappedMap::open_rw("lifeline")?;
+            let ll = MappedMap::open_rw::<abi::Reception>("lifeline")?;
             for s in base..base + o.lifeline {
                 // SAFETY: in-bounds entry of the mapped lifeline array.
                 unsafe { (*ll.ptr::<Reception>(s as usize)).seq = 0 };
@@ -529,7 +529,7 @@ impl Tags {
 
     /// Tag vector of any thread, read from the view (no privilege needed).
     pub fn vector_of(&self, tid: u32) -> Result<Vec<String>, Error> {
-        let view = MappedMap::open_ro("view")?;
+        let view = MappedMap::open_ro::<abi::View>("view")?;
         if tid as usize >= view.entries() {
             return Err(Error::Invalid(format!(
                 "tid {tid} is beyond the view ({} entries)",
@@ -556,7 +556,7 @@ impl Tags {
             )));
         }
         let gen = self.entry(bit).generation;
-        let ll = MappedMap::open_ro("lifeline")?;
+        let ll = MappedMap::open_ro::<abi::Reception>("lifeline")?;
         let hosts = kernel::host_names(c.host_id, c.host_netns);
         let host_name = |id: u32| {
             hosts

@@ -104,6 +104,9 @@ fn colour(via: &str) -> &'static str {
         "tcp" => "#d62728",
         "udp" => "#ff9896",
         "signal" => "#9467bd",
+        "shm" => "#bcbd22",
+        "mq" => "#17becf",
+        "eventfd" => "#e377c2",
         _ => "#7f7f7f",
     }
 }

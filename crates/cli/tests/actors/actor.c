@@ -37,6 +37,12 @@
  *   fork_child NAME -> pid (the child blocks until `release NAME`, then exits)
  *   release NAME      waitpid PID -> status
  *   spawn REPORT PROG ARGS... -> pid (fork+exec, its stdout to REPORT)
+ * Shared memory, message queues, eventfd (the paper's section 4 channels):
+ *   memfd NAME -> fd number                   shm_open NAME PATH (creates it)
+ *   open_rw NAME PATH                         map NAME shared|private -> ok
+ *   shmget NAME -> id (SysV, IPC_PRIVATE)     shmat ID
+ *   eventfd NAME      efd_write NAME N        efd_read NAME -> counter
+ *   mq_open NAME PATH (creates it)            mq_send NAME TEXT    mq_recv NAME -> text
  *   exit
  * Signals: SIGUSR1 and SIGCHLD are counted by a handler that only the main
  * thread runs (workers block them); SIGUSR2 is ignored.
@@ -53,6 +59,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <mqueue.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -441,6 +451,109 @@ static void run(char *line)
 		if (fd_put(argv[1], fd) < 0)
 			FAIL("%s err fd table full", seq);
 		report("%s ok", seq);
+	} else if (!strcmp(verb, "memfd")) {
+		int fd;
+
+		NEED(2);
+		fd = memfd_create(argv[1], 0);
+		if (fd < 0 || ftruncate(fd, 4096) < 0)
+			SYSFAIL("memfd_create");
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
+		report("%s ok %d", seq, fd);
+	} else if (!strcmp(verb, "shm_open")) {
+		int fd;
+
+		NEED(3);
+		fd = shm_open(argv[2], O_RDWR | O_CREAT | O_EXCL, 0600);
+		if (fd < 0 || ftruncate(fd, 4096) < 0)
+			SYSFAIL("shm_open");
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "open_rw")) {
+		int fd;
+
+		NEED(3);
+		fd = open(argv[2], O_RDWR);
+		if (fd < 0)
+			SYSFAIL("open");
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "map")) {
+		void *p;
+
+		NEED(3);
+		p = mmap(0, 4096, PROT_READ | PROT_WRITE,
+			 !strcmp(argv[2], "shared") ? MAP_SHARED : MAP_PRIVATE, fd_get(argv[1]), 0);
+		if (p == MAP_FAILED)
+			SYSFAIL("mmap");
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "shmget")) {
+		int id;
+
+		NEED(2);
+		id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+		if (id < 0)
+			SYSFAIL("shmget");
+		report("%s ok %d", seq, id);
+	} else if (!strcmp(verb, "shmat")) {
+		void *p;
+
+		NEED(2);
+		p = shmat(atoi(argv[1]), 0, 0);
+		if (p == (void *)-1)
+			SYSFAIL("shmat");
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "eventfd")) {
+		int fd;
+
+		NEED(2);
+		fd = eventfd(0, 0);
+		if (fd < 0)
+			SYSFAIL("eventfd");
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "efd_write")) {
+		NEED(3);
+		if (eventfd_write(fd_get(argv[1]), strtoull(argv[2], 0, 10)) < 0)
+			SYSFAIL("eventfd_write");
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "efd_read")) {
+		eventfd_t v;
+
+		NEED(2);
+		if (eventfd_read(fd_get(argv[1]), &v) < 0)
+			SYSFAIL("eventfd_read");
+		report("%s ok %llu", seq, (unsigned long long)v);
+	} else if (!strcmp(verb, "mq_open")) {
+		struct mq_attr at = {.mq_maxmsg = 8, .mq_msgsize = 256};
+		mqd_t q;
+
+		NEED(3);
+		q = mq_open(argv[2], O_RDWR | O_CREAT, 0600, &at);
+		if (q == (mqd_t)-1)
+			SYSFAIL("mq_open");
+		if (fd_put(argv[1], (int)q) < 0)
+			FAIL("%s err fd table full", seq);
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "mq_send")) {
+		NEED(3);
+		if (mq_send((mqd_t)fd_get(argv[1]), argv[2], strlen(argv[2]), 0) < 0)
+			SYSFAIL("mq_send");
+		report("%s ok", seq);
+	} else if (!strcmp(verb, "mq_recv")) {
+		char buf[256];
+		ssize_t n;
+
+		NEED(2);
+		n = mq_receive((mqd_t)fd_get(argv[1]), buf, sizeof(buf), 0);
+		if (n < 0)
+			SYSFAIL("mq_receive");
+		buf[n] = 0;
+		report("%s ok %s", seq, buf);
 	} else if (!strcmp(verb, "kill")) {
 		NEED(3);
 		if (kill(atoi(argv[1]), sig_of(argv[2])) < 0)

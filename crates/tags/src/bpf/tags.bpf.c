@@ -749,8 +749,14 @@ static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_c
 	} else if (k->type == MT_K_TCP) {
 		if (!c->n_tcp_deps)
 			__sync_fetch_and_add(&c->n_tcp_deps, 1);
-	} else if (!c->n_udp_deps) {
-		__sync_fetch_and_add(&c->n_udp_deps, 1);
+	} else if (k->type == MT_K_UDP) {
+		if (!c->n_udp_deps)
+			__sync_fetch_and_add(&c->n_udp_deps, 1);
+	} else if (k->type == MT_K_MQ || k->type == MT_K_EVENTFD) {
+		if (!c->n_ipc_deps)
+			__sync_fetch_and_add(&c->n_ipc_deps, 1);
+	} else if (!c->n_obj_deps) {
+		__sync_fetch_and_add(&c->n_obj_deps, 1);
 	}
 	return d;
 }
@@ -908,25 +914,47 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
-/* ----------------------------------------------------- pipes and FIFOs */
-
-#define NR_read 0
-#define NR_write 1
-#define NR_readv 19
-#define NR_writev 20
+/* ------------------------- pipes, FIFOs, eventfd, message queues, shm */
 
 /*
- * The pipe behind fd of the current task, or 0 if fd is not a pipe/FIFO.
- * One helper call (the fd array is an array of pointers, which BTF cannot
- * walk); the rest are direct loads through a read-only cast.
+ * All of these are seen at the exit of the system call that used them
+ * (there is no tracepoint inside pipe_read, eventfd_write, mq_timedsend or
+ * do_mmap, and no kprobes here: ../shared/platform.md). sys_exit is
+ * attached only while a tag exists; each case is a global function, so the
+ * verifier checks it once rather than once per path of the dispatcher.
  */
-static __always_inline struct pipe_inode_info *fd_pipe(int fd, struct mt_chan_key *k)
+#define NR_read 0
+#define NR_write 1
+#define NR_open 2
+#define NR_mmap 9
+#define NR_readv 19
+#define NR_writev 20
+#define NR_shmget 29
+#define NR_shmat 30
+#define NR_creat 85
+#define NR_mq_timedsend 242
+#define NR_mq_timedreceive 243
+#define NR_openat 257
+#define NR_memfd_create 319
+#define NR_openat2 437
+
+#define TMPFS_MAGIC 0x01021994  /* /dev/shm (shm_open) */
+#define MQUEUE_MAGIC 0x19800202 /* POSIX message queues */
+#define MT_FMODE_CREATED 0x100000 /* f_mode: this open created the file */
+#define MT_MAP_SHARED 0x01      /* also set in MAP_SHARED_VALIDATE */
+#define MT_IPC_CREAT 01000
+
+/*
+ * The file behind fd of the current task, or 0. One load for the fd array
+ * (an array of pointers, which BTF cannot walk: a read-only cast, or a
+ * helper call in compat mode); the rest are direct loads through a
+ * read-only cast.
+ */
+static __always_inline struct file *fd_file(int fd)
 {
 	struct task_struct *task = bpf_core_cast(bpf_get_current_task_btf(), struct task_struct);
 	struct fdtable *fdt = task->files->fdt;
 	struct file *f = 0;
-	struct inode *ino;
-	struct pipe_inode_info *p;
 
 	if (!fdt || fd < 0 || fd >= fdt->max_fds)
 		return 0;
@@ -938,72 +966,233 @@ static __always_inline struct pipe_inode_info *fd_pipe(int fd, struct mt_chan_ke
 	} else {
 		bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
 	}
-	if (!f)
-		return 0;
-	ino = bpf_core_cast(f, struct file)->f_inode;
-	if (!ino || (ino->i_mode & S_IFMT) != S_IFIFO)
-		return 0;
-	p = ino->i_pipe;
-	k->a = (__u64)p;
-	k->b = ino->i_ino;
-	k->type = MT_K_PIPE;
-	k->pad = 0;
-	return p;
+	return f ? bpf_core_cast(f, struct file) : 0;
 }
 
-static __always_inline int pipe_empty(struct pipe_inode_info *p)
+/* "[eventfd]": the name of every eventfd's anonymous-inode file. */
+static __always_inline int is_eventfd(struct file *f)
 {
-	struct pipe_inode_info *pp = bpf_core_cast(p, struct pipe_inode_info);
+	const char *n = bpf_rdonly_cast(f->f_path.dentry->d_name.name, 0);
+	/* little-endian "[eventfd" */
+	return n && *(const __u64 *)n == 0x6466746e6576655bULL && n[8] == ']' && n[9] == 0;
+}
 
-	return pp->head == pp->tail;
+/*
+ * A message channel behind file f: pipe/FIFO, eventfd or POSIX message
+ * queue. Fills the chan_dep key and returns the kind (0: none of these).
+ */
+static __always_inline __u32 chan_of(struct file *f, struct mt_chan_key *k)
+{
+	struct inode *ino = f->f_inode;
+
+	if (!ino)
+		return 0;
+	k->pad = 0;
+	if ((ino->i_mode & S_IFMT) == S_IFIFO) {
+		k->a = (__u64)ino->i_pipe;
+		k->b = ino->i_ino;
+		k->type = MT_K_PIPE;
+		return MT_K_PIPE;
+	}
+	if (ino->i_sb->s_magic == MQUEUE_MAGIC) {
+		k->a = (__u64)ino;
+		k->b = ino->i_ino;
+		k->type = MT_K_MQ;
+		return MT_K_MQ;
+	}
+	if (is_eventfd(f)) {
+		k->a = (__u64)f->private_data;
+		k->b = 0;
+		k->type = MT_K_EVENTFD;
+		return MT_K_EVENTFD;
+	}
+	return 0;
+}
+
+/* Whether the channel is empty now: everything sent has been read. */
+static __always_inline int chan_drained(struct file *f, __u32 kind)
+{
+	struct inode *ino = f->f_inode;
+
+	if (kind == MT_K_PIPE) {
+		struct pipe_inode_info *p = bpf_core_cast(ino->i_pipe, struct pipe_inode_info);
+		return p->head == p->tail;
+	}
+	if (kind == MT_K_EVENTFD)
+		return bpf_core_cast(f->private_data, struct eventfd_ctx)->count == 0;
+	/* the queue's bookkeeping around its inode */
+	struct mqueue_inode_info *mq = bpf_core_cast(
+		(void *)ino - bpf_core_field_offset(struct mqueue_inode_info, vfs_inode),
+		struct mqueue_inode_info);
+	return mq->attr.mq_curmsgs == 0;
+}
+
+/*
+ * A request sent on fd (write/writev, mq_timedsend): deposit the sender's
+ * tags on the channel; if the reader already took the message (it ran
+ * between the send and this hook), hand the tags to that reader now.
+ */
+__noinline int mt_on_send(int fd, int mq_only)
+{
+	struct mt_chan_key k;
+	struct snap s = {};
+	struct mt_deposit *d;
+	struct mt_ctl *c;
+	struct file *f;
+	__u32 kind;
+
+	if (!self_tagged())
+		return 0;
+	f = fd_file(fd);
+	if (!f)
+		return 0;
+	kind = chan_of(f, &k);
+	if (!kind || (mq_only != (kind == MT_K_MQ)))
+		return 0;
+	if (!take_snapshot(&s, &c))
+		return 0;
+	d = chan_get(c, &k);
+	if (!d)
+		return 0;
+	deposit(d, &s, kind, c->epoch, 0, 0);
+	if (chan_drained(f, kind))
+		deliver_late(c, d);
+	return 0;
+}
+
+/* A message received from fd (read/readv, mq_timedreceive). */
+__noinline int mt_on_recv(int fd, int mq_only)
+{
+	struct mt_chan_key k;
+	struct mt_deposit *d;
+	struct mt_ctl *c = get_ctl();
+	struct file *f;
+	__u32 kind;
+
+	if (!c || !(c->n_pipe_deps | c->n_ipc_deps))
+		return 0;
+	f = fd_file(fd);
+	if (!f)
+		return 0;
+	kind = chan_of(f, &k);
+	if (!kind || (mq_only != (kind == MT_K_MQ)))
+		return 0;
+	d = bpf_map_lookup_elem(&chan_dep, &k);
+	if (!d)
+		return 0;
+	if (vec_empty(d->vec)) {
+		if (d->last_reader != (__u32)bpf_get_current_pid_tgid())
+			d->last_reader = (__u32)bpf_get_current_pid_tgid();
+		return 0;
+	}
+	receive(d, chan_drained(f, kind));
+	return 0;
+}
+
+/* Key of a shared-memory object: its inode (memfd, /dev/shm, a file), or
+ * a SysV segment's id in the caller's IPC namespace. */
+static __always_inline void shm_key(struct mt_chan_key *k, struct file *f, long sysv_id)
+{
+	if (f) {
+		k->a = (__u64)f->f_inode;
+		k->b = f->f_inode ? f->f_inode->i_ino : 0;
+		k->type = MT_K_SHM;
+	} else {
+		struct task_struct *t = bpf_core_cast(bpf_get_current_task_btf(), struct task_struct);
+
+		k->a = (__u64)sysv_id;
+		k->b = (__u64)(t->nsproxy ? t->nsproxy->ipc_ns : 0);
+		k->type = MT_KEY_SYSV;
+	}
+	k->pad = 0;
+}
+
+/*
+ * A shared-memory object was created (memfd_create, shm_open, shmget with
+ * IPC_CREAT) or mapped shared by a tagged thread: the object takes the
+ * creator's tags (paper, section 4). A mapping of an object that has tags
+ * gives them to the mapping thread. fd < 0: SysV id in sysv_id.
+ * created: 1 at creation, 0 at a mapping.
+ */
+__noinline int mt_on_shm(int fd, long sysv_id, int created)
+{
+	struct mt_chan_key k;
+	struct snap s = {};
+	struct mt_deposit *d;
+	struct mt_ctl *c;
+	struct file *f = 0;
+
+	if (fd >= 0) {
+		f = fd_file(fd);
+		if (!f)
+			return 0;
+	}
+	shm_key(&k, f, sysv_id);
+	if (created || self_tagged()) {
+		/* The creator (or the first tagged thread to share a plain
+		 * file's pages) attaches its tags; later ones only receive. */
+		d = bpf_map_lookup_elem(&chan_dep, &k);
+		if (!d || created) {
+			if (!take_snapshot(&s, &c))
+				return 0;
+			d = chan_get(c, &k);
+			if (d)
+				deposit(d, &s, MT_K_SHM, c->epoch, 0, 0);
+			return 0;
+		}
+	}
+	c = get_ctl();
+	if (created || !c || !c->n_obj_deps)
+		return 0;
+	d = bpf_map_lookup_elem(&chan_dep, &k);
+	if (!d || vec_empty(d->vec) || d->tx_tid == (__u32)bpf_get_current_pid_tgid())
+		return 0;
+	receive(d, 0);
+	return 0;
 }
 
 SEC("tp_btf/sys_exit")
 int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 {
 	long nr;
-	struct mt_chan_key k;
-	struct pipe_inode_info *p;
-	struct mt_deposit *d;
-	struct mt_ctl *c;
 
-	if (ret <= 0)
+	if (ret < 0)
 		return 0;
 	nr = regs->orig_ax;
-	if (nr == NR_write || nr == NR_writev) {
-		struct snap s = {};
+	switch (nr) {
+	case NR_write:
+	case NR_writev:
+		return ret ? mt_on_send((int)regs->di, 0) : 0;
+	case NR_read:
+	case NR_readv:
+		return ret ? mt_on_recv((int)regs->di, 0) : 0;
+	case NR_mq_timedsend:
+		return mt_on_send((int)regs->di, 1);
+	case NR_mq_timedreceive:
+		return mt_on_recv((int)regs->di, 1);
+	case NR_memfd_create:
+		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
+	case NR_open:
+	case NR_openat:
+	case NR_openat2:
+	case NR_creat: {
+		/* shm_open: a file that this call created on a tmpfs */
+		struct file *f;
 
-		if (!self_tagged())
+		if (!self_tagged() || !(f = fd_file((int)ret)))
 			return 0;
-		p = fd_pipe((int)regs->di, &k);
-		if (!p || !take_snapshot(&s, &c))
+		if (!(f->f_mode & MT_FMODE_CREATED) || !f->f_inode ||
+		    f->f_inode->i_sb->s_magic != TMPFS_MAGIC)
 			return 0;
-		d = chan_get(c, &k);
-		if (!d)
-			return 0;
-		deposit(d, &s, MT_K_PIPE, c->epoch, 0, 0);
-		/* Already read: the reader beat this hook (see deliver_late). */
-		if (pipe_empty(p))
-			deliver_late(c, d);
-		return 0;
+		return mt_on_shm((int)ret, 0, 1);
 	}
-	if (nr == NR_read || nr == NR_readv) {
-		c = get_ctl();
-		if (!c || !c->n_pipe_deps)
-			return 0;
-		p = fd_pipe((int)regs->di, &k);
-		if (!p)
-			return 0;
-		d = bpf_map_lookup_elem(&chan_dep, &k);
-		if (!d)
-			return 0;
-		if (vec_empty(d->vec)) {
-			if (d->last_reader != (__u32)bpf_get_current_pid_tgid())
-				d->last_reader = (__u32)bpf_get_current_pid_tgid();
-			return 0;
-		}
-		receive(d, pipe_empty(p));
-		return 0;
+	case NR_shmget:
+		return (regs->dx & MT_IPC_CREAT) && self_tagged() ? mt_on_shm(-1, ret, 1) : 0;
+	case NR_mmap:
+		return (regs->r10 & MT_MAP_SHARED) && (int)regs->r8 >= 0 ?
+			       mt_on_shm((int)regs->r8, 0, 0) : 0;
+	case NR_shmat:
+		return mt_on_shm(-1, (long)regs->di, 0);
 	}
 	return 0;
 }

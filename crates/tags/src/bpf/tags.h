@@ -47,8 +47,12 @@ enum mt_kind {
 	MT_K_UNIX_SEQPACKET = 7,
 	MT_K_TCP = 8,
 	MT_K_UDP = 9,
-	MT_K_MAX = 10,
+	MT_K_SHM = 10,       /* shared memory: memfd, shm_open, SysV, shared file mapping */
+	MT_K_MQ = 11,        /* POSIX message queues */
+	MT_K_EVENTFD = 12,   /* eventfd: a pulse (asynchronous notification) */
+	MT_K_MAX = 13,
 };
+#define MT_KEY_SYSV 32 /* chan_dep key type of a SysV segment (kind MT_K_SHM) */
 
 /* Tag table entry states (struct mt_tag.state). */
 enum mt_state {
@@ -113,6 +117,8 @@ struct mt_ctl {
 	__u64 n_pipe_deps;         /* deposits ever made in chan_dep, per type: */
 	__u64 n_tcp_deps;          /*   while 0, receivers skip the lookup */
 	__u64 n_udp_deps;
+	__u64 n_ipc_deps;          /*   (eventfd and message queues) */
+	__u64 n_obj_deps;          /*   (shared-memory objects) */
 };
 
 /* Counters for `mantle tags status`: a per-CPU array of one entry (no
@@ -206,9 +212,11 @@ struct mt_tcpopt {
 
 /* Key of deposits that do not live in socket storage. */
 struct mt_chan_key {
-	__u64 a;  /* pipe: inode address; TCP: saddr<<32|daddr; UDP: port */
-	__u64 b;  /* pipe: inode number;  TCP: sport<<16|dport;  UDP: netns */
-	__u32 type; /* MT_K_PIPE, MT_K_TCP, MT_K_UDP */
+	__u64 a;  /* pipe: inode address; TCP: saddr<<32|daddr; UDP: port; mq, shm: inode;
+	           * eventfd: its context; SysV: segment id */
+	__u64 b;  /* pipe, mq, shm: inode number; TCP: sport<<16|dport; UDP: netns;
+	           * SysV: IPC namespace */
+	__u32 type; /* MT_K_PIPE, MT_K_TCP, MT_K_UDP, MT_K_MQ, MT_K_EVENTFD, MT_K_SHM, MT_KEY_SYSV */
 	__u32 pad;  /* TCP, UDP: host of the flow (the same on both ends, or no match) */
 };
 
