@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 """mantle prof benchmarks: accuracy against perf (the L4oprof paper's
-Figures 6-7, plus tag attribution), overhead against perf (Figures 8-10),
-and the sample path's own cost (Table 2).
+Figures 6-7, with gprof for Multiply, plus tag attribution), overhead
+against perf (Figures 8-10), and the sample path's own cost (Table 2).
 
   bench/prof/bench.py accuracy  [--json OUT]
   bench/prof/bench.py overhead  [--reps 5] [--rates 1000,5000,...] [--workloads multiply,tar,iperf3]
   bench/prof/bench.py cost      [--rate 10000]
   bench/prof/bench.py transport [--reps 5]
 
-Run as root from the repository root after `cargo build --release`.
+Run as root from the repository root after `cargo build --release`
+(mantle is taken from $MANTLE, else $CARGO_TARGET_DIR/release/mantle, else
+target/release/mantle). The accuracy mode also needs gprof (binutils).
 Pinning: the workload runs on CPU 1 (taskset -c 1), the profiler's own
 process on CPU 0; /dev/cpu_dma_latency is not held. Benchmarks that load
 the machine take /run/mantle-kernel.lock (flock) per block so that the tags
@@ -28,8 +30,10 @@ import tempfile
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-MANTLE = os.environ.get("MANTLE", os.path.join(ROOT, "target/release/mantle"))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
+MANTLE = os.environ.get("MANTLE", os.path.join(TARGET, "release/mantle"))
 PERF = os.environ.get("PERF", "perf")
+GPROF = os.environ.get("GPROF", "gprof")
 WORK = os.environ.get("MANTLE_BENCH_DIR", "/var/tmp/mantle-bench-prof")
 SHM = "/dev/shm/mantle-bench-prof"
 LOCK = "/run/mantle-kernel.lock"
@@ -60,6 +64,8 @@ def build():
     src = os.path.dirname(os.path.abspath(__file__))
     # -O0 as in the paper's Multiply: the loops stay loops
     sh(["cc", "-O0", "-g", "-o", f"{WORK}/multiply", f"{src}/multiply.c"])
+    # the same with gprof's instrumentation (mcount calls, profil histogram)
+    sh(["cc", "-O0", "-g", "-pg", "-o", f"{WORK}/multiply-pg", f"{src}/multiply.c"])
     sh(["cc", "-O1", "-g", "-o", f"{WORK}/tagsrv", f"{src}/tagsrv.c"])
     sh(["cc", "-O2", "-o", f"{WORK}/timeit", f"{src}/timeit.c"])
     tarball = f"{WORK}/tree.tar"
@@ -247,6 +253,84 @@ def compare(name, mprof, pprof, keys, limit):
     return worst, ok
 
 
+GPROF_PERIOD = re.compile(r"^Each sample counts as ([\d.]+) seconds")
+# % time, cumulative s, self s, [calls, self/call, total/call,] name
+GPROF_LINE = re.compile(r"^\s*([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(?:(\d+)\s+[\d.]+\s+[\d.]+\s+)?(\S+)\s*$")
+
+
+def gprof_profile(exe, gmon):
+    """gprof's flat profile: {function: (% time, self seconds, calls or None)}
+    and the histogram's period in seconds."""
+    r = subprocess.run([GPROF, "-b", "-p", exe, gmon], capture_output=True, text=True)
+    period, prof = None, {}
+    for l in r.stdout.splitlines():
+        m = GPROF_PERIOD.match(l)
+        if m:
+            period = float(m[1])
+            continue
+        m = GPROF_LINE.match(l)
+        if m:
+            prof[m[5]] = (float(m[1]), float(m[3]), int(m[4]) if m[4] else None)
+    if r.returncode != 0 or period is None or not prof:
+        sys.exit(f"gprof -b -p {exe} {gmon}: exit {r.returncode}, no flat profile:\n{r.stdout}{r.stderr}")
+    return prof, period
+
+
+def over(prof, keys):
+    """prof's values for keys, as percentages of their sum."""
+    tot = sum(prof.get(k, 0.0) for k in keys)
+    return {k: prof.get(k, 0.0) / tot * 100 if tot else 0.0 for k in keys}
+
+
+def compare_gprof(rate, mp, pp, gp, period, cpu_s):
+    """mantle and perf (the separate runs) next to gprof, all three as
+    percentages of the three functions' samples: gprof's histogram holds
+    only PCs in the executable's text, so the kernel's and libc's samples
+    that mantle and perf count are taken out of their denominators too."""
+    syms = ("slow_multiply", "main", "fast_multiply")
+    m = over(mp, [("multiply", s) for s in syms])
+    p = over(pp, [("multiply", s) for s in syms])
+    g = over({s: v[0] for s, v in gp.items()}, syms)
+    n = {s: gp[s][1] / period if s in gp else 0.0 for s in syms}
+    n3, nall = sum(n.values()), sum(v[1] for v in gp.values()) / period
+    if not n3:
+        print(f"\n### Multiply: gprof\n\ngprof recorded no samples in the three functions "
+              f"(-pg run: {cpu_s:.2f} s CPU); no gprof column")
+        return {"gprof_samples": nall, "gprof_samples_3": n3, "gprof_run_cpu_s": cpu_s}
+    print(f"\n### Multiply: mantle and perf at {rate} Hz (separate runs) and gprof "
+          f"(% of the samples in main, slow_multiply and fast_multiply)\n")
+    print("| symbol | mantle % | perf % | gprof % | mantle - perf (pt) | mantle - gprof (pt) | gprof samples |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    rows = {}
+    for s in syms:
+        a, b, c = m[("multiply", s)], p[("multiply", s)], g[s]
+        rows[s] = [a, b, c]
+        print(f"| {s} | {a:.2f} | {b:.2f} | {c:.2f} | {a - b:+.2f} | {a - c:+.2f} | {n[s]:.0f} |")
+    wp = max(abs(r[0] - r[1]) for r in rows.values())
+    wg = max(abs(r[0] - r[2]) for r in rows.values())
+    sl = g["slow_multiply"] / 100
+    se = (sl * (1 - sl) / n3) ** 0.5 * 100 if n3 else 0.0
+    calls = ", ".join(f"{s} {gp[s][2]}" for s in syms if s in gp and gp[s][2] is not None)
+    print(f"\nlargest delta: mantle - perf {wp:.2f} pt, mantle - gprof {wg:.2f} pt (no bar against gprof; "
+          f"the bar is against perf, above)")
+    print(f"gprof: {nall:.0f} samples of {period} s ({1 / period:.0f} Hz of the process's CPU time) in the "
+          f"executable's text, {nall * period:.2f} s of the -pg run's {cpu_s:.2f} s CPU (user + system); "
+          f"{n3:.0f} in the three functions, binomial standard error of slow_multiply's share "
+          f"{se:.2f} pt; calls counted by mcount: {calls} (expected {MULT_N * 30} each)")
+    print(f"gprof's limits: its histogram is glibc's profil(), a SIGPROF on ITIMER_PROF, so it samples "
+          f"{1 / period:.0f} times per second of CPU time (mantle and perf: {rate}), and records the "
+          "user-mode PC where the signal is delivered: a tick in kernel time is charged to the user PC "
+          "the process returns to, and PCs outside the executable (libc, the vDSO, mcount itself) are "
+          "dropped. Every call "
+          "of an instrumented function also calls mcount (in libc), which lengthens the run without "
+          "showing in the histogram. Its % time is thus of the time sampled in the executable only; "
+          "mantle's and perf's percentages are renormalized over the three functions for this table.")
+    return {"rows": rows, "worst_delta_perf": wp, "worst_delta_gprof": wg,
+            "gprof_flat": {s: {"pct": v[0], "self_s": v[1], "calls": v[2]} for s, v in gp.items()},
+            "gprof_period_s": period, "gprof_samples": nall, "gprof_samples_3": n3,
+            "gprof_se_slow_multiply_pt": se, "gprof_run_cpu_s": cpu_s}
+
+
 def accuracy(args):
     build()
     os.makedirs(SHM, exist_ok=True)
@@ -274,6 +358,11 @@ def accuracy(args):
         mult = [f"{WORK}/multiply", str(MULT_N)]
         sh([MANTLE, "prof", "record", "-q", "-F", str(rate), "-o", f"{d}/m.prof", "--"] + mult, **q)
         sh([PERF, "record", "-q", "-e", "cpu-clock", "-F", str(rate), "-o", f"{d}/m.data", "--"] + mult, **q)
+        # gprof: the -pg build, pinned on CPU 1 as the timed runs are;
+        # gmon.out is written in the process's working directory
+        g = f"{d}/gprof"
+        os.makedirs(g)
+        sh(["taskset", "-c", "1", f"{WORK}/timeit", f"{g}/t", f"{WORK}/multiply-pg", str(MULT_N)], cwd=g, **q)
         mp, pp = mantle_profile(mantle_report(f"{d}/m.prof")), perf_profile(f"{d}/m.data")
         keys = [("multiply", s) for s in ("slow_multiply", "main", "fast_multiply")]
         w, ok = compare(f"Multiply at {rate} Hz, separate runs (% of all samples)", mp, pp, keys, 1.0)
@@ -286,6 +375,10 @@ def accuracy(args):
                                         "rows": {k[1]: [mp.get(k, 0), pp.get(k, 0)] for k in keys}},
                            "same_run": {"worst_delta": w2, "pass": ok2,
                                         "rows": {k[1]: [mp2.get(k, 0), pp2.get(k, 0)] for k in keys}}}
+        gp, period = gprof_profile(f"{WORK}/multiply-pg", f"{g}/gmon.out")
+        with open(f"{g}/t") as f:
+            cpu_s = int(f.read().split()[1]) / 1e9
+        res["multiply"]["gprof"] = compare_gprof(rate, mp, pp, gp, period, cpu_s)
 
         # Tar (Figure 7): the same run (this workload's own profile varies a
         # lot from run to run: copy_folio_from_iter_atomic takes 6-50%)
