@@ -28,7 +28,8 @@ extern "C" {
 #endif
 
 #define MANTLE_TAG_SYSTEM 1u  /* mantle_tag_create flags: a system tag, */
-#define MANTLE_TAG_REPLIES 2u /* one that travels with replies as well */
+#define MANTLE_TAG_REPLIES 2u /* one that travels with replies as well, */
+#define MANTLE_TAG_DEADLOCK 4u /* a deadlock tag (marks call chains) */
 
 /* Map the kernel side's tables now (otherwise done on first use). */
 int mantle_tags_open(void);
@@ -49,6 +50,14 @@ int mantle_tag_set_ttl(const char *tag, int ttl); /* 0: hold, don't pass */
 int mantle_tag_clear(const char *tag, int unused);
 int mantle_tag_terminate(const char *tag, int unused);
 int mantle_tag_unterminate(const char *tag, int unused);
+
+/* Guarded synchronous call chains (deadlock detection, mTags section 5.3):
+ * begin: the calling thread takes deadlock tag `tag` as the chain's origin;
+ * a request that would reach a thread already holding it is reported, and
+ * refused with EDEADLK where the kernel offers a deny point (TCP connect).
+ * Each participant drops the tag when its own request is answered. */
+int mantle_deadlock_begin(const char *tag, int unused);
+int mantle_deadlock_end(const char *tag, int unused);
 
 /* The table (root; delete: root or the tag's owner). ttl < 0: unlimited. */
 int mantle_tag_create(const char *tag, int ttl, uint32_t flags, uint32_t lifeline);

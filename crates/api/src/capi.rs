@@ -120,6 +120,16 @@ self_call!(
     "Drop `tag` (arg unused)."
 );
 self_call!(
+    mantle_deadlock_begin,
+    |t, _| crate::deadlock_begin(t),
+    "Start a guarded call chain as its origin: hold deadlock tag `tag` (arg unused)."
+);
+self_call!(
+    mantle_deadlock_end,
+    |t, _| crate::deadlock_end(t),
+    "End the calling thread's call chain: drop deadlock tag `tag` (arg unused)."
+);
+self_call!(
     mantle_tag_terminate,
     |t, _| crate::terminate(t),
     "Reject `tag` from now on (arg unused)."
@@ -132,8 +142,10 @@ self_call!(
 
 pub const MANTLE_TAG_SYSTEM: u32 = 1;
 pub const MANTLE_TAG_REPLIES: u32 = 2;
+pub const MANTLE_TAG_DEADLOCK: u32 = 4;
 
-/// Create a tag (root). ttl < 0: unlimited. flags: MANTLE_TAG_SYSTEM.
+/// Create a tag (root). ttl < 0: unlimited. flags: MANTLE_TAG_SYSTEM,
+/// MANTLE_TAG_REPLIES, MANTLE_TAG_DEADLOCK.
 /// Returns the tag's bit.
 /// # Safety
 /// `tag` is a NUL-terminated string.
@@ -154,6 +166,7 @@ pub unsafe extern "C" fn mantle_tag_create(
         lifeline,
         owner_uid: None,
         replies: flags & MANTLE_TAG_REPLIES != 0,
+        deadlock: flags & MANTLE_TAG_DEADLOCK != 0,
     };
     // SAFETY: forwarded contract.
     match unsafe { name(tag) }.and_then(|t| crate::create(t, &opts)) {

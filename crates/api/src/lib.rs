@@ -183,6 +183,25 @@ pub fn unterminate(name: &str) -> Result<(), Error> {
 pub fn set_ttl(name: &str, ttl: u32) -> Result<(), Error> {
     self_op(OpCode::Ttl, lookup(name)?, ttl)
 }
+/// Starts a guarded synchronous call chain (paper, section 5.3): the
+/// calling thread takes deadlock tag `name` (created by an administrator
+/// with `mantle tag create NAME --deadlock`) as the chain's origin. Its
+/// requests pass it on; a request that would reach a thread holding it is
+/// reported (and refused with EDEADLK where the kernel has a deny point).
+pub fn deadlock_begin(name: &str) -> Result<(), Error> {
+    let s = shared()?;
+    let bit = s.tags.lookup(name)?;
+    if !s.tags.info(bit)?.deadlock {
+        return Err(Error::Invalid(format!(
+            "tag {name:?} is not a deadlock tag (create it with --deadlock)"
+        )));
+    }
+    self_op(OpCode::Set, bit, 0)
+}
+/// Ends the calling thread's call chain: drops deadlock tag `name`.
+pub fn deadlock_end(name: &str) -> Result<(), Error> {
+    clear(name)
+}
 /// Whether the self-operation path works for this process.
 pub fn ping() -> Result<(), Error> {
     self_op(OpCode::Ping, 0, 0)

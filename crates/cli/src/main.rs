@@ -125,6 +125,10 @@ enum TagCmd {
         /// paper's rule is requests only).
         #[arg(long)]
         replies: bool,
+        /// A deadlock tag: marks synchronous call chains; a request that
+        /// would reach a thread holding it is reported (see deadlock-guard).
+        #[arg(long)]
+        deadlock: bool,
         /// Expire after this long (500ms, 2s, 1m): a kernel timer retires the
         /// tag; it stops travelling at once and holders are swept.
         #[arg(long, value_parser = mantle_tags::model::parse_duration_ms)]
@@ -205,6 +209,36 @@ enum TagCmd {
         /// by Lamport clock); the local one is included when it exists.
         #[arg(long, num_args = 1..)]
         merge: Vec<PathBuf>,
+    },
+    /// Guard a process's synchronous call chains against circular waits
+    /// (mTags section 5.3), without changing its code.
+    #[command(
+        long_about = "Guard a process's synchronous call chains against circular waits (mTags \
+section 5.3), without changing its code.\n\nThe process takes a deadlock tag as the origin of its \
+call chains; its requests pass the tag on, and each participant drops it when its own request is \
+answered. A request that would reach a thread already holding the tag closes a circle: it is \
+refused with EDEADLK where Linux offers a deny point (a TCP connect on this machine) and \
+reported at once everywhere else (sends on connected unix and TCP sockets, pipes, message \
+queues; TCP from other machines when it arrives). Each report lists the participants in the \
+order they were called. The tag is created (and deleted at exit) unless --name names an \
+existing deadlock tag (a cluster table's, for chains across machines).",
+        after_help = "Examples:\n  mantle tag deadlock-guard --pid $(pidof client)\n  mantle tag deadlock-guard --pid 1234 --count 1 --timeout 30s --json\n  mantle tag deadlock-guard --pid 1234 --name dl   # a global tag from the cluster table"
+    )]
+    DeadlockGuard {
+        #[command(flatten)]
+        who: Who,
+        /// Deadlock tag to use (default: a new one, deadlock.PID).
+        #[arg(long)]
+        name: Option<String>,
+        /// Stop after this many reports.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this long (500ms, 2s, 1m).
+        #[arg(long, value_parser = mantle_tags::model::parse_duration_ms)]
+        timeout: Option<u32>,
+        /// One JSON object per report, one per line.
+        #[arg(long)]
+        json: bool,
     },
     /// Run a command that holds tags from its first instruction.
     #[command(
@@ -537,6 +571,89 @@ fn lifeline_text(l: &[mantle_tags::ReceptionInfo]) -> String {
     s
 }
 
+/// Set on SIGINT/SIGTERM: the guard stops and cleans up.
+static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn deadlock_guard(
+    t: &Tags,
+    who: &Who,
+    name: Option<String>,
+    count: Option<u64>,
+    timeout: Option<u32>,
+    json: bool,
+) -> Result<(), Error> {
+    let target = who.target();
+    let id = who.pid.or(who.tid).unwrap_or_default();
+    let (name, made) = match name {
+        Some(n) => {
+            if !t.info(t.lookup(&n)?)?.deadlock {
+                return Err(Error::Invalid(format!(
+                    "tag {n:?} is not a deadlock tag (create it with --deadlock)"
+                )));
+            }
+            (n, false)
+        }
+        None => {
+            let n = format!("deadlock.{id}");
+            let o = CreateOpts {
+                lifeline: 1024,
+                deadlock: true,
+                ..Default::default()
+            };
+            t.create(&n, &o)?;
+            (n, true)
+        }
+    };
+    let cleanup = |t: &Tags| {
+        if made {
+            let _ = t.delete(&name);
+        }
+    };
+    if let Err(e) = t.op(OpCode::Set, Some(&name), 0, target) {
+        cleanup(t);
+        return Err(e);
+    }
+    // SAFETY: installing an async-signal-safe handler that stores a flag.
+    unsafe {
+        libc::signal(libc::SIGINT, on_stop as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_stop as *const () as libc::sighandler_t);
+    }
+    eprintln!(
+        "mantle: guarding {} with deadlock tag {name}; waiting for circular call chains (Ctrl-C to stop)",
+        match target {
+            Target::Pid(p) => format!("process {p}"),
+            Target::Tid(x) => format!("thread {x}"),
+        }
+    );
+    let end = timeout.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms as u64));
+    let mut seen = 0u64;
+    let r = t.watch_deadlocks(|rep| {
+        if let Some(rep) = rep.filter(|r| r.tag == name) {
+            seen += 1;
+            if json {
+                println!("{}", serde_json::to_string(&rep).unwrap_or_default());
+            } else {
+                print!("{}", mantle_tags::deadlock::render(&rep));
+            }
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
+        !STOP.load(std::sync::atomic::Ordering::Relaxed)
+            && count.is_none_or(|c| seen < c)
+            && end.is_none_or(|e| std::time::Instant::now() < e)
+    });
+    cleanup(t);
+    r?;
+    if seen == 0 {
+        eprintln!("mantle: no circular call chain seen");
+    }
+    Ok(())
+}
+
 fn tag_cmd(c: TagCmd) -> Result<(), Error> {
     if let TagCmd::Lifeline {
         name,
@@ -557,6 +674,7 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             lifeline,
             owner,
             replies,
+            deadlock,
             expire,
             json,
         } => {
@@ -568,6 +686,7 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                     lifeline,
                     owner_uid: owner,
                     replies,
+                    deadlock,
                 },
             )?;
             if let Some(ms) = expire {
@@ -662,6 +781,13 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             }
         }
         TagCmd::Lifeline { .. } => unreachable!("handled before opening the table"),
+        TagCmd::DeadlockGuard {
+            who,
+            name,
+            count,
+            timeout,
+            json,
+        } => deadlock_guard(&t, &who, name, count, timeout, json)?,
         TagCmd::Run {
             names,
             ttl,

@@ -1623,6 +1623,186 @@ fn message_queues_and_eventfd() {
     }
 }
 
+/// `mantle tag deadlock-guard` running in the background; its JSON
+/// reports arrive on a channel.
+struct Guard {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Guard {
+    fn start(args: &[&str]) -> Guard {
+        let mut child = Command::new(MANTLE)
+            .args(["tag", "deadlock-guard", "--json"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start deadlock-guard");
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        // It is ready once the tag is on the guarded process.
+        Guard { child, lines: rx }
+    }
+    /// The next report, within `secs`.
+    fn report(&self, secs: u64) -> Option<Value> {
+        let l = self.lines.recv_timeout(Duration::from_secs(secs)).ok()?;
+        Some(serde_json::from_str(&l).unwrap_or_else(|e| panic!("guard output {l:?}: {e}")))
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SAFETY: SIGTERM to the guard we started; it cleans up and exits.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// Three processes that call each other synchronously over unix stream
+/// sockets (A -> B -> C, each waiting for the answer before it answers).
+/// Returns (A, B, C) connected: A "ab" to B's "ba", B "bc" to C's "cb",
+/// C "ca" to A's "ac".
+fn call_ring(c: &Case) -> (Actor, Actor, Actor) {
+    let mut a = c.actor("A", 1);
+    let mut b = c.actor("B", 1);
+    let mut cc = c.actor("C", 1);
+    for (x, n) in [(&mut a, "a"), (&mut b, "b"), (&mut cc, "c")] {
+        x.run(0, &format!("listen_unix l {} stream", c.path(n).display()));
+    }
+    a.run(0, &format!("connect_unix ab {} stream", c.path("b").display()));
+    b.run(0, "accept ba l");
+    b.run(0, &format!("connect_unix bc {} stream", c.path("c").display()));
+    cc.run(0, "accept cb l");
+    cc.run(0, &format!("connect_unix ca {} stream", c.path("a").display()));
+    a.run(0, "accept ac l");
+    (a, b, cc)
+}
+
+/// Deadlock detection (paper section 5.3, Figure 6) over unix sockets. A
+/// chain that completes leaves the tag only on its origin (each participant
+/// drops it when it answers or is answered); a chain that comes back to
+/// its origin is reported at once, participants in call order, while the
+/// same chain without the guard just hangs.
+#[test]
+fn deadlock_guard_reports_a_circular_chain() {
+    let c = case!("dl");
+
+    // Without the guard: all three block for good (bounded: 1.5 s).
+    {
+        let (mut a, mut b, mut cc) = call_ring(&c);
+        a.run(0, "send ab req");
+        let sa = a.send(0, "recv ab");
+        assert_eq!(b.run(0, "recv ba"), "req");
+        b.run(0, "send bc req");
+        let sb = b.send(0, "recv bc");
+        assert_eq!(cc.run(0, "recv cb"), "req");
+        cc.run(0, "send ca req");
+        let sc = cc.send(0, "recv ca");
+        std::thread::sleep(Duration::from_millis(1500));
+        a.wait_blocked_in_read(0, sa);
+        b.wait_blocked_in_read(0, sb);
+        cc.wait_blocked_in_read(0, sc);
+    }
+
+    let dl = c.tag("guard", &["--deadlock", "--lifeline", "256"]);
+    let (mut a, mut b, mut cc) = call_ring(&c);
+    let g = Guard::start(&["--pid", &a.pid.to_string(), "--name", &dl, "--timeout", "60s"]);
+    assert!(
+        poll_until(|| tags_of(a.w[0]).contains(&dl).then_some(())).is_some(),
+        "the guard never tagged A"
+    );
+
+    // A chain that completes: A -> B -> C, answers back.
+    a.run(0, "send ab q1");
+    assert_eq!(b.run(0, "recv ba"), "q1");
+    b.run(0, "send bc q1");
+    assert_eq!(cc.run(0, "recv cb"), "q1");
+    expect_tags("C, called by B on A's behalf", cc.w[0], &[&dl]);
+    cc.run(0, "send cb r1");
+    expect_tags("C after it answered", cc.w[0], &[]);
+    assert_eq!(b.run(0, "recv bc"), "r1");
+    expect_tags("B after its request was answered", b.w[0], &[]);
+    b.run(0, "send ba r1");
+    assert_eq!(a.run(0, "recv ab"), "r1");
+    expect_tags("A, the origin, after the answer", a.w[0], &[&dl]);
+    assert!(g.report(1).is_none(), "a chain without a circle was reported");
+
+    // The circle: C calls A, which waits for B, which waits for C.
+    a.run(0, "send ab q2");
+    let _sa = a.send(0, "recv ab");
+    assert_eq!(b.run(0, "recv ba"), "q2");
+    b.run(0, "send bc q2");
+    let _sb = b.send(0, "recv bc");
+    assert_eq!(cc.run(0, "recv cb"), "q2");
+    let t0 = Instant::now();
+    cc.run(0, "send ca q2");
+    let r = g.report(5).expect("no deadlock report within 5 s");
+    let dt = t0.elapsed();
+    assert!(dt < Duration::from_secs(2), "report took {dt:?}");
+    assert_eq!(r["tag"], dl.as_str(), "{r}");
+    assert_eq!(r["refused"], false, "{r}");
+    assert_eq!(r["via"], "unix-stream", "{r}");
+    assert_eq!(r["back_to_pid"], a.pid, "{r}");
+    let chain: Vec<(u64, String)> = r["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["tid"].as_u64().unwrap(), p["comm"].as_str().unwrap().to_string()))
+        .collect();
+    let want: Vec<u64> = vec![a.w[0] as u64, b.w[0] as u64, cc.w[0] as u64];
+    assert_eq!(
+        chain.iter().map(|p| p.0).collect::<Vec<_>>(),
+        want,
+        "participants in call order: {r}"
+    );
+}
+
+/// Prevention where Linux has a deny point: in a guarded chain A -> B -> C
+/// (unix sockets), C's TCP connect to A's listener on this host is refused
+/// with EDEADLK before any request is sent, and reported as refused; an
+/// unguarded connect to the same listener succeeds.
+#[test]
+fn deadlock_guard_refuses_a_tcp_connect_back_to_the_origin() {
+    let c = case!("dltcp");
+    let dl = c.tag("guard", &["--deadlock", "--lifeline", "256"]);
+    let (mut a, mut b, mut cc) = call_ring(&c);
+    let port = a.run(0, "listen_tcp t");
+    // Unguarded: the connect goes through.
+    cc.run(0, &format!("connect_tcp free {port}"));
+    let g = Guard::start(&["--pid", &a.pid.to_string(), "--name", &dl, "--timeout", "60s"]);
+    assert!(
+        poll_until(|| tags_of(a.w[0]).contains(&dl).then_some(())).is_some(),
+        "the guard never tagged A"
+    );
+    a.run(0, "send ab q");
+    let _sa = a.send(0, "recv ab");
+    assert_eq!(b.run(0, "recv ba"), "q");
+    b.run(0, "send bc q");
+    let _sb = b.send(0, "recv bc");
+    assert_eq!(cc.run(0, "recv cb"), "q");
+    let seq = cc.send(0, &format!("connect_tcp back {port}"));
+    let err = cc.result(seq).expect_err("the connect back to the origin went through");
+    assert!(err.contains("Resource deadlock avoided"), "{err}");
+    let r = g.report(5).expect("no deadlock report within 5 s");
+    assert_eq!(r["refused"], true, "{r}");
+    assert_eq!(r["via"], "tcp", "{r}");
+    assert_eq!(r["back_to_pid"], a.pid, "{r}");
+    let tids: Vec<u64> = r["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["tid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(tids, vec![a.w[0] as u64, b.w[0] as u64, cc.w[0] as u64], "{r}");
+}
+
 /// A socketpair has no connect() side: both directions are requests.
 #[test]
 fn socketpair_both_directions() {

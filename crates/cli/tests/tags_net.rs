@@ -51,6 +51,8 @@ const GLOBAL: &str = "req";
 const GLOBAL_TTL: u64 = 5;
 const IDLE_GLOBAL: &str = "hipow";
 const LOCAL: &str = "loc";
+/// A global deadlock tag (cluster table attribute `deadlock`).
+const DEADLOCK: &str = "dl";
 
 // ----------------------------------------------------------- skip/fail
 
@@ -393,6 +395,16 @@ struct Scenario {
     /// What the server on C wrote, and what came back to A.
     c_got: String,
     back_got: String,
+    /// The deadlock ring A -> B -> C -> A over TCP: whether it hung without
+    /// the guard, and the guard's report with it (and how long it took).
+    dl: DeadlockRun,
+}
+
+struct DeadlockRun {
+    unguarded: Result<(), String>,
+    report: Option<Value>,
+    after: Duration,
+    pids: [u32; 3],
 }
 
 fn run_scenario() -> Result<Scenario, Missing> {
@@ -490,7 +502,7 @@ fn run_scenario() -> Result<Scenario, Missing> {
     let cluster = p("cluster");
     fs::write(
         &cluster,
-        format!("# tags_net test\n{GLOBAL} ttl={GLOBAL_TTL}\n{IDLE_GLOBAL}\n"),
+        format!("# tags_net test\n{GLOBAL} ttl={GLOBAL_TTL}\n{IDLE_GLOBAL}\n{DEADLOCK} deadlock\n"),
     )
     .unwrap();
     let _ = mantle(&["tags", "down"]);
@@ -682,6 +694,8 @@ fn run_scenario() -> Result<Scenario, Missing> {
 
     g.kill_all(); // tcpdump flushes on SIGTERM
     step("collected; processes stopped");
+    let dl = deadlock_ring(&mut g, &dir, [&a, &b, &c]);
+    step("deadlock ring done");
     let raw = fs::read(&pcap).unwrap_or_default();
     let (options_bc, data_segments_bc) = parse_pcap(&raw, "10.77.2.1", "10.77.2.2");
     eprintln!(
@@ -737,8 +751,110 @@ fn run_scenario() -> Result<Scenario, Missing> {
         merged,
         c_got,
         back_got,
+        dl,
     })
     // g drops here: namespaces deleted, temp dir removed; then the lock.
+}
+
+/// Runs the ring of synchronous services (tests/actors/ring.py) A -> B -> C
+/// -> A across the three hosts twice: unguarded (it must hang), then with
+/// `mantle tag deadlock-guard` on A using the global deadlock tag.
+fn deadlock_ring(g: &mut Guard, dir: &Path, hosts: [&String; 3]) -> DeadlockRun {
+    let ring = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/actors/ring.py");
+    // (listen port, next host address, next port) for A, B, C; base varies
+    // per run so that the second ring does not meet the first's sockets.
+    let start = |g: &mut Guard, base: u16, tag: &str| -> (Child, [u32; 3], PathBuf) {
+        let next = [("10.77.1.2", base + 1), ("10.77.2.2", base + 2), ("10.77.3.1", base)];
+        let mut pids = [0u32; 3];
+        for i in (1..3).rev() {
+            let (nh, np) = next[i];
+            pids[i] = g.spawn(
+                &format!("ring {i}"),
+                Command::new("nsenter")
+                    .arg(format!("--net=/run/netns/{}", hosts[i]))
+                    .args(["python3", ring, &(base + i as u16).to_string(), nh, &np.to_string()])
+                    .stdout(File::create(dir.join(format!("ring{tag}{i}.out"))).unwrap()),
+            );
+        }
+        let out = dir.join(format!("ring{tag}0.out"));
+        let (nh, np) = next[0];
+        let a = Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{}", hosts[0]))
+            .args(["python3", ring, &base.to_string(), nh, &np.to_string(), "--start"])
+            .stdin(Stdio::piped())
+            .stdout(File::create(&out).unwrap())
+            .spawn()
+            .expect("start ring A");
+        pids[0] = a.id();
+        for i in 0..3 {
+            let f = dir.join(format!("ring{tag}{i}.out"));
+            let up = poll_until(TIMEOUT, || {
+                fs::read_to_string(&f).ok().filter(|s| s.contains("listening")).map(|_| ())
+            });
+            assert!(up.is_some(), "ring member {i} did not start");
+        }
+        (a, pids, out)
+    };
+    let go = |a: &mut Child| {
+        use std::io::Write;
+        a.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    };
+    let sleeping = |pid: u32| {
+        fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|st| st.rsplit(')').next().map(|r| r.trim_start().starts_with('S')))
+            .unwrap_or(false)
+    };
+
+    // Unguarded: after 1.5 s nobody was answered and all three sleep.
+    let (mut a, pids, out) = start(g, 7100, "u");
+    go(&mut a);
+    std::thread::sleep(Duration::from_millis(1500));
+    let said = fs::read_to_string(&out).unwrap_or_default();
+    let unguarded = if said.contains("answered") || said.contains("failed") {
+        Err(format!("the unguarded ring did not hang: A said {said:?}"))
+    } else if let Some(p) = pids.iter().find(|p| !sleeping(**p)) {
+        Err(format!("ring member {p} is not blocked"))
+    } else {
+        Ok(())
+    };
+    let _ = a.kill();
+    let _ = a.wait();
+    g.kill_all();
+
+    // Guarded.
+    let (mut a, pids, _) = start(g, 7110, "g");
+    let mut guard = Command::new(MANTLE)
+        .args(["tag", "deadlock-guard", "--json", "--count", "1", "--timeout", "20s"])
+        .args(["--pid", &pids[0].to_string(), "--name", DEADLOCK])
+        .stdout(Stdio::piped())
+        .stderr(File::create(dir.join("guard.err")).unwrap())
+        .spawn()
+        .expect("start deadlock-guard");
+    let held = poll_until(TIMEOUT, || {
+        let o = mantle(&["tag", "get", "--tid", &pids[0].to_string(), "--json"]);
+        o.stdout.contains(&format!("\"{DEADLOCK}\"")).then_some(())
+    });
+    assert!(held.is_some(), "the guard never tagged A");
+    let t0 = Instant::now();
+    go(&mut a);
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let _ = std::io::BufReader::new(guard.stdout.take().unwrap()).read_line(&mut line);
+    }
+    let after = t0.elapsed();
+    let _ = guard.wait();
+    let _ = a.kill();
+    let _ = a.wait();
+    g.kill_all();
+    let report = serde_json::from_str(&line).ok();
+    DeadlockRun {
+        unguarded,
+        report,
+        after,
+        pids,
+    }
 }
 
 // -------------------------------------------------------------- pcap
@@ -1132,4 +1248,45 @@ fn merged_lifelines_are_in_causal_order() {
     );
     let want = [sc.a.as_str(), sc.b.as_str(), sc.c.as_str(), sc.a.as_str()];
     assert_eq!(path, want, "host order of the merged lifeline");
+}
+
+/// Figure 6 across machines: A -> B -> C -> A over TCP between three
+/// network namespaces (B and C other hosts). Unguarded, the ring hangs;
+/// guarded with the cluster's deadlock tag, the circle is reported when
+/// C's request reaches A (no deny point: A's kernel sees it arrive), with
+/// the participants in call order.
+#[test]
+fn deadlock_ring_across_hosts_is_reported() {
+    let Some(sc) = scenario() else { return };
+    let dl = &sc.dl;
+    if let Err(e) = &dl.unguarded {
+        panic!("{e}");
+    }
+    let r = dl
+        .report
+        .as_ref()
+        .unwrap_or_else(|| panic!("no deadlock report within 20 s"));
+    assert!(dl.after < Duration::from_secs(5), "report took {:?}", dl.after);
+    assert_eq!(r["tag"], DEADLOCK, "{r}");
+    assert_eq!(r["via"], "tcp", "{r}");
+    assert_eq!(r["refused"], false, "{r}");
+    assert_eq!(r["back_to_pid"], dl.pids[0], "{r}");
+    let chain: Vec<u64> = r["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["pid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        chain,
+        dl.pids.iter().map(|p| *p as u64).collect::<Vec<_>>(),
+        "participants in call order: {r}"
+    );
+    let hosts: Vec<&str> = r["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["host"].as_str().unwrap())
+        .collect();
+    assert_eq!(hosts, vec![sc.a.as_str(), sc.b.as_str(), sc.c.as_str()], "{r}");
 }

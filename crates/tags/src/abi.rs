@@ -74,6 +74,7 @@ pub const F_LIFELINE: u32 = 0x2;
 pub const F_USER_SET: u32 = 0x4;
 pub const F_GLOBAL: u32 = 0x8;
 pub const F_REPLIES: u32 = 0x10;
+pub const F_DEADLOCK: u32 = 0x20;
 
 /// Operation codes (`enum mt_op_code`).
 #[repr(u32)]
@@ -123,6 +124,7 @@ pub struct Ctl {
     pub n_udp_deps: u64,
     pub n_ipc_deps: u64,
     pub n_obj_deps: u64,
+    pub deadlock: [u64; MT_WORDS],
 }
 
 /// `struct mt_stats`: per-CPU counters.
@@ -188,6 +190,24 @@ pub struct Op {
     pub pad: u32,
 }
 
+/// `struct mt_deadlock`: a circular call chain found by the kernel side.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Deadlock {
+    pub ts_ns: u64,
+    pub lamport: u64,
+    pub tag: u32,
+    pub generation: u32,
+    pub tx_tid: u32,
+    pub tx_pid: u32,
+    pub tx_host: u32,
+    pub rx_pid: u32,
+    pub rx_tid: u32,
+    pub kind: u16,
+    pub denied: u16,
+    pub tx_comm: [u8; MT_COMM_LEN],
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ThreadRec {
@@ -207,6 +227,7 @@ const _: () = assert!(std::mem::size_of::<TagEntry>() == 56);
 const _: () = assert!(std::mem::size_of::<Reception>() == 72);
 const _: () = assert!(std::mem::size_of::<Op>() == 24);
 const _: () = assert!(std::mem::size_of::<Owner>() == 8);
+const _: () = assert!(std::mem::size_of::<Deadlock>() == 64);
 
 /// Plain-old-data: every bit pattern is a valid value, so these can be
 /// read from and written to map memory as bytes.
@@ -245,6 +266,7 @@ unsafe impl Pod for Owner {}
 unsafe impl Pod for Reception {}
 unsafe impl Pod for Op {}
 unsafe impl Pod for ThreadRec {}
+unsafe impl Pod for Deadlock {}
 
 /// A NUL-padded C string field as a Rust string (lossy).
 pub fn cstr(b: &[u8]) -> String {
@@ -277,7 +299,7 @@ mod layout {
             "mt_ctl",
             size_of::<Ctl>(),
             fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, pad0, host_netns, global, cluster_digest, pad1, replies, freed_epoch, ll_base, ll_size, ll_head,
-                default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps, n_ipc_deps, n_obj_deps),
+                default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps, n_ipc_deps, n_obj_deps, deadlock),
         );
         check(
             &btf,
@@ -303,6 +325,12 @@ mod layout {
             "mt_op",
             size_of::<Op>(),
             fields!(Op: code, tag, arg, tid, pid, pad),
+        );
+        check(
+            &btf,
+            "mt_deadlock",
+            size_of::<Deadlock>(),
+            fields!(Deadlock: ts_ns, lamport, tag, generation, tx_tid, tx_pid, tx_host, rx_pid, rx_tid, kind, denied, tx_comm),
         );
         check(
             &btf,

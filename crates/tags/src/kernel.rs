@@ -52,6 +52,8 @@ pub const MAPS: &[(&str, bool)] = &[
     ("chan_dep", false),
     ("op", false),
     ("zero_dep", false),
+    ("sk_owner", false),
+    ("dl_events", false),
 ];
 
 /// Hooks attached only while tags exist: (program, how to attach).
@@ -220,29 +222,19 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
 
     // Pin maps, with read access for everybody where the API needs it.
     {
-        let m = &mut skel.maps;
-        let maps: Vec<(&str, &mut libbpf_rs::MapMut)> = vec![
-            ("view", &mut m.view),
-            ("ctl", &mut m.ctl),
-            ("tags", &mut m.tags),
-            ("stats", &mut m.stats),
-            ("threads", &mut m.threads),
-            ("owners", &mut m.owners),
-            ("lifeline", &mut m.lifeline),
-            ("sk_dep", &mut m.sk_dep),
-            ("sk_role", &mut m.sk_role),
-            ("sk_net", &mut m.sk_net),
-            ("expiry", &mut m.expiry),
-            ("sk_rdep", &mut m.sk_rdep),
-            ("chan_dep", &mut m.chan_dep),
-            ("op", &mut m.op),
-            ("zero_dep", &mut m.zero_dep),
-        ];
-        for (name, map) in maps {
+        use libbpf_rs::skel::Skel;
+        use libbpf_rs::MapCore;
+        // Every map of MAPS, found by name in the loaded object.
+        let mut found = 0;
+        for mut map in skel.object_mut().maps_mut() {
+            let name = map.name().to_string_lossy().into_owned();
+            let Some(&(name, public)) = MAPS.iter().find(|(n, _)| *n == name) else {
+                continue; // .rodata and friends
+            };
+            found += 1;
             let p = pin("maps", name);
             map.pin(&p)
                 .map_err(|e| kerr(format!("pin map {name}"), e))?;
-            let public = MAPS.iter().any(|(n, p)| *n == name && *p);
             // The view is frozen below, so 0666 lets readers open it
             // read-write (mmap of a BPF map needs that) without letting
             // anybody write it: only the kernel side changes vectors.
@@ -254,6 +246,12 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
                 0o600
             };
             let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+        }
+        if found != MAPS.len() {
+            return Err(kerr(
+                "pin maps",
+                format!("tags.bpf.o has {found} of the {} maps mantle pins", MAPS.len()),
+            ));
         }
     }
     // No user space writes the view, ever: freezing it makes that a
@@ -337,6 +335,14 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             p.mt_sockops
                 .attach_cgroup(cgfd)
                 .map_err(|e| kerr("attach sockops (TCP header options)", e))?,
+            0o600,
+        ),
+        (
+            // always: a listener made before the first tag still has an owner
+            "listen",
+            p.mt_listen
+                .attach()
+                .map_err(|e| kerr("attach tp_btf/inet_sock_set_state", e))?,
             0o600,
         ),
         (

@@ -29,6 +29,7 @@
 //! helper calls, so there is nothing to order against.
 
 pub mod abi;
+pub mod deadlock;
 pub mod kernel;
 pub mod lifeline;
 pub mod model;
@@ -88,6 +89,8 @@ pub struct TagInfo {
     pub scope: &'static str,
     /// Travels with replies as well as requests.
     pub replies: bool,
+    /// Marks synchronous call chains, for deadlock detection.
+    pub deadlock: bool,
     pub ttl: Option<u8>,
     pub lifeline: u32,
     pub receptions: u64,
@@ -109,6 +112,9 @@ pub struct CreateOpts {
     pub owner_uid: Option<u32>,
     /// Travels with replies as well as requests.
     pub replies: bool,
+    /// A deadlock tag: marks a synchronous call chain; a request carrying
+    /// it towards a thread that holds it is a circular wait (section 5.3).
+    pub deadlock: bool,
 }
 
 /// One thread as listed by tools.
@@ -254,6 +260,7 @@ impl Tags {
                 lifeline: 4096,
                 owner_uid: Some(0),
                 replies: false,
+                deadlock: g.deadlock,
             };
             self.install(i as u32, &g.name, &o, abi::F_GLOBAL)?;
             let (w, m) = model::bit(i as u32);
@@ -317,24 +324,18 @@ impl Tags {
             (*cp).ll_base[i] = base;
             (*cp).ll_size[i] = o.lifeline;
             atomic_u64(&mut (*cp).ll_head[i]).store(0, SeqCst);
-            let sys = atomic_u64(&mut (*cp).system[w]);
-            if o.system {
-                sys.fetch_or(m, SeqCst);
-            } else {
-                sys.fetch_and(!m, SeqCst);
-            }
-            let rp = atomic_u64(&mut (*cp).replies[w]);
-            if o.replies {
-                rp.fetch_or(m, SeqCst);
-            } else {
-                rp.fetch_and(!m, SeqCst);
-            }
-            let ll = atomic_u64(&mut (*cp).lifeline[w]);
-            if o.lifeline > 0 {
-                ll.fetch_or(m, SeqCst);
-            } else {
-                ll.fetch_and(!m, SeqCst);
-            }
+            let set = |word: &mut u64, on: bool| {
+                let a = atomic_u64(word);
+                if on {
+                    a.fetch_or(m, SeqCst);
+                } else {
+                    a.fetch_and(!m, SeqCst);
+                }
+            };
+            set(&mut (*cp).system[w], o.system);
+            set(&mut (*cp).replies[w], o.replies);
+            set(&mut (*cp).lifeline[w], o.lifeline > 0);
+            set(&mut (*cp).deadlock[w], o.deadlock);
         }
         let tp = self.tags.ptr::<TagEntry>(i)?;
         let mut nm = [0u8; MT_NAME_LEN];
@@ -349,6 +350,7 @@ impl Tags {
             (*tp).flags = (o.system as u32 * abi::F_SYSTEM)
                 | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 }
                 | if o.replies { abi::F_REPLIES } else { 0 }
+                | if o.deadlock { abi::F_DEADLOCK } else { 0 }
                 | extra_flags;
             (*tp).created_ns = now.as_nanos() as u64;
             (*tp).generation = (*tp).generation.wrapping_add(1);
@@ -433,6 +435,7 @@ impl Tags {
             },
             system: e.flags & abi::F_SYSTEM != 0,
             replies: e.flags & abi::F_REPLIES != 0,
+            deadlock: e.flags & abi::F_DEADLOCK != 0,
             scope: if e.flags & abi::F_GLOBAL != 0 {
                 "global"
             } else {
@@ -587,6 +590,77 @@ impl Tags {
             });
         }
         Ok(out)
+    }
+
+    /// Waits for circular call chains reported by the kernel side and
+    /// hands each to `f` (with its chain rebuilt from the tag's lifeline),
+    /// and `None` at least every 200 ms, until `f` returns false. Root.
+    pub fn watch_deadlocks(
+        &self,
+        mut f: impl FnMut(Option<deadlock::DeadlockReport>) -> bool,
+    ) -> Result<(), Error> {
+        self.need_root("watching for deadlocks")?;
+        let events = std::rc::Rc::new(std::cell::RefCell::new(Vec::<abi::Deadlock>::new()));
+        let map = libbpf_rs::MapHandle::from_pinned_path(kernel::pin("maps", "dl_events"))
+            .map_err(|e| Error::Kernel(format!("open the deadlock event ring: {e}")))?;
+        let mut b = libbpf_rs::RingBufferBuilder::new();
+        let sink = events.clone();
+        b.add(&map, move |bytes: &[u8]| {
+            sink.borrow_mut().push(abi::Deadlock::from_bytes(bytes));
+            0
+        })
+        .map_err(|e| Error::Kernel(format!("read the deadlock event ring: {e}")))?;
+        let rb = b
+            .build()
+            .map_err(|e| Error::Kernel(format!("read the deadlock event ring: {e}")))?;
+        loop {
+            if let Err(e) = rb.poll(std::time::Duration::from_millis(200)) {
+                if e.kind() != libbpf_rs::ErrorKind::Interrupted {
+                    return Err(Error::Kernel(format!("poll the deadlock event ring: {e}")));
+                }
+            }
+            let batch: Vec<abi::Deadlock> = events.borrow_mut().drain(..).collect();
+            for ev in batch {
+                if !f(Some(self.deadlock_report(&ev))) {
+                    return Ok(());
+                }
+            }
+            if !f(None) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// A kernel report, with the chain rebuilt from the tag's lifeline.
+    fn deadlock_report(&self, ev: &abi::Deadlock) -> deadlock::DeadlockReport {
+        let e = self.entry(ev.tag);
+        let name = abi::cstr(&e.name);
+        let records = if e.generation == ev.generation {
+            self.lifeline(&name).unwrap_or_default()
+        } else {
+            Vec::new() // the tag is gone (or its bit reused) since
+        };
+        let chain = deadlock::chain_of(&records, ev.tx_tid, ev.tx_pid, ev.ts_ns);
+        let mut members = deadlock::participants(&chain);
+        if members.last().map(|p| p.pid) != Some(ev.tx_pid) {
+            // no lifeline (or it wrapped): at least the closing sender
+            members.push(deadlock::Participant {
+                tid: ev.tx_tid,
+                pid: ev.tx_pid,
+                comm: abi::cstr(&ev.tx_comm),
+                host: String::new(),
+                via: String::new(),
+            });
+        }
+        deadlock::DeadlockReport {
+            tag: name,
+            ts_ns: ev.ts_ns,
+            refused: ev.denied != 0,
+            via: abi::Kind::from_raw(ev.kind).name().to_string(),
+            chain: members,
+            back_to_pid: ev.rx_pid,
+            back_to_tid: ev.rx_tid,
+        }
     }
 
     pub fn status(&self) -> Status {

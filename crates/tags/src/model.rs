@@ -151,6 +151,8 @@ pub struct GlobalTag {
     pub name: String,
     pub ttl: Option<u8>,
     pub system: bool,
+    /// A deadlock tag (marks call chains across machines).
+    pub deadlock: bool,
 }
 
 /// The cluster table: the global tags every machine of a cluster loads, in
@@ -163,7 +165,7 @@ pub struct ClusterTable {
     pub digest: u16,
 }
 
-/// Parses a cluster table: one tag per line, `NAME [ttl=N|inf] [system]`;
+/// Parses a cluster table: one tag per line, `NAME [ttl=N|inf] [system] [deadlock]`;
 /// `#` starts a comment. Tag i of the file gets bit i (the global range).
 pub fn parse_cluster(text: &str) -> Result<ClusterTable, String> {
     let mut tags: Vec<GlobalTag> = Vec::new();
@@ -183,6 +185,7 @@ pub fn parse_cluster(text: &str) -> Result<ClusterTable, String> {
             name,
             ttl: None,
             system: false,
+            deadlock: false,
         };
         for w in words {
             if let Some(v) = w.strip_prefix("ttl=") {
@@ -190,14 +193,18 @@ pub fn parse_cluster(text: &str) -> Result<ClusterTable, String> {
                 t.ttl = (ttl != MT_TTL_INF as u8).then_some(ttl);
             } else if w == "system" {
                 t.system = true;
+            } else if w == "deadlock" {
+                t.deadlock = true;
             } else {
                 return Err(format!(
-                    "line {}: unknown attribute {w:?} (ttl=N, system)",
+                    "line {}: unknown attribute {w:?} (ttl=N, system, deadlock)",
                     n + 1
                 ));
             }
         }
-        canon += &format!("{} {:?} {}\n", t.name, t.ttl, t.system);
+        canon += &format!("{} {:?} {}", t.name, t.ttl, t.system);
+        // (only when set: tables without it keep their digests)
+        canon += if t.deadlock { " deadlock\n" } else { "\n" };
         tags.push(t);
     }
     if tags.len() > crate::abi::MT_GLOBAL_BITS {

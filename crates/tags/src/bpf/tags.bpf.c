@@ -72,6 +72,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define S_IFMT 00170000
 #define S_IFIFO 0010000
 #define PF_KTHREAD 0x00200000
+#define TCP_LISTEN 10
+#define EDEADLK 35
 #define BPF_LOCAL_STORAGE_GET_F_CREATE 1
 
 /* ---------------------------------------------------------------- maps */
@@ -167,6 +169,21 @@ struct {
 	__type(value, struct mt_deposit);
 } sk_rdep SEC(".maps");
 
+/* Listening TCP sockets: the process that called listen(). BPF_F_CLONE:
+ * the sockets accept() returns inherit it (the deadlock checks' receiver). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE);
+	__type(key, int);
+	__type(value, __u32);
+} sk_owner SEC(".maps");
+
+/* Circular call chains found (struct mt_deadlock), for the guard. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} dl_events SEC(".maps");
+
 /* LRU: a deposit outlives its pipe or flow only until the space is needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -196,6 +213,7 @@ struct {
 struct mt_btf_anchor {
 	struct mt_thread_rec rec;
 	struct mt_op op;
+	struct mt_deadlock dl;
 };
 const volatile struct mt_btf_anchor mt_btf_anchor SEC(".rodata") = {};
 
@@ -561,6 +579,135 @@ static __always_inline void receive(struct mt_deposit *d, int clear)
 
 /* ------------------------------------------------- fork, exit, signals */
 
+/* ------------------------------------------------ deadlock (section 5.3) */
+
+/*
+ * The deadlock tags of snapshot s, into dl; 0 if none. A deadlock tag marks
+ * every thread of a synchronous call chain; a request carrying it towards a
+ * thread that already holds it closes a circle, which on Linux can only be
+ * caught at the send (the receiver of a deadlocked request never reads it).
+ */
+static __always_inline int snap_dl(struct mt_ctl *c, struct snap *s, __u64 *dl)
+{
+	__u64 any = 0;
+
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		dl[w] = s->vec[w] & c->deadlock[w];
+		any |= dl[w];
+	}
+	return any != 0;
+}
+
+/*
+ * Does the receiver hold one of the deadlock tags dl? The receiving thread
+ * is known only once it reads, so the candidates are the channel's last
+ * reader (rx_tid) and the receiving process's main thread (rx_pid). On a
+ * hit, report it (tx: the sender; comm of the current task if tx_comm).
+ */
+static __always_inline int dl_found(struct mt_ctl *c, const __u64 *dl, __u32 rx_pid, __u32 rx_tid,
+				    __u32 kind, int denied, __u64 lamport, __u32 tx_host,
+				    __u32 tx_tid, __u32 tx_pid, int tx_comm)
+{
+	__u32 cand[2] = {rx_tid, rx_pid};
+
+	for (int i = 0; i < 2; i++) {
+		__u32 tid = cand[i];
+		struct mt_view *v;
+
+		if (!tid || tid == tx_tid)
+			continue;
+		v = view_of(tid);
+		if (!v)
+			continue;
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++) {
+			__u64 hit = v->vec[w] & dl[w];
+			struct mt_deadlock *e;
+			struct mt_tag *tg;
+			__u32 idx;
+
+			if (!hit)
+				continue;
+			idx = (w * 64 + ctz64(hit)) & (MT_TAGS - 1);
+			e = bpf_ringbuf_reserve(&dl_events, sizeof(*e), 0);
+			if (!e)
+				return 1;
+			tg = bpf_map_lookup_elem(&tags, &idx);
+			e->ts_ns = bpf_ktime_get_ns();
+			e->lamport = lamport;
+			e->tag = idx;
+			e->generation = tg ? tg->generation : 0;
+			e->tx_tid = tx_tid;
+			e->tx_pid = tx_pid;
+			e->tx_host = tx_host;
+			e->rx_pid = rx_pid ? rx_pid : tid;
+			e->rx_tid = tid;
+			e->kind = kind;
+			e->denied = denied;
+			if (tx_comm)
+				bpf_get_current_comm(e->tx_comm, sizeof(e->tx_comm));
+			else
+				__builtin_memset(e->tx_comm, 0, sizeof(e->tx_comm));
+			bpf_ringbuf_submit(e, 0);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* A send by the current thread: check its snapshot against the receiver. */
+static __always_inline void dl_send(struct mt_ctl *c, struct snap *s, __u32 rx_pid, __u32 rx_tid,
+				    __u32 kind)
+{
+	__u64 dl[MT_WORDS];
+	__u64 id;
+
+	if (!snap_dl(c, s, dl))
+		return;
+	id = bpf_get_current_pid_tgid();
+	dl_found(c, dl, rx_pid, rx_tid, kind, 0, s->lamport, s->host, (__u32)id, id >> 32, 1);
+}
+
+/*
+ * The current thread read a reply (its request is answered) or sent one
+ * (it answered the request it was serving): its part of the call chain
+ * is over, so it drops the deadlock tags it received. Those it holds as
+ * the chain's origin stay (set by a tool or the API).
+ */
+static __always_inline void dl_answered(void)
+{
+	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
+	struct mt_ctl *c;
+	struct mt_thread *t;
+	__u64 any = 0;
+
+	if (!v || vec_empty(v->vec))
+		return;
+	c = get_ctl();
+	if (!c)
+		return;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		any |= v->vec[w] & c->deadlock[w];
+	if (!any)
+		return;
+	t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 drop = v->vec[w] & c->deadlock[w] & ~(t ? t->origin[w] : 0);
+
+		if (drop)
+			__sync_fetch_and_and(&v->vec[w], ~drop);
+	}
+}
+
+/* The pid behind a struct pid (its number in the initial namespace). */
+static __always_inline __u32 pid_nr_of(struct pid *p)
+{
+	return p ? bpf_core_cast(p, struct pid)->numbers[0].nr : 0;
+}
+
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 {
@@ -779,14 +926,19 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 			/* Not the connect() side: a reply, unless the socket has
 			 * no address (socketpair, or connected before load). */
 			struct unix_sock *u = bpf_core_cast(sk, struct unix_sock);
-			if (u->addr && !replies_only(c, &s))
+			if (u->addr && !replies_only(c, &s)) {
+				dl_answered(); /* it answers: its part of the chain ends */
 				return 0;
+			}
 		}
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!d) {
 			STAT(deposit_fail);
 			return 0;
 		}
+		/* the peer process: the listener's, for the connect() side */
+		if (kind != MT_K_UNIX_DGRAM)
+			dl_send(c, &s, pid_nr_of(sk->sk_peer_pid), d->last_reader, kind);
 		deposit(d, &s, kind, c->epoch, 0, 0);
 		/* Everything this socket sent is already read: the reader was
 		 * faster than this hook. Hand the tags to it now. */
@@ -802,12 +954,19 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 		__u32 end;
 
 		/* accepted side (or connected before load): a reply */
-		if (!role_is_client(sk) && !replies_only(c, &s))
+		if (!role_is_client(sk) && !replies_only(c, &s)) {
+			dl_answered();
 			return 0;
+		}
 		tcp_key(c, sk, &k, 0);
 		d = chan_get(c, &k);
 		if (!d)
 			return 0;
+		{
+			struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+
+			dl_send(c, &s, r ? r->peer_pid : 0, d->last_reader, MT_K_TCP);
+		}
 		end = tp->write_seq;
 		deposit(d, &s, MT_K_TCP, c->epoch, end - (__u32)ret, end);
 		return 0;
@@ -842,6 +1001,9 @@ int BPF_PROG(mt_unix_recv, const struct sk_buff *skb, int len)
 
 	if (!sk || sk->__sk_common.skc_family != AF_UNIX)
 		return 0;
+	/* from the accepting side of a connection: a reply */
+	if (sk->sk_type != SOCK_DGRAM && bpf_core_cast(sk, struct unix_sock)->addr && !role_is_client(sk))
+		dl_answered();
 	d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
 	if (!d || vec_empty(d->vec)) {
 		if (d && d->last_reader != (__u32)bpf_get_current_pid_tgid())
@@ -873,6 +1035,9 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 	if (sk->sk_protocol == IPPROTO_TCP) {
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		__u32 copied, start, end;
+
+		if (role_is_client(sk))
+			dl_answered(); /* data on the connect() side: a reply */
 
 		/* Tags that came from another host in TCP options. */
 		d = bpf_sk_storage_get(&sk_rdep, sk, 0, 0);
@@ -1054,6 +1219,7 @@ __noinline int mt_on_send(int fd, int mq_only)
 	d = chan_get(c, &k);
 	if (!d)
 		return 0;
+	dl_send(c, &s, 0, d->last_reader, kind);
 	deposit(d, &s, kind, c->epoch, 0, 0);
 	if (chan_drained(f, kind))
 		deliver_late(c, d);
@@ -1346,6 +1512,16 @@ int mt_sockops(struct bpf_sock_ops *skops)
 		})
 		s.lamport = bpf_ntohl(o.lamport);
 		s.host = bpf_ntohl(o.host);
+		if (s.vec[0] & c->deadlock[0]) {
+			/* A chain's request from another host, to a socket whose
+			 * owner holds the chain's tag: the circle closes here. */
+			__u64 dl[MT_WORDS] = {s.vec[0] & c->deadlock[0]};
+			__u32 *own = bpf_sk_storage_get(&sk_owner, sk, 0, 0);
+
+			if (own)
+				dl_found(c, dl, *own, 0, MT_K_TCP, 0, s.lamport, s.host, 0,
+					 bpf_ntohl(o.pid), 0);
+		}
 		d = bpf_sk_storage_get(&sk_rdep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!d)
 			return 1;
@@ -1374,16 +1550,90 @@ static __always_inline int mark_client(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
+/*
+ * A TCP connect on this host: remember who listens at the other end (for
+ * the deadlock check of later sends), and refuse the connection with
+ * EDEADLK if the caller's call chain already holds that process: the one
+ * deny point Linux offers without BPF LSM (../shared/platform.md).
+ */
+static __always_inline int tcp_connect(struct bpf_sock_addr *ctx, int v6)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct bpf_sock_tuple t = {};
+	struct mt_view *v = view_of(tid);
+	struct bpf_sock *sk = ctx->sk, *l;
+	struct mt_ctl *c;
+	struct mt_sock *r;
+	__u64 dl[MT_WORDS];
+	__u64 any = 0;
+	__u32 owner = 0, *own;
+
+	mark_client(ctx);
+	if (!v || vec_empty(v->vec) || !sk)
+		return 1;
+	c = get_ctl();
+	if (!c)
+		return 1;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		dl[w] = v->vec[w] & c->deadlock[w] & c->live[w];
+		any |= dl[w];
+	}
+	if (!any)
+		return 1;
+	if (v6) {
+		t.ipv6.daddr[0] = ctx->user_ip6[0];
+		t.ipv6.daddr[1] = ctx->user_ip6[1];
+		t.ipv6.daddr[2] = ctx->user_ip6[2];
+		t.ipv6.daddr[3] = ctx->user_ip6[3];
+		t.ipv6.dport = (__u16)ctx->user_port;
+		l = bpf_sk_lookup_tcp(ctx, &t, sizeof(t.ipv6), BPF_F_CURRENT_NETNS, 0);
+	} else {
+		t.ipv4.daddr = ctx->user_ip4;
+		t.ipv4.dport = (__u16)ctx->user_port;
+		l = bpf_sk_lookup_tcp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	}
+	if (!l)
+		return 1;
+	own = bpf_sk_storage_get(&sk_owner, l, 0, 0);
+	if (own)
+		owner = *own;
+	bpf_sk_release(l);
+	r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+	if (r)
+		r->peer_pid = owner;
+	if (owner && dl_found(c, dl, owner, 0, MT_K_TCP, 1, 0, c->host_id, tid,
+			      bpf_get_current_pid_tgid() >> 32, 1)) {
+		bpf_set_retval(-EDEADLK);
+		return 0;
+	}
+	return 1;
+}
+
 SEC("cgroup/connect4")
 int mt_connect4(struct bpf_sock_addr *ctx)
 {
-	return mark_client(ctx);
+	return tcp_connect(ctx, 0);
 }
 
 SEC("cgroup/connect6")
 int mt_connect6(struct bpf_sock_addr *ctx)
 {
-	return mark_client(ctx);
+	return tcp_connect(ctx, 1);
+}
+
+/* listen(): the socket's owner, inherited by the sockets it accepts. */
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(mt_listen, struct sock *sk, int oldstate, int newstate)
+{
+	__u32 *own;
+
+	if (newstate != TCP_LISTEN)
+		return 0;
+	own = bpf_sk_storage_get(&sk_owner, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (own)
+		*own = bpf_get_current_pid_tgid() >> 32;
+	return 0;
 }
 
 SEC("cgroup/connect_unix")
@@ -1515,6 +1765,7 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 		else
 			__sync_fetch_and_and(&t->spent[w], ~bit);
 		__sync_fetch_and_or(&v->vec[w], bit);
+		t->origin[w] |= bit;
 		t->lamport++;
 		if (c->lifeline[w] & bit)
 			ll_record(c, idx, task, (__u32)id, id >> 32, MT_K_SET, ttl, t->lamport,
@@ -1522,6 +1773,7 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 		return 0;
 	}
 	case MT_OP_CLEAR:
+		t->origin[w] &= ~bit;
 		__sync_fetch_and_and(&v->vec[w], ~bit);
 		__sync_fetch_and_and(&t->spent[w], ~bit);
 		t->ttl[idx & (MT_TAGS - 1)] = 0;
@@ -1707,6 +1959,7 @@ int mt_sweep_iter(struct bpf_iter__task *ctx)
 				c->ll_size[idx & (MT_TAGS - 1)] = 0;
 				__sync_fetch_and_and(&c->system[w], ~bit);
 				__sync_fetch_and_and(&c->lifeline[w], ~bit);
+				__sync_fetch_and_and(&c->deadlock[w], ~bit);
 			}
 			__sync_fetch_and_and(&c->deleting[w], ~bit);
 		}

@@ -67,6 +67,7 @@ enum mt_state {
 #define MT_F_USER_SET 0x4 /* thread: class was set explicitly (not default) */
 #define MT_F_GLOBAL 0x8   /* tag: from the cluster table; crosses machines */
 #define MT_F_REPLIES 0x10 /* tag: travels with replies too (paper, section 10) */
+#define MT_F_DEADLOCK 0x20 /* tag: marks a synchronous call chain (paper, section 5.3) */
 
 /*
  * Per-thread view: BPF_F_MMAPABLE array indexed by the thread's global tid.
@@ -89,6 +90,8 @@ struct mt_thread {
 	__u32 flags;            /* MT_F_SYSTEM, MT_F_USER_SET */
 	__u32 pad;
 	__u64 lamport;          /* Lamport clock: +1 per tagged send, max+1 per reception */
+	__u64 origin[MT_WORDS]; /* tags set on this thread by a tool or the API (not received):
+	                         * a deadlock tag's origin keeps it when answered */
 };
 
 /*
@@ -119,6 +122,27 @@ struct mt_ctl {
 	__u64 n_udp_deps;
 	__u64 n_ipc_deps;          /*   (eventfd and message queues) */
 	__u64 n_obj_deps;          /*   (shared-memory objects) */
+	__u64 deadlock[MT_WORDS];  /* deadlock tags (MT_F_DEADLOCK) */
+};
+
+/*
+ * A circular call chain found (paper, section 5.3): thread tx sends a
+ * request that carries deadlock tag `tag` towards process rx_pid, whose
+ * thread rx_tid already holds that tag. Sent to user space through the
+ * dl_events ring buffer.
+ */
+struct mt_deadlock {
+	__u64 ts_ns;       /* CLOCK_MONOTONIC */
+	__u64 lamport;     /* sender's clock */
+	__u32 tag;         /* bit */
+	__u32 generation;
+	__u32 tx_tid, tx_pid;
+	__u32 tx_host;
+	__u32 rx_pid;      /* the process the request goes to */
+	__u32 rx_tid;      /* its thread found holding the tag */
+	__u16 kind;        /* enum mt_kind of the channel */
+	__u16 denied;      /* 1: refused (EDEADLK); 0: detected, delivered */
+	char tx_comm[MT_COMM_LEN];
 };
 
 /* Counters for `mantle tags status`: a per-CPU array of one entry (no
@@ -224,6 +248,8 @@ struct mt_chan_key {
 struct mt_sock {
 	__u32 role;      /* MT_ROLE_* */
 	__u32 udp_dport; /* last unconnected UDP destination (host order), tagged senders only */
+	__u32 peer_pid;  /* TCP client: owner of the listener it connected to (this host), or 0 */
+	__u32 pad;
 };
 #define MT_ROLE_UNKNOWN 0
 #define MT_ROLE_CLIENT 1 /* called connect(): sends requests */
@@ -290,6 +316,7 @@ struct mt_thread_rec {
 MT_STATIC_ASSERT(MT_TAGS % 64 == 0 && MT_TAGS <= 256, "MT_TAGS: multiple of 64, at most 256");
 MT_STATIC_ASSERT(sizeof(struct mt_view) == 8 * MT_WORDS + 8, "mt_view layout");
 MT_STATIC_ASSERT(sizeof(struct mt_tag) == 56, "mt_tag layout");
+MT_STATIC_ASSERT(sizeof(struct mt_deadlock) == 64, "mt_deadlock layout");
 MT_STATIC_ASSERT(sizeof(struct mt_reception) == 72, "mt_reception layout");
 MT_STATIC_ASSERT(sizeof(struct mt_chan_key) == 24, "mt_chan_key layout");
 MT_STATIC_ASSERT(sizeof(struct mt_tcpopt) == MT_OPT_FIXED + MT_OPT_MAX_TTLS, "mt_tcpopt layout");
