@@ -629,7 +629,8 @@ fn deadlock_guard(
             Target::Tid(x) => format!("thread {x}"),
         }
     );
-    let end = timeout.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms as u64));
+    let end =
+        timeout.map(|ms| std::time::Instant::now() + std::time::Duration::from_millis(ms as u64));
     let mut seen = 0u64;
     let r = t.watch_deadlocks(|rep| {
         if let Some(rep) = rep.filter(|r| r.tag == name) {

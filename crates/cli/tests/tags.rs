@@ -1676,11 +1676,20 @@ fn call_ring(c: &Case) -> (Actor, Actor, Actor) {
     for (x, n) in [(&mut a, "a"), (&mut b, "b"), (&mut cc, "c")] {
         x.run(0, &format!("listen_unix l {} stream", c.path(n).display()));
     }
-    a.run(0, &format!("connect_unix ab {} stream", c.path("b").display()));
+    a.run(
+        0,
+        &format!("connect_unix ab {} stream", c.path("b").display()),
+    );
     b.run(0, "accept ba l");
-    b.run(0, &format!("connect_unix bc {} stream", c.path("c").display()));
+    b.run(
+        0,
+        &format!("connect_unix bc {} stream", c.path("c").display()),
+    );
     cc.run(0, "accept cb l");
-    cc.run(0, &format!("connect_unix ca {} stream", c.path("a").display()));
+    cc.run(
+        0,
+        &format!("connect_unix ca {} stream", c.path("a").display()),
+    );
     a.run(0, "accept ac l");
     (a, b, cc)
 }
@@ -1713,7 +1722,14 @@ fn deadlock_guard_reports_a_circular_chain() {
 
     let dl = c.tag("guard", &["--deadlock", "--lifeline", "256"]);
     let (mut a, mut b, mut cc) = call_ring(&c);
-    let g = Guard::start(&["--pid", &a.pid.to_string(), "--name", &dl, "--timeout", "60s"]);
+    let g = Guard::start(&[
+        "--pid",
+        &a.pid.to_string(),
+        "--name",
+        &dl,
+        "--timeout",
+        "60s",
+    ]);
     assert!(
         poll_until(|| tags_of(a.w[0]).contains(&dl).then_some(())).is_some(),
         "the guard never tagged A"
@@ -1732,7 +1748,10 @@ fn deadlock_guard_reports_a_circular_chain() {
     b.run(0, "send ba r1");
     assert_eq!(a.run(0, "recv ab"), "r1");
     expect_tags("A, the origin, after the answer", a.w[0], &[&dl]);
-    assert!(g.report(1).is_none(), "a chain without a circle was reported");
+    assert!(
+        g.report(1).is_none(),
+        "a chain without a circle was reported"
+    );
 
     // The circle: C calls A, which waits for B, which waits for C.
     a.run(0, "send ab q2");
@@ -1754,7 +1773,12 @@ fn deadlock_guard_reports_a_circular_chain() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["tid"].as_u64().unwrap(), p["comm"].as_str().unwrap().to_string()))
+        .map(|p| {
+            (
+                p["tid"].as_u64().unwrap(),
+                p["comm"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     let want: Vec<u64> = vec![a.w[0] as u64, b.w[0] as u64, cc.w[0] as u64];
     assert_eq!(
@@ -1776,7 +1800,14 @@ fn deadlock_guard_refuses_a_tcp_connect_back_to_the_origin() {
     let port = a.run(0, "listen_tcp t");
     // Unguarded: the connect goes through.
     cc.run(0, &format!("connect_tcp free {port}"));
-    let g = Guard::start(&["--pid", &a.pid.to_string(), "--name", &dl, "--timeout", "60s"]);
+    let g = Guard::start(&[
+        "--pid",
+        &a.pid.to_string(),
+        "--name",
+        &dl,
+        "--timeout",
+        "60s",
+    ]);
     assert!(
         poll_until(|| tags_of(a.w[0]).contains(&dl).then_some(())).is_some(),
         "the guard never tagged A"
@@ -1788,7 +1819,9 @@ fn deadlock_guard_refuses_a_tcp_connect_back_to_the_origin() {
     let _sb = b.send(0, "recv bc");
     assert_eq!(cc.run(0, "recv cb"), "q");
     let seq = cc.send(0, &format!("connect_tcp back {port}"));
-    let err = cc.result(seq).expect_err("the connect back to the origin went through");
+    let err = cc
+        .result(seq)
+        .expect_err("the connect back to the origin went through");
     assert!(err.contains("Resource deadlock avoided"), "{err}");
     let r = g.report(5).expect("no deadlock report within 5 s");
     assert_eq!(r["refused"], true, "{r}");
@@ -1800,7 +1833,11 @@ fn deadlock_guard_refuses_a_tcp_connect_back_to_the_origin() {
         .iter()
         .map(|p| p["tid"].as_u64().unwrap())
         .collect();
-    assert_eq!(tids, vec![a.w[0] as u64, b.w[0] as u64, cc.w[0] as u64], "{r}");
+    assert_eq!(
+        tids,
+        vec![a.w[0] as u64, b.w[0] as u64, cc.w[0] as u64],
+        "{r}"
+    );
 }
 
 /// A socketpair has no connect() side: both directions are requests.

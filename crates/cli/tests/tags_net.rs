@@ -764,7 +764,11 @@ fn deadlock_ring(g: &mut Guard, dir: &Path, hosts: [&String; 3]) -> DeadlockRun 
     // (listen port, next host address, next port) for A, B, C; base varies
     // per run so that the second ring does not meet the first's sockets.
     let start = |g: &mut Guard, base: u16, tag: &str| -> (Child, [u32; 3], PathBuf) {
-        let next = [("10.77.1.2", base + 1), ("10.77.2.2", base + 2), ("10.77.3.1", base)];
+        let next = [
+            ("10.77.1.2", base + 1),
+            ("10.77.2.2", base + 2),
+            ("10.77.3.1", base),
+        ];
         let mut pids = [0u32; 3];
         for i in (1..3).rev() {
             let (nh, np) = next[i];
@@ -772,7 +776,13 @@ fn deadlock_ring(g: &mut Guard, dir: &Path, hosts: [&String; 3]) -> DeadlockRun 
                 &format!("ring {i}"),
                 Command::new("nsenter")
                     .arg(format!("--net=/run/netns/{}", hosts[i]))
-                    .args(["python3", ring, &(base + i as u16).to_string(), nh, &np.to_string()])
+                    .args([
+                        "python3",
+                        ring,
+                        &(base + i as u16).to_string(),
+                        nh,
+                        &np.to_string(),
+                    ])
                     .stdout(File::create(dir.join(format!("ring{tag}{i}.out"))).unwrap()),
             );
         }
@@ -780,7 +790,14 @@ fn deadlock_ring(g: &mut Guard, dir: &Path, hosts: [&String; 3]) -> DeadlockRun 
         let (nh, np) = next[0];
         let a = Command::new("nsenter")
             .arg(format!("--net=/run/netns/{}", hosts[0]))
-            .args(["python3", ring, &base.to_string(), nh, &np.to_string(), "--start"])
+            .args([
+                "python3",
+                ring,
+                &base.to_string(),
+                nh,
+                &np.to_string(),
+                "--start",
+            ])
             .stdin(Stdio::piped())
             .stdout(File::create(&out).unwrap())
             .spawn()
@@ -789,7 +806,10 @@ fn deadlock_ring(g: &mut Guard, dir: &Path, hosts: [&String; 3]) -> DeadlockRun 
         for i in 0..3 {
             let f = dir.join(format!("ring{tag}{i}.out"));
             let up = poll_until(TIMEOUT, || {
-                fs::read_to_string(&f).ok().filter(|s| s.contains("listening")).map(|_| ())
+                fs::read_to_string(&f)
+                    .ok()
+                    .filter(|s| s.contains("listening"))
+                    .map(|_| ())
             });
             assert!(up.is_some(), "ring member {i} did not start");
         }
@@ -802,7 +822,11 @@ fn deadlock_ring(g: &mut Guard, dir: &Path, hosts: [&String; 3]) -> DeadlockRun 
     let sleeping = |pid: u32| {
         fs::read_to_string(format!("/proc/{pid}/stat"))
             .ok()
-            .and_then(|st| st.rsplit(')').next().map(|r| r.trim_start().starts_with('S')))
+            .and_then(|st| {
+                st.rsplit(')')
+                    .next()
+                    .map(|r| r.trim_start().starts_with('S'))
+            })
             .unwrap_or(false)
     };
 
@@ -825,7 +849,15 @@ fn deadlock_ring(g: &mut Guard, dir: &Path, hosts: [&String; 3]) -> DeadlockRun 
     // Guarded.
     let (mut a, pids, _) = start(g, 7110, "g");
     let mut guard = Command::new(MANTLE)
-        .args(["tag", "deadlock-guard", "--json", "--count", "1", "--timeout", "20s"])
+        .args([
+            "tag",
+            "deadlock-guard",
+            "--json",
+            "--count",
+            "1",
+            "--timeout",
+            "20s",
+        ])
         .args(["--pid", &pids[0].to_string(), "--name", DEADLOCK])
         .stdout(Stdio::piped())
         .stderr(File::create(dir.join("guard.err")).unwrap())
@@ -1266,7 +1298,11 @@ fn deadlock_ring_across_hosts_is_reported() {
         .report
         .as_ref()
         .unwrap_or_else(|| panic!("no deadlock report within 20 s"));
-    assert!(dl.after < Duration::from_secs(5), "report took {:?}", dl.after);
+    assert!(
+        dl.after < Duration::from_secs(5),
+        "report took {:?}",
+        dl.after
+    );
     assert_eq!(r["tag"], DEADLOCK, "{r}");
     assert_eq!(r["via"], "tcp", "{r}");
     assert_eq!(r["refused"], false, "{r}");
@@ -1288,5 +1324,9 @@ fn deadlock_ring_across_hosts_is_reported() {
         .iter()
         .map(|p| p["host"].as_str().unwrap())
         .collect();
-    assert_eq!(hosts, vec![sc.a.as_str(), sc.b.as_str(), sc.c.as_str()], "{r}");
+    assert_eq!(
+        hosts,
+        vec![sc.a.as_str(), sc.b.as_str(), sc.c.as_str()],
+        "{r}"
+    );
 }

@@ -40,13 +40,25 @@ pub struct DeadlockReport {
 /// tag, ...) until the origin, where a tool or the API set it. Returns the
 /// records origin first. A cycle in the records (a tag that went round
 /// before) stops the walk.
-pub fn chain_of(records: &[ReceptionInfo], tx_tid: u32, tx_pid: u32, ts_ns: u64) -> Vec<&ReceptionInfo> {
+pub fn chain_of(
+    records: &[ReceptionInfo],
+    tx_tid: u32,
+    tx_pid: u32,
+    ts_ns: u64,
+) -> Vec<&ReceptionInfo> {
     let mut out: Vec<&ReceptionInfo> = Vec::new();
     let (mut tid, mut pid, mut until) = (tx_tid, tx_pid, ts_ns);
     while out.len() < records.len() {
         let hit = records
             .iter()
-            .filter(|r| r.ts_ns <= until && if tid != 0 { r.rx_tid == tid } else { r.rx_pid == pid })
+            .filter(|r| {
+                r.ts_ns <= until
+                    && if tid != 0 {
+                        r.rx_tid == tid
+                    } else {
+                        r.rx_pid == pid
+                    }
+            })
             .filter(|r| r.via != "fork")
             .max_by_key(|r| (r.ts_ns, r.seq));
         let Some(r) = hit else { break };
@@ -97,7 +109,11 @@ pub fn render(r: &DeadlockReport) -> String {
             p.pid,
             p.comm,
             p.host,
-            if i == 0 { ", origin".to_string() } else { format!(", called via {}", p.via) }
+            if i == 0 {
+                ", origin".to_string()
+            } else {
+                format!(", called via {}", p.via)
+            }
         );
     }
     s += &format!(

@@ -250,7 +250,10 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
         if found != MAPS.len() {
             return Err(kerr(
                 "pin maps",
-                format!("tags.bpf.o has {found} of the {} maps mantle pins", MAPS.len()),
+                format!(
+                    "tags.bpf.o has {found} of the {} maps mantle pins",
+                    MAPS.len()
+                ),
             ));
         }
     }

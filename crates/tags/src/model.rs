@@ -389,10 +389,17 @@ mod tests {
             GlobalTag {
                 name: "hipow".into(),
                 ttl: Some(3),
-                system: false
+                system: false,
+                deadlock: false,
             }
         );
         assert!(t.tags[2].system);
+        let d = parse_cluster("req\nhipow ttl=3\nkmode system deadlock").unwrap();
+        assert!(d.tags[2].deadlock && !d.tags[0].deadlock);
+        assert_ne!(
+            t.digest, d.digest,
+            "the deadlock attribute is part of the table"
+        );
         // comments and blank lines do not change the digest; content does
         assert_eq!(
             t.digest,
