@@ -2018,6 +2018,22 @@ fn unprivileged_user_is_refused() {
     expect_tags("sink after selftag's clear", sink.w[0], &[&x]);
     expect_tags("victim", victim.w[0], &[]);
 
+    // The integrated level of deadlock detection: a program starts a
+    // guarded call chain itself (unprivileged), with a deadlock tag only.
+    let dl = c.tag("dl", &["--deadlock"]);
+    assert_eq!(
+        me.run(0, &format!("dl_begin {x}")),
+        (-libc::EINVAL).to_string(),
+        "mantle_deadlock_begin with a tag that is not a deadlock tag"
+    );
+    assert_eq!(me.run(0, &format!("dl_begin {dl}")), "0");
+    expect_tags("selftag in its chain", me.main, &[&dl]);
+    me.run(0, "send 3 call");
+    assert_eq!(sink.run(0, "recv p"), "call");
+    expect_tags("sink, called in the chain", sink.w[0], &[&x, &dl]);
+    assert_eq!(me.run(0, &format!("dl_end {dl}")), "0");
+    expect_tags("selftag after mantle_deadlock_end", me.main, &[]);
+
     // No unprivileged writes to the kernel side's maps, by bpf(2) or mmap.
     let maps = [
         "view", "ctl", "tags", "threads", "owners", "lifeline", "op", "chan_dep", "sk_dep",

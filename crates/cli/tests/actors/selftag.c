@@ -9,7 +9,8 @@
  * Verbs: set TAG TTL | clear TAG | terminate TAG | holds TAG -> the
  * function's return value (0/1 or a negative errno); self -> the first
  * word of mantle_tags_self() in hex; send FD TEXT -> write(2) TEXT\n to an
- * inherited fd; uid -> getuid(); exit.
+ * inherited fd; uid -> getuid(); dl_begin TAG | dl_end TAG -> the return
+ * value of mantle_deadlock_begin/end; exit.
  * First report: "ready PID TID TID".
  */
 #define _GNU_SOURCE
@@ -58,6 +59,10 @@ int main(void)
 			report("%s ok %ld\n", seq, mantle_tag_clear(a, 0));
 		else if (!strcmp(verb, "terminate") && a)
 			report("%s ok %ld\n", seq, mantle_tag_terminate(a, 0));
+		else if (!strcmp(verb, "dl_begin") && a)
+			report("%s ok %ld\n", seq, mantle_deadlock_begin(a, 0));
+		else if (!strcmp(verb, "dl_end") && a)
+			report("%s ok %ld\n", seq, mantle_deadlock_end(a, 0));
 		else if (!strcmp(verb, "holds") && a)
 			report("%s ok %ld\n", seq, mantle_tag_holds(a));
 		else if (!strcmp(verb, "self"))
