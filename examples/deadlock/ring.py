@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 """ring: one member of a ring of synchronous TCP services, for the deadlock
-tests (crates/cli/tests/tags_net.rs). It knows nothing of mantle.
+example (examples/deadlock.sh) and tests (crates/cli/tests/tags_net.rs). It
+knows nothing of mantle.
 
     ring.py PORT NEXT_HOST NEXT_PORT [--start]
 
