@@ -28,6 +28,13 @@
  *                  both wait with sigwaitinfo (signals blocked): a round trip
  *   devnull_write  write 1 byte to /dev/null
  *   pipe_read      write 1 byte into a pipe and read it back, one process
+ *   eventfd_pingpong  eventfd_write + the peer's eventfd_read, and back over a
+ *                  second eventfd (the paper's pulse), two processes
+ *   mq_pingpong    1-byte mq_send + the peer's mq_receive, and back over a
+ *                  second POSIX message queue, two processes
+ *   shm_map        mmap(MAP_SHARED) + munmap of one page of a memfd that this
+ *                  process created (a tagged creator attaches its tags; each
+ *                  mapping takes them again), one process
  *   selfread       mantle_tags_self() (WITH_MANTLE builds only)
  *
  * Pinning is the driver's business (taskset); the peer process of a
@@ -44,6 +51,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <mqueue.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -350,6 +360,97 @@ static uint64_t case_pipe_read(long warm, long n)
 	return ns;
 }
 
+/* ---------------------------------------- eventfd, mq, shared memory */
+
+static uint64_t case_eventfd_pingpong(long warm, long n)
+{
+	int req = eventfd(0, EFD_CLOEXEC), rep = eventfd(0, EFD_CLOEXEC);
+	eventfd_t v;
+	pid_t pid;
+	uint64_t ns;
+
+	if (req < 0 || rep < 0)
+		die("eventfd");
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		for (long i = 0; i < warm + n; i++)
+			if (eventfd_read(req, &v) < 0 || eventfd_write(rep, 1) < 0)
+				_exit(1);
+		_exit(0);
+	}
+	for (long i = 0; i < warm + n; i++) {
+		tick(i);
+		if (eventfd_write(req, 1) < 0 || eventfd_read(rep, &v) < 0)
+			die("eventfd ping-pong");
+	}
+	ns = clk_stop();
+	reap(pid);
+	close(req);
+	close(rep);
+	return ns;
+}
+
+static mqd_t mq_make(const char *what)
+{
+	struct mq_attr at = {.mq_maxmsg = 4, .mq_msgsize = 1};
+	char name[64];
+	mqd_t q;
+
+	snprintf(name, sizeof(name), "/mantle-bench-%s-%d", what, getpid());
+	q = mq_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600, &at);
+	if (q == (mqd_t)-1)
+		die("mq_open");
+	mq_unlink(name); /* both ends hold it open; nothing left behind */
+	return q;
+}
+
+static uint64_t case_mq_pingpong(long warm, long n)
+{
+	mqd_t req = mq_make("req"), rep = mq_make("rep");
+	char c = 'x';
+	pid_t pid;
+	uint64_t ns;
+
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		for (long i = 0; i < warm + n; i++)
+			if (mq_receive(req, &c, 1, NULL) != 1 || mq_send(rep, &c, 1, 0) < 0)
+				_exit(1);
+		_exit(0);
+	}
+	for (long i = 0; i < warm + n; i++) {
+		tick(i);
+		if (mq_send(req, &c, 1, 0) < 0 || mq_receive(rep, &c, 1, NULL) != 1)
+			die("mq ping-pong");
+	}
+	ns = clk_stop();
+	reap(pid);
+	mq_close(req);
+	mq_close(rep);
+	return ns;
+}
+
+static uint64_t case_shm_map(long warm, long n)
+{
+	int fd = memfd_create("mantle-bench", MFD_CLOEXEC);
+
+	if (fd < 0 || ftruncate(fd, 4096) < 0)
+		die("memfd");
+	for (long i = 0; i < warm + n; i++) {
+		tick(i);
+		void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED || munmap(p, 4096) < 0)
+			die("mmap");
+	}
+	uint64_t ns = clk_stop();
+	close(fd);
+	return ns;
+}
+
 #ifdef WITH_MANTLE
 static uint64_t case_selfread(long warm, long n)
 {
@@ -409,6 +510,9 @@ static const struct {
 	{ "signal_rt", case_signal_rt },
 	{ "devnull_write", case_devnull_write },
 	{ "pipe_read", case_pipe_read },
+	{ "eventfd_pingpong", case_eventfd_pingpong },
+	{ "mq_pingpong", case_mq_pingpong },
+	{ "shm_map", case_shm_map },
 #ifdef WITH_MANTLE
 	{ "selfread", case_selfread },
 #endif

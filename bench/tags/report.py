@@ -21,7 +21,8 @@ import sys
 from collections import defaultdict
 
 CONDS = ["baseline", "loaded", "bystander", "tagged", "lifeline"]
-IPC = {"unix_pingpong", "pipe_pingpong", "signal_rt", "pipe_read"}
+IPC = {"unix_pingpong", "pipe_pingpong", "signal_rt", "pipe_read", "eventfd_pingpong",
+       "mq_pingpong", "shm_map"}
 SELFREAD_MAX_NS = 100.0
 
 

@@ -21,7 +21,8 @@
 #   lifeline   as tagged, the tag created with --lifeline 65536: every
 #              reception is recorded
 # Micro cases (micro.c): unix_pingpong pipe_pingpong getpid fork_exit
-# signal_rt devnull_write pipe_read selfread (see micro.c's header). Whole
+# signal_rt devnull_write pipe_read eventfd_pingpong mq_pingpong shm_map
+# selfread (see micro.c's header; --cases picks some). Whole
 # programs, each one `sh -c` pipeline timed from outside by `micro time`,
 # tagged as a whole in the tagged/lifeline conditions:
 #   gzip    cat text | gzip -c | wc -c                  (16 MiB of text)
@@ -53,7 +54,8 @@
 # not fatal):
 #   loaded <= 1.02 on every case;
 #   tagged, lifeline <= 1.15 on IPC micro cases (unix_pingpong pipe_pingpong
-#     signal_rt pipe_read), <= 1.03 on whole programs; other micro cases:
+#     signal_rt pipe_read eventfd_pingpong mq_pingpong shm_map), <= 1.03 on
+#     whole programs; other micro cases:
 #     no bar (info);
 #   selfread <= 100 ns absolute in every condition (its ratio is info: the
 #     baseline times the "not loaded" early return);
@@ -82,6 +84,7 @@
 #   --quick            ~1 min smoke run: 3/2 repetitions, half the
 #                      iterations, small inputs, no profile pass
 #   --micro-only / --programs-only
+#   --cases A,B,...    only these cases (micro or program names)
 #   --reps-micro N / --reps-programs N
 #   --cpu LIST         taskset CPU list (default 1; "0-1" = not pinned)
 #   --dma-latency      hold /dev/cpu_dma_latency at 0 during the run
@@ -114,12 +117,14 @@ SETTLE=0.5
 QUIET_PCT=15
 MAX_WAIT=
 MANTLE_DIR=
+CASES_ONLY=
 
 usage() { sed -n '/^# Options:/,/^# Exit/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
 	case $1 in
 	--quick) QUICK=1 ;;
 	--micro-only) DO_PROGS=0 ;;
+	--cases) CASES_ONLY=$2; shift ;;
 	--programs-only) DO_MICRO=0 ;;
 	--reps-micro) REPS_MICRO=$2; shift ;;
 	--reps-programs) REPS_PROGS=$2; shift ;;
@@ -181,17 +186,19 @@ trap 'rm -rf "$BIN"' EXIT # replaced by restore() once we hold the lock
 trap 'exit 130' INT TERM
 cp "$MANTLE_DIR/mantle" "$MANTLE_DIR/libmantle.so" "$BIN/"
 MANTLE=$BIN/mantle
-cc -O2 -Wall -Wextra -o "$BIN/micro" "$HERE/micro.c"
+cc -O2 -Wall -Wextra -o "$BIN/micro" "$HERE/micro.c" -lrt
 cc -O2 -Wall -Wextra -DWITH_MANTLE -I"$ROOT/include" -o "$BIN/micro_mantle" "$HERE/micro.c" \
-	-L"$BIN" -lmantle -Wl,-rpath,"$BIN"
+	-L"$BIN" -lmantle -Wl,-rpath,"$BIN" -lrt
 GIT_REV=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$ROOT" diff --quiet HEAD -- crates include 2>/dev/null || GIT_REV="$GIT_REV+dirty(crates/include)"
 MANTLE_SHA=$(sha256sum "$MANTLE" | cut -c1-12)
 
 # ------------------------------------------------------------------ cases
-MICRO_CASES=(unix_pingpong pipe_pingpong getpid fork_exit signal_rt devnull_write pipe_read selfread)
+MICRO_CASES=(unix_pingpong pipe_pingpong getpid fork_exit signal_rt devnull_write pipe_read
+	eventfd_pingpong mq_pingpong shm_map selfread)
 declare -A ITERS=([unix_pingpong]=10000 [pipe_pingpong]=15000 [getpid]=500000 [fork_exit]=800
-	[signal_rt]=12000 [devnull_write]=250000 [pipe_read]=100000 [selfread]=15000000)
+	[signal_rt]=12000 [devnull_write]=250000 [pipe_read]=100000 [eventfd_pingpong]=15000
+	[mq_pingpong]=15000 [shm_map]=100000 [selfread]=15000000)
 if [[ $QUICK == 1 ]]; then
 	for c in "${!ITERS[@]}"; do ITERS[$c]=$((ITERS[$c] / 2)); done
 	MIB_GZ=4 KIB_XZ=512 MIB_SORT=16 TAR_LOOPS=1
@@ -199,6 +206,15 @@ else
 	MIB_GZ=16 KIB_XZ=1536 MIB_SORT=64 TAR_LOOPS=3
 fi
 PROG_CASES=(gzip xz sort sqlite tar)
+if [[ -n $CASES_ONLY ]]; then # --cases a,b: only these (micro or program)
+	IFS=, read -r -a _only <<<"$CASES_ONLY"
+	_keep() { local c o; for c in "$@"; do for o in "${_only[@]}"; do [[ $c == "$o" ]] && echo "$c"; done; done; }
+	mapfile -t MICRO_CASES < <(_keep "${MICRO_CASES[@]}")
+	mapfile -t PROG_CASES < <(_keep "${PROG_CASES[@]}")
+	((${#MICRO_CASES[@]} + ${#PROG_CASES[@]})) || die "--cases $CASES_ONLY: no such case"
+	((${#MICRO_CASES[@]})) || DO_MICRO=0
+	((${#PROG_CASES[@]})) || DO_PROGS=0
+fi
 CONDS=(baseline loaded bystander tagged lifeline)
 
 # ------------------------------------------------------------------ data
