@@ -2347,19 +2347,14 @@ fn reader_blocked_before_send() {
     );
 }
 
-/// A reader busy-polling on the other CPU takes each request before the
-/// sender's send hook has run: the case docs/tags.md point 4 says is handled
-/// by delivering to the channel's last reader at once ("late"), on a channel
-/// that has a known reader. Pipes pass; unix stream, unix datagram, TCP and
-/// UDP miss the tag in about a quarter of the rounds (it comes with the
-/// reader's next read instead, or never), so 20 rounds fail almost surely.
-/// Likely causes (tags.bpf.c at 224303f): for unix, mt_sock_send hands the
-/// tags over late only if sk_wmem_alloc <= 1, but the reader's copy hook
-/// (skb_copy_datagram_iovec) runs before its skb is freed, so when the
-/// sender checks in between, nobody delivers; TCP and UDP have no late
-/// path at all (the deposit just waits for the next read).
+/// A reader busy-polling on the other CPU takes each request as soon as it
+/// can: the tags must already be on the channel, or be handed to it at
+/// once (docs/tags.md, "What the kernel side guarantees", point 4). Unix
+/// sockets deposit in sk_data_ready (sender's context, before the reader
+/// is woken) with a late hand-over if the queue is already empty; TCP in
+/// tcp_sendmsg_locked, before the data is queued; unconnected UDP in
+/// cgroup/sendmsg4, before the datagram exists; pipes have the late path.
 #[test]
-#[ignore = "bug: tags lost when the reader reads before the sender's send hook (unix, TCP, UDP); see the doc comment"]
 fn reader_faster_than_send_hook() {
     let c = case!("spinning");
     let missed = reader_first_rounds(&c, &["p", "u", "g", "t", "d"], 20, Reader::Spinning);

@@ -760,7 +760,10 @@ fn run_scenario() -> Result<Scenario, Missing> {
 /// -> A across the three hosts twice: unguarded (it must hang), then with
 /// `mantle tag deadlock-guard` on A using the global deadlock tag.
 fn deadlock_ring(g: &mut Guard, dir: &Path, hosts: [&String; 3]) -> DeadlockRun {
-    let ring = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/deadlock/ring.py");
+    let ring = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/deadlock/ring.py"
+    );
     // (listen port, next host address, next port) for A, B, C; base varies
     // per run so that the second ring does not meet the first's sockets.
     let start = |g: &mut Guard, base: u16, tag: &str| -> (Child, [u32; 3], PathBuf) {

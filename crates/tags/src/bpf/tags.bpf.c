@@ -561,20 +561,22 @@ static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d)
 	STAT(late);
 }
 
-/* Current thread reads deposit d; clear when the channel is left empty. */
-static __always_inline void receive(struct mt_deposit *d, int clear)
+/* Current thread reads deposit d; clear when the channel is left empty.
+ * A global function: the verifier checks it once, not at every caller. */
+__noinline int mt_receive(struct mt_deposit *d, int clear)
 {
 	struct snap s = {};
 	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct mt_ctl *c;
 
-	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid, clear))
-		return;
+	if (!d || !take(d, &s, &epoch, &tx_tid, &tx_pid, tid, clear))
+		return 0;
 	c = get_ctl();
 	if (!c)
-		return;
+		return 0;
 	deliver(c, bpf_get_current_task_btf(), &s, epoch, d->kind, tx_tid, tx_pid, 1);
+	return 0;
 }
 
 /* ------------------------------------------------- fork, exit, signals */
@@ -908,6 +910,64 @@ static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_c
 	return d;
 }
 
+/*
+ * Unix sockets: a message was queued on receiving socket sk. The kernel
+ * calls sk_data_ready in the sender's context, after queueing and before
+ * waking the reader: the deposit is on the channel before a blocked reader
+ * can take the message (sock_send_length, after the whole send, came too
+ * late for a reader on another CPU). The deposit lives on the receiving
+ * socket. Other families: TCP and UDP call it from softirq (any task), so
+ * they use their own hooks.
+ */
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(mt_unix_queued, struct sock *sk)
+{
+	struct snap s = {};
+	struct mt_ctl *c;
+	struct mt_deposit *d;
+	struct unix_sock *u;
+	struct sock *tx = 0;
+	__u32 kind, rx_pid = 0;
+
+	if (sk->__sk_common.skc_family != AF_UNIX || sk->__sk_common.skc_state == TCP_LISTEN)
+		return 0;
+	if (!self_tagged() || !take_snapshot(&s, &c))
+		return 0;
+	kind = unix_kind(sk);
+	if (kind != MT_K_UNIX_DGRAM) {
+		/* connected: the peer of the receiving socket is the sender's */
+		u = bpf_skc_to_unix_sock(sk);
+		tx = u ? u->peer : 0;
+		if (tx && !role_is_client(tx)) {
+			/* Not the connect() side: a reply, unless the socket has
+			 * no address (socketpair, or connected before load). */
+			struct unix_sock *ut = bpf_core_cast(tx, struct unix_sock);
+			if (ut->addr && !replies_only(c, &s)) {
+				dl_answered(); /* it answers: its part of the chain ends */
+				return 0;
+			}
+		}
+		/* the receiving process: the sender's peer credentials (for the
+		 * connect() side, the listener's) */
+		if (tx)
+			rx_pid = pid_nr_of(bpf_core_cast(tx, struct sock)->sk_peer_pid);
+	}
+	d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!d) {
+		STAT(deposit_fail);
+		return 0;
+	}
+	if (kind != MT_K_UNIX_DGRAM)
+		dl_send(c, &s, rx_pid, d->last_reader, kind);
+	deposit(d, &s, kind, c->epoch, 0, 0);
+	/* A reader spinning on another CPU took it between the queueing and
+	 * this hook: hand the tags to it now. */
+	if (sk->sk_receive_queue.qlen == 0)
+		deliver_late(c, d);
+	return 0;
+}
+
+/* Connected UDP requests, and the end of a TCP participant's part of a call chain. */
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 {
@@ -916,71 +976,26 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 	struct mt_deposit *d;
 	__u16 family;
 
-	if (ret <= 0 || !take_snapshot(&s, &c))
+	if (ret <= 0)
 		return 0;
 	family = sk->__sk_common.skc_family;
-	if (family == AF_UNIX) {
-		__u32 kind = unix_kind(sk);
-
-		if (kind != MT_K_UNIX_DGRAM && !role_is_client(sk)) {
-			/* Not the connect() side: a reply, unless the socket has
-			 * no address (socketpair, or connected before load). */
-			struct unix_sock *u = bpf_core_cast(sk, struct unix_sock);
-			if (u->addr && !replies_only(c, &s)) {
-				dl_answered(); /* it answers: its part of the chain ends */
-				return 0;
-			}
-		}
-		d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (!d) {
-			STAT(deposit_fail);
-			return 0;
-		}
-		/* the peer process: the listener's, for the connect() side */
-		if (kind != MT_K_UNIX_DGRAM)
-			dl_send(c, &s, pid_nr_of(sk->sk_peer_pid), d->last_reader, kind);
-		deposit(d, &s, kind, c->epoch, 0, 0);
-		/* Everything this socket sent is already read: the reader was
-		 * faster than this hook. Hand the tags to it now. */
-		if (sk->sk_wmem_alloc.refs.counter <= 1)
-			deliver_late(c, d);
-		return 0;
-	}
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
+	if (!take_snapshot(&s, &c))
+		return 0;
 	if (sk->sk_protocol == IPPROTO_TCP) {
-		struct mt_chan_key k;
-		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
-		__u32 end;
-
-		/* accepted side (or connected before load): a reply */
-		if (!role_is_client(sk) && !replies_only(c, &s)) {
+		/* requests deposit in tcp_sendmsg_locked, before the data can
+		 * be read; a reply ends the sender's part of a call chain */
+		if (!role_is_client(sk))
 			dl_answered();
-			return 0;
-		}
-		tcp_key(c, sk, &k, 0);
-		d = chan_get(c, &k);
-		if (!d)
-			return 0;
-		{
-			struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
-
-			dl_send(c, &s, r ? r->peer_pid : 0, d->last_reader, MT_K_TCP);
-		}
-		end = tp->write_seq;
-		deposit(d, &s, MT_K_TCP, c->epoch, end - (__u32)ret, end);
 		return 0;
 	}
 	if (sk->sk_protocol == IPPROTO_UDP) {
 		struct mt_chan_key k = {};
 		__u32 port = bpf_ntohs(sk->__sk_common.skc_dport);
 
-		if (!port) {
-			struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
-			port = r ? r->udp_dport : 0;
-		}
 		if (!port)
-			return 0;
+			return 0; /* unconnected: deposited by cgroup/sendmsg4/6 */
 		k.a = port;
 		k.type = MT_K_UDP;
 		k.pad = host_of_sock(c, sk);
@@ -988,31 +1003,6 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 		if (d)
 			deposit(d, &s, MT_K_UDP, c->epoch, 0, 0);
 	}
-	return 0;
-}
-
-/* Unix receive: skb->sk is the sending socket, which holds the deposit. */
-SEC("tp_btf/skb_copy_datagram_iovec")
-int BPF_PROG(mt_unix_recv, const struct sk_buff *skb, int len)
-{
-	struct sock *sk = skb->sk;
-	struct mt_deposit *d;
-	int last;
-
-	if (!sk || sk->__sk_common.skc_family != AF_UNIX)
-		return 0;
-	/* from the accepting side of a connection: a reply */
-	if (sk->sk_type != SOCK_DGRAM && bpf_core_cast(sk, struct unix_sock)->addr && !role_is_client(sk))
-		dl_answered();
-	d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
-	if (!d || vec_empty(d->vec)) {
-		if (d && d->last_reader != (__u32)bpf_get_current_pid_tgid())
-			d->last_reader = (__u32)bpf_get_current_pid_tgid();
-		return 0;
-	}
-	/* This skb is the sender's last one in flight: the channel drains. */
-	last = sk->sk_wmem_alloc.refs.counter - (int)skb->truesize <= 1;
-	receive(d, last);
 	return 0;
 }
 
@@ -1027,6 +1017,22 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 	if (ret <= 0)
 		return 0;
 	family = sk->__sk_common.skc_family;
+	if (family == AF_UNIX) {
+		/* data on the connect() side of a connection: a reply */
+		if (sk->sk_type != SOCK_DGRAM && role_is_client(sk))
+			dl_answered();
+		d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
+		if (!d)
+			return 0;
+		if (vec_empty(d->vec)) {
+			if (d->last_reader != (__u32)bpf_get_current_pid_tgid())
+				d->last_reader = (__u32)bpf_get_current_pid_tgid();
+			return 0;
+		}
+		/* everything queued is read: the deposit ends here */
+		mt_receive(d, sk->sk_receive_queue.qlen == 0);
+		return 0;
+	}
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
 	c = get_ctl();
@@ -1044,7 +1050,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		if (d && !vec_empty(d->vec)) {
 			copied = tp->copied_seq;
 			if ((__s32)(copied - (__u32)d->seq_start) > 0)
-				receive(d, (__s32)(copied - (__u32)d->seq_end) >= 0);
+				mt_receive(d, (__s32)(copied - (__u32)d->seq_end) >= 0);
 		}
 		if (!c->n_tcp_deps)
 			return 0;
@@ -1058,7 +1064,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		/* read any tagged byte: deliver; read them all: done */
 		if ((__s32)(copied - start) <= 0)
 			return 0;
-		receive(d, (__s32)(copied - end) >= 0);
+		mt_receive(d, (__s32)(copied - end) >= 0);
 		return 0;
 	}
 	if (sk->sk_protocol == IPPROTO_UDP) {
@@ -1074,7 +1080,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		if (!d || vec_empty(d->vec))
 			return 0;
 		empty = sk->sk_receive_queue.qlen == 0 && up->reader_queue.qlen == 0;
-		receive(d, empty);
+		mt_receive(d, empty);
 	}
 	return 0;
 }
@@ -1251,7 +1257,7 @@ __noinline int mt_on_recv(int fd, int mq_only)
 			d->last_reader = (__u32)bpf_get_current_pid_tgid();
 		return 0;
 	}
-	receive(d, chan_drained(f, kind));
+	mt_receive(d, chan_drained(f, kind));
 	return 0;
 }
 
@@ -1313,7 +1319,7 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 	d = bpf_map_lookup_elem(&chan_dep, &k);
 	if (!d || vec_empty(d->vec) || d->tx_tid == (__u32)bpf_get_current_pid_tgid())
 		return 0;
-	receive(d, 0);
+	mt_receive(d, 0);
 	return 0;
 }
 
@@ -1366,23 +1372,43 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 /* ------------------------------------------------- tags across hosts */
 
 /*
- * The sender side: before TCP builds the segments of a send, remember the
- * sender's global tags on its (client) socket; the sockops program writes
- * them into every data segment's header. Taken here rather than at
- * sock_send_length because the segments leave inside tcp_sendmsg.
+ * A TCP send, before its data is queued (the tracepoint fires at the top of
+ * each round of tcp_sendmsg_locked's copy loop): the request's tags are
+ * deposited for the flow on this host with the sequence range the message
+ * will take, so a reader can never take the bytes before the tags are there;
+ * and, for the sockops program, the global tags are kept on the socket to go
+ * into every data segment's header (tags across hosts).
  */
 SEC("tp_btf/tcp_sendmsg_locked")
 int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff *skb, int size_goal)
 {
 	struct snap s = {};
-	struct mt_ctl *c = get_ctl();
+	struct mt_ctl *c = 0;
 	struct mt_netsnap *ns;
-	__u64 g;
+	__u64 g = 0;
 
+	if (self_tagged() && take_snapshot(&s, &c) && (role_is_client(sk) || replies_only(c, &s))) {
+		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
+		struct mt_chan_key k;
+		struct mt_deposit *d;
+		__u32 start = tp->write_seq;
+		__u32 left = bpf_core_cast(msg, struct msghdr)->msg_iter.count;
+
+		tcp_key(c, sk, &k, 0);
+		d = chan_get(c, &k);
+		if (d) {
+			struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+
+			dl_send(c, &s, r ? r->peer_pid : 0, d->last_reader, MT_K_TCP);
+			deposit(d, &s, MT_K_TCP, c->epoch, start, start + left);
+		}
+		g = s.vec[0] & c->global[0] & ((1ULL << MT_GLOBAL_BITS) - 1);
+	} else {
+		c = get_ctl();
+	}
 	if (!c || !c->global[0])
 		return 0;
-	if (!self_tagged() || !take_snapshot(&s, &c) || (!role_is_client(sk) && !replies_only(c, &s)) ||
-	    !(g = s.vec[0] & c->global[0] & ((1ULL << MT_GLOBAL_BITS) - 1))) {
+	if (!g) {
 		/* an untagged send: stop carrying what an earlier one left */
 		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
 		if (ns && ns->vec)
@@ -1642,19 +1668,27 @@ int mt_connect_unix(struct bpf_sock_addr *ctx)
 	return mark_client(ctx);
 }
 
-/* Unconnected UDP: remember where a tagged sender sends. */
+/*
+ * Unconnected UDP (sendto with an address): deposit the sender's tags for
+ * the destination port before the datagram exists, so a reader spinning on
+ * another CPU cannot take it first. (Connected UDP sockets have no such
+ * hook: their deposit is made after the send, in sock_send_length.)
+ */
 static __always_inline int note_udp_dst(struct bpf_sock_addr *ctx)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct mt_view *v = view_of(tid);
-	struct bpf_sock *sk = ctx->sk;
-	struct mt_sock *r;
+	struct mt_chan_key k = {};
+	struct snap s = {};
+	struct mt_deposit *d;
+	struct mt_ctl *c;
 
-	if (!v || vec_empty(v->vec) || !sk)
+	if (ctx->protocol != IPPROTO_UDP || !self_tagged() || !take_snapshot(&s, &c))
 		return 1;
-	r = bpf_sk_storage_get(&sk_role, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (r)
-		r->udp_dport = bpf_ntohs((__u16)ctx->user_port);
+	k.a = bpf_ntohs((__u16)ctx->user_port);
+	k.type = MT_K_UDP;
+	k.pad = host_of_netns(c, bpf_get_netns_cookie(ctx));
+	d = chan_get(c, &k);
+	if (d)
+		deposit(d, &s, MT_K_UDP, c->epoch, 0, 0);
 	return 1;
 }
 
