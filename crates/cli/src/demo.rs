@@ -47,7 +47,7 @@ pub fn run(json: bool) -> Result<(), Error> {
             .parent()
             .map(|d| d.join("libmantle.so"))
             .unwrap_or_default();
-        mantle_tags::kernel::up(&lib)?;
+        mantle_tags::kernel::up(&lib, Default::default())?;
         eprintln!("mantle demo: loaded the tags kernel side (will unload it at the end)");
     }
     let result = run_loaded(&exe, json);

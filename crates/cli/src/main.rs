@@ -69,6 +69,12 @@ enum TagsCmd {
         /// the same file on every machine; only these cross machines.
         #[arg(long)]
         cluster: Option<PathBuf>,
+        /// Follow sockets, signals and fork only: pipes, FIFOs, eventfd,
+        /// message queues and shared memory carry no tags, and no process
+        /// pays for the system-call tracepoint they need (about 100-200 ns
+        /// on every system call of every process while a tag exists).
+        #[arg(long)]
+        no_fd_channels: bool,
         #[arg(long)]
         json: bool,
     },
@@ -347,7 +353,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
     match c {
-        TagsCmd::Up { lib, cluster, json } => {
+        TagsCmd::Up {
+            lib,
+            cluster,
+            no_fd_channels,
+            json,
+        } => {
             if mantle_sys::os::geteuid() != 0 {
                 return Err(Error::Permission(
                     "loading the kernel side needs root".into(),
@@ -367,7 +378,7 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
             };
             let lib = lib.unwrap_or_else(default_lib);
             let lib = lib.canonicalize().unwrap_or(lib);
-            let r = mantle_tags::kernel::up(&lib)?;
+            let r = mantle_tags::kernel::up(&lib, mantle_tags::kernel::UpOpts { no_fd_channels })?;
             if let Some(t) = &table {
                 let installed = Tags::open().and_then(|tags| {
                     tags.install_cluster(t)?;
@@ -425,6 +436,9 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
                         "detached (no tags)"
                     }
                 );
+                if !st.fd_channels {
+                    println!("  channels:   sockets, signals, fork only (--no-fd-channels)");
+                }
                 println!("  view:       {} thread slots", st.view_entries);
                 println!("  hops:       {} deliveries", st.hops);
                 println!("  rejected:   {} (terminators, classes)", st.rejected);

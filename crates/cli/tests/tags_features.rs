@@ -346,3 +346,61 @@ fn idle_holder_passes_nothing() {
     h.wait().unwrap();
     ok(&["tag", "delete", name]);
 }
+
+/// `tags up --no-fd-channels`: sys_exit is never attached, so pipes carry
+/// nothing, while sockets still do; status says which channels are off.
+#[test]
+fn no_fd_channels_leaves_pipes_out() {
+    let Some(_g) = setup() else { return };
+    ok(&["tags", "down"]);
+    let up = Command::new(MANTLE)
+        .args(["tags", "up", "--no-fd-channels", "--lib"])
+        .arg(lib())
+        .output()
+        .unwrap();
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    let name = "feat-nofd";
+    ok(&["tag", "create", name, "--lifeline", "64"]);
+    let links = "/sys/fs/bpf/mantle/tags/links";
+    assert!(std::path::Path::new(&format!("{links}/mt_sock_send")).exists());
+    assert!(!std::path::Path::new(&format!("{links}/mt_sys_exit")).exists());
+    let st: serde_json::Value = serde_json::from_str(&ok(&["tags", "status", "--json"])).unwrap();
+    assert_eq!(st["fd_channels"], false, "{st}");
+    // A tagged writer into a pipe and a unix socket pair's reader: the
+    // socket carries, the pipe does not.
+    let out = ok(&[
+        "tag",
+        "run",
+        name,
+        "--",
+        "sh",
+        "-c",
+        "echo x | cat >/dev/null; python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"x\"); b.recv(1)'",
+    ]);
+    assert_eq!(out, "");
+    let l: serde_json::Value =
+        serde_json::from_str(&ok(&["tag", "lifeline", name, "--json"])).unwrap();
+    let vias: Vec<&str> = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["via"].as_str().unwrap())
+        .collect();
+    assert!(!vias.contains(&"pipe"), "a pipe carried the tag: {vias:?}");
+    assert!(
+        vias.contains(&"unix-stream"),
+        "the socket pair did not carry it: {vias:?}"
+    );
+    ok(&["tag", "delete", name]);
+    ok(&["tags", "down"]);
+    let up = Command::new(MANTLE)
+        .args(["tags", "up", "--lib"])
+        .arg(lib())
+        .output()
+        .unwrap();
+    assert!(up.status.success());
+}

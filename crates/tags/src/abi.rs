@@ -76,6 +76,9 @@ pub const F_GLOBAL: u32 = 0x8;
 pub const F_REPLIES: u32 = 0x10;
 pub const F_DEADLOCK: u32 = 0x20;
 
+/// `mt_ctl.opts`: sys_exit is never attached (no fd-based channels).
+pub const OPT_NO_FD_CHANNELS: u32 = 0x1;
+
 /// Operation codes (`enum mt_op_code`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,7 +111,7 @@ pub struct Ctl {
     pub epoch: u32,
     pub view_size: u32,
     pub host_id: u32,
-    pub pad0: u32,
+    pub opts: u32,
     pub host_netns: u64,
     pub global: [u64; MT_WORDS],
     pub cluster_digest: u32,
@@ -298,7 +301,7 @@ mod layout {
             &btf,
             "mt_ctl",
             size_of::<Ctl>(),
-            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, pad0, host_netns, global, cluster_digest, pad1, replies, freed_epoch, ll_base, ll_size, ll_head,
+            fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, opts, host_netns, global, cluster_digest, pad1, replies, freed_epoch, ll_base, ll_size, ll_head,
                 default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps, n_ipc_deps, n_obj_deps, deadlock),
         );
         check(

@@ -124,7 +124,16 @@ pub struct UpReport {
 
 /// Loads tags.bpf.o, pins maps and programs, attaches the always-on hooks
 /// (cgroup connect marking, the self-operation uprobe, the iterators).
-pub fn up(ctl_lib: &Path) -> Result<UpReport, Error> {
+/// Load-time choices.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UpOpts {
+    /// Never attach sys_exit: pipes, FIFOs, eventfd, message queues and
+    /// shared memory carry no tags, and no process pays the syscall
+    /// tracepoint's slow path (docs/tags.md, "Cost").
+    pub no_fd_channels: bool,
+}
+
+pub fn up(ctl_lib: &Path, opts: UpOpts) -> Result<UpReport, Error> {
     if loaded() {
         return Err(Error::AlreadyLoaded);
     }
@@ -149,7 +158,7 @@ pub fn up(ctl_lib: &Path) -> Result<UpReport, Error> {
     ] {
         let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755));
     }
-    let res = up_inner(ctl_lib, &cg);
+    let res = up_inner(ctl_lib, &cg, opts);
     if res.is_err() {
         let _ = down();
     }
@@ -190,7 +199,7 @@ fn check_features() -> Result<(), Error> {
     }
 }
 
-fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
+fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts) -> Result<UpReport, Error> {
     let view_entries = pid_max();
     // First with the fast fd-array path (Linux 6.13+), then without it.
     let mut obj = MaybeUninit::uninit();
@@ -281,6 +290,11 @@ fn up_inner(ctl_lib: &Path, cg: &Path) -> Result<UpReport, Error> {
             (*ctl.ptr::<crate::abi::Ctl>(0)).view_size = view_entries;
             (*ctl.ptr::<crate::abi::Ctl>(0)).host_id = crate::model::machine_host_id(&identity);
             (*ctl.ptr::<crate::abi::Ctl>(0)).host_netns = own_netns_cookie().unwrap_or(0);
+            (*ctl.ptr::<crate::abi::Ctl>(0)).opts = if opts.no_fd_channels {
+                crate::abi::OPT_NO_FD_CHANNELS
+            } else {
+                0
+            };
         }
     }
 
@@ -428,9 +442,12 @@ pub fn hooks_attached() -> bool {
 /// Attaches (and pins) the hooks needed while tags exist. Idempotent.
 pub fn attach_tagged() -> Result<(), Error> {
     let mut cgf = None;
+    let opts = MappedMap::open_ro::<crate::abi::Ctl>("ctl")?
+        .get::<crate::abi::Ctl>(0)
+        .opts;
     for (name, hook) in TAGGED_HOOKS {
         let lp = pin("links", name);
-        if lp.exists() {
+        if lp.exists() || (*name == "mt_sys_exit" && opts & crate::abi::OPT_NO_FD_CHANNELS != 0) {
             continue;
         }
         let prog = libbpf_rs::Program::fd_from_pinned_path(pin("progs", name))

@@ -153,6 +153,9 @@ pub struct ReceptionInfo {
 pub struct Status {
     pub loaded: bool,
     pub hooks_attached: bool,
+    /// Pipes, FIFOs, eventfd, message queues and shared memory are followed
+    /// (false: loaded with --no-fd-channels).
+    pub fd_channels: bool,
     pub live_tags: u32,
     pub view_entries: u32,
     pub hops: u64,
@@ -671,6 +674,7 @@ impl Tags {
         Status {
             loaded: true,
             hooks_attached: kernel::hooks_attached(),
+            fd_channels: c.opts & abi::OPT_NO_FD_CHANNELS == 0,
             live_tags: c.live.iter().map(|w| w.count_ones()).sum(),
             view_entries: c.view_size,
             hops: st.hops,

@@ -106,7 +106,7 @@ struct mt_ctl {
 	__u32 epoch;               /* bumped each time a tag's bit is freed */
 	__u32 view_size;           /* entries in the view map (tids below it) */
 	__u32 host_id;             /* this machine (its initial network namespace) */
-	__u32 pad0;
+	__u32 opts;                /* MT_OPT_*, chosen at load */
 	__u64 host_netns;          /* cookie of that namespace (where `tags up` ran) */
 	__u64 global[MT_WORDS];    /* global tags (bits below MT_GLOBAL_BITS) */
 	__u32 cluster_digest;      /* 16-bit digest of the cluster table (0: none) */
@@ -147,6 +147,10 @@ struct mt_deadlock {
 
 /* Counters for `mantle tags status`: a per-CPU array of one entry (no
  * shared cache line on the hot path); user space sums the CPUs. */
+/* mt_ctl.opts */
+#define MT_OPT_NO_FD_CHANNELS 0x1 /* sys_exit never attached: no pipes, FIFOs, eventfd,
+                                   * message queues or shared memory */
+
 struct mt_stats {
 	__u64 hops;          /* deliveries of a request's tags */
 	__u64 rejected;      /* deliveries with a tag refused (terminator, class) */
