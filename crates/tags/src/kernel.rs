@@ -53,6 +53,7 @@ pub const MAPS: &[(&str, bool)] = &[
     ("op", false),
     ("zero_dep", false),
     ("sk_owner", false),
+    ("chan_hint", false),
     ("dl_events", false),
 ];
 

@@ -184,6 +184,21 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } dl_events SEC(".maps");
 
+/*
+ * One bit per hash bucket of channel keys, set when a deposit is made for
+ * a key in it and never cleared: a reader whose channel's bit is clear
+ * skips the LRU hash lookup (an array load instead of hashing a 24-byte
+ * key), which is what every untagged reader of every pipe and TCP socket
+ * would otherwise pay once some deposit of that kind exists.
+ */
+#define MT_HINT_BITS 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_HINT_BITS / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} chan_hint SEC(".maps");
+
 /* LRU: a deposit outlives its pipe or flow only until the space is needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -875,6 +890,24 @@ static __always_inline void tcp_key(struct mt_ctl *c, struct sock *sk, struct mt
 	k->pad = host_of_sock(c, sk);
 }
 
+static __always_inline __u32 hint_bit(const struct mt_chan_key *k)
+{
+	__u64 h = (k->a ^ (k->b << 17) ^ ((__u64)k->type << 40) ^ k->pad) * 0x9e3779b97f4a7c15ULL;
+
+	return (__u32)(h >> 48); /* 16 bits: MT_HINT_BITS */
+}
+
+/* The deposit for k if one may exist (hint bit set), else 0. */
+static __always_inline struct mt_deposit *chan_find(const struct mt_chan_key *k)
+{
+	__u32 b = hint_bit(k), w = b / 64;
+	__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
+
+	if (!h || !(*h & (1ULL << (b % 64))))
+		return 0;
+	return bpf_map_lookup_elem(&chan_dep, k);
+}
+
 /* Find or make the chan_dep entry for k; count deposits per type. */
 static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_chan_key *k)
 {
@@ -891,6 +924,13 @@ static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_c
 	if (!d) {
 		STAT(deposit_fail);
 		return 0;
+	}
+	{
+		__u32 b = hint_bit(k), w = b / 64;
+		__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
+
+		if (h && !(*h & (1ULL << (b % 64))))
+			__sync_fetch_and_or(h, 1ULL << (b % 64));
 	}
 	if (k->type == MT_K_PIPE) {
 		if (!c->n_pipe_deps)
@@ -1055,7 +1095,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		if (!c->n_tcp_deps)
 			return 0;
 		tcp_key(c, sk, &k, 1);
-		d = bpf_map_lookup_elem(&chan_dep, &k);
+		d = chan_find(&k);
 		if (!d || vec_empty(d->vec))
 			return 0;
 		copied = tp->copied_seq;
@@ -1076,7 +1116,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		k.a = sk->__sk_common.skc_num;
 		k.type = MT_K_UDP;
 		k.pad = host_of_sock(c, sk);
-		d = bpf_map_lookup_elem(&chan_dep, &k);
+		d = chan_find(&k);
 		if (!d || vec_empty(d->vec))
 			return 0;
 		empty = sk->sk_receive_queue.qlen == 0 && up->reader_queue.qlen == 0;
@@ -1249,7 +1289,7 @@ __noinline int mt_on_recv(int fd, int mq_only)
 	kind = chan_of(f, &k);
 	if (!kind || (mq_only != (kind == MT_K_MQ)))
 		return 0;
-	d = bpf_map_lookup_elem(&chan_dep, &k);
+	d = chan_find(&k);
 	if (!d)
 		return 0;
 	if (vec_empty(d->vec)) {
@@ -1303,7 +1343,7 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 	if (created || self_tagged()) {
 		/* The creator (or the first tagged thread to share a plain
 		 * file's pages) attaches its tags; later ones only receive. */
-		d = bpf_map_lookup_elem(&chan_dep, &k);
+		d = chan_find(&k);
 		if (!d || created) {
 			if (!take_snapshot(&s, &c))
 				return 0;
@@ -1316,7 +1356,7 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 	c = get_ctl();
 	if (created || !c || !c->n_obj_deps)
 		return 0;
-	d = bpf_map_lookup_elem(&chan_dep, &k);
+	d = chan_find(&k);
 	if (!d || vec_empty(d->vec) || d->tx_tid == (__u32)bpf_get_current_pid_tgid())
 		return 0;
 	mt_receive(d, 0);
