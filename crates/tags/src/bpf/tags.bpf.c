@@ -1200,19 +1200,19 @@ static __always_inline __u32 chan_of(struct file *f, struct mt_chan_key *k)
 		return 0;
 	k->pad = 0;
 	if ((ino->i_mode & S_IFMT) == S_IFIFO) {
-		k->a = (__u64)ino->i_pipe;
+		k->a = ino->i_sb->s_dev;
 		k->b = ino->i_ino;
 		k->type = MT_K_PIPE;
 		return MT_K_PIPE;
 	}
 	if (ino->i_sb->s_magic == MQUEUE_MAGIC) {
-		k->a = (__u64)ino;
+		k->a = ino->i_sb->s_dev;
 		k->b = ino->i_ino;
 		k->type = MT_K_MQ;
 		return MT_K_MQ;
 	}
 	if (is_eventfd(f)) {
-		k->a = (__u64)f->private_data;
+		k->a = bpf_core_cast(f->private_data, struct eventfd_ctx)->id;
 		k->b = 0;
 		k->type = MT_K_EVENTFD;
 		return MT_K_EVENTFD;
@@ -1306,14 +1306,16 @@ __noinline int mt_on_recv(int fd, int mq_only)
 static __always_inline void shm_key(struct mt_chan_key *k, struct file *f, long sysv_id)
 {
 	if (f) {
-		k->a = (__u64)f->f_inode;
-		k->b = f->f_inode ? f->f_inode->i_ino : 0;
+		struct inode *ino = f->f_inode;
+
+		k->a = ino ? ino->i_sb->s_dev : 0;
+		k->b = ino ? ino->i_ino : 0;
 		k->type = MT_K_SHM;
 	} else {
 		struct task_struct *t = bpf_core_cast(bpf_get_current_task_btf(), struct task_struct);
 
 		k->a = (__u64)sysv_id;
-		k->b = (__u64)(t->nsproxy ? t->nsproxy->ipc_ns : 0);
+		k->b = t->nsproxy && t->nsproxy->ipc_ns ? t->nsproxy->ipc_ns->ns.inum : 0;
 		k->type = MT_KEY_SYSV;
 	}
 	k->pad = 0;

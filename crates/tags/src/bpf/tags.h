@@ -240,10 +240,14 @@ struct mt_tcpopt {
 
 /* Key of deposits that do not live in socket storage. */
 struct mt_chan_key {
-	__u64 a;  /* pipe: inode address; TCP: saddr<<32|daddr; UDP: port; mq, shm: inode;
-	           * eventfd: its context; SysV: segment id */
-	__u64 b;  /* pipe, mq, shm: inode number; TCP: sport<<16|dport; UDP: netns;
-	           * SysV: IPC namespace */
+	/* Scalars only (never kernel addresses: the verifier refuses the
+	 * arithmetic of the hint hash on pointers, and ids outlive no object):
+	 * a: pipe, mq, shm: device of the inode's file system; TCP:
+	 *    saddr<<32|daddr; UDP: port; eventfd: its id; SysV: segment id
+	 * b: pipe, mq, shm: inode number; TCP: sport<<16|dport; SysV: IPC
+	 *    namespace inode number */
+	__u64 a;
+	__u64 b;
 	__u32 type; /* MT_K_PIPE, MT_K_TCP, MT_K_UDP, MT_K_MQ, MT_K_EVENTFD, MT_K_SHM, MT_KEY_SYSV */
 	__u32 pad;  /* TCP, UDP: host of the flow (the same on both ends, or no match) */
 };
