@@ -89,6 +89,7 @@ class Bench:
     def __init__(self, a):
         self.a = a
         self.mantle = a.mantle
+        self.up_args = ["--no-fd-channels"] if a.no_fd_channels else []
         self.tmp = tempfile.mkdtemp(prefix="mantle-tags-net.")
         os.chmod(self.tmp, 0o755)
         tag = f"tn{os.getpid() % 100000}"
@@ -161,7 +162,7 @@ class Bench:
         """Load with the cluster table, settle, then run the client tagged and
         (diagnostic) untagged, in alternating order; unload."""
         t0 = time.time()
-        sh(self.mantle, "tags", "up", "--cluster", f"{self.tmp}/cluster")
+        sh(self.mantle, "tags", "up", "--cluster", f"{self.tmp}/cluster", *self.up_args)
         self.loaded = True
         load_s = time.time() - t0
         time.sleep(self.a.settle)
@@ -183,7 +184,7 @@ class Bench:
         in the table at all ('empty': the propagation hooks are detached),
         then create a local tag and run the client under it ('local': the
         propagation hooks run, no TCP option)."""
-        sh(self.mantle, "tags", "up")
+        sh(self.mantle, "tags", "up", *self.up_args)
         self.loaded = True
         time.sleep(self.a.settle)
         out = {"empty": (self.client(False), {})}
@@ -308,6 +309,8 @@ def main():
     p.add_argument("--mantle", default=os.path.join(ROOT, "target/release/mantle"))
     p.add_argument("--diag", action="store_true",
                    help="also a load without cluster table per repetition: 'empty' (no tags) and 'local' (client under a local tag)")
+    p.add_argument("--no-fd-channels", action="store_true",
+                   help="load with `tags up --no-fd-channels` (sys_exit never attached)")
     p.add_argument("--json", help="write every run's raw figures here")
     p.add_argument("--md", help="write the report (markdown) here")
     a = p.parse_args()
