@@ -35,6 +35,13 @@ ring() {  # BASE A_ADDR B_ADDR C_ADDR [B_NETNS]: start C, B, then A (waits for "
 }
 go() { echo go >&8; exec 8>&-; }
 show() { for f in A B C; do sed "s/^/    $f: /" "$W/$f.out"; done; }
+guarded() {  # TAG [GUARD ARGS]: guard A with TAG, let the ring go, show the report
+  local tag=$1; shift
+  "$M" tag deadlock-guard --pid "$A" "$@" --count 1 --timeout 10s > "$W/guard.out" 2>/dev/null & G=$!
+  for _ in $(seq 300); do "$M" tag get --tid "$A" | grep -qw -- "$tag" && break; sleep 0.02; done
+  go; wait "$G" || true; sleep 0.3
+  sed 's/^/    /' "$W/guard.out"; show
+}
 stop_ring() { kill "${_PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null || true; _PIDS=(); }
 
 CL=$W/cluster
@@ -49,10 +56,7 @@ stop_ring
 
 say "2. the same ring, with: mantle tag deadlock-guard --pid A"
 ring 7310 127.0.0.1 127.0.0.1 127.0.0.1
-"$M" tag deadlock-guard --pid "$A" --count 1 --timeout 10s > "$W/guard.out" 2>/dev/null & G=$!
-for _ in $(seq 300); do "$M" tag get --tid "$A" | grep -q deadlock && break; sleep 0.02; done
-go; wait "$G" || true; sleep 0.3
-sed 's/^/    /' "$W/guard.out"; show
+guarded "deadlock.$A"
 echo "LOOK: the guard named A, B, C in call order; C's connect to A got EDEADLK"
 echo "      (Errno 35), so C answered B with an error and the ring unwound."
 stop_ring
@@ -63,10 +67,7 @@ ip link add mtdl0 type veth peer name mtdl1 netns mtdl-b
 ip addr add 10.79.0.1/24 dev mtdl0; ip link set mtdl0 up
 ip -n mtdl-b addr add 10.79.0.2/24 dev mtdl1; ip -n mtdl-b link set mtdl1 up
 ring 7320 10.79.0.1 10.79.0.2 10.79.0.1 mtdl-b
-"$M" tag deadlock-guard --pid "$A" --name dl --count 1 --timeout 10s > "$W/guard.out" 2>/dev/null & G=$!
-for _ in $(seq 300); do "$M" tag get --tid "$A" | grep -qw dl && break; sleep 0.02; done
-go; wait "$G" || true; sleep 0.3
-sed 's/^/    /' "$W/guard.out"; show
+guarded dl --name dl
 echo "LOOK: B (on mtdl-b) got the global tag 'dl' in a TCP option and passed it on"
 echo "      to C; C's connect back to A on this host was refused the same way."
 stop_ring

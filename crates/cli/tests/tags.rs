@@ -1650,6 +1650,17 @@ impl Guard {
         // It is ready once the tag is on the guarded process.
         Guard { child, lines: rx }
     }
+    /// A guard on actor `a`'s process with deadlock tag `dl`, once it holds it.
+    fn on(a: &Actor, dl: &str) -> Guard {
+        let pid = a.pid.to_string();
+        let g = Guard::start(&["--pid", &pid, "--name", dl, "--timeout", "60s"]);
+        assert!(
+            poll_until(|| tags_of(a.w[0]).contains(dl).then_some(())).is_some(),
+            "the guard never tagged {}",
+            a.name
+        );
+        g
+    }
     /// The next report, within `secs`.
     fn report(&self, secs: u64) -> Option<Value> {
         let l = self.lines.recv_timeout(Duration::from_secs(secs)).ok()?;
@@ -1663,6 +1674,16 @@ impl Drop for Guard {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let _ = self.child.wait();
     }
+}
+
+/// The tids of a deadlock report's participants, in call order.
+fn chain_tids(r: &Value) -> Vec<u32> {
+    r["chain"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no chain in {r}"))
+        .iter()
+        .map(|p| p["tid"].as_u64().unwrap() as u32)
+        .collect()
 }
 
 /// Three processes that call each other synchronously over unix stream
@@ -1694,6 +1715,33 @@ fn call_ring(c: &Case) -> (Actor, Actor, Actor) {
     (a, b, cc)
 }
 
+/// A request from A travels to C: A sends `msg` to B and waits for the
+/// answer, B reads it, calls C and waits, C reads it. Returns the sequence
+/// numbers of A's and B's pending reads.
+fn call_down(a: &mut Actor, b: &mut Actor, cc: &mut Actor, msg: &str) -> (u32, u32) {
+    a.run(0, &format!("send ab {msg}"));
+    let sa = a.send(0, "recv ab");
+    assert_eq!(b.run(0, "recv ba"), msg);
+    b.run(0, &format!("send bc {msg}"));
+    let sb = b.send(0, "recv bc");
+    assert_eq!(cc.run(0, "recv cb"), msg);
+    (sa, sb)
+}
+
+/// A deadlock report names the chain A, B, C in call order and leads back
+/// to A's process.
+#[track_caller]
+fn check_ring_report(r: &Value, refused: bool, via: &str, ring: [&Actor; 3]) {
+    assert_eq!(r["refused"], refused, "{r}");
+    assert_eq!(r["via"], via, "{r}");
+    assert_eq!(r["back_to_pid"], ring[0].pid, "{r}");
+    assert_eq!(
+        chain_tids(r),
+        ring.map(|x| x.w[0]),
+        "participants in call order: {r}"
+    );
+}
+
 /// Deadlock detection (paper section 5.3, Figure 6) over unix sockets. A
 /// chain that completes leaves the tag only on its origin (each participant
 /// drops it when it answers or is answered); a chain that comes back to
@@ -1706,12 +1754,7 @@ fn deadlock_guard_reports_a_circular_chain() {
     // Without the guard: all three block for good (bounded: 1.5 s).
     {
         let (mut a, mut b, mut cc) = call_ring(&c);
-        a.run(0, "send ab req");
-        let sa = a.send(0, "recv ab");
-        assert_eq!(b.run(0, "recv ba"), "req");
-        b.run(0, "send bc req");
-        let sb = b.send(0, "recv bc");
-        assert_eq!(cc.run(0, "recv cb"), "req");
+        let (sa, sb) = call_down(&mut a, &mut b, &mut cc, "req");
         cc.run(0, "send ca req");
         let sc = cc.send(0, "recv ca");
         std::thread::sleep(Duration::from_millis(1500));
@@ -1722,18 +1765,7 @@ fn deadlock_guard_reports_a_circular_chain() {
 
     let dl = c.tag("guard", &["--deadlock", "--lifeline", "256"]);
     let (mut a, mut b, mut cc) = call_ring(&c);
-    let g = Guard::start(&[
-        "--pid",
-        &a.pid.to_string(),
-        "--name",
-        &dl,
-        "--timeout",
-        "60s",
-    ]);
-    assert!(
-        poll_until(|| tags_of(a.w[0]).contains(&dl).then_some(())).is_some(),
-        "the guard never tagged A"
-    );
+    let g = Guard::on(&a, &dl);
 
     // A chain that completes: A -> B -> C, answers back.
     a.run(0, "send ab q1");
@@ -1754,38 +1786,14 @@ fn deadlock_guard_reports_a_circular_chain() {
     );
 
     // The circle: C calls A, which waits for B, which waits for C.
-    a.run(0, "send ab q2");
-    let _sa = a.send(0, "recv ab");
-    assert_eq!(b.run(0, "recv ba"), "q2");
-    b.run(0, "send bc q2");
-    let _sb = b.send(0, "recv bc");
-    assert_eq!(cc.run(0, "recv cb"), "q2");
+    call_down(&mut a, &mut b, &mut cc, "q2");
     let t0 = Instant::now();
     cc.run(0, "send ca q2");
     let r = g.report(5).expect("no deadlock report within 5 s");
     let dt = t0.elapsed();
     assert!(dt < Duration::from_secs(2), "report took {dt:?}");
     assert_eq!(r["tag"], dl.as_str(), "{r}");
-    assert_eq!(r["refused"], false, "{r}");
-    assert_eq!(r["via"], "unix-stream", "{r}");
-    assert_eq!(r["back_to_pid"], a.pid, "{r}");
-    let chain: Vec<(u64, String)> = r["chain"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["tid"].as_u64().unwrap(),
-                p["comm"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    let want: Vec<u64> = vec![a.w[0] as u64, b.w[0] as u64, cc.w[0] as u64];
-    assert_eq!(
-        chain.iter().map(|p| p.0).collect::<Vec<_>>(),
-        want,
-        "participants in call order: {r}"
-    );
+    check_ring_report(&r, false, "unix-stream", [&a, &b, &cc]);
 }
 
 /// Prevention where Linux has a deny point: in a guarded chain A -> B -> C
@@ -1800,44 +1808,15 @@ fn deadlock_guard_refuses_a_tcp_connect_back_to_the_origin() {
     let port = a.run(0, "listen_tcp t");
     // Unguarded: the connect goes through.
     cc.run(0, &format!("connect_tcp free {port}"));
-    let g = Guard::start(&[
-        "--pid",
-        &a.pid.to_string(),
-        "--name",
-        &dl,
-        "--timeout",
-        "60s",
-    ]);
-    assert!(
-        poll_until(|| tags_of(a.w[0]).contains(&dl).then_some(())).is_some(),
-        "the guard never tagged A"
-    );
-    a.run(0, "send ab q");
-    let _sa = a.send(0, "recv ab");
-    assert_eq!(b.run(0, "recv ba"), "q");
-    b.run(0, "send bc q");
-    let _sb = b.send(0, "recv bc");
-    assert_eq!(cc.run(0, "recv cb"), "q");
+    let g = Guard::on(&a, &dl);
+    call_down(&mut a, &mut b, &mut cc, "q");
     let seq = cc.send(0, &format!("connect_tcp back {port}"));
     let err = cc
         .result(seq)
         .expect_err("the connect back to the origin went through");
     assert!(err.contains("Resource deadlock avoided"), "{err}");
     let r = g.report(5).expect("no deadlock report within 5 s");
-    assert_eq!(r["refused"], true, "{r}");
-    assert_eq!(r["via"], "tcp", "{r}");
-    assert_eq!(r["back_to_pid"], a.pid, "{r}");
-    let tids: Vec<u64> = r["chain"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["tid"].as_u64().unwrap())
-        .collect();
-    assert_eq!(
-        tids,
-        vec![a.w[0] as u64, b.w[0] as u64, cc.w[0] as u64],
-        "{r}"
-    );
+    check_ring_report(&r, true, "tcp", [&a, &b, &cc]);
 }
 
 /// A socketpair has no connect() side: both directions are requests.

@@ -84,6 +84,36 @@ fn setup() -> Option<MutexGuard<'static, ()>> {
     env.as_ref().map(|_| guard)
 }
 
+/// Unloads and loads the kernel side again with extra `tags up` arguments
+/// (and an environment variable), for the tests of load options.
+fn reload(args: &[&str], env: Option<(&str, &str)>) {
+    ok(&["tags", "down"]);
+    let mut cmd = Command::new(MANTLE);
+    cmd.args(["tags", "up"]).args(args).arg("--lib").arg(lib());
+    if let Some((k, v)) = env {
+        cmd.env(k, v);
+    }
+    let up = cmd.output().unwrap();
+    assert!(
+        up.status.success(),
+        "tags up {args:?}: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+}
+
+/// A tag's lifeline (JSON) and the channel of each reception.
+fn lifeline_vias(name: &str) -> (serde_json::Value, Vec<String>) {
+    let l: serde_json::Value =
+        serde_json::from_str(&ok(&["tag", "lifeline", name, "--json"])).unwrap();
+    let vias = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["via"].as_str().unwrap().to_string())
+        .collect();
+    (l, vias)
+}
+
 fn tags_of(tid: u32) -> Vec<String> {
     let out = ok(&["tag", "get", "--tid", &tid.to_string(), "--json"]);
     serde_json::from_str(&out).expect("tag get --json")
@@ -198,18 +228,7 @@ fn replies_carry_only_reply_tags() {
 #[test]
 fn compat_path_and_lifeline_formats() {
     let Some(_g) = setup() else { return };
-    ok(&["tags", "down"]);
-    let up = Command::new(MANTLE)
-        .args(["tags", "up", "--lib"])
-        .arg(lib())
-        .env("MANTLE_TAGS_COMPAT", "1")
-        .output()
-        .unwrap();
-    assert!(
-        up.status.success(),
-        "compat load: {}",
-        String::from_utf8_lossy(&up.stderr)
-    );
+    reload(&[], Some(("MANTLE_TAGS_COMPAT", "1")));
     let name = "feat-compat";
     ok(&["tag", "create", name, "--lifeline", "64"]);
     let out = ok(&[
@@ -222,14 +241,7 @@ fn compat_path_and_lifeline_formats() {
         "printf 'a\\nb\\n' | sort | cat",
     ]);
     assert_eq!(out, "a\nb\n");
-    let l: serde_json::Value =
-        serde_json::from_str(&ok(&["tag", "lifeline", name, "--json"])).unwrap();
-    let vias: Vec<&str> = l
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["via"].as_str().unwrap())
-        .collect();
+    let (l, vias) = lifeline_vias(name);
     assert!(
         vias.iter().filter(|v| **v == "pipe").count() >= 2,
         "pipes must carry the tag: {vias:?}"
@@ -253,13 +265,7 @@ fn compat_path_and_lifeline_formats() {
     assert_eq!(svg.matches("<title>").count(), n, "one mark per reception");
     ok(&["tag", "delete", name]);
     // back to the default (fast) path for the other tests
-    ok(&["tags", "down"]);
-    let up = Command::new(MANTLE)
-        .args(["tags", "up", "--lib"])
-        .arg(lib())
-        .output()
-        .unwrap();
-    assert!(up.status.success());
+    reload(&[], None);
 }
 
 #[test]
@@ -352,17 +358,7 @@ fn idle_holder_passes_nothing() {
 #[test]
 fn no_fd_channels_leaves_pipes_out() {
     let Some(_g) = setup() else { return };
-    ok(&["tags", "down"]);
-    let up = Command::new(MANTLE)
-        .args(["tags", "up", "--no-fd-channels", "--lib"])
-        .arg(lib())
-        .output()
-        .unwrap();
-    assert!(
-        up.status.success(),
-        "{}",
-        String::from_utf8_lossy(&up.stderr)
-    );
+    reload(&["--no-fd-channels"], None);
     let name = "feat-nofd";
     ok(&["tag", "create", name, "--lifeline", "64"]);
     let links = "/sys/fs/bpf/mantle/tags/links";
@@ -382,25 +378,15 @@ fn no_fd_channels_leaves_pipes_out() {
         "echo x | cat >/dev/null; python3 -c 'import socket; a, b = socket.socketpair(); a.send(b\"x\"); b.recv(1)'",
     ]);
     assert_eq!(out, "");
-    let l: serde_json::Value =
-        serde_json::from_str(&ok(&["tag", "lifeline", name, "--json"])).unwrap();
-    let vias: Vec<&str> = l
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["via"].as_str().unwrap())
-        .collect();
-    assert!(!vias.contains(&"pipe"), "a pipe carried the tag: {vias:?}");
+    let (_, vias) = lifeline_vias(name);
     assert!(
-        vias.contains(&"unix-stream"),
+        !vias.iter().any(|v| v == "pipe"),
+        "a pipe carried the tag: {vias:?}"
+    );
+    assert!(
+        vias.iter().any(|v| v == "unix-stream"),
         "the socket pair did not carry it: {vias:?}"
     );
     ok(&["tag", "delete", name]);
-    ok(&["tags", "down"]);
-    let up = Command::new(MANTLE)
-        .args(["tags", "up", "--lib"])
-        .arg(lib())
-        .output()
-        .unwrap();
-    assert!(up.status.success());
+    reload(&[], None);
 }

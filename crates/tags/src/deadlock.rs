@@ -128,21 +128,7 @@ mod tests {
     use super::*;
 
     fn rec(seq: u64, ts: u64, rx: u32, tx: u32, via: &str) -> ReceptionInfo {
-        ReceptionInfo {
-            seq,
-            ts_ns: ts,
-            tag: "dl".into(),
-            rx_tid: rx,
-            rx_pid: rx,
-            rx_comm: format!("p{rx}"),
-            tx_tid: tx,
-            tx_pid: tx,
-            via: via.into(),
-            ttl: 255,
-            host: "h".into(),
-            tx_host: "h".into(),
-            lamport: seq,
-        }
+        crate::test_reception(seq, ts, rx, tx, via, "h")
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! mantle-tags: mTags (seeds/000) on an unmodified Linux.
 //!
 //! A tag is a named label carried by threads. When a thread sends a
-//! *request* over IPC (unix sockets, pipes and FIFOs, TCP and UDP on one
-//! host, signals), the reader acquires the sender's tags as they were when
-//! it sent, keeps its own, and passes them on with its own later requests;
-//! fork/clone inherit them. The kernel side (`src/bpf/tags.bpf.c`) does the
+//! *request* over IPC (unix sockets, pipes and FIFOs, TCP and UDP, POSIX
+//! message queues, eventfd, signals), the reader acquires the sender's tags
+//! as they were when it sent, keeps its own, and passes them on with its
+//! own later requests; fork/clone inherit them; a shared-memory object
+//! carries its creator's tags to every thread that maps it. Global tags
+//! cross machines in a TCP option; deadlock tags mark synchronous call
+//! chains, and a request that would close a circle is reported or refused
+//! ([`deadlock`]). The kernel side (`src/bpf/tags.bpf.c`) does the
 //! work with tracepoint, cgroup, uprobe and iterator programs; applications
 //! are not changed.
 //!
@@ -17,7 +21,9 @@
 //! * the table (`tags`, world-readable; `owners`, root-only) and `ctl`
 //!   (live/system/lifeline masks, counters) are written by tools under
 //!   [`kernel::TableLock`] and read by the kernel side on every hop;
-//! * hooks that cost on hot paths are attached only while a tag exists.
+//! * hooks that cost on hot paths are attached only while a tag exists;
+//!   `sys_exit` (the only hook fd-based channels have) can be left out for
+//!   a whole load (`--no-fd-channels`).
 //!
 //! Invariants: a bit is set in some thread's vector only while its tag is
 //! LIVE or DELETING; a bit is reused only after the sweep cleared it from
@@ -146,6 +152,34 @@ pub struct ReceptionInfo {
     pub tx_host: String,
     /// Lamport clock of the receiving thread after the reception.
     pub lamport: u64,
+}
+
+/// A reception record for unit tests: thread `rx` (its own process)
+/// received from `tx` over `via` on `host`.
+#[cfg(test)]
+pub(crate) fn test_reception(
+    seq: u64,
+    ts_ns: u64,
+    rx: u32,
+    tx: u32,
+    via: &str,
+    host: &str,
+) -> ReceptionInfo {
+    ReceptionInfo {
+        seq,
+        ts_ns,
+        tag: "t".into(),
+        rx_tid: rx,
+        rx_pid: rx,
+        rx_comm: format!("p{rx}"),
+        tx_tid: tx,
+        tx_pid: tx,
+        via: via.into(),
+        ttl: 255,
+        host: host.into(),
+        tx_host: host.into(),
+        lamport: seq,
+    }
 }
 
 /// Whole-subsystem status.

@@ -310,19 +310,9 @@ mod tests {
         ts_ms: u64,
     ) -> ReceptionInfo {
         ReceptionInfo {
-            seq,
-            ts_ns: ts_ms * 1_000_000,
-            tag: "t".into(),
-            rx_tid: rx,
-            rx_pid: rx,
-            rx_comm: format!("p{rx}"),
-            tx_tid: tx,
-            tx_pid: tx,
-            via: via.into(),
-            ttl: 3,
-            host: host.into(),
-            tx_host: host.into(),
             lamport,
+            ttl: 3,
+            ..crate::test_reception(seq, ts_ms * 1_000_000, rx, tx, via, host)
         }
     }
 
