@@ -85,6 +85,8 @@
 #                      iterations, small inputs, no profile pass
 #   --micro-only / --programs-only
 #   --cases A,B,...    only these cases (micro or program names)
+#   --up-args "ARGS"   extra arguments for `mantle tags up` in the loaded
+#                      conditions (e.g. "--no-fd-channels")
 #   --reps-micro N / --reps-programs N
 #   --cpu LIST         taskset CPU list (default 1; "0-1" = not pinned)
 #   --dma-latency      hold /dev/cpu_dma_latency at 0 during the run
@@ -118,6 +120,7 @@ QUIET_PCT=15
 MAX_WAIT=
 MANTLE_DIR=
 CASES_ONLY=
+UP_ARGS=
 
 usage() { sed -n '/^# Options:/,/^# Exit/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -125,6 +128,7 @@ while [[ $# -gt 0 ]]; do
 	--quick) QUICK=1 ;;
 	--micro-only) DO_PROGS=0 ;;
 	--cases) CASES_ONLY=$2; shift ;;
+	--up-args) UP_ARGS=$2; shift ;;
 	--programs-only) DO_MICRO=0 ;;
 	--reps-micro) REPS_MICRO=$2; shift ;;
 	--reps-programs) REPS_PROGS=$2; shift ;;
@@ -371,7 +375,7 @@ goto() {
 		CUR_LOADED=0 CUR_TAG=
 	else
 		if [[ $CUR_TAG == unknown && $CUR_LOADED == 1 ]]; then "$MANTLE" tags down >/dev/null; CUR_LOADED=0; fi
-		if [[ $CUR_LOADED == 0 ]]; then "$MANTLE" tags up --lib "$BIN/libmantle.so" >/dev/null; CUR_LOADED=1 CUR_TAG=; fi
+		if [[ $CUR_LOADED == 0 ]]; then "$MANTLE" tags up $UP_ARGS --lib "$BIN/libmantle.so" >/dev/null; CUR_LOADED=1 CUR_TAG=; fi
 		if [[ $CUR_TAG != "$want" ]]; then
 			[[ -n $CUR_TAG ]] && "$MANTLE" tag delete "$CUR_TAG" >/dev/null
 			if [[ $want == bench_ll ]]; then
