@@ -71,6 +71,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define IPPROTO_UDP 17
 #define S_IFMT 00170000
 #define S_IFIFO 0010000
+#define S_IFREG 0100000
 #define PF_KTHREAD 0x00200000
 #define TCP_LISTEN 10
 #define EDEADLK 35
@@ -1195,23 +1196,29 @@ static __always_inline int is_eventfd(struct file *f)
 static __always_inline __u32 chan_of(struct file *f, struct mt_chan_key *k)
 {
 	struct inode *ino = f->f_inode;
+	__u32 fmt;
 
 	if (!ino)
 		return 0;
 	k->pad = 0;
-	if ((ino->i_mode & S_IFMT) == S_IFIFO) {
+	fmt = ino->i_mode & S_IFMT;
+	if (fmt == S_IFIFO) {
 		k->a = ino->i_sb->s_dev;
 		k->b = ino->i_ino;
 		k->type = MT_K_PIPE;
 		return MT_K_PIPE;
 	}
-	if (ino->i_sb->s_magic == MQUEUE_MAGIC) {
+	/* queue inodes are regular files, eventfd's anonymous inode has no
+	 * type bits: sockets, devices and the rest stop here, cheaply */
+	if (fmt != S_IFREG && fmt != 0)
+		return 0;
+	if (fmt == S_IFREG && ino->i_sb->s_magic == MQUEUE_MAGIC) {
 		k->a = ino->i_sb->s_dev;
 		k->b = ino->i_ino;
 		k->type = MT_K_MQ;
 		return MT_K_MQ;
 	}
-	if (is_eventfd(f)) {
+	if (fmt == 0 && is_eventfd(f)) {
 		k->a = bpf_core_cast(f->private_data, struct eventfd_ctx)->id;
 		k->b = 0;
 		k->type = MT_K_EVENTFD;
