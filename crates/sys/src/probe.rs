@@ -605,6 +605,20 @@ impl VmlinuxBtf {
     }
 }
 
+/// The BTF-typed tracepoints among `names` that this kernel does not have
+/// (no `btf_trace_<name>` in its BTF), or the errno of parsing its BTF.
+pub fn missing_tracepoints(names: &[&str]) -> Result<Vec<String>, i32> {
+    let btf = VmlinuxBtf::load()?;
+    Ok(names
+        .iter()
+        .filter(|n| {
+            btf.find(&format!("btf_trace_{n}"), sys::BTF_KIND_TYPEDEF)
+                .is_none()
+        })
+        .map(|n| n.to_string())
+        .collect())
+}
+
 impl Drop for VmlinuxBtf {
     fn drop(&mut self) {
         // SAFETY: self.0 came from btf__load_vmlinux_btf and is freed once.
@@ -1591,6 +1605,16 @@ mod tests {
             r.get("btf").unwrap().available,
             Path::new(VMLINUX_BTF).exists()
         );
+    }
+
+    #[test]
+    fn missing_tracepoints_names_exactly_the_missing_ones() {
+        let _g = serial();
+        match missing_tracepoints(&["sched_process_fork", "mantle_no_such_tracepoint"]) {
+            Ok(gone) => assert_eq!(gone, vec!["mantle_no_such_tracepoint".to_string()]),
+            // no kernel BTF here: only acceptable where btf is not there
+            Err(_) => assert!(!Path::new(VMLINUX_BTF).exists()),
+        }
     }
 
     #[test]
