@@ -140,6 +140,7 @@ pub fn probe_all() -> Report {
         )
     });
     run("map_mmapable_array", &|| probe_mmapable_array(&ctx));
+    run("tracepoints_tags", &|| probe_tags_tracepoints(&ctx));
     run("map_ringbuf", &|| {
         probe_map_libbpf(
             "map_ringbuf",
@@ -596,6 +597,18 @@ impl VmlinuxBtf {
         Ok(VmlinuxBtf(p))
     }
 
+    /// The names among `names` with no `btf_trace_<name>` typedef.
+    fn missing_tracepoints<'n>(&self, names: &[&'n str]) -> Vec<&'n str> {
+        names
+            .iter()
+            .copied()
+            .filter(|n| {
+                self.find(&format!("btf_trace_{n}"), sys::BTF_KIND_TYPEDEF)
+                    .is_none()
+            })
+            .collect()
+    }
+
     /// The BTF id of the type `name` of kind `kind`, if there is one.
     fn find(&self, name: &str, kind: u32) -> Option<u32> {
         let c = CString::new(name).ok()?;
@@ -605,17 +618,54 @@ impl VmlinuxBtf {
     }
 }
 
+/// The tracepoints the tags kernel side's tp_btf programs attach to.
+pub const TAGS_TRACEPOINTS: &[&str] = &[
+    "sched_process_fork",
+    "sched_process_exit",
+    "signal_generate",
+    "sys_exit",
+    "inet_sock_set_state",
+    "sock_send_length",
+    "sock_recv_length",
+    "sk_data_ready",
+    "tcp_sendmsg_locked",
+];
+
+fn probe_tags_tracepoints(ctx: &Ctx) -> Feature {
+    let (available, detail) = match ctx.vmlinux {
+        Err(e) => (
+            false,
+            format!("cannot read the kernel BTF to look for them (errno {e})"),
+        ),
+        Ok(btf) => {
+            let gone = btf.missing_tracepoints(TAGS_TRACEPOINTS);
+            if gone.is_empty() {
+                (
+                    true,
+                    format!("all {} are in the kernel BTF", TAGS_TRACEPOINTS.len()),
+                )
+            } else {
+                (false, format!("missing: {}", gone.join(", ")))
+            }
+        }
+    };
+    Feature {
+        id: "tracepoints_tags",
+        name: "tracepoints the tags kernel side attaches to".into(),
+        available,
+        detail,
+        needed_by: "tags",
+    }
+}
+
 /// The BTF-typed tracepoints among `names` that this kernel does not have
 /// (no `btf_trace_<name>` in its BTF), or the errno of parsing its BTF.
 pub fn missing_tracepoints(names: &[&str]) -> Result<Vec<String>, i32> {
     let btf = VmlinuxBtf::load()?;
-    Ok(names
-        .iter()
-        .filter(|n| {
-            btf.find(&format!("btf_trace_{n}"), sys::BTF_KIND_TYPEDEF)
-                .is_none()
-        })
-        .map(|n| n.to_string())
+    Ok(btf
+        .missing_tracepoints(names)
+        .into_iter()
+        .map(str::to_string)
         .collect())
 }
 
@@ -1518,6 +1568,7 @@ mod tests {
         "map_task_storage",
         "map_sk_storage",
         "map_mmapable_array",
+        "tracepoints_tags",
         "map_ringbuf",
         "kprobes",
         "pmu_hardware",

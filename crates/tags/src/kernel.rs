@@ -178,32 +178,11 @@ pub const REQUIRED: &[&str] = &[
     "map_task_storage",
     "map_sk_storage",
     "map_mmapable_array",
-];
-
-/// The tracepoints the kernel side's tp_btf programs attach to (a missing
-/// one would fail the load with a verifier message; name it instead).
-pub const TRACEPOINTS: &[&str] = &[
-    "sched_process_fork",
-    "sched_process_exit",
-    "signal_generate",
-    "sys_exit",
-    "inet_sock_set_state",
-    "sock_send_length",
-    "sock_recv_length",
-    "sk_data_ready",
-    "tcp_sendmsg_locked",
+    "tracepoints_tags",
 ];
 
 fn check_features() -> Result<(), Error> {
     let r = mantle_sys::probe::probe_all();
-    if let Ok(gone) = mantle_sys::probe::missing_tracepoints(TRACEPOINTS) {
-        if !gone.is_empty() {
-            return Err(Error::Missing(format!(
-                "the tags kernel side needs these tracepoints, which this kernel lacks: {}",
-                gone.join(", ")
-            )));
-        }
-    }
     let missing: Vec<String> = REQUIRED
         .iter()
         .filter_map(|id| match r.get(id) {
