@@ -1511,8 +1511,9 @@ fn datagrams_unix_and_udp() {
 /// Shared memory (paper section 4): the tags of the thread that creates a
 /// shared object attach to it; a thread that maps it acquires them. Each
 /// object kind once: memfd (mapped through /proc/PID/fd), shm_open, SysV
-/// shmget/shmat, and a plain file whose first tagged sharer attaches its
-/// tags. A private mapping and an untagged object give nothing.
+/// shmget/shmat, and a plain file whose first tagged writable sharer
+/// attaches its tags. A private mapping, a read-only shared mapping by the
+/// tagged thread and an untagged object give nothing.
 #[test]
 fn shared_memory_objects() {
     let c = case!("shm");
@@ -1555,6 +1556,20 @@ fn shared_memory_objects() {
     r3.run(0, &format!("open_rw pf {}", f.display()));
     r3.run(0, "map pf shared");
     expect_tags("R3 after sharing the file's pages", r3.w[0], &[&m]);
+    // ... but a read-only shared mapping attaches nothing (system files
+    // such as glibc's gconv cache are mapped that way by every program).
+    let ro = c.path("readonly.dat");
+    fs::write(&ro, vec![0u8; 4096]).unwrap();
+    a.run(0, &format!("open_rw ro {}", ro.display()));
+    a.run(0, "map ro shared-ro");
+    let mut r5 = c.actor("R5", 1);
+    r5.run(0, &format!("open_rw ro {}", ro.display()));
+    r5.run(0, "map ro shared");
+    expect_tags(
+        "R5 after sharing a file a tagged thread mapped read-only",
+        r5.w[0],
+        &[],
+    );
 
     // An object made by an untagged thread carries nothing.
     let mut u = c.actor("U", 1);

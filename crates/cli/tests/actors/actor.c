@@ -39,7 +39,7 @@
  *   spawn REPORT PROG ARGS... -> pid (fork+exec, its stdout to REPORT)
  * Shared memory, message queues, eventfd (the paper's section 4 channels):
  *   memfd NAME -> fd number                   shm_open NAME PATH (creates it)
- *   open_rw NAME PATH                         map NAME shared|private -> ok
+ *   open_rw NAME PATH                         map NAME shared|shared-ro|private
  *   shmget NAME -> id (SysV, IPC_PRIVATE)     shmat ID
  *   eventfd NAME      efd_write NAME N        efd_read NAME -> counter
  *   mq_open NAME PATH (creates it)            mq_send NAME TEXT    mq_recv NAME -> text
@@ -485,8 +485,8 @@ static void run(char *line)
 		void *p;
 
 		NEED(3);
-		p = mmap(0, 4096, PROT_READ | PROT_WRITE,
-			 !strcmp(argv[2], "shared") ? MAP_SHARED : MAP_PRIVATE, fd_get(argv[1]), 0);
+		p = mmap(0, 4096, PROT_READ | (strcmp(argv[2], "shared-ro") ? PROT_WRITE : 0),
+			 strncmp(argv[2], "shared", 6) ? MAP_PRIVATE : MAP_SHARED, fd_get(argv[1]), 0);
 		if (p == MAP_FAILED)
 			SYSFAIL("mmap");
 		report("%s ok", seq);

@@ -1155,6 +1155,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 #define MT_FMODE_CREATED 0x100000 /* f_mode: this open created the file */
 #define MT_MAP_SHARED 0x01      /* also set in MAP_SHARED_VALIDATE */
 #define MT_IPC_CREAT 01000
+#define MT_PROT_WRITE 0x2
 
 /*
  * The file behind fd of the current task, or 0. One load for the fd array
@@ -1335,7 +1336,7 @@ static __always_inline void shm_key(struct mt_chan_key *k, struct file *f, long 
  * gives them to the mapping thread. fd < 0: SysV id in sysv_id.
  * created: 1 at creation, 0 at a mapping.
  */
-__noinline int mt_on_shm(int fd, long sysv_id, int created)
+__noinline int mt_on_shm(int fd, long sysv_id, int created, int writable)
 {
 	struct mt_chan_key k;
 	struct snap s = {};
@@ -1349,9 +1350,12 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 			return 0;
 	}
 	shm_key(&k, f, sysv_id);
-	if (created || self_tagged()) {
+	if (created || (writable && self_tagged())) {
 		/* The creator (or the first tagged thread to share a plain
-		 * file's pages) attaches its tags; later ones only receive. */
+		 * file's pages for writing) attaches its tags; later ones only
+		 * receive. Read-only shared mappings of plain files never attach:
+		 * every program maps some system files that way (glibc's gconv
+		 * cache), which would spread a tag to the whole machine. */
 		d = chan_find(&k);
 		if (!d || created) {
 			if (!take_snapshot(&s, &c))
@@ -1392,7 +1396,7 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	case NR_mq_timedreceive:
 		return mt_on_recv((int)regs->di, 1);
 	case NR_memfd_create:
-		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
+		return self_tagged() ? mt_on_shm((int)ret, 0, 1, 1) : 0;
 	case NR_open:
 	case NR_openat:
 	case NR_openat2:
@@ -1405,15 +1409,15 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		if (!(f->f_mode & MT_FMODE_CREATED) || !f->f_inode ||
 		    f->f_inode->i_sb->s_magic != TMPFS_MAGIC)
 			return 0;
-		return mt_on_shm((int)ret, 0, 1);
+		return mt_on_shm((int)ret, 0, 1, 1);
 	}
 	case NR_shmget:
-		return (regs->dx & MT_IPC_CREAT) && self_tagged() ? mt_on_shm(-1, ret, 1) : 0;
+		return (regs->dx & MT_IPC_CREAT) && self_tagged() ? mt_on_shm(-1, ret, 1, 1) : 0;
 	case NR_mmap:
 		return (regs->r10 & MT_MAP_SHARED) && (int)regs->r8 >= 0 ?
-			       mt_on_shm((int)regs->r8, 0, 0) : 0;
+			       mt_on_shm((int)regs->r8, 0, 0, regs->dx & MT_PROT_WRITE) : 0;
 	case NR_shmat:
-		return mt_on_shm(-1, (long)regs->di, 0);
+		return mt_on_shm(-1, (long)regs->di, 0, 0);
 	}
 	return 0;
 }
