@@ -720,6 +720,21 @@ static __always_inline void dl_answered(void)
 	}
 }
 
+/* Whether the current thread holds a deadlock tag (two array loads). */
+static __always_inline int self_in_chain(void)
+{
+	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
+	struct mt_ctl *c;
+	__u64 any = 0;
+
+	if (!v || vec_empty(v->vec) || !(c = get_ctl()))
+		return 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		any |= v->vec[w] & c->deadlock[w];
+	return any != 0;
+}
+
 /* The pid behind a struct pid (its number in the initial namespace). */
 static __always_inline __u32 pid_nr_of(struct pid *p)
 {
@@ -1059,8 +1074,9 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		return 0;
 	family = sk->__sk_common.skc_family;
 	if (family == AF_UNIX) {
-		/* data on the connect() side of a connection: a reply */
-		if (sk->sk_type != SOCK_DGRAM && role_is_client(sk))
+		/* data on the connect() side of a connection: a reply (the
+		 * socket-storage lookup only for threads in a call chain) */
+		if (self_in_chain() && sk->sk_type != SOCK_DGRAM && role_is_client(sk))
 			dl_answered();
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
 		if (!d)
@@ -1083,11 +1099,12 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		__u32 copied, start, end;
 
-		if (role_is_client(sk))
+		if (self_in_chain() && role_is_client(sk))
 			dl_answered(); /* data on the connect() side: a reply */
 
-		/* Tags that came from another host in TCP options. */
-		d = bpf_sk_storage_get(&sk_rdep, sk, 0, 0);
+		/* Tags that came from another host in TCP options (only while
+		 * a cluster table is loaded can there be any). */
+		d = c->global[0] ? bpf_sk_storage_get(&sk_rdep, sk, 0, 0) : 0;
 		if (d && !vec_empty(d->vec)) {
 			copied = tp->copied_seq;
 			if ((__s32)(copied - (__u32)d->seq_start) > 0)
