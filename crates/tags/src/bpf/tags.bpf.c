@@ -1037,15 +1037,15 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 	family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
 		return 0;
-	if (!take_snapshot(&s, &c))
-		return 0;
 	if (sk->sk_protocol == IPPROTO_TCP) {
 		/* requests deposit in tcp_sendmsg_locked, before the data can
 		 * be read; a reply ends the sender's part of a call chain */
-		if (!role_is_client(sk))
+		if (self_in_chain() && !role_is_client(sk))
 			dl_answered();
 		return 0;
 	}
+	if (!take_snapshot(&s, &c))
+		return 0;
 	if (sk->sk_protocol == IPPROTO_UDP) {
 		struct mt_chan_key k = {};
 		__u32 port = bpf_ntohs(sk->__sk_common.skc_dport);
