@@ -6,8 +6,9 @@
 //! /run/mantle-kernel.lock (as every mantle test and benchmark does), and the
 //! tests run one at a time because some reload the kernel side.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -59,14 +60,7 @@ fn setup() -> Option<MutexGuard<'static, ()>> {
             eprintln!("SKIP: tag feature tests need root");
             return None;
         }
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open("/run/mantle-kernel.lock")
-            .expect("open kernel lock");
-        // SAFETY: valid fd.
-        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let f = common::take_kernel_lock().expect("take the kernel lock");
         let _ = mantle(&["tags", "down"]);
         let up = Command::new(MANTLE)
             .args(["tags", "up", "--lib"])

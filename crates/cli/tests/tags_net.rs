@@ -31,18 +31,19 @@
 //! interfaces have names unique to this process, and a guard deletes them,
 //! kills every process it started and unloads mantle, on failure too.
 
+mod common;
+
+use common::take_kernel_lock;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs::{self, File};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 const MANTLE: &str = env!("CARGO_BIN_EXE_mantle");
-const KERNEL_LOCK: &str = "/run/mantle-kernel.lock";
 const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The global tag that travels, its TTL in the cluster table, a second
@@ -91,93 +92,6 @@ const FAILED: &str = "the A→B→C scenario failed: ";
 /// A missing prerequisite (skip outside CI). Real failures panic.
 #[derive(Debug)]
 struct Missing(String);
-
-// --------------------------------------------------------------- lock
-
-/// Takes /run/mantle-kernel.lock. Under `flock /run/mantle-kernel.lock
-/// cargo test`, flock(1) passed its locked fd down: relocking that same open
-/// file succeeds at once (a fresh open would wait forever). If an ancestor
-/// holds it without passing the fd (`flock -o`), it holds it for us.
-fn take_kernel_lock() -> Result<File, String> {
-    let flock = |f: &File, how: i32| {
-        // SAFETY: valid fd.
-        unsafe { libc::flock(f.as_raw_fd(), how) == 0 }
-    };
-    if let Ok(rd) = fs::read_dir("/proc/self/fd") {
-        for e in rd.flatten() {
-            if !fs::read_link(e.path()).is_ok_and(|p| p == Path::new(KERNEL_LOCK)) {
-                continue;
-            }
-            let Ok(fd) = e.file_name().to_string_lossy().parse::<RawFd>() else {
-                continue;
-            };
-            // SAFETY: dup of an fd open in this process.
-            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-            if dup < 0 {
-                continue;
-            }
-            // SAFETY: dup is a fresh fd we own.
-            let f = unsafe { File::from_raw_fd(dup) };
-            if flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
-                return Ok(f);
-            }
-        }
-    }
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o644)
-        .open(KERNEL_LOCK)
-        .map_err(|e| format!("open {KERNEL_LOCK}: {e}"))?;
-    if flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
-        return Ok(f);
-    }
-    if let Some(pid) = lock_holder_is_ancestor(&f) {
-        eprintln!("tags_net: {KERNEL_LOCK} is held by our ancestor {pid}: running under it");
-        return Ok(f);
-    }
-    eprintln!("tags_net: waiting for {KERNEL_LOCK} (another user of the kernel side)");
-    if flock(&f, libc::LOCK_EX) {
-        return Ok(f);
-    }
-    Err(format!(
-        "flock {KERNEL_LOCK}: {}",
-        std::io::Error::last_os_error()
-    ))
-}
-
-fn lock_holder_is_ancestor(f: &File) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let ino = f.metadata().ok()?.ino().to_string();
-    let locks = fs::read_to_string("/proc/locks").ok()?;
-    let holders: Vec<u32> = locks
-        .lines()
-        .filter_map(|l| {
-            let v: Vec<&str> = l.split_whitespace().collect();
-            // "1: FLOCK ADVISORY WRITE pid maj:min:ino ..." (or "1: -> FLOCK ...", a waiter)
-            (v.len() >= 6 && v[1] == "FLOCK" && v[5].rsplit(':').next() == Some(&ino))
-                .then(|| v[4].parse().ok())
-                .flatten()
-        })
-        .collect();
-    let mut pid = std::process::id();
-    while pid > 1 {
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        let ppid: u32 = stat
-            .rsplit(')')
-            .next()?
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        if holders.contains(&ppid) {
-            return Some(ppid);
-        }
-        pid = ppid;
-    }
-    None
-}
 
 // ------------------------------------------------------------ helpers
 
