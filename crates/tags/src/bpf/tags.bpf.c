@@ -15,20 +15,33 @@
  * the channel empty. This is policy-free mechanism: who may set what is
  * decided in apply_op(), once.
  *
- * Where deposits live, and the hooks that fill and empty them:
- *   unix sockets  SK_STORAGE of the *sending* socket. Sent by
- *                 tp_btf/sock_send_length; the reader finds it through
- *                 skb->sk (unix skbs are owned by the sender) in
- *                 tp_btf/skb_copy_datagram_iovec. Drained when the sender
- *                 socket has no skb left in flight (sk_wmem_alloc == 1).
- *   TCP, one host chan_dep[flow]; sock_send_length / sock_recv_length; the
- *                 shared sequence space tells exactly which bytes were tagged.
- *   UDP, one host chan_dep[dst port]; the destination of unconnected sends
- *                 comes from cgroup/sendmsg4|6.
- *   pipes, FIFOs  chan_dep[pipe inode]; tp_btf/sys_exit of read/write/readv/
- *                 writev (there is no pipe tracepoint).
+ * Where deposits live, and the hooks that fill and empty them (each
+ * deposit is made before the reader can take the data, or handed to the
+ * channel's last reader at once when it already has: docs/tags.md):
+ *   unix sockets  SK_STORAGE of the *receiving* socket, filled in
+ *                 tp_btf/sk_data_ready (sender's context, after queueing,
+ *                 before the wake-up), taken in tp_btf/sock_recv_length,
+ *                 drained when the receive queue is empty.
+ *   TCP, one host chan_dep[flow], filled in tp_btf/tcp_sendmsg_locked
+ *                 before the data is queued, with its sequence range; taken
+ *                 in sock_recv_length once a tagged byte is read.
+ *   TCP, hosts    global tags in a TCP option (sockops), parsed into the
+ *                 receiving socket's sk_rdep with the segment's range.
+ *   UDP, one host chan_dep[dst port]: unconnected sends in cgroup/sendmsg4|6
+ *                 (before the datagram exists), connected ones in
+ *                 sock_send_length.
+ *   pipes, FIFOs, eventfd, POSIX message queues: chan_dep[inode or eventfd
+ *                 id] at tp_btf/sys_exit of the write/read (there is no
+ *                 pipe, eventfd or mqueue tracepoint).
+ *   shared memory chan_dep[object], attached at creation (memfd_create,
+ *                 tmpfs open with O_CREAT, shmget) and taken, not used up,
+ *                 at every shared mapping (mmap MAP_SHARED, shmat).
  *   signals       delivered at signal_generate, sender to target.
  *   fork/clone    sched_process_fork copies the creator's state (not a hop).
+ *
+ * Deadlock tags (section 5.3): a send that carries one towards a process
+ * that holds it is reported through dl_events; a TCP connect() to such a
+ * process's listener is refused with EDEADLK (cgroup/connect4|6).
  *
  * Requests vs replies: on a connected stream/seqpacket socket only the
  * side that called connect() (marked by cgroup/connect4|6|unix) sends
@@ -38,8 +51,9 @@
  *
  * Cost when untagged: every send hook starts with one array load of the
  * sender's own vector and returns if it is empty; receivers return after a
- * storage lookup, or, for pipe/TCP/UDP, after reading a per-type count of
- * live deposits. The hooks are attached only while a tag exists (loader).
+ * storage lookup, or, for chan_dep channels, after a per-type count of
+ * deposits and a hint bitmap. The hooks are attached only while a tag
+ * exists (loader); sys_exit can be left out for a whole load.
  *
  * Locking: none. Deposits and vectors change only with atomic OR/AND/XCHG
  * (a deposit's TTLs are written before its bits are published), so
