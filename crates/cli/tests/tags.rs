@@ -90,25 +90,8 @@ fn setup() -> Result<Env, String> {
     }
     let lock = take_kernel_lock()?;
 
-    let lib_dir = Path::new(MANTLE).parent().unwrap().to_path_buf();
-    let lib = lib_dir.join("libmantle.so");
-    if !lib.exists() {
-        // `cargo test -p mantle-cli` alone does not build the cdylib.
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "mantle-api", "--lib"])
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-        if !lib_dir.ends_with("debug") {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().map_err(|e| format!("run cargo: {e}"))?;
-        if !st.success() || !lib.exists() {
-            return Err(format!(
-                "{} is missing and `cargo build -p mantle-api` did not make it",
-                lib.display()
-            ));
-        }
-    }
+    let lib = common::libmantle()?;
+    let lib_dir = lib.parent().unwrap().to_path_buf();
 
     let dir = std::env::temp_dir().join(format!("mantle-tags-test.{}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);

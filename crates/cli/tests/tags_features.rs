@@ -24,10 +24,7 @@ struct Env {
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn lib() -> std::path::PathBuf {
-    std::path::Path::new(MANTLE)
-        .parent()
-        .unwrap()
-        .join("libmantle.so")
+    common::libmantle().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn mantle(args: &[&str]) -> Output {

@@ -339,22 +339,7 @@ fn run_scenario() -> Result<Scenario, Missing> {
     }
     let _lock = take_kernel_lock().map_err(Missing)?;
 
-    let lib_dir = Path::new(MANTLE).parent().unwrap().to_path_buf();
-    let lib = lib_dir.join("libmantle.so");
-    if !lib.exists() {
-        // `cargo test -p mantle-cli` alone does not build the cdylib.
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "mantle-api", "--lib"])
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-        if !lib_dir.ends_with("debug") {
-            cmd.arg("--release");
-        }
-        let _ = cmd.status();
-        if !lib.exists() {
-            return Err(Missing(format!("{} is missing", lib.display())));
-        }
-    }
+    let lib = common::libmantle().map_err(Missing)?;
 
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("tags_net: [{:6.2}s] {what}", t0.elapsed().as_secs_f64());

@@ -5,7 +5,8 @@
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 pub const KERNEL_LOCK: &str = "/run/mantle-kernel.lock";
 
@@ -89,4 +90,31 @@ fn lock_holder_is_ancestor(f: &File) -> Option<u32> {
         }
     }
     None
+}
+
+/// libmantle.so next to the mantle binary under test, built if missing
+/// (`cargo test -p mantle-cli` alone does not build the cdylib).
+pub fn libmantle() -> Result<PathBuf, String> {
+    let lib_dir = Path::new(env!("CARGO_BIN_EXE_mantle"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let lib = lib_dir.join("libmantle.so");
+    if !lib.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "mantle-api", "--lib"])
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
+        if !lib_dir.ends_with("debug") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().map_err(|e| format!("run cargo: {e}"))?;
+        if !st.success() || !lib.exists() {
+            return Err(format!(
+                "{} is missing and `cargo build -p mantle-api` did not make it",
+                lib.display()
+            ));
+        }
+    }
+    Ok(lib)
 }

@@ -255,9 +255,7 @@ struct mt_chan_key {
 /* Socket role, SK_STORAGE set by the cgroup connect hooks. */
 struct mt_sock {
 	__u32 role;      /* MT_ROLE_* */
-	__u32 pad0;
 	__u32 peer_pid;  /* TCP client: owner of the listener it connected to (this host), or 0 */
-	__u32 pad;
 };
 #define MT_ROLE_UNKNOWN 0
 #define MT_ROLE_CLIENT 1 /* called connect(): sends requests */
