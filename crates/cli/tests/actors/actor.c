@@ -41,8 +41,11 @@
  *   memfd NAME -> fd number                   shm_open NAME PATH (creates it)
  *   open_rw NAME PATH                         map NAME shared|shared-ro|private
  *   shmget NAME -> id (SysV, IPC_PRIVATE)     shmat ID
- *   eventfd NAME      efd_write NAME N        efd_read NAME -> counter
- *   mq_open NAME PATH (creates it)            mq_send NAME TEXT    mq_recv NAME -> text
+ *   eventfd NAME -> fd number                 efd_write NAME N
+ *   efd_read NAME [spin] -> counter           mq_open NAME PATH (creates it)
+ *   mq_send NAME TEXT                         mq_recv NAME [spin] -> text
+ *   pipe R W -> read fd, write fd             getfd NAME PID FD (pidfd_getfd)
+ * ("spin": busy-poll like spin_recv instead of blocking.)
  *   exit
  * Signals: SIGUSR1 and SIGCHLD are counted by a handler that only the main
  * thread runs (workers block them); SIGUSR2 is ignored.
@@ -213,6 +216,51 @@ static int local_port(int fd)
 	if (getsockname(fd, (struct sockaddr *)&a, &l) < 0)
 		return -1;
 	return ntohs(a.sin_port);
+}
+
+/* One non-blocking attempt at a read: read(2) or mq_receive(3). */
+typedef ssize_t (*read_op)(int fd, char *buf, size_t n);
+
+static ssize_t op_read(int fd, char *buf, size_t n)
+{
+	return read(fd, buf, n);
+}
+
+static ssize_t op_mq(int fd, char *buf, size_t n)
+{
+	return mq_receive((mqd_t)fd, buf, n, 0);
+}
+
+/*
+ * Read fd with op, blocking, or busy-polling with O_NONBLOCK for 10 s at
+ * most after reporting "SEQ busy" (a reader that takes the data before the
+ * sender's hook has run). Returns op's result, errno set on failure.
+ */
+static ssize_t read_with(const char *seq, int fd, read_op op, char *buf, size_t n, int spin)
+{
+	struct timespec t0, t;
+	ssize_t r;
+	int fl, e;
+
+	if (!spin)
+		return op(fd, buf, n);
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -1;
+	report("%s busy", seq);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		r = op(fd, buf, n);
+		if (r >= 0 || (errno != EAGAIN && errno != EINTR))
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec > 10)
+			break;
+	}
+	e = errno;
+	fcntl(fd, F_SETFL, fl);
+	errno = e;
+	return r;
 }
 
 static void run(char *line)
@@ -395,29 +443,11 @@ static void run(char *line)
 		buf[strcspn(buf, " \t\r\n")] = 0;
 		report("%s ok %s", seq, n ? buf : "EOF");
 	} else if (!strcmp(verb, "spin_recv")) {
-		/* A busy-polling reader: non-blocking reads in a loop (10 s at
-		 * most). Reports "SEQ busy" once it spins, then the data. */
 		char buf[4096];
-		ssize_t n = -1;
-		int fd, fl;
-		struct timespec t0, t;
+		ssize_t n;
 
 		NEED(2);
-		fd = fd_get(argv[1]);
-		fl = fcntl(fd, F_GETFL);
-		if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-			SYSFAIL("fcntl");
-		report("%s busy", seq);
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		for (;;) {
-			n = read(fd, buf, sizeof(buf) - 1);
-			if (n >= 0 || (errno != EAGAIN && errno != EINTR))
-				break;
-			clock_gettime(CLOCK_MONOTONIC, &t);
-			if (t.tv_sec - t0.tv_sec > 10)
-				break;
-		}
-		fcntl(fd, F_SETFL, fl);
+		n = read_with(seq, fd_get(argv[1]), op_read, buf, sizeof(buf) - 1, 1);
 		if (n < 0)
 			SYSFAIL("read");
 		buf[n] = 0;
@@ -515,6 +545,29 @@ static void run(char *line)
 			SYSFAIL("eventfd");
 		if (fd_put(argv[1], fd) < 0)
 			FAIL("%s err fd table full", seq);
+		report("%s ok %d", seq, fd);
+	} else if (!strcmp(verb, "pipe")) {
+		int p[2];
+
+		NEED(3);
+		if (pipe(p) < 0)
+			SYSFAIL("pipe");
+		if (fd_put(argv[1], p[0]) < 0 || fd_put(argv[2], p[1]) < 0)
+			FAIL("%s err fd table full", seq);
+		report("%s ok %d %d", seq, p[0], p[1]);
+	} else if (!strcmp(verb, "getfd")) {
+		int pfd, fd;
+
+		NEED(4);
+		pfd = (int)syscall(SYS_pidfd_open, atoi(argv[2]), 0);
+		if (pfd < 0)
+			SYSFAIL("pidfd_open");
+		fd = (int)syscall(SYS_pidfd_getfd, pfd, atoi(argv[3]), 0);
+		close(pfd);
+		if (fd < 0)
+			SYSFAIL("pidfd_getfd");
+		if (fd_put(argv[1], fd) < 0)
+			FAIL("%s err fd table full", seq);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "efd_write")) {
 		NEED(3);
@@ -525,8 +578,9 @@ static void run(char *line)
 		eventfd_t v;
 
 		NEED(2);
-		if (eventfd_read(fd_get(argv[1]), &v) < 0)
-			SYSFAIL("eventfd_read");
+		if (read_with(seq, fd_get(argv[1]), op_read, (char *)&v, sizeof(v),
+			      argc > 2 && !strcmp(argv[2], "spin")) != sizeof(v))
+			SYSFAIL("eventfd read");
 		report("%s ok %llu", seq, (unsigned long long)v);
 	} else if (!strcmp(verb, "mq_open")) {
 		struct mq_attr at = {.mq_maxmsg = 8, .mq_msgsize = 256};
@@ -545,11 +599,12 @@ static void run(char *line)
 			SYSFAIL("mq_send");
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "mq_recv")) {
-		char buf[256];
+		char buf[257]; /* mq_receive needs room for mq_msgsize (256) */
 		ssize_t n;
 
 		NEED(2);
-		n = mq_receive((mqd_t)fd_get(argv[1]), buf, sizeof(buf), 0);
+		n = read_with(seq, fd_get(argv[1]), op_mq, buf, sizeof(buf) - 1,
+			      argc > 2 && !strcmp(argv[2], "spin"));
 		if (n < 0)
 			SYSFAIL("mq_receive");
 		buf[n] = 0;

@@ -214,6 +214,26 @@ struct {
 	__type(value, __u64);
 } chan_hint SEC(".maps");
 
+/*
+ * The last thread that read a channel for which no deposit existed yet,
+ * per hint bucket, with the key's full hash. A sender whose message was
+ * taken before its sys_exit hook made the first deposit of that channel
+ * (a reader blocked in read() runs as soon as it is woken) finds the
+ * reader here; without it that first message's tags were lost (the CI
+ * failure of message_queues_and_eventfd on a fresh eventfd).
+ */
+struct mt_rd {
+	__u64 key;
+	__u32 tid;
+	__u32 pad;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_HINT_BITS);
+	__type(key, __u32);
+	__type(value, struct mt_rd);
+} chan_reader SEC(".maps");
+
 /* LRU: a deposit outlives its pipe or flow only until the space is needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -920,11 +940,42 @@ static __always_inline void tcp_key(struct mt_ctl *c, struct sock *sk, struct mt
 	k->pad = host_of_sock(c, sk);
 }
 
+static __always_inline __u64 key_hash(const struct mt_chan_key *k)
+{
+	return (k->a ^ (k->b << 17) ^ ((__u64)k->type << 40) ^ k->pad) * 0x9e3779b97f4a7c15ULL;
+}
+
 static __always_inline __u32 hint_bit(const struct mt_chan_key *k)
 {
-	__u64 h = (k->a ^ (k->b << 17) ^ ((__u64)k->type << 40) ^ k->pad) * 0x9e3779b97f4a7c15ULL;
+	return (__u32)(key_hash(k) >> 48); /* 16 bits: MT_HINT_BITS */
+}
 
-	return (__u32)(h >> 48); /* 16 bits: MT_HINT_BITS */
+/*
+ * Record the current thread as the reader of k, which has no deposit. The
+ * store is an exchange, a full barrier, so that with the sender's atomic
+ * deposit followed by its load of this slot (chan_reader_of) one of the
+ * two sees the other: the reader re-checks for a deposit after this.
+ */
+static __always_inline void note_reader(const struct mt_chan_key *k)
+{
+	__u64 h = key_hash(k);
+	__u32 b = (__u32)(h >> 48), tid = (__u32)bpf_get_current_pid_tgid();
+	struct mt_rd *r = bpf_map_lookup_elem(&chan_reader, &b);
+
+	if (!r || (r->key == h && r->tid == tid))
+		return;
+	r->key = h;
+	__sync_lock_test_and_set(&r->tid, tid);
+}
+
+/* The thread note_reader recorded for k, or 0. */
+static __always_inline __u32 chan_reader_of(const struct mt_chan_key *k)
+{
+	__u64 h = key_hash(k);
+	__u32 b = (__u32)(h >> 48);
+	struct mt_rd *r = bpf_map_lookup_elem(&chan_reader, &b);
+
+	return r && r->key == h ? r->tid : 0;
 }
 
 /* The deposit for k if one may exist (hint bit set), else 0. */
@@ -1304,10 +1355,16 @@ __noinline int mt_on_send(int fd, int mq_only)
 	d = chan_get(c, &k);
 	if (!d)
 		return 0;
+	if (!d->last_reader)
+		d->last_reader = chan_reader_of(&k);
 	dl_send(c, &s, 0, d->last_reader, kind);
 	deposit(d, &s, kind, c->epoch, 0, 0);
-	if (chan_drained(f, kind))
+	if (chan_drained(f, kind)) {
+		/* after the deposit: a reader that found none noted itself */
+		if (!d->last_reader)
+			d->last_reader = chan_reader_of(&k);
 		deliver_late(c, d);
+	}
 	return 0;
 }
 
@@ -1320,7 +1377,7 @@ __noinline int mt_on_recv(int fd, int mq_only)
 	struct file *f;
 	__u32 kind;
 
-	if (!c || !(c->n_pipe_deps | c->n_ipc_deps))
+	if (!c)
 		return 0;
 	f = fd_file(fd);
 	if (!f)
@@ -1329,12 +1386,24 @@ __noinline int mt_on_recv(int fd, int mq_only)
 	if (!kind || (mq_only != (kind == MT_K_MQ)))
 		return 0;
 	d = chan_find(&k);
-	if (!d)
-		return 0;
+	if (!d) {
+		/* the sender's hook may not have run yet: leave a note, then
+		 * look again (see note_reader) */
+		note_reader(&k);
+		d = chan_find(&k);
+		if (!d)
+			return 0;
+	}
 	if (vec_empty(d->vec)) {
-		if (d->last_reader != (__u32)bpf_get_current_pid_tgid())
-			d->last_reader = (__u32)bpf_get_current_pid_tgid();
-		return 0;
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+		/* as in note_reader: publish, then look again, so that a
+		 * sender depositing now either sees this reader or is seen */
+		if (d->last_reader == tid)
+			return 0;
+		__sync_lock_test_and_set(&d->last_reader, tid);
+		if (vec_empty(d->vec))
+			return 0;
 	}
 	mt_receive(d, chan_drained(f, kind));
 	return 0;
