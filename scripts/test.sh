@@ -7,4 +7,5 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 bash scripts/setup.sh
 cargo build --workspace --quiet
-cargo test --workspace 2>&1
+# --no-fail-fast: one failing test binary must not hide the others' results
+cargo test --workspace --no-fail-fast 2>&1
