@@ -52,7 +52,9 @@
  * Cost when untagged: every send hook starts with one array load of the
  * sender's own vector and returns if it is empty; receivers return after a
  * storage lookup, or, for chan_dep channels, after a per-type count of
- * deposits and a hint bitmap. The hooks are attached only while a tag
+ * deposits and a hint bitmap (readers of pipes, eventfd and queues skip the
+ * count: they leave a note in chan_reader even before the first deposit).
+ * The hooks are attached only while a tag
  * exists (loader); sys_exit can be left out for a whole load.
  *
  * Locking: none. Deposits and vectors change only with atomic OR/AND/XCHG
@@ -216,22 +218,18 @@ struct {
 
 /*
  * The last thread that read a channel for which no deposit existed yet,
- * per hint bucket, with the key's full hash. A sender whose message was
+ * per hint bucket, with 32 more bits of the key's hash, in one word so that
+ * it changes atomically. A sender whose message was
  * taken before its sys_exit hook made the first deposit of that channel
  * (a reader blocked in read() runs as soon as it is woken) finds the
  * reader here; without it that first message's tags were lost (the CI
  * failure of message_queues_and_eventfd on a fresh eventfd).
  */
-struct mt_rd {
-	__u64 key;
-	__u32 tid;
-	__u32 pad;
-};
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MT_HINT_BITS);
 	__type(key, __u32);
-	__type(value, struct mt_rd);
+	__type(value, __u64); /* low 32 bits of the key's hash << 32 | tid */
 } chan_reader SEC(".maps");
 
 /* LRU: a deposit outlives its pipe or flow only until the space is needed. */
@@ -959,13 +957,12 @@ static __always_inline __u32 hint_bit(const struct mt_chan_key *k)
 static __always_inline void note_reader(const struct mt_chan_key *k)
 {
 	__u64 h = key_hash(k);
-	__u32 b = (__u32)(h >> 48), tid = (__u32)bpf_get_current_pid_tgid();
-	struct mt_rd *r = bpf_map_lookup_elem(&chan_reader, &b);
+	__u32 b = (__u32)(h >> 48);
+	__u64 v = h << 32 | (__u32)bpf_get_current_pid_tgid();
+	__u64 *r = bpf_map_lookup_elem(&chan_reader, &b);
 
-	if (!r || (r->key == h && r->tid == tid))
-		return;
-	r->key = h;
-	__sync_lock_test_and_set(&r->tid, tid);
+	if (r && *r != v)
+		__sync_lock_test_and_set(r, v);
 }
 
 /* The thread note_reader recorded for k, or 0. */
@@ -973,9 +970,10 @@ static __always_inline __u32 chan_reader_of(const struct mt_chan_key *k)
 {
 	__u64 h = key_hash(k);
 	__u32 b = (__u32)(h >> 48);
-	struct mt_rd *r = bpf_map_lookup_elem(&chan_reader, &b);
+	__u64 *r = bpf_map_lookup_elem(&chan_reader, &b);
+	__u64 v = r ? *r : 0;
 
-	return r && r->key == h ? r->tid : 0;
+	return v >> 32 == (__u32)h ? (__u32)v : 0;
 }
 
 /* The deposit for k if one may exist (hint bit set), else 0. */

@@ -120,7 +120,8 @@ struct mt_ctl {
 	__u64 n_pipe_deps;         /* deposits ever made in chan_dep, per type: */
 	__u64 n_tcp_deps;          /*   while 0, receivers skip the lookup */
 	__u64 n_udp_deps;
-	__u64 n_ipc_deps;          /*   (eventfd and message queues) */
+	__u64 n_ipc_deps;          /*   (eventfd and message queues; pipe and
+	                            *   ipc readers look anyway: chan_reader) */
 	__u64 n_obj_deps;          /*   (shared-memory objects) */
 	__u64 deadlock[MT_WORDS];  /* deadlock tags (MT_F_DEADLOCK) */
 };
