@@ -526,9 +526,11 @@ pub fn arm_expiry(bit: u32, ms: u32) -> Result<(), Error> {
 /// Detaches the tagged hooks (unpinning drops the last reference).
 pub fn detach_tagged() -> Result<(), Error> {
     for (name, _) in TAGGED_HOOKS {
-        let lp = pin("links", name);
-        if lp.exists() {
-            std::fs::remove_file(&lp).map_err(|e| kerr(format!("unpin link {name}"), e))?;
+        match std::fs::remove_file(pin("links", name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(kerr(format!("unpin link {name}"), e))
+            }
+            _ => {}
         }
     }
     Ok(())

@@ -31,8 +31,11 @@
 //! A thread's vector changes only through atomic OR/AND.
 //!
 //! Lock order: the table lock (flock on /run/mantle/tags.lock) is the only
-//! user-space lock; kernel-side deposit spin locks are never held across
-//! helper calls, so there is nothing to order against.
+//! lock. Every change of the table, and every attach or detach of the
+//! tagged hooks (which follow "is any tag left?"), holds it, including the
+//! sweep that any root command runs first when deletions are pending. The
+//! kernel side takes no locks: deposits and vectors change with atomic
+//! OR/AND/XCHG only (tags.bpf.c), so there is nothing to order against.
 
 pub mod abi;
 pub mod deadlock;
@@ -231,10 +234,16 @@ impl Tags {
             tags: Region::open::<abi::TagEntry>("tags", root)?,
             root,
         };
-        // Finish what expired (or an owner deleted) since the last command.
+        // Finish what expired (or an owner deleted) since the last command,
+        // under the table lock: two tools finishing at once used to race in
+        // detach_if_empty (one unpinned a link the other had just seen), and
+        // an unlocked detach could undo a concurrent create's attach.
         if root && t.ctl().deleting.iter().any(|&w| w != 0) {
-            t.sweep()?;
-            t.detach_if_empty()?;
+            let _lock = kernel::TableLock::take()?;
+            if t.ctl().deleting.iter().any(|&w| w != 0) {
+                t.sweep()?;
+                t.detach_if_empty()?;
+            }
         }
         Ok(t)
     }
