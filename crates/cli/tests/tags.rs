@@ -2291,9 +2291,12 @@ fn first_tagged_send_on_a_fresh_channel() {
         let how = if spin { "spinning" } else { "blocked" };
         let arg = if spin { " spin" } else { "" };
         for i in 0..ROUNDS {
-            // (channel, reader's command, writer's command, expected reply)
             let fds = rx.run(0, "pipe pr pw");
-            let wfd = fds.split(' ').nth(1).expect("pipe reports two fds").to_string();
+            let wfd = fds
+                .split(' ')
+                .nth(1)
+                .expect("pipe reports two fds")
+                .to_string();
             tx.run(0, &format!("getfd pw {rxpid} {wfd}"));
             rx.run(0, "close pw");
             let efd = rx.run(0, "eventfd ev");
@@ -2305,10 +2308,26 @@ fn first_tagged_send_on_a_fresh_channel() {
             // SAFETY: plain libc call with a NUL-terminated name.
             unsafe { libc::mq_unlink(cn.as_ptr()) };
             let read_pipe = if spin { "spin_recv pr" } else { "recv pr" };
+            // (channel, reader's command, writer's command, expected reply)
             let rounds = [
-                ("pipe", read_pipe.to_string(), format!("send pw m{i}"), format!("m{i}")),
-                ("eventfd", format!("efd_read ev{arg}"), "efd_write ev 7".into(), "7".into()),
-                ("mq", format!("mq_recv mq{arg}"), format!("mq_send mq q{i}"), format!("q{i}")),
+                (
+                    "pipe",
+                    read_pipe.to_string(),
+                    format!("send pw m{i}"),
+                    format!("m{i}"),
+                ),
+                (
+                    "eventfd",
+                    format!("efd_read ev{arg}"),
+                    "efd_write ev 7".into(),
+                    "7".into(),
+                ),
+                (
+                    "mq",
+                    format!("mq_recv mq{arg}"),
+                    format!("mq_send mq q{i}"),
+                    format!("q{i}"),
+                ),
             ];
             for (ch, read, write, reply) in rounds {
                 mantle_ok(&["tag", "clear", &x, "--tid", &rxt]);
