@@ -122,10 +122,8 @@ pub struct Ctl {
     pub ll_size: [u32; MT_TAGS],
     pub ll_head: [u64; MT_TAGS],
     pub default_ttl: [u8; MT_TAGS],
-    pub n_pipe_deps: u64,
     pub n_tcp_deps: u64,
     pub n_udp_deps: u64,
-    pub n_ipc_deps: u64,
     pub n_obj_deps: u64,
     pub deadlock: [u64; MT_WORDS],
 }
@@ -302,7 +300,7 @@ mod layout {
             "mt_ctl",
             size_of::<Ctl>(),
             fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, opts, host_netns, global, cluster_digest, pad1, replies, freed_epoch, ll_base, ll_size, ll_head,
-                default_ttl, n_pipe_deps, n_tcp_deps, n_udp_deps, n_ipc_deps, n_obj_deps, deadlock),
+                default_ttl, n_tcp_deps, n_udp_deps, n_obj_deps, deadlock),
         );
         check(
             &btf,

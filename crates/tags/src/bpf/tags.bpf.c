@@ -52,10 +52,10 @@
  * Cost when untagged: every send hook starts with one array load of the
  * sender's own vector and returns if it is empty; receivers return after a
  * storage lookup, or, for chan_dep channels, after a per-type count of
- * deposits and a hint bitmap (readers of pipes, eventfd and queues skip the
- * count: they leave a note in chan_reader even before the first deposit).
- * The hooks are attached only while a tag
- * exists (loader); sys_exit can be left out for a whole load.
+ * deposits and a hint bitmap (readers of pipes, eventfd and queues have no
+ * count to skip on: they leave a note in chan_reader even before the first
+ * deposit). The hooks are attached only while a tag exists (loader);
+ * sys_exit can be left out for a whole load.
  *
  * Locking: none. Deposits and vectors change only with atomic OR/AND/XCHG
  * (a deposit's TTLs are written before its bits are published), so
@@ -219,11 +219,11 @@ struct {
 /*
  * The last thread that read a channel for which no deposit existed yet,
  * per hint bucket, with 32 more bits of the key's hash, in one word so that
- * it changes atomically. A sender whose message was
- * taken before its sys_exit hook made the first deposit of that channel
- * (a reader blocked in read() runs as soon as it is woken) finds the
- * reader here; without it that first message's tags were lost (the CI
- * failure of message_queues_and_eventfd on a fresh eventfd).
+ * it changes atomically. A sender whose message was taken before its
+ * sys_exit hook made the first deposit of that channel (a reader blocked in
+ * read() runs as soon as it is woken) finds the reader here; without it
+ * that first message's tags were lost (the CI failure of
+ * message_queues_and_eventfd on a fresh eventfd).
  */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -1011,20 +1011,16 @@ static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_c
 		if (h && !(*h & (1ULL << (b % 64))))
 			__sync_fetch_and_or(h, 1ULL << (b % 64));
 	}
-	if (k->type == MT_K_PIPE) {
-		if (!c->n_pipe_deps)
-			__sync_fetch_and_add(&c->n_pipe_deps, 1);
-	} else if (k->type == MT_K_TCP) {
+	/* pipes, eventfd and queues need no count: their readers always look */
+	if (k->type == MT_K_TCP) {
 		if (!c->n_tcp_deps)
 			__sync_fetch_and_add(&c->n_tcp_deps, 1);
 	} else if (k->type == MT_K_UDP) {
 		if (!c->n_udp_deps)
 			__sync_fetch_and_add(&c->n_udp_deps, 1);
-	} else if (k->type == MT_K_MQ || k->type == MT_K_EVENTFD) {
-		if (!c->n_ipc_deps)
-			__sync_fetch_and_add(&c->n_ipc_deps, 1);
-	} else if (!c->n_obj_deps) {
-		__sync_fetch_and_add(&c->n_obj_deps, 1);
+	} else if (k->type == MT_K_SHM || k->type == MT_KEY_SYSV) {
+		if (!c->n_obj_deps)
+			__sync_fetch_and_add(&c->n_obj_deps, 1);
 	}
 	return d;
 }
@@ -1326,6 +1322,20 @@ static __always_inline int chan_drained(struct file *f, __u32 kind)
 	return mq->attr.mq_curmsgs == 0;
 }
 
+/* The message channel behind fd and its key, if it is one the system call
+ * serves (mq_only: mq_timedsend/receive, else read/write); else 0. */
+static __always_inline struct file *msg_chan(int fd, int mq_only, struct mt_chan_key *k, __u32 *kind)
+{
+	struct file *f = fd_file(fd);
+
+	if (!f)
+		return 0;
+	*kind = chan_of(f, k);
+	if (!*kind || (mq_only != (*kind == MT_K_MQ)))
+		return 0;
+	return f;
+}
+
 /*
  * A request sent on fd (write/writev, mq_timedsend): deposit the sender's
  * tags on the channel; if the reader already took the message (it ran
@@ -1342,11 +1352,8 @@ __noinline int mt_on_send(int fd, int mq_only)
 
 	if (!self_tagged())
 		return 0;
-	f = fd_file(fd);
+	f = msg_chan(fd, mq_only, &k, &kind);
 	if (!f)
-		return 0;
-	kind = chan_of(f, &k);
-	if (!kind || (mq_only != (kind == MT_K_MQ)))
 		return 0;
 	if (!take_snapshot(&s, &c))
 		return 0;
@@ -1377,11 +1384,8 @@ __noinline int mt_on_recv(int fd, int mq_only)
 
 	if (!c)
 		return 0;
-	f = fd_file(fd);
+	f = msg_chan(fd, mq_only, &k, &kind);
 	if (!f)
-		return 0;
-	kind = chan_of(f, &k);
-	if (!kind || (mq_only != (kind == MT_K_MQ)))
 		return 0;
 	d = chan_find(&k);
 	if (!d) {

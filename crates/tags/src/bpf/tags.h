@@ -117,12 +117,11 @@ struct mt_ctl {
 	__u32 ll_size[MT_TAGS];    /*   and its size in slots (0: none) */
 	__u64 ll_head[MT_TAGS];    /*   and how many receptions it ever took */
 	__u8 default_ttl[MT_TAGS]; /* TTL a tag gets when set by a tool or API */
-	__u64 n_pipe_deps;         /* deposits ever made in chan_dep, per type: */
-	__u64 n_tcp_deps;          /*   while 0, receivers skip the lookup */
-	__u64 n_udp_deps;
-	__u64 n_ipc_deps;          /*   (eventfd and message queues; pipe and
-	                            *   ipc readers look anyway: chan_reader) */
-	__u64 n_obj_deps;          /*   (shared-memory objects) */
+	__u64 n_tcp_deps;          /* deposits ever made in chan_dep, per type: */
+	__u64 n_udp_deps;          /*   while 0, receivers skip the lookup */
+	__u64 n_obj_deps;          /*   (shared-memory objects; pipe, eventfd
+	                            *   and queue readers always look, and
+	                            *   leave a note in chan_reader) */
 	__u64 deadlock[MT_WORDS];  /* deadlock tags (MT_F_DEADLOCK) */
 };
 
