@@ -186,6 +186,12 @@ static int count_of(int sig)
 			FAIL("%s err usage: %s needs %d argument(s)", seq, verb, (n) - 1);         \
 	} while (0)
 #define SYSFAIL(what) FAIL("%s err %s: %s", seq, what, strerror(errno))
+/* Keep fd in the table under name. */
+#define KEEP(name, fd)                                                                             \
+	do {                                                                                       \
+		if (fd_put((name), (fd)) < 0)                                                      \
+			FAIL("%s err fd table full", seq);                                         \
+	} while (0)
 
 static int sock_type(const char *s)
 {
@@ -297,8 +303,7 @@ static void run(char *line)
 			SYSFAIL("bind");
 		if (listen(fd, 16) < 0)
 			SYSFAIL("listen");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "listen_tcp")) {
 		struct sockaddr_in a;
@@ -314,8 +319,7 @@ static void run(char *line)
 			SYSFAIL("bind");
 		if (listen(fd, 16) < 0)
 			SYSFAIL("listen");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "accept")) {
 		int fd;
@@ -324,8 +328,7 @@ static void run(char *line)
 		fd = accept(fd_get(argv[2]), 0, 0);
 		if (fd < 0)
 			SYSFAIL("accept");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "connect_unix")) {
 		struct sockaddr_un a;
@@ -337,8 +340,7 @@ static void run(char *line)
 			SYSFAIL("socket");
 		if (connect(fd, (struct sockaddr *)&a, unix_addr(&a, argv[2])) < 0)
 			SYSFAIL("connect");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "connect_tcp")) {
 		struct sockaddr_in a;
@@ -351,8 +353,7 @@ static void run(char *line)
 		loopback(&a, atoi(argv[2]));
 		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 			SYSFAIL("connect");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "dgram_unix")) {
 		struct sockaddr_un a;
@@ -367,8 +368,7 @@ static void run(char *line)
 			if (bind(fd, (struct sockaddr *)&a, unix_addr(&a, argv[2])) < 0)
 				SYSFAIL("bind");
 		}
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "udp")) {
 		struct sockaddr_in a;
@@ -383,8 +383,7 @@ static void run(char *line)
 			if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 				SYSFAIL("bind");
 		}
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "connect_udp")) {
 		struct sockaddr_in a;
@@ -397,8 +396,7 @@ static void run(char *line)
 		loopback(&a, atoi(argv[2]));
 		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
 			SYSFAIL("connect");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "sendto_unix")) {
 		struct sockaddr_un a;
@@ -468,8 +466,7 @@ static void run(char *line)
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "adopt")) {
 		NEED(3);
-		if (fd_put(argv[1], atoi(argv[2])) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], atoi(argv[2]));
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "open_fifo")) {
 		int fd;
@@ -478,8 +475,7 @@ static void run(char *line)
 		fd = open(argv[2], argv[3][0] == 'w' ? O_WRONLY : O_RDONLY);
 		if (fd < 0)
 			SYSFAIL("open");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "memfd")) {
 		int fd;
@@ -488,8 +484,7 @@ static void run(char *line)
 		fd = memfd_create(argv[1], 0);
 		if (fd < 0 || ftruncate(fd, 4096) < 0)
 			SYSFAIL("memfd_create");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok %d", seq, fd);
 	} else if (!strcmp(verb, "shm_open")) {
 		int fd;
@@ -498,8 +493,7 @@ static void run(char *line)
 		fd = shm_open(argv[2], O_RDWR | O_CREAT | O_EXCL, 0600);
 		if (fd < 0 || ftruncate(fd, 4096) < 0)
 			SYSFAIL("shm_open");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "open_rw")) {
 		int fd;
@@ -508,8 +502,7 @@ static void run(char *line)
 		fd = open(argv[2], O_RDWR);
 		if (fd < 0)
 			SYSFAIL("open");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "map")) {
 		void *p;
@@ -543,8 +536,7 @@ static void run(char *line)
 		fd = eventfd(0, 0);
 		if (fd < 0)
 			SYSFAIL("eventfd");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok %d", seq, fd);
 	} else if (!strcmp(verb, "pipe")) {
 		int p[2];
@@ -552,8 +544,8 @@ static void run(char *line)
 		NEED(3);
 		if (pipe(p) < 0)
 			SYSFAIL("pipe");
-		if (fd_put(argv[1], p[0]) < 0 || fd_put(argv[2], p[1]) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], p[0]);
+		KEEP(argv[2], p[1]);
 		report("%s ok %d %d", seq, p[0], p[1]);
 	} else if (!strcmp(verb, "getfd")) {
 		int pfd, fd;
@@ -566,8 +558,7 @@ static void run(char *line)
 		close(pfd);
 		if (fd < 0)
 			SYSFAIL("pidfd_getfd");
-		if (fd_put(argv[1], fd) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], fd);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "efd_write")) {
 		NEED(3);
@@ -590,8 +581,7 @@ static void run(char *line)
 		q = mq_open(argv[2], O_RDWR | O_CREAT, 0600, &at);
 		if (q == (mqd_t)-1)
 			SYSFAIL("mq_open");
-		if (fd_put(argv[1], (int)q) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], (int)q);
 		report("%s ok", seq);
 	} else if (!strcmp(verb, "mq_send")) {
 		NEED(3);
@@ -652,8 +642,7 @@ static void run(char *line)
 			_exit(0);
 		}
 		close(p[0]);
-		if (fd_put(argv[1], p[1]) < 0)
-			FAIL("%s err fd table full", seq);
+		KEEP(argv[1], p[1]);
 		report("%s ok %d", seq, pid);
 	} else if (!strcmp(verb, "release")) {
 		NEED(2);
