@@ -29,7 +29,9 @@ extern "C" {
 
 #define MANTLE_TAG_SYSTEM 1u  /* mantle_tag_create flags: a system tag, */
 #define MANTLE_TAG_REPLIES 2u /* one that travels with replies as well, */
-#define MANTLE_TAG_DEADLOCK 4u /* a deadlock tag (marks call chains) */
+#define MANTLE_TAG_DEADLOCK 4u /* a deadlock tag (marks call chains), */
+#define MANTLE_TAG_ANYONE 8u  /* one any user may set on itself (else owner, root), */
+#define MANTLE_TAG_PER_REQUEST 16u /* one receivers hold only until they answer */
 
 /* Map the kernel side's tables now (otherwise done on first use). */
 int mantle_tags_open(void);

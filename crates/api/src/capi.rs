@@ -17,7 +17,8 @@ fn errno_of(e: &Error) -> c_int {
         Error::Invalid(_) => libc::EINVAL,
         Error::NoSuchThread(_) => libc::ESRCH,
         Error::Refused(_) => libc::EXDEV,
-        Error::Kernel(_) => libc::EIO,
+        Error::Kernel(_) | Error::Corrupt(_) => libc::EIO,
+        Error::Busy(_) => libc::EBUSY,
     }
 }
 
@@ -143,9 +144,12 @@ self_call!(
 pub const MANTLE_TAG_SYSTEM: u32 = 1;
 pub const MANTLE_TAG_REPLIES: u32 = 2;
 pub const MANTLE_TAG_DEADLOCK: u32 = 4;
+pub const MANTLE_TAG_ANYONE: u32 = 8;
+pub const MANTLE_TAG_PER_REQUEST: u32 = 16;
 
 /// Create a tag (root). ttl < 0: unlimited. flags: MANTLE_TAG_SYSTEM,
-/// MANTLE_TAG_REPLIES, MANTLE_TAG_DEADLOCK.
+/// MANTLE_TAG_REPLIES, MANTLE_TAG_DEADLOCK, MANTLE_TAG_ANYONE,
+/// MANTLE_TAG_PER_REQUEST.
 /// Returns the tag's bit.
 /// # Safety
 /// `tag` is a NUL-terminated string.
@@ -167,6 +171,8 @@ pub unsafe extern "C" fn mantle_tag_create(
         owner_uid: None,
         replies: flags & MANTLE_TAG_REPLIES != 0,
         deadlock: flags & MANTLE_TAG_DEADLOCK != 0,
+        anyone: flags & MANTLE_TAG_ANYONE != 0,
+        per_request: flags & MANTLE_TAG_PER_REQUEST != 0,
     };
     // SAFETY: forwarded contract.
     match unsafe { name(tag) }.and_then(|t| crate::create(t, &opts)) {

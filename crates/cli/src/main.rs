@@ -1,7 +1,11 @@
 //! `mantle`: the command-line tool. Thin: it parses arguments, calls the
 //! subsystem crates, and turns their typed errors into messages and exit
-//! codes. Exit codes: 0 ok, 1 failure, 2 usage, 3 kernel side not loaded
-//! or a kernel feature missing, 4 permission denied, 5 not found.
+//! codes, here only (`Failure` and its `From` impls; the rule is `EXIT_*`
+//! below and in README "Exit codes").
+//!
+//! Privilege is `mantle_sys::os::privileged()` (capabilities in the
+//! initial user namespace), never `euid == 0`: inside `unshare -Ur` a
+//! user is uid 0 and still has no power over the machine's BPF objects.
 
 mod demo;
 mod prof;
@@ -18,7 +22,7 @@ use std::process::ExitCode;
     name = "mantle",
     version,
     about = "Microkernel-style system services over an unmodified Linux",
-    after_help = "Examples:\n  mantle doctor\n  mantle tags up\n  mantle tag create req --lifeline 1024\n  mantle tag run req -- sh -c 'ls | sort | head'\n  mantle tag lifeline req --json\n  mantle demo\n\nExit codes: 0 ok, 1 failure, 2 usage, 3 not loaded / feature missing, 4 permission denied, 5 not found."
+    after_help = "Examples:\n  mantle doctor\n  mantle tags up\n  mantle tag create req --lifeline 1024\n  mantle tag run req -- sh -c 'ls | sort | head'\n  mantle tag lifeline req --json\n  mantle demo\n\nExit codes: 0 ok, 1 failure, 2 usage (a malformed command line), 3 kernel side not loaded or a feature missing, 4 permission denied, 5 not found (a tag, thread, process, user, program or lifeline). `mantle tag run` exits with its command's status once the command runs."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -32,25 +36,36 @@ enum Cmd {
         after_help = "Examples:\n  mantle doctor\n  mantle doctor --json | jq '.features[] | select(.available|not)'"
     )]
     Doctor {
+        /// Print the report as JSON (features[]: id, name, available, detail, needed_by).
         #[arg(long)]
         json: bool,
     },
-    /// Load, unload and inspect the tags kernel side.
-    #[command(subcommand)]
+    /// Load, unload and inspect the tags kernel side (`mantle tags ...`).
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  mantle tags up\n  mantle tags status\n  mantle tags down\n\nSingle tags are `mantle tag ...` (create, ls, run, lifeline...)."
+    )]
     Tags(TagsCmd),
-    /// Create, set, inspect and trace tags.
-    #[command(subcommand)]
+    /// Create, set, inspect and trace tags (`mantle tag ...`).
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  mantle tag create req --lifeline 1024\n  mantle tag ls\n  mantle tag run req -- ./client\n  mantle tag lifeline req\n  mantle tag delete req\n\nThe kernel side is `mantle tags ...` (up, down, status)."
+    )]
     Tag(TagCmd),
     /// A tag spreading through a shell pipeline and a client/server pair.
     #[command(
-        after_help = "Example:\n  mantle demo        # loads the kernel side if needed, cleans up after"
+        after_help = "Examples:\n  mantle demo                          # loads the kernel side if needed, cleans up after\n  mantle demo --json | jq '.lifeline[].rx_comm'"
     )]
     Demo {
+        /// Print the tag, its holders and its lifeline as JSON (README "JSON").
         #[arg(long)]
         json: bool,
     },
     /// Profile the whole system, a process or a command (L4oprof-style).
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  mantle prof events\n  mantle prof record -a --duration 10\n  mantle prof report"
+    )]
     Prof(prof::ProfCmd),
 }
 
@@ -65,8 +80,9 @@ enum TagsCmd {
         /// (default: the one next to this binary).
         #[arg(long)]
         lib: Option<PathBuf>,
-        /// Cluster table: the global tags (one per line: NAME [ttl=N] [system]),
-        /// the same file on every machine; only these cross machines.
+        /// Cluster table: the global tags, one per line: NAME [ttl=N|inf]
+        /// [system] [deadlock] (`#` starts a comment); the same file on
+        /// every machine; only these cross machines.
         #[arg(long)]
         cluster: Option<PathBuf>,
         /// Follow sockets, signals and fork only: pipes, FIFOs, eventfd,
@@ -75,13 +91,21 @@ enum TagsCmd {
         /// on every system call of every process while a tag exists).
         #[arg(long)]
         no_fd_channels: bool,
+        /// Print what was loaded as JSON (pin_root, view_entries, ctl_lib, cgroup).
         #[arg(long)]
         json: bool,
     },
-    /// Unload the kernel side: every tag disappears (root).
+    /// Unload the kernel side: every tag disappears, every user's (root).
+    #[command(
+        after_help = "Examples:\n  mantle tags down\n  mantle tags status | grep -q 'not loaded' || mantle tags down"
+    )]
     Down,
     /// Whether the kernel side is loaded, hooks, counters.
+    #[command(
+        after_help = "Examples:\n  mantle tags status\n  mantle tags status --json | jq .live_tags"
+    )]
     Status {
+        /// Print the status as JSON (loaded, live_tags, hops and other counters).
         #[arg(long)]
         json: bool,
     },
@@ -90,10 +114,15 @@ enum TagsCmd {
 #[derive(Args)]
 struct Who {
     /// Every thread of this process.
-    #[arg(long, conflicts_with = "tid", required_unless_present = "tid")]
+    #[arg(
+        long,
+        conflicts_with = "tid",
+        required_unless_present = "tid",
+        allow_negative_numbers = true
+    )]
     pid: Option<u32>,
     /// This thread only.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     tid: Option<u32>,
 }
 
@@ -114,19 +143,23 @@ enum TagCmd {
         after_help = "Examples:\n  mantle tag create req\n  mantle tag create hop2 --ttl 2 --lifeline 4096\n  mantle tag create kmode --system\n  mantle tag create burst --expire 500ms\n  mantle tag create echo --replies"
     )]
     Create {
+        /// Tag name: 1 to 31 of A-Z a-z 0-9 _ . : - (not first).
+        #[arg(value_parser = tag_name)]
         name: String,
         /// Hops it may travel: 0..254 or inf (default inf).
-        #[arg(long, value_parser = mantle_tags::model::parse_ttl)]
+        #[arg(long, value_parser = mantle_tags::model::parse_ttl, allow_negative_numbers = true)]
         ttl: Option<u8>,
         /// A system tag: held only by system threads.
         #[arg(long)]
         system: bool,
-        /// Record receptions in a ring of this many records.
-        #[arg(long, default_value_t = 0)]
+        /// Record receptions in a ring of this many records (0: none; all
+        /// tags share 65536).
+        #[arg(long, default_value_t = 0, value_parser = lifeline_size, allow_negative_numbers = true)]
         lifeline: u32,
-        /// Owner (may delete it); default: the caller.
+        /// Owner, a user name or uid: may delete the tag without root
+        /// (default: the caller).
         #[arg(long)]
-        owner: Option<u32>,
+        owner: Option<String>,
         /// Travel with replies as well as requests (off by default: the
         /// paper's rule is requests only).
         #[arg(long)]
@@ -135,38 +168,75 @@ enum TagCmd {
         /// would reach a thread holding it is reported (see deadlock-guard).
         #[arg(long)]
         deadlock: bool,
+        /// Any user may set it on itself (default: only root and the owner;
+        /// threads that receive it over IPC hold it either way).
+        #[arg(long)]
+        anyone: bool,
+        /// Held per request: a thread that receives it with a request holds
+        /// it only until it answers that request, and passes it on only with
+        /// the requests it makes meanwhile (follow one request through
+        /// servers that stay up).
+        #[arg(long)]
+        per_request: bool,
         /// Expire after this long (500ms, 2s, 1m): a kernel timer retires the
         /// tag; it stops travelling at once and holders are swept.
         #[arg(long, value_parser = mantle_tags::model::parse_duration_ms)]
         expire: Option<u32>,
+        /// Print the new tag as JSON (README "JSON": a tag).
         #[arg(long)]
         json: bool,
     },
-    /// Delete a tag: every thread holding it loses it.
-    Delete { name: String },
+    /// Delete a tag: every thread holding it loses it (root or its owner).
+    #[command(
+        after_help = "Examples:\n  mantle tag delete req\n  mantle tag create job --owner alice && runuser -u alice -- mantle tag delete job"
+    )]
+    Delete {
+        /// The tag to delete.
+        #[arg(value_parser = tag_name)]
+        name: String,
+    },
     /// List tags.
-    #[command(alias = "list")]
+    #[command(
+        alias = "list",
+        after_help = "Examples:\n  mantle tag ls\n  mantle tag ls --json | jq -r '.[].name'"
+    )]
     Ls {
+        /// Print the tags as JSON (README "JSON": a list of tags).
         #[arg(long)]
         json: bool,
     },
     /// Give a thread (or every thread of a process) a tag (root).
-    #[command(after_help = "Example:\n  mantle tag set req --pid 1234 --ttl 3")]
+    #[command(
+        after_help = "Examples:\n  mantle tag set req --pid 1234\n  mantle tag set req --tid 1236 --ttl 3"
+    )]
     Set {
+        /// The tag to give.
+        #[arg(value_parser = tag_name)]
         name: String,
         #[command(flatten)]
         who: Who,
-        #[arg(long, value_parser = mantle_tags::model::parse_ttl)]
+        /// Hops it may travel from there: 0..254 or inf (default: the tag's).
+        #[arg(long, value_parser = mantle_tags::model::parse_ttl, allow_negative_numbers = true)]
         ttl: Option<u8>,
     },
     /// Take a tag from a thread or process (root).
+    #[command(
+        after_help = "Examples:\n  mantle tag clear req --pid 1234\n  mantle tag clear req --tid 1236"
+    )]
     Clear {
+        /// The tag to take away.
+        #[arg(value_parser = tag_name)]
         name: String,
         #[command(flatten)]
         who: Who,
     },
     /// Make a thread reject a tag: it neither holds nor passes it (root).
+    #[command(
+        after_help = "Examples:\n  mantle tag terminate req --pid 1234          # 1234 drops req and rejects it from now on\n  mantle tag terminate req --pid 1234 --undo   # accepts it again"
+    )]
     Terminate {
+        /// The tag to reject.
+        #[arg(value_parser = tag_name)]
         name: String,
         #[command(flatten)]
         who: Who,
@@ -175,23 +245,39 @@ enum TagCmd {
         undo: bool,
     },
     /// Mark threads as system or user threads (root).
-    #[command(after_help = "Example:\n  mantle tag class system --pid $(pidof myserver)")]
+    #[command(
+        after_help = "Examples:\n  mantle tag class system --pid $(pidof myserver)\n  mantle tag class user --tid 1236"
+    )]
     Class {
+        /// system (holds system tags only) or user (user tags only).
         #[arg(value_parser = ["system", "user"])]
         class: String,
         #[command(flatten)]
         who: Who,
     },
-    /// Threads holding a tag (all tagged threads without NAME).
+    /// Threads holding a tag (all tagged threads without NAME) (root).
+    #[command(
+        after_help = "Examples:\n  mantle tag threads req\n  mantle tag threads\n  mantle tag threads req --json | jq '.[].pid'"
+    )]
     Threads {
+        /// Only threads holding this tag (default: every thread with a tag,
+        /// a terminator or a class mark).
+        #[arg(value_parser = tag_name)]
         name: Option<String>,
+        /// Print the threads as JSON (README "JSON": a list of threads).
         #[arg(long)]
         json: bool,
     },
     /// The tags a thread holds (readable by anyone).
+    #[command(
+        after_help = "Examples:\n  mantle tag get --tid 1234\n  mantle tag get --tid $$ --json"
+    )]
     Get {
-        #[arg(long)]
+        /// The thread: any thread id (a process id names its main thread).
+        #[arg(long, allow_negative_numbers = true)]
         tid: u32,
+        /// Print the thread as JSON (README "JSON": a thread; TTLs,
+        /// terminators and class only for root).
         #[arg(long)]
         json: bool,
     },
@@ -200,6 +286,8 @@ enum TagCmd {
         after_help = "Examples:\n  mantle tag lifeline req\n  mantle tag lifeline req --json > here.json\n  mantle tag lifeline req --format svg -o req.svg\n  mantle tag lifeline req --format chrome -o req.trace.json   # open in ui.perfetto.dev\n  mantle tag lifeline req --merge hostb.json hostc.json --format svg -o all.svg"
     )]
     Lifeline {
+        /// The tag (it must have been created with --lifeline N).
+        #[arg(value_parser = tag_name)]
         name: String,
         /// Same as --format json.
         #[arg(long)]
@@ -234,7 +322,7 @@ existing deadlock tag (a cluster table's, for chains across machines).",
         #[command(flatten)]
         who: Who,
         /// Deadlock tag to use (default: a new one, deadlock.PID).
-        #[arg(long)]
+        #[arg(long, value_parser = tag_name)]
         name: Option<String>,
         /// Stop after this many reports.
         #[arg(long)]
@@ -248,13 +336,17 @@ existing deadlock tag (a cluster table's, for chains across machines).",
     },
     /// Run a command that holds tags from its first instruction.
     #[command(
-        after_help = "Examples:\n  mantle tag run req -- ./client\n  mantle tag run a b --ttl 2 -- sh -c 'cat x | sort'"
+        after_help = "Examples:\n  mantle tag run req -- ./client\n  mantle tag run a b --ttl 2 -- sh -c 'cat x | sort'\n\nThe tags come before `--`, the command after it. Once the command runs, the exit status is the command's; if it cannot be started, mantle's (5: not found, 4: not executable)."
     )]
     Run {
-        #[arg(required = true)]
+        /// Tags to hold (one or more).
+        #[arg(required = true, value_parser = tag_name)]
         names: Vec<String>,
-        #[arg(long, value_parser = mantle_tags::model::parse_ttl)]
+        /// Hops they may travel from the command: 0..254 or inf (default:
+        /// each tag's).
+        #[arg(long, value_parser = mantle_tags::model::parse_ttl, allow_negative_numbers = true)]
         ttl: Option<u8>,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
@@ -266,7 +358,7 @@ fn main() -> ExitCode {
     // which turns it into a panic in print!.
     // SAFETY: resetting a signal disposition at start-up, before any thread.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    let cli = parse_args();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
@@ -276,17 +368,186 @@ fn main() -> ExitCode {
     }
 }
 
-/// A failed command: what to print and the exit code (see the top of this
-/// file). Every subsystem's typed error converts into it, here only.
+/// The command tree as users see it: every `--json` flag without its own
+/// help (other subsystems' too) says what it does.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    fn fill(c: clap::Command) -> clap::Command {
+        c.mut_args(|a| {
+            if a.get_id() == "json" && a.get_help().is_none() {
+                a.help("Print the result as JSON instead of text")
+            } else {
+                a
+            }
+        })
+        .mut_subcommands(fill)
+    }
+    fill(Cli::command())
+}
+
+/// Parses the command line; a usage error exits 2 (clap's code, EXIT_USAGE)
+/// with clap's message plus a tip for the mistakes new users make.
+fn parse_args() -> Cli {
+    use clap::FromArgMatches;
+    let args: Vec<String> = std::env::args().collect();
+    let parsed = command()
+        .try_get_matches_from(&args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
+        Ok(c) => c,
+        Err(mut e) => {
+            if let Some((tip, replace)) = usage_tip(&e, &args) {
+                use clap::error::{ContextKind, ContextValue};
+                let mut tips = match e.get(ContextKind::Suggested) {
+                    Some(ContextValue::StyledStrs(v)) if !replace => v.clone(),
+                    _ => Vec::new(),
+                };
+                tips.push(tip.into());
+                e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
+            }
+            e.exit()
+        }
+    }
+}
+
+/// A tip for a usage error: `tags X` that is a `tag` command (and the
+/// reverse), and `tag run` without the `--` before its command; and
+/// whether it replaces clap's own tips (which, for `tag run T sh -c x`,
+/// would say to write `-- -c`).
+fn usage_tip(e: &clap::Error, args: &[String]) -> Option<(String, bool)> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    // The first two words that are not options: the command path.
+    let words: Vec<&str> = args
+        .iter()
+        .skip(1)
+        .map(String::as_str)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    match e.kind() {
+        ErrorKind::InvalidSubcommand => {
+            let Some(ContextValue::String(bad)) = e.get(ContextKind::InvalidSubcommand) else {
+                return None;
+            };
+            let other = match words.first() {
+                Some(&"tags") => "tag",
+                Some(&"tag") => "tags",
+                _ => return None,
+            };
+            let tree = command();
+            let sub = tree.find_subcommand(other)?;
+            let hit = sub.get_subcommands().find(|c| {
+                c.get_name() == bad.as_str() || c.get_all_aliases().any(|a| a == bad.as_str())
+            })?;
+            let tip = format!(
+                "`{bad}` is a command of `mantle {other}` ({}): try `mantle {other} {}`",
+                if other == "tag" {
+                    "single tags"
+                } else {
+                    "the kernel side"
+                },
+                hit.get_name()
+            );
+            Some((tip, false))
+        }
+        ErrorKind::MissingRequiredArgument | ErrorKind::UnknownArgument
+            if words.starts_with(&["tag", "run"]) =>
+        {
+            let run = args.iter().position(|a| a == "run")?;
+            if args[run..].iter().any(|a| a == "--") {
+                return Some((
+                    "the command to run goes after `--`, and cannot be empty".into(),
+                    false,
+                ));
+            }
+            // The words after `run`: --ttl and its value, the rest.
+            let (mut opts, mut rest) = (Vec::new(), Vec::new());
+            let mut it = args[run + 1..].iter();
+            while let Some(a) = it.next() {
+                if a == "--ttl" {
+                    opts.push(a.as_str());
+                    opts.extend(it.next().map(String::as_str));
+                } else if a.starts_with("--ttl=") {
+                    opts.push(a.as_str());
+                } else {
+                    rest.push(a.as_str());
+                }
+            }
+            let tip = match rest.split_first() {
+                Some((tag, cmd)) if !cmd.is_empty() => format!(
+                    "tags go before `--`, the command after it: `mantle tag run {}{tag} -- {}`",
+                    opts.iter().map(|o| format!("{o} ")).collect::<String>(),
+                    cmd.join(" ")
+                ),
+                _ => "tags go before `--`, the command after it: `mantle tag run TAG... -- COMMAND [ARGS...]`".into(),
+            };
+            Some((tip, true))
+        }
+        _ => None,
+    }
+}
+
+/// A tag name on the command line, checked once here (exit 2 when
+/// malformed, like any other malformed argument).
+fn tag_name(s: &str) -> Result<String, String> {
+    mantle_tags::model::validate_name(s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// `--lifeline N`: the real limit is the ring all tags share.
+fn lifeline_size(s: &str) -> Result<u32, String> {
+    let max = mantle_tags::abi::MT_LIFELINE_SLOTS;
+    match s.parse::<u64>() {
+        Ok(n) if n <= max as u64 => Ok(n as u32),
+        Ok(_) => Err(format!(
+            "a lifeline holds at most {max} records (the ring all tags share)"
+        )),
+        Err(_) => Err(format!("{s:?} is not a number of records (0..={max})")),
+    }
+}
+
+/// A failed command: what to print and the exit code. Every subsystem's
+/// typed error converts into it, here only.
 pub struct Failure {
     pub message: String,
     pub code: u8,
 }
 
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            code,
+        }
+    }
+
+    /// A file the user named could not be read or written.
+    fn io(what: &str, path: &std::path::Path, e: &std::io::Error) -> Failure {
+        let code = match e.kind() {
+            std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+            std::io::ErrorKind::PermissionDenied => EXIT_PERMISSION,
+            _ => EXIT_FAILURE,
+        };
+        Failure::new(code, format!("{what} {}: {e}", path.display()))
+    }
+}
+
+// The exit codes: ONE rule for every command (README "Exit codes").
+/// The operation was tried and failed (the kernel refused it, a tag
+/// exists already, the table is full, I/O failed).
 pub const EXIT_FAILURE: u8 = 1;
+/// The command line is malformed: unknown command or option, a value out
+/// of range (TTL, lifeline size, duration), a malformed tag name, or a
+/// malformed file it names. clap exits with the same code.
 pub const EXIT_USAGE: u8 = 2;
+/// The tags kernel side is not loaded, or the machine lacks a kernel
+/// feature or tool the command needs.
 pub const EXIT_MISSING: u8 = 3;
+/// Permission denied: the command needs privilege, or the object is
+/// another user's.
 pub const EXIT_PERMISSION: u8 = 4;
+/// Something named does not exist: a tag, thread, process, user, file,
+/// the program `tag run` should start, or a tag's lifeline.
 pub const EXIT_NOT_FOUND: u8 = 5;
 
 impl From<Error> for Failure {
@@ -344,14 +605,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Cmd::Tags(c) => Ok(tags_cmd(c)?),
-        Cmd::Tag(c) => Ok(tag_cmd(c)?),
+        Cmd::Tags(c) => tags_cmd(c),
+        Cmd::Tag(c) => tag_cmd(c),
         Cmd::Demo { json } => Ok(demo::run(json)?),
         Cmd::Prof(c) => Ok(prof::run(c)?),
     }
 }
 
-fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
+fn tags_cmd(c: TagsCmd) -> Result<(), Failure> {
     match c {
         TagsCmd::Up {
             lib,
@@ -359,17 +620,17 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
             no_fd_channels,
             json,
         } => {
-            if mantle_sys::os::geteuid() != 0 {
+            if !mantle_sys::os::privileged() {
                 return Err(Error::Permission(
-                    "loading the kernel side needs root".into(),
-                ));
+                    "loading the kernel side needs root (CAP_SYS_ADMIN or CAP_BPF in the initial user namespace)".into(),
+                )
+                .into());
             }
             // Validate the cluster table before loading anything.
             let table = match &cluster {
                 Some(p) => {
-                    let text = std::fs::read_to_string(p).map_err(|e| {
-                        Error::Invalid(format!("cannot read cluster table {}: {e}", p.display()))
-                    })?;
+                    let text = std::fs::read_to_string(p)
+                        .map_err(|e| Failure::io("cannot read cluster table", p, &e))?;
                     Some(mantle_tags::model::parse_cluster(&text).map_err(|e| {
                         Error::Invalid(format!("cluster table {}: {e}", p.display()))
                     })?)
@@ -386,7 +647,7 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
                 });
                 if let Err(e) = installed {
                     let _ = mantle_tags::kernel::down();
-                    return Err(e);
+                    return Err(e.into());
                 }
                 if !json {
                     println!(
@@ -407,12 +668,19 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
             Ok(())
         }
         TagsCmd::Down => {
-            if mantle_sys::os::geteuid() != 0 {
+            if !mantle_sys::os::privileged() {
                 return Err(Error::Permission(
-                    "unloading the kernel side needs root".into(),
-                ));
+                    "unloading the kernel side needs root (CAP_SYS_ADMIN or CAP_BPF in the initial user namespace)".into(),
+                )
+                .into());
             }
-            mantle_tags::kernel::down()?;
+            match mantle_tags::kernel::down() {
+                Err(Error::NotLoaded) => Err(Failure::new(
+                    EXIT_MISSING,
+                    "the tags kernel side is not loaded: nothing to unload",
+                )),
+                r => Ok(r?),
+            }?;
             println!("tags kernel side unloaded");
             Ok(())
         }
@@ -420,7 +688,7 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
             let st = match Tags::open() {
                 Ok(t) => t.status(),
                 Err(Error::NotLoaded) => mantle_tags::Status::default(),
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
             if json {
                 print_json(&st);
@@ -461,6 +729,74 @@ fn tags_cmd(c: TagsCmd) -> Result<(), Error> {
     }
 }
 
+// ---------------------------------------------------------------- JSON
+//
+// One schema per object, the same in every command (README "JSON"): a tag
+// is `TagInfo`, a thread is `ThreadInfo` (its tags are held tags: name and
+// TTL), a lifeline record is `ReceptionInfo`. A TTL is a number of hops, or
+// null for unlimited, everywhere.
+
+/// A lifeline record as JSON. The library keeps the kernel's 255 for an
+/// unlimited TTL (the value the records carry); JSON says null, as for tags
+/// and threads.
+fn reception_json(r: &mantle_tags::ReceptionInfo) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).expect("serializable");
+    if r.ttl == mantle_tags::abi::MT_TTL_INF as u8 {
+        v["ttl"] = serde_json::Value::Null;
+    }
+    v
+}
+
+fn lifeline_json(l: &[mantle_tags::ReceptionInfo]) -> serde_json::Value {
+    serde_json::Value::Array(l.iter().map(reception_json).collect())
+}
+
+/// Reads back a record saved with `--json` (null, or 255 from older
+/// versions, for unlimited).
+fn reception_from_json(
+    mut v: serde_json::Value,
+) -> Result<mantle_tags::ReceptionInfo, serde_json::Error> {
+    if v.get("ttl").is_some_and(serde_json::Value::is_null) {
+        v["ttl"] = mantle_tags::abi::MT_TTL_INF.into();
+    }
+    serde_json::from_value(v)
+}
+
+/// A thread as an unprivileged caller of `tag get` sees it: the thread
+/// object without what lives in root-only task storage (the TTLs, the
+/// terminators, the class), whose keys are left out rather than guessed.
+#[derive(serde::Serialize)]
+struct ThreadView {
+    tid: u32,
+    pid: u32,
+    comm: String,
+    tags: Vec<NameOnly>,
+}
+
+#[derive(serde::Serialize)]
+struct NameOnly {
+    name: String,
+}
+
+fn ttl_text(ttl: Option<u8>) -> String {
+    ttl.map(|t| t.to_string()).unwrap_or_else(|| "inf".into())
+}
+
+/// Process id and comm of any thread, from /proc (readable by anyone).
+fn proc_thread(tid: u32) -> Result<(u32, String), Error> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .map_err(|_| Error::NoSuchThread(tid))?;
+    let pid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or(Error::NoSuchThread(tid))?;
+    let comm = std::fs::read_to_string(format!("/proc/{tid}/comm"))
+        .map(|c| c.trim_end_matches('\n').to_string())
+        .unwrap_or_default();
+    Ok((pid, comm))
+}
+
 fn print_threads(ts: &[mantle_tags::ThreadInfo], json: bool) {
     if json {
         print_json(&ts);
@@ -474,12 +810,9 @@ fn print_threads(ts: &[mantle_tags::ThreadInfo], json: bool) {
         let tags: Vec<String> = t
             .tags
             .iter()
-            .map(|(n, ttl)| {
-                if *ttl == 255 {
-                    n.clone()
-                } else {
-                    format!("{n}({ttl})")
-                }
+            .map(|h| match h.ttl {
+                None => h.name.clone(),
+                Some(ttl) => format!("{}({ttl})", h.name),
             })
             .collect();
         let mut line = tags.join(",");
@@ -497,14 +830,27 @@ fn print_threads(ts: &[mantle_tags::ThreadInfo], json: bool) {
     }
 }
 
+/// The local lifeline of `name`. A tag made without one is "not found"
+/// (exit 5), like a tag that does not exist.
+fn local_lifeline(name: &str) -> Result<Vec<mantle_tags::ReceptionInfo>, Failure> {
+    let t = Tags::open()?;
+    if t.info(t.lookup(name)?)?.lifeline == 0 {
+        return Err(Failure::new(
+            EXIT_NOT_FOUND,
+            format!("tag {name:?} has no lifeline (create it with --lifeline N)"),
+        ));
+    }
+    Ok(t.lifeline(name)?)
+}
+
 fn lifeline_cmd(
     name: &str,
     format: &str,
     output: Option<PathBuf>,
     merge: &[PathBuf],
-) -> Result<(), Error> {
+) -> Result<(), Failure> {
     let mut parts = Vec::new();
-    match Tags::open().and_then(|t| t.lifeline(name)) {
+    match local_lifeline(name) {
         Ok(l) => parts.push(l),
         // With files to merge, a machine without the tag (or without mantle
         // loaded) just contributes nothing.
@@ -512,9 +858,13 @@ fn lifeline_cmd(
         Err(_) => {}
     }
     for f in merge {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| Error::Invalid(format!("cannot read {}: {e}", f.display())))?;
-        let l: Vec<mantle_tags::ReceptionInfo> = serde_json::from_str(&text).map_err(|e| {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| Failure::io("cannot read", f, &e))?;
+        let l: Vec<mantle_tags::ReceptionInfo> = serde_json::from_str::<Vec<serde_json::Value>>(
+            &text,
+        )
+        .and_then(|v| v.into_iter().map(reception_from_json).collect())
+        .map_err(|e| {
             Error::Invalid(format!(
                 "{} is not a lifeline saved with `mantle tag lifeline --json`: {e}",
                 f.display()
@@ -524,7 +874,7 @@ fn lifeline_cmd(
     }
     let l = mantle_tags::lifeline::merge(parts);
     let text = match format {
-        "json" => serde_json::to_string_pretty(&l).expect("json") + "\n",
+        "json" => serde_json::to_string_pretty(&lifeline_json(&l)).expect("json") + "\n",
         "chrome" => {
             serde_json::to_string(&mantle_tags::lifeline::chrome_trace(&l)).expect("json") + "\n"
         }
@@ -535,8 +885,7 @@ fn lifeline_cmd(
         _ => lifeline_text(&l),
     };
     match output {
-        Some(p) => std::fs::write(&p, text)
-            .map_err(|e| Error::Invalid(format!("cannot write {}: {e}", p.display()))),
+        Some(p) => std::fs::write(&p, text).map_err(|e| Failure::io("cannot write", &p, &e)),
         None => {
             print!("{text}");
             Ok(())
@@ -567,11 +916,7 @@ fn lifeline_text(l: &[mantle_tags::ReceptionInfo]) -> String {
         } else {
             format!("{:.1}", (r.ts_ns - t0) as f64 / 1e3)
         };
-        let ttl = if r.ttl == 255 {
-            "inf".to_string()
-        } else {
-            r.ttl.to_string()
-        };
+        let ttl = ttl_text(Some(r.ttl).filter(|&t| t != mantle_tags::abi::MT_TTL_INF as u8));
         let _ = write!(
             s,
             "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
@@ -669,7 +1014,97 @@ fn deadlock_guard(
     Ok(())
 }
 
-fn tag_cmd(c: TagCmd) -> Result<(), Error> {
+/// The uid of `--owner`: a user name or a uid, which must exist (exit 5
+/// otherwise: a tag owned by nobody who can log in could not be deleted by
+/// its owner).
+fn user_uid(who: &str) -> Result<u32, Failure> {
+    let unknown = || Failure::new(EXIT_NOT_FOUND, format!("no such user: {who:?}"));
+    let c = std::ffi::CString::new(who).map_err(|_| unknown())?;
+    let mut buf = vec![0u8; 16384];
+    // SAFETY: passwd is plain data that getpw*_r fills in.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; buf outlives it and its
+    // length is passed; a number is looked up as a uid, anything else as a
+    // name.
+    let rc = unsafe {
+        match who.parse::<u32>() {
+            Ok(uid) => libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out),
+            Err(_) => libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out),
+        }
+    };
+    if rc != 0 {
+        return Err(Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "cannot look up user {who:?}: {}",
+                std::io::Error::from_raw_os_error(rc)
+            ),
+        ));
+    }
+    if out.is_null() {
+        return Err(unknown());
+    }
+    Ok(pw.pw_uid)
+}
+
+/// The program `tag run` is to start, found the way execvp(3) finds it,
+/// before any tag is set: a command that cannot start must leave no trace
+/// (no `set` in a lifeline). Not found: exit 5; found but not executable:
+/// exit 4 (the shell's 127 and 126).
+fn find_program(cmd: &str) -> Result<PathBuf, Failure> {
+    use std::os::unix::ffi::OsStrExt;
+    let runnable = |p: &std::path::Path| {
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: c is a valid NUL-terminated path.
+        p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+    };
+    let not_executable = |p: &std::path::Path| {
+        Failure::new(
+            EXIT_PERMISSION,
+            format!("cannot run {}: not an executable file", p.display()),
+        )
+    };
+    if cmd.contains('/') {
+        let p = PathBuf::from(cmd);
+        return if runnable(&p) {
+            Ok(p)
+        } else if p.exists() {
+            Err(not_executable(&p))
+        } else {
+            Err(Failure::new(EXIT_NOT_FOUND, format!("cannot run {cmd}: no such file")))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut seen = None;
+    if !cmd.is_empty() {
+        for dir in std::env::split_paths(&path) {
+            // An empty PATH entry is the current directory, as for execvp.
+            let p = if dir.as_os_str().is_empty() {
+                PathBuf::from(cmd)
+            } else {
+                dir.join(cmd)
+            };
+            if runnable(&p) {
+                return Ok(p);
+            }
+            if seen.is_none() && p.exists() {
+                seen = Some(p);
+            }
+        }
+    }
+    match seen {
+        Some(p) => Err(not_executable(&p)),
+        None => Err(Failure::new(
+            EXIT_NOT_FOUND,
+            format!("cannot run {cmd:?}: command not found in PATH"),
+        )),
+    }
+}
+
+fn tag_cmd(c: TagCmd) -> Result<(), Failure> {
     if let TagCmd::Lifeline {
         name,
         json,
@@ -690,24 +1125,29 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             owner,
             replies,
             deadlock,
+            anyone,
+            per_request,
             expire,
             json,
         } => {
+            let owner_uid = owner.as_deref().map(user_uid).transpose()?;
             let info = t.create(
                 &name,
                 &CreateOpts {
                     ttl,
                     system,
                     lifeline,
-                    owner_uid: owner,
+                    owner_uid,
                     replies,
                     deadlock,
+                    anyone,
+                    per_request,
                 },
             )?;
             if let Some(ms) = expire {
                 if let Err(e) = t.expire_after(&name, ms) {
                     let _ = t.delete(&name);
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
             if json {
@@ -717,7 +1157,14 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             }
         }
         TagCmd::Delete { name } => {
-            t.delete(&name)?;
+            if mantle_sys::os::privileged() {
+                t.delete(&name)?;
+            } else {
+                // A tag's owner may delete it without privilege: through
+                // the trusted path (the kernel side checks the caller's uid
+                // against the owner's), as the library call does.
+                selfset::delete(&name)?;
+            }
             println!("deleted tag {name}");
         }
         TagCmd::Ls { json } => {
@@ -788,11 +1235,33 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
         }
         TagCmd::Threads { name, json } => print_threads(&t.threads(name.as_deref())?, json),
         TagCmd::Get { tid, json } => {
+            let (pid, comm) = proc_thread(tid)?;
             let v = t.vector_of(tid)?;
-            if json {
-                print_json(&v);
-            } else {
+            if !json {
                 println!("{}", v.join(" "));
+            } else if mantle_sys::os::privileged() {
+                // The whole thread object; a thread with no tag, terminator
+                // or class mark is not in the listing.
+                let th = t
+                    .threads(None)?
+                    .into_iter()
+                    .find(|th| th.tid == tid)
+                    .unwrap_or(mantle_tags::ThreadInfo {
+                        tid,
+                        pid,
+                        comm,
+                        system: false,
+                        tags: Vec::new(),
+                        terminators: Vec::new(),
+                    });
+                print_json(&th);
+            } else {
+                print_json(&ThreadView {
+                    tid,
+                    pid,
+                    comm,
+                    tags: v.into_iter().map(|name| NameOnly { name }).collect(),
+                });
             }
         }
         TagCmd::Lifeline { .. } => unreachable!("handled before opening the table"),
@@ -808,10 +1277,16 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
             ttl,
             command,
         } => {
+            // Everything that can fail is checked before the first tag is
+            // set: the program, then every tag.
+            let program = find_program(&command[0])?;
+            for n in &names {
+                t.lookup(n)?;
+            }
             let me = std::process::id();
             let ttl = ttl.map(|x| x as u32).unwrap_or(0);
             for n in &names {
-                if mantle_sys::os::geteuid() == 0 {
+                if mantle_sys::os::privileged() {
                     t.op(OpCode::Set, Some(n), ttl, Target::Tid(me))?;
                 } else {
                     // Unprivileged: through the trusted path, which can
@@ -820,10 +1295,11 @@ fn tag_cmd(c: TagCmd) -> Result<(), Error> {
                 }
             }
             use std::os::unix::process::CommandExt;
-            let e = std::process::Command::new(&command[0])
+            let e = std::process::Command::new(&program)
+                .arg0(&command[0])
                 .args(&command[1..])
                 .exec();
-            return Err(Error::Invalid(format!("cannot run {}: {e}", command[0])));
+            return Err(Failure::io("cannot run", &program, &e));
         }
     }
     Ok(())

@@ -75,6 +75,8 @@ pub const F_USER_SET: u32 = 0x4;
 pub const F_GLOBAL: u32 = 0x8;
 pub const F_REPLIES: u32 = 0x10;
 pub const F_DEADLOCK: u32 = 0x20;
+pub const F_ANYONE: u32 = 0x40;
+pub const F_PER_REQUEST: u32 = 0x80;
 
 /// `mt_ctl.opts`: sys_exit is never attached (no fd-based channels).
 pub const OPT_NO_FD_CHANNELS: u32 = 0x1;
@@ -126,6 +128,7 @@ pub struct Ctl {
     pub n_udp_deps: u64,
     pub n_obj_deps: u64,
     pub deadlock: [u64; MT_WORDS],
+    pub anyone: [u64; MT_WORDS],
 }
 
 /// `struct mt_stats`: per-CPU counters.
@@ -191,6 +194,41 @@ pub struct Op {
     pub pad: u32,
 }
 
+/// `struct mt_admin`: root's change of the frozen table, the context of
+/// the `mt_admin` syscall program.
+///
+/// ```text
+///  0 code   4 tag   8 flags  12 ll_base  16 ll_size  20 digest
+/// 24 created_ns (u64)  32 default_ttl (u8) + 7 pad  40 name[32]  72
+/// ```
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Admin {
+    pub code: u32,
+    pub tag: u32,
+    pub flags: u32,
+    pub ll_base: u32,
+    pub ll_size: u32,
+    pub digest: u32,
+    pub created_ns: u64,
+    pub default_ttl: u8,
+    pub pad: [u8; 7],
+    pub name: [u8; MT_NAME_LEN],
+}
+
+/// `struct mt_expire_args`: context of the `mt_arm_expiry` program.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ExpireArgs {
+    pub tag: u32,
+    pub ms: u32,
+}
+
+/// `enum mt_admin_code`.
+pub const ADM_INSTALL: u32 = 1;
+pub const ADM_DELETE: u32 = 2;
+pub const ADM_DIGEST: u32 = 3;
+
 /// `struct mt_deadlock`: a circular call chain found by the kernel side.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -227,6 +265,7 @@ const _: () = assert!(std::mem::size_of::<View>() == 8 * MT_WORDS + 8);
 const _: () = assert!(std::mem::size_of::<TagEntry>() == 56);
 const _: () = assert!(std::mem::size_of::<Reception>() == 72);
 const _: () = assert!(std::mem::size_of::<Op>() == 24);
+const _: () = assert!(std::mem::size_of::<Admin>() == 72);
 const _: () = assert!(std::mem::size_of::<Owner>() == 8);
 const _: () = assert!(std::mem::size_of::<Deadlock>() == 64);
 
@@ -266,6 +305,8 @@ unsafe impl Pod for TagEntry {}
 unsafe impl Pod for Owner {}
 unsafe impl Pod for Reception {}
 unsafe impl Pod for Op {}
+unsafe impl Pod for Admin {}
+unsafe impl Pod for ExpireArgs {}
 unsafe impl Pod for ThreadRec {}
 unsafe impl Pod for Deadlock {}
 
@@ -300,7 +341,7 @@ mod layout {
             "mt_ctl",
             size_of::<Ctl>(),
             fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, opts, host_netns, global, cluster_digest, pad1, replies, freed_epoch, ll_base, ll_size, ll_head,
-                default_ttl, n_tcp_deps, n_udp_deps, n_obj_deps, deadlock),
+                default_ttl, n_tcp_deps, n_udp_deps, n_obj_deps, deadlock, anyone),
         );
         check(
             &btf,
@@ -320,6 +361,18 @@ mod layout {
             size_of::<Reception>(),
             fields!(Reception: ts_ns, seq, rx_tid, rx_pid, tx_tid, tx_pid, kind, tag, ttl, generation, rx_comm,
                 lamport, rx_host, tx_host),
+        );
+        check(
+            &btf,
+            "mt_expire_args",
+            size_of::<ExpireArgs>(),
+            fields!(ExpireArgs: tag, ms),
+        );
+        check(
+            &btf,
+            "mt_admin",
+            size_of::<Admin>(),
+            fields!(Admin: code, tag, flags, ll_base, ll_size, digest, created_ns, default_ttl, pad, name),
         );
         check(
             &btf,

@@ -84,11 +84,74 @@ pub enum Hook {
 }
 
 pub fn pin(kind: &str, name: &str) -> PathBuf {
-    Path::new(PIN_ROOT).join(kind).join(name)
+    pin_at(Path::new(PIN_ROOT), kind, name)
 }
 
+fn pin_at(root: &Path, kind: &str, name: &str) -> PathBuf {
+    root.join(kind).join(name)
+}
+
+/// Whether a complete kernel side is pinned. `up` builds it in a staging
+/// directory and renames that to PIN_ROOT as its last step, so a pinned
+/// `ctl` means every pin is there (issue 8: a `tags up` killed half-way
+/// left a side that looked loaded).
 pub fn loaded() -> bool {
     pin("maps", "ctl").exists()
+}
+
+/// The pin directories mantle trusts: made by root, writable by root only,
+/// not symbolic links. bpffs is often mounted 1777, so anybody may create
+/// `/sys/fs/bpf/mantle` before root does and then rename or replace what
+/// root pins in it (issue 8).
+const PIN_PARENT: &str = "/sys/fs/bpf/mantle";
+
+/// Checks that every existing pin directory is root's; `Err` names the
+/// first that is not.
+pub fn check_pin_dirs() -> Result<(), Error> {
+    let mut dirs = vec![PathBuf::from(PIN_PARENT), PathBuf::from(PIN_ROOT)];
+    for d in ["maps", "progs", "links"] {
+        dirs.push(Path::new(PIN_ROOT).join(d));
+    }
+    for d in dirs {
+        safe_dir(&d)?;
+    }
+    Ok(())
+}
+
+/// `Ok` if `d` does not exist, or is a directory (not a link) owned by root
+/// that nobody else may write.
+fn safe_dir(d: &Path) -> Result<(), Error> {
+    use std::os::unix::fs::MetadataExt;
+    let m = match std::fs::symlink_metadata(d) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(kerr(format!("inspect {}", d.display()), e)),
+    };
+    if !m.file_type().is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(Error::Refused(format!(
+            "{} is not a directory that only root can change (owner uid {}, mode {:o}):              mantle did not make it and will not use it; remove it (`rm -r {}`) and retry",
+            d.display(),
+            m.uid(),
+            m.mode() & 0o7777,
+            d.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates `d` (root's, `mode`) or checks an existing one with `safe_dir`.
+fn make_safe_dir(d: &Path, mode: u32) -> Result<(), Error> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(mode).create(d) {
+        Ok(()) => {
+            // the umask may have taken bits away: say exactly what we mean
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| kerr(format!("chmod {}", d.display()), e))?;
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => safe_dir(d),
+        Err(e) => Err(kerr(format!("create {}", d.display()), e)),
+    }
 }
 
 fn kerr(what: impl Into<String>, e: impl std::fmt::Display) -> Error {
@@ -135,10 +198,14 @@ pub struct UpOpts {
 }
 
 pub fn up(ctl_lib: &Path, opts: UpOpts) -> Result<UpReport, Error> {
+    mantle_sys::os::ensure_bpffs().map_err(|e| kerr("failed to mount bpffs at /sys/fs/bpf", e))?;
+    check_pin_dirs()?;
+    let _lock = TableLock::take()?;
+    clear_unfinished()?;
     if loaded() {
         return Err(Error::AlreadyLoaded);
     }
-    mantle_sys::os::ensure_bpffs().map_err(|e| kerr("failed to mount bpffs at /sys/fs/bpf", e))?;
+    refuse_foreign_copy()?;
     check_features()?;
     let cg = cgroup_root()?;
     if !ctl_lib.exists() {
@@ -147,23 +214,106 @@ pub fn up(ctl_lib: &Path, opts: UpOpts) -> Result<UpReport, Error> {
             ctl_lib.display()
         )));
     }
-    for d in ["maps", "progs", "links"] {
-        std::fs::create_dir_all(Path::new(PIN_ROOT).join(d))
-            .map_err(|e| kerr("create pin dir", e))?;
+    // Built in a staging directory, published by one rename: observers see
+    // no kernel side or a whole one (issue 8, `kill -9` during `tags up`).
+    make_safe_dir(Path::new(PIN_PARENT), 0o755)?;
+    let stage = PathBuf::from(format!("{PIN_PARENT}/{STAGING}{}", std::process::id()));
+    make_safe_dir(&stage, 0o755)?;
+    // progs/ is root's alone: a program fd is all BPF_PROG_RUN needs.
+    for (d, mode) in [("maps", 0o755), ("progs", 0o700), ("links", 0o755)] {
+        make_safe_dir(&stage.join(d), mode)?;
     }
-    for d in [
-        "/sys/fs/bpf/mantle",
-        PIN_ROOT,
-        &format!("{PIN_ROOT}/maps"),
-        &format!("{PIN_ROOT}/links"),
-    ] {
-        let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755));
-    }
-    let res = up_inner(ctl_lib, &cg, opts);
+    let res = up_inner(ctl_lib, &cg, opts, &stage).and_then(|r| {
+        std::fs::rename(&stage, PIN_ROOT)
+            .map_err(|e| kerr(format!("publish {} as {PIN_ROOT}", stage.display()), e))?;
+        Ok(r)
+    });
     if res.is_err() {
-        let _ = down();
+        let _ = unpin_tree(&stage);
     }
     res
+}
+
+/// Prefix of the directories `up` builds in and `down` tears down in.
+const STAGING: &str = "unfinished-"; // bpffs refuses names with a dot
+
+/// Removes what a `tags up` or `tags down` that died half-way left under
+/// PIN_PARENT (its links keep hooks attached until unpinned). The table
+/// lock is held, so no live `up` or `down` is using them.
+fn clear_unfinished() -> Result<(), Error> {
+    let Ok(rd) = std::fs::read_dir(PIN_PARENT) else {
+        return Ok(());
+    };
+    for e in rd.flatten() {
+        if e.file_name().to_string_lossy().starts_with(STAGING) {
+            safe_dir(&e.path())?;
+            unpin_tree(&e.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// Refuses to load while programs of another tags kernel side are loaded
+/// outside PIN_ROOT (pinned elsewhere, or held by a running process): two
+/// copies would both deliver tags. Programs of an unpinned link are freed
+/// by a kernel work item, so a copy just taken down may linger briefly.
+fn refuse_foreign_copy() -> Result<(), Error> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let found = loaded_prog_ids("mt_ctl_self");
+        match found.first() {
+            None => return Ok(()),
+            Some(id) if std::time::Instant::now() >= deadline => {
+                return Err(Error::Refused(format!(
+                    "another tags kernel side is loaded but not pinned at {PIN_ROOT} \
+                     (program mt_ctl_self, id {id}): find its pins or its process \
+                     (`bpftool prog show id {id}`) and remove them before `tags up`"
+                )))
+            }
+            Some(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+}
+
+/// Ids of the loaded BPF programs named `name` (root: walks every id).
+fn loaded_prog_ids(name: &str) -> Vec<u32> {
+    let mut ids = Vec::new();
+    let mut id = 0u32;
+    // SAFETY: out-pointer to a local; ends with an error at the last id.
+    while unsafe { libbpf_sys::bpf_prog_get_next_id(id, &mut id) } == 0 {
+        // SAFETY: plain id lookup; a negative result is an errno.
+        let fd = unsafe { libbpf_sys::bpf_prog_get_fd_by_id(id) };
+        if fd < 0 {
+            continue; // freed meanwhile
+        }
+        // SAFETY: a new fd we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut info = libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+        // SAFETY: info/len valid for writing.
+        let rc = unsafe {
+            libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
+        };
+        if rc == 0 && crate::abi::cstr(&info.name.map(|c| c as u8)) == name {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// Unpins every object under `root` (links first, so hooks detach before
+/// the maps they use vanish) and removes the directories.
+fn unpin_tree(root: &Path) -> Result<(), Error> {
+    for d in ["links", "progs", "maps"] {
+        let dir = root.join(d);
+        if let Ok(rd) = std::fs::read_dir(&dir) {
+            for e in rd.flatten() {
+                std::fs::remove_file(e.path()).map_err(|e| kerr(format!("unpin {d}"), e))?;
+            }
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+    std::fs::remove_dir(root).map_err(|e| kerr(format!("remove {}", root.display()), e))
 }
 
 /// What the kernel side needs, by `mantle doctor` id, checked before loading
@@ -201,7 +351,7 @@ fn check_features() -> Result<(), Error> {
     }
 }
 
-fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts) -> Result<UpReport, Error> {
+fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts, root: &Path) -> Result<UpReport, Error> {
     let view_entries = pid_max();
     // First with the fast fd-array path (Linux 6.13+), then without it.
     let mut obj = MaybeUninit::uninit();
@@ -231,7 +381,53 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts) -> Result<UpReport, Error> 
         _ => open(&mut obj2, false)?,
     };
 
-    // Pin maps, with read access for everybody where the API needs it.
+    // What the loader alone writes, before anything can read it.
+    {
+        use libbpf_rs::MapCore;
+        let identity = std::fs::read_to_string("/etc/machine-id")
+            .unwrap_or_else(|_| mantle_sys::os::hostname());
+        let mut c = crate::abi::Ctl::zeroed();
+        c.view_size = view_entries;
+        c.host_id = crate::model::machine_host_id(&identity);
+        c.host_netns = own_netns_cookie().unwrap_or(0);
+        c.opts = if opts.no_fd_channels {
+            crate::abi::OPT_NO_FD_CHANNELS
+        } else {
+            0
+        };
+        skel.maps
+            .ctl
+            .update(&0u32.to_ne_bytes(), c.as_bytes(), libbpf_rs::MapFlags::ANY)
+            .map_err(|e| kerr("initialise ctl", e))?;
+    }
+    // Freeze every map that users other than root can open. Since Linux 6.4
+    // an unprivileged user can BPF_OBJ_GET a read-only fd of a readable pin,
+    // BPF_OBJ_PIN it into a bpffs of their own and reopen that read-write:
+    // a pin's mode protects nothing (issue 8). A frozen map refuses every
+    // write from user space (updates, writable mmaps), root's included; the
+    // programs still write it, and root changes the table through the
+    // root-only mt_admin program.
+    {
+        use std::os::fd::AsFd;
+        let m = &skel.maps;
+        for (name, fd) in [
+            ("view", m.view.as_fd()),
+            ("ctl", m.ctl.as_fd()),
+            ("tags", m.tags.as_fd()),
+            ("stats", m.stats.as_fd()),
+        ] {
+            debug_assert!(MAPS.iter().any(|&(n, public)| n == name && public));
+            // SAFETY: valid map fd.
+            let rc = unsafe { libbpf_sys::bpf_map_freeze(fd.as_raw_fd()) };
+            if rc < 0 {
+                return Err(kerr(
+                    format!("freeze map {name}"),
+                    std::io::Error::from_raw_os_error(-rc),
+                ));
+            }
+        }
+    }
+    // Pin maps: the frozen ones readable by everybody, the rest root's.
     {
         use libbpf_rs::skel::Skel;
         use libbpf_rs::MapCore;
@@ -243,20 +439,19 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts) -> Result<UpReport, Error> 
                 continue; // .rodata and friends
             };
             found += 1;
-            let p = pin("maps", name);
+            let p = pin_at(root, "maps", name);
             map.pin(&p)
                 .map_err(|e| kerr(format!("pin map {name}"), e))?;
-            // The view is frozen below, so 0666 lets readers open it
-            // read-write (mmap of a BPF map needs that) without letting
-            // anybody write it: only the kernel side changes vectors.
-            let mode = if name == "view" {
-                0o666
-            } else if public {
-                0o444
-            } else {
-                0o600
+            // mmap(MAP_SHARED) needs an fd opened for writing even to read
+            // (see MappedMap::map), so the mmapable frozen maps are 0666:
+            // opening them read-write still writes nothing.
+            let mode = match (public, name) {
+                (true, "view" | "ctl" | "tags") => 0o666,
+                (true, _) => 0o444,
+                (false, _) => 0o600,
             };
-            let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode));
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| kerr(format!("chmod pin of map {name}"), e))?;
         }
         if found != MAPS.len() {
             return Err(kerr(
@@ -266,37 +461,6 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts) -> Result<UpReport, Error> 
                     MAPS.len()
                 ),
             ));
-        }
-    }
-    // No user space writes the view, ever: freezing it makes that a
-    // kernel-enforced rule (map updates and writable mmaps get EPERM).
-    {
-        use std::os::fd::AsFd;
-        // SAFETY: valid map fd.
-        let rc = unsafe { libbpf_sys::bpf_map_freeze(skel.maps.view.as_fd().as_raw_fd()) };
-        if rc < 0 {
-            return Err(kerr(
-                "freeze view map",
-                std::io::Error::from_raw_os_error(-rc),
-            ));
-        }
-    }
-    // The view is sized at load; record it for readers.
-    {
-        let ctl = MappedMap::open_rw::<crate::abi::Ctl>("ctl")?;
-        let identity = std::fs::read_to_string("/etc/machine-id")
-            .unwrap_or_else(|_| mantle_sys::os::hostname());
-        // SAFETY: ctl maps one struct mt_ctl; plain u32 fields, written
-        // before any tag exists.
-        unsafe {
-            (*ctl.ptr::<crate::abi::Ctl>(0)).view_size = view_entries;
-            (*ctl.ptr::<crate::abi::Ctl>(0)).host_id = crate::model::machine_host_id(&identity);
-            (*ctl.ptr::<crate::abi::Ctl>(0)).host_netns = own_netns_cookie().unwrap_or(0);
-            (*ctl.ptr::<crate::abi::Ctl>(0)).opts = if opts.no_fd_channels {
-                crate::abi::OPT_NO_FD_CHANNELS
-            } else {
-                0
-            };
         }
     }
 
@@ -313,11 +477,12 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts) -> Result<UpReport, Error> 
             ("mt_sys_exit", &mut p.mt_sys_exit),
             ("mt_tcp_sendmsg", &mut p.mt_tcp_sendmsg),
             ("mt_arm_expiry", &mut p.mt_arm_expiry),
+            ("mt_admin", &mut p.mt_admin),
             ("mt_sendmsg4", &mut p.mt_sendmsg4),
             ("mt_sendmsg6", &mut p.mt_sendmsg6),
         ];
         for (name, prog) in progs {
-            prog.pin(pin("progs", name))
+            prog.pin(pin_at(root, "progs", name))
                 .map_err(|e| kerr(format!("pin program {name}"), e))?;
         }
     }
@@ -401,10 +566,11 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts) -> Result<UpReport, Error> 
         })?;
     always.push(("ctl_self", up, 0o600));
     for (name, link, mode) in always.iter_mut() {
-        let path = pin("links", name);
+        let path = pin_at(root, "links", name);
         link.pin(&path)
             .map_err(|e| kerr(format!("pin link {name}"), e))?;
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode))
+            .map_err(|e| kerr(format!("chmod pin of link {name}"), e))?;
     }
     std::fs::create_dir_all("/run/mantle").map_err(|e| kerr("create /run/mantle", e))?;
     std::fs::write(LIB_NOTE, ctl_lib.to_string_lossy().as_bytes())
@@ -417,23 +583,19 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts) -> Result<UpReport, Error> 
     })
 }
 
-/// Unpins everything: links go first, so hooks detach before maps vanish.
+/// Unloads: the tree leaves PIN_ROOT by one rename (tools see "not
+/// loaded" at once), then is unpinned, links first.
 pub fn down() -> Result<(), Error> {
+    check_pin_dirs()?;
+    let _lock = TableLock::take()?;
+    clear_unfinished()?;
     if !Path::new(PIN_ROOT).exists() {
         return Err(Error::NotLoaded);
     }
-    for d in ["links", "progs", "maps"] {
-        let dir = Path::new(PIN_ROOT).join(d);
-        if let Ok(rd) = std::fs::read_dir(&dir) {
-            for e in rd.flatten() {
-                std::fs::remove_file(e.path()).map_err(|e| kerr(format!("unpin {d}"), e))?;
-            }
-        }
-        let _ = std::fs::remove_dir(&dir);
-    }
+    let dying = PathBuf::from(format!("{PIN_PARENT}/{STAGING}{}", std::process::id()));
+    std::fs::rename(PIN_ROOT, &dying).map_err(|e| kerr(format!("move {PIN_ROOT} away"), e))?;
     let _ = std::fs::remove_file(LIB_NOTE);
-    std::fs::remove_dir(PIN_ROOT).map_err(|e| kerr("remove pin dir", e))?;
-    Ok(())
+    unpin_tree(&dying)
 }
 
 /// Whether the tagged hooks are attached.
@@ -494,26 +656,40 @@ pub fn attach_tagged() -> Result<(), Error> {
 
 /// Arms the expiry timer of tag `bit`: it is retired `ms` from now.
 pub fn arm_expiry(bit: u32, ms: u32) -> Result<(), Error> {
-    let prog = libbpf_rs::Program::fd_from_pinned_path(pin("progs", "mt_arm_expiry")).map_err(
-        |e| match e.kind() {
+    let mut args = crate::abi::ExpireArgs { tag: bit, ms };
+    run_syscall_prog("mt_arm_expiry", &mut args, "arming an expiry")
+}
+
+/// Root's one way to change the frozen table (`mt_admin`, tags.bpf.c).
+pub fn admin(a: &crate::abi::Admin) -> Result<(), Error> {
+    let mut a = *a;
+    run_syscall_prog("mt_admin", &mut a, "changing the tag table")
+}
+
+/// Runs pinned syscall program `name` once on `ctx` (BPF_PROG_RUN); its
+/// return value is 0 or a negative MT_E* error. The pin is root's: others
+/// get `Permission` naming `what`.
+fn run_syscall_prog<T: Pod>(name: &str, ctx: &mut T, what: &str) -> Result<(), Error> {
+    let prog = libbpf_rs::Program::fd_from_pinned_path(pin("progs", name)).map_err(|e| {
+        match e.kind() {
             libbpf_rs::ErrorKind::PermissionDenied => {
-                Error::Permission("arming an expiry needs root".into())
+                Error::Permission(format!("{what} needs root"))
             }
-            _ => kerr("open pinned program mt_arm_expiry", e),
-        },
-    )?;
-    let mut args = [bit, ms];
+            libbpf_rs::ErrorKind::NotFound if !loaded() => Error::NotLoaded,
+            _ => kerr(format!("open pinned program {name}"), e),
+        }
+    })?;
     let mut opts = libbpf_sys::bpf_test_run_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
-        ctx_in: args.as_mut_ptr().cast(),
-        ctx_size_in: std::mem::size_of_val(&args) as u32,
+        ctx_in: (ctx as *mut T).cast(),
+        ctx_size_in: std::mem::size_of::<T>() as u32,
         ..Default::default()
     };
-    // SAFETY: valid program fd and options pointing at live memory.
+    // SAFETY: valid program fd; opts points at ctx, live for the call.
     let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) };
     if rc < 0 {
         return Err(kerr(
-            "run mt_arm_expiry",
+            format!("run {name}"),
             std::io::Error::from_raw_os_error(-rc),
         ));
     }
@@ -771,89 +947,84 @@ impl Drop for MappedMap {
     }
 }
 
-/// A u64 in shared memory as an atomic.
-///
-/// # Safety
-/// p must be 8-aligned and valid for the returned lifetime.
-pub unsafe fn atomic_u64<'a>(p: *mut u64) -> &'a std::sync::atomic::AtomicU64 {
-    // SAFETY: guaranteed by the caller.
-    unsafe { std::sync::atomic::AtomicU64::from_ptr(p) }
-}
-
-/// A u32 in shared memory as an atomic.
-///
-/// # Safety
-/// p must be 4-aligned and valid for the returned lifetime.
-pub unsafe fn atomic_u32<'a>(p: *mut u32) -> &'a std::sync::atomic::AtomicU32 {
-    // SAFETY: guaranteed by the caller.
-    unsafe { std::sync::atomic::AtomicU32::from_ptr(p) }
-}
-
 /// An exclusive lock serialising table changes between tools.
+///
+/// The lock file lives in a root-only directory: `flock` needs no write
+/// access, so a lock file that anybody can open read-only is a lock that
+/// anybody can hold forever (issue 8, item 3). Root commands wait for it a
+/// bounded time and then name the holder.
 pub struct TableLock(#[allow(dead_code)] std::fs::File);
+
+/// Root-only home of the table lock.
+pub const LOCK_DIR: &str = "/run/mantle/lock";
+pub const LOCK_FILE: &str = "/run/mantle/lock/tags.lock";
+
+/// How long a root command waits for another to release the table lock
+/// (`MANTLE_LOCK_TIMEOUT_MS` overrides it, for tests).
+fn lock_timeout() -> std::time::Duration {
+    let ms = std::env::var("MANTLE_LOCK_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    std::time::Duration::from_millis(ms)
+}
 
 impl TableLock {
     pub fn take() -> Result<TableLock, Error> {
-        std::fs::create_dir_all("/run/mantle").map_err(|e| kerr("create /run/mantle", e))?;
+        use std::os::unix::fs::OpenOptionsExt;
+        make_safe_dir(Path::new("/run/mantle"), 0o755)?;
+        make_safe_dir(Path::new(LOCK_DIR), 0o700)?;
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open("/run/mantle/tags.lock")
-            .map_err(|e| kerr("open /run/mantle/tags.lock", e))?;
-        // SAFETY: valid fd.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(io_last("lock tag table"));
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(LOCK_FILE)
+            .map_err(|e| kerr(format!("open {LOCK_FILE}"), e))?;
+        let deadline = std::time::Instant::now() + lock_timeout();
+        loop {
+            // SAFETY: valid fd.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Ok(TableLock(f));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(kerr("lock the tag table", e));
+            }
+            if std::time::Instant::now() >= deadline {
+                let holder = lock_holder(&f)
+                    .map(|p| format!(" by pid {p}"))
+                    .unwrap_or_default();
+                return Err(Error::Busy(format!(
+                    "the tag table is locked{holder} (another mantle command) and was not \
+                     released within {} ms",
+                    lock_timeout().as_millis()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        Ok(TableLock(f))
     }
+}
+
+/// The pid holding a flock on `f`, from /proc/locks (by inode number).
+fn lock_holder(f: &std::fs::File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = f.metadata().ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|l| {
+        // "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF"
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (pid, dev_ino) = (f.get(4)?, f.get(5)?);
+        (f.get(1) == Some(&"FLOCK") && dev_ino.rsplit(':').next()?.parse::<u64>().ok()? == ino)
+            .then(|| pid.parse().ok())
+            .flatten()
+    })
 }
 
 /// comm of a thread record, as text.
 pub fn comm(b: &[u8; MT_COMM_LEN]) -> String {
     crate::abi::cstr(b)
-}
-
-/// An array map read either through a mapping (root, or a frozen map) or
-/// entry by entry with lookups (anybody with read access to the pin).
-pub enum Region {
-    Mapped(MappedMap),
-    Copied { map: PinnedMap, stride: usize },
-}
-
-impl Region {
-    pub fn open<T: Pod>(name: &str, root: bool) -> Result<Region, Error> {
-        if root {
-            return Ok(Region::Mapped(MappedMap::open_rw::<T>(name)?));
-        }
-        let map = PinnedMap::open(name, false)?;
-        let stride = map.value_size as usize;
-        if stride != std::mem::size_of::<T>() {
-            return Err(stale(name, stride, std::mem::size_of::<T>()));
-        }
-        Ok(Region::Copied { map, stride })
-    }
-    pub fn get<T: Pod>(&self, i: usize) -> T {
-        match self {
-            Region::Mapped(m) => m.get(i),
-            Region::Copied { map, stride } => {
-                assert!(std::mem::size_of::<T>() <= *stride);
-                map.lookup::<u32, T>(&(i as u32))
-                    .ok()
-                    .flatten()
-                    .unwrap_or_else(T::zeroed)
-            }
-        }
-    }
-    /// Writable pointer to entry i (root's mapping only).
-    pub fn ptr<T>(&self, i: usize) -> Result<*mut T, Error> {
-        match self {
-            Region::Mapped(m) => Ok(m.ptr(i)),
-            Region::Copied { .. } => Err(Error::Permission(
-                "changing the tag table needs root".into(),
-            )),
-        }
-    }
 }
 
 /// Names of hosts this machine knows: itself, and its named network

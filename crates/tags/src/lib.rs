@@ -46,8 +46,7 @@ pub mod model;
 use abi::{
     Ctl, Owner, Pod, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF,
 };
-use kernel::{atomic_u32, atomic_u64, MappedMap, PinnedMap, Region};
-use std::sync::atomic::Ordering::SeqCst;
+use kernel::{MappedMap, PinnedMap};
 
 /// Errors of the tags subsystem. The CLI maps them to messages and exit codes.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +78,13 @@ pub enum Error {
     Refused(String),
     #[error("kernel: {0}")]
     Kernel(String),
+    /// Another command holds the table lock for too long.
+    #[error("busy: {0}")]
+    Busy(String),
+    /// A value read from the kernel side breaks its documented rules (a
+    /// map that something other than mantle wrote, or another build's).
+    #[error("corrupt kernel-side state: {0}")]
+    Corrupt(String),
 }
 
 impl From<model::NameError> for Error {
@@ -100,14 +106,16 @@ pub struct TagInfo {
     pub replies: bool,
     /// Marks synchronous call chains, for deadlock detection.
     pub deadlock: bool,
+    /// Hops it travels from a holder by default; `None`: unlimited.
     pub ttl: Option<u8>,
     pub lifeline: u32,
     pub receptions: u64,
     pub created_ns: u64,
     pub generation: u32,
-    /// Root only; `None` for others.
+    /// The uid that may delete it besides root. Root only; `None` for
+    /// others. (The owners map also keeps the pid of the creating tool,
+    /// a short-lived process: not shown.)
     pub owner_uid: Option<u32>,
-    pub owner_pid: Option<u32>,
 }
 
 /// Options of `create`.
@@ -124,6 +132,12 @@ pub struct CreateOpts {
     /// A deadlock tag: marks a synchronous call chain; a request carrying
     /// it towards a thread that holds it is a circular wait (section 5.3).
     pub deadlock: bool,
+    /// Any user may set it on itself; otherwise only root and the owner's
+    /// uid (threads that receive it over IPC hold it either way).
+    pub anyone: bool,
+    /// Held per request: a receiver holds it only until it answers the
+    /// request that brought it (issue 8, "Precision").
+    pub per_request: bool,
 }
 
 /// One thread as listed by tools.
@@ -133,8 +147,16 @@ pub struct ThreadInfo {
     pub pid: u32,
     pub comm: String,
     pub system: bool,
-    pub tags: Vec<(String, u8)>,
+    pub tags: Vec<HeldTag>,
     pub terminators: Vec<String>,
+}
+
+/// A tag as a thread holds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HeldTag {
+    pub name: String,
+    /// Hops it may still travel from this thread; `None`: unlimited.
+    pub ttl: Option<u8>,
 }
 
 /// One lifeline record.
@@ -210,8 +232,10 @@ pub struct Status {
 
 /// Handle on the loaded kernel side.
 pub struct Tags {
-    ctl: Region,
-    tags: Region,
+    /// Read-only mappings of the frozen public maps: nobody's user space
+    /// writes them; root changes them through [`kernel::admin`].
+    ctl: MappedMap,
+    tags: MappedMap,
     root: bool,
 }
 
@@ -225,13 +249,14 @@ pub enum Target {
 impl Tags {
     /// Opens the loaded kernel side; root gets write access to the table.
     pub fn open() -> Result<Tags, Error> {
+        kernel::check_pin_dirs()?;
         if !kernel::loaded() {
             return Err(Error::NotLoaded);
         }
-        let root = mantle_sys::os::geteuid() == 0;
+        let root = mantle_sys::os::privileged();
         let t = Tags {
-            ctl: Region::open::<abi::Ctl>("ctl", root)?,
-            tags: Region::open::<abi::TagEntry>("tags", root)?,
+            ctl: MappedMap::open_ro::<abi::Ctl>("ctl")?,
+            tags: MappedMap::open_ro::<abi::TagEntry>("tags")?,
             root,
         };
         // Finish what expired (or an owner deleted) since the last command,
@@ -254,10 +279,6 @@ impl Tags {
         } else {
             Err(Error::Permission(format!("{what} needs root")))
         }
-    }
-
-    fn ctl_ptr(&self) -> Result<*mut Ctl, Error> {
-        self.ctl.ptr::<Ctl>(0)
     }
 
     fn ctl(&self) -> Ctl {
@@ -307,15 +328,16 @@ impl Tags {
                 owner_uid: Some(0),
                 replies: false,
                 deadlock: g.deadlock,
+                anyone: false,
+                per_request: false,
             };
             self.install(i as u32, &g.name, &o, abi::F_GLOBAL)?;
-            let (w, m) = model::bit(i as u32);
-            // SAFETY: mapped ctl, aligned field.
-            unsafe { atomic_u64(&mut (*self.ctl_ptr()?).global[w]).fetch_or(m, SeqCst) };
         }
-        // SAFETY: mapped ctl; read by the kernel side only once globals exist.
-        unsafe { (*self.ctl_ptr()?).cluster_digest = table.digest as u32 };
-        Ok(())
+        kernel::admin(&abi::Admin {
+            code: abi::ADM_DIGEST,
+            digest: table.digest as u32,
+            ..abi::Admin::zeroed()
+        })
     }
 
     /// Writes tag `name` into free entry `bit` (table lock held).
@@ -352,6 +374,8 @@ impl Tags {
                 unsafe { (*ll.ptr::<Reception>(s as usize)).seq = 0 };
             }
         }
+        // The owner first: the kernel side checks it as soon as the tag is
+        // live (who may set it on itself, who may delete it).
         let owners = PinnedMap::open("owners", true)?;
         let uid = o.owner_uid.unwrap_or_else(mantle_sys::os::geteuid);
         owners.update(
@@ -361,48 +385,34 @@ impl Tags {
                 pid: std::process::id(),
             },
         )?;
-        let (w, m) = model::bit(bit);
-        let cp = self.ctl_ptr()?;
-        let i = bit as usize;
-        // SAFETY: cp points at the mapped struct mt_ctl; fields are aligned.
-        unsafe {
-            (*cp).default_ttl[i] = o.ttl.unwrap_or(MT_TTL_INF as u8);
-            (*cp).ll_base[i] = base;
-            (*cp).ll_size[i] = o.lifeline;
-            atomic_u64(&mut (*cp).ll_head[i]).store(0, SeqCst);
-            let set = |word: &mut u64, on: bool| {
-                let a = atomic_u64(word);
-                if on {
-                    a.fetch_or(m, SeqCst);
-                } else {
-                    a.fetch_and(!m, SeqCst);
-                }
-            };
-            set(&mut (*cp).system[w], o.system);
-            set(&mut (*cp).replies[w], o.replies);
-            set(&mut (*cp).lifeline[w], o.lifeline > 0);
-            set(&mut (*cp).deadlock[w], o.deadlock);
-        }
-        let tp = self.tags.ptr::<TagEntry>(i)?;
         let mut nm = [0u8; MT_NAME_LEN];
         nm[..name.len()].copy_from_slice(name.as_bytes());
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
-        // SAFETY: tp points at the mapped entry; the state word is written
-        // last, atomically, after every other field.
-        unsafe {
-            (*tp).name = nm;
-            (*tp).flags = (o.system as u32 * abi::F_SYSTEM)
-                | if o.lifeline > 0 { abi::F_LIFELINE } else { 0 }
-                | if o.replies { abi::F_REPLIES } else { 0 }
-                | if o.deadlock { abi::F_DEADLOCK } else { 0 }
-                | extra_flags;
-            (*tp).created_ns = now.as_nanos() as u64;
-            (*tp).generation = (*tp).generation.wrapping_add(1);
-            atomic_u32(&mut (*tp).state).store(abi::ST_LIVE, SeqCst);
-            atomic_u64(&mut (*cp).live[w]).fetch_or(m, SeqCst);
-        }
+        let flag = |on: bool, f: u32| if on { f } else { 0 };
+        kernel::admin(&abi::Admin {
+            code: abi::ADM_INSTALL,
+            tag: bit,
+            flags: flag(o.system, abi::F_SYSTEM)
+                | flag(o.replies, abi::F_REPLIES)
+                | flag(o.deadlock, abi::F_DEADLOCK)
+                | flag(o.anyone, abi::F_ANYONE)
+                | flag(o.per_request, abi::F_PER_REQUEST)
+                | extra_flags,
+            ll_base: base,
+            ll_size: o.lifeline,
+            created_ns: now.as_nanos() as u64,
+            default_ttl: o.ttl.unwrap_or(MT_TTL_INF as u8),
+            name: nm,
+            ..abi::Admin::zeroed()
+        })
+        .map_err(|e| match e {
+            Error::Invalid(_) if o.lifeline > abi::MT_LIFELINE_SLOTS as u32 => {
+                Error::LifelineFull(o.lifeline)
+            }
+            e => e,
+        })?;
         kernel::attach_tagged()?;
         self.info(bit)
     }
@@ -418,20 +428,15 @@ impl Tags {
                 "{name:?} is a global tag: it comes from the cluster table, which every machine must share (reload with `tags up --cluster`)"
             )));
         }
-        let (w, m) = model::bit(bit);
-        let tp = self.tags.ptr::<TagEntry>(bit as usize)?;
-        let cp = self.ctl_ptr()?;
-        // SAFETY: mapped entry / ctl, aligned fields.
-        unsafe {
-            if atomic_u32(&mut (*tp).state)
-                .compare_exchange(abi::ST_LIVE, abi::ST_DELETING, SeqCst, SeqCst)
-                .is_err()
-            {
-                return Err(Error::UnknownTag(name.to_string()));
-            }
-            atomic_u64(&mut (*cp).deleting[w]).fetch_or(m, SeqCst);
-            atomic_u64(&mut (*cp).live[w]).fetch_and(!m, SeqCst);
-        }
+        kernel::admin(&abi::Admin {
+            code: abi::ADM_DELETE,
+            tag: bit,
+            ..abi::Admin::zeroed()
+        })
+        .map_err(|e| match e {
+            Error::UnknownTag(_) => Error::UnknownTag(name.to_string()),
+            e => e,
+        })?;
         self.sweep()?;
         if self.entry(bit).state != abi::ST_FREE {
             return Err(Error::Kernel(format!(
@@ -493,7 +498,6 @@ impl Tags {
             created_ns: e.created_ns,
             generation: e.generation,
             owner_uid: owner.map(|o| o.uid),
-            owner_pid: owner.map(|o| o.pid),
         })
     }
 
@@ -549,7 +553,10 @@ impl Tags {
             system: r.flags & abi::F_SYSTEM != 0,
             tags: model::bits(&r.vec)
                 .into_iter()
-                .map(|b| (self.name_of(b), r.ttl[b as usize]))
+                .map(|b| HeldTag {
+                    name: self.name_of(b),
+                    ttl: Some(r.ttl[b as usize]).filter(|&t| t != MT_TTL_INF as u8),
+                })
                 .collect(),
             terminators: model::bits(&r.term)
                 .into_iter()
@@ -739,6 +746,7 @@ pub fn op_error(errno: i32, tag: &str) -> Error {
     match errno {
         1 => Error::Permission(format!("not allowed to change tag {tag:?} there")),
         2 => Error::UnknownTag(tag.to_string()),
+        17 => Error::Exists(tag.to_string()),
         18 => Error::Refused(format!(
             "class mismatch: tag {tag:?} and the thread are not both system or both user"
         )),

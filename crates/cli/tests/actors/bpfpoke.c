@@ -5,9 +5,14 @@
  *
  *   bpfpoke PIN...
  *
- * Per pin, one line: "PIN get_rw=E get_ro=E update=E mmap_rw=E mmap_ro=E"
+ * Per pin, one line:
+ *   "PIN get_rw=E get_ro=E repin=E update=E mmap_rw=E mmap_ro=E"
  * where E is 0 on success, an errno number on failure, or "-" when the
- * step was not possible. The update writes back the value just read from
+ * step was not possible. When only a read-only fd can be had, it is pinned
+ * again into a bpffs directory this user may write (BPFPOKE_DIR, default
+ * /sys/fs/bpf) and that new pin, which belongs to this user, is opened
+ * read-write (repin): Linux >= 6.4 lets any user do both, so a read-only
+ * pin alone protects nothing (issue 8). The update writes back the value just read from
  * key 0 (so even a successful write changes nothing); it is tried only
  * when that lookup worked. Mappings are tried only on array maps.
  */
@@ -16,6 +21,7 @@
 #include <linux/bpf.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -24,6 +30,16 @@
 static long sys_bpf(int cmd, union bpf_attr *attr)
 {
 	return syscall(SYS_bpf, cmd, attr, sizeof(*attr));
+}
+
+static int obj_pin(int fd, const char *path)
+{
+	union bpf_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.pathname = (uint64_t)(uintptr_t)path;
+	a.bpf_fd = fd;
+	return (int)sys_bpf(BPF_OBJ_PIN, &a);
 }
 
 static int obj_get(const char *path, unsigned flags)
@@ -41,12 +57,27 @@ int main(int argc, char **argv)
 	static char key[4096], val[1 << 16];
 
 	for (int i = 1; i < argc; i++) {
-		char upd[16] = "-", mrw[16] = "-", mro[16] = "-";
+		char upd[16] = "-", mrw[16] = "-", mro[16] = "-", rep[16] = "-";
 		int rw = obj_get(argv[i], 0);
 		int erw = rw < 0 ? errno : 0;
 		int ro = obj_get(argv[i], BPF_F_RDONLY);
 		int ero = ro < 0 ? errno : 0;
-		int fd = rw >= 0 ? rw : ro;
+		int fd;
+
+		if (rw < 0 && ro >= 0) {
+			const char *dir = getenv("BPFPOKE_DIR") ? getenv("BPFPOKE_DIR") : "/sys/fs/bpf";
+			char path[512];
+
+			snprintf(path, sizeof(path), "%s/bpfpoke-%d-%d", dir, (int)getpid(), i);
+			if (obj_pin(ro, path) == 0) {
+				rw = obj_get(path, 0);
+				snprintf(rep, sizeof(rep), "%d", rw < 0 ? errno : 0);
+				unlink(path);
+			} else {
+				snprintf(rep, sizeof(rep), "p%d", errno);
+			}
+		}
+		fd = rw >= 0 ? rw : ro;
 
 		if (fd >= 0) {
 			struct bpf_map_info info;
@@ -83,8 +114,8 @@ int main(int argc, char **argv)
 				}
 			}
 		}
-		printf("%s get_rw=%d get_ro=%d update=%s mmap_rw=%s mmap_ro=%s\n", argv[i], erw, ero,
-		       upd, mrw, mro);
+		printf("%s get_rw=%d get_ro=%d repin=%s update=%s mmap_rw=%s mmap_ro=%s\n", argv[i],
+		       erw, ero, rep, upd, mrw, mro);
 		if (rw >= 0)
 			close(rw);
 		if (ro >= 0)

@@ -1231,7 +1231,6 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 #define MT_FMODE_CREATED 0x100000 /* f_mode: this open created the file */
 #define MT_MAP_SHARED 0x01      /* also set in MAP_SHARED_VALIDATE */
 #define MT_IPC_CREAT 01000
-#define MT_PROT_WRITE 0x2
 
 /*
  * The file behind fd of the current task, or 0. One load for the fd array
@@ -1432,13 +1431,17 @@ static __always_inline void shm_key(struct mt_chan_key *k, struct file *f, long 
 }
 
 /*
- * A shared-memory object was created (memfd_create, shm_open, shmget with
- * IPC_CREAT) or mapped shared by a tagged thread: the object takes the
- * creator's tags (paper, section 4). A mapping of an object that has tags
- * gives them to the mapping thread. fd < 0: SysV id in sysv_id.
- * created: 1 at creation, 0 at a mapping.
+ * A shared-memory object was created by a tagged thread (memfd_create,
+ * shm_open, shmget with IPC_CREAT): the object takes the creator's tags
+ * (paper, section 4), once. A shared mapping of an object that has tags
+ * gives them to the mapping thread. Nothing else attaches tags to an
+ * object: an object created untagged never acquires them from whoever maps
+ * it, and writes into shared memory are not requests (issue 8: one tagged
+ * query tagged a whole PostgreSQL instance through the segment its
+ * untagged postmaster had made). fd < 0: SysV id in sysv_id. created: 1 at
+ * creation, 0 at a mapping.
  */
-__noinline int mt_on_shm(int fd, long sysv_id, int created, int writable)
+__noinline int mt_on_shm(int fd, long sysv_id, int created)
 {
 	struct mt_chan_key k;
 	struct snap s = {};
@@ -1448,28 +1451,25 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created, int writable)
 
 	if (fd >= 0) {
 		f = fd_file(fd);
-		if (!f)
+		/* Only regular files are shared memory between processes (memfd,
+		 * tmpfs, files). Every BPF map and perf ring sits on one anonymous
+		 * inode (no file type) and /dev/zero is a character device: keyed
+		 * by inode, each would be one false channel between all their
+		 * users (issue 8). */
+		if (!f || !f->f_inode || (f->f_inode->i_mode & S_IFMT) != S_IFREG)
 			return 0;
 	}
 	shm_key(&k, f, sysv_id);
-	if (created || (writable && self_tagged())) {
-		/* The creator (or the first tagged thread to share a plain
-		 * file's pages for writing) attaches its tags; later ones only
-		 * receive. Read-only shared mappings of plain files never attach:
-		 * every program maps some system files that way (glibc's gconv
-		 * cache), which would spread a tag to the whole machine. */
-		d = chan_find(&k);
-		if (!d || created) {
-			if (!take_snapshot(&s, &c))
-				return 0;
-			d = chan_get(c, &k);
-			if (d)
-				deposit(d, &s, MT_K_SHM, c->epoch, 0, 0);
+	if (created) {
+		if (!take_snapshot(&s, &c))
 			return 0;
-		}
+		d = chan_get(c, &k);
+		if (d)
+			deposit(d, &s, MT_K_SHM, c->epoch, 0, 0);
+		return 0;
 	}
 	c = get_ctl();
-	if (created || !c || !c->n_obj_deps)
+	if (!c || !c->n_obj_deps)
 		return 0;
 	d = chan_find(&k);
 	if (!d || vec_empty(d->vec) || d->tx_tid == (__u32)bpf_get_current_pid_tgid())
@@ -1498,7 +1498,7 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	case NR_mq_timedreceive:
 		return mt_on_recv((int)regs->di, 1);
 	case NR_memfd_create:
-		return self_tagged() ? mt_on_shm((int)ret, 0, 1, 1) : 0;
+		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
 	case NR_open:
 	case NR_openat:
 	case NR_openat2:
@@ -1511,15 +1511,15 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		if (!(f->f_mode & MT_FMODE_CREATED) || !f->f_inode ||
 		    f->f_inode->i_sb->s_magic != TMPFS_MAGIC)
 			return 0;
-		return mt_on_shm((int)ret, 0, 1, 1);
+		return mt_on_shm((int)ret, 0, 1);
 	}
 	case NR_shmget:
-		return (regs->dx & MT_IPC_CREAT) && self_tagged() ? mt_on_shm(-1, ret, 1, 1) : 0;
+		return (regs->dx & MT_IPC_CREAT) && self_tagged() ? mt_on_shm(-1, ret, 1) : 0;
 	case NR_mmap:
 		return (regs->r10 & MT_MAP_SHARED) && (int)regs->r8 >= 0 ?
-			       mt_on_shm((int)regs->r8, 0, 0, regs->dx & MT_PROT_WRITE) : 0;
+			       mt_on_shm((int)regs->r8, 0, 0) : 0;
 	case NR_shmat:
-		return mt_on_shm(-1, (long)regs->di, 0, 0);
+		return mt_on_shm(-1, (long)regs->di, 0);
 	}
 	return 0;
 }
@@ -1864,6 +1864,23 @@ int mt_sendmsg6(struct bpf_sock_addr *ctx)
 #define CLOCK_MONOTONIC 1
 
 /*
+ * A LIVE tag stops travelling at once and becomes DELETING; the next sweep
+ * clears it from its holders and frees the bit. The one way out of LIVE:
+ * expiry, an owner's self-operation and root's mt_admin all come here.
+ */
+static __always_inline int retire(struct mt_ctl *c, struct mt_tag *tg, __u32 idx)
+{
+	__u32 w = (idx / 64) & (MT_WORDS - 1);
+	__u64 bit = 1ULL << (idx % 64);
+
+	if (__sync_val_compare_and_swap(&tg->state, MT_ST_LIVE, MT_ST_DELETING) != MT_ST_LIVE)
+		return -MT_ENOENT;
+	__sync_fetch_and_or(&c->deleting[w], bit);
+	__sync_fetch_and_and(&c->live[w], ~bit);
+	return 0;
+}
+
+/*
  * A tag's time is up: it stops travelling at once (no longer live) and
  * becomes DELETING; the next sweep (any table command, or reading the sweep
  * iterator) clears it from its holders and frees the bit. A timer armed for
@@ -1874,15 +1891,10 @@ static int expire_cb(void *map, __u32 *key, struct mt_expiry *e)
 	__u32 idx = *key & (MT_TAGS - 1);
 	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
 	struct mt_ctl *c = get_ctl();
-	__u64 bit = 1ULL << (idx % 64);
-	__u32 w = (idx / 64) & (MT_WORDS - 1);
 
 	if (!tg || !c || tg->generation != e->generation)
 		return 0;
-	if (__sync_val_compare_and_swap(&tg->state, MT_ST_LIVE, MT_ST_DELETING) == MT_ST_LIVE) {
-		__sync_fetch_and_or(&c->deleting[w], bit);
-		__sync_fetch_and_and(&c->live[w], ~bit);
-	}
+	retire(c, tg, idx);
 	return 0;
 }
 
@@ -1906,6 +1918,100 @@ int mt_arm_expiry(struct mt_expire_args *a)
 	if (bpf_timer_start(&e->timer, (__u64)a->ms * 1000000ULL, 0))
 		return -MT_EINVAL;
 	return 0;
+}
+
+static __always_inline void set_bit_to(__u64 *word, __u64 bit, int on)
+{
+	if (on)
+		__sync_fetch_and_or(word, bit);
+	else
+		__sync_fetch_and_and(word, ~bit);
+}
+
+/*
+ * Root's changes of the table (BPF_PROG_RUN; the pin is root-only). `ctl`
+ * and `tags` are frozen, so no user space can write them, root's included:
+ * this program is the one writer besides the hooks. An entry is filled
+ * before its state becomes LIVE and its live bit is set, so the hooks never
+ * see a half-written tag.
+ */
+SEC("syscall")
+int mt_admin(struct mt_admin *a)
+{
+	__u32 idx = a->tag & (MT_TAGS - 1);
+	__u32 w = idx / 64;
+	__u64 bit = 1ULL << (idx % 64);
+	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+	struct mt_ctl *c = get_ctl();
+	__u32 f = a->flags;
+
+	if (!tg || !c || w >= MT_WORDS)
+		return -MT_EINVAL;
+	switch (a->code) {
+	case MT_ADM_DIGEST:
+		c->cluster_digest = a->digest;
+		return 0;
+	case MT_ADM_DELETE:
+		if (a->tag >= MT_TAGS)
+			return -MT_EINVAL;
+		return retire(c, tg, idx);
+	case MT_ADM_INSTALL:
+		break;
+	default:
+		return -MT_EINVAL;
+	}
+	if (a->tag >= MT_TAGS || a->ll_size > MT_LIFELINE_SLOTS ||
+	    a->ll_base > MT_LIFELINE_SLOTS - a->ll_size)
+		return -MT_EINVAL;
+	if ((f & MT_F_GLOBAL) && idx >= MT_GLOBAL_BITS)
+		return -MT_EINVAL;
+	if (tg->state != MT_ST_FREE)
+		return -MT_EEXIST;
+	/* masked at each use: the compiler spills idx and the verifier then
+	 * forgets its bound */
+	c->default_ttl[idx & (MT_TAGS - 1)] = a->default_ttl;
+	c->ll_base[idx & (MT_TAGS - 1)] = a->ll_base;
+	c->ll_size[idx & (MT_TAGS - 1)] = a->ll_size;
+	__sync_fetch_and_and(&c->ll_head[idx & (MT_TAGS - 1)], 0);
+	set_bit_to(&c->system[w], bit, f & MT_F_SYSTEM);
+	set_bit_to(&c->replies[w], bit, f & MT_F_REPLIES);
+	set_bit_to(&c->lifeline[w], bit, a->ll_size != 0);
+	set_bit_to(&c->deadlock[w], bit, f & MT_F_DEADLOCK);
+	set_bit_to(&c->global[w], bit, f & MT_F_GLOBAL);
+	set_bit_to(&c->anyone[w], bit, f & MT_F_ANYONE);
+	__builtin_memcpy(tg->name, a->name, MT_NAME_LEN);
+	tg->name[MT_NAME_LEN - 1] = 0;
+	tg->flags = f | (a->ll_size ? MT_F_LIFELINE : 0);
+	tg->created_ns = a->created_ns;
+	tg->generation++;
+	/* publish: the state word, then the live bit, after every field */
+	if (__sync_val_compare_and_swap(&tg->state, MT_ST_FREE, MT_ST_LIVE) != MT_ST_FREE)
+		return -MT_EEXIST;
+	__sync_fetch_and_or(&c->live[w], bit);
+	return 0;
+}
+
+/* The calling thread's uid owns tag idx (mt_owner, root-only map). */
+static __always_inline int is_owner(__u32 idx)
+{
+	struct mt_owner *o = bpf_map_lookup_elem(&owners, &idx);
+
+	return o && o->uid == (__u32)bpf_get_current_uid_gid();
+}
+
+/*
+ * A TTL a thread sets on itself is at most the tag's own TTL unless the
+ * caller is root or the tag's owner (mTags section 9: only the owner
+ * changes a tag's features), so "travels two hops at most" holds against
+ * every other user.
+ */
+static __always_inline __u8 ttl_cap(struct mt_ctl *c, __u32 idx, __u32 ttl, int root)
+{
+	__u8 max = c->default_ttl[idx & (MT_TAGS - 1)];
+
+	if (root || max == MT_TTL_INF || ttl <= max || is_owner(idx))
+		return ttl;
+	return max;
 }
 
 /*
@@ -1945,9 +2051,12 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 			return -MT_ETERM;
 		if (!!(c->system[w] & bit) != task_is_system(task, t))
 			return -MT_ECLASS;
+		if (!root && !(c->anyone[w] & bit) && !is_owner(idx))
+			return -MT_EPERM;
 		ttl = arg ? (arg > MT_TTL_INF ? MT_TTL_INF : arg) : c->default_ttl[idx & (MT_TAGS - 1)];
 		if (arg == 0 && ttl == 0)
 			ttl = MT_TTL_INF;
+		ttl = ttl_cap(c, idx, ttl, root);
 		t->ttl[idx & (MT_TAGS - 1)] = ttl;
 		if (ttl == 0)
 			__sync_fetch_and_or(&t->spent[w], bit);
@@ -1981,6 +2090,7 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 			return -MT_ENOENT;
 		if (arg > MT_TTL_INF)
 			return -MT_EINVAL;
+		arg = ttl_cap(c, idx, arg, root);
 		t->ttl[idx & (MT_TAGS - 1)] = arg;
 		if (arg == 0)
 			__sync_fetch_and_or(&t->spent[w], bit);
@@ -2001,12 +2111,7 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 			return -MT_EINVAL;
 		if (!root && uid != o->uid)
 			return -MT_EPERM;
-		if (__sync_val_compare_and_swap(&tg->state, MT_ST_LIVE, MT_ST_DELETING) !=
-		    MT_ST_LIVE)
-			return -MT_ENOENT;
-		__sync_fetch_and_or(&c->deleting[w], bit);
-		__sync_fetch_and_and(&c->live[w], ~bit);
-		return 0;
+		return retire(c, tg, idx);
 	}
 	}
 	return -MT_EINVAL;

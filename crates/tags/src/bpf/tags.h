@@ -68,6 +68,8 @@ enum mt_state {
 #define MT_F_GLOBAL 0x8   /* tag: from the cluster table; crosses machines */
 #define MT_F_REPLIES 0x10 /* tag: travels with replies too (paper, section 10) */
 #define MT_F_DEADLOCK 0x20 /* tag: marks a synchronous call chain (paper, section 5.3) */
+#define MT_F_ANYONE 0x40   /* tag: any user may set it on itself (else owner and root) */
+#define MT_F_PER_REQUEST 0x80 /* tag: receivers hold it only until they answer */
 
 /*
  * Per-thread view: BPF_F_MMAPABLE array indexed by the thread's global tid.
@@ -123,6 +125,8 @@ struct mt_ctl {
 	                            *   and queue readers always look, and
 	                            *   leave a note in chan_reader) */
 	__u64 deadlock[MT_WORDS];  /* deadlock tags (MT_F_DEADLOCK) */
+	__u64 anyone[MT_WORDS];    /* tags any user may set on itself (MT_F_ANYONE);
+	                            * the others only their owner's uid and root */
 };
 
 /*
@@ -290,6 +294,31 @@ struct mt_expire_args {
 	__u32 ms;  /* from now */
 };
 
+/*
+ * Context of the mt_admin syscall program (BPF_PROG_RUN, root-only pin):
+ * the only way user space changes the frozen public maps `ctl` and `tags`
+ * (issue 8: a writable fd of a world-readable map can be had by anybody on
+ * Linux >= 6.4 through BPF_OBJ_PIN, so those maps are frozen and written
+ * by programs alone).
+ */
+struct mt_admin {
+	__u32 code;        /* enum mt_admin_code */
+	__u32 tag;         /* bit */
+	__u32 flags;       /* MT_ADM_INSTALL: MT_F_* of the tag */
+	__u32 ll_base;     /* MT_ADM_INSTALL: lifeline ring, first slot */
+	__u32 ll_size;     /*   and size in slots (0: none) */
+	__u32 digest;      /* MT_ADM_DIGEST: cluster table digest */
+	__u64 created_ns;  /* MT_ADM_INSTALL: CLOCK_REALTIME */
+	__u8 default_ttl;  /* MT_ADM_INSTALL */
+	__u8 pad[7];
+	char name[MT_NAME_LEN];
+};
+enum mt_admin_code {
+	MT_ADM_INSTALL = 1, /* a FREE entry becomes LIVE with these settings */
+	MT_ADM_DELETE = 2,  /* a LIVE tag becomes DELETING (the sweep frees it) */
+	MT_ADM_DIGEST = 3,  /* the cluster table's digest */
+};
+
 /* Parameters of a tool operation, read by the op iterator (root-only map). */
 struct mt_op {
 	__u32 code;     /* enum mt_op_code */
@@ -317,6 +346,8 @@ struct mt_thread_rec {
 #define MT_EINVAL 22
 #define MT_ECLASS 18 /* EXDEV: class mismatch (system vs user) */
 #define MT_ETERM 71  /* EPROTO: thread terminates this tag */
+#define MT_EEXIST 17 /* the table entry is not free */
+#define MT_ESRCH 3   /* the thread has exited (a zombie) */
 
 #define MT_STATIC_ASSERT(c, m) _Static_assert(c, m)
 MT_STATIC_ASSERT(MT_TAGS % 64 == 0 && MT_TAGS <= 256, "MT_TAGS: multiple of 64, at most 256");
@@ -324,6 +355,7 @@ MT_STATIC_ASSERT(sizeof(struct mt_view) == 8 * MT_WORDS + 8, "mt_view layout");
 MT_STATIC_ASSERT(sizeof(struct mt_tag) == 56, "mt_tag layout");
 MT_STATIC_ASSERT(sizeof(struct mt_deadlock) == 64, "mt_deadlock layout");
 MT_STATIC_ASSERT(sizeof(struct mt_reception) == 72, "mt_reception layout");
+MT_STATIC_ASSERT(sizeof(struct mt_admin) == 72, "mt_admin layout");
 MT_STATIC_ASSERT(sizeof(struct mt_chan_key) == 24, "mt_chan_key layout");
 MT_STATIC_ASSERT(sizeof(struct mt_tcpopt) == MT_OPT_FIXED + MT_OPT_MAX_TTLS, "mt_tcpopt layout");
 MT_STATIC_ASSERT(MT_OPT_FIXED + MT_OPT_MAX_TTLS <= 28, "the option must fit beside TCP timestamps");
