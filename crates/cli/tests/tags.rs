@@ -2615,3 +2615,73 @@ fn tags_up_killed_midway_leaves_nothing_half_loaded() {
         }
     });
 }
+
+/// A per-request tag (issue 8, "Precision"): a proxy that receives it with
+/// a request holds it while it serves that request (its own calls
+/// upstream carry it), and drops it when it answers; the upstream drops it
+/// when it answers too. The next, untagged request carries nothing, over
+/// unix stream sockets and TCP alike. The client that set it keeps it.
+#[test]
+fn per_request_tags_end_with_the_answer() {
+    let c = case!("perreq");
+    let r = c.tag("r", &["--per-request", "--lifeline", "64"]);
+    let mut proxy = c.actor("proxy", 1);
+    let mut up = c.actor("upstream", 1);
+    let mut cli = c.actor("client", 1);
+    let mut other = c.actor("other", 1);
+    let us = c.path("proxy.sock");
+    let ups = c.path("upstream.sock");
+    proxy.run(0, &format!("listen_unix pl {} stream", us.display()));
+    up.run(0, &format!("listen_unix ul {} stream", ups.display()));
+    let pport = proxy.run(0, "listen_tcp pt");
+    let uport = up.run(0, "listen_tcp ut");
+    c.set(&r, cli.w[0], None);
+
+    for (what, front, back, pl, ul) in [
+        (
+            "unix",
+            format!("connect_unix {{}} {} stream", us.display()),
+            format!("connect_unix {{}} {} stream", ups.display()),
+            "pl",
+            "ul",
+        ),
+        (
+            "tcp",
+            format!("connect_tcp {{}} {pport}"),
+            format!("connect_tcp {{}} {uport}"),
+            "pt",
+            "ut",
+        ),
+    ] {
+        // One tagged request through the chain.
+        cli.run(0, &front.replace("{}", &format!("c{what}")));
+        proxy.run(0, &format!("accept a{what} {pl}"));
+        cli.run(0, &format!("send c{what} request"));
+        assert_eq!(proxy.run(0, &format!("recv a{what}")), "request");
+        expect_tags(&format!("{what}: proxy serving"), proxy.w[0], &[&r]);
+        proxy.run(0, &back.replace("{}", &format!("u{what}")));
+        up.run(0, &format!("accept b{what} {ul}"));
+        proxy.run(0, &format!("send u{what} call"));
+        assert_eq!(up.run(0, &format!("recv b{what}")), "call");
+        expect_tags(&format!("{what}: upstream serving"), up.w[0], &[&r]);
+        up.run(0, &format!("send b{what} result"));
+        expect_tags(&format!("{what}: upstream after answering"), up.w[0], &[]);
+        assert_eq!(proxy.run(0, &format!("recv u{what}")), "result");
+        // reading its own call's answer does not end the proxy's request
+        expect_tags(&format!("{what}: proxy with the result"), proxy.w[0], &[&r]);
+        proxy.run(0, &format!("send a{what} response"));
+        expect_tags(&format!("{what}: proxy after answering"), proxy.w[0], &[]);
+        assert_eq!(cli.run(0, &format!("recv c{what}")), "response");
+        expect_tags(&format!("{what}: client (origin)"), cli.w[0], &[&r]);
+
+        // The next request, from an untagged client, carries nothing.
+        other.run(0, &front.replace("{}", &format!("o{what}")));
+        proxy.run(0, &format!("accept d{what} {pl}"));
+        other.run(0, &format!("send o{what} request2"));
+        assert_eq!(proxy.run(0, &format!("recv d{what}")), "request2");
+        proxy.run(0, &format!("send u{what} call2"));
+        assert_eq!(up.run(0, &format!("recv b{what}")), "call2");
+        expect_tags(&format!("{what}: upstream, untagged request"), up.w[0], &[]);
+        expect_tags(&format!("{what}: proxy, untagged request"), proxy.w[0], &[]);
+    }
+}

@@ -129,6 +129,7 @@ pub struct Ctl {
     pub n_obj_deps: u64,
     pub deadlock: [u64; MT_WORDS],
     pub anyone: [u64; MT_WORDS],
+    pub per_request: [u64; MT_WORDS],
 }
 
 /// `struct mt_stats`: per-CPU counters.
@@ -341,7 +342,7 @@ mod layout {
             "mt_ctl",
             size_of::<Ctl>(),
             fields!(Ctl: live, system, lifeline, deleting, epoch, view_size, host_id, opts, host_netns, global, cluster_digest, pad1, replies, freed_epoch, ll_base, ll_size, ll_head,
-                default_ttl, n_tcp_deps, n_udp_deps, n_obj_deps, deadlock, anyone),
+                default_ttl, n_tcp_deps, n_udp_deps, n_obj_deps, deadlock, anyone, per_request),
         );
         check(
             &btf,

@@ -720,40 +720,23 @@ static __always_inline void dl_send(struct mt_ctl *c, struct snap *s, __u32 rx_p
 }
 
 /*
- * The current thread read a reply (its request is answered) or sent one
- * (it answered the request it was serving): its part of the call chain
- * is over, so it drops the deadlock tags it received. Those it holds as
- * the chain's origin stay (set by a tool or the API).
+ * Tags a thread drops when its part of a request ends (sent: it answered
+ * the request it serves; else: it read the answer to its own request).
+ * Deadlock tags go in both cases (section 5.3: the chain is over for it);
+ * per-request tags only when it answers, so a server keeps a request's
+ * tag through the calls it makes to serve it, and serves the next request
+ * untagged (issue 8: an nginx worker kept the tag of one request and
+ * passed it upstream with every later one). Tags the thread holds as their
+ * origin (set by a tool or the API) stay.
  */
-static __always_inline void dl_answered(void)
+static __always_inline __u64 answer_mask(struct mt_ctl *c, int w, int sent)
 {
-	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
-	struct mt_ctl *c;
-	struct mt_thread *t;
-	__u64 any = 0;
-
-	if (!v || vec_empty(v->vec))
-		return;
-	c = get_ctl();
-	if (!c)
-		return;
-#pragma unroll
-	for (int w = 0; w < MT_WORDS; w++)
-		any |= v->vec[w] & c->deadlock[w];
-	if (!any)
-		return;
-	t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
-#pragma unroll
-	for (int w = 0; w < MT_WORDS; w++) {
-		__u64 drop = v->vec[w] & c->deadlock[w] & ~(t ? t->origin[w] : 0);
-
-		if (drop)
-			__sync_fetch_and_and(&v->vec[w], ~drop);
-	}
+	return c->deadlock[w & (MT_WORDS - 1)] | (sent ? c->per_request[w & (MT_WORDS - 1)] : 0);
 }
 
-/* Whether the current thread holds a deadlock tag (two array loads). */
-static __always_inline int self_in_chain(void)
+/* Whether the current thread holds a tag it would drop (two array loads
+ * and the masks: cheap enough for every send and receive). */
+static __always_inline int holds_answerable(int sent)
 {
 	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
 	struct mt_ctl *c;
@@ -763,8 +746,26 @@ static __always_inline int self_in_chain(void)
 		return 0;
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++)
-		any |= v->vec[w] & c->deadlock[w];
+		any |= v->vec[w] & answer_mask(c, w, sent);
 	return any != 0;
+}
+
+static __always_inline void answered(int sent)
+{
+	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
+	struct mt_ctl *c;
+	struct mt_thread *t;
+
+	if (!v || vec_empty(v->vec) || !(c = get_ctl()))
+		return;
+	t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 drop = v->vec[w] & answer_mask(c, w, sent) & ~(t ? t->origin[w] : 0);
+
+		if (drop)
+			__sync_fetch_and_and(&v->vec[w], ~drop);
+	}
 }
 
 /* The pid behind a struct pid (its number in the initial namespace). */
@@ -1058,7 +1059,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 			 * no address (socketpair, or connected before load). */
 			struct unix_sock *ut = bpf_core_cast(tx, struct unix_sock);
 			if (ut->addr && !replies_only(c, &s)) {
-				dl_answered(); /* it answers: its part of the chain ends */
+				answered(1); /* it answers: its part of the request ends */
 				return 0;
 			}
 		}
@@ -1099,8 +1100,8 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 	if (sk->sk_protocol == IPPROTO_TCP) {
 		/* requests deposit in tcp_sendmsg_locked, before the data can
 		 * be read; a reply ends the sender's part of a call chain */
-		if (self_in_chain() && !role_is_client(sk))
-			dl_answered();
+		if (holds_answerable(1) && !role_is_client(sk))
+			answered(1);
 		return 0;
 	}
 	if (!take_snapshot(&s, &c))
@@ -1135,8 +1136,8 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 	if (family == AF_UNIX) {
 		/* data on the connect() side of a connection: a reply (the
 		 * socket-storage lookup only for threads in a call chain) */
-		if (self_in_chain() && sk->sk_type != SOCK_DGRAM && role_is_client(sk))
-			dl_answered();
+		if (holds_answerable(0) && sk->sk_type != SOCK_DGRAM && role_is_client(sk))
+			answered(0);
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
 		if (!d)
 			return 0;
@@ -1158,8 +1159,8 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		__u32 copied, start, end;
 
-		if (self_in_chain() && role_is_client(sk))
-			dl_answered(); /* data on the connect() side: a reply */
+		if (holds_answerable(0) && role_is_client(sk))
+			answered(0); /* data on the connect() side: a reply */
 
 		/* Tags that came from another host in TCP options (only while
 		 * a cluster table is loaded can there be any). */
@@ -1979,6 +1980,7 @@ int mt_admin(struct mt_admin *a)
 	set_bit_to(&c->deadlock[w], bit, f & MT_F_DEADLOCK);
 	set_bit_to(&c->global[w], bit, f & MT_F_GLOBAL);
 	set_bit_to(&c->anyone[w], bit, f & MT_F_ANYONE);
+	set_bit_to(&c->per_request[w], bit, f & MT_F_PER_REQUEST);
 	__builtin_memcpy(tg->name, a->name, MT_NAME_LEN);
 	tg->name[MT_NAME_LEN - 1] = 0;
 	tg->flags = f | (a->ll_size ? MT_F_LIFELINE : 0);

@@ -127,6 +127,7 @@ struct mt_ctl {
 	__u64 deadlock[MT_WORDS];  /* deadlock tags (MT_F_DEADLOCK) */
 	__u64 anyone[MT_WORDS];    /* tags any user may set on itself (MT_F_ANYONE);
 	                            * the others only their owner's uid and root */
+	__u64 per_request[MT_WORDS]; /* tags held per request (MT_F_PER_REQUEST) */
 };
 
 /*
