@@ -1674,6 +1674,8 @@ fn check_ring_report(r: &Value, refused: bool, via: &str, ring: [&Actor; 3]) {
     assert_eq!(r["refused"], refused, "{r}");
     assert_eq!(r["via"], via, "{r}");
     assert_eq!(r["back_to_pid"], ring[0].pid, "{r}");
+    // The report says who started the chain (the actors run as root).
+    assert_eq!(r["started_by_uid"], 0, "{r}");
     assert_eq!(
         chain_tids(r),
         ring.map(|x| x.w[0]),

@@ -32,6 +32,10 @@ pub struct DeadlockReport {
     /// Where the closing request goes: a process of the chain.
     pub back_to_pid: u32,
     pub back_to_tid: u32,
+    /// The user the chain's origin ran as, when the report was made (None:
+    /// it has exited, or the origin is on another machine). Only threads
+    /// allowed to set the tag start chains (issue 8): the report says who.
+    pub started_by_uid: Option<u32>,
 }
 
 /// The chain that led to thread `tx_tid` (or, for a remote sender whose
@@ -110,7 +114,10 @@ pub fn render(r: &DeadlockReport) -> String {
             p.comm,
             p.host,
             if i == 0 {
-                ", origin".to_string()
+                match r.started_by_uid {
+                    Some(u) => format!(", origin, started by uid {u}"),
+                    None => ", origin".to_string(),
+                }
             } else {
                 format!(", called via {}", p.via)
             }

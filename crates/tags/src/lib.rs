@@ -705,6 +705,12 @@ impl Tags {
                 via: String::new(),
             });
         }
+        // The origin's user, if it is a process of this machine still
+        // running (a remote origin's pid means nothing here).
+        let started_by_uid = members
+            .first()
+            .filter(|p| p.host.is_empty() || p.host == mantle_sys::os::hostname())
+            .and_then(|p| uid_of(p.pid));
         deadlock::DeadlockReport {
             tag: name,
             ts_ns: ev.ts_ns,
@@ -713,6 +719,7 @@ impl Tags {
             chain: members,
             back_to_pid: ev.rx_pid,
             back_to_tid: ev.rx_tid,
+            started_by_uid,
         }
     }
 
@@ -739,6 +746,14 @@ impl Tags {
             tcp_options_no_space: st.opt_nospace,
         }
     }
+}
+
+/// The real uid of process `pid` (/proc/PID/status), if it exists.
+fn uid_of(pid: u32) -> Option<u32> {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    st.lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
 }
 
 /// Maps a kernel-side op error (positive errno) to a typed error.
