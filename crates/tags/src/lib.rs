@@ -613,6 +613,14 @@ impl Tags {
         }
         let gen = self.entry(bit).generation;
         let ll = MappedMap::open_ro::<abi::Reception>("lifeline")?;
+        // A claim read from the kernel side: check it before indexing (a
+        // ring outside the lifeline map used to panic the tool).
+        if base + size > ll.entries() as u64 {
+            return Err(Error::Corrupt(format!(
+                "tag {name:?}: lifeline ring {base}+{size} lies outside the {} records",
+                ll.entries()
+            )));
+        }
         let hosts = kernel::host_names(c.host_id, c.host_netns);
         let host_name = |id: u32| {
             hosts
