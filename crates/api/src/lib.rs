@@ -213,7 +213,7 @@ pub fn create(name: &str, opts: &CreateOpts) -> Result<u32, Error> {
 /// Deletes a tag: root directly; its owner through the kernel side.
 pub fn delete(name: &str) -> Result<(), Error> {
     let s = shared()?;
-    if mantle_sys::os::geteuid() == 0 {
+    if mantle_sys::os::privileged() {
         return s.tags.delete(name);
     }
     self_op(OpCode::Delete, s.tags.lookup(name)?, 0)?;

@@ -32,9 +32,9 @@ fn have(cmd: &str) -> bool {
 }
 
 pub fn run(json: bool) -> Result<(), Error> {
-    if mantle_sys::os::geteuid() != 0 {
+    if !mantle_sys::os::privileged() {
         return Err(Error::Permission(
-            "the demo loads the kernel side and needs root".into(),
+            "the demo loads the kernel side and needs root (CAP_SYS_ADMIN or CAP_BPF in the initial user namespace)".into(),
         ));
     }
     if !have("socat") {
@@ -67,16 +67,18 @@ fn run_loaded(exe: &std::path::Path, json: bool) -> Result<(), Error> {
             ..Default::default()
         },
     )?;
-    let r = scenario(&t, exe, &name);
+    let r = scenario(&t, exe, &name, json);
     let deleted = t.delete(&name);
     let (lifeline, holders) = r?;
     deleted?;
     if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({ "tag": name, "holders": holders, "lifeline": lifeline })
-            )
+            serde_json::to_string_pretty(&serde_json::json!({
+                "tag": name,
+                "holders": holders,
+                "lifeline": crate::lifeline_json(&lifeline)
+            }))
             .expect("json")
         );
         return Ok(());
@@ -131,7 +133,17 @@ type Outcome = (
     Vec<mantle_tags::ThreadInfo>,
 );
 
-fn scenario(t: &Tags, exe: &std::path::Path, name: &str) -> Result<Outcome, Error> {
+/// Progress lines: on standard output, or on standard error with --json
+/// (whose standard output is one JSON document).
+fn note(json: bool, text: &str) {
+    if json {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
+    }
+}
+
+fn scenario(t: &Tags, exe: &std::path::Path, name: &str, json: bool) -> Result<Outcome, Error> {
     let dir = PathBuf::from(format!("/run/mantle/demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
         .map_err(|e| Error::Kernel(format!("create {}: {e}", dir.display())))?;
@@ -153,15 +165,21 @@ fn scenario(t: &Tags, exe: &std::path::Path, name: &str) -> Result<Outcome, Erro
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    println!(
-        "server:   socat {server_spec} SYSTEM:\"tr a-z A-Z; sleep 2\"   (pid {}, untagged)",
-        server.id()
+    note(
+        json,
+        &format!(
+            "server:   socat {server_spec} SYSTEM:\"tr a-z A-Z; sleep 2\"   (pid {}, untagged)\n",
+            server.id()
+        ),
     );
     let pipeline = format!(
         "printf 'hello from a tagged pipeline\\n' | sed 's/hello/HELLO/' | socat -t 2 - UNIX-CONNECT:{}",
         sock.display()
     );
-    println!("pipeline: mantle tag run {name} -- sh -c \"{pipeline}\"");
+    note(
+        json,
+        &format!("pipeline: mantle tag run {name} -- sh -c \"{pipeline}\"\n"),
+    );
     // The reply goes to a file: had it come back through a pipe, this
     // process would have read a request and picked up the tag itself.
     let reply = dir.join("reply");
@@ -173,9 +191,12 @@ fn scenario(t: &Tags, exe: &std::path::Path, name: &str) -> Result<Outcome, Erro
         .stderr(Stdio::inherit())
         .status()
         .map_err(|e| Error::Kernel(format!("run the pipeline: {e}")))?;
-    print!(
-        "reply:    {}",
-        std::fs::read_to_string(&reply).unwrap_or_default()
+    note(
+        json,
+        &format!(
+            "reply:    {}",
+            std::fs::read_to_string(&reply).unwrap_or_default()
+        ),
     );
     let holders = t.threads(Some(name))?;
     let lifeline = t.lifeline(name)?;

@@ -858,18 +858,16 @@ fn lifeline_cmd(
         Err(_) => {}
     }
     for f in merge {
-        let text =
-            std::fs::read_to_string(f).map_err(|e| Failure::io("cannot read", f, &e))?;
-        let l: Vec<mantle_tags::ReceptionInfo> = serde_json::from_str::<Vec<serde_json::Value>>(
-            &text,
-        )
-        .and_then(|v| v.into_iter().map(reception_from_json).collect())
-        .map_err(|e| {
-            Error::Invalid(format!(
-                "{} is not a lifeline saved with `mantle tag lifeline --json`: {e}",
-                f.display()
-            ))
-        })?;
+        let text = std::fs::read_to_string(f).map_err(|e| Failure::io("cannot read", f, &e))?;
+        let l: Vec<mantle_tags::ReceptionInfo> =
+            serde_json::from_str::<Vec<serde_json::Value>>(&text)
+                .and_then(|v| v.into_iter().map(reception_from_json).collect())
+                .map_err(|e| {
+                    Error::Invalid(format!(
+                        "{} is not a lifeline saved with `mantle tag lifeline --json`: {e}",
+                        f.display()
+                    ))
+                })?;
         parts.push(l.into_iter().filter(|r| r.tag == name).collect());
     }
     let l = mantle_tags::lifeline::merge(parts);
@@ -1030,7 +1028,13 @@ fn user_uid(who: &str) -> Result<u32, Failure> {
     let rc = unsafe {
         match who.parse::<u32>() {
             Ok(uid) => libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out),
-            Err(_) => libc::getpwnam_r(c.as_ptr(), &mut pw, buf.as_mut_ptr().cast(), buf.len(), &mut out),
+            Err(_) => libc::getpwnam_r(
+                c.as_ptr(),
+                &mut pw,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut out,
+            ),
         }
     };
     if rc != 0 {
@@ -1074,7 +1078,10 @@ fn find_program(cmd: &str) -> Result<PathBuf, Failure> {
         } else if p.exists() {
             Err(not_executable(&p))
         } else {
-            Err(Failure::new(EXIT_NOT_FOUND, format!("cannot run {cmd}: no such file")))
+            Err(Failure::new(
+                EXIT_NOT_FOUND,
+                format!("cannot run {cmd}: no such file"),
+            ))
         };
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());

@@ -60,7 +60,8 @@ pub fn ensure_bpffs() -> io::Result<()> {
     Ok(())
 }
 
-/// Effective uid of the caller.
+/// Effective uid of the caller (in its own user namespace: to decide
+/// privilege, use [`privileged`]).
 pub fn geteuid() -> u32 {
     // SAFETY: cannot fail.
     unsafe { libc::geteuid() }
@@ -81,4 +82,91 @@ pub fn hostname() -> String {
         .map(|&c| c as u8)
         .collect();
     String::from_utf8_lossy(&b).into_owned()
+}
+
+/// Inode number of the initial user namespace in nsfs (PROC_USER_INIT_INO
+/// in the kernel's proc_ns.h, fixed since Linux 3.8): what
+/// /proc/self/ns/user points to outside any user namespace.
+const INIT_USER_NS_INO: u64 = 0xEFFF_FFFD;
+
+/// Whether the caller is in the initial user namespace: only there do its
+/// capabilities reach the machine's BPF objects, cgroups and other
+/// processes. Anyone may stat their own /proc/self/ns/user (reading
+/// /proc/1/ns/user, by contrast, needs ptrace rights over init). Without
+/// it, an identity uid map (`0 0 4294967295`) says the same, less surely.
+pub fn in_initial_user_ns() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata("/proc/self/ns/user") {
+        Ok(m) => m.ino() == INIT_USER_NS_INO,
+        Err(_) => std::fs::read_to_string("/proc/self/uid_map")
+            .map(|m| is_identity_map(&m))
+            .unwrap_or(false),
+    }
+}
+
+/// Whether a uid_map text maps every uid to itself.
+fn is_identity_map(map: &str) -> bool {
+    let lines: Vec<Vec<&str>> = map
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    lines.len() == 1 && lines[0] == ["0", "0", "4294967295"]
+}
+
+/// CAP_SYS_ADMIN and CAP_BPF (linux/capability.h).
+pub const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_BPF: u32 = 39;
+
+/// The calling thread's effective capability set (capget), bit n =
+/// capability n; `None` if the kernel refused to tell.
+pub fn effective_caps() -> Option<u64> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set.
+    let mut h = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: h and d are valid for the kernel to read and write, with the
+    // layout and the two-element array that version 3 asks for.
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    Some(d[0].effective as u64 | (d[1].effective as u64) << 32)
+}
+
+/// Whether the caller may do what mantle reserves to the administrator
+/// (load the kernel side, change the tag table, other threads' tags): it
+/// holds CAP_SYS_ADMIN or CAP_BPF in the initial user namespace. Not
+/// `geteuid() == 0`: inside `unshare -Ur` every user is uid 0, with all
+/// capabilities over its own namespace and none over the machine.
+pub fn privileged() -> bool {
+    in_initial_user_ns()
+        && effective_caps()
+            .is_some_and(|c| c & (1 << CAP_SYS_ADMIN) != 0 || c & (1 << CAP_BPF) != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_map() {
+        assert!(is_identity_map("         0          0 4294967295\n"));
+        assert!(!is_identity_map("         0      65534          1\n"));
+        assert!(!is_identity_map("0 0 1000\n1000 1000 4294966295\n"));
+        assert!(!is_identity_map(""));
+    }
 }

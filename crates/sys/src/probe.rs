@@ -424,12 +424,7 @@ const SYSCTLS: &[SysctlSpec] = &[
         id: "sysctl_unprivileged_bpf_disabled",
         key: "unprivileged_bpf_disabled",
         needed_by: "all",
-        meaning: |v| match v {
-            0 => "unprivileged users may load some BPF programs",
-            1 => "only privileged users may use bpf(2), until reboot",
-            2 => "only privileged users may use bpf(2) (admin may change it)",
-            _ => "unknown setting",
-        },
+        meaning: |v| unprivileged_bpf_meaning(v, kernel_version_code()),
     },
     SysctlSpec {
         id: "sysctl_perf_event_paranoid",
@@ -450,6 +445,28 @@ const SYSCTLS: &[SysctlSpec] = &[
         meaning: |_| "highest sampling frequency (Hz) a perf event may ask for",
     },
 ];
+
+/// What kernel.unprivileged_bpf_disabled means on a kernel of version
+/// `code` (LINUX_VERSION_CODE). Since Linux 6.5 it only stops users
+/// without CAP_BPF from creating maps and loading programs: they may still
+/// open pinned objects that file permissions let them open (BPF_OBJ_GET)
+/// and use the fds they hold, which is how unprivileged users read mantle's
+/// public maps. Before 6.5 it closed bpf(2) to them entirely.
+fn unprivileged_bpf_meaning(v: i64, code: u32) -> &'static str {
+    let whole_syscall = code < (6 << 16 | 5 << 8);
+    match (v, whole_syscall) {
+        (0, _) => "unprivileged users may create maps and load socket filter programs",
+        (1, true) => "only privileged users may use bpf(2), until reboot",
+        (2, true) => "only privileged users may use bpf(2) (admin may change it)",
+        (1, false) => {
+            "only privileged users may create maps and load programs, until reboot; others may still use pinned objects their file permissions allow"
+        }
+        (2, false) => {
+            "only privileged users may create maps and load programs (admin may change it); others may still use pinned objects their file permissions allow"
+        }
+        _ => "unknown setting",
+    }
+}
 
 fn probe_sysctl(s: &SysctlSpec) -> Feature {
     let (available, detail) = match sysctl(s.key) {
@@ -1898,6 +1915,19 @@ mod tests {
                 f.id,
                 f.detail
             );
+        }
+    }
+
+    #[test]
+    fn unprivileged_bpf_meaning_follows_the_kernel() {
+        let v6_4 = 6 << 16 | 4 << 8;
+        let v6_5 = 6 << 16 | 5 << 8;
+        assert!(unprivileged_bpf_meaning(2, v6_4).contains("may use bpf(2)"));
+        for v in [1, 2] {
+            let m = unprivileged_bpf_meaning(v, v6_5);
+            assert!(!m.contains("bpf(2)"), "{m}");
+            assert!(m.contains("create maps and load programs"), "{m}");
+            assert!(m.contains("pinned objects"), "{m}");
         }
     }
 
