@@ -16,8 +16,8 @@ mkdir -p "$W/files" "$W/state"
 
 say "load mantle; one tag per client thread (t_a: tau_a, t_b: tau_b)"
 mantle_up
-"$M" tag create tau_a --lifeline 256 >/dev/null
-"$M" tag create tau_b --lifeline 256 >/dev/null
+tag_create tau_a --lifeline 256
+tag_create tau_b --lifeline 256
 "$M" tag ls
 
 say "start the file server (t_c), a log reader, and the two-threaded client (all untagged)"

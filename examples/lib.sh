@@ -3,12 +3,18 @@
 #   $LIBDIR         where libmantle.so is (for cc -L/-rpath)
 #   need PROG PKG   apt-get install PKG when PROG is missing
 #   kernel_lock     take /run/mantle-kernel.lock for the rest of the script
-#   mantle_up [--cluster FILE]   (re)load the kernel side; unloaded at exit
+#   mantle_up [--cluster FILE]   load the kernel side unless it is loaded;
+#                   unloaded at exit only if this script loaded it
+#   tag_create NAME [ARGS]       a tag of this script's, deleted at exit
+#   own_tag NAME    a tag this script's programs create, deleted at exit
+#   need_own_lib    the loaded kernel side must watch $LIBDIR/libmantle.so
 #   netns_add NAME  a network namespace, deleted at exit (with what runs in it)
 #   in_ns NAME CMD  run CMD in a namespace (nsenter, which keeps /sys/fs/bpf)
 #   bg CMD...       start CMD in the background; killed at exit (by pid)
 #   say TEXT        a heading
-# Everything an example starts or creates is undone by the EXIT trap.
+# Everything an example starts or creates is undone by the EXIT trap. The
+# kernel side is machine-wide and may hold other users' tags: an example
+# leaves one it did not load as it found it (loaded, their tags untouched).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -16,6 +22,7 @@ M=${MANTLE:-$ROOT/target/release/mantle}
 LIBDIR=$(dirname "$M")
 _PIDS=()
 _NETNS=()
+_TAGS=()
 _LOADED=0
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -58,9 +65,49 @@ kernel_lock() {
 }
 
 mantle_up() {
-  "$M" tags down >/dev/null 2>&1 || true
-  "$M" tags up "$@" >/dev/null
-  _LOADED=1
+  if ! "$M" tags status | grep -q '^tags: loaded'; then
+    "$M" tags up "$@" >/dev/null
+    _LOADED=1
+    return
+  fi
+  echo "mantle's kernel side is already loaded: using it as it is (it stays loaded)"
+  if [ "${1:-}" = --cluster ]; then
+    # A loaded kernel side takes no new global tags: it must have ours.
+    local t
+    for t in $(sed 's/#.*//' "$2" | awk 'NF { print $1 }'); do
+      "$M" tag ls | awk -v t="$t" '$2 == t && $4 == "global" { f = 1 } END { exit !f }' || {
+        echo "error: this example needs the global tag '$t' (cluster table $2), which the loaded" >&2
+        echo "       kernel side lacks. If nobody else uses it, unload it (mantle tags down) and retry." >&2
+        exit 1
+      }
+    done
+  fi
+}
+
+# The self-operations of a program linked with $LIBDIR/libmantle.so reach
+# the kernel side only if it watches that very file.
+need_own_lib() {
+  local ours watched
+  ours=$(realpath "$LIBDIR/libmantle.so")
+  watched=$(cat /run/mantle/tags.lib 2>/dev/null || true)
+  [ "$_LOADED" = 1 ] || [ "$watched" = "$ours" ] || {
+    echo "error: the loaded kernel side watches ${watched:-no} libmantle.so, not $ours, which this" >&2
+    echo "       example's programs use. If nobody else uses it, unload it (mantle tags down) and retry." >&2
+    exit 1
+  }
+}
+
+tag_create() {
+  "$M" tag create "$@" >/dev/null
+  _TAGS+=("$1")
+}
+
+own_tag() {
+  if "$M" tag ls | awk -v t="$1" '$2 == t { f = 1 } END { exit !f }'; then
+    echo "error: a tag named $1 exists already (not this example's); this example makes and deletes its own" >&2
+    exit 1
+  fi
+  _TAGS+=("$1")
 }
 
 netns_add() {
@@ -81,7 +128,11 @@ _cleanup() {
     ip netns del "$n" 2>/dev/null || true
   done
   wait 2>/dev/null || true
-  [ "$_LOADED" = 1 ] && "$M" tags down >/dev/null 2>&1 || true
+  if [ "$_LOADED" = 1 ]; then
+    "$M" tags down >/dev/null 2>&1 || true
+  else
+    for n in "${_TAGS[@]}"; do "$M" tag delete "$n" >/dev/null 2>&1 || true; done
+  fi
 }
 trap _cleanup EXIT
 trap 'exit 130' INT TERM

@@ -62,17 +62,19 @@ head -12 "$OUT/decode.lifeline.txt"
 "$M" tag lifeline decode --format svg -o "$OUT/decode.svg"
 rsvg-convert -b white -o "$OUT/decode.png" "$OUT/decode.svg"
 # The lifeline as each host would save it (--json, split by receiving host),
-# plotted per host after unloading, so that only the file counts: one host's
-# plot has real time across (the two-host plot above has the Lamport clock).
-"$M" tags down >/dev/null; _LOADED=0
+# plotted per host: one host's plot has real time across (the two-host plot
+# above has the Lamport clock). The records are renamed decode.HOST, a tag
+# this machine does not have, so that only the file counts (--merge adds the
+# local lifeline of the tag it names) and the kernel side can stay loaded.
 python3 - "$OUT/decode.lifeline.json" "$OUT" "$WS" "$FSH" <<'PY'
 import json, sys
 recs, out = json.load(open(sys.argv[1])), sys.argv[2]
 for host, name in ((sys.argv[3], "workstation"), (sys.argv[4], "fileserver")):
-    json.dump([r for r in recs if r["host"] == host], open(f"{out}/decode.{name}.json", "w"))
+    json.dump([dict(r, tag=f"decode.{name}") for r in recs if r["host"] == host],
+              open(f"{out}/decode.{name}.json", "w"))
 PY
 for h in workstation fileserver; do
-  "$M" tag lifeline decode --merge "$OUT/decode.$h.json" --format svg -o "$OUT/decode.$h.svg"
+  "$M" tag lifeline "decode.$h" --merge "$OUT/decode.$h.json" --format svg -o "$OUT/decode.$h.svg"
   rsvg-convert -b white -o "$OUT/decode.$h.png" "$OUT/decode.$h.svg"
 done
 

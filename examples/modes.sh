@@ -22,6 +22,8 @@ for v in plain mtags interfaces; do
   done
 done
 mantle_up
+need_own_lib
+own_tag HIPOW   # the sender creates it, the sink deletes it
 
 run_chain() {  # SINK SENDER LIBNET STACK LABEL
   local sink=$1 sender=$2 libnet=$3 stack=$4 sock=$W/radio0.sock

@@ -1,0 +1,938 @@
+//! The CLI as a new user meets it (issue 8): help texts, hints for common
+//! mistakes, one exit-code rule, value limits, the JSON schema of README
+//! "JSON", an owner deleting their own tag, privilege inside user
+//! namespaces, what `doctor` says of unprivileged BPF, and the examples
+//! leaving a kernel side they did not load as they found it.
+//!
+//! Needs root: it loads the kernel side, and runs commands as `nobody`
+//! (setpriv) and inside user namespaces (unshare -Ur). The tests that use
+//! the kernel side hold /run/mantle-kernel.lock for the life of the binary
+//! (tests/common) and run one at a time (`kernel()`); they unload it at
+//! exit. The others need no kernel side.
+//!
+//! Every command's output goes to files, not pipes: a command that holds
+//! a tag (`tag run`) would otherwise pass it to this process.
+
+mod common;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::fs::{self, File};
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+const MANTLE: &str = env!("CARGO_BIN_EXE_mantle");
+const NOBODY: u64 = 65534;
+
+// ---------------------------------------------------------------- running
+
+#[derive(Debug)]
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// A fresh pair of files for a command's output.
+fn out_files() -> (PathBuf, PathBuf) {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!("mantle-cli-ux.{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    (dir.join(format!("{n}.out")), dir.join(format!("{n}.err")))
+}
+
+fn run(mut c: Command) -> Out {
+    let (o, e) = out_files();
+    let st = c
+        .stdin(Stdio::null())
+        .stdout(File::create(&o).unwrap())
+        .stderr(File::create(&e).unwrap())
+        .status()
+        .unwrap_or_else(|err| panic!("run {c:?}: {err}"));
+    let out = Out {
+        code: st.code().unwrap_or(-1),
+        stdout: fs::read_to_string(&o).unwrap_or_default(),
+        stderr: fs::read_to_string(&e).unwrap_or_default(),
+    };
+    let _ = fs::remove_file(o);
+    let _ = fs::remove_file(e);
+    out
+}
+
+/// `mantle ARGS` as this process's user (root).
+fn mantle(args: &[&str]) -> Out {
+    let mut c = Command::new(MANTLE);
+    c.args(args);
+    run(c)
+}
+
+/// `mantle ARGS` as user nobody, without groups.
+fn nobody(args: &[&str]) -> Out {
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--reuid=nobody",
+        "--regid=nogroup",
+        "--clear-groups",
+        MANTLE,
+    ])
+    .args(args);
+    run(c)
+}
+
+/// `mantle ARGS` in a new user namespace where the caller is uid 0
+/// (`unshare -Ur`), started by root or by nobody.
+fn in_userns(as_nobody: bool, args: &[&str]) -> Out {
+    let mut c = if as_nobody {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            "unshare",
+        ]);
+        c
+    } else {
+        Command::new("unshare")
+    };
+    c.args(["-Ur", MANTLE]).args(args);
+    run(c)
+}
+
+#[track_caller]
+fn expect(o: &Out, code: i32, what: &str) {
+    assert_eq!(o.code, code, "{what}: expected exit {code}: {o:#?}");
+}
+
+#[track_caller]
+fn ok(args: &[&str]) -> String {
+    let o = mantle(args);
+    expect(&o, 0, &format!("mantle {}", args.join(" ")));
+    o.stdout
+}
+
+#[track_caller]
+fn json(args: &[&str]) -> Value {
+    let s = ok(args);
+    serde_json::from_str(&s).unwrap_or_else(|e| panic!("mantle {args:?}: not JSON ({e}): {s}"))
+}
+
+/// A tag name unique to this run.
+fn name(what: &str) -> String {
+    format!("ux{}-{what}", std::process::id())
+}
+
+fn listed(tag: &str) -> bool {
+    json(&["tag", "ls", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t["name"] == tag)
+}
+
+fn loaded() -> bool {
+    json(&["tags", "status", "--json"])["loaded"] == true
+}
+
+// ---------------------------------------------------------------- the kernel side
+
+struct KernelEnv {
+    /// /run/mantle-kernel.lock, held for the life of the binary.
+    lock: File,
+    lib: PathBuf,
+}
+
+static KERNEL_ENV: OnceLock<KernelEnv> = OnceLock::new();
+static KERNEL: Mutex<()> = Mutex::new(());
+/// The kernel side is loaded by this binary, watching its libmantle.so.
+static OURS: AtomicBool = AtomicBool::new(false);
+
+#[derive(PartialEq)]
+enum Want {
+    Loaded,
+    Unloaded,
+}
+
+extern "C" fn unload_at_exit() {
+    if OURS.load(Ordering::SeqCst) || Path::new("/sys/fs/bpf/mantle/tags").exists() {
+        let _ = Command::new(MANTLE)
+            .args(["tags", "down"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = fs::remove_dir_all(
+        std::env::temp_dir().join(format!("mantle-cli-ux.{}", std::process::id())),
+    );
+}
+
+/// Serialises the tests that use the kernel side and puts it in the state
+/// they want. The first call takes the machine-wide lock.
+fn kernel(want: Want) -> MutexGuard<'static, ()> {
+    let g = KERNEL.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "these tests load the kernel side: run them as root"
+    );
+    let env = KERNEL_ENV.get_or_init(|| {
+        let lock = common::take_kernel_lock().unwrap_or_else(|e| panic!("kernel lock: {e}"));
+        let lib = common::libmantle().unwrap_or_else(|e| panic!("{e}"));
+        // SAFETY: registering a plain extern "C" fn.
+        unsafe { libc::atexit(unload_at_exit) };
+        KernelEnv { lock, lib }
+    });
+    let is_loaded = loaded();
+    if want == Want::Unloaded && is_loaded {
+        ok(&["tags", "down"]);
+        OURS.store(false, Ordering::SeqCst);
+    }
+    if want == Want::Loaded && !(is_loaded && OURS.load(Ordering::SeqCst)) {
+        if is_loaded {
+            // someone's (under the lock: left over); ours must watch our lib
+            ok(&["tags", "down"]);
+        }
+        ok(&["tags", "up", "--lib", env.lib.to_str().unwrap()]);
+        OURS.store(true, Ordering::SeqCst);
+    }
+    g
+}
+
+/// A process holding tags: `mantle tag run TAGS -- sleep 60`, killed on drop.
+struct Holder(Child);
+
+impl Holder {
+    fn start(tags: &[&str]) -> Holder {
+        let mut c = Command::new(MANTLE);
+        c.args(["tag", "run"])
+            .args(tags)
+            .args(["--", "sleep", "60"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let h = Holder(c.spawn().expect("start holder"));
+        let pid = h.pid().to_string();
+        let end = Instant::now() + Duration::from_secs(10);
+        // Held once `sleep` runs (the tags are set before the exec).
+        while fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default() != "sleep\n" {
+            assert!(Instant::now() < end, "the holder never ran sleep");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        h
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// ---------------------------------------------------------------- help
+
+/// `mantle PATH -h` (short help: one line per argument).
+fn help(path: &[String]) -> String {
+    let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+    args.push("-h");
+    let o = mantle(&args);
+    expect(&o, 0, &format!("mantle {}", args.join(" ")));
+    o.stdout
+}
+
+/// The lines of section `title` ("Commands:", "Options:"...): the indented
+/// lines that follow it.
+fn section<'a>(help: &'a str, title: &str) -> Vec<&'a str> {
+    help.lines()
+        .skip_while(|l| *l != title)
+        .skip(1)
+        .take_while(|l| l.starts_with(' '))
+        .collect()
+}
+
+fn subcommands(help: &str) -> Vec<String> {
+    section(help, "Commands:")
+        .iter()
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help") // clap's own `help` command
+        .map(String::from)
+        .collect()
+}
+
+/// Arguments and options whose help line has no description (clap's
+/// `[default: ..]` and `[possible values: ..]` notes do not count).
+fn undescribed(help: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    for title in ["Arguments:", "Options:"] {
+        for l in section(help, title) {
+            let l = l.trim();
+            let (spec, desc) = l.split_once("  ").unwrap_or((l, ""));
+            let mut desc = desc.trim().to_string();
+            while let Some(i) = desc.rfind(" [").or(desc.starts_with('[').then_some(0)) {
+                if !desc.ends_with(']') {
+                    break;
+                }
+                desc.truncate(i);
+            }
+            if desc.trim().is_empty() {
+                bad.push(spec.to_string());
+            }
+        }
+    }
+    bad
+}
+
+/// Issue 8: eight leaf commands had no examples; --json, NAME, --ttl and
+/// --tid had no descriptions. Walks the whole command tree as clap shows
+/// it (each `Commands:` list), so a command added later is checked too.
+#[test]
+fn every_command_has_examples_and_every_argument_a_description() {
+    let mut todo: Vec<Vec<String>> = vec![vec![]];
+    let mut bad = Vec::new();
+    let mut seen = Vec::new();
+    while let Some(path) = todo.pop() {
+        let h = help(&path);
+        let line = std::iter::once("mantle".to_string())
+            .chain(path.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let examples = section(&h, "Examples:");
+        if examples.is_empty() {
+            bad.push(format!("`{line}`: no Examples section"));
+        } else if !examples.iter().any(|e| e.contains(&line)) {
+            bad.push(format!("`{line}`: no example runs it: {examples:?}"));
+        }
+        for a in undescribed(&h) {
+            bad.push(format!("`{line}`: {a} has no description"));
+        }
+        for s in subcommands(&h) {
+            let mut p = path.clone();
+            p.push(s);
+            todo.push(p);
+        }
+        seen.push(line);
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // The walk really went down the tree.
+    for c in ["mantle tag delete", "mantle tags down", "mantle tag get"] {
+        assert!(seen.iter().any(|s| s == c), "{c} not reached: {seen:?}");
+    }
+    assert!(seen.len() >= 20, "{seen:?}");
+}
+
+/// The cluster table's syntax in `tags up --help` is the parser's.
+#[test]
+fn cluster_help_names_every_attribute() {
+    let h = help(&["tags".into(), "up".into()]);
+    let line = section(&h, "Options:")
+        .into_iter()
+        .find(|l| l.contains("--cluster"))
+        .unwrap();
+    for w in ["ttl=N|inf", "system", "deadlock"] {
+        assert!(line.contains(w), "--cluster help lacks {w}: {line}");
+    }
+}
+
+// ---------------------------------------------------------------- usage errors
+
+/// `mantle tags ls` named no `mantle tag ls`, and the reverse: every
+/// command of one that the other lacks points at the other.
+#[test]
+fn tags_and_tag_point_at_each_other() {
+    for (wrong, right) in [("tags", "tag"), ("tag", "tags")] {
+        let theirs = subcommands(&help(&[wrong.into()]));
+        for sub in subcommands(&help(&[right.into()])) {
+            if theirs.contains(&sub) {
+                continue;
+            }
+            let o = mantle(&[wrong, &sub]);
+            expect(&o, 2, &format!("mantle {wrong} {sub}"));
+            let want = format!("mantle {right} {sub}");
+            assert!(
+                o.stderr.contains(&want),
+                "mantle {wrong} {sub}: no hint {want:?}: {}",
+                o.stderr
+            );
+        }
+    }
+}
+
+/// `tag run T true` (no `--`) said only that COMMAND is missing.
+#[test]
+fn run_without_double_dash_suggests_it() {
+    let o = mantle(&["tag", "run", "T", "true"]);
+    expect(&o, 2, "tag run T true");
+    assert!(
+        o.stderr.contains("`mantle tag run T -- true`"),
+        "{}",
+        o.stderr
+    );
+    // With options, and an option of the command that clap saw as ours:
+    // the tip keeps --ttl and replaces clap's "use '-- -c'".
+    let o = mantle(&["tag", "run", "--ttl", "2", "T", "sh", "-c", "x"]);
+    expect(&o, 2, "tag run --ttl 2 T sh -c x");
+    assert!(
+        o.stderr.contains("`mantle tag run --ttl 2 T -- sh -c x`"),
+        "{}",
+        o.stderr
+    );
+    assert!(!o.stderr.contains("'-- -c'"), "{}", o.stderr);
+}
+
+/// `--ttl -1` got clap's "use '-- -1'" (which fails too); `--lifeline
+/// 10000000000` reported the u32 range instead of the 65536 records all
+/// lifelines share.
+#[test]
+fn ttl_and_lifeline_errors_give_the_real_limits() {
+    for args in [
+        vec!["tag", "create", "x", "--ttl", "-1"],
+        vec!["tag", "set", "x", "--pid", "1", "--ttl", "-1"],
+        vec!["tag", "run", "x", "--ttl", "-1", "--", "true"],
+        vec!["tag", "create", "x", "--ttl", "255"],
+    ] {
+        let o = mantle(&args);
+        expect(&o, 2, &args.join(" "));
+        assert!(
+            o.stderr.contains("0..=254 or 'inf'"),
+            "{args:?}: {}",
+            o.stderr
+        );
+        assert!(!o.stderr.contains("'-- -1'"), "{args:?}: {}", o.stderr);
+    }
+    for n in ["10000000000", "65537", "-5"] {
+        let o = mantle(&["tag", "create", "x", "--lifeline", n]);
+        expect(&o, 2, &format!("--lifeline {n}"));
+        assert!(o.stderr.contains("65536"), "--lifeline {n}: {}", o.stderr);
+        assert!(
+            !o.stderr.contains("4294967295"),
+            "--lifeline {n}: {}",
+            o.stderr
+        );
+    }
+}
+
+// ---------------------------------------------------------------- exit codes
+
+/// The cases of issue 8, each with the code README "Exit codes" gives it.
+#[test]
+fn exit_codes_follow_one_rule() {
+    let _k = kernel(Want::Loaded);
+    let t = name("codes");
+    ok(&["tag", "create", &t, "--lifeline", "64"]);
+    let plain = name("plain");
+    ok(&["tag", "create", &plain]);
+    let records = |tag: &str| json(&["tag", "lifeline", tag, "--json"]);
+
+    // A malformed name is a usage error, whatever the command (`tag delete
+    // ""` was 5, `tag create ""` 2).
+    for args in [
+        vec!["tag", "delete", ""],
+        vec!["tag", "create", ""],
+        vec!["tag", "set", "", "--pid", "1"],
+        vec!["tag", "lifeline", ""],
+        vec!["tag", "threads", "a b"],
+        vec!["tag", "run", "", "--", "true"],
+    ] {
+        expect(&mantle(&args), 2, &format!("{args:?}"));
+    }
+    // Well formed but absent: not found.
+    expect(
+        &mantle(&["tag", "delete", &name("absent")]),
+        5,
+        "delete absent",
+    );
+    expect(
+        &mantle(&["tag", "get", "--tid", "999999999"]),
+        5,
+        "get absent tid",
+    );
+
+    // `tag run` of a program that cannot start: nothing is set (the
+    // lifeline stays empty), 5 when it is not there, 4 when it is not
+    // executable. (It was 2, after recording a `set`.)
+    for (cmd, code) in [
+        ("/nonexistent", 5),
+        ("mantle-ux-no-such-command", 5),
+        ("/etc/passwd", 4),
+        ("/tmp", 4),
+    ] {
+        let o = mantle(&["tag", "run", &t, "--", cmd]);
+        expect(&o, code, &format!("tag run -- {cmd}"));
+        assert!(!o.stderr.contains("invalid argument"), "{}", o.stderr);
+    }
+    // Nor when one of the tags does not exist.
+    let o = mantle(&["tag", "run", &t, &name("absent"), "--", "true"]);
+    expect(&o, 5, "tag run with an unknown tag");
+    assert_eq!(
+        records(&t),
+        Value::Array(vec![]),
+        "a failed run left a trace"
+    );
+    // A command that runs: its status, and one `set`.
+    let o = mantle(&["tag", "run", &t, "--", "sh", "-c", "exit 7"]);
+    expect(&o, 7, "tag run -- sh -c 'exit 7'");
+    let r = records(&t);
+    assert_eq!(r.as_array().unwrap().len(), 1, "{r}");
+    assert_eq!(r[0]["via"], "set", "{r}");
+
+    // The lifeline of a tag without one: not found (was 2).
+    let o = mantle(&["tag", "lifeline", &plain]);
+    expect(&o, 5, "lifeline of a tag without one");
+    assert!(o.stderr.contains("no lifeline"), "{}", o.stderr);
+
+    for n in [&t, &plain] {
+        ok(&["tag", "delete", n]);
+    }
+}
+
+/// `tags down` with nothing loaded: 3, and no advice to run `tags up`.
+#[test]
+fn tags_down_when_not_loaded() {
+    let _k = kernel(Want::Unloaded);
+    let o = mantle(&["tags", "down"]);
+    expect(&o, 3, "tags down, not loaded");
+    assert!(o.stderr.contains("nothing to unload"), "{}", o.stderr);
+    assert!(!o.stderr.contains("tags up"), "{}", o.stderr);
+    // Other commands still say how to load it.
+    let o = mantle(&["tag", "ls"]);
+    expect(&o, 3, "tag ls, not loaded");
+    assert!(o.stderr.contains("mantle tags up"), "{}", o.stderr);
+}
+
+// ---------------------------------------------------------------- owners
+
+/// README: a tag's owner may delete it. `mantle tag delete` refused them
+/// ("owners use the library call"), and --owner took only a number.
+#[test]
+fn an_owner_deletes_their_tag_and_nobody_else_does() {
+    let _k = kernel(Want::Loaded);
+    let owner_of = |tag: &str| {
+        json(&["tag", "ls", "--json"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == tag)
+            .map(|t| t["owner_uid"].clone())
+            .unwrap_or_else(|| panic!("{tag} not listed"))
+    };
+    let mine = name("mine");
+    ok(&["tag", "create", &mine, "--owner", "nobody"]);
+    assert_eq!(owner_of(&mine), NOBODY);
+    let o = nobody(&["tag", "delete", &mine]);
+    expect(&o, 0, "the owner deletes their tag");
+    assert!(!listed(&mine), "{mine} is still there");
+
+    let numeric = name("num");
+    ok(&["tag", "create", &numeric, "--owner", &NOBODY.to_string()]);
+    assert_eq!(owner_of(&numeric), NOBODY);
+    expect(&nobody(&["tag", "delete", &numeric]), 0, "owner by uid");
+
+    // Other users' tags: root's, daemon's.
+    let roots = name("root");
+    ok(&["tag", "create", &roots]);
+    let daemons = name("daemon");
+    ok(&["tag", "create", &daemons, "--owner", "daemon"]);
+    assert_eq!(owner_of(&daemons), 1);
+    for t in [&roots, &daemons] {
+        let o = nobody(&["tag", "delete", t]);
+        expect(&o, 4, &format!("nobody deletes {t}"));
+        assert!(listed(t), "{t} was deleted by nobody");
+    }
+    expect(&nobody(&["tag", "delete", &name("absent")]), 5, "absent");
+
+    // Users that do not exist are refused, and nothing is created.
+    for who in ["mantle-ux-no-such-user", "3999999999"] {
+        let t = name("ghost");
+        let o = mantle(&["tag", "create", &t, "--owner", who]);
+        expect(&o, 5, &format!("--owner {who}"));
+        assert!(o.stderr.contains("no such user"), "{}", o.stderr);
+        assert!(!listed(&t));
+    }
+    for t in [&roots, &daemons] {
+        ok(&["tag", "delete", t]);
+    }
+}
+
+// ---------------------------------------------------------------- user namespaces
+
+/// Inside `unshare -Ur` the CLI took itself for root (`tag ls`: "map ctl
+/// is readable by root only"). There it is an unprivileged user, whoever
+/// started the namespace: it reads what anybody may read, and commands
+/// that need privilege say so (exit 4) instead of failing strangely (or,
+/// for root's namespace, unloading the kernel side).
+fn unprivileged_in_userns(as_nobody: bool) {
+    let who = if as_nobody { "nobody" } else { "root" };
+    let t = name(&format!("ns{}", as_nobody as u8));
+    ok(&["tag", "create", &t, "--owner", "nobody"]);
+    let o = in_userns(as_nobody, &["tag", "ls", "--json"]);
+    expect(&o, 0, &format!("tag ls in a user namespace made by {who}"));
+    let l: Value = serde_json::from_str(&o.stdout).unwrap();
+    let mine = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == t.as_str());
+    // Listed, and seen as an unprivileged user sees it.
+    assert_eq!(
+        mine.map(|x| x["owner_uid"].clone()),
+        Some(Value::Null),
+        "{l}"
+    );
+    for args in [
+        vec!["tag", "create", "uxns-new"],
+        vec!["tag", "threads"],
+        vec!["tags", "down"],
+        vec!["tags", "up"],
+    ] {
+        let o = in_userns(as_nobody, &args);
+        expect(
+            &o,
+            4,
+            &format!("{args:?} in a user namespace made by {who}"),
+        );
+        assert!(o.stderr.contains("permission denied"), "{}", o.stderr);
+    }
+    assert!(loaded(), "`tags down` in a user namespace unloaded");
+    if as_nobody {
+        // uid 0 in nobody's namespace is nobody outside: the owner.
+        let o = in_userns(true, &["tag", "delete", &t]);
+        expect(&o, 0, "the owner deletes from a user namespace");
+        assert!(!listed(&t));
+    } else {
+        ok(&["tag", "delete", &t]);
+    }
+}
+
+#[test]
+fn uid_0_in_roots_user_namespace_is_not_privileged() {
+    let _k = kernel(Want::Loaded);
+    unprivileged_in_userns(false);
+}
+
+#[test]
+fn uid_0_in_nobodys_user_namespace_is_not_privileged() {
+    let _k = kernel(Want::Loaded);
+    unprivileged_in_userns(true);
+}
+
+// ---------------------------------------------------------------- JSON
+
+/// README "JSON": the keys of each object kind, from its tables.
+fn documented() -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("README.md");
+    let part = readme
+        .split("\n### JSON\n")
+        .nth(1)
+        .expect("README has a JSON section");
+    let part = part.split("\n## ").next().unwrap();
+    let mut kinds = std::collections::BTreeMap::new();
+    for sub in part.split("\n#### ").skip(1) {
+        let kind = sub.lines().next().unwrap().trim().to_string();
+        let keys: BTreeSet<String> = sub
+            .lines()
+            .filter_map(|l| l.strip_prefix("| `"))
+            .filter_map(|l| l.split('`').next())
+            .map(String::from)
+            .collect();
+        assert!(!keys.is_empty(), "README JSON: {kind} has no keys");
+        kinds.insert(kind, keys);
+    }
+    for k in ["tag", "thread", "held tag", "lifeline record"] {
+        assert!(kinds.contains_key(k), "README JSON lacks {k}: {kinds:?}");
+    }
+    kinds
+}
+
+fn keys(v: &Value) -> BTreeSet<String> {
+    v.as_object()
+        .unwrap_or_else(|| panic!("not an object: {v}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// A TTL: hops 0..=254, or null for unlimited.
+#[track_caller]
+fn check_ttl(v: &Value, ctx: &str) {
+    match v {
+        Value::Null => {}
+        Value::Number(n) if n.as_u64().is_some_and(|n| n <= 254) => {}
+        _ => panic!("{ctx}: ttl {v} is neither null nor 0..=254"),
+    }
+}
+
+struct Schema(std::collections::BTreeMap<String, BTreeSet<String>>);
+
+impl Schema {
+    #[track_caller]
+    fn object(&self, kind: &str, v: &Value, ctx: &str) {
+        assert_eq!(
+            keys(v),
+            self.0[kind],
+            "{ctx}: a {kind} differs from README: {v}"
+        );
+    }
+    #[track_caller]
+    fn tag(&self, v: &Value, ctx: &str) {
+        self.object("tag", v, ctx);
+        check_ttl(&v["ttl"], ctx);
+    }
+    #[track_caller]
+    fn thread(&self, v: &Value, ctx: &str) {
+        self.object("thread", v, ctx);
+        for h in v["tags"].as_array().unwrap() {
+            self.object("held tag", h, ctx);
+            check_ttl(&h["ttl"], ctx);
+        }
+        assert!(v["terminators"].is_array(), "{ctx}: {v}");
+    }
+    #[track_caller]
+    fn records(&self, v: &Value, ctx: &str) {
+        for r in v
+            .as_array()
+            .unwrap_or_else(|| panic!("{ctx}: not a list: {v}"))
+        {
+            self.object("lifeline record", r, ctx);
+            check_ttl(&r["ttl"], ctx);
+        }
+    }
+}
+
+fn ttl_of(thread: &Value, tag: &str) -> Value {
+    thread["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["name"] == tag)
+        .unwrap_or_else(|| panic!("{tag} not held: {thread}"))["ttl"]
+        .clone()
+}
+
+/// Infinite TTL was null in `tag ls` and 255 elsewhere; `tag threads` gave
+/// [name, ttl] pairs; `tag get --json` a bare list; `owner_pid` the pid of
+/// a short-lived `mantle`. Now every command prints README's objects.
+#[test]
+fn json_follows_the_documented_schema() {
+    let _k = kernel(Want::Loaded);
+    let s = Schema(documented());
+    let inf = name("inf");
+    let three = name("three");
+    let created = json(&["tag", "create", &inf, "--lifeline", "64", "--json"]);
+    s.tag(&created, "tag create");
+    assert_eq!(created["ttl"], Value::Null, "{created}");
+    let c3 = json(&[
+        "tag",
+        "create",
+        &three,
+        "--ttl",
+        "3",
+        "--lifeline",
+        "64",
+        "--json",
+    ]);
+    s.tag(&c3, "tag create --ttl 3");
+    assert_eq!(c3["ttl"], 3);
+    let ls = json(&["tag", "ls", "--json"]);
+    for t in ls.as_array().unwrap() {
+        s.tag(t, "tag ls");
+    }
+
+    let h = Holder::start(&[&inf, &three]);
+    let pid = h.pid().to_string();
+    let threads = json(&["tag", "threads", &inf, "--json"]);
+    let mut found = false;
+    for th in threads.as_array().unwrap() {
+        s.thread(th, "tag threads");
+        if th["tid"] == h.pid() {
+            found = true;
+            assert_eq!(ttl_of(th, &inf), Value::Null, "{th}");
+            assert_eq!(ttl_of(th, &three), 3, "{th}");
+        }
+    }
+    assert!(found, "the holder is not in tag threads: {threads}");
+    for th in json(&["tag", "threads", "--json"]).as_array().unwrap() {
+        s.thread(th, "tag threads (all)");
+    }
+
+    let got = json(&["tag", "get", "--tid", &pid, "--json"]);
+    s.thread(&got, "tag get");
+    assert_eq!(got["pid"], h.pid());
+    assert_eq!(got["comm"], "sleep");
+    assert_eq!(ttl_of(&got, &inf), Value::Null);
+    assert_eq!(ttl_of(&got, &three), 3);
+    // An untagged thread is a thread too (this process: never tagged).
+    let me = json(&[
+        "tag",
+        "get",
+        "--tid",
+        &std::process::id().to_string(),
+        "--json",
+    ]);
+    s.thread(&me, "tag get (untagged)");
+    assert_eq!(
+        me["tags"],
+        Value::Array(vec![]),
+        "this test process holds tags"
+    );
+
+    // Unprivileged: the thread without what only root may read.
+    let o = nobody(&["tag", "get", "--tid", &pid, "--json"]);
+    expect(&o, 0, "tag get as nobody");
+    let v: Value = serde_json::from_str(&o.stdout).unwrap();
+    let mut want = s.0["thread"].clone();
+    want.remove("system");
+    want.remove("terminators");
+    assert_eq!(keys(&v), want, "tag get as nobody: {v}");
+    let mut held = s.0["held tag"].clone();
+    held.remove("ttl");
+    let names: BTreeSet<String> = v["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            assert_eq!(keys(x), held, "{v}");
+            x["name"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(names, BTreeSet::from([inf.clone(), three.clone()]));
+    drop(h);
+
+    // Lifelines: the `set` of each tag, with its TTL.
+    let l = json(&["tag", "lifeline", &inf, "--json"]);
+    s.records(&l, "tag lifeline");
+    assert_eq!(l[0]["via"], "set", "{l}");
+    assert_eq!(l[0]["ttl"], Value::Null, "{l}");
+    let l3 = json(&["tag", "lifeline", &three, "--json"]);
+    s.records(&l3, "tag lifeline (ttl 3)");
+    assert_eq!(l3[0]["ttl"], 3, "{l3}");
+    // What --json saved, --merge reads back (null included), under a name
+    // this machine does not have.
+    let gone = name("gone");
+    let mut saved = l.clone();
+    for r in saved.as_array_mut().unwrap() {
+        r["tag"] = Value::from(gone.as_str());
+    }
+    let (file, _) = out_files();
+    fs::write(&file, saved.to_string()).unwrap();
+    let merged = json(&[
+        "tag",
+        "lifeline",
+        &gone,
+        "--merge",
+        file.to_str().unwrap(),
+        "--json",
+    ]);
+    s.records(&merged, "tag lifeline --merge");
+    assert_eq!(
+        merged.as_array().unwrap().len(),
+        l.as_array().unwrap().len()
+    );
+    assert_eq!(merged[0]["ttl"], Value::Null, "{merged}");
+    let _ = fs::remove_file(file);
+
+    for n in [&inf, &three] {
+        ok(&["tag", "delete", n]);
+    }
+
+    // The demo: one JSON document on standard output.
+    let d = json(&["demo", "--json"]);
+    for th in d["holders"].as_array().unwrap() {
+        s.thread(th, "demo holders");
+    }
+    s.records(&d["lifeline"], "demo lifeline");
+    assert!(!d["lifeline"].as_array().unwrap().is_empty(), "{d}");
+}
+
+// ---------------------------------------------------------------- doctor
+
+/// `doctor` said "2: only privileged users may use bpf(2)", which is false
+/// since Linux 6.5: unprivileged users still open pinned objects (here:
+/// `tag ls` as nobody reads the public maps).
+#[test]
+fn doctor_says_what_unprivileged_bpf_disabled_means() {
+    let _k = kernel(Want::Loaded);
+    let v =
+        fs::read_to_string("/proc/sys/kernel/unprivileged_bpf_disabled").expect("read the sysctl");
+    let v: i64 = v.trim().parse().unwrap();
+    let r = json(&["doctor", "--json"]);
+    let f = r["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["id"] == "sysctl_unprivileged_bpf_disabled")
+        .unwrap_or_else(|| panic!("no sysctl feature: {r}"))
+        .clone();
+    let detail = f["detail"].as_str().unwrap();
+    assert!(detail.starts_with(&format!("{v}: ")), "{detail}");
+    expect(&nobody(&["tag", "ls"]), 0, "tag ls as nobody");
+    if v != 0 {
+        // This machine: unprivileged users do use bpf(2) (the `tag ls`
+        // above), so doctor must not say they may not.
+        assert!(!detail.contains("may use bpf(2)"), "{detail}");
+        assert!(detail.contains("create maps and load programs"), "{detail}");
+    }
+}
+
+// ---------------------------------------------------------------- examples
+
+/// Runs examples/NAME as root with this mantle, passing our hold of the
+/// kernel lock down (lib.sh reuses an inherited locked fd).
+fn example(script: &str) -> Out {
+    let env = KERNEL_ENV.get().expect("kernel() first");
+    let fd = env.lock.as_raw_fd();
+    let mut c = Command::new("bash");
+    c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/").to_string() + script)
+        .env("MANTLE", MANTLE);
+    // SAFETY: between fork and exec only fcntl, which is async-signal-safe.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    run(c)
+}
+
+/// The examples ran `tags down` at start and end, deleting other users'
+/// tags. Now: a kernel side they find loaded stays loaded with its tags
+/// (they delete only theirs); one they load, they unload.
+#[test]
+fn examples_leave_the_kernel_side_as_they_found_it() {
+    {
+        let _k = kernel(Want::Loaded);
+        let theirs = name("theirs");
+        ok(&["tag", "create", &theirs]);
+        let o = example("file-writes.sh");
+        expect(&o, 0, "file-writes.sh with the kernel side loaded");
+        assert!(o.stdout.contains("OK:"), "{}", o.stdout);
+        assert!(
+            loaded(),
+            "the example unloaded a kernel side it found loaded"
+        );
+        assert!(listed(&theirs), "the example deleted someone else's tag");
+        for t in ["tau_a", "tau_b"] {
+            assert!(!listed(t), "the example left its tag {t}");
+        }
+        ok(&["tag", "delete", &theirs]);
+    }
+    {
+        let _k = kernel(Want::Unloaded);
+        let o = example("file-writes.sh");
+        expect(&o, 0, "file-writes.sh with nothing loaded");
+        assert!(o.stdout.contains("OK:"), "{}", o.stdout);
+        assert!(!loaded(), "the example left the kernel side it loaded");
+    }
+}
