@@ -65,7 +65,9 @@ kernel_lock() {
 }
 
 mantle_up() {
-  if ! "$M" tags status | grep -q '^tags: loaded'; then
+  # (no `| grep -q`: under pipefail, grep's early exit kills mantle with
+  # SIGPIPE and the pipeline fails although the text matched)
+  if [[ $("$M" tags status) != "tags: loaded"* ]]; then
     "$M" tags up "$@" >/dev/null
     _LOADED=1
     return
