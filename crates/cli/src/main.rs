@@ -831,10 +831,11 @@ fn print_threads(ts: &[mantle_tags::ThreadInfo], json: bool) {
 }
 
 /// The local lifeline of `name`. A tag made without one is "not found"
-/// (exit 5), like a tag that does not exist.
+/// (exit 5), like a tag that does not exist; for those who may read
+/// lifelines (others are refused first, exit 4).
 fn local_lifeline(name: &str) -> Result<Vec<mantle_tags::ReceptionInfo>, Failure> {
     let t = Tags::open()?;
-    if t.info(t.lookup(name)?)?.lifeline == 0 {
+    if mantle_sys::os::privileged() && t.info(t.lookup(name)?)?.lifeline == 0 {
         return Err(Failure::new(
             EXIT_NOT_FOUND,
             format!("tag {name:?} has no lifeline (create it with --lifeline N)"),
@@ -1242,8 +1243,10 @@ fn tag_cmd(c: TagCmd) -> Result<(), Failure> {
         }
         TagCmd::Threads { name, json } => print_threads(&t.threads(name.as_deref())?, json),
         TagCmd::Get { tid, json } => {
-            let (pid, comm) = proc_thread(tid)?;
+            // A tid beyond the view cannot exist (out of range, exit 2);
+            // one within it may not (exit 5).
             let v = t.vector_of(tid)?;
+            let (pid, comm) = proc_thread(tid)?;
             if !json {
                 println!("{}", v.join(" "));
             } else if mantle_sys::os::privileged() {

@@ -453,10 +453,27 @@ fn exit_codes_follow_one_rule() {
         5,
         "delete absent",
     );
+    // A thread id within pid_max that no thread has.
+    let pid_max: u32 = fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let free = (1..pid_max)
+        .rev()
+        .find(|t| !Path::new(&format!("/proc/{t}")).exists())
+        .unwrap()
+        .to_string();
     expect(
-        &mantle(&["tag", "get", "--tid", "999999999"]),
+        &mantle(&["tag", "get", "--tid", &free]),
         5,
         "get absent tid",
+    );
+    // Beyond any thread id: out of range.
+    expect(
+        &mantle(&["tag", "get", "--tid", "999999999"]),
+        2,
+        "get tid beyond pid_max",
     );
 
     // `tag run` of a program that cannot start: nothing is set (the

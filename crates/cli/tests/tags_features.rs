@@ -105,9 +105,17 @@ fn lifeline_vias(name: &str) -> (serde_json::Value, Vec<String>) {
     (l, vias)
 }
 
+/// Names of the tags thread `tid` holds (`tag get --json`: a thread,
+/// README "JSON").
 fn tags_of(tid: u32) -> Vec<String> {
     let out = ok(&["tag", "get", "--tid", &tid.to_string(), "--json"]);
-    serde_json::from_str(&out).expect("tag get --json")
+    let v: serde_json::Value = serde_json::from_str(&out).expect("tag get --json");
+    v["tags"]
+        .as_array()
+        .unwrap_or_else(|| panic!("tag get --json: no tags: {out}"))
+        .iter()
+        .map(|h| h["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
