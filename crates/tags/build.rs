@@ -80,5 +80,6 @@ fn main() {
         .expect("failed to build tags.bpf.c");
     println!("cargo:rerun-if-changed=src/bpf/tags.bpf.c");
     println!("cargo:rerun-if-changed=src/bpf/tags.h");
+    println!("cargo:rerun-if-changed=src/bpf/ctz64.h");
     println!("cargo:rerun-if-env-changed=MANTLE_MT_TAGS");
 }
