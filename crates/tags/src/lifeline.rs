@@ -10,11 +10,23 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-/// Merges lifelines from several machines into one causal order: by Lamport
-/// clock, then machine, then the machine's own reception sequence. If a
-/// reception happened before another (same thread, or through the message
-/// that carried the tag), its Lamport clock is smaller, so it comes first.
+/// Puts lifelines together for output. One lifeline (this machine's ring,
+/// or one saved file) keeps its own order: on one machine that is the order
+/// receptions happened in (the ring's sequence), which Lamport clocks do
+/// not give: they are per thread, so a thread that got the tag late from a
+/// short chain has a smaller clock than one that got it earlier at the end
+/// of a long chain.
+///
+/// Several lifelines (from several machines) are merged into one causal
+/// order: by Lamport clock, then machine, then the machine's own reception
+/// sequence. If a reception happened before another (same thread, or
+/// through the message that carried the tag), its Lamport clock is smaller,
+/// so it comes first; records of one machine may then leave their
+/// sequence, as there is no common clock to keep both orders.
 pub fn merge(mut parts: Vec<Vec<ReceptionInfo>>) -> Vec<ReceptionInfo> {
+    if parts.len() == 1 {
+        return parts.pop().unwrap_or_default();
+    }
     let mut all: Vec<ReceptionInfo> = parts.drain(..).flatten().collect();
     all.sort_by(|a, b| (a.lamport, &a.host, a.seq).cmp(&(b.lamport, &b.host, b.seq)));
     all.dedup_by(|a, b| a.host == b.host && a.seq == b.seq && a.tag == b.tag);
@@ -340,6 +352,30 @@ mod tests {
         );
         // merging a lifeline with itself changes nothing
         assert_eq!(merge(vec![m.clone(), m.clone()]).len(), 4);
+    }
+
+    /// One machine's lifeline is printed as it happened: A is given the
+    /// tag (clock 1), passes it to B (3), B to C (5), and then A to D (4):
+    /// D's clock is below C's although D got the tag last.
+    #[test]
+    fn one_lifeline_keeps_reception_order() {
+        let l = vec![
+            rec("h", 1, 1, 10, 10, "set", 0),
+            rec("h", 2, 3, 11, 10, "pipe", 1),
+            rec("h", 3, 5, 12, 11, "pipe", 2),
+            rec("h", 4, 4, 13, 10, "pipe", 3),
+        ];
+        let seqs = |m: &[ReceptionInfo]| m.iter().map(|r| r.seq).collect::<Vec<_>>();
+        assert_eq!(seqs(&merge(vec![l.clone()])), vec![1, 2, 3, 4]);
+        // Merged with another machine's, the causal order rules.
+        let other = vec![rec("k", 1, 6, 20, 12, "tcp", 4)];
+        let m = merge(vec![l, other]);
+        let order: Vec<(String, u64)> = m.iter().map(|r| (r.host.clone(), r.seq)).collect();
+        let want: Vec<(String, u64)> = [("h", 1), ("h", 2), ("h", 4), ("h", 3), ("k", 1)]
+            .iter()
+            .map(|(h, s)| (h.to_string(), *s))
+            .collect();
+        assert_eq!(order, want);
     }
 
     #[test]
