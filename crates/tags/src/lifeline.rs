@@ -28,9 +28,27 @@ pub fn merge(mut parts: Vec<Vec<ReceptionInfo>>) -> Vec<ReceptionInfo> {
         return parts.pop().unwrap_or_default();
     }
     let mut all: Vec<ReceptionInfo> = parts.drain(..).flatten().collect();
-    all.sort_by(|a, b| (a.lamport, &a.host, a.seq).cmp(&(b.lamport, &b.host, b.seq)));
-    all.dedup_by(|a, b| a.host == b.host && a.seq == b.seq && a.tag == b.tag);
+    // The documented order first, then every other field: a total order,
+    // so that the result does not depend on the order of the files and a
+    // record given twice (two files that overlap) sorts next to itself.
+    all.sort_by(merge_order);
+    // Only a record equal in every field is the same reception: one host's
+    // sequence numbers start again at each load, so two loads' files share
+    // (host, seq, tag) for different receptions, which must both stay.
+    all.dedup();
     all
+}
+
+/// Order of receptions in a merge: Lamport clock, host, the host's
+/// sequence, then the remaining fields to break ties.
+fn merge_order(a: &ReceptionInfo, b: &ReceptionInfo) -> std::cmp::Ordering {
+    (a.lamport, &a.host, a.seq, &a.tag, a.ts_ns)
+        .cmp(&(b.lamport, &b.host, b.seq, &b.tag, b.ts_ns))
+        .then_with(|| {
+            (a.rx_tid, a.rx_pid, &a.rx_comm, a.tx_tid, a.tx_pid)
+                .cmp(&(b.rx_tid, b.rx_pid, &b.rx_comm, b.tx_tid, b.tx_pid))
+        })
+        .then_with(|| (&a.via, a.ttl, &a.tx_host).cmp(&(&b.via, b.ttl, &b.tx_host)))
 }
 
 /// Whether the receptions come from more than one machine.
@@ -68,7 +86,7 @@ pub fn chrome_trace(l: &[ReceptionInfo]) -> Value {
     let ids = pid_ids(l);
     let mut ev = Vec::new();
     let mut names: BTreeMap<u64, String> = BTreeMap::new();
-    for r in l {
+    for (i, r) in l.iter().enumerate() {
         let rx = ids[&(r.host.clone(), r.rx_pid)];
         names.insert(
             rx,
@@ -89,7 +107,10 @@ pub fn chrome_trace(l: &[ReceptionInfo]) -> Value {
         );
         if r.via != "set" && (r.tx_pid, &r.tx_host) != (r.rx_pid, &r.host) {
             let tx = ids[&(r.tx_host.clone(), r.tx_pid)];
-            let id = format!("{}:{}:{}", r.host, r.seq, r.tag);
+            // The record's place in the lifeline: unique, where host, seq
+            // and tag are not (a lifeline may repeat them, and host and
+            // tag names may hold the separator).
+            let id = i;
             ev.push(
                 json!({"name": format!("send {}", r.tag), "cat": "mantle.tag", "ph": "X",
                 "ts": t - 0.5, "dur": 0.5, "pid": tx, "tid": r.tx_tid}),
@@ -97,6 +118,23 @@ pub fn chrome_trace(l: &[ReceptionInfo]) -> Value {
             ev.push(json!({"name": "tag", "cat": "mantle.tag", "ph": "s", "id": id, "ts": t - 0.5, "pid": tx, "tid": r.tx_tid}));
             ev.push(json!({"name": "tag", "cat": "mantle.tag", "ph": "f", "bp": "e", "id": id, "ts": t, "pid": rx, "tid": r.rx_tid}));
         }
+    }
+    // Processes seen only as senders (the sending machine's file is not in
+    // the merge, or the ring wrapped past their own reception): their
+    // comm is unknown, but without a name the viewer shows our internal id
+    // as if it were a pid.
+    let hosts = ids
+        .keys()
+        .map(|k| &k.0)
+        .collect::<std::collections::BTreeSet<_>>();
+    for ((host, pid), id) in &ids {
+        names.entry(*id).or_insert_with(|| {
+            if hosts.len() > 1 {
+                format!("[{pid}]@{host}")
+            } else {
+                format!("[{pid}]")
+            }
+        });
     }
     for (pid, name) in names {
         ev.push(json!({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}}));
@@ -123,11 +161,25 @@ fn colour(via: &str) -> &'static str {
     }
 }
 
+/// Text from the records (command names, hosts, IPC names of a merged
+/// file) as SVG text or attribute: markup characters escaped, and the
+/// characters XML 1.0 forbids even as references (control characters, which
+/// any process can put in its comm; U+FFFE, U+FFFF) replaced by U+FFFD, or
+/// the whole plot would fail to open.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if c < ' ' || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// An SVG plot of a lifeline in the style of the paper's Figure 4: time
@@ -265,7 +317,7 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
             row_h * 0.7,
             colour(&r.via),
             esc(&r.tag),
-            r.via,
+            esc(&r.via),
             r.tx_pid,
             r.ttl
         );
@@ -278,9 +330,10 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
     for k in kinds {
         let _ = writeln!(
             s,
-            r#"<rect x="{lx}" y="30" width="10" height="10" fill="{}"/><text x="{}" y="39">{k}</text>"#,
+            r#"<rect x="{lx}" y="30" width="10" height="10" fill="{}"/><text x="{}" y="39">{}</text>"#,
             colour(k),
-            lx + 14.0
+            lx + 14.0,
+            esc(k)
         );
         lx += 24.0 + 7.0 * k.len() as f64;
     }
@@ -412,6 +465,84 @@ mod tests {
         assert_eq!(s.matches("<title>").count(), 3);
         assert!(s.contains(">p10[10]<") && s.contains(">p11[11]<"));
         assert!(s.contains("lifeline of t"));
+    }
+
+    // Regression tests for what fuzzing found (crates/tags/fuzz,
+    // docs/tags.md "Fuzzing").
+
+    /// Two loads of mantle on one host number their receptions from 1
+    /// again: files saved from each share (host, seq, tag) for different
+    /// receptions. The merge used to keep only one of them.
+    #[test]
+    fn merge_keeps_distinct_receptions_with_the_same_host_seq_and_tag() {
+        let old = vec![rec("a", 1, 1, 10, 10, "set", 0)];
+        let new = vec![rec("a", 1, 2, 30, 30, "set", 100)];
+        let m = merge(vec![old.clone(), new.clone()]);
+        assert_eq!(m.len(), 2);
+        assert!(m.contains(&old[0]) && m.contains(&new[0]));
+        // the same record in two files is still given once
+        assert_eq!(merge(vec![old.clone(), old.clone(), new]).len(), 2);
+    }
+
+    /// Receptions equal in (Lamport clock, host, seq) but not otherwise
+    /// came out in the order the files were given.
+    #[test]
+    fn merge_does_not_depend_on_the_order_of_the_files() {
+        let a = vec![rec("a", 1, 1, 10, 10, "set", 0)];
+        let b = vec![rec("a", 1, 1, 20, 20, "set", 5)];
+        let ab = merge(vec![a.clone(), b.clone()]);
+        assert_eq!(ab, merge(vec![b, a]));
+        assert_eq!(merge(vec![ab.clone(), ab.clone()]), ab);
+    }
+
+    /// Command names are chosen by any process (prctl) and merged files
+    /// by anyone: their text must never become markup or characters XML
+    /// forbids, or the plot does not open.
+    #[test]
+    fn svg_is_well_formed_whatever_the_records_say() {
+        let mut r = rec("h", 1, 1, 10, 10, "set", 0);
+        r.rx_comm = "evil\u{1b}[31m\u{1}".into();
+        let mut p = rec("h", 2, 2, 11, 10, "pipe", 1);
+        p.via = "<svg onload=alert(1)>".into();
+        let s = svg(&[r, p], "t\u{0}");
+        assert!(!s.chars().any(|c| c < ' ' && c != '\n'), "{s}");
+        assert!(!s.contains("<svg onload"), "{s}");
+        assert!(s.contains("&lt;svg onload=alert(1)&gt;"), "{s}");
+        assert_eq!(s.matches("<title>").count(), 2);
+    }
+
+    /// A process seen only as a sender (its machine's file not merged)
+    /// had no name in the trace, which then showed the internal id.
+    #[test]
+    fn chrome_trace_names_processes_seen_only_as_senders() {
+        let mut r = rec("b", 1, 3, 20, 11, "tcp", 0);
+        r.tx_host = "a".into();
+        let v = chrome_trace(&[r]);
+        let ev = v["traceEvents"].as_array().unwrap();
+        let names: Vec<&str> = ev
+            .iter()
+            .filter(|e| e["ph"] == "M")
+            .map(|e| e["args"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.contains(&"[11]@a"), "{names:?}");
+    }
+
+    /// Flow ids were "host:seq:tag", which a lifeline can repeat (and
+    /// names with ':' can forge): arrows then joined the wrong slices.
+    #[test]
+    fn chrome_flow_ids_are_unique() {
+        let r = rec("h", 2, 2, 11, 10, "pipe", 1);
+        let v = chrome_trace(&[r.clone(), r]);
+        let ids: Vec<String> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "s")
+            .map(|e| e["id"].to_string())
+            .collect();
+        assert_eq!(ids.len(), 2);
+        assert_ne!(ids[0], ids[1]);
     }
 
     #[test]
