@@ -570,10 +570,11 @@ impl From<mantle_prof::Error> for Failure {
     fn from(e: mantle_prof::Error) -> Self {
         use mantle_prof::Error as P;
         let code = match e {
-            P::NoPmu(_) => EXIT_MISSING,
+            P::NoPmu(_) | P::FallbackNoPmu { .. } => EXIT_MISSING,
             P::Permission(_) => EXIT_PERMISSION,
-            P::NoSession(_) | P::NoSuchProcess(_) => EXIT_NOT_FOUND,
+            P::NoSession(_) | P::NoSuchProcess(_) | P::NoMatch { .. } => EXIT_NOT_FOUND,
             P::UnknownEvent(..) | P::Invalid(_) | P::RateTooHigh { .. } => EXIT_USAGE,
+            P::SessionExists(_) | P::NotASession(_) => EXIT_USAGE,
             _ => EXIT_FAILURE,
         };
         Failure {

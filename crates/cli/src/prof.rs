@@ -15,7 +15,7 @@ pub enum ProfCmd {
     },
     /// Sample the system, a process or a command into a session (root).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record -f -o srv.prof -p 1234         # replace the session srv.prof\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
@@ -46,12 +46,16 @@ pub struct RecordArgs {
     /// A sample every COUNT events (ns for cpu-clock / task-clock).
     #[arg(short = 'c', long)]
     count: Option<u64>,
-    /// Session directory.
+    /// Session directory (not replaced if it exists, unless --force).
     #[arg(short, long, default_value = "mantle.prof")]
     output: PathBuf,
-    /// Stop after this many seconds.
-    #[arg(long, value_name = "SECS")]
-    duration: Option<f64>,
+    /// Replace the session at --output (only a session directory, never
+    /// another file or directory).
+    #[arg(short, long)]
+    force: bool,
+    /// Stop after this many seconds (more than 0).
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    duration: Option<Duration>,
     /// How samples leave the kernel: aggregate (in-kernel counts) or ring.
     #[arg(long, default_value = "aggregate", value_parser = ["aggregate", "ring"])]
     transport: String,
@@ -97,6 +101,21 @@ pub struct ReportArgs {
     /// Also write a gzipped pprof profile (go tool pprof).
     #[arg(long, value_name = "PB_GZ")]
     pprof: Option<PathBuf>,
+}
+
+/// `--duration SECS`: a positive, finite number of seconds. (0 recorded
+/// for one poll interval, and a negative or NaN value made
+/// Duration::from_secs_f64 panic.)
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(format!(
+            "{s} is not more than 0 seconds (leave --duration out to record until the command ends or Ctrl-C)"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s}: {e}"))
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.
@@ -164,7 +183,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 freq: a.freq,
                 period: a.count,
                 output: a.output,
-                duration: a.duration.map(Duration::from_secs_f64),
+                duration: a.duration,
                 transport: if a.transport == "ring" {
                     Transport::Ring
                 } else {
@@ -173,6 +192,8 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 drain_interval: Duration::from_millis(a.drain_ms.max(10)),
                 self_timing: a.self_timing,
                 status: !a.quiet,
+                force: a.force,
+                faults: Default::default(),
             };
             let s = mantle_prof::record::record(&opts)?;
             if a.json {
@@ -203,5 +224,140 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
             }
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(subcommand)]
+        c: ProfCmd,
+    }
+
+    fn record(args: &[&str]) -> Result<RecordArgs, clap::Error> {
+        let argv = ["t", "record"].iter().chain(args).copied();
+        match T::try_parse_from(argv)?.c {
+            ProfCmd::Record(a) => Ok(a),
+            _ => unreachable!("record parses as Record"),
+        }
+    }
+
+    #[test]
+    fn duration_must_be_positive_and_finite() {
+        assert_eq!(
+            record(&["--duration", "0.5"]).unwrap().duration,
+            Some(Duration::from_millis(500))
+        );
+        for bad in ["0", "-1", "NaN", "inf", "1e30", "x"] {
+            let arg = format!("--duration={bad}");
+            let e = record(&[&arg]).err().expect(bad);
+            assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+            assert_eq!(e.exit_code(), crate::EXIT_USAGE as i32);
+        }
+        let e = record(&["--duration", "0"]).err().unwrap().to_string();
+        assert!(e.contains("more than 0 seconds"), "{e}");
+    }
+
+    #[test]
+    fn force_is_a_flag() {
+        assert!(!record(&[]).unwrap().force);
+        assert!(record(&["--force"]).unwrap().force);
+        assert!(record(&["-f"]).unwrap().force);
+    }
+
+    /// The report's errors reach the user as the documented exit codes.
+    #[test]
+    fn exit_codes() {
+        use mantle_prof::Error as P;
+        let code = |e: P| crate::Failure::from(e).code;
+        assert_eq!(
+            code(P::NoMatch {
+                filter: "--pid 1".into(),
+                session: "s".into()
+            }),
+            crate::EXIT_NOT_FOUND
+        );
+        assert_eq!(code(P::SessionExists("s".into())), crate::EXIT_USAGE);
+        assert_eq!(code(P::NotASession("s".into())), crate::EXIT_USAGE);
+        assert_eq!(
+            code(P::FallbackNoPmu {
+                event: "cycles".into(),
+                fallback: "instructions".into()
+            }),
+            crate::EXIT_MISSING
+        );
+    }
+
+    /// `mantle prof report --pid N` with no sample of N: exit code 5 and a
+    /// message (main prints it on stderr), not empty tables and 0.
+    #[test]
+    fn report_of_a_pid_without_samples_is_not_found() {
+        use mantle_prof::model::{Image, ImageKind, Meta, Mode, Profile, RowKey};
+        use mantle_prof::session::{write_session, SessionData, FORMAT};
+        let d = std::env::temp_dir().join(format!("mantle-cli-prof-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let mut p =
+            Profile::with_images(vec![Image::named("[kernel.kallsyms]", ImageKind::Kernel)]);
+        p.add_row(
+            RowKey {
+                pid: 7,
+                tid: 7,
+                cpu: 0,
+                mode: Mode::Kernel,
+                image: 0,
+                offset: 0x10,
+                tags: vec![0; mantle_prof::abi::MT_WORDS],
+            },
+            3,
+        )
+        .unwrap();
+        let meta = Meta {
+            format: FORMAT,
+            event: "cpu-clock".into(),
+            samples: 3,
+            ..Default::default()
+        };
+        write_session(
+            &d,
+            &SessionData {
+                meta: &meta,
+                profile: &p,
+                procs: &Default::default(),
+                history: &[],
+                tags: &[],
+                kallsyms_text: None,
+                vdso: None,
+                jit_maps: &[],
+            },
+            false,
+        )
+        .unwrap();
+        let run = |pid: &str| {
+            let cli = <crate::Cli as Parser>::try_parse_from([
+                "mantle",
+                "prof",
+                "report",
+                "--json",
+                "-i",
+                d.to_str().unwrap(),
+                "--pid",
+                pid,
+            ])
+            .unwrap();
+            crate::run(cli)
+        };
+        let f = run("999999").expect_err("no samples of 999999");
+        assert_eq!(f.code, crate::EXIT_NOT_FOUND);
+        assert!(
+            f.message.contains("no samples match --pid 999999"),
+            "{}",
+            f.message
+        );
+        assert!(run("7").is_ok());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

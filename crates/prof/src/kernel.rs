@@ -605,3 +605,22 @@ pub fn vdso_image() -> Option<Vec<u8>> {
     // SAFETY: [s, e) is this process's readable vDSO mapping.
     Some(unsafe { std::slice::from_raw_parts(s as *const u8, e - s) }.to_vec())
 }
+
+/// An anonymous in-memory file holding `data` (memfd_create), for handing
+/// bytes that were already validated to a library that reads files by
+/// path (through [`crate::files::fd_path`]): no file on disk can change
+/// under it.
+pub fn memfd(name: &str, data: &[u8]) -> io::Result<std::fs::File> {
+    use std::io::{Seek, Write};
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::other("NUL in memfd name"))?;
+    // SAFETY: c is a valid NUL-terminated string; the flags are plain bits.
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd we own.
+    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.write_all(data)?;
+    f.rewind()?;
+    Ok(f)
+}

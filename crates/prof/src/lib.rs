@@ -42,8 +42,10 @@
 
 pub mod abi;
 pub mod events;
+pub mod files;
 pub mod kernel;
 pub mod model;
+pub mod parse;
 pub mod pprof;
 pub mod record;
 pub mod report;
@@ -58,6 +60,9 @@ pub use record::{RecordOpts, Summary, Target, Transport};
 pub enum Error {
     #[error("event {0} needs a hardware PMU, and this machine has none (perf_event_open: ENOENT); record with `--fallback cpu-clock` to sample CPU time instead")]
     NoPmu(String),
+    /// The fallback event needs a PMU too, and there is none.
+    #[error("event {event} needs a hardware PMU, and this machine has none; the fallback {fallback} is a hardware event too: use `--fallback cpu-clock` (or task-clock)")]
+    FallbackNoPmu { event: String, fallback: String },
     #[error("unknown event {0:?} (known: {1}; see `mantle prof events`)")]
     UnknownEvent(String, String),
     #[error("-F {asked} is above kernel.perf_event_max_sample_rate ({max}): ask for less, or raise the sysctl; mantle does not lower the rate silently")]
@@ -70,10 +75,59 @@ pub enum Error {
     NoSuchProcess(u32),
     #[error("no session at {0} (record one with `mantle prof record -o DIR`)")]
     NoSession(String),
-    #[error("session: {0}")]
-    Session(String),
+    /// `record -o DIR` where DIR already holds a session.
+    #[error("{0} already exists: pass --force to replace it, or -o another directory")]
+    SessionExists(String),
+    /// `record -o PATH --force` where PATH is not a session: never removed.
+    #[error("{0} exists and is not a mantle session (no meta.json): not replacing it, even with --force")]
+    NotASession(String),
+    /// A report filter (--pid, --comm) that selects no sample.
+    #[error("no samples match {filter} in {session}")]
+    NoMatch { filter: String, session: String },
+    /// A session file (or a file it names) that is not a regular file.
+    #[error("{}: not a regular file ({kind}): not read", path.display())]
+    NotRegular {
+        path: std::path::PathBuf,
+        kind: &'static str,
+    },
+    #[error("{}: larger than {limit} bytes: not read", path.display())]
+    TooLarge {
+        path: std::path::PathBuf,
+        limit: u64,
+    },
+    /// A session file that does not parse or does not make sense.
+    #[error("session file {}: {source}", file.display())]
+    Corrupt {
+        file: std::path::PathBuf,
+        #[source]
+        source: parse::ParseError,
+    },
+    /// Reading or writing a file failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("kernel: {0}")]
     Kernel(String),
+}
+
+impl Error {
+    /// The error of reading `path` with [`files::read_regular`].
+    pub fn open(path: &std::path::Path, e: files::OpenError) -> Error {
+        let path = path.to_path_buf();
+        match e {
+            files::OpenError::NotRegular(kind) => Error::NotRegular { path, kind },
+            files::OpenError::TooLarge { limit } => Error::TooLarge { path, limit },
+            files::OpenError::Io(source) => Error::Io {
+                op: "read",
+                path,
+                source,
+            },
+        }
+    }
 }
 
 /// One line of `mantle prof events`.

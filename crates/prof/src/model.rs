@@ -345,12 +345,22 @@ pub struct RowKey {
 }
 
 /// The compact merged profile: images and counts.
+///
+/// Invariant: the sum of all counts fits a u64. Every count goes in
+/// through [`Profile::add_row`], which checks it, so any partial sum a
+/// report makes (per symbol, image, component, tag) cannot overflow either.
 #[derive(Debug, Default, Clone)]
 pub struct Profile {
     pub images: Vec<Image>,
     index: HashMap<Image, u32>,
-    pub counts: HashMap<RowKey, u64>,
+    counts: HashMap<RowKey, u64>,
+    total: u64,
 }
+
+/// Adding samples would make the profile's total exceed a u64.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("sample counts overflow 64 bits")]
+pub struct CountOverflow;
 
 /// One raw sample as the kernel side aggregated it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -375,16 +385,25 @@ impl Profile {
     }
 
     /// Adds `count` samples of one raw key, resolved now.
-    pub fn add(&mut self, spaces: &AddressSpaces, s: &RawSample, count: u64) {
-        self.add_resolved(s, &spaces.resolve(s.pid, s.ip, s.mode), count);
+    pub fn add(
+        &mut self,
+        spaces: &AddressSpaces,
+        s: &RawSample,
+        count: u64,
+    ) -> Result<(), CountOverflow> {
+        self.add_resolved(s, &spaces.resolve(s.pid, s.ip, s.mode), count)
     }
 
     /// Adds `count` samples of one raw key already resolved.
-    pub fn add_resolved(&mut self, s: &RawSample, r: &Resolved, count: u64) {
+    pub fn add_resolved(
+        &mut self,
+        s: &RawSample,
+        r: &Resolved,
+        count: u64,
+    ) -> Result<(), CountOverflow> {
         let image = self.image_id(&r.image);
-        *self
-            .counts
-            .entry(RowKey {
+        self.add_row(
+            RowKey {
                 pid: s.pid,
                 tid: s.tid,
                 cpu: s.cpu,
@@ -392,16 +411,36 @@ impl Profile {
                 image,
                 offset: r.offset,
                 tags: s.tags.clone(),
-            })
-            .or_insert(0) += count;
+            },
+            count,
+        )
     }
 
-    pub fn add_row(&mut self, k: RowKey, count: u64) {
+    /// Adds `count` samples to a row (rows with equal keys merge). Nothing
+    /// changes when the total would overflow.
+    pub fn add_row(&mut self, k: RowKey, count: u64) -> Result<(), CountOverflow> {
+        let total = self.total.checked_add(count).ok_or(CountOverflow)?;
+        // a row's count is part of the total, so it cannot overflow either
         *self.counts.entry(k).or_insert(0) += count;
+        self.total = total;
+        Ok(())
     }
 
+    /// The sum of all counts.
     pub fn total(&self) -> u64 {
-        self.counts.values().sum()
+        self.total
+    }
+
+    /// The rows and their counts.
+    pub fn counts(&self) -> &HashMap<RowKey, u64> {
+        &self.counts
+    }
+
+    /// Takes every row out (the images stay), e.g. to re-add them under
+    /// other keys.
+    pub fn take_rows(&mut self) -> HashMap<RowKey, u64> {
+        self.total = 0;
+        std::mem::take(&mut self.counts)
     }
 
     /// Rows sorted by key, for a stable file.
@@ -422,6 +461,7 @@ impl Profile {
             images,
             index,
             counts: HashMap::new(),
+            total: 0,
         }
     }
 }
@@ -445,10 +485,14 @@ pub fn tags_hex(tags: &[u64]) -> String {
     }
 }
 
-/// Inverse of [`tags_hex`] for a vector of `words` words.
+/// Inverse of [`tags_hex`] for a vector of `words` words; None unless
+/// `s` is hex digits only (no sign, no space) and fits.
 pub fn parse_tags_hex(s: &str, words: usize) -> Option<Vec<u64>> {
     let mut out = vec![0u64; words];
-    let s = s.trim();
+    // ASCII only: the slicing below is by bytes
+    if s.is_empty() || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
     let n = s.len();
     for (i, w) in out.iter_mut().enumerate() {
         let end = n.checked_sub(16 * i);
@@ -859,7 +903,7 @@ pub fn build_report(
                 .is_none_or(|c| *c == proc_name(k.pid, procs))
     };
     let mut per_image: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-    for k in profile.counts.keys() {
+    for k in profile.counts().keys() {
         if !keep(k) {
             continue;
         }
@@ -896,7 +940,10 @@ pub fn build_report(
     }
     let mut per_tag: BTreeMap<Option<u32>, TagAcc> = BTreeMap::new();
 
-    for (k, &n) in &profile.counts {
+    // Plain additions below: each accumulator sums a subset of the rows
+    // (a row at most once per accumulator), and the rows' total fits a u64
+    // (the Profile invariant).
+    for (k, &n) in profile.counts() {
         if !keep(k) {
             continue;
         }
@@ -1279,13 +1326,35 @@ mod tests {
     fn aggregation_merges_equal_keys() {
         let s = spaces();
         let mut p = Profile::default();
-        p.add(&s, &raw(10, 0x400010, Mode::User, 0), 3);
-        p.add(&s, &raw(10, 0x400010, Mode::User, 0), 4);
-        p.add(&s, &raw(10, 0x400010, Mode::User, 1), 1);
-        p.add(&s, &raw(10, 0xffffffff81000000, Mode::Kernel, 0), 2);
-        assert_eq!(p.counts.len(), 3);
+        p.add(&s, &raw(10, 0x400010, Mode::User, 0), 3).unwrap();
+        p.add(&s, &raw(10, 0x400010, Mode::User, 0), 4).unwrap();
+        p.add(&s, &raw(10, 0x400010, Mode::User, 1), 1).unwrap();
+        p.add(&s, &raw(10, 0xffffffff81000000, Mode::Kernel, 0), 2)
+            .unwrap();
+        assert_eq!(p.counts().len(), 3);
         assert_eq!(p.total(), 10);
         assert_eq!(p.images.len(), 2);
+    }
+
+    #[test]
+    fn counts_that_would_overflow_are_refused_and_change_nothing() {
+        let s = spaces();
+        let mut p = Profile::default();
+        p.add(&s, &raw(10, 0x400010, Mode::User, 0), u64::MAX)
+            .unwrap();
+        assert_eq!(
+            p.add(&s, &raw(10, 0x400020, Mode::User, 0), 1),
+            Err(CountOverflow)
+        );
+        assert_eq!(
+            p.add(&s, &raw(10, 0x400010, Mode::User, 0), 1),
+            Err(CountOverflow)
+        );
+        assert_eq!(p.total(), u64::MAX);
+        assert_eq!(
+            p.counts().values().copied().collect::<Vec<_>>(),
+            vec![u64::MAX]
+        );
     }
 
     #[test]
@@ -1297,6 +1366,10 @@ mod tests {
         assert_eq!(parse_tags_hex("5", 1), Some(vec![5]));
         assert_eq!(parse_tags_hex("0", 2), Some(vec![0, 0]));
         assert_eq!(parse_tags_hex("20000000000000001", 1), None);
+        assert_eq!(parse_tags_hex("+5", 1), None);
+        assert_eq!(parse_tags_hex(" 5", 1), None);
+        assert_eq!(parse_tags_hex("", 1), None);
+        assert_eq!(parse_tags_hex("0\u{e9}000000000000000", 1), None); // sliced inside a character before
         assert_eq!(tag_bits(&[0b101, 1]), vec![0, 2, 64]);
     }
 
@@ -1319,11 +1392,13 @@ mod tests {
     fn report(by_tag: bool) -> Report {
         let s = spaces();
         let mut p = Profile::default();
-        p.add(&s, &raw(10, 0x400010, Mode::User, 0), 60); // slow, untagged
-        p.add(&s, &raw(10, 0x401010, Mode::User, 1), 30); // fast, tag a
-        p.add(&s, &raw(10, 0xffffffff81000010, Mode::Kernel, 1), 5);
-        p.add(&s, &raw(0, 0xffffffff81000010, Mode::Kernel, 0), 4);
-        p.add(&s, &raw(20, 0x999, Mode::User, 0), 1);
+        p.add(&s, &raw(10, 0x400010, Mode::User, 0), 60).unwrap(); // slow, untagged
+        p.add(&s, &raw(10, 0x401010, Mode::User, 1), 30).unwrap(); // fast, tag a
+        p.add(&s, &raw(10, 0xffffffff81000010, Mode::Kernel, 1), 5)
+            .unwrap();
+        p.add(&s, &raw(0, 0xffffffff81000010, Mode::Kernel, 0), 4)
+            .unwrap();
+        p.add(&s, &raw(20, 0x999, Mode::User, 0), 1).unwrap();
         let tags = vec![TagName {
             bit: 0,
             name: "a".into(),

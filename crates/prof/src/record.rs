@@ -52,6 +52,19 @@ pub struct RecordOpts {
     pub self_timing: bool,
     /// Live status line (only drawn when stderr is a terminal).
     pub status: bool,
+    /// Replace `output` if it holds a session (never anything else).
+    pub force: bool,
+    /// Failures to simulate (tests).
+    pub faults: Faults,
+}
+
+/// A seam for tests: system call failures to simulate, so that paths such
+/// as "no hardware PMU" are exercised on every machine, with a PMU or not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// perf_event_open of every hardware event fails with this errno
+    /// (ENOENT is what a machine without a PMU answers).
+    pub hardware_errno: Option<i32>,
 }
 
 impl Default for RecordOpts {
@@ -68,6 +81,8 @@ impl Default for RecordOpts {
             drain_interval: Duration::from_millis(1000),
             self_timing: false,
             status: true,
+            force: false,
+            faults: Faults::default(),
         }
     }
 }
@@ -174,15 +189,147 @@ fn is_missing_pmu(e: &std::io::Error) -> bool {
     )
 }
 
+/// perf_event_open for `ev`, through the [`Faults`] seam.
+fn open_event(
+    ev: &EventDef,
+    a: &PerfEventAttr,
+    pid: i32,
+    cpu: i32,
+    faults: &Faults,
+) -> Result<OwnedFd, std::io::Error> {
+    if let (true, Some(errno)) = (ev.hardware, faults.hardware_errno) {
+        return Err(std::io::Error::from_raw_os_error(errno));
+    }
+    kernel::perf_event_open(a, pid, cpu)
+}
+
 /// Whether an event can be opened here (a counting event on this thread).
 pub fn event_available(e: &EventDef) -> Result<(), std::io::Error> {
+    event_available_with(e, &Faults::default())
+}
+
+fn event_available_with(e: &EventDef, faults: &Faults) -> Result<(), std::io::Error> {
     let a = PerfEventAttr {
         type_: e.type_,
         config: e.config,
         flags: attr::DISABLED,
         ..Default::default()
     };
-    kernel::perf_event_open(&a, 0, -1).map(|_| ())
+    open_event(e, &a, 0, -1, faults).map(|_| ())
+}
+
+/// What [`choose_event`] decided.
+struct Chosen {
+    /// The event to sample.
+    ev: &'static EventDef,
+    /// The event asked for, when the fallback already replaced it.
+    fallback_from: Option<&'static EventDef>,
+    /// The fallback still available, if sampling `ev` is refused later.
+    fallback: Option<&'static EventDef>,
+}
+
+/// The event to sample. Errors name the way out: no PMU (with or without
+/// a fallback that needs one too), a fallback equal to the event.
+fn choose_event(o: &RecordOpts) -> Result<Chosen, Error> {
+    let ev = events::by_name(&o.event)
+        .ok_or_else(|| Error::UnknownEvent(o.event.clone(), events::names()))?;
+    let fb = match &o.fallback {
+        Some(f) => Some(
+            events::by_name(f).ok_or_else(|| Error::UnknownEvent(f.clone(), events::names()))?,
+        ),
+        None => None,
+    };
+    if let Some(fb) = fb {
+        if fb.name == ev.name {
+            return Err(Error::Invalid(format!(
+                "--fallback {} is the event itself (-e {}): the fallback is what is sampled when the event cannot be; use --fallback cpu-clock",
+                o.fallback.as_deref().unwrap_or(fb.name),
+                o.event
+            )));
+        }
+    }
+    let asked = Chosen {
+        ev,
+        fallback_from: None,
+        fallback: fb,
+    };
+    if !ev.hardware {
+        return Ok(asked);
+    }
+    match event_available_with(ev, &o.faults) {
+        Err(e) if is_missing_pmu(&e) => match fb {
+            None => Err(Error::NoPmu(ev.name.into())),
+            Some(fb) => use_fallback(ev, fb, &o.faults),
+        },
+        // other errors (EACCES...) are reported when the sampling events
+        // are opened, with the same mapping as for any event
+        _ => Ok(asked),
+    }
+}
+
+/// `ev` cannot be sampled for want of a PMU: `fb` replaces it, if it needs
+/// no PMU itself.
+fn use_fallback(
+    ev: &'static EventDef,
+    fb: &'static EventDef,
+    faults: &Faults,
+) -> Result<Chosen, Error> {
+    if fb.hardware && event_available_with(fb, faults).is_err_and(|e| is_missing_pmu(&e)) {
+        return Err(Error::FallbackNoPmu {
+            event: ev.name.into(),
+            fallback: fb.name.into(),
+        });
+    }
+    Ok(Chosen {
+        ev: fb,
+        fallback_from: Some(ev),
+        fallback: None,
+    })
+}
+
+/// The error for a sampling event the kernel refused.
+fn open_error(ev: &EventDef, e: std::io::Error, freq: Option<u64>) -> Error {
+    match e.raw_os_error() {
+        Some(libc::EINVAL) if freq.is_some() => Error::Kernel(format!(
+            "the kernel refused {} at {} Hz (EINVAL): kernel.perf_event_max_sample_rate is {}",
+            ev.name,
+            freq.unwrap_or(0),
+            max_sample_rate()
+                .map(|m| m.to_string())
+                .unwrap_or("?".into())
+        )),
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            Error::Permission(format!("perf_event_open of {}: {e}", ev.name))
+        }
+        _ => Error::Kernel(format!("open {} events: {e}", ev.name)),
+    }
+}
+
+/// Checks the options alone (no system calls but a look at `output`).
+fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
+    if o.duration.is_some_and(|d| d.is_zero()) {
+        return Err(Error::Invalid(
+            "--duration must be more than 0 seconds (leave it out to record until the command ends or Ctrl-C)".into(),
+        ));
+    }
+    let (freq, period) = match (o.freq, o.period) {
+        (Some(_), Some(_)) => return Err(Error::Invalid("-F and -c exclude each other".into())),
+        (None, None) => (Some(DEFAULT_FREQ), None),
+        (f, p) => (f, p),
+    };
+    if freq == Some(0) || period == Some(0) {
+        return Err(Error::Invalid("-F and -c must be positive".into()));
+    }
+    if o.drain_interval.is_zero() {
+        return Err(Error::Invalid("the drain interval must be positive".into()));
+    }
+    if let Target::Command(argv) = &o.target {
+        if argv.is_empty() {
+            return Err(Error::Invalid("no command given after --".into()));
+        }
+    }
+    session::check_output(&o.output, o.force)?;
+    Ok((freq, period))
 }
 
 struct BuildIds(HashMap<String, Option<String>>);
@@ -417,31 +564,19 @@ fn unix_ns() -> u64 {
 /// Records a session. Blocks until the command exits, the process exits,
 /// the duration ends, or SIGINT/SIGTERM.
 pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
+    // everything that can be said without root first, and before the
+    // recording (a refusal after minutes of recording would waste them)
+    let (freq, period) = check_opts(o)?;
+    let Chosen {
+        mut ev,
+        fallback_from,
+        fallback,
+    } = choose_event(o)?;
+    let mut fallback_from: Option<String> = fallback_from.map(|e| e.name.to_string());
     if mantle_sys::os::geteuid() != 0 {
         return Err(Error::Permission(
             "recording needs root (system-wide perf events and eBPF)".into(),
         ));
-    }
-    let mut ev = events::by_name(&o.event)
-        .ok_or_else(|| Error::UnknownEvent(o.event.clone(), events::names()))?;
-    let mut fallback_from = None;
-    if let Some(fb) = &o.fallback {
-        let fbe =
-            events::by_name(fb).ok_or_else(|| Error::UnknownEvent(fb.clone(), events::names()))?;
-        if let Err(e) = event_available(ev) {
-            if ev.hardware && is_missing_pmu(&e) {
-                fallback_from = Some(ev.name.to_string());
-                ev = fbe;
-            }
-        }
-    }
-    let (freq, period) = match (o.freq, o.period) {
-        (Some(_), Some(_)) => return Err(Error::Invalid("-F and -c exclude each other".into())),
-        (None, None) => (Some(DEFAULT_FREQ), None),
-        (f, p) => (f, p),
-    };
-    if freq == Some(0) || period == Some(0) {
-        return Err(Error::Invalid("-F and -c must be positive".into()));
     }
     let max_rate_start = max_sample_rate();
     if let (Some(f), Some(m)) = (freq, max_rate_start) {
@@ -599,7 +734,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
                     flags,
                     ..Default::default()
                 };
-                match kernel::perf_event_open(&a, pid, cpu as i32) {
+                match open_event(ev, &a, pid, cpu as i32, &o.faults) {
                     Ok(fd) => fds.push((cpu, fd)),
                     // a thread of -p PID that exited meanwhile
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) && pids.len() > 1 => {}
@@ -611,30 +746,27 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     };
     let fds = match open_all(ev) {
         Ok(f) => f,
-        Err(e) if ev.hardware && is_missing_pmu(&e) => {
-            if let Some(fb) = &o.fallback {
-                let fbe = events::by_name(fb).expect("checked above");
+        // the counting probe passed, sampling did not (a PMU without
+        // sampling interrupts): the same as no PMU
+        Err(e) if ev.hardware && is_missing_pmu(&e) => match fallback {
+            Some(fb) => {
+                let c = use_fallback(ev, fb, &o.faults)?;
                 fallback_from = Some(ev.name.to_string());
-                ev = fbe;
-                open_all(ev).map_err(|e| Error::Kernel(format!("open {} events: {e}", ev.name)))?
-            } else {
-                return Err(Error::NoPmu(ev.name.to_string()));
+                ev = c.ev;
+                match open_all(ev) {
+                    Ok(f) => f,
+                    Err(e) if ev.hardware && is_missing_pmu(&e) => {
+                        return Err(Error::FallbackNoPmu {
+                            event: fallback_from.unwrap_or_default(),
+                            fallback: ev.name.into(),
+                        })
+                    }
+                    Err(e) => return Err(open_error(ev, e, freq)),
+                }
             }
-        }
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && freq.is_some() => {
-            return Err(Error::Kernel(format!(
-                "the kernel refused {} at {} Hz (EINVAL): kernel.perf_event_max_sample_rate is {}",
-                ev.name,
-                freq.unwrap(),
-                max_sample_rate()
-                    .map(|m| m.to_string())
-                    .unwrap_or("?".into())
-            )))
-        }
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => {
-            return Err(Error::Permission(format!("perf_event_open: {e}")))
-        }
-        Err(e) => return Err(Error::Kernel(format!("open {} events: {e}", ev.name))),
+            None => return Err(Error::NoPmu(ev.name.to_string())),
+        },
+        Err(e) => return Err(open_error(ev, e, freq)),
     };
     let mut throttle_visible = true;
     for (cpu, fd) in &fds {
@@ -689,7 +821,9 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             if r.image.kind == model::ImageKind::Elf && r.image.build_id.is_none() {
                 r.image.build_id = ids.of(&r.image.path);
             }
-            profile.add_resolved(&s, &r, c);
+            profile
+                .add_resolved(&s, &r, c)
+                .map_err(|e| Error::Kernel(format!("counts drained from the sample path: {e}")))?;
         }
         if n > 0 {
             drain_costs.push(t.elapsed().as_nanos() as f64 / n as f64);
@@ -788,9 +922,21 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     // JIT maps of processes that had executable anonymous memory
     let mut jit_maps = Vec::new();
     let sampled_pids: std::collections::HashSet<u32> =
-        profile.counts.keys().map(|k| k.pid).collect();
+        profile.counts().keys().map(|k| k.pid).collect();
     for pid in sampled_pids {
-        if let Ok(t) = std::fs::read_to_string(format!("/tmp/perf-{pid}.map")) {
+        // a regular file only: /tmp is writable by anyone, and a FIFO there
+        // would block a plain open forever
+        let path = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        if let Ok(b) = crate::files::read_regular(&path, session::JSON_MAX) {
+            // written by the JIT, so anything: the session keeps only the
+            // lines the report's parser accepts, and says how many it dropped
+            let (t, dropped) = crate::symbols::JitMap::clean(&String::from_utf8_lossy(&b));
+            if dropped > 0 {
+                warnings.push(format!(
+                    "{}: {dropped} malformed line(s) dropped",
+                    path.display()
+                ));
+            }
             if let Some(p) = sp.procs.get_mut(&pid) {
                 p.jit_map = true;
             }
@@ -799,7 +945,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     }
     // JIT images need re-resolution now that jit_map is known: redo anon rows
     if !jit_maps.is_empty() {
-        let rows: Vec<_> = profile.counts.drain().collect();
+        let rows = profile.take_rows();
         let anon = profile
             .images
             .iter()
@@ -813,9 +959,11 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
                     pid: Some(k.pid),
                 };
                 let id = profile.image_id(&img);
-                profile.add_row(model::RowKey { image: id, ..k }, n);
+                profile
+                    .add_row(model::RowKey { image: id, ..k }, n)
+                    .expect("the same counts as before");
             } else {
-                profile.add_row(k, n);
+                profile.add_row(k, n).expect("the same counts as before");
             }
         }
     }
@@ -882,11 +1030,12 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             vdso: vdso.as_deref(),
             jit_maps: &jit_maps,
         },
+        o.force,
     )?;
     Ok(Summary {
         session: o.output.display().to_string(),
         caveats: meta.caveats(),
-        rows: profile.counts.len(),
+        rows: profile.counts().len(),
         images: profile.images.len(),
         processes: sp.procs.len(),
         meta,

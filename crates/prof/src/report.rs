@@ -7,13 +7,39 @@ use crate::symbols::SessionSymbolizer;
 use crate::Error;
 use std::path::Path;
 
-/// Builds the report of the session in `dir`.
+/// Builds the report of the session in `dir`. A filter (`pid`, `comm`)
+/// that selects no sample is [`Error::NoMatch`], not an empty report: an
+/// empty table would read as "this process used no CPU".
 pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
     let s = session::read_session(dir)?;
-    let mut sym = SessionSymbolizer::new(dir, s.kallsyms.clone());
+    let mut sym = SessionSymbolizer::new(s.kallsyms.clone()).with_jit(s.jit.clone());
+    if let Some(v) = &s.vdso {
+        sym = sym.with_vdso(v);
+    }
     let mut r = model::build_report(&s.profile, &s.procs, &s.tags, &s.meta, &mut sym, opts);
+    if r.total == 0 && (opts.pid.is_some() || opts.comm.is_some()) {
+        let mut filter = Vec::new();
+        if let Some(p) = opts.pid {
+            filter.push(format!("--pid {p}"));
+        }
+        if let Some(c) = &opts.comm {
+            filter.push(format!("--comm {c}"));
+        }
+        return Err(Error::NoMatch {
+            filter: filter.join(" "),
+            session: dir.display().to_string(),
+        });
+    }
     r.caveats.extend(sym.warnings);
     Ok(r)
+}
+
+fn werr(out: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        op: "write",
+        path: out.to_path_buf(),
+        source,
+    }
 }
 
 /// Writes a flame graph SVG (frames: process, image, symbol).
@@ -23,8 +49,7 @@ pub fn write_flame(r: &Report, out: &Path) -> Result<(), Error> {
         .iter()
         .map(|(stack, n)| format!("{stack} {n}"))
         .collect();
-    let f = std::fs::File::create(out)
-        .map_err(|e| Error::Session(format!("create {}: {e}", out.display())))?;
+    let f = std::fs::File::create(out).map_err(werr(out))?;
     let mut o = inferno::flamegraph::Options::default();
     o.title = format!("mantle prof: {} ({} samples)", r.meta.event, r.total);
     o.count_name = "samples".into();
@@ -33,12 +58,15 @@ pub fn write_flame(r: &Report, out: &Path) -> Result<(), Error> {
         lines.iter().map(String::as_str),
         std::io::BufWriter::new(f),
     )
-    .map_err(|e| Error::Session(format!("write flame graph {}: {e}", out.display())))
+    .map_err(|source| Error::Io {
+        op: "write flame graph",
+        path: out.to_path_buf(),
+        source,
+    })
 }
 
 /// Writes a gzipped pprof profile.
 pub fn write_pprof(r: &Report, out: &Path) -> Result<(), Error> {
     let p = crate::pprof::build(r);
-    std::fs::write(out, crate::pprof::encode_gz(&p))
-        .map_err(|e| Error::Session(format!("write {}: {e}", out.display())))
+    std::fs::write(out, crate::pprof::encode_gz(&p)).map_err(werr(out))
 }

@@ -14,41 +14,44 @@
 //!   jit/perf-PID.map JIT symbol maps found while recording
 //! ```
 
-use crate::model::{Image, Kallsyms, Mapping, Meta, Mode, Process, Profile, RowKey, TagName};
+use crate::files;
+use crate::model::{ImageKind, Kallsyms, Mapping, Meta, Mode, Process, Profile, TagName};
+use crate::parse::{self, ParseError};
+use crate::symbols::JitMap;
 use crate::Error;
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const FORMAT: u32 = 1;
 pub const DEFAULT_DIR: &str = "mantle.prof";
 
-fn ioerr(what: &str, path: &Path, e: impl std::fmt::Display) -> Error {
-    Error::Session(format!("{what} {}: {e}", path.display()))
+/// Largest JSON file or JIT map read from a session.
+pub const JSON_MAX: u64 = 256 << 20;
+/// Largest profile.tsv or mappings.tsv read from a session.
+pub const TABLE_MAX: u64 = 1 << 30;
+/// Largest kallsyms.gz read (its decompressed size has its own limit).
+pub const KALLSYMS_GZ_MAX: u64 = 128 << 20;
+
+fn ioerr(op: &'static str, path: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 fn write(path: &Path, data: &[u8]) -> Result<(), Error> {
     std::fs::write(path, data).map_err(|e| ioerr("write", path, e))
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, Error> {
-    std::fs::read(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => Error::NoSession(path.display().to_string()),
-        _ => ioerr("read", path, e),
-    })
-}
-
-fn json<T: serde::Serialize>(path: &Path, v: &T) -> Result<(), Error> {
+fn json<T: serde::Serialize + ?Sized>(path: &Path, v: &T) -> Result<(), Error> {
     let s = serde_json::to_vec_pretty(v).expect("serializable");
     write(path, &s)
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
-    serde_json::from_slice(&read(path)?).map_err(|e| ioerr("parse", path, e))
-}
-
-/// Everything a session holds, in memory.
+/// Everything a session holds, in memory, validated.
 pub struct Session {
     pub dir: PathBuf,
     pub meta: Meta,
@@ -56,6 +59,12 @@ pub struct Session {
     pub procs: HashMap<u32, Process>,
     pub tags: Vec<TagName>,
     pub kallsyms: Kallsyms,
+    /// Every executable mapping seen while recording.
+    pub mappings: Vec<(u32, Mapping)>,
+    /// The vDSO image (checked by [`parse::elf_image`]), when recorded.
+    pub vdso: Option<Vec<u8>>,
+    /// The JIT map of every JIT image's process.
+    pub jit: HashMap<u32, JitMap>,
 }
 
 /// What the recorder hands over to be written.
@@ -70,15 +79,98 @@ pub struct SessionData<'a> {
     pub jit_maps: &'a [(u32, String)],
 }
 
-/// Writes a session directory (replacing the files of an older one).
-pub fn write_session(dir: &Path, d: &SessionData) -> Result<(), Error> {
-    std::fs::create_dir_all(dir).map_err(|e| ioerr("create", dir, e))?;
+/// Whether `dir` can take a new session: it does not exist, or `force` is
+/// given and it is a session directory (it has a meta.json) or an empty
+/// directory. Anything else is never replaced: `--force` with a mistyped
+/// `-o` must not remove someone's directory. Checked before recording and
+/// again when writing.
+pub fn check_output(dir: &Path, force: bool) -> Result<(), Error> {
+    let m = match std::fs::symlink_metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(ioerr("stat", dir, e)),
+    };
+    let shown = dir.display().to_string();
+    if !force {
+        return Err(Error::SessionExists(shown));
+    }
+    if !m.is_dir() {
+        return Err(Error::NotASession(shown));
+    }
+    let meta = std::fs::symlink_metadata(dir.join("meta.json"));
+    let empty = std::fs::read_dir(dir)
+        .map_err(|e| ioerr("read", dir, e))?
+        .next()
+        .is_none();
+    if empty || meta.is_ok_and(|m| m.is_file()) {
+        Ok(())
+    } else {
+        Err(Error::NotASession(shown))
+    }
+}
+
+/// A sibling of `dir` (same file system, so rename works) for `what`.
+fn sibling(dir: &Path, what: &str) -> PathBuf {
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| DEFAULT_DIR.into());
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    parent.join(format!(".{name}.{what}-{}", std::process::id()))
+}
+
+/// Writes a session directory. The files go to a temporary sibling that
+/// is renamed to `dir` when complete, so a failed write leaves no half
+/// session, and with `replace` the old session is removed only after the
+/// new one is complete. Without `replace`, an existing `dir` is an error
+/// ([`Error::SessionExists`]); with it, only a session or an empty
+/// directory is replaced (see [`check_output`]).
+pub fn write_session(dir: &Path, d: &SessionData, replace: bool) -> Result<(), Error> {
+    check_output(dir, replace)?;
+    let tmp = sibling(dir, "new");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp).map_err(|e| ioerr("create", &tmp, e))?;
+    let r = write_files(&tmp, d).and_then(|()| install(&tmp, dir, replace));
+    if r.is_err() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    r
+}
+
+/// Moves the complete session `tmp` to `dir`.
+fn install(tmp: &Path, dir: &Path, replace: bool) -> Result<(), Error> {
+    // checked again: the recording may have lasted long
+    check_output(dir, replace)?;
+    if dir.exists() {
+        let old = sibling(dir, "old");
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(dir, &old).map_err(|e| ioerr("move aside", dir, e))?;
+        if let Err(e) = std::fs::rename(tmp, dir) {
+            let _ = std::fs::rename(&old, dir);
+            return Err(ioerr("rename", tmp, e));
+        }
+        let _ = std::fs::remove_dir_all(&old);
+        return Ok(());
+    }
+    std::fs::rename(tmp, dir).map_err(|e| match e.raw_os_error() {
+        // created by someone else since the check
+        Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => {
+            Error::SessionExists(dir.display().to_string())
+        }
+        _ => ioerr("rename", tmp, e),
+    })
+}
+
+fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
     json(&dir.join("meta.json"), d.meta)?;
     json(&dir.join("images.json"), &d.profile.images)?;
     let mut procs: Vec<&Process> = d.procs.values().collect();
     procs.sort_by_key(|p| p.pid);
     json(&dir.join("processes.json"), &procs)?;
-    json(&dir.join("tags.json"), &d.tags)?;
+    json(&dir.join("tags.json"), d.tags)?;
 
     let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\n");
     for (k, n) in d.profile.sorted_rows() {
@@ -109,20 +201,18 @@ pub fn write_session(dir: &Path, d: &SessionData) -> Result<(), Error> {
             mp.end,
             mp.pgoff,
             mp.build_id.as_deref().unwrap_or("-"),
-            mp.path
+            parse::escape_field(&mp.path)
         );
     }
     write(&dir.join("mappings.tsv"), m.as_bytes())?;
 
-    let ks = dir.join("kallsyms.gz");
     if let Some(text) = d.kallsyms_text {
+        let ks = dir.join("kallsyms.gz");
         let f = std::fs::File::create(&ks).map_err(|e| ioerr("create", &ks, e))?;
         let mut gz = flate2::write::GzEncoder::new(f, flate2::Compression::fast());
         gz.write_all(text.as_bytes())
             .and_then(|_| gz.finish().map(|_| ()))
             .map_err(|e| ioerr("write", &ks, e))?;
-    } else {
-        let _ = std::fs::remove_file(&ks);
     }
     if let Some(v) = d.vdso {
         write(&dir.join("vdso.so"), v)?;
@@ -137,73 +227,79 @@ pub fn write_session(dir: &Path, d: &SessionData) -> Result<(), Error> {
     Ok(())
 }
 
-/// Parses profile.tsv.
-pub fn parse_profile(text: &str, images: Vec<Image>, words: usize) -> Result<Profile, String> {
-    let mut p = Profile::with_images(images);
-    for (n, line) in text.lines().enumerate() {
-        if line.starts_with('#') || line.trim().is_empty() {
-            continue;
-        }
-        let f: Vec<&str> = line.split('\t').collect();
-        let bad = || format!("profile.tsv line {}: malformed", n + 1);
-        if f.len() != 8 {
-            return Err(bad());
-        }
-        let num = |s: &str| s.parse::<u64>().map_err(|_| bad());
-        let key = RowKey {
-            pid: num(f[0])? as u32,
-            tid: num(f[1])? as u32,
-            cpu: num(f[2])? as u32,
-            mode: match f[3] {
-                "u" => Mode::User,
-                "k" => Mode::Kernel,
-                _ => return Err(bad()),
-            },
-            image: num(f[4])? as u32,
-            offset: u64::from_str_radix(f[5], 16).map_err(|_| bad())?,
-            tags: crate::model::parse_tags_hex(f[6], words).ok_or_else(bad)?,
-        };
-        if key.image as usize >= p.images.len() {
-            return Err(format!(
-                "profile.tsv line {}: image {} not in images.json",
-                n + 1,
-                key.image
-            ));
-        }
-        p.add_row(key, num(f[7])?);
-    }
-    Ok(p)
+/// Reads one file of a session (regular files only, never blocking).
+fn load(dir: &Path, name: &str, limit: u64) -> Result<Vec<u8>, Error> {
+    let p = dir.join(name);
+    files::read_regular(&p, limit).map_err(|e| Error::open(&p, e))
 }
 
-/// Reads a session directory.
+/// Like [`load`]; None when the file does not exist.
+fn load_optional(dir: &Path, name: &str, limit: u64) -> Result<Option<Vec<u8>>, Error> {
+    let p = dir.join(name);
+    match files::read_regular(&p, limit) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(Error::open(&p, e)),
+    }
+}
+
+fn corrupt(dir: &Path, name: &str) -> impl FnOnce(ParseError) -> Error {
+    let file = dir.join(name);
+    move |source| Error::Corrupt { file, source }
+}
+
+/// Reads and validates a session directory: every file is checked here,
+/// once, so that what follows (report, symbols) works on sound data.
 pub fn read_session(dir: &Path) -> Result<Session, Error> {
-    if !dir.join("meta.json").exists() {
-        return Err(Error::NoSession(dir.display().to_string()));
-    }
-    let meta: Meta = from_json(&dir.join("meta.json"))?;
-    if meta.format > FORMAT {
-        return Err(Error::Session(format!(
-            "{}: session format {} is newer than this mantle understands ({FORMAT})",
-            dir.display(),
-            meta.format
-        )));
-    }
-    let images: Vec<Image> = from_json(&dir.join("images.json"))?;
-    let procs: Vec<Process> = from_json(&dir.join("processes.json"))?;
-    let tags: Vec<TagName> = from_json(&dir.join("tags.json")).unwrap_or_default();
-    let text = String::from_utf8_lossy(&read(&dir.join("profile.tsv"))?).into_owned();
-    let profile = parse_profile(&text, images, crate::abi::MT_WORDS)
-        .map_err(|e| Error::Session(format!("{}: {e}", dir.display())))?;
-    let ks = dir.join("kallsyms.gz");
-    let kallsyms = if ks.exists() {
-        let mut s = String::new();
-        flate2::read::GzDecoder::new(&read(&ks)?[..])
-            .read_to_string(&mut s)
-            .map_err(|e| ioerr("read", &ks, e))?;
-        Kallsyms::parse(&s)
-    } else {
-        Kallsyms::default()
+    let meta = match load_optional(dir, "meta.json", JSON_MAX)? {
+        Some(b) => parse::meta(&b).map_err(corrupt(dir, "meta.json"))?,
+        None => return Err(Error::NoSession(dir.display().to_string())),
     };
+    let images =
+        parse::images(&load(dir, "images.json", JSON_MAX)?).map_err(corrupt(dir, "images.json"))?;
+    let procs = parse::processes(&load(dir, "processes.json", JSON_MAX)?)
+        .map_err(corrupt(dir, "processes.json"))?;
+    let tags =
+        parse::tags(&load(dir, "tags.json", JSON_MAX)?).map_err(corrupt(dir, "tags.json"))?;
+    let jit_pids: Vec<u32> = images
+        .iter()
+        .filter(|i| i.kind == ImageKind::Jit)
+        .filter_map(|i| i.pid)
+        .collect();
+    let profile = parse::profile(
+        &load(dir, "profile.tsv", TABLE_MAX)?,
+        images,
+        crate::abi::MT_WORDS,
+    )
+    .map_err(corrupt(dir, "profile.tsv"))?;
+    let mappings = parse::mappings(&load(dir, "mappings.tsv", TABLE_MAX)?)
+        .map_err(corrupt(dir, "mappings.tsv"))?;
+    let kallsyms = match load_optional(dir, "kallsyms.gz", KALLSYMS_GZ_MAX)? {
+        Some(b) => parse::kallsyms_gz(&b).map_err(corrupt(dir, "kallsyms.gz"))?,
+        None if meta.kernel_symbols => {
+            return Err(Error::Corrupt {
+                file: dir.join("kallsyms.gz"),
+                source: ParseError::new(
+                    parse::At::File,
+                    "missing, but meta.json says kernel symbols were recorded",
+                ),
+            })
+        }
+        None => Kallsyms::default(),
+    };
+    let vdso = match load_optional(dir, "vdso.so", parse::VDSO_MAX)? {
+        Some(b) => {
+            parse::elf_image(&b).map_err(corrupt(dir, "vdso.so"))?;
+            Some(b)
+        }
+        None => None,
+    };
+    let mut jit = HashMap::new();
+    for pid in jit_pids {
+        let name = format!("jit/perf-{pid}.map");
+        let m = parse::jit_map(&load(dir, &name, JSON_MAX)?).map_err(corrupt(dir, &name))?;
+        jit.insert(pid, m);
+    }
     Ok(Session {
         dir: dir.to_path_buf(),
         meta,
@@ -211,6 +307,9 @@ pub fn read_session(dir: &Path) -> Result<Session, Error> {
         procs: procs.into_iter().map(|p| (p.pid, p)).collect(),
         tags,
         kallsyms,
+        mappings,
+        vdso,
+        jit,
     })
 }
 
@@ -222,8 +321,20 @@ mod tests {
     #[test]
     fn roundtrip() {
         let dir = std::env::temp_dir().join(format!("mantle-prof-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         let mut sp = AddressSpaces::new(vec![]);
         sp.add_process(5, 1, "w");
+        // a file name with a tab and a newline stays one mappings.tsv line
+        sp.mmap(
+            5,
+            Mapping {
+                start: 0x3000,
+                end: 0x4000,
+                pgoff: 0x1000,
+                path: "/tmp/a\tb\nc".into(),
+                build_id: None,
+            },
+        );
         sp.mmap(
             5,
             Mapping {
@@ -249,7 +360,8 @@ mod tests {
                 tags: tags.clone(),
             },
             7,
-        );
+        )
+        .unwrap();
         p.add(
             &sp,
             &RawSample {
@@ -261,7 +373,8 @@ mod tests {
                 tags: vec![0; words],
             },
             2,
-        );
+        )
+        .unwrap();
         let meta = Meta {
             format: FORMAT,
             event: "cpu-clock".into(),
@@ -284,12 +397,14 @@ mod tests {
                 vdso: None,
                 jit_maps: &[(5, "1000 10 j\n".into())],
             },
+            false,
         )
         .unwrap();
         let s = read_session(&dir).unwrap();
         assert_eq!(s.meta.samples, 9);
         assert_eq!(s.profile.total(), 9);
-        assert_eq!(s.profile.counts, p.counts);
+        assert_eq!(s.profile.counts(), p.counts());
+        assert_eq!(s.mappings, sp.history);
         assert_eq!(s.profile.images[0].kind, ImageKind::Elf);
         assert_eq!(s.procs[&5].comm, "w");
         assert_eq!(s.tags, names);
@@ -301,7 +416,31 @@ mod tests {
 
     #[test]
     fn malformed_profile() {
-        assert!(parse_profile("1\t2\n", vec![], 1).is_err());
-        assert!(parse_profile("1\t1\t0\tu\t0\t10\t0\t5\n", vec![], 1).is_err());
+        assert!(parse::profile(b"1\t2\n", vec![], 1).is_err());
+        assert!(parse::profile(b"1\t1\t0\tu\t0\t10\t0\t5\n", vec![], 1).is_err());
+    }
+
+    #[test]
+    fn output_is_replaced_only_with_force_and_only_if_a_session() {
+        let d = std::env::temp_dir().join(format!("mantle-prof-out-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let s = d.join("s");
+        check_output(&s, false).unwrap();
+        std::fs::create_dir(&s).unwrap();
+        // empty: replaceable with --force only
+        assert!(matches!(
+            check_output(&s, false),
+            Err(Error::SessionExists(_))
+        ));
+        check_output(&s, true).unwrap();
+        std::fs::write(s.join("notes.txt"), b"mine").unwrap();
+        assert!(matches!(check_output(&s, true), Err(Error::NotASession(_))));
+        std::fs::write(s.join("meta.json"), b"{}").unwrap();
+        check_output(&s, true).unwrap();
+        let f = d.join("file");
+        std::fs::write(&f, b"x").unwrap();
+        assert!(matches!(check_output(&f, true), Err(Error::NotASession(_))));
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

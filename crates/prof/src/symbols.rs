@@ -5,15 +5,24 @@
 //! differs from the one recorded is reported and not symbolized (its
 //! symbols would be someone else's).
 
+use crate::files::{self, OpenError};
 use crate::model::{Image, ImageKind, Kallsyms, Symbolizer};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::path::Path;
 
-/// Lower-case hex build ID of an ELF file, if it has one.
+/// Lower-case hex build ID of an ELF file, if it has one. Only a regular
+/// file is opened (a FIFO at `path` would block a plain open forever).
 pub fn build_id(path: &Path) -> Option<String> {
-    let id = blazesym::helper::read_elf_build_id(path).ok()??;
+    let f = files::open_regular(path).ok()?;
+    build_id_of(&f)
+}
+
+/// Build ID of an open file.
+fn build_id_of(f: &File) -> Option<String> {
+    let id = blazesym::helper::read_elf_build_id(&files::fd_path(f)).ok()??;
     Some(hex(&id))
 }
 
@@ -21,94 +30,154 @@ pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// A JIT map: sorted (start, size, name).
+/// A JIT map: sorted (start, size, name); start + size fits a u64
+/// (checked by [`crate::parse::jit_line`]).
 #[derive(Debug, Default, Clone)]
 pub struct JitMap(Vec<(u64, u64, String)>);
 
 impl JitMap {
-    /// Parses perf's "START SIZE name" lines (hex, without 0x or with).
-    pub fn parse(text: &str) -> JitMap {
-        let mut v: Vec<(u64, u64, String)> = text
-            .lines()
-            .filter_map(|l| {
-                let mut f = l.splitn(3, ' ');
-                let p = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
-                let a = p(f.next()?)?;
-                let n = p(f.next()?)?;
-                Some((a, n, f.next()?.trim().to_string()))
-            })
-            .collect();
+    /// From entries already checked by [`crate::parse::jit_line`].
+    pub fn from_entries(mut v: Vec<(u64, u64, String)>) -> JitMap {
         v.sort();
         JitMap(v)
     }
+
+    /// Keeps the well-formed lines of a JIT's perf map (written by the JIT,
+    /// so anything); returns them and the number of lines dropped. The
+    /// recorder stores only these, so that the session's copy parses.
+    pub fn clean(text: &str) -> (String, usize) {
+        let mut out = String::new();
+        let mut dropped = 0;
+        for l in text.lines().filter(|l| !l.trim().is_empty()) {
+            match crate::parse::jit_line(l) {
+                Ok((a, n, name)) if !name.contains(['\n', '\r']) => {
+                    out += &format!("{a:x} {n:x} {name}\n");
+                }
+                _ => dropped += 1,
+            }
+        }
+        (out, dropped)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     pub fn lookup(&self, addr: u64) -> Option<&str> {
         let i = self.0.partition_point(|(a, _, _)| *a <= addr);
         let (a, n, name) = self.0.get(i.checked_sub(1)?)?;
-        (addr < a + n.max(&1)).then_some(name.as_str())
+        // addr >= a (partition_point), so no overflow whatever the entry;
+        // a zero-sized entry still covers its first byte
+        (addr - a < (*n).max(1)).then_some(name.as_str())
     }
 }
 
-/// The report's symbolizer over a session directory.
+/// The report's symbolizer over a session: files named by the session are
+/// opened only if they are regular files, and stay open (blazesym reads
+/// them through /proc/self/fd), so what is symbolized is what was checked.
 pub struct SessionSymbolizer {
     sym: blazesym::symbolize::Symbolizer,
     kallsyms: Kallsyms,
-    dir: PathBuf,
-    jit: HashMap<u32, JitMap>,
-    checked: HashMap<Image, bool>,
+    /// The session's vDSO copy (validated at load) in a memfd.
+    vdso: Option<File>,
+    jit: HashMap<u32, crate::symbols::JitMap>,
+    /// Per image: the open file, or None when it is not usable.
+    checked: HashMap<Image, Option<File>>,
     /// Images that could not be symbolized, and why.
     pub warnings: Vec<String>,
 }
 
 impl SessionSymbolizer {
-    pub fn new(dir: &Path, kallsyms: Kallsyms) -> Self {
+    pub fn new(kallsyms: Kallsyms) -> Self {
         SessionSymbolizer {
             sym: blazesym::symbolize::Symbolizer::new(),
             kallsyms,
-            dir: dir.to_path_buf(),
+            vdso: None,
             jit: HashMap::new(),
             checked: HashMap::new(),
             warnings: Vec::new(),
         }
     }
 
-    /// Whether the file on disk is the one that was profiled.
-    fn usable(&mut self, image: &Image) -> bool {
-        if let Some(&ok) = self.checked.get(image) {
-            return ok;
+    /// Symbolizes [vdso] samples from this image (checked by
+    /// [`crate::parse::elf_image`]).
+    pub fn with_vdso(mut self, image: &[u8]) -> Self {
+        match crate::kernel::memfd("mantle-prof-vdso", image) {
+            Ok(f) => self.vdso = Some(f),
+            Err(e) => self.warnings.push(format!(
+                "[vdso]: cannot hold the session's copy in memory: {e}: not symbolized"
+            )),
         }
-        let path = Path::new(&image.path);
-        let ok = if !path.exists() {
-            self.warnings.push(format!(
-                "{}: file gone since recording: not symbolized",
-                image.path
-            ));
-            false
-        } else {
-            match (&image.build_id, build_id(path)) {
-                (Some(rec), Some(now)) if *rec != now => {
-                    self.warnings.push(format!(
-                        "{}: replaced on disk since recording (build ID {rec} then, {now} now): not symbolized",
-                        image.path
-                    ));
-                    false
-                }
-                (Some(rec), None) => {
-                    self.warnings.push(format!(
-                        "{}: replaced on disk since recording (build ID {rec} then, none now): not symbolized",
-                        image.path
-                    ));
-                    false
-                }
-                _ => true,
-            }
-        };
-        self.checked.insert(image.clone(), ok);
-        ok
+        self
     }
 
-    fn elf(&self, path: &Path, offsets: &[u64]) -> Vec<Option<String>> {
-        let src = Source::Elf(Elf::new(path));
-        match self.sym.symbolize(&src, Input::FileOffset(offsets)) {
+    /// JIT maps by pid.
+    pub fn with_jit(mut self, jit: HashMap<u32, JitMap>) -> Self {
+        self.jit = jit;
+        self
+    }
+
+    /// The file of an ELF image, if it is still the one that was profiled.
+    fn usable(&mut self, image: &Image) -> Option<&File> {
+        if !self.checked.contains_key(image) {
+            let f = self.check(image);
+            self.checked.insert(image.clone(), f);
+        }
+        self.checked.get(image).and_then(Option::as_ref)
+    }
+
+    fn check(&mut self, image: &Image) -> Option<File> {
+        let f = match files::open_regular(Path::new(&image.path)) {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => {
+                self.warnings.push(format!(
+                    "{}: file gone since recording: not symbolized",
+                    image.path
+                ));
+                return None;
+            }
+            Err(OpenError::NotRegular(kind)) => {
+                self.warnings.push(format!(
+                    "{}: not a regular file ({kind}) now: not symbolized",
+                    image.path
+                ));
+                return None;
+            }
+            Err(e) => {
+                self.warnings
+                    .push(format!("{}: cannot open: {e}: not symbolized", image.path));
+                return None;
+            }
+        };
+        match (&image.build_id, build_id_of(&f)) {
+            (Some(rec), Some(now)) if *rec != now => {
+                self.warnings.push(format!(
+                    "{}: replaced on disk since recording (build ID {rec} then, {now} now): not symbolized",
+                    image.path
+                ));
+                None
+            }
+            (Some(rec), None) => {
+                self.warnings.push(format!(
+                    "{}: replaced on disk since recording (build ID {rec} then, none now): not symbolized",
+                    image.path
+                ));
+                None
+            }
+            _ => Some(f),
+        }
+    }
+
+    fn elf(
+        sym: &blazesym::symbolize::Symbolizer,
+        f: &File,
+        offsets: &[u64],
+    ) -> Vec<Option<String>> {
+        let src = Source::Elf(Elf::new(files::fd_path(f)));
+        match sym.symbolize(&src, Input::FileOffset(offsets)) {
             Ok(v) => v
                 .into_iter()
                 .map(|s| match s {
@@ -121,6 +190,14 @@ impl SessionSymbolizer {
     }
 }
 
+/// Symbolizes file offsets in an ELF image given as bytes (the vDSO path
+/// of the report; for tests and the fuzz targets).
+pub fn symbolize_elf_bytes(image: &[u8], offsets: &[u64]) -> std::io::Result<Vec<Option<String>>> {
+    let f = crate::kernel::memfd("mantle-prof-elf", image)?;
+    let sym = blazesym::symbolize::Symbolizer::new();
+    Ok(SessionSymbolizer::elf(&sym, &f, offsets))
+}
+
 impl Symbolizer for SessionSymbolizer {
     fn symbolize(&mut self, image: &Image, offsets: &[u64]) -> Vec<Option<String>> {
         match image.kind {
@@ -129,32 +206,21 @@ impl Symbolizer for SessionSymbolizer {
                 .map(|o| self.kallsyms.lookup(*o).map(str::to_string))
                 .collect(),
             ImageKind::Elf => {
-                if self.usable(image) {
-                    self.elf(Path::new(&image.path), offsets)
-                } else {
-                    vec![None; offsets.len()]
+                if self.usable(image).is_none() {
+                    return vec![None; offsets.len()];
                 }
+                let f = self.checked[image].as_ref().expect("usable");
+                Self::elf(&self.sym, f, offsets)
             }
-            ImageKind::Vdso => {
-                let p = self.dir.join("vdso.so");
-                if p.exists() {
-                    self.elf(&p, offsets)
-                } else {
-                    vec![None; offsets.len()]
-                }
-            }
+            ImageKind::Vdso => match &self.vdso {
+                Some(f) => Self::elf(&self.sym, f, offsets),
+                None => vec![None; offsets.len()],
+            },
             ImageKind::Jit => {
-                let pid = image.pid.unwrap_or(0);
-                let dir = self.dir.clone();
-                let m = self.jit.entry(pid).or_insert_with(|| {
-                    JitMap::parse(
-                        &std::fs::read_to_string(dir.join(format!("jit/perf-{pid}.map")))
-                            .unwrap_or_default(),
-                    )
-                });
+                let m = image.pid.and_then(|p| self.jit.get(&p));
                 offsets
                     .iter()
-                    .map(|o| m.lookup(*o).map(str::to_string))
+                    .map(|o| m.and_then(|m| m.lookup(*o)).map(str::to_string))
                     .collect()
             }
             ImageKind::Anon | ImageKind::Unknown => vec![None; offsets.len()],
@@ -167,10 +233,16 @@ mod tests {
     use super::*;
     #[test]
     fn jit_map() {
-        let m = JitMap::parse("1000 10 foo\n0x2000 0x20 bar baz\nbad line\n");
+        let (text, dropped) = JitMap::clean("1000 10 foo\n0x2000 0x20 bar baz\nbad line\n");
+        assert_eq!(dropped, 1);
+        let m = crate::parse::jit_map(text.as_bytes()).unwrap();
         assert_eq!(m.lookup(0x1005), Some("foo"));
         assert_eq!(m.lookup(0x1010), None);
         assert_eq!(m.lookup(0x201f), Some("bar baz"));
         assert_eq!(m.lookup(0x10), None);
+        // an entry ending at the top of the address space (overflowed
+        // in the lookup before)
+        let m = JitMap::from_entries(vec![(u64::MAX - 1, u64::MAX, "top".into())]);
+        assert_eq!(m.lookup(u64::MAX), Some("top"));
     }
 }

@@ -1,6 +1,8 @@
 //! Integration tests with the real kernel: record → report on a real
 //! workload, a process that exits during recording, the missing-PMU error
-//! and the --fallback path, and pprof output read by `go tool pprof`.
+//! and the --fallback path (on any machine, through the fault seam), the
+//! options refused before recording, and pprof output read by
+//! `go tool pprof`.
 //!
 //! They need root, perf_event_open and eBPF. Without them a test is skipped
 //! with a message — unless CI is set, where a missing feature is a failure.
@@ -140,27 +142,50 @@ fn process_exiting_during_recording_still_resolves() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// Every hardware event fails with ENOENT, as on a machine without a PMU
+/// (the library's fault seam), so the missing-PMU paths are tested on
+/// every machine, PMU or not.
+fn without_pmu(o: &mut RecordOpts) {
+    o.faults.hardware_errno = Some(libc::ENOENT);
+}
+
 #[test]
 fn hardware_event_without_pmu_is_an_error_naming_the_fallback() {
-    if !can_record() {
-        return;
-    }
-    let cycles = mantle_prof::events::by_name("cycles").unwrap();
-    if mantle_prof::record::event_available(cycles).is_ok() {
-        eprintln!("skipped: this machine has a PMU (the missing-PMU path cannot be tested)");
-        return;
-    }
+    // no root needed: the event is chosen before anything is opened
     let d = tmpdir("pmu");
     let mut o = opts(&d, Target::Command(vec!["true".into()]));
     o.event = "cycles".into();
+    without_pmu(&mut o);
     let e = record(&o).expect_err("cycles without a PMU");
     assert!(matches!(e, Error::NoPmu(ref ev) if ev == "cycles"), "{e}");
     assert!(e.to_string().contains("--fallback cpu-clock"), "{e}");
-    assert!(!d.join("s/meta.json").exists());
+    // a fallback that needs a PMU as well: said so, with what to use
+    o.fallback = Some("instructions".into());
+    let e = record(&o).expect_err("instructions as the fallback without a PMU");
+    assert!(
+        matches!(e, Error::FallbackNoPmu { ref event, ref fallback }
+            if event == "cycles" && fallback == "instructions"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--fallback cpu-clock"), "{e}");
+    assert!(!d.join("s").exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
 
+#[test]
+fn hardware_event_without_pmu_falls_back_and_says_so() {
+    if !can_record() {
+        return;
+    }
+    let d = tmpdir("pmu-fallback");
     let bin = multiply(&d);
+    let mut o = opts(
+        &d,
+        Target::Command(vec![bin.display().to_string(), "3000".into()]),
+    );
+    o.event = "cycles".into();
     o.fallback = Some("cpu-clock".into());
-    o.target = Target::Command(vec![bin.display().to_string(), "3000".into()]);
+    without_pmu(&mut o);
     let s = record(&o).expect("record with fallback");
     assert_eq!(s.meta.event, "cpu-clock");
     assert_eq!(s.meta.fallback_from.as_deref(), Some("cycles"));
@@ -268,6 +293,82 @@ fn vdso_samples_resolve_through_the_session_copy() {
             .any(|s| s.image == "[vdso]" && s.symbol.contains("clock_gettime") && s.percent > 20.0),
         "{}",
         render_text(&r)
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn zero_duration_is_a_usage_error() {
+    let d = tmpdir("dur0");
+    let mut o = opts(&d, Target::Command(vec!["true".into()]));
+    o.duration = Some(Duration::ZERO);
+    let e = record(&o).expect_err("--duration 0");
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+    assert!(e.to_string().contains("--duration"), "{e}");
+    assert!(!d.join("s").exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn fallback_equal_to_the_event_is_a_usage_error() {
+    let d = tmpdir("fbsame");
+    let mut o = opts(&d, Target::Command(vec!["true".into()]));
+    o.event = "cycles".into();
+    o.fallback = Some("cpu-cycles".into()); // an alias of cycles
+    let e = record(&o).expect_err("fallback = event");
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+    let m = e.to_string();
+    assert!(m.contains("--fallback") && m.contains("cpu-clock"), "{m}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn an_existing_session_is_not_replaced() {
+    let d = tmpdir("exists");
+    std::fs::create_dir_all(d.join("s")).unwrap();
+    std::fs::write(d.join("s/meta.json"), b"{\"old\": true}").unwrap();
+    let o = opts(&d, Target::Command(vec!["true".into()]));
+    let e = record(&o).expect_err("-o EXISTING");
+    assert!(e.to_string().contains("--force"), "{e}");
+    assert_eq!(
+        std::fs::read(d.join("s/meta.json")).unwrap(),
+        b"{\"old\": true}"
+    );
+    // --force never removes what is not a session
+    let mut o = opts(&d, Target::Command(vec!["true".into()]));
+    o.output = d.join("mine");
+    o.force = true;
+    std::fs::create_dir_all(d.join("mine")).unwrap();
+    std::fs::write(d.join("mine/notes.txt"), b"keep").unwrap();
+    let e = record(&o).expect_err("--force on a directory that is not a session");
+    assert!(matches!(e, Error::NotASession(_)), "{e}");
+    assert_eq!(std::fs::read(d.join("mine/notes.txt")).unwrap(), b"keep");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn force_replaces_a_whole_session() {
+    if !can_record() {
+        return;
+    }
+    let d = tmpdir("force");
+    std::fs::create_dir_all(d.join("s/jit")).unwrap();
+    std::fs::write(d.join("s/meta.json"), b"{\"old\": true}").unwrap();
+    std::fs::write(d.join("s/jit/perf-1.map"), b"stale").unwrap();
+    let mut o = opts(&d, Target::Command(vec!["true".into()]));
+    o.force = true;
+    record(&o).expect("record --force");
+    // the new session, and nothing left of the old one
+    mantle_prof::session::read_session(&d.join("s")).expect("a valid session");
+    assert!(!d.join("s/jit/perf-1.map").exists());
+    let left: Vec<_> = std::fs::read_dir(&d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("s")],
+        "temporary directories left"
     );
     std::fs::remove_dir_all(&d).unwrap();
 }

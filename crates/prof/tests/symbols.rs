@@ -69,12 +69,11 @@ fn run_and_resolve(bin: &Path) -> Vec<(String, String, u64)> {
 }
 
 fn symbolize(
-    dir: &Path,
     bin: &Path,
     offsets: &[u64],
     recorded_id: Option<String>,
 ) -> (Vec<Option<String>>, Vec<String>) {
-    let mut s = SessionSymbolizer::new(dir, Kallsyms::default());
+    let mut s = SessionSymbolizer::new(Kallsyms::default());
     let img = mantle_prof::model::Image {
         path: bin.display().to_string(),
         kind: mantle_prof::model::ImageKind::Elf,
@@ -95,13 +94,13 @@ fn elf_symtab_names_functions_at_file_offsets() {
         assert_eq!(Path::new(img), bin.canonicalize().unwrap());
     }
     let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
-    let (names, warn) = symbolize(&d, &bin, &offs, build_id(&bin));
+    let (names, warn) = symbolize(&bin, &offs, build_id(&bin));
     assert!(warn.is_empty(), "{warn:?}");
     for ((want, _, _), got) in r.iter().zip(names) {
         assert_eq!(got.as_deref(), Some(want.as_str()));
     }
     // an address inside a function resolves to it too
-    let (n, _) = symbolize(&d, &bin, &[offs[1] + 1], None);
+    let (n, _) = symbolize(&bin, &[offs[1] + 1], None);
     assert_eq!(n[0].as_deref(), Some("beta_global"));
     std::fs::remove_dir_all(&d).unwrap();
 }
@@ -118,7 +117,7 @@ fn dwarf_names_functions_without_a_symbol_table() {
         .expect("objcopy (binutils)");
     assert!(st.success());
     let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
-    let (names, _) = symbolize(&d, &bin, &offs, None);
+    let (names, _) = symbolize(&bin, &offs, None);
     // alpha_static is in neither .dynsym nor anywhere but DWARF now
     assert_eq!(names[0].as_deref(), Some("alpha_static"));
     assert_eq!(names[1].as_deref(), Some("beta_global"));
@@ -142,7 +141,7 @@ fn replaced_file_is_detected_by_build_id() {
     assert!(st.success());
     assert_ne!(build_id(&bin).as_deref(), Some(recorded.as_str()));
     let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
-    let (names, warn) = symbolize(&d, &bin, &offs, Some(recorded));
+    let (names, warn) = symbolize(&bin, &offs, Some(recorded));
     assert!(names.iter().all(|n| n.is_none()));
     assert_eq!(warn.len(), 1);
     assert!(
