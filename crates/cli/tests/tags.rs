@@ -1495,6 +1495,22 @@ fn shared_memory_objects() {
         &[],
     );
 
+    // A server's segment made untagged (PostgreSQL's /dev/shm segment):
+    // a tagged client that maps it and writes attaches nothing, and an
+    // untagged client that maps it later gets nothing.
+    let mut srv = c.actor("SRV", 1);
+    let seg = format!("/mantle-test-seg-{}", std::process::id());
+    srv.run(0, &format!("shm_open seg {seg}"));
+    srv.run(0, "map seg shared");
+    a.run(0, &format!("open_rw seg /dev/shm{seg}"));
+    a.run(0, "map seg shared");
+    let mut r7 = c.actor("R7", 1);
+    r7.run(0, &format!("open_rw seg /dev/shm{seg}"));
+    r7.run(0, "map seg shared");
+    let _ = fs::remove_file(format!("/dev/shm{seg}"));
+    expect_tags("untagged client of an untagged server's segment", r7.w[0], &[]);
+    expect_tags("the server", srv.w[0], &[]);
+
     // An object made by an untagged thread carries nothing.
     let mut u = c.actor("U", 1);
     let ufd = u.run(0, "memfd um");

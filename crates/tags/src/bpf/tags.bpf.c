@@ -89,6 +89,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define S_IFIFO 0010000
 #define S_IFREG 0100000
 #define PF_KTHREAD 0x00200000
+#define PF_EXITING 0x00000004
 #define TCP_LISTEN 10
 #define EDEADLK 35
 #define BPF_LOCAL_STORAGE_GET_F_CREATE 1
@@ -312,18 +313,8 @@ static __always_inline int vec_empty(const __u64 *v)
 	return any == 0;
 }
 
-/* Index of the lowest set bit (m != 0), by de Bruijn multiplication. */
-static const __u8 debruijn64[64] = {
-	0,  1,  48, 2,  57, 49, 28, 3,  61, 58, 50, 42, 38, 29, 17, 4,
-	62, 55, 59, 36, 53, 51, 43, 22, 45, 39, 33, 30, 24, 18, 12, 5,
-	63, 47, 56, 27, 60, 41, 37, 16, 54, 35, 52, 21, 44, 32, 23, 11,
-	46, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9,  13, 8,  7,  6,
-};
-
-static __always_inline __u32 ctz64(__u64 m)
-{
-	return debruijn64[(((m & -m) * 0x03f79d71b4ca8b09ULL) >> 58) & 63];
-}
+/* Index of the lowest set bit (m != 0); shared with its host unit test. */
+#include "ctz64.h"
 
 /*
  * The host of a task: this machine's id in its initial network namespace;
@@ -484,6 +475,13 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = s->vec[w] & c->live[w];
 		__u64 ok = m & ~t->term[w];
+		/* Lifeline records: every message is a reception, a shared
+		 * mapping only of the tags the thread did not hold (a process
+		 * maps one object many times). Branch-free (shm: 1 for
+		 * MT_K_SHM, else 0): a test here took mt_sys_exit past the
+		 * verifier's limit of 1M instructions (from 0.49M). */
+		__u64 shm = ((__u64)(kind ^ MT_K_SHM) - 1) >> 63;
+		__u64 rec = c->lifeline[w] & ~(-shm & v->vec[w]);
 
 		ok &= sys ? c->system[w] : ~c->system[w];
 		if (ok != m)
@@ -509,7 +507,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 					__sync_fetch_and_or(&v->vec[w], bit);
 				cur = nt;
 			}
-			if (c->lifeline[w] & bit)
+			if (rec & bit)
 				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur, t->lamport, s->host);
 		})
 	}
@@ -2177,6 +2175,11 @@ int mt_op_iter(struct bpf_iter__task *ctx)
 	if (!task || !o || !c)
 		return 0;
 	if (o->tid ? task->pid != o->tid : task->tgid != o->pid)
+		return 0;
+	/* An exiting thread (a zombie too) had its slot cleared for the last
+	 * time by mt_exit: a tag set now would outlive it. Not listed, so
+	 * `--tid` of one is "no such thread", and `--pid` takes the live ones. */
+	if (task->flags & PF_EXITING)
 		return 0;
 	emit(ctx->meta->seq, task, apply_op(c, task, o->code, o->tag, o->arg, 1));
 	return 0;
