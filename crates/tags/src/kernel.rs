@@ -127,7 +127,11 @@ fn safe_dir(d: &Path) -> Result<(), Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(kerr(format!("inspect {}", d.display()), e)),
     };
-    if !m.file_type().is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
+    // Root as this process sees it: in a user namespace that does not map
+    // uid 0, root's files show the overflow uid, and the namespace's own
+    // uid 0 (perhaps nobody outside) is not root. `/` is root's.
+    let root_uid = std::fs::metadata("/").map(|r| r.uid()).unwrap_or(0);
+    if !m.file_type().is_dir() || m.uid() != root_uid || m.mode() & 0o022 != 0 {
         return Err(Error::Refused(format!(
             "{} is not a directory that only root can change (owner uid {}, mode {:o}):              mantle did not make it and will not use it; remove it (`rm -r {}`) and retry",
             d.display(),

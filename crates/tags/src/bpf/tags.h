@@ -348,7 +348,6 @@ struct mt_thread_rec {
 #define MT_ECLASS 18 /* EXDEV: class mismatch (system vs user) */
 #define MT_ETERM 71  /* EPROTO: thread terminates this tag */
 #define MT_EEXIST 17 /* the table entry is not free */
-#define MT_ESRCH 3   /* the thread has exited (a zombie) */
 
 #define MT_STATIC_ASSERT(c, m) _Static_assert(c, m)
 MT_STATIC_ASSERT(MT_TAGS % 64 == 0 && MT_TAGS <= 256, "MT_TAGS: multiple of 64, at most 256");
