@@ -1508,7 +1508,11 @@ fn shared_memory_objects() {
     r7.run(0, &format!("open_rw seg /dev/shm{seg}"));
     r7.run(0, "map seg shared");
     let _ = fs::remove_file(format!("/dev/shm{seg}"));
-    expect_tags("untagged client of an untagged server's segment", r7.w[0], &[]);
+    expect_tags(
+        "untagged client of an untagged server's segment",
+        r7.w[0],
+        &[],
+    );
     expect_tags("the server", srv.w[0], &[]);
 
     // An object made by an untagged thread carries nothing.
@@ -2003,8 +2007,19 @@ fn unprivileged_user_is_refused() {
     // even through a read-only fd pinned again where nobody owns the pin
     // (issue 8: Linux >= 6.4 allows BPF_OBJ_GET/PIN to every user).
     let maps = [
-        "view", "ctl", "tags", "stats", "threads", "owners", "lifeline", "op", "chan_dep",
-        "sk_dep", "sk_role", "expiry", "dl_events",
+        "view",
+        "ctl",
+        "tags",
+        "stats",
+        "threads",
+        "owners",
+        "lifeline",
+        "op",
+        "chan_dep",
+        "sk_dep",
+        "sk_role",
+        "expiry",
+        "dl_events",
     ];
     let pins: Vec<String> = maps
         .iter()

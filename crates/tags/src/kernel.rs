@@ -295,9 +295,8 @@ fn loaded_prog_ids(name: &str) -> Vec<u32> {
         let mut info = libbpf_sys::bpf_prog_info::default();
         let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
         // SAFETY: info/len valid for writing.
-        let rc = unsafe {
-            libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len)
-        };
+        let rc =
+            unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
         if rc == 0 && crate::abi::cstr(&info.name.map(|c| c as u8)) == name {
             ids.push(id);
         }
@@ -674,14 +673,12 @@ pub fn admin(a: &crate::abi::Admin) -> Result<(), Error> {
 /// return value is 0 or a negative MT_E* error. The pin is root's: others
 /// get `Permission` naming `what`.
 fn run_syscall_prog<T: Pod>(name: &str, ctx: &mut T, what: &str) -> Result<(), Error> {
-    let prog = libbpf_rs::Program::fd_from_pinned_path(pin("progs", name)).map_err(|e| {
-        match e.kind() {
-            libbpf_rs::ErrorKind::PermissionDenied => {
-                Error::Permission(format!("{what} needs root"))
-            }
-            libbpf_rs::ErrorKind::NotFound if !loaded() => Error::NotLoaded,
-            _ => kerr(format!("open pinned program {name}"), e),
-        }
+    let prog = libbpf_rs::Program::fd_from_pinned_path(pin("progs", name)).map_err(|e| match e
+        .kind()
+    {
+        libbpf_rs::ErrorKind::PermissionDenied => Error::Permission(format!("{what} needs root")),
+        libbpf_rs::ErrorKind::NotFound if !loaded() => Error::NotLoaded,
+        _ => kerr(format!("open pinned program {name}"), e),
     })?;
     let mut opts = libbpf_sys::bpf_test_run_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
