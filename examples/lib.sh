@@ -57,7 +57,10 @@ kernel_lock() {
       flock -n "${fd##*/}" && return 0
     fi
   done
+  # root's alone (0600): a lock anybody can open is one anybody can hold
+  (umask 077; : >>/run/mantle-kernel.lock)
   exec 9>>/run/mantle-kernel.lock
+  chmod 600 /run/mantle-kernel.lock
   if ! flock -n 9; then
     echo "waiting for /run/mantle-kernel.lock (someone else is using mantle's kernel side)"
     flock 9

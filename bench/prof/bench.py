@@ -50,7 +50,9 @@ def log(*a):
 
 class Lock:
     def __enter__(self):
-        self.f = open(LOCK, "a")
+        # root's alone (0600): a lock anybody can open is one anybody can hold
+        self.f = open(os.open(LOCK, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a")
+        os.chmod(LOCK, 0o600)
         fcntl.flock(self.f, fcntl.LOCK_EX)
         return self
 

@@ -67,7 +67,8 @@ def take_lock():
                 return int(fd)
         except OSError:
             pass
-    f = os.open(LOCK, os.O_WRONLY | os.O_CREAT, 0o644)
+    f = os.open(LOCK, os.O_WRONLY | os.O_CREAT, 0o600)  # root's alone
+    os.chmod(LOCK, 0o600)
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

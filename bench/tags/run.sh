@@ -301,7 +301,9 @@ BUSY0=$(wait_quiet)
 # ------------------------------------------------------------------ kernel state
 # Take the machine-wide kernel-side lock before looking at or changing it
 # (held through fd 9 until this script exits).
-exec 9>/run/mantle-kernel.lock
+(umask 077; : >>/run/mantle-kernel.lock)   # root's alone: see examples/lib.sh
+exec 9>>/run/mantle-kernel.lock
+chmod 600 /run/mantle-kernel.lock
 if ! flock -n 9; then
 	log "waiting for /run/mantle-kernel.lock (someone else is using the kernel side)"
 	flock 9

@@ -2529,6 +2529,19 @@ fn table_lock_is_root_only_and_waits_a_bounded_time() {
         .output()
         .unwrap();
     assert!(!o.status.success(), "nobody locked the table: {o:?}");
+    // Nor can it open the machine-wide lock of tests, benchmarks and
+    // examples.
+    let o = Command::new("flock")
+        .args(["-n", "-s", common::KERNEL_LOCK, "true"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success(),
+        "nobody locked {}: {o:?}",
+        common::KERNEL_LOCK
+    );
     let m = fs::metadata("/run/mantle/lock").unwrap();
     assert_eq!(m.mode() & 0o777, 0o700, "lock directory mode");
     assert_eq!(m.uid(), 0);

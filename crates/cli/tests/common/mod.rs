@@ -4,7 +4,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -44,9 +44,14 @@ pub fn take_kernel_lock() -> Result<File, String> {
         .create(true)
         .truncate(false)
         .write(true)
-        .mode(0o644)
+        .mode(0o600)
         .open(KERNEL_LOCK)
         .map_err(|e| format!("open {KERNEL_LOCK}: {e}"))?;
+    // Root's alone: flock needs no write access, so a lock file anybody can
+    // open is one anybody can hold, stalling every test, benchmark and
+    // example (issue 8). An older file made 0644 is tightened.
+    fs::set_permissions(KERNEL_LOCK, fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("chmod {KERNEL_LOCK}: {e}"))?;
     if flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
         return Ok(f);
     }
