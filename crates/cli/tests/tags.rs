@@ -2614,6 +2614,37 @@ fn pin_directory_not_made_by_root_is_refused() {
 fn tags_up_killed_midway_leaves_nothing_half_loaded() {
     let c = case!("killup", exclusive);
     with_side_unloaded(|| {
+        // Deterministically in the window that used to look loaded: the
+        // maps pinned, the programs and links not yet.
+        let mut up = Command::new(MANTLE)
+            .args(["tags", "up", "--lib", &lib_arg()])
+            .env("MANTLE_TEST_STALL_AFTER_MAPS", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t0 = std::time::Instant::now();
+        let ctl_pinned = || {
+            fs::read_dir("/sys/fs/bpf/mantle")
+                .into_iter()
+                .flatten()
+                .flatten()
+                .any(|e| e.path().join("maps/ctl").exists())
+        };
+        while !ctl_pinned() && t0.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(ctl_pinned(), "the stalled `tags up` never pinned ctl");
+        up.kill().unwrap();
+        up.wait().unwrap();
+        let o = mantle(&["tags", "status"]);
+        assert!(
+            o.stdout.contains("not loaded") || o.stderr.contains("not loaded"),
+            "a `tags up` killed with only its maps pinned looks loaded: {o:?}"
+        );
+        mantle_ok(&["tags", "up", "--lib", &lib_arg()]);
+        mantle_ok(&["tags", "down"]);
+
         // Delays spread over a load (about 2 s here), pinning included.
         for (round, ms) in [50u64, 300, 700, 1100, 1400, 1600, 1800, 2000, 2300, 2600]
             .into_iter()

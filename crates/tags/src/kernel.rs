@@ -467,6 +467,12 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts, root: &Path) -> Result<UpRe
         }
     }
 
+    // Fault injection for the test of a `tags up` killed half-way: stall
+    // here, with the maps pinned and nothing else (tests/tags.rs).
+    if std::env::var_os("MANTLE_TEST_STALL_AFTER_MAPS").is_some() {
+        std::thread::sleep(std::time::Duration::from_secs(30));
+    }
+
     // Pin programs so later commands can attach the tagged hooks.
     {
         let p = &mut skel.progs;
