@@ -502,7 +502,11 @@ pub fn jit_line(line: &str) -> Result<(u64, u64, String), (&'static str, String)
 /// Largest vDSO copy accepted (the vDSO is two to four pages).
 pub const VDSO_MAX: u64 = 1 << 20;
 
+const SHT_SYMTAB: u32 = 2;
 const SHT_NOBITS: u32 = 8;
+const SHT_DYNSYM: u32 = 11;
+/// sizeof(Elf64_Sym)
+const SYM_SIZE: u64 = 24;
 
 fn u16le(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])
@@ -514,9 +518,27 @@ fn u64le(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 
+/// The name of section header `h` in the section name table (None when
+/// the name is outside it or unterminated).
+fn section_name(b: &[u8], shoff: u64, shstrndx: u64, h: usize) -> Option<&[u8]> {
+    let strh = (shoff + 64 * shstrndx) as usize;
+    if u32le(b, strh + 4) == SHT_NOBITS {
+        return None;
+    }
+    // inside the file: checked for every section before this is called
+    let (off, size) = (u64le(b, strh + 24) as usize, u64le(b, strh + 32) as usize);
+    let table = &b[off..off + size];
+    let rest = table.get(u32le(b, h) as usize..)?;
+    let end = rest.iter().position(|&c| c == 0)?;
+    Some(&rest[..end])
+}
+
 /// vdso.so: checks that the bytes are a 64-bit little-endian ELF image
 /// whose program and section header tables, and every section's data,
-/// lie inside the file, before a symbolizer is let near it.
+/// lie inside the file, and that no symbol of the tables a symbolizer
+/// reads (`.symtab`, `.dynsym`, by name or by type) ends past 2^64,
+/// before a symbolizer is let near it. (blazesym 0.2 adds st_value and
+/// st_size unchecked: found by fuzzing, it panics in debug builds.)
 pub fn elf_image(b: &[u8]) -> Result<(), ParseError> {
     let bad = |o: u64, what: String| Err(ParseError::new(At::Offset(o), what));
     if b.len() < 64 || &b[..4] != b"\x7fELF" {
@@ -591,6 +613,35 @@ pub fn elf_image(b: &[u8]) -> Result<(), ParseError> {
                 h as u64 + 40,
                 format!("section {i}: link {link} is not a section (of {shnum})"),
             );
+        }
+    }
+    for i in 0..shnum {
+        let h = (shoff + 64 * i) as usize;
+        let sh_type = u32le(b, h + 4);
+        let name = section_name(b, shoff, shstrndx, h);
+        let symbols = matches!(sh_type, SHT_SYMTAB | SHT_DYNSYM)
+            || matches!(name, Some(b".symtab") | Some(b".dynsym"));
+        if !symbols || sh_type == SHT_NOBITS {
+            continue;
+        }
+        let (off, size) = (u64le(b, h + 24), u64le(b, h + 32));
+        if size % SYM_SIZE != 0 {
+            return bad(
+                h as u64 + 32,
+                format!(
+                    "section {i}: a symbol table of {size} bytes (not a multiple of {SYM_SIZE})"
+                ),
+            );
+        }
+        for s in 0..size / SYM_SIZE {
+            let o = off + s * SYM_SIZE;
+            let (value, sz) = (u64le(b, o as usize + 8), u64le(b, o as usize + 16));
+            if value.checked_add(sz).is_none() {
+                return bad(
+                    o + 8,
+                    format!("section {i}: symbol {s} ({sz:#x} bytes at {value:#x}) ends past 2^64"),
+                );
+            }
         }
     }
     Ok(())

@@ -22,9 +22,24 @@ pub fn build_id(path: &Path) -> Option<String> {
 
 /// Build ID of an open file.
 fn build_id_of(f: &File) -> Option<String> {
-    let id = blazesym::helper::read_elf_build_id(&files::fd_path(f)).ok()??;
+    let id = guarded(|| blazesym::helper::read_elf_build_id(&files::fd_path(f)))
+        .ok()?
+        .ok()??;
     Some(hex(&id))
 }
+
+/// Runs a call into blazesym. It parses files that a session names and
+/// that anyone may have crafted; the session's own vDSO copy is checked
+/// first ([`crate::parse::elf_image`]), but files on disk are not, and a
+/// panic in a third-party parser (blazesym 0.2 has unchecked additions,
+/// found by fuzzing) must cost the symbols of one image, not the report.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, SymbolizerPanic> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|_| SymbolizerPanic)
+}
+
+/// blazesym panicked on a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SymbolizerPanic;
 
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -175,27 +190,52 @@ impl SessionSymbolizer {
         sym: &blazesym::symbolize::Symbolizer,
         f: &File,
         offsets: &[u64],
-    ) -> Vec<Option<String>> {
+    ) -> Result<Vec<Option<String>>, SymbolizerPanic> {
         let src = Source::Elf(Elf::new(files::fd_path(f)));
-        match sym.symbolize(&src, Input::FileOffset(offsets)) {
-            Ok(v) => v
-                .into_iter()
-                .map(|s| match s {
-                    Symbolized::Sym(s) => Some(s.name.into_owned()),
-                    Symbolized::Unknown(_) => None,
-                })
-                .collect(),
-            Err(_) => vec![None; offsets.len()],
-        }
+        Ok(
+            match guarded(|| sym.symbolize(&src, Input::FileOffset(offsets)))? {
+                Ok(v) => v
+                    .into_iter()
+                    .map(|s| match s {
+                        Symbolized::Sym(s) => Some(s.name.into_owned()),
+                        Symbolized::Unknown(_) => None,
+                    })
+                    .collect(),
+                Err(_) => vec![None; offsets.len()],
+            },
+        )
+    }
+
+    /// The outcome of [`Self::elf`], with a warning naming the image when
+    /// blazesym failed.
+    fn or_warn(
+        &mut self,
+        r: Result<Vec<Option<String>>, SymbolizerPanic>,
+        image: &Image,
+        n: usize,
+    ) -> Vec<Option<String>> {
+        r.unwrap_or_else(|SymbolizerPanic| {
+            self.warnings.push(format!(
+                "{}: the symbolizer (blazesym) failed on this file: not symbolized",
+                image.display()
+            ));
+            vec![None; n]
+        })
     }
 }
 
-/// Symbolizes file offsets in an ELF image given as bytes (the vDSO path
-/// of the report; for tests and the fuzz targets).
-pub fn symbolize_elf_bytes(image: &[u8], offsets: &[u64]) -> std::io::Result<Vec<Option<String>>> {
+/// The build ID of an ELF image given as bytes, and the symbols at file
+/// offsets in it: what the report asks blazesym about an image (the vDSO
+/// copy goes this way; tests and the fuzz targets use it too). Outer
+/// error: no memfd; inner: blazesym panicked.
+#[allow(clippy::type_complexity)]
+pub fn elf_bytes_info(
+    image: &[u8],
+    offsets: &[u64],
+) -> std::io::Result<Result<(Option<String>, Vec<Option<String>>), SymbolizerPanic>> {
     let f = crate::kernel::memfd("mantle-prof-elf", image)?;
     let sym = blazesym::symbolize::Symbolizer::new();
-    Ok(SessionSymbolizer::elf(&sym, &f, offsets))
+    Ok(SessionSymbolizer::elf(&sym, &f, offsets).map(|names| (build_id_of(&f), names)))
 }
 
 impl Symbolizer for SessionSymbolizer {
@@ -210,10 +250,14 @@ impl Symbolizer for SessionSymbolizer {
                     return vec![None; offsets.len()];
                 }
                 let f = self.checked[image].as_ref().expect("usable");
-                Self::elf(&self.sym, f, offsets)
+                let r = Self::elf(&self.sym, f, offsets);
+                self.or_warn(r, image, offsets.len())
             }
             ImageKind::Vdso => match &self.vdso {
-                Some(f) => Self::elf(&self.sym, f, offsets),
+                Some(f) => {
+                    let r = Self::elf(&self.sym, f, offsets);
+                    self.or_warn(r, image, offsets.len())
+                }
                 None => vec![None; offsets.len()],
             },
             ImageKind::Jit => {
