@@ -11,6 +11,7 @@ use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 use std::collections::HashMap;
 use std::fs::File;
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// Lower-case hex build ID of an ELF file, if it has one. Only a regular
@@ -90,6 +91,106 @@ impl JitMap {
     }
 }
 
+/// The debug files an ELF image names: `.gnu_debuglink` (a file name),
+/// and whether it has `.gnu_debugaltlink` or `.debug_sup`.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Links {
+    debuglink: Option<Vec<u8>>,
+    altlink: bool,
+    sup: bool,
+}
+
+fn read_at(f: &File, off: u64, len: usize) -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let mut v = vec![0; len];
+    f.read_exact_at(&mut v, off).ok()?;
+    Some(v)
+}
+
+/// Reads the section headers and names of an ELF file (pread, not the
+/// whole file) for its debug links; None when they cannot be read.
+fn links(f: &File) -> Option<Links> {
+    let le16 = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as u64;
+    let le32 = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as u64;
+    let le64 = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+    let eh = read_at(f, 0, 64)?;
+    if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+        return None;
+    }
+    let (shoff, shnum, shstrndx) = (le64(&eh, 40), le16(&eh, 60), le16(&eh, 62));
+    if shnum == 0 {
+        return Some(Links::default());
+    }
+    if le16(&eh, 58) != 64 || shstrndx >= shnum {
+        return None;
+    }
+    // at most 65535 * 64 bytes
+    let sh = read_at(f, shoff, (shnum * 64) as usize)?;
+    let strh = (shstrndx * 64) as usize;
+    let (stroff, strsize) = (le64(&sh, strh + 24), le64(&sh, strh + 32));
+    if strsize > 16 << 20 {
+        return None;
+    }
+    let names = read_at(f, stroff, strsize as usize)?;
+    let mut l = Links::default();
+    for i in 0..shnum as usize {
+        let h = &sh[i * 64..i * 64 + 64];
+        let name = names.get(le32(h, 0) as usize..).and_then(|r| {
+            let end = r.iter().position(|&c| c == 0)?;
+            Some(&r[..end])
+        });
+        match name {
+            Some(b".gnu_debuglink") => {
+                let data = read_at(f, le64(h, 24), le64(h, 32).min(4096) as usize)?;
+                let end = data.iter().position(|&c| c == 0).unwrap_or(data.len());
+                l.debuglink = Some(data[..end].to_vec());
+            }
+            Some(b".gnu_debugaltlink") => l.altlink = true,
+            Some(b".debug_sup") => l.sup = true,
+            _ => {}
+        }
+    }
+    Some(l)
+}
+
+/// Whether blazesym may read DWARF for this image: with DWARF on it opens
+/// the debug files the image names, with a plain (blocking) open, so a
+/// FIFO there would hang the report. It looks for a `.gnu_debuglink` name
+/// in /usr/lib/debug and /lib/debug (root's) and beside the image; for
+/// `.gnu_debugaltlink` and `.debug_sup` it takes the path in the file.
+/// Allowed: no links, or a debug link that is a plain file name whose
+/// candidate beside the image is absent, or a regular file that links to
+/// nothing further.
+fn debug_links_safe(f: &File) -> Result<(), String> {
+    let l = links(f).ok_or("its section headers cannot be read")?;
+    if l.altlink || l.sup {
+        return Err("it names supplementary debug files (.gnu_debugaltlink or .debug_sup), which are not followed".into());
+    }
+    let Some(name) = l.debuglink else {
+        return Ok(());
+    };
+    let shown = String::from_utf8_lossy(&name).into_owned();
+    if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
+        return Err(format!(
+            "its .gnu_debuglink {shown:?} is not a plain file name, not followed"
+        ));
+    }
+    let real = std::fs::canonicalize(files::fd_path(f))
+        .map_err(|e| format!("its real path is unknown ({e})"))?;
+    let beside = real.with_file_name(std::ffi::OsStr::from_bytes(&name));
+    match files::open_regular(&beside) {
+        Err(e) if e.is_not_found() => Ok(()),
+        Ok(d) => match links(&d) {
+            Some(l) if l == Links::default() => Ok(()),
+            _ => Err(format!(
+                "its debug file {} names further debug files, not followed",
+                beside.display()
+            )),
+        },
+        Err(e) => Err(format!("its debug file {}: {e}", beside.display())),
+    }
+}
+
 /// The report's symbolizer over a session: files named by the session are
 /// opened only if they are regular files, and stay open (blazesym reads
 /// them through /proc/self/fd), so what is symbolized is what was checked.
@@ -99,8 +200,9 @@ pub struct SessionSymbolizer {
     /// The session's vDSO copy (validated at load) in a memfd.
     vdso: Option<File>,
     jit: HashMap<u32, crate::symbols::JitMap>,
-    /// Per image: the open file, or None when it is not usable.
-    checked: HashMap<Image, Option<File>>,
+    /// Per image: the open file and whether DWARF may be read (see
+    /// [`debug_links_safe`]), or None when it is not usable.
+    checked: HashMap<Image, Option<(File, bool)>>,
     /// Images that could not be symbolized, and why.
     pub warnings: Vec<String>,
 }
@@ -136,7 +238,7 @@ impl SessionSymbolizer {
     }
 
     /// The file of an ELF image, if it is still the one that was profiled.
-    fn usable(&mut self, image: &Image) -> Option<&File> {
+    fn usable(&mut self, image: &Image) -> Option<&(File, bool)> {
         if !self.checked.contains_key(image) {
             let f = self.check(image);
             self.checked.insert(image.clone(), f);
@@ -144,7 +246,7 @@ impl SessionSymbolizer {
         self.checked.get(image).and_then(Option::as_ref)
     }
 
-    fn check(&mut self, image: &Image) -> Option<File> {
+    fn check(&mut self, image: &Image) -> Option<(File, bool)> {
         let f = match files::open_regular(Path::new(&image.path)) {
             Ok(f) => f,
             Err(e) if e.is_not_found() => {
@@ -182,16 +284,32 @@ impl SessionSymbolizer {
                 ));
                 None
             }
-            _ => Some(f),
+            _ => {
+                let dwarf = match debug_links_safe(&f) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        self.warnings.push(format!(
+                            "{}: {why}: symbols from its ELF symbol tables only",
+                            image.path
+                        ));
+                        false
+                    }
+                };
+                Some((f, dwarf))
+            }
         }
     }
 
+    /// `debug_syms`: also DWARF, and the debug files the image links to.
     fn elf(
         sym: &blazesym::symbolize::Symbolizer,
         f: &File,
         offsets: &[u64],
+        debug_syms: bool,
     ) -> Result<Vec<Option<String>>, SymbolizerPanic> {
-        let src = Source::Elf(Elf::new(files::fd_path(f)));
+        let mut elf = Elf::new(files::fd_path(f));
+        elf.debug_syms = debug_syms;
+        let src = Source::Elf(elf);
         Ok(
             match guarded(|| sym.symbolize(&src, Input::FileOffset(offsets)))? {
                 Ok(v) => v
@@ -235,7 +353,7 @@ pub fn elf_bytes_info(
 ) -> std::io::Result<Result<(Option<String>, Vec<Option<String>>), SymbolizerPanic>> {
     let f = crate::kernel::memfd("mantle-prof-elf", image)?;
     let sym = blazesym::symbolize::Symbolizer::new();
-    Ok(SessionSymbolizer::elf(&sym, &f, offsets).map(|names| (build_id_of(&f), names)))
+    Ok(SessionSymbolizer::elf(&sym, &f, offsets, false).map(|names| (build_id_of(&f), names)))
 }
 
 impl Symbolizer for SessionSymbolizer {
@@ -249,13 +367,15 @@ impl Symbolizer for SessionSymbolizer {
                 if self.usable(image).is_none() {
                     return vec![None; offsets.len()];
                 }
-                let f = self.checked[image].as_ref().expect("usable");
-                let r = Self::elf(&self.sym, f, offsets);
+                let (f, dwarf) = self.checked[image].as_ref().expect("usable");
+                let r = Self::elf(&self.sym, f, offsets, *dwarf);
                 self.or_warn(r, image, offsets.len())
             }
+            // its .dynsym names every vDSO function: no DWARF, and no file
+            // the session's copy names is followed
             ImageKind::Vdso => match &self.vdso {
                 Some(f) => {
-                    let r = Self::elf(&self.sym, f, offsets);
+                    let r = Self::elf(&self.sym, f, offsets, false);
                     self.or_warn(r, image, offsets.len())
                 }
                 None => vec![None; offsets.len()],

@@ -151,3 +151,41 @@ fn replaced_file_is_detected_by_build_id() {
     );
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// An image whose .gnu_debuglink names a file beside it that is a FIFO:
+/// blazesym, reading DWARF, would open the FIFO and wait forever. The
+/// report must finish, say why, and still name the functions from the
+/// ELF symbol table.
+#[test]
+fn debug_link_to_a_fifo_is_not_followed() {
+    let d = tmpdir("debuglink");
+    let bin = cc(&d, "fx", &[]);
+    let r = run_and_resolve(&bin);
+    let dbg = d.join("fx.debug");
+    std::fs::write(&dbg, b"placeholder").unwrap();
+    let st = Command::new("objcopy")
+        .arg(format!("--add-gnu-debuglink={}", dbg.display()))
+        .arg(&bin)
+        .status()
+        .expect("objcopy (binutils)");
+    assert!(st.success());
+    std::fs::remove_file(&dbg).unwrap();
+    let st = Command::new("mkfifo").arg(&dbg).status().unwrap();
+    assert!(st.success());
+    let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let b = bin.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(symbolize(&b, &offs, None));
+    });
+    let (names, warn) = rx
+        .recv_timeout(std::time::Duration::from_secs(20))
+        .expect("symbolization blocked for 20 s (opened the FIFO?)");
+    assert_eq!(names[1].as_deref(), Some("beta_global"));
+    assert!(
+        warn.iter()
+            .any(|w| w.contains("fx.debug") && w.contains("not a regular file")),
+        "{warn:?}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
