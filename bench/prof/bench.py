@@ -126,7 +126,8 @@ def run_once(cfg, wl, rate, out_dir):
                "-o", f"{out_dir}/perf.data", "--"] + inner
     elif cfg.startswith("mantle"):
         transport = "ring" if cfg == "mantle-ring" else "aggregate"
-        cmd = ["taskset", "-c", "0", MANTLE, "prof", "record", "-q", "-F", str(rate),
+        # --force: every repetition replaces the previous one's session
+        cmd = ["taskset", "-c", "0", MANTLE, "prof", "record", "-q", "--force", "-F", str(rate),
                "--transport", transport, "-o", f"{out_dir}/mantle.prof", "--"] + inner
     else:
         raise ValueError(cfg)
@@ -461,7 +462,7 @@ def cost(args):
     out = {}
     with Lock():
         for transport in ("aggregate", "ring"):
-            sh([MANTLE, "prof", "record", "-q", "--self-timing", "--transport", transport,
+            sh([MANTLE, "prof", "record", "-q", "--force", "--self-timing", "--transport", transport,
                 "-F", str(args.rate), "-o", f"{d}/c.prof", "--", "taskset", "-c", "1",
                 f"{WORK}/multiply", str(MULT_N)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             m = json.load(open(f"{d}/c.prof/meta.json"))

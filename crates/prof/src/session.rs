@@ -131,6 +131,10 @@ fn sibling(dir: &Path, what: &str) -> PathBuf {
 pub fn write_session(dir: &Path, d: &SessionData, replace: bool) -> Result<(), Error> {
     check_output(dir, replace)?;
     let tmp = sibling(dir, "new");
+    // `-o a/b/session` creates a/b, as it always did
+    if let Some(parent) = tmp.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| ioerr("create", parent, e))?;
+    }
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir(&tmp).map_err(|e| ioerr("create", &tmp, e))?;
     let r = write_files(&tmp, d).and_then(|()| install(&tmp, dir, replace));
@@ -402,6 +406,26 @@ mod tests {
         .unwrap();
         let s = read_session(&dir).unwrap();
         assert_eq!(s.meta.samples, 9);
+        // missing parents are created; nothing is left beside the session
+        let deep = dir.join("a/b/s");
+        write_session(
+            &deep,
+            &SessionData {
+                meta: &meta,
+                profile: &p,
+                procs: &sp.procs,
+                history: &sp.history,
+                tags: &names,
+                kallsyms_text: None,
+                vdso: None,
+                jit_maps: &[],
+            },
+            false,
+        )
+        .unwrap();
+        read_session(&deep).unwrap();
+        let beside: Vec<_> = std::fs::read_dir(dir.join("a/b")).unwrap().collect();
+        assert_eq!(beside.len(), 1);
         assert_eq!(s.profile.total(), 9);
         assert_eq!(s.profile.counts(), p.counts());
         assert_eq!(s.mappings, sp.history);
