@@ -1699,28 +1699,9 @@ mod tests {
         let _g = serial();
         let r = probe_all();
         assert_eq!(r.get("root").unwrap().available, crate::os::geteuid() == 0);
-        // Read CapEff differently: via the capget system call.
-        #[repr(C)]
-        struct Header {
-            version: u32,
-            pid: i32,
-        }
-        #[repr(C)]
-        #[derive(Clone, Copy, Default)]
-        struct Data {
-            effective: u32,
-            permitted: u32,
-            inheritable: u32,
-        }
-        let mut h = Header {
-            version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
-            pid: 0,
-        };
-        let mut d = [Data::default(); 2];
-        // SAFETY: valid header and a two-element data array, as v3 needs.
-        let rc = unsafe { libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) };
-        assert_eq!(rc, 0);
-        let eff = d[0].effective as u64 | (d[1].effective as u64) << 32;
+        // Read CapEff differently: via the capget system call (the probes
+        // parse /proc/self/status).
+        let eff = crate::os::effective_caps().expect("capget");
         for (id, bit) in [
             ("cap_bpf", 39),
             ("cap_perfmon", 38),
