@@ -11,6 +11,7 @@
 //!
 //! No locks are held in this crate.
 
+pub mod bpf;
 pub mod layout;
 pub mod os;
 pub mod probe;
