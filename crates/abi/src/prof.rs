@@ -38,7 +38,9 @@ const _: () = assert!(size_of::<Key>() == 24 + 8 * MT_WORDS);
 
 /// `struct mp_stats`: per-CPU counters of the sample path (8 × u64).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct Stats {
     pub samples: u64,
     pub dropped: u64,

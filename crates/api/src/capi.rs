@@ -17,7 +17,9 @@ fn errno_of(e: &Error) -> c_int {
         Error::Invalid(_) => libc::EINVAL,
         Error::NoSuchThread(_) => libc::ESRCH,
         Error::Refused(_) => libc::EXDEV,
-        Error::Kernel(_) | Error::Corrupt(_) => libc::EIO,
+        // the kernel's own answer where a system call failed
+        Error::Kernel { .. } => e.errno().unwrap_or(libc::EIO),
+        Error::Corrupt(_) => libc::EIO,
         Error::Busy(_) => libc::EBUSY,
     }
 }

@@ -19,11 +19,11 @@
 //! (readers may hold pointers into it); the tid cache is reset in the
 //! child after fork. No locks besides the one-time initialisation.
 
-use mantle_tags::abi::{OpCode, View, MT_WORDS};
+use mantle_abi::tags::{OpCode, View, MT_WORDS};
 use mantle_tags::kernel::MappedMap;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Once, OnceLock};
 
 pub use mantle_tags::{CreateOpts, Error, Tags, ThreadInfo};
 
@@ -32,9 +32,10 @@ struct Shared {
     tags: Tags,
 }
 
-static SHARED: OnceLock<Result<Shared, String>> = OnceLock::new();
-static VIEW: AtomicPtr<View> = AtomicPtr::new(std::ptr::null_mut());
-static VIEW_LEN: AtomicUsize = AtomicUsize::new(0);
+/// Set once the kernel side's maps are open; a failed open is not cached
+/// (the kernel side may be loaded later).
+static SHARED: OnceLock<Shared> = OnceLock::new();
+static AT_FORK: Once = Once::new();
 /// Bumped in the child after fork: invalidates every cached tid.
 static FORK_GEN: AtomicU32 = AtomicU32::new(1);
 
@@ -47,21 +48,24 @@ extern "C" fn after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
 }
 
+#[inline]
 fn shared() -> Result<&'static Shared, Error> {
-    let s = SHARED.get_or_init(|| {
-        let view = MappedMap::open_ro::<View>("view").map_err(|e| e.to_string())?;
-        let tags = Tags::open().map_err(|e| e.to_string())?;
-        VIEW_LEN.store(view.entries(), Ordering::Relaxed);
-        VIEW.store(view.ptr::<View>(0), Ordering::Release);
-        // SAFETY: registering a plain extern "C" fn without captured state.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-        Ok(Shared { view, tags })
-    });
-    match s {
-        Ok(s) => Ok(s),
-        Err(e) if e.contains("not loaded") => Err(Error::NotLoaded),
-        Err(e) => Err(Error::Kernel(e.clone())),
+    if let Some(s) = SHARED.get() {
+        return Ok(s);
     }
+    let s = Shared {
+        view: mantle_tags::kernel::map_array::<View>("view", false)?,
+        tags: Tags::open()?,
+    };
+    AT_FORK.call_once(|| {
+        // SAFETY: registers a plain extern "C" fn that captures nothing
+        // and only bumps an atomic (async-signal-safe in the child).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    });
+    // Two threads may open at once: one mapping wins, the other is
+    // dropped before anybody read through it.
+    let _ = SHARED.set(s);
+    Ok(SHARED.get().expect("set above"))
 }
 
 #[inline(always)]
@@ -84,23 +88,20 @@ pub fn open() -> Result<(), Error> {
     shared().map(|_| ())
 }
 
+/// The calling thread's view entry (a volatile copy: the kernel side
+/// changes it with atomic word operations, so each word is consistent).
+#[inline]
+fn my_view(s: &Shared) -> Result<View, Error> {
+    let tid = my_tid() as usize;
+    s.view
+        .get::<View>(tid)
+        .ok_or_else(|| Error::Invalid(format!("tid {tid} beyond the view")))
+}
+
 /// The calling thread's tag vector: the hot path, no system call once open.
 #[inline]
 pub fn my_vector() -> Result<[u64; MT_WORDS], Error> {
-    let mut p = VIEW.load(Ordering::Acquire);
-    if p.is_null() {
-        shared()?;
-        p = VIEW.load(Ordering::Acquire);
-    }
-    let tid = my_tid() as usize;
-    if tid >= VIEW_LEN.load(Ordering::Relaxed) {
-        return Err(Error::Invalid(format!("tid {tid} beyond the view")));
-    }
-    // SAFETY: p maps VIEW_LEN entries for the life of the process; the
-    // entry is updated atomically by the kernel side, so a volatile read of
-    // each word is a consistent per-word snapshot.
-    let v = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*p.add(tid)).vec)) };
-    Ok(v)
+    Ok(my_view(shared()?)?.vec)
 }
 
 /// Bit of a live tag.
@@ -126,29 +127,23 @@ pub extern "C" fn mantle_tag_ctl(op: u32, tag: u32, arg: u32, seq: u32) {
 /// Performs a self-operation through the uprobe and reads its answer.
 fn self_op(code: OpCode, bit: u32, arg: u32) -> Result<(), Error> {
     let s = shared()?;
-    let tid = my_tid() as usize;
-    if tid >= s.view.entries() {
-        return Err(Error::Invalid(format!("tid {tid} beyond the view")));
-    }
+    let tid = my_tid();
     let seq = SEQ.with(|c| {
         // Start each thread at a value unlikely to be left over in its slot.
         let mut n = c.get();
         if n == 0 {
-            n = (tid as u32).wrapping_mul(2654435761) ^ std::process::id().rotate_left(16);
+            n = tid.wrapping_mul(2654435761) ^ std::process::id().rotate_left(16);
         }
         n = n.wrapping_add(1).max(1);
         c.set(n);
         n
     });
     mantle_tag_ctl(code as u32, bit, arg, seq);
-    let e = s.view.ptr::<View>(tid);
-    // SAFETY: in-bounds entry of the read-only mapping.
-    let (got, err) = unsafe {
-        (
-            std::ptr::read_volatile(&(*e).op_seq),
-            std::ptr::read_volatile(&(*e).op_err),
-        )
-    };
+    let View {
+        op_seq: got,
+        op_err: err,
+        ..
+    } = my_view(s)?;
     if got != seq {
         let lib = mantle_tags::kernel::ctl_lib()
             .map(|p| p.display().to_string())

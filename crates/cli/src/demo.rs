@@ -40,7 +40,7 @@ pub fn run(json: bool) -> Result<(), Error> {
     if !have("socat") {
         return Err(missing("socat"));
     }
-    let exe = std::env::current_exe().map_err(|e| Error::Kernel(format!("own path: {e}")))?;
+    let exe = std::env::current_exe().map_err(|e| Error::sys("own path", e))?;
     let we_loaded = !mantle_tags::kernel::loaded();
     if we_loaded {
         let lib = exe
@@ -146,7 +146,7 @@ fn note(json: bool, text: &str) {
 fn scenario(t: &Tags, exe: &std::path::Path, name: &str, json: bool) -> Result<Outcome, Error> {
     let dir = PathBuf::from(format!("/run/mantle/demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir)
-        .map_err(|e| Error::Kernel(format!("create {}: {e}", dir.display())))?;
+        .map_err(|e| Error::sys(format!("create {}", dir.display()), e))?;
     let sock = dir.join("server.sock");
     let server_spec = format!("UNIX-LISTEN:{},fork", sock.display());
     // The server: untagged, started before anything holds the tag. It stays
@@ -156,12 +156,12 @@ fn scenario(t: &Tags, exe: &std::path::Path, name: &str, json: bool) -> Result<O
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .map_err(|e| Error::Kernel(format!("start socat server: {e}")))?;
+        .map_err(|e| Error::sys("start socat server", e))?;
     let deadline = Instant::now() + Duration::from_secs(5);
     while !sock.exists() {
         if Instant::now() > deadline {
             let _ = server.kill();
-            return Err(Error::Kernel("the socat server did not start".into()));
+            return Err(Error::Refused("the socat server did not start".into()));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -184,13 +184,13 @@ fn scenario(t: &Tags, exe: &std::path::Path, name: &str, json: bool) -> Result<O
     // process would have read a request and picked up the tag itself.
     let reply = dir.join("reply");
     let reply_file = std::fs::File::create(&reply)
-        .map_err(|e| Error::Kernel(format!("create {}: {e}", reply.display())))?;
+        .map_err(|e| Error::sys(format!("create {}", reply.display()), e))?;
     let status = Command::new(exe)
         .args(["tag", "run", name, "--", "sh", "-c", &pipeline])
         .stdout(reply_file)
         .stderr(Stdio::inherit())
         .status()
-        .map_err(|e| Error::Kernel(format!("run the pipeline: {e}")))?;
+        .map_err(|e| Error::sys("run the pipeline", e))?;
     note(
         json,
         &format!(
@@ -204,7 +204,7 @@ fn scenario(t: &Tags, exe: &std::path::Path, name: &str, json: bool) -> Result<O
     let _ = server.wait();
     let _ = std::fs::remove_dir_all(&dir);
     if !status.success() {
-        return Err(Error::Kernel(format!("the pipeline failed: {status}")));
+        return Err(Error::Refused(format!("the pipeline failed: {status}")));
     }
     Ok((lifeline, holders))
 }

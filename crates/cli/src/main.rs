@@ -554,9 +554,10 @@ impl From<Error> for Failure {
     fn from(e: Error) -> Self {
         let code = match e {
             Error::NotLoaded | Error::Missing(_) => EXIT_MISSING,
-            Error::Permission(_) => EXIT_PERMISSION,
             Error::UnknownTag(_) | Error::NoSuchThread(_) => EXIT_NOT_FOUND,
             Error::Invalid(_) => EXIT_USAGE,
+            // ours, or the kernel's EPERM/EACCES kept as the source
+            _ if e.is_permission() => EXIT_PERMISSION,
             _ => EXIT_FAILURE,
         };
         Failure {

@@ -340,7 +340,12 @@ impl Sampler {
             let b2 = buf.clone();
             let mut rb = libbpf_rs::RingBufferBuilder::new();
             rb.add(handle, move |data: &[u8]| {
-                b2.borrow_mut().push(Key::from_bytes(data));
+                // a record of another layout is dropped, never trusted;
+                // the kernel writes whole mp_keys, so this does not happen
+                // unless the object and this build disagree
+                if let Ok(k) = mantle_abi::read::<Key>(data, "mp_key") {
+                    b2.borrow_mut().push(k);
+                }
                 0
             })
             .map_err(|e| kerr("ring buffer", e))?;
@@ -388,7 +393,9 @@ impl Sampler {
         let mut s = Stats::default();
         if let Ok(Some(v)) = self.stats.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
             for c in v {
-                s.merge(&Stats::from_bytes(&c));
+                if let Ok(v) = mantle_abi::read::<Stats>(&c, "mp_stats") {
+                    s.merge(&v);
+                }
             }
         }
         s
@@ -412,9 +419,12 @@ impl Sampler {
         let map = &self.counts[old as usize];
         let keys: Vec<Vec<u8>> = map.keys().collect();
         for k in keys {
-            if let Ok(Some(v)) = map.lookup(&k, MapFlags::ANY) {
-                let n = u64::from_ne_bytes(v[..8].try_into().unwrap());
-                out.push((Key::from_bytes(&k), n));
+            if let (Ok(Some(v)), Ok(key)) = (
+                map.lookup(&k, MapFlags::ANY),
+                mantle_abi::read::<Key>(&k, "mp_key"),
+            ) {
+                let n = mantle_abi::read::<u64>(&v, "count").unwrap_or(0);
+                out.push((key, n));
             }
             let _ = map.delete(&k);
         }

@@ -188,7 +188,9 @@ impl PinnedMap {
     /// Refuses a key or value type of another size than the map's: the
     /// kernel copies `value_size` bytes whatever buffer it is given.
     fn geometry<K, V>(&self, value_size: usize) -> io::Result<()> {
-        if std::mem::size_of::<K>() != self.key_size as usize || value_size != self.value_size as usize {
+        if std::mem::size_of::<K>() != self.key_size as usize
+            || value_size != self.value_size as usize
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(

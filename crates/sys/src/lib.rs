@@ -13,5 +13,7 @@
 
 pub mod bpf;
 pub mod layout;
+pub mod lock;
+pub mod netns;
 pub mod os;
 pub mod probe;

@@ -37,16 +37,21 @@
 //! kernel side takes no locks: deposits and vectors change with atomic
 //! OR/AND/XCHG only (tags.bpf.c), so there is nothing to order against.
 
+// The crate makes no system call of its own (mantle_sys does); only the
+// generated skeleton (load.rs) holds unsafe code, libbpf-cargo's.
+#![deny(unsafe_code)]
+
 pub mod abi;
 pub mod deadlock;
 pub mod kernel;
 pub mod lifeline;
+#[cfg(feature = "loader")]
+mod load;
 pub mod model;
 
-use abi::{
-    Ctl, Owner, Pod, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF,
-};
-use kernel::{MappedMap, PinnedMap};
+use abi::{Ctl, Owner, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};
+use kernel::MappedMap;
+use zerocopy::FromZeros;
 
 /// Errors of the tags subsystem. The CLI maps them to messages and exit codes.
 #[derive(Debug, thiserror::Error)]
@@ -76,8 +81,13 @@ pub enum Error {
     NoSuchThread(u32),
     #[error("{0}")]
     Refused(String),
-    #[error("kernel: {0}")]
-    Kernel(String),
+    /// A system call failed; `source` is its error (io, libbpf), errno kept.
+    #[error("kernel: {what}: {source}")]
+    Kernel {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// Another command holds the table lock for too long.
     #[error("busy: {0}")]
     Busy(String),
@@ -85,6 +95,48 @@ pub enum Error {
     /// map that something other than mantle wrote, or another build's).
     #[error("corrupt kernel-side state: {0}")]
     Corrupt(String),
+}
+
+impl Error {
+    /// The errno behind this error, if a system call failed: the first
+    /// `io::Error` with an OS code in the source chain.
+    pub fn errno(&self) -> Option<i32> {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = match self {
+            Error::Kernel { source, .. } => Some(source.as_ref()),
+            _ => None,
+        };
+        while let Some(e) = cur {
+            if let Some(code) = e
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.raw_os_error())
+            {
+                return Some(code);
+            }
+            if let Some(lb) = e.downcast_ref::<libbpf_rs::Error>() {
+                if lb.kind() == libbpf_rs::ErrorKind::PermissionDenied {
+                    return Some(libc::EPERM);
+                }
+            }
+            cur = e.source();
+        }
+        None
+    }
+
+    /// Whether this is a refusal for want of privilege, whichever way it
+    /// was found out (our own check, or EPERM/EACCES from the kernel).
+    pub fn is_permission(&self) -> bool {
+        matches!(self, Error::Permission(_))
+            || matches!(self.errno(), Some(libc::EPERM | libc::EACCES))
+    }
+
+    /// A system call's failure (for callers outside this crate that add
+    /// what they were doing).
+    pub fn sys(
+        what: impl Into<String>,
+        e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
+        kernel::kerr(what, e)
+    }
 }
 
 impl From<model::NameError> for Error {
@@ -255,10 +307,11 @@ impl Tags {
         }
         let root = mantle_sys::os::privileged();
         let t = Tags {
-            ctl: MappedMap::open_ro::<abi::Ctl>("ctl")?,
-            tags: MappedMap::open_ro::<abi::TagEntry>("tags")?,
+            ctl: kernel::map_array::<abi::Ctl>("ctl", false)?,
+            tags: kernel::map_array::<abi::TagEntry>("tags", false)?,
             root,
-        };
+        }
+        .checked()?;
         // Finish what expired (or an owner deleted) since the last command,
         // under the table lock: two tools finishing at once used to race in
         // detach_if_empty (one unpinned a link the other had just seen), and
@@ -273,6 +326,20 @@ impl Tags {
         Ok(t)
     }
 
+    /// The geometry the rest of this type relies on, checked once.
+    fn checked(self) -> Result<Tags, Error> {
+        if self.ctl.entries() != 1 || self.tags.entries() != MT_TAGS {
+            return Err(Error::Refused(format!(
+                "the loaded tags kernel side comes from another build of mantle (ctl: {} entries, \
+                 tags: {} entries; this build expects 1 and {MT_TAGS}); reload it: \
+                 `mantle tags down && mantle tags up`",
+                self.ctl.entries(),
+                self.tags.entries()
+            )));
+        }
+        Ok(self)
+    }
+
     fn need_root(&self, what: &str) -> Result<(), Error> {
         if self.root {
             Ok(())
@@ -282,11 +349,16 @@ impl Tags {
     }
 
     fn ctl(&self) -> Ctl {
-        self.ctl.get::<Ctl>(0)
+        // checked at open: ctl has its one entry
+        self.ctl.get::<Ctl>(0).unwrap_or_else(Ctl::new_zeroed)
     }
 
+    /// Entry `bit` of the table; a bit beyond it (from a corrupted record)
+    /// reads as a free entry, which every caller treats as "no such tag".
     fn entry(&self, bit: u32) -> TagEntry {
-        self.tags.get::<TagEntry>(bit as usize)
+        self.tags
+            .get::<TagEntry>(bit as usize)
+            .unwrap_or_else(TagEntry::new_zeroed)
     }
 
     /// Bit of a live tag by name.
@@ -336,7 +408,7 @@ impl Tags {
         kernel::admin(&abi::Admin {
             code: abi::ADM_DIGEST,
             digest: table.digest as u32,
-            ..abi::Admin::zeroed()
+            ..abi::Admin::new_zeroed()
         })
     }
 
@@ -368,23 +440,33 @@ impl Tags {
             0
         };
         if o.lifeline > 0 {
-            let ll = MappedMap::open_rw::<abi::Reception>("lifeline")?;
+            // Clear the ring's sequence numbers before the tag is live, so
+            // old records of a reused region are not read as its own. The
+            // map is root's and no program writes these slots yet (the
+            // region belongs to no live tag), but the kernel may write
+            // neighbouring slots: word stores through atomics, no
+            // reference into the shared mapping.
+            let ll = kernel::map_array::<abi::Reception>("lifeline", true)?;
+            let seq = std::mem::offset_of!(Reception, seq);
             for s in base..base + o.lifeline {
-                // SAFETY: in-bounds entry of the mapped lifeline array.
-                unsafe { (*ll.ptr::<Reception>(s as usize)).seq = 0 };
+                ll.atomic_u64(s as usize, seq)
+                    .ok_or(Error::LifelineFull(o.lifeline))?
+                    .store(0, std::sync::atomic::Ordering::Relaxed);
             }
         }
         // The owner first: the kernel side checks it as soon as the tag is
         // live (who may set it on itself, who may delete it).
-        let owners = PinnedMap::open("owners", true)?;
+        let owners = kernel::pinned_map("owners", true)?;
         let uid = o.owner_uid.unwrap_or_else(mantle_sys::os::geteuid);
-        owners.update(
-            &bit,
-            &Owner {
-                uid,
-                pid: std::process::id(),
-            },
-        )?;
+        owners
+            .update(
+                &bit,
+                &Owner {
+                    uid,
+                    pid: std::process::id(),
+                },
+            )
+            .map_err(|e| kernel::kerr("record the tag's owner", e))?;
         let mut nm = [0u8; MT_NAME_LEN];
         nm[..name.len()].copy_from_slice(name.as_bytes());
         let now = std::time::SystemTime::now()
@@ -405,7 +487,7 @@ impl Tags {
             created_ns: now.as_nanos() as u64,
             default_ttl: o.ttl.unwrap_or(MT_TTL_INF as u8),
             name: nm,
-            ..abi::Admin::zeroed()
+            ..abi::Admin::new_zeroed()
         })
         .map_err(|e| match e {
             Error::Invalid(_) if o.lifeline > abi::MT_LIFELINE_SLOTS as u32 => {
@@ -431,7 +513,7 @@ impl Tags {
         kernel::admin(&abi::Admin {
             code: abi::ADM_DELETE,
             tag: bit,
-            ..abi::Admin::zeroed()
+            ..abi::Admin::new_zeroed()
         })
         .map_err(|e| match e {
             Error::UnknownTag(_) => Error::UnknownTag(name.to_string()),
@@ -439,7 +521,7 @@ impl Tags {
         })?;
         self.sweep()?;
         if self.entry(bit).state != abi::ST_FREE {
-            return Err(Error::Kernel(format!(
+            return Err(Error::Corrupt(format!(
                 "tag {name:?} was not freed by the sweep"
             )));
         }
@@ -470,7 +552,9 @@ impl Tags {
         let e = self.entry(bit);
         let c = self.ctl();
         let owner: Option<Owner> = if self.root {
-            PinnedMap::open("owners", false)?.lookup::<u32, Owner>(&bit)?
+            kernel::pinned_map("owners", false)?
+                .lookup::<u32, Owner>(&bit)
+                .map_err(|e| kernel::kerr("read the owners map", e))?
         } else {
             None
         };
@@ -531,7 +615,9 @@ impl Tags {
             pid: if let Target::Pid(p) = target { p } else { 0 },
             pad: 0,
         };
-        PinnedMap::open("op", true)?.update(&0u32, &op)?;
+        kernel::pinned_map("op", true)?
+            .update(&0u32, &op)
+            .map_err(|e| kernel::kerr("write the op map", e))?;
         let recs = kernel::run_iter::<ThreadRec>("op_iter")?;
         let id = match target {
             Target::Tid(t) | Target::Pid(t) => t,
@@ -585,14 +671,13 @@ impl Tags {
 
     /// Tag vector of any thread, read from the view (no privilege needed).
     pub fn vector_of(&self, tid: u32) -> Result<Vec<String>, Error> {
-        let view = MappedMap::open_ro::<abi::View>("view")?;
-        if tid as usize >= view.entries() {
-            return Err(Error::Invalid(format!(
+        let view = kernel::map_array::<abi::View>("view", false)?;
+        let v: View = view.get(tid as usize).ok_or_else(|| {
+            Error::Invalid(format!(
                 "tid {tid} is beyond the view ({} entries)",
                 view.entries()
-            )));
-        }
-        let v: View = view.get(tid as usize);
+            ))
+        })?;
         Ok(model::bits(&v.vec)
             .into_iter()
             .map(|b| self.name_of(b))
@@ -612,7 +697,7 @@ impl Tags {
             )));
         }
         let gen = self.entry(bit).generation;
-        let ll = MappedMap::open_ro::<abi::Reception>("lifeline")?;
+        let ll = kernel::map_array::<abi::Reception>("lifeline", false)?;
         // A claim read from the kernel side: check it before indexing (a
         // ring outside the lifeline map used to panic the tool).
         if base + size > ll.entries() as u64 {
@@ -630,7 +715,9 @@ impl Tags {
         };
         let mut out = Vec::new();
         for n in head.saturating_sub(size)..head {
-            let r: Reception = ll.get((base + n % size) as usize);
+            let Some(r) = ll.get::<Reception>((base + n % size) as usize) else {
+                continue; // bounds checked above; unreachable
+            };
             if r.seq != n + 1 || r.generation != gen {
                 continue; // being written, or overwritten since
             }
@@ -663,22 +750,34 @@ impl Tags {
         self.need_root("watching for deadlocks")?;
         let events = std::rc::Rc::new(std::cell::RefCell::new(Vec::<abi::Deadlock>::new()));
         let map = libbpf_rs::MapHandle::from_pinned_path(kernel::pin("maps", "dl_events"))
-            .map_err(|e| Error::Kernel(format!("open the deadlock event ring: {e}")))?;
+            .map_err(|e| kernel::kerr("open the deadlock event ring", e))?;
         let mut b = libbpf_rs::RingBufferBuilder::new();
         let sink = events.clone();
+        let short = std::rc::Rc::new(std::cell::Cell::new(0u64));
+        let short_seen = short.clone();
         b.add(&map, move |bytes: &[u8]| {
-            sink.borrow_mut().push(abi::Deadlock::from_bytes(bytes));
+            // a record of another layout is counted, not trusted
+            match mantle_abi::read::<abi::Deadlock>(bytes, "mt_deadlock") {
+                Ok(d) if (d.tag as usize) < MT_TAGS => sink.borrow_mut().push(d),
+                _ => short_seen.set(short_seen.get() + 1),
+            }
             0
         })
-        .map_err(|e| Error::Kernel(format!("read the deadlock event ring: {e}")))?;
+        .map_err(|e| kernel::kerr("read the deadlock event ring", e))?;
         let rb = b
             .build()
-            .map_err(|e| Error::Kernel(format!("read the deadlock event ring: {e}")))?;
+            .map_err(|e| kernel::kerr("read the deadlock event ring", e))?;
         loop {
             if let Err(e) = rb.poll(std::time::Duration::from_millis(200)) {
                 if e.kind() != libbpf_rs::ErrorKind::Interrupted {
-                    return Err(Error::Kernel(format!("poll the deadlock event ring: {e}")));
+                    return Err(kernel::kerr("poll the deadlock event ring", e));
                 }
+            }
+            if short.get() > 0 {
+                return Err(Error::Corrupt(format!(
+                    "{} deadlock report(s) of another layout in the event ring",
+                    short.get()
+                )));
             }
             let batch: Vec<abi::Deadlock> = events.borrow_mut().drain(..).collect();
             for ev in batch {
@@ -733,8 +832,9 @@ impl Tags {
 
     pub fn status(&self) -> Status {
         let c = self.ctl();
-        let st: abi::Stats = PinnedMap::open("stats", false)
-            .and_then(|m| m.percpu_sum(0))
+        let st: abi::Stats = kernel::pinned_map("stats", false)
+            .ok()
+            .and_then(|m| m.percpu_sum(0).ok())
             .unwrap_or_default();
         Status {
             loaded: true,
@@ -767,17 +867,17 @@ fn uid_of(pid: u32) -> Option<u32> {
 /// Maps a kernel-side op error (positive errno) to a typed error.
 pub fn op_error(errno: i32, tag: &str) -> Error {
     match errno {
-        1 => Error::Permission(format!("not allowed to change tag {tag:?} there")),
-        2 => Error::UnknownTag(tag.to_string()),
-        17 => Error::Exists(tag.to_string()),
-        18 => Error::Refused(format!(
+        e if e == abi::MT_EPERM as i32 => {
+            Error::Permission(format!("not allowed to change tag {tag:?} there"))
+        }
+        e if e == abi::MT_ENOENT as i32 => Error::UnknownTag(tag.to_string()),
+        e if e == abi::MT_EEXIST as i32 => Error::Exists(tag.to_string()),
+        e if e == abi::MT_ECLASS as i32 => Error::Refused(format!(
             "class mismatch: tag {tag:?} and the thread are not both system or both user"
         )),
-        71 => Error::Refused(format!("the thread terminates tag {tag:?}")),
+        e if e == abi::MT_ETERM as i32 => {
+            Error::Refused(format!("the thread terminates tag {tag:?}"))
+        }
         _ => Error::Invalid(format!("kernel side refused the operation (errno {errno})")),
     }
 }
-
-// Keep Pod in scope for generic reads.
-#[allow(unused_imports)]
-use Pod as _;
