@@ -30,7 +30,15 @@
 //! every thread, and deposits older than its freeing are dropped (epochs).
 //! A thread's vector changes only through atomic OR/AND.
 //!
-//! Lock order: the table lock (flock on /run/mantle/tags.lock) is the only
+//! Where things are: [`abi`] (the shared layouts, from mantle-abi),
+//! [`kernel`] (the kernel side through its pins: maps, admin and iterator
+//! programs, tagged hooks, the table lock), `load` (feature `loader`:
+//! the eBPF object and `up`/`down`; the applications' library is built
+//! without it), [`model`], [`lifeline`] and [`deadlock`] (pure cores, no
+//! system calls). System calls go through mantle-sys only; this crate
+//! has no `unsafe` of its own.
+//!
+//! Lock order: the table lock (flock on /run/mantle/lock/tags.lock) is the only
 //! lock. Every change of the table, and every attach or detach of the
 //! tagged hooks (which follow "is any tag left?"), holds it, including the
 //! sweep that any root command runs first when deletions are pending. The
