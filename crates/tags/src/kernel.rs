@@ -2,7 +2,7 @@
 //! through its pins. Opening the public maps (read-only mappings), the
 //! root-only maps and programs, running the `mt_admin`/`mt_arm_expiry`
 //! syscall programs and the iterators, attaching the hooks that exist only
-//! while tags do, and the table lock. Loading itself is [`crate::load`]
+//! while tags do, and the table lock. Loading itself is `crate::loader`
 //! (feature `loader`), re-exported here as `up`/`down`.
 //!
 //! Every system call goes through `mantle_sys` (bpf, lock, netns): this
@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use zerocopy::{FromBytes, IntoBytes};
 
 #[cfg(feature = "loader")]
-pub use crate::load::{down, up, UpOpts, UpReport, REQUIRED};
+pub use crate::loader::{down, up, UpOpts, UpReport, REQUIRED};
 
 pub use mantle_abi::paths::{LIB_NOTE, PIN_PARENT, PIN_ROOT};
 

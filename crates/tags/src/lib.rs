@@ -54,7 +54,7 @@ pub mod deadlock;
 pub mod kernel;
 pub mod lifeline;
 #[cfg(feature = "loader")]
-mod load;
+mod loader;
 pub mod model;
 
 use abi::{Ctl, Owner, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};
