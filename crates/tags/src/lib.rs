@@ -32,7 +32,7 @@
 //!
 //! Where things are: [`abi`] (the shared layouts, from mantle-abi),
 //! [`kernel`] (the kernel side through its pins: maps, admin and iterator
-//! programs, tagged hooks, the table lock), `load` (feature `loader`:
+//! programs, tagged hooks, the table lock), `loader` (feature `loader`:
 //! the eBPF object and `up`/`down`; the applications' library is built
 //! without it), [`model`], [`lifeline`] and [`deadlock`] (pure cores, no
 //! system calls). System calls go through mantle-sys only; this crate
@@ -46,7 +46,7 @@
 //! OR/AND/XCHG only (tags.bpf.c), so there is nothing to order against.
 
 // The crate makes no system call of its own (mantle_sys does); only the
-// generated skeleton (load.rs) holds unsafe code, libbpf-cargo's.
+// generated skeleton (loader.rs) holds unsafe code, libbpf-cargo's.
 #![deny(unsafe_code)]
 
 pub mod abi;
