@@ -217,7 +217,9 @@ impl AddressSpaces {
                     build_id: m.build_id.clone(),
                     pid: None,
                 },
-                offset: ip - m.start + m.pgoff,
+                // ip >= m.start (lookup); the page offset comes from the
+                // perf ring or /proc: wrapping, never an overflow panic
+                offset: (ip - m.start).wrapping_add(m.pgoff),
             }
         } else if m.path == VDSO_IMAGE {
             Resolved {
