@@ -174,9 +174,11 @@ fn snapshot(sp: &mut AddressSpaces, target: &Target) {
 /// Records a session. Blocks until the command exits, the process exits,
 /// the duration ends, or SIGINT/SIGTERM.
 pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
+    // refusals that need no root, then root and the rate limit
     let (freq, period) = check_opts(o)?;
     let chosen = choose::choose_event(o)?;
     let max_rate_start = check_root_and_rate(freq)?;
+    // set up: host, sample path, target, side band, sampling events
     let cpus = online_cpus();
     let mut sp = AddressSpaces::new(host::mantle_comms());
     let (tags_loaded, tags_start) = host::tag_names();
@@ -199,8 +201,10 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     )?;
     let throttle_visible = path.attach(&sampling.fds, &side.rings)?;
 
+    // record until the end, then drain
     let mut run = run::run(o, &mut path, &mut side, &mut sp, &sampling, &mut tracee)?;
 
+    // what the report needs later, and the session
     let (_, tags_end) = host::tag_names();
     let tags = host::merge_tag_names(tags_start, tags_end);
     let jit_maps = finish::jit_maps(&mut run.profile, &mut sp, &mut warnings)?;
