@@ -110,11 +110,36 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// Kernel-side trouble described in words (no OS error to keep).
     #[error("kernel: {0}")]
     Kernel(String),
+    /// A system call failed: what was being done, and the OS error, kept
+    /// as the source (its errno stays readable with `raw_os_error`).
+    #[error("kernel: {what}: {source}")]
+    Os {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The sample counts would overflow 64 bits (counts from the sample
+    /// path's maps, which a corrupted map could make arbitrary).
+    #[error("kernel: {what}: {source}")]
+    Counts {
+        what: &'static str,
+        #[source]
+        source: model::CountOverflow,
+    },
 }
 
 impl Error {
+    /// A failed system call: `what` was being done.
+    pub fn os(what: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Os {
+            what: what.into(),
+            source,
+        }
+    }
+
     /// The error of reading `path` with [`files::read_regular`].
     pub fn open(path: &std::path::Path, e: files::OpenError) -> Error {
         let path = path.to_path_buf();

@@ -364,10 +364,12 @@ impl Symbolizer for SessionSymbolizer {
                 .map(|o| self.kallsyms.lookup(*o).map(str::to_string))
                 .collect(),
             ImageKind::Elf => {
-                if self.usable(image).is_none() {
+                // checks the file once; the borrow it returns would hold
+                // `self`, so the checked file is looked up again
+                let _ = self.usable(image);
+                let Some((f, dwarf)) = self.checked.get(image).and_then(Option::as_ref) else {
                     return vec![None; offsets.len()];
-                }
-                let (f, dwarf) = self.checked[image].as_ref().expect("usable");
+                };
                 let r = Self::elf(&self.sym, f, offsets, *dwarf);
                 self.or_warn(r, image, offsets.len())
             }

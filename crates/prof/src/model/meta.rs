@@ -1,0 +1,136 @@
+//! The recording's metadata (a session's `meta.json`): what was sampled,
+//! how, what was lost or throttled, and the sample path's measured cost.
+//!
+//! [`Meta::caveats`] turns it into the warnings every summary and report
+//! must show: the rate is never changed silently.
+
+use serde::{Deserialize, Serialize};
+
+/// What a session's metadata says about the recording (the report header).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Meta {
+    pub format: u32,
+    pub mantle_version: String,
+    /// The event actually sampled.
+    pub event: String,
+    /// The event that was asked for, when a fallback replaced it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback_from: Option<String>,
+    /// Requested frequency (Hz) or period (events), one of the two.
+    pub freq: Option<u64>,
+    pub period: Option<u64>,
+    pub target: String,
+    pub cpus: u32,
+    pub start_unix_ns: u64,
+    pub duration_ns: u64,
+    pub samples: u64,
+    /// Samples the sample path could not record (map or ring full).
+    pub lost_samples: u64,
+    /// Side-band records lost (PERF_RECORD_LOST).
+    pub lost_sideband: u64,
+    pub throttle_events: u64,
+    pub unthrottle_events: u64,
+    pub max_sample_rate_start: Option<i64>,
+    pub max_sample_rate_end: Option<i64>,
+    /// "aggregate" or "ring".
+    pub transport: String,
+    pub tags_loaded: bool,
+    pub kernel_symbols: bool,
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// The sample path's own cost, when measured (`record --self-timing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<SampleCost>,
+}
+
+/// Distribution of a per-sample cost in nanoseconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Dist {
+    pub n: u64,
+    pub mean: f64,
+    pub stddev: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl Dist {
+    /// From a count, a sum, a sum of squares, min and max.
+    pub fn from_moments(n: u64, sum: f64, sumsq: f64, min: f64, max: f64) -> Dist {
+        if n == 0 {
+            return Dist::default();
+        }
+        let mean = sum / n as f64;
+        let var = (sumsq / n as f64 - mean * mean).max(0.0);
+        Dist {
+            n,
+            mean,
+            stddev: var.sqrt(),
+            min,
+            max,
+        }
+    }
+    /// From individual values.
+    pub fn of(v: &[f64]) -> Dist {
+        let n = v.len() as u64;
+        let sum: f64 = v.iter().sum();
+        let sumsq: f64 = v.iter().map(|x| x * x).sum();
+        let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+        let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        Dist::from_moments(n, sum, sumsq, min, max)
+    }
+}
+
+/// The sample path's own cost (the paper's Table 2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SampleCost {
+    /// The eBPF program timing itself (bpf_ktime_get_ns at entry and exit).
+    pub bpf_self_ns: Dist,
+    /// Kernel accounting: run_time_ns / run_cnt (BPF_ENABLE_STATS), mean only.
+    pub bpf_stats_mean_ns: f64,
+    pub bpf_stats_runs: u64,
+    /// User space: draining + resolving, per sample, one value per drain.
+    pub drain_ns_per_sample: Dist,
+}
+
+impl Meta {
+    /// Lines that must be shown wherever the profile is (summary, report).
+    pub fn caveats(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(f) = &self.fallback_from {
+            v.push(format!(
+                "event {f} is not available here: sampled {} instead (--fallback)",
+                self.event
+            ));
+        }
+        if self.throttle_events > 0 {
+            v.push(format!(
+                "the kernel throttled sampling {} time(s) (perf_event_max_sample_rate or interrupt time too long): fewer samples than asked",
+                self.throttle_events
+            ));
+        }
+        if let (Some(a), Some(b)) = (self.max_sample_rate_start, self.max_sample_rate_end) {
+            if a != b {
+                v.push(format!(
+                    "kernel.perf_event_max_sample_rate changed during recording: {a} -> {b} (the kernel lowers it when sample interrupts take too long)"
+                ));
+            }
+        }
+        if self.lost_samples > 0 {
+            v.push(format!(
+                "{} sample(s) lost in the sample path (count map or ring buffer full)",
+                self.lost_samples
+            ));
+        }
+        if self.lost_sideband > 0 {
+            v.push(format!(
+                "{} side-band record(s) lost: some mappings may be missing",
+                self.lost_sideband
+            ));
+        }
+        if !self.kernel_symbols {
+            v.push("kernel symbols unavailable (kallsyms addresses hidden)".into());
+        }
+        v.extend(self.warnings.iter().cloned());
+        v
+    }
+}

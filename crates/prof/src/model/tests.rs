@@ -1,0 +1,295 @@
+//! Unit tests of the pure core: replay, aggregation, kallsyms, report
+//! tables and text.
+
+use super::*;
+
+struct FakeSym;
+impl Symbolizer for FakeSym {
+    fn symbolize(&mut self, image: &Image, offsets: &[u64]) -> Vec<Option<String>> {
+        offsets
+            .iter()
+            .map(|o| match image.kind {
+                ImageKind::Elf if *o < 0x2000 => Some("slow".into()),
+                ImageKind::Elf if *o < 0x3000 => Some("fast".into()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn spaces() -> AddressSpaces {
+    let mut s = AddressSpaces::new(vec!["mantle".into()]);
+    s.add_process(10, 1, "app");
+    s.mmap(
+        10,
+        Mapping {
+            start: 0x400000,
+            end: 0x403000,
+            pgoff: 0x1000,
+            path: "/bin/app".into(),
+            build_id: Some("ab".into()),
+        },
+    );
+    s.mmap(
+        10,
+        Mapping {
+            start: 0x7fff0000,
+            end: 0x7fff2000,
+            pgoff: 0,
+            path: "[vdso]".into(),
+            build_id: None,
+        },
+    );
+    s.add_process(20, 1, "mantle");
+    s
+}
+
+fn raw(pid: u32, ip: u64, mode: Mode, tags: u64) -> RawSample {
+    RawSample {
+        pid,
+        tid: pid,
+        cpu: 0,
+        mode,
+        ip,
+        tags: vec![tags],
+    }
+}
+
+#[test]
+fn resolves_files_vdso_kernel_unknown() {
+    let s = spaces();
+    let r = s.resolve(10, 0x400010, Mode::User);
+    assert_eq!(r.image.path, "/bin/app");
+    assert_eq!(r.offset, 0x1010);
+    assert_eq!(r.image.build_id.as_deref(), Some("ab"));
+    let r = s.resolve(10, 0x7fff0100, Mode::User);
+    assert_eq!((r.image.kind, r.offset), (ImageKind::Vdso, 0x100));
+    let r = s.resolve(10, 0xffffffff81000000, Mode::Kernel);
+    assert_eq!(r.image.kind, ImageKind::Kernel);
+    let r = s.resolve(10, 0x500000, Mode::User);
+    assert_eq!(r.image.kind, ImageKind::Unknown);
+    let r = s.resolve(99, 0x400010, Mode::User);
+    assert_eq!(r.image.kind, ImageKind::Unknown);
+}
+
+#[test]
+fn fork_copies_exec_replaces_exit_keeps() {
+    let mut s = spaces();
+    s.fork(11, 10, 11);
+    assert_eq!(s.resolve(11, 0x400010, Mode::User).image.path, "/bin/app");
+    s.fork(10, 10, 12); // a thread: nothing new
+    assert!(!s.procs.contains_key(&12));
+    s.comm(11, 11, "other", true);
+    // until the new program maps something there, a sample taken before
+    // the exec still resolves in the old address space
+    assert_eq!(s.resolve(11, 0x400010, Mode::User).image.path, "/bin/app");
+    s.mmap(
+        11,
+        Mapping {
+            start: 0x400000,
+            end: 0x401000,
+            pgoff: 0,
+            path: "/bin/other".into(),
+            build_id: None,
+        },
+    );
+    s.exit(11, 11);
+    assert!(s.procs[&11].exited);
+    assert_eq!(s.resolve(11, 0x400010, Mode::User).image.path, "/bin/other");
+    // the parent is untouched
+    assert_eq!(s.resolve(10, 0x400010, Mode::User).image.path, "/bin/app");
+}
+
+#[test]
+fn mmap_replaces_overlaps() {
+    let mut s = spaces();
+    s.mmap(
+        10,
+        Mapping {
+            start: 0x402000,
+            end: 0x404000,
+            pgoff: 0,
+            path: "/lib/x.so".into(),
+            build_id: None,
+        },
+    );
+    assert_eq!(
+        s.resolve(10, 0x400010, Mode::User).image.kind,
+        ImageKind::Unknown
+    );
+    assert_eq!(s.resolve(10, 0x403010, Mode::User).image.path, "/lib/x.so");
+}
+
+#[test]
+fn maps_line() {
+    let m = parse_maps_line("55d4c8a00000-55d4c8a21000 r-xp 00002000 fe:01 1234   /usr/bin/cat")
+        .unwrap();
+    assert_eq!(m.start, 0x55d4c8a00000);
+    assert_eq!(m.pgoff, 0x2000);
+    assert_eq!(m.path, "/usr/bin/cat");
+    assert!(parse_maps_line("00400000-00401000 rw-p 00000000 00:00 0").is_none());
+    let a = parse_maps_line("00400000-00401000 r-xp 00000000 00:00 0").unwrap();
+    assert_eq!(a.path, "//anon");
+    let p = parse_maps_line("00400000-00401000 r-xp 00000000 00:00 0  /a b/c").unwrap();
+    assert_eq!(p.path, "/a b/c");
+}
+
+#[test]
+fn aggregation_merges_equal_keys() {
+    let s = spaces();
+    let mut p = Profile::default();
+    p.add(&s, &raw(10, 0x400010, Mode::User, 0), 3).unwrap();
+    p.add(&s, &raw(10, 0x400010, Mode::User, 0), 4).unwrap();
+    p.add(&s, &raw(10, 0x400010, Mode::User, 1), 1).unwrap();
+    p.add(&s, &raw(10, 0xffffffff81000000, Mode::Kernel, 0), 2)
+        .unwrap();
+    assert_eq!(p.counts().len(), 3);
+    assert_eq!(p.total(), 10);
+    assert_eq!(p.images.len(), 2);
+}
+
+#[test]
+fn counts_that_would_overflow_are_refused_and_change_nothing() {
+    let s = spaces();
+    let mut p = Profile::default();
+    p.add(&s, &raw(10, 0x400010, Mode::User, 0), u64::MAX)
+        .unwrap();
+    assert_eq!(
+        p.add(&s, &raw(10, 0x400020, Mode::User, 0), 1),
+        Err(CountOverflow)
+    );
+    assert_eq!(
+        p.add(&s, &raw(10, 0x400010, Mode::User, 0), 1),
+        Err(CountOverflow)
+    );
+    assert_eq!(p.total(), u64::MAX);
+    assert_eq!(
+        p.counts().values().copied().collect::<Vec<_>>(),
+        vec![u64::MAX]
+    );
+}
+
+#[test]
+fn tags_hex_roundtrip() {
+    assert_eq!(tags_hex(&[0]), "0");
+    assert_eq!(tags_hex(&[0x5]), "5");
+    assert_eq!(tags_hex(&[1, 2]), "20000000000000001");
+    assert_eq!(parse_tags_hex("20000000000000001", 2), Some(vec![1, 2]));
+    assert_eq!(parse_tags_hex("5", 1), Some(vec![5]));
+    assert_eq!(parse_tags_hex("0", 2), Some(vec![0, 0]));
+    assert_eq!(parse_tags_hex("20000000000000001", 1), None);
+    assert_eq!(parse_tags_hex("+5", 1), None);
+    assert_eq!(parse_tags_hex(" 5", 1), None);
+    assert_eq!(parse_tags_hex("", 1), None);
+    assert_eq!(parse_tags_hex("0\u{e9}000000000000000", 1), None); // sliced inside a character before
+    assert_eq!(tag_bits(&[0b101, 1]), vec![0, 2, 64]);
+}
+
+#[test]
+fn kallsyms_lookup() {
+    let k = Kallsyms::parse(
+        "ffffffff81000000 T _stext\nffffffff81000100 t do_thing\nffffffff81000200 D data\nffffffffc0000000 t modfn\t[mod]\n0000000000000000 T hidden\n",
+    );
+    assert_eq!(k.len(), 3);
+    assert_eq!(k.lookup(0xffffffff81000150), Some("do_thing"));
+    assert_eq!(k.lookup(0xffffffff81000000), Some("_stext"));
+    assert_eq!(k.lookup(0xffffffffc0000010), Some("modfn [mod]"));
+    assert_eq!(k.lookup(0x1000), None);
+    let k = Kallsyms::parse(
+        "ffffffff82000000 T memset\nffffffff82000000 T __memset\nffffffff82000000 T __pi_memset\nffffffff82000100 T next\n",
+    );
+    assert_eq!(k.lookup(0xffffffff82000010), Some("__pi_memset"));
+}
+
+fn report(by_tag: bool) -> Report {
+    let s = spaces();
+    let mut p = Profile::default();
+    p.add(&s, &raw(10, 0x400010, Mode::User, 0), 60).unwrap(); // slow, untagged
+    p.add(&s, &raw(10, 0x401010, Mode::User, 1), 30).unwrap(); // fast, tag a
+    p.add(&s, &raw(10, 0xffffffff81000010, Mode::Kernel, 1), 5)
+        .unwrap();
+    p.add(&s, &raw(0, 0xffffffff81000010, Mode::Kernel, 0), 4)
+        .unwrap();
+    p.add(&s, &raw(20, 0x999, Mode::User, 0), 1).unwrap();
+    let tags = vec![TagName {
+        bit: 0,
+        name: "a".into(),
+    }];
+    build_report(
+        &p,
+        &s.procs,
+        &tags,
+        &Meta::default(),
+        &mut FakeSym,
+        &ReportOpts {
+            by_tag,
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn report_tables() {
+    let r = report(false);
+    assert_eq!(r.total, 100);
+    assert_eq!(r.symbols[0].symbol, "slow");
+    assert_eq!(r.symbols[0].percent, 60.0);
+    assert_eq!(r.symbols[1].symbol, "fast");
+    assert_eq!(r.images[0].image, "/bin/app");
+    assert_eq!(r.images[0].samples, 90);
+    let comp: Vec<(&str, u64)> = r
+        .components
+        .iter()
+        .map(|c| (c.component.as_str(), c.samples))
+        .collect();
+    assert_eq!(
+        comp,
+        vec![
+            ("app[10]", 90),
+            ("[kernel]", 5),
+            ("[idle]", 4),
+            ("[mantle]", 1)
+        ]
+    );
+    assert!(r.by_tag.is_none());
+    let text = render_text(&r);
+    assert!(text.contains("Per component:"), "{text}");
+    assert!(text.contains("slow"));
+    let folded: u64 = r.folded.iter().map(|f| f.1).sum();
+    assert_eq!(folded, 100);
+    assert!(r.folded.iter().any(|(l, _)| l == "app[10];/bin/app;slow"));
+}
+
+#[test]
+fn report_by_tag() {
+    let r = report(true);
+    let t = r.by_tag.as_ref().unwrap();
+    assert_eq!(t[0].tag, "a");
+    assert_eq!(t[0].samples, 35);
+    assert_eq!(t[0].processes[0].component, "app[10]");
+    assert_eq!(t[0].processes[0].user, 30);
+    assert_eq!(t[0].processes[0].kernel, 5);
+    assert_eq!(t[0].symbols[0].symbol, "fast");
+    assert_eq!(t[1].tag, "(untagged)");
+    assert_eq!(t[1].samples, 65);
+    let j = serde_json::to_value(&r).unwrap();
+    assert_eq!(j["by_tag"][0]["tag"], "a");
+    assert_eq!(j["symbols"][0]["symbol"], "slow");
+}
+
+#[test]
+fn caveats_name_fallback_and_throttling() {
+    let m = Meta {
+        event: "cpu-clock".into(),
+        fallback_from: Some("cycles".into()),
+        throttle_events: 2,
+        max_sample_rate_start: Some(100000),
+        max_sample_rate_end: Some(50000),
+        kernel_symbols: true,
+        ..Default::default()
+    };
+    let c = m.caveats().join("\n");
+    assert!(c.contains("cycles is not available"));
+    assert!(c.contains("throttled sampling 2"));
+    assert!(c.contains("100000 -> 50000"));
+}

@@ -1,0 +1,117 @@
+//! The text renderer: the opreport-style report (header, caveats,
+//! symbol table, per image, per component, per tag). JSON is the serde
+//! form of [`Report`]; flame graphs and pprof are written by
+//! [`crate::report`] and [`crate::pprof`].
+
+use super::report::Report;
+use std::fmt::Write as _;
+
+/// The opreport-style text report.
+pub fn render_text(r: &Report) -> String {
+    let mut o = String::new();
+    let m = &r.meta;
+    let rate = match (m.freq, m.period) {
+        (Some(f), _) => format!("{f} Hz"),
+        (_, Some(p)) => format!("every {p} events"),
+        _ => "default".into(),
+    };
+    let _ = writeln!(
+        o,
+        "Event: {}{} sampled at {}, {} CPU(s), {:.2} s, target {}",
+        m.event,
+        m.fallback_from
+            .as_ref()
+            .map(|f| format!(" (fallback for {f})"))
+            .unwrap_or_default(),
+        rate,
+        m.cpus,
+        m.duration_ns as f64 / 1e9,
+        m.target
+    );
+    let _ = writeln!(
+        o,
+        "Samples: {} in report, {} recorded, {} lost, throttled {} time(s)",
+        r.total, m.samples, m.lost_samples, m.throttle_events
+    );
+    for c in &r.caveats {
+        let _ = writeln!(o, "warning: {c}");
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
+    for s in &r.symbols {
+        let _ = writeln!(
+            o,
+            "{:>10} {:>9.4}  {:<32} {}",
+            s.samples,
+            s.percent,
+            short(&s.image, 32),
+            s.symbol
+        );
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Per image:");
+    let _ = writeln!(o, "{:>10} {:>9}  IMAGE", "SAMPLES", "%");
+    for i in &r.images {
+        let _ = writeln!(o, "{:>10} {:>9.4}  {}", i.samples, i.percent, i.image);
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Per component:");
+    let _ = writeln!(
+        o,
+        "{:>10} {:>9} {:>10} {:>10}  COMPONENT",
+        "SAMPLES", "%", "USER", "KERNEL"
+    );
+    for c in &r.components {
+        let _ = writeln!(
+            o,
+            "{:>10} {:>9.4} {:>10} {:>10}  {}",
+            c.samples, c.percent, c.user, c.kernel, c.component
+        );
+    }
+    if let Some(tags) = &r.by_tag {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "Per tag:");
+        for t in tags {
+            let _ = writeln!(
+                o,
+                "tag {}: {} samples ({:.4}% of all)",
+                t.tag, t.samples, t.percent
+            );
+            let _ = writeln!(
+                o,
+                "  {:>10} {:>9} {:>10} {:>10}  PROCESS",
+                "SAMPLES", "%", "USER", "KERNEL"
+            );
+            for c in &t.processes {
+                let _ = writeln!(
+                    o,
+                    "  {:>10} {:>9.4} {:>10} {:>10}  {}",
+                    c.samples, c.percent, c.user, c.kernel, c.component
+                );
+            }
+            let _ = writeln!(o, "  {:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
+            for s in t.symbols.iter().take(10) {
+                let _ = writeln!(
+                    o,
+                    "  {:>10} {:>9.4}  {:<32} {}",
+                    s.samples,
+                    s.percent,
+                    short(&s.image, 32),
+                    s.symbol
+                );
+            }
+        }
+    }
+    o
+}
+
+/// A path shortened from the left to `n` characters.
+fn short(s: &str, n: usize) -> String {
+    let c = s.chars().count();
+    if c <= n {
+        s.to_string()
+    } else {
+        let tail: String = s.chars().skip(c - (n - 1)).collect();
+        format!("…{tail}")
+    }
+}

@@ -1,0 +1,231 @@
+//! `mantle prof record`: opens the perf events, runs the sample path,
+//! follows the side band, drains and resolves samples into the merged
+//! profile, and writes the session.
+//!
+//! [`record`] runs the steps in order, one file each:
+//! 1. the options and the event, before anything needs root
+//!    ([`check_opts`], [`choose`]);
+//! 2. the host and the tag names ([`host`]);
+//! 3. the sample path loaded ([`run::SamplePath`]);
+//! 4. the target: tasks, or the gated command ([`target`]);
+//! 5. the side band opened and the /proc snapshot taken ([`sideband`],
+//!    [`host`]);
+//! 6. the sampling events opened, with the fallback if need be
+//!    ([`choose::open_sampling`]), and the sample path attached;
+//! 7. the read loop: replay, drain, stop ([`run`]);
+//! 8. JIT maps, metadata, the session written, the summary ([`finish`],
+//!    [`summary`]).
+//!
+//! Invariant: everything that can be refused without root is refused
+//! before recording starts (a refusal after minutes of recording would
+//! waste them).
+
+mod choose;
+mod finish;
+mod host;
+mod run;
+mod sideband;
+mod summary;
+mod target;
+
+pub use choose::event_available;
+pub use host::{max_sample_rate, online_cpus, parse_cpu_list};
+pub use summary::Summary;
+
+use crate::model::AddressSpaces;
+use crate::session;
+use crate::Error;
+use choose::Placement;
+use sideband::SideBand;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Every CPU, every process.
+    All,
+    /// One running process (all its threads, and children it creates).
+    Pid(u32),
+    /// A command run for the occasion, and its process tree.
+    Command(Vec<String>),
+}
+
+/// How samples travel from the sample path to user space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// In-kernel aggregation in hash maps, drained periodically (default).
+    Aggregate,
+    /// One ring-buffer record per sample.
+    Ring,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordOpts {
+    pub target: Target,
+    pub event: String,
+    /// Event to use when `event` is not available here.
+    pub fallback: Option<String>,
+    pub freq: Option<u64>,
+    pub period: Option<u64>,
+    pub output: PathBuf,
+    pub duration: Option<Duration>,
+    pub transport: Transport,
+    pub drain_interval: Duration,
+    /// Measure the sample path's cost (Table 2).
+    pub self_timing: bool,
+    /// Live status line (only drawn when stderr is a terminal).
+    pub status: bool,
+    /// Replace `output` if it holds a session (never anything else).
+    pub force: bool,
+    /// Failures to simulate (tests).
+    pub faults: Faults,
+}
+
+/// A seam for tests: system call failures to simulate, so that paths such
+/// as "no hardware PMU" are exercised on every machine, with a PMU or not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    /// perf_event_open of every hardware event fails with this errno
+    /// (ENOENT is what a machine without a PMU answers).
+    pub hardware_errno: Option<i32>,
+}
+
+impl Default for RecordOpts {
+    fn default() -> Self {
+        RecordOpts {
+            target: Target::All,
+            event: "cpu-clock".into(),
+            fallback: None,
+            freq: None,
+            period: None,
+            output: PathBuf::from(session::DEFAULT_DIR),
+            duration: None,
+            transport: Transport::Aggregate,
+            drain_interval: Duration::from_millis(1000),
+            self_timing: false,
+            status: true,
+            force: false,
+            faults: Faults::default(),
+        }
+    }
+}
+
+pub const DEFAULT_FREQ: u64 = 4000;
+
+/// Checks the options alone (no system calls but a look at `output`).
+fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
+    if o.duration.is_some_and(|d| d.is_zero()) {
+        return Err(Error::Invalid(
+            "--duration must be more than 0 seconds (leave it out to record until the command ends or Ctrl-C)".into(),
+        ));
+    }
+    let (freq, period) = match (o.freq, o.period) {
+        (Some(_), Some(_)) => return Err(Error::Invalid("-F and -c exclude each other".into())),
+        (None, None) => (Some(DEFAULT_FREQ), None),
+        (f, p) => (f, p),
+    };
+    if freq == Some(0) || period == Some(0) {
+        return Err(Error::Invalid("-F and -c must be positive".into()));
+    }
+    if o.drain_interval.is_zero() {
+        return Err(Error::Invalid("the drain interval must be positive".into()));
+    }
+    if let Target::Command(argv) = &o.target {
+        if argv.is_empty() {
+            return Err(Error::Invalid("no command given after --".into()));
+        }
+    }
+    session::check_output(&o.output, o.force)?;
+    Ok((freq, period))
+}
+
+/// Root, and a frequency the kernel accepts; returns the rate limit at the
+/// start (compared with the one at the end: the kernel lowers it when
+/// sample interrupts take too long).
+fn check_root_and_rate(freq: Option<u64>) -> Result<Option<i64>, Error> {
+    if mantle_sys::os::geteuid() != 0 {
+        return Err(Error::Permission(
+            "recording needs root (system-wide perf events and eBPF)".into(),
+        ));
+    }
+    let max_rate_start = max_sample_rate();
+    if let (Some(f), Some(m)) = (freq, max_rate_start) {
+        if f as i64 > m {
+            return Err(Error::RateTooHigh { asked: f, max: m });
+        }
+    }
+    Ok(max_rate_start)
+}
+
+/// The processes already there: every one for -a; for a process or a
+/// command, that process and mantle itself (which is marked as such).
+fn snapshot(sp: &mut AddressSpaces, target: &Target) {
+    match target {
+        Target::All => host::snapshot_proc(sp, None),
+        Target::Pid(p) => host::snapshot_proc(sp, Some(&[*p, std::process::id()])),
+        Target::Command(_) => host::snapshot_proc(sp, Some(&[std::process::id()])),
+    }
+    if let Some(p) = sp.procs.get_mut(&std::process::id()) {
+        p.mantle = true;
+    }
+}
+
+/// Records a session. Blocks until the command exits, the process exits,
+/// the duration ends, or SIGINT/SIGTERM.
+pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
+    // refusals that need no root, then root and the rate limit
+    let (freq, period) = check_opts(o)?;
+    let chosen = choose::choose_event(o)?;
+    let max_rate_start = check_root_and_rate(freq)?;
+    // set up: host, sample path, target, side band, sampling events
+    let cpus = online_cpus();
+    let mut sp = AddressSpaces::new(host::mantle_comms());
+    let (tags_loaded, tags_start) = host::tag_names();
+    let mut warnings = Vec::new();
+    let mut path = run::SamplePath::load(o, &mut warnings)?;
+    let mut tracee = target::start(&o.target)?;
+    let mut side = SideBand::open(&cpus, &tracee.pids, tracee.inherit)?;
+    snapshot(&mut sp, &o.target);
+    let sampling = choose::open_sampling(
+        chosen,
+        &Placement {
+            pids: &tracee.pids,
+            cpus: &cpus,
+            inherit: tracee.inherit,
+            on_exec: tracee.on_exec,
+            freq,
+            period,
+        },
+        &o.faults,
+    )?;
+    let throttle_visible = path.attach(&sampling.fds, &side.rings)?;
+
+    // record until the end, then drain
+    let mut run = run::run(o, &mut path, &mut side, &mut sp, &sampling, &mut tracee)?;
+
+    // what the report needs later, and the session
+    let (_, tags_end) = host::tag_names();
+    let tags = host::merge_tag_names(tags_start, tags_end);
+    let jit_maps = finish::jit_maps(&mut run.profile, &mut sp, &mut warnings)?;
+    finish::write(
+        o,
+        run,
+        &sp,
+        finish::Recorded {
+            ev: sampling.ev,
+            fallback_from: sampling.fallback_from.clone(),
+            freq,
+            period,
+            target: tracee.desc.clone(),
+            cpus: cpus.len() as u32,
+            side: &side.stats,
+            max_rate_start,
+            tags_loaded,
+            tags: &tags,
+            jit_maps: &jit_maps,
+            warnings,
+            throttle_visible,
+        },
+    )
+}

@@ -1,0 +1,316 @@
+//! The sample path and the read loop of a recording.
+//!
+//! Mechanism: [`SamplePath`] loads the eBPF `perf_event` program (with the
+//! tags subsystem's `view` map when its layout is this build's) and
+//! attaches it to every sampling event, whose own output (throttle
+//! records) is routed into the side band's ring of its CPU. [`run`]
+//! starts the sampling (or releases the gated command), then every poll
+//! replays the side band and, every drain interval, drains the sample
+//! path's counts, resolving each ip in the address spaces as they are at
+//! that moment; it stops at the end of the command, the process, the
+//! duration, or on SIGINT/SIGTERM, and drains what is left.
+//!
+//! Invariant: the side band is always replayed before a drain, so a
+//! sample is resolved against the mappings that were announced before it
+//! was drained (an exec keeps the old spaces for samples that predate it).
+
+use super::choose::Sampling;
+use super::host::unix_ns;
+use super::sideband::SideBand;
+use super::target::Tracee;
+use super::{RecordOpts, Target, Transport};
+use crate::abi::{Key, Stats, MODE_KERNEL};
+use crate::kernel::{self, PerfRing, Sampler};
+use crate::model::{AddressSpaces, ImageKind, Mode, Profile, RawSample};
+use crate::Error;
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The loaded sample path.
+pub(super) struct SamplePath {
+    sampler: Sampler,
+    /// BPF_ENABLE_STATS, while measuring the sample path's cost.
+    stats_fd: Option<OwnedFd>,
+    /// The tags view map the program reads (kept open while it runs).
+    _view: Option<OwnedFd>,
+}
+
+impl SamplePath {
+    /// Loads the sample path; a tags view of another layout is left out
+    /// (samples untagged) with a warning.
+    pub fn load(o: &RecordOpts, warnings: &mut Vec<String>) -> Result<SamplePath, Error> {
+        // the tags view, if loaded with the layout this build expects
+        let want = std::mem::size_of::<mantle_tags::abi::View>() as u32;
+        let view = kernel::open_tags_view().filter(|fd| {
+            let ok = kernel::map_geometry(fd.as_fd()).is_some_and(|(vs, _)| vs == want);
+            if !ok {
+                warnings.push(format!(
+                    "the loaded tags kernel side has another view layout than this build (value size != {want}): samples are recorded untagged"
+                ));
+            }
+            ok
+        });
+        let sampler = Sampler::load(
+            o.transport == Transport::Ring,
+            o.self_timing,
+            view.as_ref().map(|f| f.as_fd()),
+        )?;
+        let stats_fd = if o.self_timing {
+            kernel::enable_bpf_stats()
+        } else {
+            None
+        };
+        Ok(SamplePath {
+            sampler,
+            stats_fd,
+            _view: view,
+        })
+    }
+
+    /// Attaches the program to every sampling event and routes each
+    /// event's output into its CPU's side-band ring. False when some
+    /// output could not be routed (throttle records are then not seen).
+    pub fn attach(
+        &mut self,
+        fds: &[(u32, OwnedFd)],
+        rings: &HashMap<u32, PerfRing>,
+    ) -> Result<bool, Error> {
+        let mut throttle_visible = true;
+        for (cpu, fd) in fds {
+            self.sampler.attach(fd.as_fd())?;
+            if let Some(r) = rings.get(cpu) {
+                if kernel::perf_set_output(fd.as_fd(), r.fd.as_fd()).is_err() {
+                    throttle_visible = false;
+                }
+            }
+        }
+        Ok(throttle_visible)
+    }
+}
+
+/// Build IDs of the files samples landed in, read once per path.
+#[derive(Default)]
+struct BuildIds(HashMap<String, Option<String>>);
+
+impl BuildIds {
+    fn of(&mut self, path: &str) -> Option<String> {
+        if !path.starts_with('/') {
+            return None;
+        }
+        self.0
+            .entry(path.to_string())
+            .or_insert_with(|| crate::symbols::build_id(Path::new(path)))
+            .clone()
+    }
+}
+
+fn to_raw(k: &Key) -> RawSample {
+    RawSample {
+        pid: k.pid,
+        tid: k.tid,
+        cpu: k.cpu,
+        mode: if k.mode == MODE_KERNEL {
+            Mode::Kernel
+        } else {
+            Mode::User
+        },
+        ip: k.ip,
+        tags: k.tags.to_vec(),
+    }
+}
+
+/// Drains the sample path into the profile.
+#[derive(Default)]
+struct Drainer {
+    profile: Profile,
+    /// Reused buffer of drained (key, count) pairs.
+    raw: Vec<(Key, u64)>,
+    /// User-space cost per sample of each drain that had samples (ns).
+    costs: Vec<f64>,
+    ids: BuildIds,
+}
+
+impl Drainer {
+    fn drain(&mut self, sampler: &mut Sampler, sp: &AddressSpaces) -> Result<(), Error> {
+        let t = Instant::now();
+        sampler.drain(&mut self.raw)?;
+        // counts read from a BPF map: summed saturating, never a panic
+        let n: u64 = self.raw.iter().map(|r| r.1).fold(0, u64::saturating_add);
+        for (k, c) in self.raw.drain(..) {
+            let s = to_raw(&k);
+            let mut r = sp.resolve(s.pid, s.ip, s.mode);
+            if r.image.kind == ImageKind::Elf && r.image.build_id.is_none() {
+                r.image.build_id = self.ids.of(&r.image.path);
+            }
+            self.profile
+                .add_resolved(&s, &r, c)
+                .map_err(|source| Error::Counts {
+                    what: "counts drained from the sample path",
+                    source,
+                })?;
+        }
+        if n > 0 {
+            self.costs.push(t.elapsed().as_nanos() as f64 / n as f64);
+        }
+        Ok(())
+    }
+}
+
+/// What the read loop produced.
+pub(super) struct Run {
+    pub profile: Profile,
+    pub start_unix_ns: u64,
+    pub duration: Duration,
+    /// Exit code of the command, if one was run.
+    pub command_status: Option<i32>,
+    /// The sample path's counters at the end.
+    pub stats: Stats,
+    /// BPF_ENABLE_STATS: (run time in ns, runs) of the program.
+    pub prog_run: (u64, u64),
+    /// User-space drain cost per sample, one value per drain.
+    pub drain_costs: Vec<f64>,
+}
+
+/// Starts sampling, reads until the recording ends, stops and drains.
+pub(super) fn run(
+    o: &RecordOpts,
+    path: &mut SamplePath,
+    side: &mut SideBand,
+    sp: &mut AddressSpaces,
+    sampling: &Sampling,
+    tracee: &mut Tracee,
+) -> Result<Run, Error> {
+    let fds = &sampling.fds;
+    let start = Instant::now();
+    let start_unix_ns = unix_ns();
+    start_sampling(fds, tracee)?;
+    let mut d = Drainer::default();
+    let command_status = read_loop(o, path, side, sp, tracee, &mut d, start)?;
+    let duration = start.elapsed();
+    stop_sampling(fds, path, tracee, command_status, side, sp, &mut d).map(|command_status| {
+        let stats = path.sampler.stats();
+        let prog_run = path.sampler.prog_run_stats();
+        drop(path.stats_fd.take());
+        Run {
+            profile: d.profile,
+            start_unix_ns,
+            duration,
+            command_status,
+            stats,
+            prog_run,
+            drain_costs: d.costs,
+        }
+    })
+}
+
+/// Go: the command's exec enables its events; otherwise enable them all.
+fn start_sampling(fds: &[(u32, OwnedFd)], tracee: &mut Tracee) -> Result<(), Error> {
+    kernel::catch_stop_signals();
+    if let Some(g) = tracee.gate.take() {
+        g.release().map_err(|e| Error::os("start the command", e))?;
+    } else {
+        for (_, fd) in fds {
+            kernel::perf_enable(fd.as_fd()).map_err(|e| Error::os("enable", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Polls until the recording ends: replays the side band, drains on
+/// schedule, draws the live status line. Returns the command's status
+/// when it ended the recording.
+fn read_loop(
+    o: &RecordOpts,
+    path: &mut SamplePath,
+    side: &mut SideBand,
+    sp: &mut AddressSpaces,
+    tracee: &mut Tracee,
+    d: &mut Drainer,
+    start: Instant,
+) -> Result<Option<i32>, Error> {
+    let live = o.status && kernel::stderr_is_tty();
+    let mut last_drain = Instant::now();
+    let mut last_status = Instant::now();
+    let mut last_samples = 0u64;
+    let mut command_status = None;
+    let poll = if o.transport == Transport::Ring {
+        Duration::from_millis(50)
+    } else {
+        Duration::from_millis(100).min(o.drain_interval)
+    };
+    loop {
+        std::thread::sleep(poll);
+        side.replay(sp);
+        if o.transport == Transport::Ring || last_drain.elapsed() >= o.drain_interval {
+            d.drain(&mut path.sampler, sp)?;
+            last_drain = Instant::now();
+        }
+        if live && last_status.elapsed() >= Duration::from_millis(500) {
+            let st = path.sampler.stats();
+            let dt = last_status.elapsed().as_secs_f64();
+            let _ = write!(
+                std::io::stderr(),
+                "\r\x1b[Kmantle prof: {} samples, {:.0}/s, lost {}, throttled {}",
+                st.samples,
+                st.samples.saturating_sub(last_samples) as f64 / dt,
+                st.dropped
+                    .saturating_add(st.ring_full)
+                    .saturating_add(side.stats.lost_samples),
+                side.stats.throttle
+            );
+            last_samples = st.samples;
+            last_status = Instant::now();
+        }
+        let mut done = kernel::stop_requested();
+        if let Some(d) = o.duration {
+            done |= start.elapsed() >= d;
+        }
+        if let Some(c) = tracee.child.as_mut() {
+            if let Some(s) = c.try_wait() {
+                command_status = Some(s);
+                done = true;
+            }
+        }
+        if let Target::Pid(p) = o.target {
+            done |= !Path::new(&format!("/proc/{p}")).exists();
+        }
+        if done {
+            break;
+        }
+    }
+    if live {
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
+    }
+    Ok(command_status)
+}
+
+/// Disables the events, detaches the program, waits for the command, and
+/// drains what is left (twice: each drain flips the two count maps and
+/// empties the one that was taking samples, so both end up empty).
+fn stop_sampling(
+    fds: &[(u32, OwnedFd)],
+    path: &mut SamplePath,
+    tracee: &mut Tracee,
+    mut command_status: Option<i32>,
+    side: &mut SideBand,
+    sp: &mut AddressSpaces,
+    d: &mut Drainer,
+) -> Result<Option<i32>, Error> {
+    for (_, fd) in fds {
+        let _ = kernel::perf_disable(fd.as_fd());
+    }
+    path.sampler.detach();
+    if let Some(mut c) = tracee.child.take() {
+        // stopped early (signal or duration): the command keeps its signal
+        if let Some(s) = c.wait() {
+            command_status.get_or_insert(s);
+        }
+    }
+    side.replay(sp);
+    d.drain(&mut path.sampler, sp)?;
+    d.drain(&mut path.sampler, sp)?;
+    Ok(command_status)
+}

@@ -1,0 +1,280 @@
+//! The side band: a dummy perf event per CPU (and per thread for `-p`)
+//! with mmap2/comm/task bits and its own ring, and the replay of its
+//! records into [`AddressSpaces`].
+//!
+//! Mechanism: every record carries (pid, tid, time) at its end
+//! (`sample_id_all`), so the records of all CPUs' rings are sorted by time
+//! before they are applied: a fork seen on one CPU precedes the child's
+//! exec on another. The sampling events' own output (throttle records) is
+//! redirected into these rings too.
+//!
+//! Invariants: a record is input from the kernel's ring and is parsed with
+//! checked offsets only; a record too short for its type is skipped and
+//! counted as a lost side-band record, never a panic.
+
+use crate::events;
+use crate::kernel::{self, attr, PerfEventAttr, PerfRecord, PerfRing};
+use crate::model::{AddressSpaces, Mapping};
+use crate::Error;
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+
+/// Counters from the side band.
+#[derive(Debug, Default)]
+pub(super) struct SideStats {
+    /// Records lost: PERF_RECORD_LOST counts, plus malformed records.
+    pub lost: u64,
+    pub throttle: u64,
+    pub unthrottle: u64,
+    pub lost_samples: u64,
+}
+
+/// The side-band events and their rings, one ring per CPU.
+pub(super) struct SideBand {
+    /// Events of further threads (`-p`), whose output goes to their CPU's
+    /// ring. Declared first: dropped before the rings they write into.
+    _extra: Vec<OwnedFd>,
+    pub rings: HashMap<u32, PerfRing>,
+    /// Reused buffer of records read and not yet applied.
+    recs: Vec<PerfRecord>,
+    pub stats: SideStats,
+}
+
+impl SideBand {
+    /// Opens the side band on every CPU of `cpus` for every task of `pids`
+    /// (-1: system-wide). System-wide for -a; for a process or a command
+    /// it follows that task tree only (`inherit`), as perf does, so the
+    /// rest of the machine's activity costs nothing here.
+    pub fn open(cpus: &[u32], pids: &[i32], inherit: bool) -> Result<SideBand, Error> {
+        let mut rings: HashMap<u32, PerfRing> = HashMap::new();
+        let mut extra: Vec<OwnedFd> = Vec::new();
+        let side_attr = PerfEventAttr {
+            type_: events::PERF_TYPE_SOFTWARE,
+            config: kernel::PERF_COUNT_SW_DUMMY,
+            sample_period: 1,
+            // every record carries (pid, tid, time) at its end, so records of
+            // different CPUs' rings can be replayed in time order
+            sample_type: kernel::PERF_SAMPLE_TID | kernel::PERF_SAMPLE_TIME,
+            flags: attr::MMAP
+                | attr::MMAP2
+                | attr::COMM
+                | attr::COMM_EXEC
+                | attr::TASK
+                | attr::SAMPLE_ID_ALL
+                | if inherit { attr::INHERIT } else { 0 },
+            // Not attr::BUILD_ID: on this kernel the MMAP_BUILD_ID misc bit it
+            // sets leaks into other sessions' MMAP2 records (which carry
+            // maj/min/ino), and a `perf record` running at the same time
+            // aborts. Build IDs are read from the files instead (cached).
+            ..Default::default()
+        };
+        for &cpu in cpus {
+            for (n, &pid) in pids.iter().enumerate() {
+                let fd = match kernel::perf_event_open(&side_attr, pid, cpu as i32) {
+                    Ok(fd) => fd,
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) && n > 0 => continue,
+                    Err(e) => {
+                        return Err(Error::os(
+                            format!("open the side-band event on CPU {cpu}"),
+                            e,
+                        ))
+                    }
+                };
+                if let Some(r) = rings.get(&cpu) {
+                    kernel::perf_set_output(fd.as_fd(), r.fd.as_fd()).map_err(|e| {
+                        Error::os(format!("route side band of thread {pid} on CPU {cpu}"), e)
+                    })?;
+                    extra.push(fd);
+                } else {
+                    let ring = PerfRing::new(fd, 256).map_err(|e| {
+                        Error::os(format!("mmap the side-band ring of CPU {cpu}"), e)
+                    })?;
+                    rings.insert(cpu, ring);
+                }
+            }
+        }
+        Ok(SideBand {
+            _extra: extra,
+            rings,
+            recs: Vec::new(),
+            stats: SideStats::default(),
+        })
+    }
+
+    /// Reads every CPU's ring and applies the records in time order.
+    pub fn replay(&mut self, sp: &mut AddressSpaces) {
+        replay(&mut self.rings, &mut self.recs, sp, &mut self.stats);
+    }
+}
+
+fn cstr(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// The u32 at offset `o` of a record body; None past its end.
+fn u32_at(b: &[u8], o: usize) -> Option<u32> {
+    let x: [u8; 4] = b.get(o..o.checked_add(4)?)?.try_into().ok()?;
+    Some(u32::from_ne_bytes(x))
+}
+
+/// The u64 at offset `o` of a record body; None past its end.
+fn u64_at(b: &[u8], o: usize) -> Option<u64> {
+    let x: [u8; 8] = b.get(o..o.checked_add(8)?)?.try_into().ok()?;
+    Some(u64::from_ne_bytes(x))
+}
+
+/// Applies one record (layouts: `enum perf_event_type` in
+/// linux/perf_event.h). None when the record is too short for its type or
+/// describes an impossible mapping: the caller counts it as lost.
+fn apply_record(r: &PerfRecord, sp: &mut AddressSpaces, st: &mut SideStats) -> Option<()> {
+    let b = &r.body;
+    match r.type_ {
+        kernel::PERF_RECORD_MMAP2 => {
+            let (pid, start, len, pgoff) =
+                (u32_at(b, 0)?, u64_at(b, 8)?, u64_at(b, 16)?, u64_at(b, 24)?);
+            let path = cstr(b.get(64..)?);
+            // The record's MMAP_BUILD_ID misc bit is not trusted: another
+            // session's attr.build_id can make the kernel set it on records
+            // that carry maj/min/ino (see the side-band attr above).
+            // build IDs are read lazily, for images that get samples
+            let build_id = None;
+            sp.mmap(
+                pid,
+                Mapping {
+                    start,
+                    end: start.checked_add(len)?,
+                    pgoff,
+                    path,
+                    build_id,
+                },
+            );
+        }
+        kernel::PERF_RECORD_COMM => {
+            let exec = r.misc & kernel::PERF_RECORD_MISC_COMM_EXEC != 0;
+            let (pid, tid) = (u32_at(b, 0)?, u32_at(b, 4)?);
+            sp.comm(pid, tid, &cstr(b.get(8..)?), exec);
+        }
+        kernel::PERF_RECORD_FORK => sp.fork(u32_at(b, 0)?, u32_at(b, 4)?, u32_at(b, 8)?),
+        kernel::PERF_RECORD_EXIT => sp.exit(u32_at(b, 0)?, u32_at(b, 8)?),
+        kernel::PERF_RECORD_LOST => st.lost = st.lost.saturating_add(u64_at(b, 8)?),
+        kernel::PERF_RECORD_THROTTLE => st.throttle += 1,
+        kernel::PERF_RECORD_UNTHROTTLE => st.unthrottle += 1,
+        kernel::PERF_RECORD_LOST_SAMPLES => {
+            st.lost_samples = st.lost_samples.saturating_add(u64_at(b, 0)?)
+        }
+        _ => {}
+    }
+    Some(())
+}
+
+/// Time of a side-band record (the sample_id trailer's last u64); records
+/// without a trailer (throttling, from the sampling events) sort first.
+fn record_time(r: &PerfRecord) -> u64 {
+    match r.type_ {
+        kernel::PERF_RECORD_MMAP2
+        | kernel::PERF_RECORD_COMM
+        | kernel::PERF_RECORD_FORK
+        | kernel::PERF_RECORD_EXIT
+        | kernel::PERF_RECORD_LOST => r
+            .body
+            .len()
+            .checked_sub(8)
+            .and_then(|o| u64_at(&r.body, o))
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Reads every CPU's side-band ring and applies the records in time
+/// order (a fork seen on one CPU precedes the child's exec on another).
+fn replay(
+    rings: &mut HashMap<u32, PerfRing>,
+    recs: &mut Vec<PerfRecord>,
+    sp: &mut AddressSpaces,
+    side: &mut SideStats,
+) {
+    for r in rings.values_mut() {
+        r.read(recs);
+    }
+    recs.sort_by_key(record_time);
+    let trace = std::env::var_os("MANTLE_PROF_TRACE").is_some();
+    for r in recs.drain(..) {
+        if trace {
+            eprintln!(
+                "sideband t={} type={} misc={:#x} pid={} {:?}",
+                record_time(&r),
+                r.type_,
+                r.misc,
+                u32_at(&r.body, 0).unwrap_or(0),
+                String::from_utf8_lossy(r.body.get(8..).unwrap_or(&[])).trim_matches('\0')
+            );
+        }
+        if apply_record(&r, sp, side).is_none() {
+            side.lost = side.lost.saturating_add(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(type_: u32, body: Vec<u8>) -> PerfRecord {
+        PerfRecord {
+            type_,
+            misc: 0,
+            body,
+        }
+    }
+
+    /// Records shorter than their type's layout are skipped and counted
+    /// as lost; nothing panics and no mapping is invented.
+    #[test]
+    fn short_records_are_lost_not_panics() {
+        let mut sp = AddressSpaces::new(vec![]);
+        let mut st = SideStats::default();
+        let mut skipped = 0;
+        for t in [
+            kernel::PERF_RECORD_MMAP2,
+            kernel::PERF_RECORD_COMM,
+            kernel::PERF_RECORD_FORK,
+            kernel::PERF_RECORD_EXIT,
+            kernel::PERF_RECORD_LOST,
+            kernel::PERF_RECORD_LOST_SAMPLES,
+        ] {
+            for len in [0, 3, 7, 12, 40, 63] {
+                let r = rec(t, vec![0xff; len]);
+                let _ = record_time(&r);
+                if apply_record(&r, &mut sp, &mut st).is_none() {
+                    skipped += 1;
+                }
+            }
+        }
+        assert!(sp.history.is_empty());
+        // MMAP2 needs 64 bytes (all 6 skipped), COMM 8, FORK and EXIT 12
+        // (3 each), LOST 16 (4), LOST_SAMPLES 8 (3); the counts that were
+        // long enough are all ones and saturate
+        assert_eq!(skipped, 6 + 3 + 3 + 3 + 4 + 3);
+        assert_eq!((st.lost, st.lost_samples), (u64::MAX, u64::MAX));
+    }
+
+    /// An MMAP2 whose start + len wraps is refused.
+    #[test]
+    fn wrapping_mapping_is_refused() {
+        let mut b = vec![0u8; 72];
+        b[0..4].copy_from_slice(&7u32.to_ne_bytes());
+        b[8..16].copy_from_slice(&u64::MAX.to_ne_bytes());
+        b[16..24].copy_from_slice(&2u64.to_ne_bytes());
+        b[64..67].copy_from_slice(b"/x\0");
+        let mut sp = AddressSpaces::new(vec![]);
+        let mut st = SideStats::default();
+        assert!(
+            apply_record(&rec(kernel::PERF_RECORD_MMAP2, b.clone()), &mut sp, &mut st).is_none()
+        );
+        b[8..16].copy_from_slice(&0x1000u64.to_ne_bytes());
+        assert!(apply_record(&rec(kernel::PERF_RECORD_MMAP2, b), &mut sp, &mut st).is_some());
+        assert_eq!(sp.history[0].1.path, "/x");
+        assert_eq!(sp.history[0].1.end, 0x1002);
+    }
+}
