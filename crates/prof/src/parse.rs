@@ -115,11 +115,9 @@ fn hex(s: &str, at: At) -> Result<u64, ParseError> {
     u64::from_str_radix(s, 16).map_err(|_| ParseError::new(at, format!("{s} is out of range")))
 }
 
-// is_multiple_of is newer than the workspace's rust-version (1.82)
-#[allow(clippy::manual_is_multiple_of)]
 fn is_build_id(s: &str) -> bool {
     !s.is_empty()
-        && s.len() % 2 == 0
+        && s.len().is_multiple_of(2)
         && s.len() <= 128
         && s.bytes().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
 }
