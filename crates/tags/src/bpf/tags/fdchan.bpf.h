@@ -18,6 +18,12 @@
  * attached only while a tag exists; each case is a global function, so the
  * verifier checks it once rather than once per path of the dispatcher.
  */
+/* The numbers below, and the pt_regs members mt_sys_exit reads them and
+ * the arguments from (orig_ax, di, dx, r10, r8), are the x86-64 system-call
+ * ABI. Another architecture needs its own table and registers here. */
+#if !defined(__TARGET_ARCH_x86)
+#error "tags.bpf.c: the fd-channel hooks know the x86-64 system-call numbers and registers only (see README.md, Supported architectures)"
+#endif
 #define NR_read 0
 #define NR_write 1
 #define NR_open 2
