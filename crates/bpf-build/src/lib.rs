@@ -161,7 +161,8 @@ fn out_dir() -> PathBuf {
 
 fn manifest_dir() -> PathBuf {
     PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR: run from a build script"),
+        std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("CARGO_MANIFEST_DIR: run from a build script"),
     )
 }
 
@@ -200,15 +201,21 @@ impl Bpf {
 
     /// The object's name: the source's file name without `.bpf.c`.
     pub fn name(&self) -> String {
-        let file = self.source.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+        let file = self
+            .source
+            .file_name()
+            .and_then(|f| f.to_str())
+            .unwrap_or_default();
         file.strip_suffix(".bpf.c")
-            .unwrap_or_else(|| panic!("mantle-bpf-build: {file}: the source must be named <name>.bpf.c"))
+            .unwrap_or_else(|| {
+                panic!("mantle-bpf-build: {file}: the source must be named <name>.bpf.c")
+            })
             .to_string()
     }
 
-    /// The clang arguments this build uses (before libbpf-cargo's own
-    /// `-g -O2 -target bpf -c`).
-    pub fn clang_args(&self) -> Vec<String> {
+    /// The clang arguments of this build (before libbpf-cargo's own
+    /// `-g -O2 -target bpf -c`); choosing the vmlinux.h may dump one.
+    fn clang_args(&self) -> Vec<String> {
         let arch = target_arch();
         let karch = kernel_arch(&arch).unwrap_or_else(|| {
             panic!(
@@ -242,7 +249,11 @@ impl Bpf {
         let out = out_dir();
         let deps = out.join(format!("{name}.bpf.d"));
         let mut args = self.clang_args();
-        args.extend(["-MD".to_string(), "-MF".to_string(), deps.display().to_string()]);
+        args.extend([
+            "-MD".to_string(),
+            "-MF".to_string(),
+            deps.display().to_string(),
+        ]);
         println!("cargo:rerun-if-changed={}", self.source.display());
         libbpf_cargo::SkeletonBuilder::new()
             .source(&self.source)
@@ -262,15 +273,17 @@ impl Bpf {
             }
         }
     }
-}
 
-impl Bpf {
     /// Earlier build scripts wrote a vmlinux.h into `src/bpf/`. The C
     /// includes it as `"vmlinux.h"`, which the compiler looks for next to
     /// the including file before any `-I` directory, so a leftover copy
     /// would silently win over the chosen header: refuse to build instead.
     fn refuse_stale_vmlinux(&self) {
-        let dirs = self.source.parent().into_iter().chain(self.includes.iter().map(|d| d.as_path()));
+        let dirs = self
+            .source
+            .parent()
+            .into_iter()
+            .chain(self.includes.iter().map(|d| d.as_path()));
         for dir in dirs {
             let stale = dir.join("vmlinux.h");
             if stale.exists() {
@@ -346,7 +359,11 @@ impl Defines {
 
     /// The value of `#define name`; panics naming the header if it has none.
     pub fn require(&self, name: &str) -> String {
-        let file = self.header.file_name().unwrap_or_default().to_string_lossy();
+        let file = self
+            .header
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy();
         self.get(name)
             .unwrap_or_else(|| panic!("{file} has no #define {name}"))
     }

@@ -5,7 +5,7 @@
  * reader, the delivery into the reader's vector (TTL, terminators, class)
  * with its lifeline record, and the late delivery to a reader that read
  * before the deposit was made. Channel pieces only find the deposit; what
- * happens to tags is decided here.
+ * a deposit does to the reader's tags is decided here.
  *
  * A piece of tags.bpf.c, not a header: included once, in order, by
  * tags.bpf.c (one object, one skeleton), and it uses what the pieces
