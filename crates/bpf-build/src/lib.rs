@@ -1,7 +1,7 @@
 //! mantle's one way of building eBPF C, for the `build.rs` of every crate
 //! that has a kernel side (a build-dependency, never linked into mantle).
 //!
-//! ```ignore
+//! ```text
 //! // build.rs
 //! mantle_bpf_build::Bpf::new("src/bpf/tags.bpf.c").include("src/bpf").build();
 //! // -> $OUT_DIR/tags.bpf.o and $OUT_DIR/tags.skel.rs
