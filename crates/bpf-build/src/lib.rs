@@ -107,7 +107,8 @@ pub fn vmlinux_dir() -> PathBuf {
             if !dir.join("vmlinux.h").is_file() {
                 panic!(
                     "mantle-bpf-build: no checked-in vmlinux.h for target architecture `{arch}` \
-                     (supported: {}). Either build with {VMLINUX_ENV}=running to generate one \
+                     (there are headers for: {}; README.md, Supported architectures, says \
+                     which of them mantle builds for). Either build with {VMLINUX_ENV}=running to generate one \
                      into OUT_DIR from the running kernel's /sys/kernel/btf/vmlinux, or add \
                      crates/bpf-build/vmlinux/{arch}/vmlinux.h with scripts/gen-vmlinux.sh \
                      (see crates/bpf-build/vmlinux/README.md)",
@@ -220,7 +221,7 @@ impl Bpf {
         let karch = kernel_arch(&arch).unwrap_or_else(|| {
             panic!(
                 "mantle-bpf-build: target architecture `{arch}` has no eBPF tracing support in \
-                 libbpf (supported with a checked-in vmlinux.h: {})",
+                 libbpf (there are vmlinux.h headers for: {})",
                 supported_archs().join(", ")
             )
         });
