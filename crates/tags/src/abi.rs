@@ -12,7 +12,7 @@ pub use mantle_abi::tags::*;
 
 /// The layout test: every shared struct's size and field offsets, in Rust,
 /// equal those the eBPF compiler laid out (read from the object's BTF).
-#[cfg(test)]
+#[cfg(all(test, feature = "loader"))]
 mod layout {
     use libbpf_rs::btf::Btf;
     use mantle_abi::tags::*;

@@ -23,6 +23,12 @@
 #include <bpf/bpf_helpers.h>
 #include "prof.h"
 
+/* take() reads the interrupted ip and the privilege level from x86-64
+ * registers (regs.ip, regs.csx); another architecture needs its own. */
+#if !defined(__TARGET_ARCH_x86)
+#error "prof.bpf.c: the sample path reads x86-64 registers only (see README.md, Supported architectures)"
+#endif
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 const volatile __u32 use_ring = 0;

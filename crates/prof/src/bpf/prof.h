@@ -40,8 +40,33 @@ struct mp_stats {
 	__u64 t_n, t_sum, t_sumsq, t_min, t_max;
 };
 
+/*
+ * Layout asserts: size and every member's offset of the structs mirrored in
+ * crates/prof/src/abi.rs (whose byte decoders use these offsets too), so
+ * that a change here the Rust side does not make fails this compile. The
+ * `layout` test checks the Rust mirrors against the object's BTF.
+ * __builtin_offsetof: BPF builds have no <stddef.h>.
+ */
 #define MP_STATIC_ASSERT(c, m) _Static_assert(c, m)
-MP_STATIC_ASSERT(sizeof(struct mp_key) == 24 + 8 * MT_WORDS, "mp_key layout");
-MP_STATIC_ASSERT(sizeof(struct mp_stats) == 64, "mp_stats layout");
+#define MP_OFF(s, f, n)                                                        \
+	MP_STATIC_ASSERT(__builtin_offsetof(struct s, f) == (n), "offset of " #s "." #f)
+
+MP_STATIC_ASSERT(sizeof(struct mp_key) == 24 + 8 * MT_WORDS, "mp_key layout"); /* Key */
+MP_OFF(mp_key, pid, 0);
+MP_OFF(mp_key, tid, 4);
+MP_OFF(mp_key, ip, 8);
+MP_OFF(mp_key, cpu, 16);
+MP_OFF(mp_key, mode, 20);
+MP_OFF(mp_key, tags, 24);
+
+MP_STATIC_ASSERT(sizeof(struct mp_stats) == 64, "mp_stats layout"); /* Stats */
+MP_OFF(mp_stats, samples, 0);
+MP_OFF(mp_stats, dropped, 8);
+MP_OFF(mp_stats, ring_full, 16);
+MP_OFF(mp_stats, t_n, 24);
+MP_OFF(mp_stats, t_sum, 32);
+MP_OFF(mp_stats, t_sumsq, 40);
+MP_OFF(mp_stats, t_min, 48);
+MP_OFF(mp_stats, t_max, 56);
 
 #endif

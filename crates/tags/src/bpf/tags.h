@@ -349,15 +349,153 @@ struct mt_thread_rec {
 #define MT_ETERM 71  /* EPROTO: thread terminates this tag */
 #define MT_EEXIST 17 /* the table entry is not free */
 
+/*
+ * Layout asserts: the size and every member's offset of each struct user
+ * space mirrors (crates/tags/src/abi.rs), and of the TCP option (a wire
+ * format other hosts parse), written out so that a change here that the
+ * Rust side does not make fails this compile, not a run. The `layout` test
+ * in crates/tags checks the Rust mirrors against the object's BTF, so C,
+ * BTF and Rust are held to one layout. In terms of MT_WORDS and MT_TAGS, so
+ * they hold for every -DMT_TAGS. __builtin_offsetof: BPF builds have no
+ * <stddef.h>.
+ */
 #define MT_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#define MT_SIZE(s, n) MT_STATIC_ASSERT(sizeof(struct s) == (n), "size of struct " #s)
+#define MT_OFF(s, f, n)                                                        \
+	MT_STATIC_ASSERT(__builtin_offsetof(struct s, f) == (n), "offset of " #s "." #f)
+
 MT_STATIC_ASSERT(MT_TAGS % 64 == 0 && MT_TAGS <= 256, "MT_TAGS: multiple of 64, at most 256");
-MT_STATIC_ASSERT(sizeof(struct mt_view) == 8 * MT_WORDS + 8, "mt_view layout");
-MT_STATIC_ASSERT(sizeof(struct mt_tag) == 56, "mt_tag layout");
-MT_STATIC_ASSERT(sizeof(struct mt_deadlock) == 64, "mt_deadlock layout");
-MT_STATIC_ASSERT(sizeof(struct mt_reception) == 72, "mt_reception layout");
-MT_STATIC_ASSERT(sizeof(struct mt_admin) == 72, "mt_admin layout");
-MT_STATIC_ASSERT(sizeof(struct mt_chan_key) == 24, "mt_chan_key layout");
-MT_STATIC_ASSERT(sizeof(struct mt_tcpopt) == MT_OPT_FIXED + MT_OPT_MAX_TTLS, "mt_tcpopt layout");
 MT_STATIC_ASSERT(MT_OPT_FIXED + MT_OPT_MAX_TTLS <= 28, "the option must fit beside TCP timestamps");
+
+MT_SIZE(mt_view, 8 * MT_WORDS + 8); /* View */
+MT_OFF(mt_view, vec, 0);
+MT_OFF(mt_view, op_seq, 8 * MT_WORDS);
+MT_OFF(mt_view, op_err, 8 * MT_WORDS + 4);
+
+MT_SIZE(mt_ctl, 72 * MT_WORDS + 56 + 21 * MT_TAGS); /* Ctl */
+MT_OFF(mt_ctl, live, 0);
+MT_OFF(mt_ctl, system, 8 * MT_WORDS);
+MT_OFF(mt_ctl, lifeline, 16 * MT_WORDS);
+MT_OFF(mt_ctl, deleting, 24 * MT_WORDS);
+MT_OFF(mt_ctl, epoch, 32 * MT_WORDS);
+MT_OFF(mt_ctl, view_size, 32 * MT_WORDS + 4);
+MT_OFF(mt_ctl, host_id, 32 * MT_WORDS + 8);
+MT_OFF(mt_ctl, opts, 32 * MT_WORDS + 12);
+MT_OFF(mt_ctl, host_netns, 32 * MT_WORDS + 16);
+MT_OFF(mt_ctl, global, 32 * MT_WORDS + 24);
+MT_OFF(mt_ctl, cluster_digest, 40 * MT_WORDS + 24);
+MT_OFF(mt_ctl, pad1, 40 * MT_WORDS + 28);
+MT_OFF(mt_ctl, replies, 40 * MT_WORDS + 32);
+MT_OFF(mt_ctl, freed_epoch, 48 * MT_WORDS + 32);
+MT_OFF(mt_ctl, ll_base, 48 * MT_WORDS + 32 + 4 * MT_TAGS);
+MT_OFF(mt_ctl, ll_size, 48 * MT_WORDS + 32 + 8 * MT_TAGS);
+MT_OFF(mt_ctl, ll_head, 48 * MT_WORDS + 32 + 12 * MT_TAGS);
+MT_OFF(mt_ctl, default_ttl, 48 * MT_WORDS + 32 + 20 * MT_TAGS);
+MT_OFF(mt_ctl, n_tcp_deps, 48 * MT_WORDS + 32 + 21 * MT_TAGS);
+MT_OFF(mt_ctl, n_udp_deps, 48 * MT_WORDS + 40 + 21 * MT_TAGS);
+MT_OFF(mt_ctl, n_obj_deps, 48 * MT_WORDS + 48 + 21 * MT_TAGS);
+MT_OFF(mt_ctl, deadlock, 48 * MT_WORDS + 56 + 21 * MT_TAGS);
+MT_OFF(mt_ctl, anyone, 56 * MT_WORDS + 56 + 21 * MT_TAGS);
+MT_OFF(mt_ctl, per_request, 64 * MT_WORDS + 56 + 21 * MT_TAGS);
+
+MT_SIZE(mt_deadlock, 64); /* Deadlock */
+MT_OFF(mt_deadlock, ts_ns, 0);
+MT_OFF(mt_deadlock, lamport, 8);
+MT_OFF(mt_deadlock, tag, 16);
+MT_OFF(mt_deadlock, generation, 20);
+MT_OFF(mt_deadlock, tx_tid, 24);
+MT_OFF(mt_deadlock, tx_pid, 28);
+MT_OFF(mt_deadlock, tx_host, 32);
+MT_OFF(mt_deadlock, rx_pid, 36);
+MT_OFF(mt_deadlock, rx_tid, 40);
+MT_OFF(mt_deadlock, kind, 44);
+MT_OFF(mt_deadlock, denied, 46);
+MT_OFF(mt_deadlock, tx_comm, 48);
+
+MT_SIZE(mt_stats, 72); /* Stats */
+MT_OFF(mt_stats, hops, 0);
+MT_OFF(mt_stats, rejected, 8);
+MT_OFF(mt_stats, deposit_fail, 16);
+MT_OFF(mt_stats, late, 24);
+MT_OFF(mt_stats, no_view, 32);
+MT_OFF(mt_stats, opt_written, 40);
+MT_OFF(mt_stats, opt_parsed, 48);
+MT_OFF(mt_stats, opt_mismatch, 56);
+MT_OFF(mt_stats, opt_nospace, 64);
+
+MT_SIZE(mt_tag, 24 + MT_NAME_LEN); /* TagEntry: 56 */
+MT_OFF(mt_tag, name, 0);
+MT_OFF(mt_tag, state, MT_NAME_LEN);
+MT_OFF(mt_tag, flags, MT_NAME_LEN + 4);
+MT_OFF(mt_tag, created_ns, MT_NAME_LEN + 8);
+MT_OFF(mt_tag, generation, MT_NAME_LEN + 16);
+MT_OFF(mt_tag, pad, MT_NAME_LEN + 20);
+
+MT_SIZE(mt_owner, 8); /* Owner */
+MT_OFF(mt_owner, uid, 0);
+MT_OFF(mt_owner, pid, 4);
+
+MT_SIZE(mt_reception, 72); /* Reception */
+MT_OFF(mt_reception, ts_ns, 0);
+MT_OFF(mt_reception, seq, 8);
+MT_OFF(mt_reception, rx_tid, 16);
+MT_OFF(mt_reception, rx_pid, 20);
+MT_OFF(mt_reception, tx_tid, 24);
+MT_OFF(mt_reception, tx_pid, 28);
+MT_OFF(mt_reception, kind, 32);
+MT_OFF(mt_reception, tag, 34);
+MT_OFF(mt_reception, ttl, 35);
+MT_OFF(mt_reception, generation, 36);
+MT_OFF(mt_reception, rx_comm, 40);
+MT_OFF(mt_reception, lamport, 40 + MT_COMM_LEN);
+MT_OFF(mt_reception, rx_host, 48 + MT_COMM_LEN);
+MT_OFF(mt_reception, tx_host, 52 + MT_COMM_LEN);
+
+MT_SIZE(mt_tcpopt, MT_OPT_FIXED + MT_OPT_MAX_TTLS); /* on the wire */
+MT_OFF(mt_tcpopt, kind, 0);
+MT_OFF(mt_tcpopt, len, 1);
+MT_OFF(mt_tcpopt, magic, 2);
+MT_OFF(mt_tcpopt, digest, 4);
+MT_OFF(mt_tcpopt, vec, 6);
+MT_OFF(mt_tcpopt, host, 8);
+MT_OFF(mt_tcpopt, lamport, 12);
+MT_OFF(mt_tcpopt, pid, 16);
+MT_OFF(mt_tcpopt, ttl, MT_OPT_FIXED);
+
+MT_SIZE(mt_chan_key, 24); /* kernel side only: the LRU hash key */
+
+MT_SIZE(mt_expire_args, 8); /* ExpireArgs */
+MT_OFF(mt_expire_args, tag, 0);
+MT_OFF(mt_expire_args, ms, 4);
+
+MT_SIZE(mt_admin, 40 + MT_NAME_LEN); /* Admin: 72 */
+MT_OFF(mt_admin, code, 0);
+MT_OFF(mt_admin, tag, 4);
+MT_OFF(mt_admin, flags, 8);
+MT_OFF(mt_admin, ll_base, 12);
+MT_OFF(mt_admin, ll_size, 16);
+MT_OFF(mt_admin, digest, 20);
+MT_OFF(mt_admin, created_ns, 24);
+MT_OFF(mt_admin, default_ttl, 32);
+MT_OFF(mt_admin, pad, 33);
+MT_OFF(mt_admin, name, 40);
+
+MT_SIZE(mt_op, 24); /* Op */
+MT_OFF(mt_op, code, 0);
+MT_OFF(mt_op, tag, 4);
+MT_OFF(mt_op, arg, 8);
+MT_OFF(mt_op, tid, 12);
+MT_OFF(mt_op, pid, 16);
+MT_OFF(mt_op, pad, 20);
+
+MT_SIZE(mt_thread_rec, 16 + 16 * MT_WORDS + MT_TAGS + MT_COMM_LEN); /* ThreadRec */
+MT_OFF(mt_thread_rec, tid, 0);
+MT_OFF(mt_thread_rec, pid, 4);
+MT_OFF(mt_thread_rec, err, 8);
+MT_OFF(mt_thread_rec, flags, 12);
+MT_OFF(mt_thread_rec, vec, 16);
+MT_OFF(mt_thread_rec, term, 16 + 8 * MT_WORDS);
+MT_OFF(mt_thread_rec, ttl, 16 + 16 * MT_WORDS);
+MT_OFF(mt_thread_rec, comm, 16 + 16 * MT_WORDS + MT_TAGS);
 
 #endif

@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * tags.bpf.c: core delivery, the mechanism every channel shares: a sender's
+ * snapshot of its passable tags, the deposit on a channel, its take by the
+ * reader, the delivery into the reader's vector (TTL, terminators, class)
+ * with its lifeline record, and the late delivery to a reader that read
+ * before the deposit was made. Channel pieces only find the deposit; what
+ * a deposit does to the reader's tags is decided here.
+ *
+ * A piece of tags.bpf.c, not a header: included once, in order, by
+ * tags.bpf.c (one object, one skeleton), and it uses what the pieces
+ * before it define.
+ */
+
+extern struct task_struct *bpf_task_from_pid(s32 pid) __ksym;
+extern void bpf_task_release(struct task_struct *p) __ksym;
+
+/* A sender's passable tags at the moment it sent. */
+struct snap {
+	__u64 vec[MT_WORDS];
+	__u8 ttl[MT_TAGS];
+	__u64 lamport; /* sender's clock at the send */
+	__u32 host;    /* sender's host */
+};
+
+static __always_inline struct mt_ctl *get_ctl(void)
+{
+	__u32 z = 0;
+	return bpf_map_lookup_elem(&ctl, &z);
+}
+
+/* Bump a per-CPU counter (field of struct mt_stats). */
+#define STAT(field)                                                            \
+	do {                                                                   \
+		__u32 _z = 0;                                                  \
+		struct mt_stats *_st = bpf_map_lookup_elem(&stats, &_z);       \
+		if (_st)                                                       \
+			_st->field++;                                          \
+	} while (0)
+
+static __always_inline struct mt_view *view_of(__u32 tid)
+{
+	return bpf_map_lookup_elem(&view, &tid);
+}
+
+static __always_inline int vec_empty(const __u64 *v)
+{
+	__u64 any = 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		any |= v[w];
+	return any == 0;
+}
+
+/* Index of the lowest set bit (m != 0); shared with its host unit test. */
+#include "ctz64.h"
+
+/*
+ * The host of a task: this machine's id in its initial network namespace;
+ * other namespaces are hosts of their own (so that namespaces joined by veth
+ * pairs behave as separate machines, which is how mantle tests tags across
+ * machines on one box).
+ */
+static __always_inline __u32 host_of_netns(struct mt_ctl *c, __u64 cookie)
+{
+	if (!cookie || cookie == c->host_netns)
+		return c->host_id;
+	/* fold the namespace cookie into the machine id (never 0) */
+	return (c->host_id ^ (__u32)(cookie * 0x9e3779b97f4a7c15ULL >> 32)) | 1;
+}
+
+/*
+ * Walked through a read-only (untrusted) cast: a walk from a trusted task
+ * pointer makes the verifier search all of vmlinux BTF by name for
+ * "<struct>__safe_trusted" at every load, in every explored state; with
+ * this inlined after the tag loops that was 15 of 17 s of `tags up`.
+ */
+static __always_inline __u32 host_of(struct mt_ctl *c, struct task_struct *task)
+{
+	struct task_struct *tk = bpf_core_cast(task, struct task_struct);
+	struct net *net = tk->nsproxy ? tk->nsproxy->net_ns : 0;
+
+	return host_of_netns(c, net ? net->net_cookie : 0);
+}
+
+static __always_inline int task_is_system(struct task_struct *task, struct mt_thread *t)
+{
+	if (t && (t->flags & MT_F_USER_SET))
+		return (t->flags & MT_F_SYSTEM) != 0;
+	return (task->flags & PF_KTHREAD) || task->tgid == 1;
+}
+
+/* Runs the block after the names for each set bit of m (word w), lowest
+ * first, with idx (tag bit index) and bit (mask in the word); consumes m. */
+#define for_each_bit(m, w, idx, bit, ...)                                      \
+	for (int _i = 0; _i < 64 && (m); _i++) {                               \
+		__u32 _b = ctz64(m);                                           \
+		__u64 bit = 1ULL << _b;                                        \
+		__u32 idx = ((w) * 64 + _b) & (MT_TAGS - 1);                   \
+		(m) &= (m) - 1;                                                \
+		__VA_ARGS__                                                    \
+	}
+
+/*
+ * Snapshot of the current thread's passable tags (held, live, TTL > 0), with
+ * the TTLs of the set bits only. Returns 0, after one array load, when the
+ * thread holds nothing.
+ */
+static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct mt_view *v = view_of(tid);
+	struct mt_thread *t;
+	struct mt_ctl *c;
+	__u64 any = 0;
+
+	if (!v || vec_empty(v->vec))
+		return 0;
+	c = get_ctl();
+	if (!c)
+		return 0;
+	t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (!t)
+		return 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = v->vec[w] & c->live[w] & ~t->spent[w];
+
+		s->vec[w] = m;
+		any |= m;
+		for_each_bit(m, w, idx, bit, { s->ttl[idx] = t->ttl[idx]; })
+	}
+	if (!any)
+		return 0;
+	s->lamport = ++t->lamport; /* a send is an event of the sender */
+	s->host = host_of(c, bpf_get_current_task_btf());
+	*cp = c;
+	return 1;
+}
+
+/* Whether the current thread holds any passable tag (cheap pre-check). */
+static __always_inline int self_tagged(void)
+{
+	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
+
+	return v && !vec_empty(v->vec);
+}
+
+static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_struct *rx,
+				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl,
+				      __u64 lamport, __u32 tx_host)
+{
+	__u32 size, base, slot;
+	__u64 n;
+	struct mt_reception *r;
+	struct mt_tag *tg;
+
+	idx &= MT_TAGS - 1;
+	size = c->ll_size[idx & (MT_TAGS - 1)];
+	if (!size)
+		return;
+	base = c->ll_base[idx & (MT_TAGS - 1)];
+	n = __sync_fetch_and_add(&c->ll_head[idx & (MT_TAGS - 1)], 1);
+	slot = base + (__u32)(n % size);
+	r = bpf_map_lookup_elem(&lifeline, &slot);
+	if (!r)
+		return;
+	tg = bpf_map_lookup_elem(&tags, &idx);
+	r->seq = 0; /* readers skip a record while it is being written */
+	r->ts_ns = bpf_ktime_get_ns();
+	r->rx_tid = rx->pid;
+	r->rx_pid = rx->tgid;
+	r->tx_tid = tx_tid;
+	r->tx_pid = tx_pid;
+	r->kind = kind;
+	r->tag = idx;
+	r->ttl = ttl;
+	r->generation = tg ? tg->generation : 0;
+	bpf_probe_read_kernel_str(r->rx_comm, sizeof(r->rx_comm), rx->comm);
+	r->lamport = lamport;
+	r->rx_host = host_of(c, rx);
+	r->tx_host = tx_host;
+	r->seq = n + 1;
+}
+
+/*
+ * Give `task` the tags of snapshot `s`. hop: decrement TTLs (a message);
+ * not for fork, which is inheritance. dep_epoch drops bits freed (and
+ * perhaps reused) after the snapshot was taken. In the steady state (the
+ * thread already holds the tag with at least this TTL) nothing is written.
+ */
+static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, struct snap *s,
+				    __u32 dep_epoch, __u32 kind, __u32 tx_tid, __u32 tx_pid, int hop)
+{
+	__u32 tid = task->pid;
+	struct mt_view *v = view_of(tid);
+	struct mt_thread *t;
+	int sys;
+
+	if (!v) {
+		STAT(no_view);
+		return;
+	}
+	t = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!t)
+		return;
+	sys = task_is_system(task, t);
+	STAT(hops);
+	/* a reception: max(own, message) + 1 */
+	if (s->lamport > t->lamport)
+		t->lamport = s->lamport;
+	t->lamport++;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = s->vec[w] & c->live[w];
+		__u64 ok = m & ~t->term[w];
+		/* Lifeline records: every message is a reception, a shared
+		 * mapping only of the tags the thread did not hold (a process
+		 * maps one object many times). Branch-free (shm: 1 for
+		 * MT_K_SHM, else 0): a test here took mt_sys_exit past the
+		 * verifier's limit of 1M instructions (from 0.49M). */
+		__u64 shm = ((__u64)(kind ^ MT_K_SHM) - 1) >> 63;
+		__u64 rec = c->lifeline[w] & ~(-shm & v->vec[w]);
+
+		ok &= sys ? c->system[w] : ~c->system[w];
+		if (ok != m)
+			STAT(rejected);
+		for_each_bit(ok, w, idx, bit, {
+			__u8 nt, cur;
+			int held;
+
+			if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
+				continue;
+			nt = s->ttl[idx & (MT_TAGS - 1)];
+			if (hop && nt != MT_TTL_INF && nt > 0)
+				nt--;
+			cur = t->ttl[idx & (MT_TAGS - 1)];
+			held = (v->vec[w] & bit) != 0;
+			if (!held || nt > cur) {
+				t->ttl[idx & (MT_TAGS - 1)] = nt;
+				if (nt == 0)
+					__sync_fetch_and_or(&t->spent[w], bit);
+				else if (t->spent[w] & bit)
+					__sync_fetch_and_and(&t->spent[w], ~bit);
+				if (!held)
+					__sync_fetch_and_or(&v->vec[w], bit);
+				cur = nt;
+			}
+			if (rec & bit)
+				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur, t->lamport, s->host);
+		})
+	}
+}
+
+/*
+ * Add snapshot s to deposit d. Lock-free: TTLs first, then the bits are
+ * published with one atomic OR per word; concurrent depositors may race on a
+ * TTL byte, which only ever loses the larger of two TTLs of one tag.
+ */
+static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 kind, __u32 epoch,
+				    __u64 seq_start, __u64 seq_end)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	int was_empty = vec_empty(d->vec);
+
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = s->vec[w];
+
+		for_each_bit(m, w, idx, bit, {
+			if (was_empty || !(d->vec[w] & bit) ||
+			    s->ttl[idx & (MT_TAGS - 1)] > d->ttl[idx & (MT_TAGS - 1)])
+				d->ttl[idx & (MT_TAGS - 1)] = s->ttl[idx & (MT_TAGS - 1)];
+		})
+	}
+	if (was_empty) {
+		d->seq_start = seq_start;
+		d->epoch = epoch;
+	} else if (epoch < d->epoch) {
+		d->epoch = epoch; /* keep the oldest snapshot's: it drops the most */
+	}
+	if (was_empty || (__s32)((__u32)seq_end - (__u32)d->seq_end) > 0)
+		d->seq_end = seq_end;
+	if (s->lamport > d->lamport || was_empty)
+		d->lamport = s->lamport;
+	d->tx_host = s->host;
+	d->kind = kind;
+	d->tx_tid = (__u32)id;
+	d->tx_pid = id >> 32;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		if ((d->vec[w] & s->vec[w]) != s->vec[w])
+			__sync_fetch_and_or(&d->vec[w], s->vec[w]);
+}
+
+/*
+ * Copy deposit d into s; clear: the channel is empty now, so the deposit
+ * ends here (the vector is swapped to 0 atomically: a concurrent deposit
+ * either lands before, and is taken, or after, and stays). Returns 0 if d
+ * held nothing.
+ */
+static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epoch, __u32 *tx_tid,
+				__u32 *tx_pid, __u32 reader, int clear)
+{
+	__u64 any = 0;
+
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = d->vec[w];
+
+		if (m && clear)
+			m = __sync_lock_test_and_set(&d->vec[w], 0);
+		s->vec[w] = m;
+		any |= m;
+		for_each_bit(m, w, idx, bit, { s->ttl[idx & (MT_TAGS - 1)] = d->ttl[idx & (MT_TAGS - 1)]; })
+	}
+	if (d->last_reader != reader)
+		d->last_reader = reader;
+	if (!any)
+		return 0;
+	s->lamport = d->lamport;
+	s->host = d->tx_host;
+	*epoch = d->epoch;
+	*tx_tid = d->tx_tid;
+	*tx_pid = d->tx_pid;
+	return 1;
+}
+
+/* Deliver a deposit whose data was read before the deposit was made. */
+static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d)
+{
+	struct snap s = {};
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, reader;
+	struct task_struct *rx;
+
+	reader = d->last_reader;
+	if (!reader)
+		return;
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, reader, 1))
+		return;
+	rx = bpf_task_from_pid(reader);
+	if (!rx)
+		return;
+	deliver(c, rx, &s, epoch, d->kind, tx_tid, tx_pid, 1);
+	bpf_task_release(rx);
+	STAT(late);
+}
+
+/* Current thread reads deposit d; clear when the channel is left empty.
+ * A global function: the verifier checks it once, not at every caller. */
+__noinline int mt_receive(struct mt_deposit *d, int clear)
+{
+	struct snap s = {};
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct mt_ctl *c;
+
+	if (!d || !take(d, &s, &epoch, &tx_tid, &tx_pid, tid, clear))
+		return 0;
+	c = get_ctl();
+	if (!c)
+		return 0;
+	deliver(c, bpf_get_current_task_btf(), &s, epoch, d->kind, tx_tid, tx_pid, 1);
+	return 0;
+}

@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * tags.bpf.c: fd channels: pipes, FIFOs, eventfd, POSIX message queues and
+ * shared memory (memfd, shm_open, SysV, shared mappings), all seen at
+ * tp_btf/sys_exit because none has a tracepoint of its own. The dispatcher
+ * reads system-call numbers and argument registers: x86-64 facts, guarded
+ * below.
+ *
+ * A piece of tags.bpf.c, not a header: included once, in order, by
+ * tags.bpf.c (one object, one skeleton), and it uses what the pieces
+ * before it define.
+ */
+
+/*
+ * All of these are seen at the exit of the system call that used them
+ * (there is no tracepoint inside pipe_read, eventfd_write, mq_timedsend or
+ * do_mmap, and no kprobes here: ../shared/platform.md). sys_exit is
+ * attached only while a tag exists; each case is a global function, so the
+ * verifier checks it once rather than once per path of the dispatcher.
+ */
+/* The numbers below, and the pt_regs members mt_sys_exit reads them and
+ * the arguments from (orig_ax, di, dx, r10, r8), are the x86-64 system-call
+ * ABI. Another architecture needs its own table and registers here. */
+#if !defined(__TARGET_ARCH_x86)
+#error "tags.bpf.c: the fd-channel hooks know the x86-64 system-call numbers and registers only (see README.md, Supported architectures)"
+#endif
+#define NR_read 0
+#define NR_write 1
+#define NR_open 2
+#define NR_mmap 9
+#define NR_readv 19
+#define NR_writev 20
+#define NR_shmget 29
+#define NR_shmat 30
+#define NR_creat 85
+#define NR_mq_timedsend 242
+#define NR_mq_timedreceive 243
+#define NR_openat 257
+#define NR_memfd_create 319
+#define NR_openat2 437
+
+#define TMPFS_MAGIC 0x01021994  /* /dev/shm (shm_open) */
+#define MQUEUE_MAGIC 0x19800202 /* POSIX message queues */
+#define MT_FMODE_CREATED 0x100000 /* f_mode: this open created the file */
+#define MT_MAP_SHARED 0x01      /* also set in MAP_SHARED_VALIDATE */
+#define MT_IPC_CREAT 01000
+
+/*
+ * The file behind fd of the current task, or 0. One load for the fd array
+ * (an array of pointers, which BTF cannot walk: a read-only cast, or a
+ * helper call in compat mode); the rest are direct loads through a
+ * read-only cast.
+ */
+static __always_inline struct file *fd_file(int fd)
+{
+	struct task_struct *task = bpf_core_cast(bpf_get_current_task_btf(), struct task_struct);
+	struct fdtable *fdt = task->files->fdt;
+	struct file *f = 0;
+
+	if (!fdt || fd < 0 || fd >= fdt->max_fds)
+		return 0;
+	if (mt_direct_fd) {
+		/* A read-only cast to void makes the fd array loadable directly
+		 * (an exception-table load, no helper call: ~60 ns saved). */
+		struct file **fds = bpf_rdonly_cast(fdt->fd, 0);
+		f = fds[fd & 0xffffff];
+	} else {
+		bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
+	}
+	return f ? bpf_core_cast(f, struct file) : 0;
+}
+
+/* "[eventfd]": the name of every eventfd's anonymous-inode file. */
+static __always_inline int is_eventfd(struct file *f)
+{
+	const char *n = bpf_rdonly_cast(f->f_path.dentry->d_name.name, 0);
+	/* little-endian "[eventfd" */
+	return n && *(const __u64 *)n == 0x6466746e6576655bULL && n[8] == ']' && n[9] == 0;
+}
+
+/*
+ * A message channel behind file f: pipe/FIFO, eventfd or POSIX message
+ * queue. Fills the chan_dep key and returns the kind (0: none of these).
+ */
+static __always_inline __u32 chan_of(struct file *f, struct mt_chan_key *k)
+{
+	struct inode *ino = f->f_inode;
+	__u32 fmt;
+
+	if (!ino)
+		return 0;
+	k->pad = 0;
+	fmt = ino->i_mode & S_IFMT;
+	if (fmt == S_IFIFO) {
+		k->a = ino->i_sb->s_dev;
+		k->b = ino->i_ino;
+		k->type = MT_K_PIPE;
+		return MT_K_PIPE;
+	}
+	/* queue inodes are regular files, eventfd's anonymous inode has no
+	 * type bits: sockets, devices and the rest stop here, cheaply */
+	if (fmt != S_IFREG && fmt != 0)
+		return 0;
+	if (fmt == S_IFREG && ino->i_sb->s_magic == MQUEUE_MAGIC) {
+		k->a = ino->i_sb->s_dev;
+		k->b = ino->i_ino;
+		k->type = MT_K_MQ;
+		return MT_K_MQ;
+	}
+	if (fmt == 0 && is_eventfd(f)) {
+		k->a = bpf_core_cast(f->private_data, struct eventfd_ctx)->id;
+		k->b = 0;
+		k->type = MT_K_EVENTFD;
+		return MT_K_EVENTFD;
+	}
+	return 0;
+}
+
+/* Whether the channel is empty now: everything sent has been read. */
+static __always_inline int chan_drained(struct file *f, __u32 kind)
+{
+	struct inode *ino = f->f_inode;
+
+	if (kind == MT_K_PIPE) {
+		struct pipe_inode_info *p = bpf_core_cast(ino->i_pipe, struct pipe_inode_info);
+		return p->head == p->tail;
+	}
+	if (kind == MT_K_EVENTFD)
+		return bpf_core_cast(f->private_data, struct eventfd_ctx)->count == 0;
+	/* the queue's bookkeeping around its inode */
+	struct mqueue_inode_info *mq = bpf_core_cast(
+		(void *)ino - bpf_core_field_offset(struct mqueue_inode_info, vfs_inode),
+		struct mqueue_inode_info);
+	return mq->attr.mq_curmsgs == 0;
+}
+
+/* The message channel behind fd and its key, if it is one the system call
+ * serves (mq_only: mq_timedsend/receive, else read/write); else 0. */
+static __always_inline struct file *msg_chan(int fd, int mq_only, struct mt_chan_key *k, __u32 *kind)
+{
+	struct file *f = fd_file(fd);
+
+	if (!f)
+		return 0;
+	*kind = chan_of(f, k);
+	if (!*kind || (mq_only != (*kind == MT_K_MQ)))
+		return 0;
+	return f;
+}
+
+/*
+ * A request sent on fd (write/writev, mq_timedsend): deposit the sender's
+ * tags on the channel; if the reader already took the message (it ran
+ * between the send and this hook), hand the tags to that reader now.
+ */
+__noinline int mt_on_send(int fd, int mq_only)
+{
+	struct mt_chan_key k;
+	struct snap s = {};
+	struct mt_deposit *d;
+	struct mt_ctl *c;
+	struct file *f;
+	__u32 kind;
+
+	if (!self_tagged())
+		return 0;
+	f = msg_chan(fd, mq_only, &k, &kind);
+	if (!f)
+		return 0;
+	if (!take_snapshot(&s, &c))
+		return 0;
+	d = chan_get(c, &k);
+	if (!d)
+		return 0;
+	if (!d->last_reader)
+		d->last_reader = chan_reader_of(&k);
+	dl_send(c, &s, 0, d->last_reader, kind);
+	deposit(d, &s, kind, c->epoch, 0, 0);
+	if (chan_drained(f, kind)) {
+		/* after the deposit: a reader that found none noted itself */
+		if (!d->last_reader)
+			d->last_reader = chan_reader_of(&k);
+		deliver_late(c, d);
+	}
+	return 0;
+}
+
+/* A message received from fd (read/readv, mq_timedreceive). */
+__noinline int mt_on_recv(int fd, int mq_only)
+{
+	struct mt_chan_key k;
+	struct mt_deposit *d;
+	struct mt_ctl *c = get_ctl();
+	struct file *f;
+	__u32 kind;
+
+	if (!c)
+		return 0;
+	f = msg_chan(fd, mq_only, &k, &kind);
+	if (!f)
+		return 0;
+	d = chan_find(&k);
+	if (!d) {
+		/* the sender's hook may not have run yet: leave a note, then
+		 * look again (see note_reader) */
+		note_reader(&k);
+		d = chan_find(&k);
+		if (!d)
+			return 0;
+	}
+	if (vec_empty(d->vec)) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+		/* as in note_reader: publish, then look again, so that a
+		 * sender depositing now either sees this reader or is seen */
+		if (d->last_reader == tid)
+			return 0;
+		__sync_lock_test_and_set(&d->last_reader, tid);
+		if (vec_empty(d->vec))
+			return 0;
+	}
+	mt_receive(d, chan_drained(f, kind));
+	return 0;
+}
+
+/* Key of a shared-memory object: its inode (memfd, /dev/shm, a file), or
+ * a SysV segment's id in the caller's IPC namespace. */
+static __always_inline void shm_key(struct mt_chan_key *k, struct file *f, long sysv_id)
+{
+	if (f) {
+		struct inode *ino = f->f_inode;
+
+		k->a = ino ? ino->i_sb->s_dev : 0;
+		k->b = ino ? ino->i_ino : 0;
+		k->type = MT_K_SHM;
+	} else {
+		struct task_struct *t = bpf_core_cast(bpf_get_current_task_btf(), struct task_struct);
+
+		k->a = (__u64)sysv_id;
+		k->b = t->nsproxy && t->nsproxy->ipc_ns ? t->nsproxy->ipc_ns->ns.inum : 0;
+		k->type = MT_KEY_SYSV;
+	}
+	k->pad = 0;
+}
+
+/*
+ * A shared-memory object was created by a tagged thread (memfd_create,
+ * shm_open, shmget with IPC_CREAT): the object takes the creator's tags
+ * (paper, section 4), once. A shared mapping of an object that has tags
+ * gives them to the mapping thread. Nothing else attaches tags to an
+ * object: an object created untagged never acquires them from whoever maps
+ * it, and writes into shared memory are not requests (issue 8: one tagged
+ * query tagged a whole PostgreSQL instance through the segment its
+ * untagged postmaster had made). fd < 0: SysV id in sysv_id. created: 1 at
+ * creation, 0 at a mapping.
+ */
+__noinline int mt_on_shm(int fd, long sysv_id, int created)
+{
+	struct mt_chan_key k;
+	struct snap s = {};
+	struct mt_deposit *d;
+	struct mt_ctl *c;
+	struct file *f = 0;
+
+	if (fd >= 0) {
+		f = fd_file(fd);
+		/* Only regular files are shared memory between processes (memfd,
+		 * tmpfs, files). Every BPF map and perf ring sits on one anonymous
+		 * inode (no file type) and /dev/zero is a character device: keyed
+		 * by inode, each would be one false channel between all their
+		 * users (issue 8). */
+		if (!f || !f->f_inode || (f->f_inode->i_mode & S_IFMT) != S_IFREG)
+			return 0;
+	}
+	shm_key(&k, f, sysv_id);
+	if (created) {
+		if (!take_snapshot(&s, &c))
+			return 0;
+		d = chan_get(c, &k);
+		if (d)
+			deposit(d, &s, MT_K_SHM, c->epoch, 0, 0);
+		return 0;
+	}
+	c = get_ctl();
+	if (!c || !c->n_obj_deps)
+		return 0;
+	d = chan_find(&k);
+	if (!d || vec_empty(d->vec) || d->tx_tid == (__u32)bpf_get_current_pid_tgid())
+		return 0;
+	mt_receive(d, 0);
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
+{
+	long nr;
+
+	if (ret < 0)
+		return 0;
+	nr = regs->orig_ax;
+	switch (nr) {
+	case NR_write:
+	case NR_writev:
+		return ret ? mt_on_send((int)regs->di, 0) : 0;
+	case NR_read:
+	case NR_readv:
+		return ret ? mt_on_recv((int)regs->di, 0) : 0;
+	case NR_mq_timedsend:
+		return mt_on_send((int)regs->di, 1);
+	case NR_mq_timedreceive:
+		return mt_on_recv((int)regs->di, 1);
+	case NR_memfd_create:
+		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
+	case NR_open:
+	case NR_openat:
+	case NR_openat2:
+	case NR_creat: {
+		/* shm_open: a file that this call created on a tmpfs */
+		struct file *f;
+
+		if (!self_tagged() || !(f = fd_file((int)ret)))
+			return 0;
+		if (!(f->f_mode & MT_FMODE_CREATED) || !f->f_inode ||
+		    f->f_inode->i_sb->s_magic != TMPFS_MAGIC)
+			return 0;
+		return mt_on_shm((int)ret, 0, 1);
+	}
+	case NR_shmget:
+		return (regs->dx & MT_IPC_CREAT) && self_tagged() ? mt_on_shm(-1, ret, 1) : 0;
+	case NR_mmap:
+		return (regs->r10 & MT_MAP_SHARED) && (int)regs->r8 >= 0 ?
+			       mt_on_shm((int)regs->r8, 0, 0) : 0;
+	case NR_shmat:
+		return mt_on_shm(-1, (long)regs->di, 0);
+	}
+	return 0;
+}

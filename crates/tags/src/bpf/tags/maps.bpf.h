@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * tags.bpf.c: the maps (their names are the skeleton's and the pins' names,
+ * which the loader and the tests use), the BTF anchor of the structs only
+ * user space decodes, and the load-time switch mt_direct_fd. First because
+ * every other piece reads or writes these.
+ *
+ * A piece of tags.bpf.c, not a header: included once, in order, by
+ * tags.bpf.c (one object, one skeleton), and it uses what the pieces
+ * before it define.
+ */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 32768); /* set to pid_max by the loader */
+	__type(key, __u32);
+	__type(value, struct mt_view);
+} view SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_thread);
+} threads SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mt_ctl);
+} ctl SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MT_TAGS);
+	__type(key, __u32);
+	__type(value, struct mt_tag);
+} tags SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mt_stats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_TAGS);
+	__type(key, __u32);
+	__type(value, struct mt_owner);
+} owners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, MT_LIFELINE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct mt_reception);
+} lifeline SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_deposit);
+} sk_dep SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_sock);
+} sk_role SEC(".maps");
+
+/* Tags that expire after a set time (seeds/000, section 3's suggestion). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_TAGS);
+	__type(key, __u32);
+	__type(value, struct mt_expiry);
+} expiry SEC(".maps");
+
+/* Client TCP sockets: the global tags their segments carry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_netsnap);
+} sk_net SEC(".maps");
+
+/* Receiving TCP sockets: tags that came in TCP options, by sequence range. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_deposit);
+} sk_rdep SEC(".maps");
+
+/* Listening TCP sockets: the process that called listen(). BPF_F_CLONE:
+ * the sockets accept() returns inherit it (the deadlock checks' receiver). */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE);
+	__type(key, int);
+	__type(value, __u32);
+} sk_owner SEC(".maps");
+
+/* Circular call chains found (struct mt_deadlock), for the guard. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} dl_events SEC(".maps");
+
+/*
+ * One bit per hash bucket of channel keys, set when a deposit is made for
+ * a key in it and never cleared: a reader whose channel's bit is clear
+ * skips the LRU hash lookup (an array load instead of hashing a 24-byte
+ * key), which is what every untagged reader of every pipe and TCP socket
+ * would otherwise pay once some deposit of that kind exists.
+ */
+#define MT_HINT_BITS 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_HINT_BITS / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} chan_hint SEC(".maps");
+
+/*
+ * The last thread that read a channel for which no deposit existed yet,
+ * per hint bucket, with 32 more bits of the key's hash, in one word so that
+ * it changes atomically. A sender whose message was taken before its
+ * sys_exit hook made the first deposit of that channel (a reader blocked in
+ * read() runs as soon as it is woken) finds the reader here; without it
+ * that first message's tags were lost (the CI failure of
+ * message_queues_and_eventfd on a fresh eventfd).
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_HINT_BITS);
+	__type(key, __u32);
+	__type(value, __u64); /* low 32 bits of the key's hash << 32 | tid */
+} chan_reader SEC(".maps");
+
+/* LRU: a deposit outlives its pipe or flow only until the space is needed. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct mt_chan_key);
+	__type(value, struct mt_deposit);
+} chan_dep SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mt_op);
+} op SEC(".maps");
+
+/* A zeroed deposit to insert into chan_dep (too large to build on the stack
+ * next to a snapshot). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct mt_deposit);
+} zero_dep SEC(".maps");
+
+/* BTF for the structs only user space decodes, so that the layout test can
+ * compare them with their Rust mirrors (BTF keeps no local-variable types). */
+struct mt_btf_anchor {
+	struct mt_thread_rec rec;
+	struct mt_op op;
+	struct mt_deadlock dl;
+};
+const volatile struct mt_btf_anchor mt_btf_anchor SEC(".rodata") = {};
+
+/* 1: load a task's fd array through bpf_rdonly_cast(ptr, 0) (Linux 6.13+);
+ * 0: bpf_probe_read_kernel. The loader retries with 0 where 1 is refused;
+ * the verifier prunes the branch not taken, so the other never loads. */
+const volatile __u32 mt_direct_fd = 1;

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * tags.bpf.c: fork, exit and signals, the task tracepoints: a child
+ * inherits its creator's state at fork (not a hop), an exiting thread's
+ * vector is cleared, and a signal a thread sends is a request delivered
+ * straight to its target (no channel, so no deposit).
+ *
+ * A piece of tags.bpf.c, not a header: included once, in order, by
+ * tags.bpf.c (one object, one skeleton), and it uses what the pieces
+ * before it define.
+ */
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptid = (__u32)bpf_get_current_pid_tgid();
+	struct mt_view *pv = view_of(ptid), *cv = view_of(child->pid);
+	struct mt_thread *pt, *ct;
+	struct mt_ctl *c;
+
+	if (!cv)
+		return 0;
+	if (!pv) {
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++)
+			cv->vec[w] = 0;
+		return 0;
+	}
+	pt = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	if (!pt) {
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++)
+			cv->vec[w] = 0;
+		return 0;
+	}
+	c = get_ctl();
+	if (!c)
+		return 0;
+	ct = bpf_task_storage_get(&threads, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ct)
+		return 0;
+	__builtin_memcpy(ct->term, pt->term, sizeof(ct->term));
+	__builtin_memcpy(ct->spent, pt->spent, sizeof(ct->spent));
+	__builtin_memcpy(ct->ttl, pt->ttl, MT_TAGS);
+	ct->flags = pt->flags;
+	ct->lamport = ++pt->lamport; /* the fork is an event of the parent */
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = pv->vec[w] & c->live[w];
+		cv->vec[w] = m;
+		m &= c->lifeline[w];
+		for (int i = 0; i < 64 && m; i++) {
+			__u32 b = ctz64(m);
+			__u32 idx = (w * 64 + b) & (MT_TAGS - 1);
+			m &= m - 1;
+			ll_record(c, idx, child, ptid, parent->tgid, MT_K_FORK, ct->ttl[idx & (MT_TAGS - 1)],
+				  ct->lamport, host_of(c, parent));
+		}
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(mt_exit, struct task_struct *task)
+{
+	struct mt_view *v = view_of(task->pid);
+
+	if (v) {
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++)
+			v->vec[w] = 0;
+	}
+	return 0;
+}
+
+#define SEND_SIG_PRIV ((void *)1)
+#define TRACE_SIGNAL_IGNORED 1
+#define TRACE_SIGNAL_OVERFLOW_FAIL 3
+
+SEC("tp_btf/signal_generate")
+int BPF_PROG(mt_signal, int sig, struct kernel_siginfo *info, struct task_struct *task, int group,
+	     int result)
+{
+	struct snap s;
+	struct mt_ctl *c;
+	__u64 id;
+
+	if (result == TRACE_SIGNAL_IGNORED || result == TRACE_SIGNAL_OVERFLOW_FAIL)
+		return 0;
+	if (!take_snapshot(&s, &c))
+		return 0;
+	/* Only signals a thread sends (kill, tgkill, sigqueue) are requests:
+	 * kernel-made ones (SIGCHLD, SIGPIPE, faults) carry si_code > 0. */
+	if ((unsigned long)info <= (unsigned long)SEND_SIG_PRIV)
+		return 0;
+	if (BPF_CORE_READ(info, si_code) > 0)
+		return 0;
+	id = bpf_get_current_pid_tgid();
+	if (task->pid == (__u32)id)
+		return 0;
+	deliver(c, task, &s, c->epoch, MT_K_SIGNAL, (__u32)id, id >> 32, 1);
+	return 0;
+}
