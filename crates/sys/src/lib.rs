@@ -13,4 +13,15 @@
 
 pub mod layout;
 pub mod os;
+pub mod perf;
 pub mod probe;
+pub mod seccomp;
+pub mod sud;
+
+/// The crate's tests count file descriptors and fork: the ones that do
+/// take this lock, so that they do not see each other's fds.
+#[cfg(test)]
+pub(crate) fn test_serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}

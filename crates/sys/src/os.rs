@@ -1,6 +1,12 @@
-//! Thin, typed wrappers over system calls used across mantle.
+//! Small wrappers over process, fd and mount system calls used across
+//! mantle: gettid, pidfd_open/pidfd_getfd (Linux 5.3/5.6; PIDFD_THREAD
+//! 6.9), pipes, fork-and-wait for throw-away children, mount of bpffs,
+//! uname, capget and the user-namespace test behind [`privileged`].
+//!
+//! Invariants: every new fd comes back as an [`OwnedFd`] opened
+//! close-on-exec; errors are the `io::Error` of the errno.
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 /// The calling thread's kernel thread id.
 pub fn gettid() -> u32 {
@@ -21,6 +27,138 @@ pub fn pidfd_open(id: u32, thread: bool) -> io::Result<OwnedFd> {
     }
     // SAFETY: fd is a freshly opened descriptor owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// pidfd_getfd(2) (Linux 5.6): a duplicate, close-on-exec, of file
+/// descriptor `fd` of the process `pidfd` names. Needs ptrace access to it
+/// (PTRACE_MODE_ATTACH_REALCREDS).
+pub fn pidfd_getfd(pidfd: BorrowedFd, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call with integer arguments; flags must be 0.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: r is a new descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+}
+
+/// pipe2(O_CLOEXEC): (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints for the kernel to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both are new descriptors that nobody else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// write(2) until all of `buf` is written; async-signal-safe (no
+/// allocation, retries EINTR), for children between fork and exec.
+pub fn write_all_raw(fd: BorrowedFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: buf is valid for reading buf.len() bytes.
+        let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// read(2) until `buf` is full; end of file is UnexpectedEof.
+pub fn read_exact_raw(fd: BorrowedFd, mut buf: &mut [u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: buf is valid for writing buf.len() bytes.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf = &mut buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// How a child process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// exit status
+    Code(i32),
+    /// killed by this signal
+    Signal(i32),
+}
+
+/// A child made by [`fork_child`]; [`ForkedChild::wait`] reaps it.
+#[derive(Debug)]
+pub struct ForkedChild {
+    pid: libc::pid_t,
+}
+
+impl ForkedChild {
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// waitpid(2) for this child, retrying EINTR.
+    pub fn wait(self) -> io::Result<Exit> {
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child; status is a valid out pointer.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        if libc::WIFEXITED(status) {
+            Ok(Exit::Code(libc::WEXITSTATUS(status)))
+        } else if libc::WIFSIGNALED(status) {
+            Ok(Exit::Signal(libc::WTERMSIG(status)))
+        } else {
+            Err(io::Error::other(format!(
+                "child ended oddly (status {status:#x})"
+            )))
+        }
+    }
+}
+
+/// fork(2): runs `f` in the child and ends the child with its return
+/// value (127 if it panicked), without running the parent's atexit
+/// handlers. In the parent, `f` is dropped unrun.
+///
+/// # Safety
+/// The caller may be multi-threaded: another thread may hold the
+/// allocator's or any other lock at the fork, and only the calling thread
+/// exists in the child. `f` must therefore only make async-signal-safe
+/// calls (signal-safety(7)): plain system calls on memory prepared before
+/// the fork, no allocation, no locks.
+pub unsafe fn fork_child<F: FnOnce() -> i32>(f: F) -> io::Result<ForkedChild> {
+    // SAFETY: the caller promises that f only makes async-signal-safe calls.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(127);
+        // SAFETY: ends the child at once, as it must after fork.
+        unsafe { libc::_exit(code) };
+    }
+    Ok(ForkedChild { pid })
 }
 
 /// Whether `path` is the mount point of a filesystem of type `fstype`
