@@ -8,33 +8,37 @@ use super::prog::Ctx;
 use super::sys;
 use super::words::{errno_words, last_errno, ENOTSUPP};
 use super::Feature;
+use libbpf_rs::MapType;
 
 pub(super) fn probe_map_libbpf(
     id: &'static str,
     name: &'static str,
-    map_type: sys::bpf_map_type,
+    map_type: MapType,
     needed_by: &'static str,
     ctx: &Ctx,
 ) -> Feature {
-    // SAFETY: plain call; opts must be NULL.
-    let r = unsafe { sys::libbpf_probe_bpf_map_type(map_type, std::ptr::null()) };
-    // libbpf closes its fds after the failed create; successful close(2)
-    // calls leave errno alone, so this is the create's errno.
+    // libbpf_probe_bpf_map_type through libbpf-rs. Its error value does not
+    // expose the errno, so it is read from errno at once: on Ok(false),
+    // libbpf closed its fds after the failed create and successful close(2)
+    // calls leave errno alone, so it is the create's; on Err, libbpf (since
+    // 1.0, libbpf_err()) set errno to the error it returns.
+    let r = map_type.is_supported();
     let errno = last_errno();
-    let (available, detail) = if r == 1 {
+    let (available, detail) = if matches!(r, Ok(true)) {
         (true, "map created".to_string())
     } else {
-        // r < 0: libbpf failed before the create (e.g. loading the BTF that
-        // storage maps need), with -r as the errno.
-        let (e, what) = if r < 0 {
-            (-r, "refused while preparing the map")
+        // Err: libbpf failed before the create (e.g. loading the BTF that
+        // storage maps need).
+        let what = if r.is_err() {
+            "refused while preparing the map"
         } else {
-            (errno, "refused at creation")
+            "refused at creation"
         };
+        let e = errno;
         let mut d = format!("{what}: {}", errno_words(e));
         if e == libc::EPERM && !ctx.caps.has(CAP_BPF) && !ctx.caps.has(CAP_SYS_ADMIN) {
             d.push_str(" — needs root or CAP_BPF");
-        } else if r == 0 && (e == libc::EINVAL || e == ENOTSUPP) {
+        } else if r.is_ok() && (e == libc::EINVAL || e == ENOTSUPP) {
             d.push_str(" — this kernel does not know this map type");
         }
         (false, d)

@@ -40,6 +40,7 @@ use std::ffi::CStr;
 use std::path::Path;
 
 use libbpf_rs::libbpf_sys as sys;
+use libbpf_rs::MapType;
 
 pub use fs::cgroup2_mount;
 pub use prog::TAGS_TRACEPOINTS;
@@ -97,7 +98,7 @@ pub fn probe_all() -> Report {
         probe_map_libbpf(
             "map_task_storage",
             "BPF map type task storage",
-            sys::BPF_MAP_TYPE_TASK_STORAGE,
+            MapType::TaskStorage,
             "tags",
             &ctx,
         )
@@ -106,7 +107,7 @@ pub fn probe_all() -> Report {
         probe_map_libbpf(
             "map_sk_storage",
             "BPF map type socket storage",
-            sys::BPF_MAP_TYPE_SK_STORAGE,
+            MapType::SkStorage,
             "tags",
             &ctx,
         )
@@ -117,7 +118,7 @@ pub fn probe_all() -> Report {
         probe_map_libbpf(
             "map_ringbuf",
             "BPF map type ring buffer",
-            sys::BPF_MAP_TYPE_RINGBUF,
+            MapType::RingBuf,
             "tags, profiler",
             &ctx,
         )

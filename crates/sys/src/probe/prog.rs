@@ -13,6 +13,7 @@ use super::perf::tracefs_file;
 use super::sys;
 use super::words::{errno_words, last_errno, ENOTSUPP};
 use super::{kernel_version_code, Feature};
+use libbpf_rs::ProgramType;
 
 pub(super) struct Ctx<'a> {
     pub(super) caps: Caps,
@@ -418,10 +419,7 @@ pub(super) fn probe_btf_prog(p: &BtfProg, ctx: &Ctx) -> Feature {
 pub(super) fn probe_struct_ops(ctx: &Ctx) -> Feature {
     // libbpf's probe loads a struct_ops program without a target and
     // expects ENOTSUPP, which proves the type exists.
-    // SAFETY: plain call; opts must be NULL.
-    let r =
-        unsafe { sys::libbpf_probe_bpf_prog_type(sys::BPF_PROG_TYPE_STRUCT_OPS, std::ptr::null()) };
-    let (available, detail) = if r == 1 {
+    let (available, detail) = if matches!(ProgramType::StructOps.is_supported(), Ok(true)) {
         (
             true,
             "program type known (a load without a target is refused with ENOTSUPP, as expected)"

@@ -6,6 +6,7 @@ use super::isolation::in_child;
 use super::sysctl::unprivileged_bpf_meaning;
 use super::words::{errno_words, ENOTSUPP};
 use super::*;
+use libbpf_rs::ProgramType;
 use std::ffi::CString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -326,15 +327,14 @@ fn plain_prog_types_agree_with_libbpf_probe() {
     }
     let r = probe_all();
     for (id, ty) in [
-        ("prog_tracepoint", sys::BPF_PROG_TYPE_TRACEPOINT),
-        ("prog_raw_tp", sys::BPF_PROG_TYPE_RAW_TRACEPOINT),
-        ("prog_perf_event", sys::BPF_PROG_TYPE_PERF_EVENT),
-        ("prog_sockops", sys::BPF_PROG_TYPE_SOCK_OPS),
-        ("prog_cgroup_skb", sys::BPF_PROG_TYPE_CGROUP_SKB),
-        ("prog_cgroup_connect4", sys::BPF_PROG_TYPE_CGROUP_SOCK_ADDR),
+        ("prog_tracepoint", ProgramType::Tracepoint),
+        ("prog_raw_tp", ProgramType::RawTracepoint),
+        ("prog_perf_event", ProgramType::PerfEvent),
+        ("prog_sockops", ProgramType::SockOps),
+        ("prog_cgroup_skb", ProgramType::CgroupSkb),
+        ("prog_cgroup_connect4", ProgramType::CgroupSockAddr),
     ] {
-        // SAFETY: plain call; opts must be NULL.
-        let lib = unsafe { sys::libbpf_probe_bpf_prog_type(ty, std::ptr::null()) } == 1;
+        let lib = ty.is_supported().is_ok_and(|s| s);
         assert_eq!(
             r.get(id).unwrap().available,
             lib,
