@@ -205,21 +205,35 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// This machine's name (uname nodename).
-pub fn hostname() -> String {
-    // SAFETY: utsname is plain data filled by uname.
+/// uname(2), or `None` if it failed.
+fn uname() -> Option<libc::utsname> {
+    // SAFETY: utsname is plain old data; all-zero is a valid value.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a utsname.
+    // SAFETY: `u` is a valid, writable utsname.
     if unsafe { libc::uname(&mut u) } != 0 {
-        return "localhost".into();
+        return None;
     }
-    let b: Vec<u8> = u
-        .nodename
+    Some(u)
+}
+
+/// A NUL-terminated utsname field as a string.
+fn field(f: &[libc::c_char]) -> String {
+    let b: Vec<u8> = f
         .iter()
         .take_while(|&&c| c != 0)
         .map(|&c| c as u8)
         .collect();
     String::from_utf8_lossy(&b).into_owned()
+}
+
+/// This machine's name (uname nodename).
+pub fn hostname() -> String {
+    uname().map_or_else(|| "localhost".into(), |u| field(&u.nodename))
+}
+
+/// The kernel release from uname(2), e.g. `"6.18.44-fc-v657"`.
+pub fn kernel_release() -> String {
+    uname().map_or_else(|| "unknown".into(), |u| field(&u.release))
 }
 
 /// Inode number of the initial user namespace in nsfs (PROC_USER_INIT_INO
@@ -251,8 +265,10 @@ fn is_identity_map(map: &str) -> bool {
     lines.len() == 1 && lines[0] == ["0", "0", "4294967295"]
 }
 
-/// CAP_SYS_ADMIN and CAP_BPF (linux/capability.h).
+/// Capability numbers (linux/capability.h).
 pub const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_SYS_RESOURCE: u32 = 24;
+pub const CAP_PERFMON: u32 = 38;
 pub const CAP_BPF: u32 = 39;
 
 /// The calling thread's effective capability set (capget), bit n =

@@ -4,10 +4,7 @@
 
 use super::Feature;
 
-pub(super) const CAP_SYS_ADMIN: u32 = 21;
-pub(super) const CAP_SYS_RESOURCE: u32 = 24;
-pub(super) const CAP_PERFMON: u32 = 38;
-pub(super) const CAP_BPF: u32 = 39;
+pub(super) use crate::os::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_RESOURCE};
 
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Caps {

@@ -36,7 +36,6 @@ mod sysctl;
 mod tests;
 mod words;
 
-use std::ffi::CStr;
 use std::path::Path;
 
 use libbpf_rs::libbpf_sys as sys;
@@ -144,23 +143,7 @@ pub fn probe_all() -> Report {
     }
 }
 
-/// Where cgroup v2 is mounted, from /proc/self/mounts.
-///
-/// Prefers `/sys/fs/cgroup` (the unified layout), then
-
-/// The kernel release from uname(2), e.g. `"6.18.44-fc-v657"`.
-pub fn kernel_release() -> String {
-    // SAFETY: utsname is plain old data; all-zero is a valid value.
-    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `u` is a valid, writable utsname.
-    if unsafe { libc::uname(&mut u) } != 0 {
-        return "unknown".into();
-    }
-    // SAFETY: uname NUL-terminates every field.
-    unsafe { CStr::from_ptr(u.release.as_ptr()) }
-        .to_string_lossy()
-        .into_owned()
-}
+pub use crate::os::kernel_release;
 
 /// A `kernel.*` sysctl as an integer, e.g. `sysctl("perf_event_paranoid")`.
 pub fn sysctl(name: &str) -> Option<i64> {
