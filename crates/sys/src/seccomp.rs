@@ -426,4 +426,73 @@ mod tests {
         // answered and gone: the id is no longer valid
         assert!(!l.id_valid(notif.id).expect("id_valid after exit"));
     }
+
+    /// ADDFD with SEND: the parent answers the child's getppid by
+    /// installing a pipe's write end in the child; getppid returns the new
+    /// fd number, close-on-exec as asked, and the child writes through it.
+    #[test]
+    fn child_receives_an_fd_as_the_answer() {
+        let _g = crate::test_serial();
+        if os::geteuid() != 0 {
+            assert!(std::env::var_os("CI").is_none(), "needs root and CI is set");
+            eprintln!("SKIP child_receives_an_fd_as_the_answer: needs root (pidfd_getfd)");
+            return;
+        }
+        let filter = notify_on(libc::SYS_getppid);
+        let (r, w) = os::pipe().expect("pipe");
+        let (data_r, data_w) = os::pipe().expect("pipe");
+        let inherited = data_w.as_raw_fd();
+        // SAFETY: the child runs only system calls (prctl, seccomp, write,
+        // getppid, fcntl) on memory prepared before the fork, then _exit.
+        let child = unsafe {
+            os::fork_child(move || {
+                if set_no_new_privs().is_err() {
+                    return 10;
+                }
+                let Ok(fd) = install_listener_fd(&filter) else {
+                    return 11;
+                };
+                if os::write_all_raw(w.as_fd(), &fd.as_raw_fd().to_ne_bytes()).is_err() {
+                    return 12;
+                }
+                // SAFETY (child): getppid takes no arguments.
+                let v = libc::syscall(libc::SYS_getppid) as i32;
+                if v < 0 || v == inherited {
+                    return 13;
+                }
+                // SAFETY (child): fcntl with integer arguments.
+                if unsafe { libc::fcntl(v, libc::F_GETFD) } != libc::FD_CLOEXEC {
+                    return 14;
+                }
+                // SAFETY (child): v is the fd the supervisor just installed.
+                let got = unsafe { BorrowedFd::borrow_raw(v) };
+                if os::write_all_raw(got, b"ok").is_err() {
+                    return 15;
+                }
+                0
+            })
+        }
+        .expect("fork");
+        let mut n = [0u8; 4];
+        os::read_exact_raw(r.as_fd(), &mut n).expect("fd number from the child");
+        let pidfd = os::pidfd_open(child.pid(), false).expect("pidfd_open");
+        let fd = os::pidfd_getfd(pidfd.as_fd(), i32::from_ne_bytes(n)).expect("pidfd_getfd");
+        let l = Listener::from_fd(fd).expect("listener");
+        let notif = l.recv().expect("recv");
+        let newfd = l
+            .addfd(
+                notif.id,
+                data_w.as_fd(),
+                0,
+                SECCOMP_ADDFD_FLAG_SEND,
+                libc::O_CLOEXEC as u32,
+            )
+            .expect("addfd");
+        assert!(newfd >= 0);
+        drop(data_w);
+        assert_eq!(child.wait().expect("wait"), Exit::Code(0));
+        let mut got = [0u8; 2];
+        os::read_exact_raw(data_r.as_fd(), &mut got).expect("read what the child wrote");
+        assert_eq!(&got, b"ok");
+    }
 }
