@@ -431,7 +431,7 @@ mod tests {
         let (t, c, out) = walk(&ring(64, 0, &two), 0, 32);
         assert_eq!((t, c, out.len()), (32, true, 1));
         // nothing to read is not corruption
-        assert_eq!(walk(&ring(64, 0, &[]), 8, 8).1, false);
+        assert!(!walk(&ring(64, 0, &[]), 8, 8).1);
     }
 
     /// The struct as this kernel's BTF lays it out: same offsets for every

@@ -386,30 +386,28 @@ mod tests {
         }
         let filter = notify_on(libc::SYS_getppid);
         let (r, w) = os::pipe().expect("pipe");
+        let run = move || {
+            if set_no_new_privs().is_err() {
+                return 10;
+            }
+            let Ok(fd) = install_listener_fd(&filter) else {
+                return 11;
+            };
+            let n = fd.as_raw_fd().to_ne_bytes();
+            if os::write_all_raw(w.as_fd(), &n).is_err() {
+                return 12;
+            }
+            // SAFETY: getppid takes no arguments.
+            let v = unsafe { libc::syscall(libc::SYS_getppid) };
+            if v == 4242 {
+                0
+            } else {
+                13
+            }
+        };
         // SAFETY: the child runs only system calls (prctl, seccomp, write,
         // getppid) on memory prepared before the fork, then _exit.
-        let child = unsafe {
-            os::fork_child(move || {
-                if set_no_new_privs().is_err() {
-                    return 10;
-                }
-                let Ok(fd) = install_listener_fd(&filter) else {
-                    return 11;
-                };
-                let n = fd.as_raw_fd().to_ne_bytes();
-                if os::write_all_raw(w.as_fd(), &n).is_err() {
-                    return 12;
-                }
-                // SAFETY (child): getppid takes no arguments.
-                let v = libc::syscall(libc::SYS_getppid);
-                if v == 4242 {
-                    0
-                } else {
-                    13
-                }
-            })
-        }
-        .expect("fork");
+        let child = unsafe { os::fork_child(run) }.expect("fork");
         // (the parent's write end went with the unrun closure)
         let mut n = [0u8; 4];
         os::read_exact_raw(r.as_fd(), &mut n).expect("fd number from the child");
@@ -442,37 +440,35 @@ mod tests {
         let (r, w) = os::pipe().expect("pipe");
         let (data_r, data_w) = os::pipe().expect("pipe");
         let inherited = data_w.as_raw_fd();
+        let run = move || {
+            if set_no_new_privs().is_err() {
+                return 10;
+            }
+            let Ok(fd) = install_listener_fd(&filter) else {
+                return 11;
+            };
+            if os::write_all_raw(w.as_fd(), &fd.as_raw_fd().to_ne_bytes()).is_err() {
+                return 12;
+            }
+            // SAFETY: getppid takes no arguments.
+            let v = unsafe { libc::syscall(libc::SYS_getppid) } as i32;
+            if v < 0 || v == inherited {
+                return 13;
+            }
+            // SAFETY: fcntl with integer arguments.
+            if unsafe { libc::fcntl(v, libc::F_GETFD) } != libc::FD_CLOEXEC {
+                return 14;
+            }
+            // SAFETY: v is the fd the supervisor just installed.
+            let got = unsafe { BorrowedFd::borrow_raw(v) };
+            if os::write_all_raw(got, b"ok").is_err() {
+                return 15;
+            }
+            0
+        };
         // SAFETY: the child runs only system calls (prctl, seccomp, write,
         // getppid, fcntl) on memory prepared before the fork, then _exit.
-        let child = unsafe {
-            os::fork_child(move || {
-                if set_no_new_privs().is_err() {
-                    return 10;
-                }
-                let Ok(fd) = install_listener_fd(&filter) else {
-                    return 11;
-                };
-                if os::write_all_raw(w.as_fd(), &fd.as_raw_fd().to_ne_bytes()).is_err() {
-                    return 12;
-                }
-                // SAFETY (child): getppid takes no arguments.
-                let v = libc::syscall(libc::SYS_getppid) as i32;
-                if v < 0 || v == inherited {
-                    return 13;
-                }
-                // SAFETY (child): fcntl with integer arguments.
-                if unsafe { libc::fcntl(v, libc::F_GETFD) } != libc::FD_CLOEXEC {
-                    return 14;
-                }
-                // SAFETY (child): v is the fd the supervisor just installed.
-                let got = unsafe { BorrowedFd::borrow_raw(v) };
-                if os::write_all_raw(got, b"ok").is_err() {
-                    return 15;
-                }
-                0
-            })
-        }
-        .expect("fork");
+        let child = unsafe { os::fork_child(run) }.expect("fork");
         let mut n = [0u8; 4];
         os::read_exact_raw(r.as_fd(), &mut n).expect("fd number from the child");
         let pidfd = os::pidfd_open(child.pid(), false).expect("pidfd_open");
