@@ -22,7 +22,14 @@
 //! Dispatch), `caps` (root and capabilities), `sysctl` and `words` (errno
 //! in plain words). They make their system calls through the mechanism
 //! modules ([`crate::perf`], [`crate::seccomp`], [`crate::sud`],
-//! [`crate::os`]) and libbpf-rs.
+//! [`crate::os`]) and libbpf-rs (`ProgramType`/`MapType::is_supported`).
+//! Still raw here, because neither libbpf-rs nor the `bpf` module offers
+//! them yet: loading a program from bare instructions with a chosen attach
+//! BTF id (`bpf_prog_load`, in `prog`), looking a BTF type up by name *and
+//! kind* (`btf__find_by_name_kind`; libbpf-rs's `type_by_name` ignores the
+//! kind, and `bpf_iter_task` is both a struct and a function), and the
+//! mmapable array's create, mmap and lookup (in `map`), whose detail needs
+//! the exact errno that libbpf-rs's error type does not expose.
 
 mod caps;
 mod fs;
