@@ -1,9 +1,11 @@
 //! The profiler's own loading: opening, loading and attaching the sample
-//! path (prof.bpf.c through libbpf-rs) to the perf events, reading and
-//! draining its maps, and the few other raw calls recording needs
-//! (signals, a gated child, the vDSO copy, a memfd). perf_event_open, the
-//! perf ioctls and the mmap'd side-band ring are `mantle_sys::perf`'s,
-//! re-exported here. Every `unsafe` block of the crate is here.
+//! path (prof.bpf.c through libbpf-rs) to the perf events, and reading and
+//! draining its maps. perf_event_open, the perf ioctls and the mmap'd
+//! side-band ring (`mantle_sys::perf`), and the signals, gated child, vDSO
+//! copy and memfd recording needs (`mantle_sys::os`) are re-exported here
+//! at their old paths. Every `unsafe` block of the crate is here; the bpf(2)
+//! calls outside the skeleton (the pinned tags view, map and program info,
+//! BPF_ENABLE_STATS) belong in `mantle_sys::bpf` once it exists.
 
 use crate::abi::{Key, Stats};
 use crate::Error;
@@ -11,11 +13,9 @@ use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use std::cell::RefCell;
-use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/prof.skel.rs"));
@@ -247,180 +247,9 @@ pub fn enable_bpf_stats() -> Option<OwnedFd> {
     }
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
-}
-
-/// SIGINT/SIGTERM/SIGHUP set a flag instead of killing the recorder.
-pub fn catch_stop_signals() {
-    STOP.store(false, Ordering::SeqCst);
-    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic.
-        unsafe {
-            libc::signal(s, on_signal as *const () as libc::sighandler_t);
-        }
-    }
-}
-
-pub fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
-}
-
-pub fn stderr_is_tty() -> bool {
-    // SAFETY: no pointers.
-    unsafe { libc::isatty(2) == 1 }
-}
-
-/// A child process stopped before exec until [`Gate::release`].
-pub struct Gate {
-    w: OwnedFd,
-}
-
-impl Gate {
-    pub fn release(self) -> io::Result<()> {
-        let b = [1u8];
-        // SAFETY: writing one byte from a valid buffer.
-        let n = unsafe { libc::write(self.w.as_raw_fd(), b.as_ptr().cast(), 1) };
-        if n == 1 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
-    }
-}
-
-/// A child forked by [`spawn_gated`].
-pub struct Child {
-    pub pid: u32,
-    done: Option<i32>,
-}
-
-fn decode_status(st: libc::c_int) -> i32 {
-    if libc::WIFEXITED(st) {
-        libc::WEXITSTATUS(st)
-    } else if libc::WIFSIGNALED(st) {
-        128 + libc::WTERMSIG(st)
-    } else {
-        -1
-    }
-}
-
-impl Child {
-    /// Exit code (128 + signal when killed), if it has exited.
-    pub fn try_wait(&mut self) -> Option<i32> {
-        if self.done.is_none() {
-            let mut st = 0;
-            // SAFETY: waiting for our own child.
-            let r = unsafe { libc::waitpid(self.pid as i32, &mut st, libc::WNOHANG) };
-            if r == self.pid as i32 {
-                self.done = Some(decode_status(st));
-            }
-        }
-        self.done
-    }
-    pub fn wait(&mut self) -> Option<i32> {
-        while self.done.is_none() {
-            let mut st = 0;
-            // SAFETY: waiting for our own child.
-            let r = unsafe { libc::waitpid(self.pid as i32, &mut st, 0) };
-            if r == self.pid as i32 {
-                self.done = Some(decode_status(st));
-            } else if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                break;
-            }
-        }
-        self.done
-    }
-}
-
-/// Forks a child that waits for the gate, then execs `argv` (PATH
-/// searched). std's spawn cannot be used: it waits for the exec.
-pub fn spawn_gated(argv: &[String]) -> io::Result<(Child, Gate)> {
-    use std::ffi::CString;
-    let cargs: Vec<CString> = argv
-        .iter()
-        .map(|a| CString::new(a.as_bytes()).map_err(|_| io::Error::other("NUL in argument")))
-        .collect::<io::Result<_>>()?;
-    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
-    ptrs.push(std::ptr::null());
-    // does the program exist? (after fork we can only exit)
-    if !argv[0].contains('/') {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(&argv[0]).is_file()))
-            .unwrap_or(false);
-        if !found {
-            return Err(io::Error::new(io::ErrorKind::NotFound, "not found in PATH"));
-        }
-    } else if !std::path::Path::new(&argv[0]).exists() {
-        return Err(io::Error::new(io::ErrorKind::NotFound, "no such file"));
-    }
-    let mut fds = [0; 2];
-    // SAFETY: fds is a valid 2-int array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fork; the child only calls async-signal-safe functions
-    // (read, execvp, _exit) on memory prepared before the fork.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: see above.
-        unsafe {
-            libc::close(fds[1]);
-            let mut b = [0u8];
-            if libc::read(fds[0], b.as_mut_ptr().cast(), 1) != 1 {
-                libc::_exit(127);
-            }
-            libc::execvp(ptrs[0], ptrs.as_ptr());
-            libc::_exit(127);
-        }
-    }
-    // SAFETY: fds we own.
-    unsafe {
-        libc::close(fds[0]);
-    }
-    // SAFETY: fds[1] is ours.
-    let w = unsafe { OwnedFd::from_raw_fd(fds[1]) };
-    Ok((
-        Child {
-            pid: pid as u32,
-            done: None,
-        },
-        Gate { w },
-    ))
-}
-
-/// A copy of this process's vDSO image (the same for every process of
-/// this kernel and ABI), for symbolizing [vdso] samples later.
-pub fn vdso_image() -> Option<Vec<u8>> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
-    let (s, e) = line.split_whitespace().next()?.split_once('-')?;
-    let s = usize::from_str_radix(s, 16).ok()?;
-    let e = usize::from_str_radix(e, 16).ok()?;
-    // SAFETY: [s, e) is this process's readable vDSO mapping.
-    Some(unsafe { std::slice::from_raw_parts(s as *const u8, e - s) }.to_vec())
-}
-
-/// An anonymous in-memory file holding `data` (memfd_create), for handing
-/// bytes that were already validated to a library that reads files by
-/// path (through [`crate::files::fd_path`]): no file on disk can change
-/// under it.
-pub fn memfd(name: &str, data: &[u8]) -> io::Result<std::fs::File> {
-    use std::io::{Seek, Write};
-    let c = std::ffi::CString::new(name).map_err(|_| io::Error::other("NUL in memfd name"))?;
-    // SAFETY: c is a valid NUL-terminated string; the flags are plain bits.
-    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a new fd we own.
-    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    f.write_all(data)?;
-    f.rewind()?;
-    Ok(f)
-}
+// Stop signals, the gated child, the vDSO copy and memfd are mantle-sys's
+// process calls, re-exported at their old paths.
+pub use mantle_sys::os::{
+    catch_stop_signals, memfd, spawn_gated, stderr_is_tty, stop_requested, vdso_image, Gate,
+    GatedChild as Child,
+};

@@ -1,12 +1,15 @@
 //! Small wrappers over process, fd and mount system calls used across
 //! mantle: gettid, pidfd_open/pidfd_getfd (Linux 5.3/5.6; PIDFD_THREAD
-//! 6.9), pipes, fork-and-wait for throw-away children, mount of bpffs,
-//! uname, capget and the user-namespace test behind [`privileged`].
+//! 6.9), pipes, fork-and-wait for throw-away children, a child gated
+//! before exec, SIGINT/SIGTERM/SIGHUP turned into a flag, memfd_create,
+//! a copy of the vDSO, mount of bpffs, uname, capget and the
+//! user-namespace test behind [`privileged`].
 //!
 //! Invariants: every new fd comes back as an [`OwnedFd`] opened
 //! close-on-exec; errors are the `io::Error` of the errno.
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The calling thread's kernel thread id.
 pub fn gettid() -> u32 {
@@ -310,6 +313,189 @@ pub fn privileged() -> bool {
     in_initial_user_ns()
         && effective_caps()
             .is_some_and(|c| c & (1 << CAP_SYS_ADMIN) != 0 || c & (1 << CAP_BPF) != 0)
+}
+
+// ---------------------------------------------------------------------------
+// Stop signals, a child gated before exec, the vDSO, memfd (moved from
+// mantle-prof's kernel.rs)
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT/SIGTERM/SIGHUP set a flag instead of killing the recorder.
+pub fn catch_stop_signals() {
+    STOP.store(false, Ordering::SeqCst);
+    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe {
+            libc::signal(s, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+pub fn stderr_is_tty() -> bool {
+    // SAFETY: no pointers.
+    unsafe { libc::isatty(2) == 1 }
+}
+
+/// A child process stopped before exec until [`Gate::release`].
+pub struct Gate {
+    w: OwnedFd,
+}
+
+impl Gate {
+    pub fn release(self) -> io::Result<()> {
+        let b = [1u8];
+        // SAFETY: writing one byte from a valid buffer.
+        let n = unsafe { libc::write(self.w.as_raw_fd(), b.as_ptr().cast(), 1) };
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// A child forked by [`spawn_gated`]; its exit code once reaped.
+pub struct GatedChild {
+    pub pid: u32,
+    done: Option<i32>,
+}
+
+fn decode_status(st: libc::c_int) -> i32 {
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else if libc::WIFSIGNALED(st) {
+        128 + libc::WTERMSIG(st)
+    } else {
+        -1
+    }
+}
+
+impl GatedChild {
+    /// Exit code (128 + signal when killed), if it has exited.
+    pub fn try_wait(&mut self) -> Option<i32> {
+        if self.done.is_none() {
+            let mut st = 0;
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(self.pid as i32, &mut st, libc::WNOHANG) };
+            if r == self.pid as i32 {
+                self.done = Some(decode_status(st));
+            }
+        }
+        self.done
+    }
+    pub fn wait(&mut self) -> Option<i32> {
+        while self.done.is_none() {
+            let mut st = 0;
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(self.pid as i32, &mut st, 0) };
+            if r == self.pid as i32 {
+                self.done = Some(decode_status(st));
+            } else if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        self.done
+    }
+}
+
+/// Forks a child that waits for the gate, then execs `argv` (PATH
+/// searched). std's spawn cannot be used: it waits for the exec.
+pub fn spawn_gated(argv: &[String]) -> io::Result<(GatedChild, Gate)> {
+    use std::ffi::CString;
+    let cargs: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).map_err(|_| io::Error::other("NUL in argument")))
+        .collect::<io::Result<_>>()?;
+    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // does the program exist? (after fork we can only exit)
+    if !argv[0].contains('/') {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(&argv[0]).is_file()))
+            .unwrap_or(false);
+        if !found {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "not found in PATH"));
+        }
+    } else if !std::path::Path::new(&argv[0]).exists() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, "no such file"));
+    }
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-int array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the child only calls read, execvp and _exit on memory
+    // prepared before the fork (argv pointers, the pipe fd). read and _exit
+    // are async-signal-safe; execvp is not on POSIX's list, but glibc's
+    // searches PATH in stack buffers without allocating or locking.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: see above.
+        unsafe {
+            libc::close(fds[1]);
+            let mut b = [0u8];
+            if libc::read(fds[0], b.as_mut_ptr().cast(), 1) != 1 {
+                libc::_exit(127);
+            }
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: fds we own.
+    unsafe {
+        libc::close(fds[0]);
+    }
+    // SAFETY: fds[1] is ours.
+    let w = unsafe { OwnedFd::from_raw_fd(fds[1]) };
+    Ok((
+        GatedChild {
+            pid: pid as u32,
+            done: None,
+        },
+        Gate { w },
+    ))
+}
+
+/// A copy of this process's vDSO image (the same for every process of
+/// this kernel and ABI), for symbolizing [vdso] samples later.
+pub fn vdso_image() -> Option<Vec<u8>> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (s, e) = line.split_whitespace().next()?.split_once('-')?;
+    let s = usize::from_str_radix(s, 16).ok()?;
+    let e = usize::from_str_radix(e, 16).ok()?;
+    // SAFETY: [s, e) is this process's readable vDSO mapping.
+    Some(unsafe { std::slice::from_raw_parts(s as *const u8, e - s) }.to_vec())
+}
+
+/// An anonymous in-memory file holding `data` (memfd_create), for handing
+/// bytes that were already validated to a library that reads files by
+/// path (through /proc/self/fd/N): no file on disk can change under it.
+pub fn memfd(name: &str, data: &[u8]) -> io::Result<std::fs::File> {
+    use std::io::{Seek, Write};
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::other("NUL in memfd name"))?;
+    // SAFETY: c is a valid NUL-terminated string; the flags are plain bits.
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd we own.
+    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.write_all(data)?;
+    f.rewind()?;
+    Ok(f)
 }
 
 #[cfg(test)]
