@@ -122,6 +122,7 @@ pub fn sigsys(info: &libc::siginfo_t) -> Sigsys {
     // { void *_call_addr; int _syscall; unsigned int _arch; }.
     const UNION: usize = 16;
     const _: () = assert!(std::mem::size_of::<libc::siginfo_t>() >= UNION + 16);
+    const _: () = assert!(usize::BITS == 64, "the offsets above are the 64-bit layout");
     let p = (info as *const libc::siginfo_t).cast::<u8>();
     // SAFETY: siginfo_t is 128 bytes of plain data, so the reads at
     // 16..32 are inside the referenced struct; read_unaligned needs no
