@@ -7,8 +7,8 @@
 //!   `SECCOMP_FILTER_FLAG_NEW_LISTENER` and `SECCOMP_RET_USER_NOTIF`
 //!   (Linux 5.0) return the notification fd.
 //! * ioctls on that fd: `SECCOMP_IOCTL_NOTIF_RECV`, `_SEND`, `_ID_VALID`
-//!   (5.0; ID_VALID renumbered to _IOW in 5.17, the old number still
-//!   works) and `_ADDFD` (5.9).
+//!   (5.0; ID_VALID renumbered from _IOR to _IOW in 5.8, the old number
+//!   still accepted) and `_ADDFD` (5.9).
 //! * `seccomp(SECCOMP_GET_NOTIF_SIZES)` (5.0): the kernel's struct sizes.
 //!
 //! Invariants:
