@@ -1,13 +1,25 @@
-//! mantle-sys: the few places where mantle makes raw system calls.
+//! mantle-sys: the one place where mantle makes system calls and FFI calls.
 //!
-//! Everything that needs `unsafe`, a raw file descriptor or a kernel ABI
-//! struct lives here (or in a crate's own `sys` module), so that the pure
-//! cores (tag lattice, policies, planners) stay free of system calls.
+//! In a nutshell: every `unsafe`, raw file descriptor and kernel ABI struct
+//! of mantle's user space sits here, split by kernel mechanism, behind safe
+//! functions that return owned fds and `io::Error`s (or typed errors with
+//! the `io::Error` of the errno as their source). The pure cores (tag
+//! lattice, policies, planners, profile model) make no system calls; the
+//! subsystems' `kernel.rs` files keep only the loading of their own BPF
+//! objects. To find who makes a kind of system call, read this list:
 //!
-//! * [`probe`]: what the running kernel offers (BTF, program types, bpffs,
-//!   cgroup v2, PMU, seccomp user notification, Syscall User Dispatch), for
-//!   `mantle doctor` and for start-up checks of every subsystem.
-//! * [`os`]: small wrappers (pidfd, gettid, mounts) with typed errors.
+//! * [`bpf`]: bpf(2) outside a skeleton's own loading: pinned maps opened
+//!   read-only or read-write, their mmap, BPF iterators.
+//! * [`perf`]: perf_event_open(2), the perf ioctls, the mmap'd perf ring.
+//! * [`seccomp`]: seccomp(2) filters and the user-notification fd's ioctls.
+//! * [`sud`]: prctl(PR_SET_SYSCALL_USER_DISPATCH) and the SIGSYS it raises.
+//! * [`os`]: small process, fd and mount calls: gettid, pidfd_open,
+//!   pidfd_getfd, pipe2, fork/waitpid, mount (bpffs), uname, capget.
+//! * [`probe`]: no mechanism of its own: what the running kernel offers
+//!   (for `mantle doctor` and start-up checks), tried through the modules
+//!   above and libbpf-rs.
+//! * [`layout`]: no system calls: checks Rust mirrors of BPF-shared
+//!   structs against the object's BTF.
 //!
 //! No locks are held in this crate.
 
@@ -16,4 +28,15 @@ pub mod layout;
 pub mod lock;
 pub mod netns;
 pub mod os;
+pub mod perf;
 pub mod probe;
+pub mod seccomp;
+pub mod sud;
+
+/// The crate's tests count file descriptors and fork: the ones that do
+/// take this lock, so that they do not see each other's fds.
+#[cfg(test)]
+pub(crate) fn test_serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,6 +1,15 @@
-//! Thin, typed wrappers over system calls used across mantle.
+//! Small wrappers over process, fd and mount system calls used across
+//! mantle: gettid, pidfd_open/pidfd_getfd (Linux 5.3/5.6; PIDFD_THREAD
+//! 6.9), pipes, fork-and-wait for throw-away children, a child gated
+//! before exec, SIGINT/SIGTERM/SIGHUP turned into a flag, memfd_create,
+//! a copy of the vDSO, mount of bpffs, uname, capget and the
+//! user-namespace test behind [`privileged`].
+//!
+//! Invariants: every new fd comes back as an [`OwnedFd`] opened
+//! close-on-exec; errors are the `io::Error` of the errno.
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The calling thread's kernel thread id.
 pub fn gettid() -> u32 {
@@ -21,6 +30,138 @@ pub fn pidfd_open(id: u32, thread: bool) -> io::Result<OwnedFd> {
     }
     // SAFETY: fd is a freshly opened descriptor owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// pidfd_getfd(2) (Linux 5.6): a duplicate, close-on-exec, of file
+/// descriptor `fd` of the process `pidfd` names. Needs ptrace access to it
+/// (PTRACE_MODE_ATTACH_REALCREDS).
+pub fn pidfd_getfd(pidfd: BorrowedFd, fd: i32) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call with integer arguments; flags must be 0.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: r is a new descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as i32) })
+}
+
+/// pipe2(O_CLOEXEC): (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid array of two ints for the kernel to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both are new descriptors that nobody else owns.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// write(2) until all of `buf` is written; async-signal-safe (no
+/// allocation, retries EINTR), for children between fork and exec.
+pub fn write_all_raw(fd: BorrowedFd, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: buf is valid for reading buf.len() bytes.
+        let n = unsafe { libc::write(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// read(2) until `buf` is full; end of file is UnexpectedEof.
+pub fn read_exact_raw(fd: BorrowedFd, mut buf: &mut [u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: buf is valid for writing buf.len() bytes.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf = &mut buf[n as usize..];
+    }
+    Ok(())
+}
+
+/// How a child process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// exit status
+    Code(i32),
+    /// killed by this signal
+    Signal(i32),
+}
+
+/// A child made by [`fork_child`]; [`ForkedChild::wait`] reaps it.
+#[derive(Debug)]
+pub struct ForkedChild {
+    pid: libc::pid_t,
+}
+
+impl ForkedChild {
+    pub fn pid(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// waitpid(2) for this child, retrying EINTR.
+    pub fn wait(self) -> io::Result<Exit> {
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child; status is a valid out pointer.
+            let r = unsafe { libc::waitpid(self.pid, &mut status, 0) };
+            if r == self.pid {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        if libc::WIFEXITED(status) {
+            Ok(Exit::Code(libc::WEXITSTATUS(status)))
+        } else if libc::WIFSIGNALED(status) {
+            Ok(Exit::Signal(libc::WTERMSIG(status)))
+        } else {
+            Err(io::Error::other(format!(
+                "child ended oddly (status {status:#x})"
+            )))
+        }
+    }
+}
+
+/// fork(2): runs `f` in the child and ends the child with its return
+/// value (127 if it panicked), without running the parent's atexit
+/// handlers. In the parent, `f` is dropped unrun.
+///
+/// # Safety
+/// The caller may be multi-threaded: another thread may hold the
+/// allocator's or any other lock at the fork, and only the calling thread
+/// exists in the child. `f` must therefore only make async-signal-safe
+/// calls (signal-safety(7)): plain system calls on memory prepared before
+/// the fork, no allocation, no locks.
+pub unsafe fn fork_child<F: FnOnce() -> i32>(f: F) -> io::Result<ForkedChild> {
+    // SAFETY: the caller promises that f only makes async-signal-safe calls.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or(127);
+        // SAFETY: ends the child at once, as it must after fork.
+        unsafe { libc::_exit(code) };
+    }
+    Ok(ForkedChild { pid })
 }
 
 /// Whether `path` is the mount point of a filesystem of type `fstype`
@@ -67,21 +208,35 @@ pub fn geteuid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// This machine's name (uname nodename).
-pub fn hostname() -> String {
-    // SAFETY: utsname is plain data filled by uname.
+/// uname(2), or `None` if it failed.
+fn uname() -> Option<libc::utsname> {
+    // SAFETY: utsname is plain old data; all-zero is a valid value.
     let mut u: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: valid pointer to a utsname.
+    // SAFETY: `u` is a valid, writable utsname.
     if unsafe { libc::uname(&mut u) } != 0 {
-        return "localhost".into();
+        return None;
     }
-    let b: Vec<u8> = u
-        .nodename
+    Some(u)
+}
+
+/// A NUL-terminated utsname field as a string.
+fn field(f: &[libc::c_char]) -> String {
+    let b: Vec<u8> = f
         .iter()
         .take_while(|&&c| c != 0)
         .map(|&c| c as u8)
         .collect();
     String::from_utf8_lossy(&b).into_owned()
+}
+
+/// This machine's name (uname nodename).
+pub fn hostname() -> String {
+    uname().map_or_else(|| "localhost".into(), |u| field(&u.nodename))
+}
+
+/// The kernel release from uname(2), e.g. `"6.18.44-fc-v657"`.
+pub fn kernel_release() -> String {
+    uname().map_or_else(|| "unknown".into(), |u| field(&u.release))
 }
 
 /// Inode number of the initial user namespace in nsfs (PROC_USER_INIT_INO
@@ -113,8 +268,10 @@ fn is_identity_map(map: &str) -> bool {
     lines.len() == 1 && lines[0] == ["0", "0", "4294967295"]
 }
 
-/// CAP_SYS_ADMIN and CAP_BPF (linux/capability.h).
+/// Capability numbers (linux/capability.h).
 pub const CAP_SYS_ADMIN: u32 = 21;
+pub const CAP_SYS_RESOURCE: u32 = 24;
+pub const CAP_PERFMON: u32 = 38;
 pub const CAP_BPF: u32 = 39;
 
 /// The calling thread's effective capability set (capget), bit n =
@@ -156,6 +313,189 @@ pub fn privileged() -> bool {
     in_initial_user_ns()
         && effective_caps()
             .is_some_and(|c| c & (1 << CAP_SYS_ADMIN) != 0 || c & (1 << CAP_BPF) != 0)
+}
+
+// ---------------------------------------------------------------------------
+// Stop signals, a child gated before exec, the vDSO, memfd (moved from
+// mantle-prof's kernel.rs)
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT/SIGTERM/SIGHUP set a flag instead of killing the recorder.
+pub fn catch_stop_signals() {
+    STOP.store(false, Ordering::SeqCst);
+    for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe {
+            libc::signal(s, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+pub fn stderr_is_tty() -> bool {
+    // SAFETY: no pointers.
+    unsafe { libc::isatty(2) == 1 }
+}
+
+/// A child process stopped before exec until [`Gate::release`].
+pub struct Gate {
+    w: OwnedFd,
+}
+
+impl Gate {
+    pub fn release(self) -> io::Result<()> {
+        let b = [1u8];
+        // SAFETY: writing one byte from a valid buffer.
+        let n = unsafe { libc::write(self.w.as_raw_fd(), b.as_ptr().cast(), 1) };
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// A child forked by [`spawn_gated`]; its exit code once reaped.
+pub struct GatedChild {
+    pub pid: u32,
+    done: Option<i32>,
+}
+
+fn decode_status(st: libc::c_int) -> i32 {
+    if libc::WIFEXITED(st) {
+        libc::WEXITSTATUS(st)
+    } else if libc::WIFSIGNALED(st) {
+        128 + libc::WTERMSIG(st)
+    } else {
+        -1
+    }
+}
+
+impl GatedChild {
+    /// Exit code (128 + signal when killed), if it has exited.
+    pub fn try_wait(&mut self) -> Option<i32> {
+        if self.done.is_none() {
+            let mut st = 0;
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(self.pid as i32, &mut st, libc::WNOHANG) };
+            if r == self.pid as i32 {
+                self.done = Some(decode_status(st));
+            }
+        }
+        self.done
+    }
+    pub fn wait(&mut self) -> Option<i32> {
+        while self.done.is_none() {
+            let mut st = 0;
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(self.pid as i32, &mut st, 0) };
+            if r == self.pid as i32 {
+                self.done = Some(decode_status(st));
+            } else if r < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        self.done
+    }
+}
+
+/// Forks a child that waits for the gate, then execs `argv` (PATH
+/// searched). std's spawn cannot be used: it waits for the exec.
+pub fn spawn_gated(argv: &[String]) -> io::Result<(GatedChild, Gate)> {
+    use std::ffi::CString;
+    let cargs: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).map_err(|_| io::Error::other("NUL in argument")))
+        .collect::<io::Result<_>>()?;
+    let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    // does the program exist? (after fork we can only exit)
+    if !argv[0].contains('/') {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(&argv[0]).is_file()))
+            .unwrap_or(false);
+        if !found {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "not found in PATH"));
+        }
+    } else if !std::path::Path::new(&argv[0]).exists() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, "no such file"));
+    }
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-int array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the child only calls read, execvp and _exit on memory
+    // prepared before the fork (argv pointers, the pipe fd). read and _exit
+    // are async-signal-safe; execvp is not on POSIX's list, but glibc's
+    // searches PATH in stack buffers without allocating or locking.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: see above.
+        unsafe {
+            libc::close(fds[1]);
+            let mut b = [0u8];
+            if libc::read(fds[0], b.as_mut_ptr().cast(), 1) != 1 {
+                libc::_exit(127);
+            }
+            libc::execvp(ptrs[0], ptrs.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    // SAFETY: fds we own.
+    unsafe {
+        libc::close(fds[0]);
+    }
+    // SAFETY: fds[1] is ours.
+    let w = unsafe { OwnedFd::from_raw_fd(fds[1]) };
+    Ok((
+        GatedChild {
+            pid: pid as u32,
+            done: None,
+        },
+        Gate { w },
+    ))
+}
+
+/// A copy of this process's vDSO image (the same for every process of
+/// this kernel and ABI), for symbolizing [vdso] samples later.
+pub fn vdso_image() -> Option<Vec<u8>> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;
+    let (s, e) = line.split_whitespace().next()?.split_once('-')?;
+    let s = usize::from_str_radix(s, 16).ok()?;
+    let e = usize::from_str_radix(e, 16).ok()?;
+    // SAFETY: [s, e) is this process's readable vDSO mapping.
+    Some(unsafe { std::slice::from_raw_parts(s as *const u8, e - s) }.to_vec())
+}
+
+/// An anonymous in-memory file holding `data` (memfd_create), for handing
+/// bytes that were already validated to a library that reads files by
+/// path (through /proc/self/fd/N): no file on disk can change under it.
+pub fn memfd(name: &str, data: &[u8]) -> io::Result<std::fs::File> {
+    use std::io::{Seek, Write};
+    let c = std::ffi::CString::new(name).map_err(|_| io::Error::other("NUL in memfd name"))?;
+    // SAFETY: c is a valid NUL-terminated string; the flags are plain bits.
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd we own.
+    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    f.write_all(data)?;
+    f.rewind()?;
+    Ok(f)
 }
 
 #[cfg(test)]

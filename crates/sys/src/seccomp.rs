@@ -1,0 +1,494 @@
+//! seccomp: installing a classic-BPF system-call filter, and the user
+//! notification fd that lets a supervisor answer a filtered system call on
+//! the caller's behalf.
+//!
+//! Kernel interfaces (seccomp(2), seccomp_unotify(2)):
+//! * `seccomp(SECCOMP_SET_MODE_FILTER, flags, &sock_fprog)` (Linux 3.17);
+//!   `SECCOMP_FILTER_FLAG_NEW_LISTENER` and `SECCOMP_RET_USER_NOTIF`
+//!   (Linux 5.0) return the notification fd.
+//! * ioctls on that fd: `SECCOMP_IOCTL_NOTIF_RECV`, `_SEND`, `_ID_VALID`
+//!   (5.0; ID_VALID renumbered from _IOR to _IOW in 5.8, the old number
+//!   still accepted) and `_ADDFD` (5.9).
+//! * `seccomp(SECCOMP_GET_NOTIF_SIZES)` (5.0): the kernel's struct sizes.
+//!
+//! Invariants:
+//! * A filter stays with the thread (and its future children) for life; it
+//!   cannot be removed. Installing one needs `PR_SET_NO_NEW_PRIVS` or
+//!   CAP_SYS_ADMIN: [`set_no_new_privs`] first.
+//! * The notification fd is a [`Listener`] that owns it; dropping it makes
+//!   every pending and future notified system call of the target fail with
+//!   ENOSYS (seccomp_unotify(2), "NOTES").
+//! * The notif/resp/addfd structs are libc's, checked against the uapi
+//!   sizes below; [`Listener::recv`] reads into a zeroed buffer of the
+//!   kernel's size when that is larger (a newer kernel), as
+//!   seccomp_unotify(2) asks.
+//! * Errors are [`Error`], naming the step and keeping the errno as the
+//!   `io::Error` source.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+pub use libc::{seccomp_data, seccomp_notif, seccomp_notif_addfd, seccomp_notif_resp, sock_filter};
+
+// Sizes in the uapi header (linux/seccomp.h), which the kernel reports
+// through SECCOMP_GET_NOTIF_SIZES.
+const _: () = assert!(std::mem::size_of::<seccomp_data>() == 64);
+const _: () = assert!(std::mem::size_of::<seccomp_notif>() == 80);
+const _: () = assert!(std::mem::size_of::<seccomp_notif_resp>() == 24);
+const _: () = assert!(std::mem::size_of::<seccomp_notif_addfd>() == 24);
+const _: () = assert!(std::mem::offset_of!(seccomp_data, nr) == 0);
+const _: () = assert!(std::mem::offset_of!(seccomp_data, arch) == 4);
+const _: () = assert!(std::mem::offset_of!(seccomp_notif, data) == 16);
+
+/// SECCOMP_GET_NOTIF_SIZES (linux/seccomp.h).
+const SECCOMP_GET_NOTIF_SIZES: libc::c_uint = 3;
+/// SECCOMP_ADDFD_FLAG_SETFD: install at exactly `newfd`.
+pub const SECCOMP_ADDFD_FLAG_SETFD: u32 = 1 << 0;
+/// SECCOMP_ADDFD_FLAG_SEND: install and answer with the new fd number, atomically (5.14).
+pub const SECCOMP_ADDFD_FLAG_SEND: u32 = 1 << 1;
+/// SECCOMP_USER_NOTIF_FLAG_CONTINUE: let the system call run as if no
+/// filter had stopped it (5.5).
+pub const SECCOMP_USER_NOTIF_FLAG_CONTINUE: u32 = 1 << 0;
+
+/// The AUDIT_ARCH_* value of this target (linux/audit.h), which a filter
+/// must check before trusting `seccomp_data.nr`.
+#[cfg(target_arch = "x86_64")]
+pub const AUDIT_ARCH: u32 = 0xC000_003E; // EM_X86_64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
+#[cfg(target_arch = "aarch64")]
+pub const AUDIT_ARCH: u32 = 0xC000_00B7; // EM_AARCH64 | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
+
+/// What failed, with the errno as the source.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("prctl(PR_SET_NO_NEW_PRIVS) refused")]
+    NoNewPrivs(#[source] io::Error),
+    #[error("seccomp(SECCOMP_SET_MODE_FILTER) refused the filter")]
+    Install(#[source] io::Error),
+    #[error("seccomp(SECCOMP_GET_NOTIF_SIZES) failed")]
+    Sizes(#[source] io::Error),
+    #[error("SECCOMP_IOCTL_NOTIF_RECV failed")]
+    Recv(#[source] io::Error),
+    #[error("SECCOMP_IOCTL_NOTIF_SEND failed")]
+    Send(#[source] io::Error),
+    #[error("SECCOMP_IOCTL_NOTIF_ID_VALID failed")]
+    IdValid(#[source] io::Error),
+    #[error("SECCOMP_IOCTL_NOTIF_ADDFD failed")]
+    AddFd(#[source] io::Error),
+}
+
+impl Error {
+    /// The errno the kernel answered with.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::NoNewPrivs(e)
+            | Error::Install(e)
+            | Error::Sizes(e)
+            | Error::Recv(e)
+            | Error::Send(e)
+            | Error::IdValid(e)
+            | Error::AddFd(e) => e.raw_os_error(),
+        }
+    }
+}
+
+const fn stmt(code: u32, k: u32) -> sock_filter {
+    sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+const fn jump(code: u32, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+/// A filter that allows everything (what the `mantle doctor` probe installs).
+pub const ALLOW_ALL: [sock_filter; 1] =
+    [stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW)];
+
+/// A filter that sends system call `nr` of this architecture to the
+/// listener and allows everything else; another architecture's calls
+/// (e.g. int 0x80 on x86-64) are killed, since their numbers differ.
+pub const fn notify_on(nr: libc::c_long) -> [sock_filter; 7] {
+    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    [
+        stmt(BPF_LD | BPF_W | BPF_ABS, 4), // seccomp_data.arch
+        jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_KILL_PROCESS),
+        stmt(BPF_LD | BPF_W | BPF_ABS, 0), // seccomp_data.nr
+        jump(BPF_JMP | BPF_JEQ | BPF_K, nr as u32, 0, 1),
+        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_USER_NOTIF),
+        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW),
+    ]
+}
+
+/// PR_SET_NO_NEW_PRIVS: the caller and its children can never gain
+/// privileges through execve; required to install a filter without
+/// CAP_SYS_ADMIN. Async-signal-safe (one system call).
+pub fn set_no_new_privs() -> Result<(), Error> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(Error::NoNewPrivs(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn set_filter(filter: &[sock_filter], flags: libc::c_ulong) -> Result<libc::c_long, Error> {
+    let prog = libc::sock_fprog {
+        len: filter.len().min(u16::MAX as usize) as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: prog points to `len` valid instructions that outlive the
+    // call; the kernel copies the program and never writes through the
+    // pointer (the *mut is only the C declaration's).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc < 0 {
+        return Err(Error::Install(io::Error::last_os_error()));
+    }
+    Ok(rc)
+}
+
+/// Installs `filter` on the calling thread (see [`set_no_new_privs`]).
+/// Async-signal-safe (one system call).
+pub fn install(filter: &[sock_filter]) -> Result<(), Error> {
+    set_filter(filter, 0).map(|_| ())
+}
+
+/// Installs `filter` with SECCOMP_FILTER_FLAG_NEW_LISTENER and returns the
+/// notification fd, without asking for the kernel's struct sizes:
+/// async-signal-safe (one system call), for a child between fork and exec.
+/// The fd is close-on-exec (the kernel opens it O_CLOEXEC).
+pub fn install_listener_fd(filter: &[sock_filter]) -> Result<OwnedFd, Error> {
+    let fd = set_filter(
+        filter,
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER as libc::c_ulong,
+    )?;
+    // SAFETY: with NEW_LISTENER, a successful seccomp returns a new fd that
+    // nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Installs `filter` with SECCOMP_FILTER_FLAG_NEW_LISTENER and returns the
+/// [`Listener`] on which its USER_NOTIF system calls arrive.
+pub fn install_with_listener(filter: &[sock_filter]) -> Result<Listener, Error> {
+    Listener::from_fd(install_listener_fd(filter)?)
+}
+
+/// The kernel's (seccomp_notif, seccomp_notif_resp, seccomp_data) sizes.
+pub fn notif_sizes() -> Result<(u16, u16, u16), Error> {
+    let mut s = libc::seccomp_notif_sizes {
+        seccomp_notif: 0,
+        seccomp_notif_resp: 0,
+        seccomp_data: 0,
+    };
+    // SAFETY: the kernel writes a struct seccomp_notif_sizes (3 x u16) to s.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_GET_NOTIF_SIZES,
+            0,
+            &mut s as *mut libc::seccomp_notif_sizes,
+        )
+    };
+    if rc < 0 {
+        return Err(Error::Sizes(io::Error::last_os_error()));
+    }
+    Ok((s.seccomp_notif, s.seccomp_notif_resp, s.seccomp_data))
+}
+
+/// A seccomp notification fd (the supervisor's end).
+#[derive(Debug)]
+pub struct Listener {
+    fd: OwnedFd,
+    /// The kernel's sizeof(struct seccomp_notif), at least ours.
+    notif_size: usize,
+}
+
+impl AsFd for Listener {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Listener {
+    /// Wraps a notification fd (from [`install_listener_fd`], or received
+    /// from the filtered process).
+    pub fn from_fd(fd: OwnedFd) -> Result<Listener, Error> {
+        let (n, _, _) = notif_sizes()?;
+        Ok(Listener {
+            fd,
+            notif_size: (n as usize).max(std::mem::size_of::<seccomp_notif>()),
+        })
+    }
+
+    /// SECCOMP_IOCTL_NOTIF_RECV: waits for the next notified system call.
+    /// EINTR (a signal) and ENOENT (the caller died before it was read)
+    /// come back as errors to retry.
+    pub fn recv(&self) -> Result<seccomp_notif, Error> {
+        // The kernel refuses (EINVAL) a buffer that is not zeroed.
+        let mut buf = vec![0u64; self.notif_size.div_ceil(8)];
+        // SAFETY: buf is zeroed, 8-aligned and at least the kernel's
+        // sizeof(struct seccomp_notif), which it writes.
+        let rc = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_RECV,
+                buf.as_mut_ptr(),
+            )
+        };
+        if rc < 0 {
+            return Err(Error::Recv(io::Error::last_os_error()));
+        }
+        // SAFETY: buf holds at least size_of::<seccomp_notif>() initialised
+        // bytes, 8-aligned, and seccomp_notif is plain integers.
+        Ok(unsafe { std::ptr::read(buf.as_ptr().cast::<seccomp_notif>()) })
+    }
+
+    /// SECCOMP_IOCTL_NOTIF_SEND: answers notification `resp.id`.
+    pub fn send(&self, resp: &seccomp_notif_resp) -> Result<(), Error> {
+        let mut r = *resp;
+        // SAFETY: r is a valid seccomp_notif_resp the kernel reads.
+        let rc =
+            unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &mut r) };
+        if rc < 0 {
+            return Err(Error::Send(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Answers notification `id` with return value `val` (errno 0).
+    pub fn reply(&self, id: u64, val: i64) -> Result<(), Error> {
+        self.send(&seccomp_notif_resp {
+            id,
+            val,
+            error: 0,
+            flags: 0,
+        })
+    }
+
+    /// Answers notification `id` with `-errno`.
+    pub fn reply_error(&self, id: u64, errno: i32) -> Result<(), Error> {
+        self.send(&seccomp_notif_resp {
+            id,
+            val: 0,
+            error: -errno,
+            flags: 0,
+        })
+    }
+
+    /// Lets notification `id`'s system call run unchanged
+    /// (SECCOMP_USER_NOTIF_FLAG_CONTINUE; see seccomp_unotify(2) for why a
+    /// supervisor must not base a security decision on this).
+    pub fn reply_continue(&self, id: u64) -> Result<(), Error> {
+        self.send(&seccomp_notif_resp {
+            id,
+            val: 0,
+            error: 0,
+            flags: SECCOMP_USER_NOTIF_FLAG_CONTINUE,
+        })
+    }
+
+    /// SECCOMP_IOCTL_NOTIF_ID_VALID: whether notification `id` is still
+    /// pending (its thread alive and waiting). Check it after reading the
+    /// target's memory, before acting on what was read.
+    pub fn id_valid(&self, id: u64) -> Result<bool, Error> {
+        let mut id = id;
+        // SAFETY: the kernel reads one u64 through the pointer.
+        let rc = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
+                &mut id as *mut u64,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            return Ok(false);
+        }
+        Err(Error::IdValid(e))
+    }
+
+    /// SECCOMP_IOCTL_NOTIF_ADDFD: installs a duplicate of `src` in the
+    /// target of notification `id`; returns the fd number it got there.
+    /// `flags`: [`SECCOMP_ADDFD_FLAG_SETFD`] (then at `newfd`) and/or
+    /// [`SECCOMP_ADDFD_FLAG_SEND`]; `newfd_flags`: O_CLOEXEC or 0.
+    pub fn addfd(
+        &self,
+        id: u64,
+        src: BorrowedFd,
+        newfd: u32,
+        flags: u32,
+        newfd_flags: u32,
+    ) -> Result<i32, Error> {
+        let mut a = seccomp_notif_addfd {
+            id,
+            flags,
+            srcfd: src.as_raw_fd() as u32,
+            newfd,
+            newfd_flags,
+        };
+        // SAFETY: a is a valid seccomp_notif_addfd the kernel reads; src is
+        // a live fd for the duration of the call.
+        let rc =
+            unsafe { libc::ioctl(self.fd.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_ADDFD, &mut a) };
+        if rc < 0 {
+            return Err(Error::AddFd(io::Error::last_os_error()));
+        }
+        Ok(rc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::{self, Exit};
+
+    #[test]
+    fn filters_are_well_formed() {
+        let f = notify_on(libc::SYS_getppid);
+        assert_eq!(f.len(), 7);
+        // the arch test falls through to the nr test, else kills
+        assert_eq!((f[1].jt, f[1].jf), (1, 0));
+        // the nr test: USER_NOTIF if equal, else the final ALLOW
+        assert_eq!((f[4].jt, f[4].jf), (0, 1));
+        assert_eq!(f[5].k, libc::SECCOMP_RET_USER_NOTIF);
+        assert_eq!(f[6].k, libc::SECCOMP_RET_ALLOW);
+        assert_eq!(ALLOW_ALL[0].k, libc::SECCOMP_RET_ALLOW);
+    }
+
+    /// A child installs a filter that notifies on getppid; the parent
+    /// receives the notification, checks it, and answers with 4242, which
+    /// the child sees as getppid's return value.
+    #[test]
+    fn child_getppid_answered_by_parent() {
+        let _g = crate::test_serial();
+        if os::geteuid() != 0 {
+            assert!(std::env::var_os("CI").is_none(), "needs root and CI is set");
+            eprintln!("SKIP child_getppid_answered_by_parent: needs root (pidfd_getfd)");
+            return;
+        }
+        let filter = notify_on(libc::SYS_getppid);
+        let (r, w) = os::pipe().expect("pipe");
+        let run = move || {
+            if set_no_new_privs().is_err() {
+                return 10;
+            }
+            let Ok(fd) = install_listener_fd(&filter) else {
+                return 11;
+            };
+            let n = fd.as_raw_fd().to_ne_bytes();
+            if os::write_all_raw(w.as_fd(), &n).is_err() {
+                return 12;
+            }
+            // SAFETY: getppid takes no arguments.
+            let v = unsafe { libc::syscall(libc::SYS_getppid) };
+            if v == 4242 {
+                0
+            } else {
+                13
+            }
+        };
+        // SAFETY: the child runs only system calls (prctl, seccomp, write,
+        // getppid) on memory prepared before the fork, then _exit.
+        let child = unsafe { os::fork_child(run) }.expect("fork");
+        // (the parent's write end went with the unrun closure)
+        let mut n = [0u8; 4];
+        os::read_exact_raw(r.as_fd(), &mut n).expect("fd number from the child");
+        let pidfd = os::pidfd_open(child.pid(), false).expect("pidfd_open");
+        let fd = os::pidfd_getfd(pidfd.as_fd(), i32::from_ne_bytes(n)).expect("pidfd_getfd");
+        let l = Listener::from_fd(fd).expect("listener");
+        let notif = l.recv().expect("recv");
+        assert_eq!(notif.pid, child.pid());
+        assert_eq!(i64::from(notif.data.nr), libc::SYS_getppid);
+        assert_eq!(notif.data.arch, AUDIT_ARCH);
+        assert!(l.id_valid(notif.id).expect("id_valid"));
+        l.reply(notif.id, 4242).expect("send");
+        assert_eq!(child.wait().expect("wait"), Exit::Code(0));
+        // answered and gone: the id is no longer valid
+        assert!(!l.id_valid(notif.id).expect("id_valid after exit"));
+    }
+
+    /// ADDFD with SEND: the parent answers the child's getppid by
+    /// installing a pipe's write end in the child; getppid returns the new
+    /// fd number, close-on-exec as asked, and the child writes through it.
+    #[test]
+    fn child_receives_an_fd_as_the_answer() {
+        let _g = crate::test_serial();
+        if os::geteuid() != 0 {
+            assert!(std::env::var_os("CI").is_none(), "needs root and CI is set");
+            eprintln!("SKIP child_receives_an_fd_as_the_answer: needs root (pidfd_getfd)");
+            return;
+        }
+        let filter = notify_on(libc::SYS_getppid);
+        let (r, w) = os::pipe().expect("pipe");
+        let (data_r, data_w) = os::pipe().expect("pipe");
+        let inherited = data_w.as_raw_fd();
+        let run = move || {
+            if set_no_new_privs().is_err() {
+                return 10;
+            }
+            let Ok(fd) = install_listener_fd(&filter) else {
+                return 11;
+            };
+            if os::write_all_raw(w.as_fd(), &fd.as_raw_fd().to_ne_bytes()).is_err() {
+                return 12;
+            }
+            // SAFETY: getppid takes no arguments.
+            let v = unsafe { libc::syscall(libc::SYS_getppid) } as i32;
+            if v < 0 || v == inherited {
+                return 13;
+            }
+            // SAFETY: fcntl with integer arguments.
+            if unsafe { libc::fcntl(v, libc::F_GETFD) } != libc::FD_CLOEXEC {
+                return 14;
+            }
+            // SAFETY: v is the fd the supervisor just installed.
+            let got = unsafe { BorrowedFd::borrow_raw(v) };
+            if os::write_all_raw(got, b"ok").is_err() {
+                return 15;
+            }
+            0
+        };
+        // SAFETY: the child runs only system calls (prctl, seccomp, write,
+        // getppid, fcntl) on memory prepared before the fork, then _exit.
+        let child = unsafe { os::fork_child(run) }.expect("fork");
+        let mut n = [0u8; 4];
+        os::read_exact_raw(r.as_fd(), &mut n).expect("fd number from the child");
+        let pidfd = os::pidfd_open(child.pid(), false).expect("pidfd_open");
+        let fd = os::pidfd_getfd(pidfd.as_fd(), i32::from_ne_bytes(n)).expect("pidfd_getfd");
+        let l = Listener::from_fd(fd).expect("listener");
+        let notif = l.recv().expect("recv");
+        let newfd = l
+            .addfd(
+                notif.id,
+                data_w.as_fd(),
+                0,
+                SECCOMP_ADDFD_FLAG_SEND,
+                libc::O_CLOEXEC as u32,
+            )
+            .expect("addfd");
+        assert!(newfd >= 0);
+        drop(data_w);
+        assert_eq!(child.wait().expect("wait"), Exit::Code(0));
+        let mut got = [0u8; 2];
+        os::read_exact_raw(data_r.as_fd(), &mut got).expect("read what the child wrote");
+        assert_eq!(&got, b"ok");
+    }
+}
