@@ -1,10 +1,9 @@
-//! Event names and their perf_event_open (type, config). Pure.
+//! Event names and their perf_event_open (type, config). Pure: the type
+//! numbers are mantle_sys::perf's, the names and configs are here.
 
 use serde::Serialize;
 
-pub const PERF_TYPE_HARDWARE: u32 = 0;
-pub const PERF_TYPE_SOFTWARE: u32 = 1;
-pub const PERF_TYPE_HW_CACHE: u32 = 3;
+pub use mantle_sys::perf::{PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_SOFTWARE};
 
 /// One event mantle can sample by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

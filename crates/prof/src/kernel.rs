@@ -3,18 +3,18 @@
 //! draining its maps. perf_event_open, the perf ioctls and the mmap'd
 //! side-band ring (`mantle_sys::perf`), and the signals, gated child, vDSO
 //! copy and memfd recording needs (`mantle_sys::os`) are re-exported here
-//! at their old paths. Every `unsafe` block of the crate is here; the bpf(2)
-//! calls outside the skeleton (the pinned tags view, map and program info,
-//! BPF_ENABLE_STATS) belong in `mantle_sys::bpf` once it exists.
+//! at their old paths; the bpf(2) calls outside the skeleton (the pinned
+//! tags view, map and program info, BPF_ENABLE_STATS) are
+//! `mantle_sys::bpf`'s. The crate's one `unsafe` left is here: flipping
+//! the sample path's map selector in its mmapped .bss.
 
 use crate::abi::{Key, Stats};
 use crate::Error;
-use libbpf_rs::libbpf_sys;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
 
 mod skel {
@@ -37,15 +37,7 @@ pub use mantle_sys::perf::{
     PERF_RECORD_UNTHROTTLE, PERF_SAMPLE_IP, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
-}
+use mantle_sys::os::page_size;
 
 /// The loaded sample path.
 pub struct Sampler {
@@ -58,36 +50,17 @@ pub struct Sampler {
     pub use_ring: bool,
 }
 
-/// Where the tags subsystem pins its view map.
-pub const TAGS_VIEW_PIN: &str = "/sys/fs/bpf/mantle/tags/maps/view";
-
-/// Opens the tags view map when the tags kernel side is loaded.
+/// Opens the tags view map (read-only) when the tags kernel side is
+/// loaded.
 pub fn open_tags_view() -> Option<OwnedFd> {
-    if !std::path::Path::new(TAGS_VIEW_PIN).exists() {
-        return None;
-    }
-    let c = std::ffi::CString::new(TAGS_VIEW_PIN).ok()?;
-    let opts = libbpf_sys::bpf_obj_get_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_obj_get_opts>() as _,
-        file_flags: libbpf_sys::BPF_F_RDONLY,
-        ..Default::default()
-    };
-    // SAFETY: valid path and opts.
-    let fd = unsafe { libbpf_sys::bpf_obj_get_opts(c.as_ptr(), &opts) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: a new fd we own.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    mantle_sys::bpf::obj_get(&mantle_abi::paths::pin("maps", "view"), false).ok()
 }
 
 /// (value_size, max_entries) of a BPF map.
 pub fn map_geometry(fd: BorrowedFd) -> Option<(u32, u32)> {
-    let mut info = libbpf_sys::bpf_map_info::default();
-    let mut len = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
-    // SAFETY: info/len valid for writing.
-    let rc = unsafe { libbpf_sys::bpf_map_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) };
-    (rc == 0).then_some((info.value_size, info.max_entries))
+    mantle_sys::bpf::map_geometry(fd)
+        .ok()
+        .map(|(_, value, max)| (value, max))
 }
 
 impl Sampler {
@@ -233,28 +206,13 @@ impl Sampler {
 
     /// run_time_ns and run_cnt of the program (kernel.bpf_stats / BPF_ENABLE_STATS).
     pub fn prog_run_stats(&self) -> (u64, u64) {
-        let fd = self.skel.progs.mp_sample.as_fd().as_raw_fd();
-        let mut info = libbpf_sys::bpf_prog_info::default();
-        let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
-        // SAFETY: info/len valid for writing.
-        let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
-        if rc < 0 {
-            return (0, 0);
-        }
-        (info.run_time_ns, info.run_cnt)
+        mantle_sys::bpf::prog_run_stats(self.skel.progs.mp_sample.as_fd()).unwrap_or((0, 0))
     }
 }
 
 /// Turns on the kernel's per-program run-time statistics while the fd lives.
 pub fn enable_bpf_stats() -> Option<OwnedFd> {
-    // SAFETY: no pointers.
-    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
-    if fd < 0 {
-        None
-    } else {
-        // SAFETY: a new fd we own.
-        Some(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
+    mantle_sys::bpf::enable_stats().ok()
 }
 
 // Stop signals, the gated child, the vDSO copy and memfd are mantle-sys's

@@ -151,6 +151,32 @@ pub fn prog_ids_named(name: &str) -> Vec<u32> {
     ids
 }
 
+/// (key_size, value_size, max_entries) of the map behind `fd`.
+pub fn map_geometry(fd: BorrowedFd<'_>) -> io::Result<(u32, u32, u32)> {
+    let mut info = libbpf_sys::bpf_map_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
+    // SAFETY: info/len point at a local of the size given.
+    check(unsafe { libbpf_sys::bpf_map_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) })?;
+    Ok((info.key_size, info.value_size, info.max_entries))
+}
+
+/// (run_time_ns, run_cnt) of the program behind `fd`: counted while
+/// [`enable_stats`] (or the sysctl kernel.bpf_stats_enabled) is on.
+pub fn prog_run_stats(fd: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
+    // SAFETY: info/len point at a local of the size given.
+    check(unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) })?;
+    Ok((info.run_time_ns, info.run_cnt))
+}
+
+/// Turns on the kernel's per-program run-time statistics while the
+/// returned fd lives (`BPF_ENABLE_STATS`, Linux 5.8).
+pub fn enable_stats() -> io::Result<OwnedFd> {
+    // SAFETY: no pointers.
+    owned(unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) })
+}
+
 /// The number of possible CPUs (the stride of per-CPU map values).
 pub fn possible_cpus() -> io::Result<usize> {
     // SAFETY: no arguments; returns the count or -errno.
@@ -169,15 +195,12 @@ impl PinnedMap {
     /// Opens the map pinned at `path`, read-only unless `write`.
     pub fn open(path: &Path, write: bool) -> io::Result<PinnedMap> {
         let fd = obj_get(path, write)?;
-        let mut info = libbpf_sys::bpf_map_info::default();
-        let mut len = std::mem::size_of::<libbpf_sys::bpf_map_info>() as u32;
-        // SAFETY: info/len point at a local of the size given.
-        check(unsafe { libbpf_sys::bpf_map_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) })?;
+        let (key_size, value_size, max_entries) = map_geometry(fd.as_fd())?;
         Ok(PinnedMap {
             fd,
-            key_size: info.key_size,
-            value_size: info.value_size,
-            max_entries: info.max_entries,
+            key_size,
+            value_size,
+            max_entries,
         })
     }
 
@@ -310,11 +333,7 @@ impl MappedMap {
             ));
         }
         let stride = (map.value_size as usize).next_multiple_of(8);
-        // SAFETY: sysconf has no memory arguments.
-        let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-            n if n > 0 => n as usize,
-            _ => return Err(io::Error::last_os_error()),
-        };
+        let page = crate::os::page_size();
         let len = (stride * map.max_entries as usize).div_ceil(page) * page;
         let prot = libc::PROT_READ | if write { libc::PROT_WRITE } else { 0 };
         // SAFETY: mapping an mmapable array fd from offset 0 for the pages

@@ -9,10 +9,14 @@
 //! objects. To find who makes a kind of system call, read this list:
 //!
 //! * [`bpf`]: bpf(2) outside a skeleton's own loading: pinned maps opened
-//!   read-only or read-write, their mmap, BPF iterators.
+//!   read-only or read-write (geometry checked), mmapped arrays, pins,
+//!   links, freezing, `BPF_PROG_RUN`, program ids, iterators.
 //! * [`perf`]: perf_event_open(2), the perf ioctls, the mmap'd perf ring.
 //! * [`seccomp`]: seccomp(2) filters and the user-notification fd's ioctls.
 //! * [`sud`]: prctl(PR_SET_SYSCALL_USER_DISPATCH) and the SIGSYS it raises.
+//! * [`lock`]: flock(2) with a bounded wait, and who holds a lock.
+//! * [`netns`]: network namespace cookies (SO_NETNS_COOKIE, setns on a
+//!   scoped thread).
 //! * [`os`]: small process, fd and mount calls: gettid, pidfd_open,
 //!   pidfd_getfd, pipe2, fork/waitpid, mount (bpffs), uname, capget.
 //! * [`probe`]: no mechanism of its own: what the running kernel offers

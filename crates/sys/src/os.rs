@@ -510,3 +510,15 @@ mod tests {
         assert!(!is_identity_map(""));
     }
 }
+
+/// The page size (sysconf; 4096 if the kernel does not say, which it
+/// always does).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as usize
+    } else {
+        4096
+    }
+}

@@ -107,6 +107,7 @@ pub mod attr {
 
 pub const PERF_TYPE_HARDWARE: u32 = 0;
 pub const PERF_TYPE_SOFTWARE: u32 = 1;
+pub const PERF_TYPE_HW_CACHE: u32 = 3;
 pub const PERF_COUNT_HW_CPU_CYCLES: u64 = 0;
 pub const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
 pub const PERF_COUNT_SW_DUMMY: u64 = 9;
@@ -186,15 +187,7 @@ pub fn perf_set_output(fd: BorrowedFd, target: BorrowedFd) -> io::Result<()> {
     ioctl(fd, IOC_SET_OUTPUT, target.as_raw_fd() as libc::c_ulong)
 }
 
-fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
-}
+use crate::os::page_size;
 
 /// Byte offsets in `struct perf_event_mmap_page` (linux/perf_event.h): the
 /// first 1024 bytes are the self-monitoring part, then come these u64s.

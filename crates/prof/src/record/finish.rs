@@ -158,7 +158,8 @@ pub(super) fn write(
             .dropped
             .saturating_add(st.ring_full)
             .saturating_add(r.side.lost_samples),
-        lost_sideband: r.side.lost,
+        // a corrupted stretch of ring is at least one record lost
+        lost_sideband: r.side.lost.saturating_add(r.side.corrupt),
         throttle_events: r.side.throttle,
         unthrottle_events: r.side.unthrottle,
         max_sample_rate_start: r.max_rate_start,

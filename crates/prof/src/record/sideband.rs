@@ -27,6 +27,9 @@ pub(super) struct SideStats {
     pub throttle: u64,
     pub unthrottle: u64,
     pub lost_samples: u64,
+    /// Times a ring's contents were found corrupted and its unread bytes
+    /// dropped (mantle_sys::perf::PerfRing::corrupt, summed over CPUs).
+    pub corrupt: u64,
 }
 
 /// The side-band events and their rings, one ring per CPU.
@@ -197,6 +200,7 @@ fn replay(
     for r in rings.values_mut() {
         r.read(recs);
     }
+    side.corrupt = rings.values().map(|r| r.corrupt()).sum();
     recs.sort_by_key(record_time);
     let trace = std::env::var_os("MANTLE_PROF_TRACE").is_some();
     for r in recs.drain(..) {
