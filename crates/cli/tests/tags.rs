@@ -33,8 +33,8 @@ use mantle_testsupport::actor::{
     mkfifo, open_fifo_writer, pass_fds, pipe, socketpair, Actor, MQ_TIMEDRECEIVE, READ,
 };
 use mantle_testsupport::cli::{
-    holders, lifeline, mantle, mantle_as, mantle_code, mantle_ok, set_of, tags_of, threads_json,
-    Out,
+    holders, lifeline, mantle, mantle_as, mantle_code, mantle_ok, set_of, tags_of,
+    test_process_tags, threads_json, Out,
 };
 use mantle_testsupport::kernel::{self, Loaded, Spec};
 use mantle_testsupport::poll_until;
@@ -161,23 +161,6 @@ impl Case {
         pass_fds(&mut cmd, &fds);
         Actor::spawn(&self.dir, name, cmd)
     }
-
-    /// Threads of the test process itself must never hold a tag.
-    fn test_process_tags(&self) -> Vec<(u32, BTreeSet<String>)> {
-        let mut bad = Vec::new();
-        for e in fs::read_dir("/proc/self/task").unwrap().flatten() {
-            if let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() {
-                let o = mantle(&["tag", "get", "--tid", &tid.to_string(), "--json"]);
-                if o.code == 0 {
-                    let v: BTreeSet<String> = serde_json::from_str(&o.stdout).unwrap_or_default();
-                    if !v.is_empty() {
-                        bad.push((tid, v));
-                    }
-                }
-            }
-        }
-        bad
-    }
 }
 
 impl Drop for Case {
@@ -185,7 +168,7 @@ impl Drop for Case {
         let tainted = if std::thread::panicking() {
             Vec::new()
         } else {
-            self.test_process_tags()
+            test_process_tags()
         };
         for t in self.tags.borrow().iter() {
             let _ = mantle(&["tag", "delete", t]);

@@ -147,3 +147,31 @@ pub fn holders(tag: &str) -> BTreeMap<u32, u8> {
 pub fn lifeline(tag: &str) -> Vec<Value> {
     json(&["tag", "lifeline", tag, "--json"])
 }
+
+/// Threads of the test process that hold a tag, with their tags. The test
+/// process must never be tagged: it would tag every actor it starts
+/// afterwards. A thread that ended meanwhile (`tag get` fails) holds none.
+pub fn test_process_tags() -> Vec<(u32, BTreeSet<String>)> {
+    let mut bad = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(tid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let o = mantle(&["tag", "get", "--tid", &tid.to_string(), "--json"]);
+        if o.code != 0 {
+            continue;
+        }
+        let v: Value = serde_json::from_str(&o.stdout)
+            .unwrap_or_else(|e| panic!("tag get --tid {tid} --json: {e}: {}", o.stdout));
+        let held: BTreeSet<String> = v["tags"]
+            .as_array()
+            .unwrap_or_else(|| panic!("tag get json without tags: {v}"))
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_string())
+            .collect();
+        if !held.is_empty() {
+            bad.push((tid, held));
+        }
+    }
+    bad
+}
