@@ -178,7 +178,8 @@ fn kernel(want: Want) -> MutexGuard<'static, ()> {
     let g = KERNEL.lock().unwrap_or_else(|e| e.into_inner());
     mantle_testsupport::require_root("a test that loads the kernel side");
     let env = KERNEL_ENV.get_or_init(|| {
-        let lock = mantle_testsupport::lock::take_kernel_lock().unwrap_or_else(|e| panic!("kernel lock: {e}"));
+        let lock = mantle_testsupport::lock::take_kernel_lock()
+            .unwrap_or_else(|e| panic!("kernel lock: {e}"));
         let lib = mantle_testsupport::build::libmantle().unwrap_or_else(|e| panic!("{e}"));
         // SAFETY: registering a plain extern "C" fn.
         unsafe { libc::atexit(unload_at_exit) };

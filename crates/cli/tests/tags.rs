@@ -1587,7 +1587,9 @@ fn not_loaded_exit_3() {
     let o = match run("tag get --tid 1 --json") {
         Ok(o) if o.status.code() != Some(99) => o,
         other => {
-            panic!("cannot make a private mount namespace (unshare), which this test needs: {other:?}");
+            panic!(
+                "cannot make a private mount namespace (unshare), which this test needs: {other:?}"
+            );
         }
     };
     let err = String::from_utf8_lossy(&o.stderr);
@@ -2239,6 +2241,7 @@ fn kernel_side_agrees_with_the_reference_model() {
         }
     }
     let mut actors = Vec::new();
+    #[allow(clippy::needless_range_loop)] // k indexes both ends of pipes[][]
     for k in 0..N {
         let mut fds: Vec<(&OwnedFd, RawFd)> = Vec::new();
         let mut adopt = Vec::new();
@@ -2260,10 +2263,22 @@ fn kernel_side_agrees_with_the_reference_model() {
 
     let mut model: Vec<Thread> = (0..N).map(|_| Thread::default()).collect();
     for k in [4, 5] {
-        mantle_ok(&["tag", "class", "system", "--tid", &actors[k].w[0].to_string()]);
+        mantle_ok(&[
+            "tag",
+            "class",
+            "system",
+            "--tid",
+            &actors[k].w[0].to_string(),
+        ]);
         model[k].system = true;
     }
-    mantle_ok(&["tag", "terminate", &names[1], "--tid", &actors[3].w[0].to_string()]);
+    mantle_ok(&[
+        "tag",
+        "terminate",
+        &names[1],
+        "--tid",
+        &actors[3].w[0].to_string(),
+    ]);
     model[3].terminators.push(1);
     for (t, s) in spec.iter().enumerate() {
         c.set(&names[t], actors[s.3].w[0], None);
@@ -2337,6 +2352,9 @@ fn kernel_side_agrees_with_the_reference_model() {
         "taken",
         "ttl 0 holder sends",
     ] {
-        assert!(seen.contains(rule), "the scenario never exercised: {rule} ({seen:?})");
+        assert!(
+            seen.contains(rule),
+            "the scenario never exercised: {rule} ({seen:?})"
+        );
     }
 }

@@ -18,7 +18,9 @@
 //! fail saying what is missing. The harness is mantle-testsupport.
 
 use mantle_testsupport::actor::{pass_fds, pipe, Actor};
-use mantle_testsupport::cli::{json, lifeline, mantle, mantle_ok, set_of, tags_of, test_process_tags};
+use mantle_testsupport::cli::{
+    json, lifeline, mantle, mantle_ok, set_of, tags_of, test_process_tags,
+};
 use mantle_testsupport::kernel::{self, Loaded, Spec};
 use mantle_testsupport::poll_until;
 use serde_json::Value;

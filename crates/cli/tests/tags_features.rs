@@ -108,14 +108,14 @@ fn expiring_tag_stops_and_disappears() {
     ok(&["tag", "create", name, "--expire", "400ms"]);
     let mut h = holder(name);
     let pid = h.id();
-    wait_until("holder tagged", || tags_of(pid).contains(&name.to_string()));
+    wait_until("holder tagged", || tags_of(pid).contains(name));
     std::thread::sleep(Duration::from_millis(700));
     // Retired by the kernel timer: no longer resolvable; this command's
     // table open sweeps it from the holder.
     let ls = ok(&["tag", "ls", "--json"]);
     assert!(!ls.contains(name), "expired tag still listed: {ls}");
     assert!(
-        !tags_of(pid).contains(&name.to_string()),
+        !tags_of(pid).contains(name),
         "holder still has the expired tag"
     );
     let o = mantle(&["tag", "set", name, "--tid", &pid.to_string()]);

@@ -237,7 +237,10 @@ fn run_scenario() -> Result<Scenario, Missing> {
         ("socat", "socat"),
         ("tcpdump", "tcpdump"),
     ];
-    if let Some((prog, pkg)) = progs.iter().find(|(p, _)| !mantle_testsupport::have_program(p)) {
+    if let Some((prog, pkg)) = progs
+        .iter()
+        .find(|(p, _)| !mantle_testsupport::have_program(p))
+    {
         return Err(Missing(format!(
             "{prog} (Debian package {pkg}; scripts/setup.sh installs it)"
         )));

@@ -355,4 +355,3 @@ impl Drop for Actor {
         }
     }
 }
-

@@ -8,7 +8,6 @@ use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
-
 pub const KERNEL_LOCK: &str = "/run/mantle-kernel.lock";
 
 /// Takes /run/mantle-kernel.lock for the life of the binary. When run as
@@ -97,4 +96,3 @@ fn lock_holder_is_ancestor(f: &File) -> Option<u32> {
     }
     None
 }
-
