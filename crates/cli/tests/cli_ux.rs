@@ -10,7 +10,7 @@
 //! without root they fail saying so. The help and usage tests need nothing.
 //! The tests that use
 //! the kernel side hold /run/mantle-kernel.lock for the life of the binary
-//! (tests/common) and run one at a time (`kernel()`); they unload it at
+//! (mantle-testsupport) and run one at a time (`kernel()`); they unload it at
 //! exit. The others need no kernel side.
 //!
 //! Every command's output goes to files, not pipes: a command that holds

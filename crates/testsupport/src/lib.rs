@@ -31,7 +31,12 @@ use std::time::{Duration, Instant};
 /// neither "0" nor "false". `.ci/run` exports CI=1; `scripts/test.sh` then
 /// refuses to run without root (an ignored test would hide the gap).
 pub fn ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+    ci_value_means_yes(std::env::var_os("CI").as_deref())
+}
+
+/// The rule of [`ci`], on a value of `CI` (None: unset).
+fn ci_value_means_yes(v: Option<&std::ffi::OsStr>) -> bool {
+    v.is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
 /// The effective uid of the test process.
@@ -107,4 +112,21 @@ pub fn poll_until_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) ->
 /// [`poll_until_for`] with [`TIMEOUT`].
 pub fn poll_until<T>(f: impl FnMut() -> Option<T>) -> Option<T> {
     poll_until_for(TIMEOUT, f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ci_value_means_yes as yes;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn ci_is_set_non_empty_and_not_0_or_false() {
+        assert!(!yes(None));
+        for no in ["", "0", "false"] {
+            assert!(!yes(Some(OsStr::new(no))), "CI={no:?}");
+        }
+        for y in ["1", "true", "yes", "gitlab"] {
+            assert!(yes(Some(OsStr::new(y))), "CI={y:?}");
+        }
+    }
 }
