@@ -42,13 +42,13 @@ fn tmpdir(tag: &str) -> PathBuf {
 fn multiply(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/multiply.c");
     let out = dir.join("multiply");
-    let st = Command::new("cc")
-        .args(["-O0", "-g", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc");
-    assert!(st.success());
+    mantle_testsupport::build::run_cc(
+        "bench/prof/multiply.c",
+        Command::new("cc")
+            .args(["-O0", "-g", "-o"])
+            .arg(&out)
+            .arg(&src),
+    );
     out
 }
 
@@ -261,13 +261,13 @@ fn vdso_samples_resolve_through_the_session_copy() {
         "#include <time.h>\nint main(void){struct timespec t; long s=0; for(long i=0;i<8000000;i++){clock_gettime(CLOCK_MONOTONIC,&t); s+=t.tv_nsec;} return s==1;}\n",
     )
     .unwrap();
-    let st = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(d.join("vd"))
-        .arg(d.join("vd.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    mantle_testsupport::build::run_cc(
+        "vd.c",
+        Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(d.join("vd"))
+            .arg(d.join("vd.c")),
+    );
     record(&opts(
         &d,
         Target::Command(vec![d.join("vd").display().to_string()]),

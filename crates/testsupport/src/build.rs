@@ -96,3 +96,17 @@ pub fn compile_actors(names: &[&str], bin: &Path, lib_dir: &Path) -> Result<(), 
     }
     Ok(())
 }
+
+/// Runs `cmd` (a `cc` command line) to build `what`; fails the test with
+/// cc's messages if cc cannot run or fails.
+#[track_caller]
+pub fn run_cc(what: &str, cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cc to build {what} (a C compiler is needed): {e}"));
+    assert!(
+        out.status.success(),
+        "cc {what} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
