@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Installs what mantle needs to build and run on Debian (run as root):
-# clang/LLVM and libbpf headers for the eBPF programs, bpftool for
-# vmlinux.h, libelf/zlib for libbpf, socat for the demo, and the tools the
-# tests and benchmarks drive. Rust comes from the machine's rustup
-# toolchain (mantle needs Rust >= 1.82); Debian's own rustc is too old.
+# clang/LLVM and libbpf headers for the eBPF programs, bpftool (for
+# MANTLE_VMLINUX=running and the benchmarks), libelf/zlib for libbpf, socat for the demo, and the tools the
+# tests and benchmarks drive (tcpdump for tags_net, go for `go tool pprof`:
+# the tests themselves install nothing). Rust comes from the machine's rustup
+# toolchain (mantle needs Rust >= 1.87); Debian's own rustc is too old.
 set -euo pipefail
 need=()
 for p in clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc socat \
-         iproute2 util-linux procps python3 xz-utils sqlite3; do
+         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
+# go: any install will do (the prof test also looks in /usr/local/go)
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+  need+=(golang-go)
+fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -22,7 +27,7 @@ if ! command -v cargo >/dev/null 2>&1; then
   done
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-  echo "setup: no Rust toolchain found; installing Debian's (may be older than the 1.82 mantle needs)"
+  echo "setup: no Rust toolchain found; installing Debian's (may be older than the 1.87 mantle needs)"
   apt-get install -y -qq cargo rustc >/dev/null
 fi
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf

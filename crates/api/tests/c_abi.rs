@@ -6,14 +6,15 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use mantle_testsupport::build::workspace as root;
 
+/// The directory of the libmantle.so under test (target/<profile>).
 fn lib_dir() -> PathBuf {
-    // target/<profile>/deps/c_abi-* -> target/<profile>
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
+    mantle_testsupport::build::libmantle()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 fn declared() -> BTreeSet<String> {
@@ -34,8 +35,7 @@ fn declared() -> BTreeSet<String> {
 
 #[test]
 fn header_matches_exports() {
-    let lib = lib_dir().join("libmantle.so");
-    assert!(lib.exists(), "{} not built", lib.display());
+    let lib = mantle_testsupport::build::libmantle().unwrap_or_else(|e| panic!("{e}"));
     let out = Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(&lib)
@@ -76,26 +76,22 @@ fn c_program_compiles_and_links() {
         ),
     )
     .unwrap();
-    let out = Command::new("cc")
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-Wstrict-prototypes",
-        ])
-        .arg(format!("-I{}", root().join("include").display()))
-        .arg(&src)
-        .arg(format!("-L{}", lib_dir().display()))
-        .arg("-lmantle")
-        .arg("-o")
-        .arg(dir.join("use_all"))
-        .output()
-        .expect("cc");
-    assert!(
-        out.status.success(),
-        "C build failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    mantle_testsupport::build::run_cc(
+        "a C program using all of tags.h",
+        Command::new("cc")
+            .args([
+                "-std=c11",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wstrict-prototypes",
+            ])
+            .arg(format!("-I{}", root().join("include").display()))
+            .arg(&src)
+            .arg(format!("-L{}", lib_dir().display()))
+            .arg("-lmantle")
+            .arg("-o")
+            .arg(dir.join("use_all")),
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

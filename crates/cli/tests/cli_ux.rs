@@ -4,16 +4,17 @@
 //! namespaces, what `doctor` says of unprivileged BPF, and the examples
 //! leaving a kernel side they did not load as they found it.
 //!
-//! Needs root: it loads the kernel side, and runs commands as `nobody`
-//! (setpriv) and inside user namespaces (unshare -Ur). The tests that use
+//! The tests that load the kernel side, run commands as `nobody` (setpriv)
+//! or inside user namespaces (unshare -Ur) need root: they are ignored with
+//! that reason unless included (scripts/test.sh, as root), and included
+//! without root they fail saying so. The help and usage tests need nothing.
+//! The tests that use
 //! the kernel side hold /run/mantle-kernel.lock for the life of the binary
-//! (tests/common) and run one at a time (`kernel()`); they unload it at
+//! (mantle-testsupport) and run one at a time (`kernel()`); they unload it at
 //! exit. The others need no kernel side.
 //!
 //! Every command's output goes to files, not pipes: a command that holds
 //! a tag (`tag run`) would otherwise pass it to this process.
-
-mod common;
 
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -175,15 +176,11 @@ extern "C" fn unload_at_exit() {
 /// they want. The first call takes the machine-wide lock.
 fn kernel(want: Want) -> MutexGuard<'static, ()> {
     let g = KERNEL.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: geteuid cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
-        "these tests load the kernel side: run them as root"
-    );
+    mantle_testsupport::require_root("a test that loads the kernel side");
     let env = KERNEL_ENV.get_or_init(|| {
-        let lock = common::take_kernel_lock().unwrap_or_else(|e| panic!("kernel lock: {e}"));
-        let lib = common::libmantle().unwrap_or_else(|e| panic!("{e}"));
+        let lock = mantle_testsupport::lock::take_kernel_lock()
+            .unwrap_or_else(|e| panic!("kernel lock: {e}"));
+        let lib = mantle_testsupport::build::libmantle().unwrap_or_else(|e| panic!("{e}"));
         // SAFETY: registering a plain extern "C" fn.
         unsafe { libc::atexit(unload_at_exit) };
         KernelEnv { lock, lib }
@@ -427,6 +424,7 @@ fn ttl_and_lifeline_errors_give_the_real_limits() {
 
 /// The cases of issue 8, each with the code README "Exit codes" gives it.
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn exit_codes_follow_one_rule() {
     let _k = kernel(Want::Loaded);
     let t = name("codes");
@@ -516,6 +514,7 @@ fn exit_codes_follow_one_rule() {
 
 /// `tags down` with nothing loaded: 3, and no advice to run `tags up`.
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn tags_down_when_not_loaded() {
     let _k = kernel(Want::Unloaded);
     let o = mantle(&["tags", "down"]);
@@ -533,6 +532,7 @@ fn tags_down_when_not_loaded() {
 /// README: a tag's owner may delete it. `mantle tag delete` refused them
 /// ("owners use the library call"), and --owner took only a number.
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn an_owner_deletes_their_tag_and_nobody_else_does() {
     let _k = kernel(Want::Loaded);
     let owner_of = |tag: &str| {
@@ -633,12 +633,14 @@ fn unprivileged_in_userns(as_nobody: bool) {
 }
 
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn uid_0_in_roots_user_namespace_is_not_privileged() {
     let _k = kernel(Want::Loaded);
     unprivileged_in_userns(false);
 }
 
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn uid_0_in_nobodys_user_namespace_is_not_privileged() {
     let _k = kernel(Want::Loaded);
     unprivileged_in_userns(true);
@@ -742,6 +744,7 @@ fn ttl_of(thread: &Value, tag: &str) -> Value {
 /// [name, ttl] pairs; `tag get --json` a bare list; `owner_pid` the pid of
 /// a short-lived `mantle`. Now every command prints README's objects.
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn json_follows_the_documented_schema() {
     let _k = kernel(Want::Loaded);
     let s = Schema(documented());
@@ -879,6 +882,7 @@ fn json_follows_the_documented_schema() {
 /// since Linux 6.5: unprivileged users still open pinned objects (here:
 /// `tag ls` as nobody reads the public maps).
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn doctor_says_what_unprivileged_bpf_disabled_means() {
     let _k = kernel(Want::Loaded);
     let v =
@@ -929,6 +933,7 @@ fn example(script: &str) -> Out {
 /// tags. Now: a kernel side they find loaded stays loaded with its tags
 /// (they delete only theirs); one they load, they unload.
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn examples_leave_the_kernel_side_as_they_found_it() {
     {
         let _k = kernel(Want::Loaded);

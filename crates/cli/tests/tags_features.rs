@@ -4,29 +4,36 @@
 //!
 //! The kernel side is machine-wide state: the whole binary holds
 //! /run/mantle-kernel.lock (as every mantle test and benchmark does), and the
-//! tests run one at a time because some reload the kernel side.
+//! tests run one at a time because some reload the kernel side. They need
+//! root, so they are ignored (with the reason) unless included; included
+//! without root they fail saying so. The harness is mantle-testsupport.
 
-mod common;
-
+use mantle_testsupport::cli::{mantle_ok as ok, tags_of};
+use mantle_testsupport::kernel::{self, Spec};
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const MANTLE: &str = env!("CARGO_BIN_EXE_mantle");
 
-struct Env {
-    _lock: std::fs::File,
-}
+/// The kernel side this binary loads (no actors: its tests use sh, python3
+/// and mantle itself).
+const SPEC: Spec = Spec {
+    name: "tags-features",
+    actors: &[],
+};
 
 /// Serialises the tests of this binary (the kernel side is shared state).
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The libmantle.so the kernel side watches.
 fn lib() -> std::path::PathBuf {
-    common::libmantle().unwrap_or_else(|e| panic!("{e}"))
+    kernel::loaded(&SPEC).lib.clone()
 }
 
+/// Runs mantle; the caller checks the outcome.
 fn mantle(args: &[&str]) -> Output {
     Command::new(MANTLE)
         .args(args)
@@ -34,45 +41,14 @@ fn mantle(args: &[&str]) -> Output {
         .expect("run mantle")
 }
 
-fn ok(args: &[&str]) -> String {
-    let o = mantle(args);
-    assert!(
-        o.status.success(),
-        "mantle {args:?} failed: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// Takes the machine-wide lock and loads the kernel side; None (skip)
-/// outside CI when not root or the kernel side cannot load.
-fn setup() -> Option<MutexGuard<'static, ()>> {
-    static ENV: OnceLock<Option<Env>> = OnceLock::new();
+/// This test's turn, with the kernel side loaded (by the first test: the
+/// machine-wide lock is held until the binary exits). Fails the test,
+/// saying what is missing, when it cannot be loaded here.
+#[track_caller]
+fn setup() -> MutexGuard<'static, ()> {
     let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let env = ENV.get_or_init(|| {
-        let ci = std::env::var_os("CI").is_some();
-        // SAFETY: geteuid cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(!ci, "these tests need root in CI");
-            eprintln!("SKIP: tag feature tests need root");
-            return None;
-        }
-        let f = common::take_kernel_lock().expect("take the kernel lock");
-        let _ = mantle(&["tags", "down"]);
-        let up = Command::new(MANTLE)
-            .args(["tags", "up", "--lib"])
-            .arg(lib())
-            .output()
-            .unwrap();
-        if !up.status.success() {
-            let why = String::from_utf8_lossy(&up.stderr).into_owned();
-            assert!(!ci, "tags up failed in CI: {why}");
-            eprintln!("SKIP: tags kernel side does not load here: {why}");
-            return None;
-        }
-        Some(Env { _lock: f })
-    });
-    env.as_ref().map(|_| guard)
+    kernel::loaded(&SPEC);
+    guard
 }
 
 /// Unloads and loads the kernel side again with extra `tags up` arguments
@@ -105,19 +81,6 @@ fn lifeline_vias(name: &str) -> (serde_json::Value, Vec<String>) {
     (l, vias)
 }
 
-/// Names of the tags thread `tid` holds (`tag get --json`: a thread,
-/// README "JSON").
-fn tags_of(tid: u32) -> Vec<String> {
-    let out = ok(&["tag", "get", "--tid", &tid.to_string(), "--json"]);
-    let v: serde_json::Value = serde_json::from_str(&out).expect("tag get --json");
-    v["tags"]
-        .as_array()
-        .unwrap_or_else(|| panic!("tag get --json: no tags: {out}"))
-        .iter()
-        .map(|h| h["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + Duration::from_secs(5);
     while !f() {
@@ -137,21 +100,22 @@ fn holder(tag: &str) -> std::process::Child {
 }
 
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn expiring_tag_stops_and_disappears() {
-    let Some(_g) = setup() else { return };
+    let _g = setup();
     let name = "feat-expire";
     let _ = mantle(&["tag", "delete", name]);
     ok(&["tag", "create", name, "--expire", "400ms"]);
     let mut h = holder(name);
     let pid = h.id();
-    wait_until("holder tagged", || tags_of(pid).contains(&name.to_string()));
+    wait_until("holder tagged", || tags_of(pid).contains(name));
     std::thread::sleep(Duration::from_millis(700));
     // Retired by the kernel timer: no longer resolvable; this command's
     // table open sweeps it from the holder.
     let ls = ok(&["tag", "ls", "--json"]);
     assert!(!ls.contains(name), "expired tag still listed: {ls}");
     assert!(
-        !tags_of(pid).contains(&name.to_string()),
+        !tags_of(pid).contains(name),
         "holder still has the expired tag"
     );
     let o = mantle(&["tag", "set", name, "--tid", &pid.to_string()]);
@@ -170,8 +134,9 @@ fn expiring_tag_stops_and_disappears() {
 /// A tagged server answers an untagged client over a connected unix stream:
 /// the reply carries only tags created with --replies.
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn replies_carry_only_reply_tags() {
-    let Some(_g) = setup() else { return };
+    let _g = setup();
     let (plain, rep) = ("feat-plain", "feat-rep");
     for t in [plain, rep] {
         let _ = mantle(&["tag", "delete", t]);
@@ -225,8 +190,9 @@ fn replies_carry_only_reply_tags() {
 /// The portable load path (no direct fd-array loads) propagates over pipes
 /// like the fast one; lifeline formats are well formed.
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn compat_path_and_lifeline_formats() {
-    let Some(_g) = setup() else { return };
+    let _g = setup();
     reload(&[], Some(("MANTLE_TAGS_COMPAT", "1")));
     let name = "feat-compat";
     ok(&["tag", "create", name, "--lifeline", "64"]);
@@ -268,8 +234,9 @@ fn compat_path_and_lifeline_formats() {
 }
 
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn cluster_table_errors_are_usage_errors() {
-    let Some(_g) = setup() else { return };
+    let _g = setup();
     let dir = std::env::temp_dir().join(format!("mantle-cluster-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let bad = dir.join("bad");
@@ -333,8 +300,9 @@ fn cluster_table_errors_are_usage_errors() {
 /// A tag held by a thread waiting in accept: no pipe or socket data moves,
 /// so nobody else gets it (no spurious propagation).
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn idle_holder_passes_nothing() {
-    let Some(_g) = setup() else { return };
+    let _g = setup();
     let name = "feat-idle";
     let _ = mantle(&["tag", "delete", name]);
     ok(&["tag", "create", name]);
@@ -355,8 +323,9 @@ fn idle_holder_passes_nothing() {
 /// `tags up --no-fd-channels`: sys_exit is never attached, so pipes carry
 /// nothing, while sockets still do; status says which channels are off.
 #[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn no_fd_channels_leaves_pipes_out() {
-    let Some(_g) = setup() else { return };
+    let _g = setup();
     reload(&["--no-fd-channels"], None);
     let name = "feat-nofd";
     ok(&["tag", "create", name, "--lifeline", "64"]);

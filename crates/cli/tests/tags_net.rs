@@ -21,9 +21,10 @@
 //!   with `--merge` (mantle unloaded, so only the files count) come out in
 //!   causal order, including the reception back on A after C.
 //!
-//! Needs root, `ip`, `nsenter`, socat and tcpdump (installed with apt-get
-//! when missing). Outside CI a missing piece skips every test with a `SKIP:`
-//! line saying why; with `CI` set, it fails.
+//! Needs root, `ip`, `nsenter`, socat and tcpdump (scripts/setup.sh installs
+//! them). Every test is ignored with that reason unless included (as
+//! scripts/test.sh does as root); included, a missing piece fails every test
+//! with a message naming it. The harness is mantle-testsupport.
 //!
 //! The kernel side is global machine state: the scenario holds an exclusive
 //! flock on /run/mantle-kernel.lock for as long as it touches it (load with
@@ -31,9 +32,9 @@
 //! interfaces have names unique to this process, and a guard deletes them,
 //! kills every process it started and unloads mantle, on failure too.
 
-mod common;
-
-use common::take_kernel_lock;
+use mantle_testsupport::cli::{mantle, mantle_ok, run};
+use mantle_testsupport::lock::take_kernel_lock;
+use mantle_testsupport::poll_until_for as poll_until;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
@@ -55,14 +56,12 @@ const LOCAL: &str = "loc";
 /// A global deadlock tag (cluster table attribute `deadlock`).
 const DEADLOCK: &str = "dl";
 
-// ----------------------------------------------------------- skip/fail
+// ----------------------------------------------------------- the scenario, once
 
-fn ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-/// The scenario's results, or None when the tests must be skipped.
-fn scenario() -> Option<&'static Scenario> {
+/// The scenario's results. It runs once per binary; a failure, or a missing
+/// prerequisite, fails every test with the same message.
+#[track_caller]
+fn scenario() -> &'static Scenario {
     static S: OnceLock<Result<Scenario, Missing>> = OnceLock::new();
     // A failure inside the scenario is caught and stored, so that the other
     // tests report it too instead of running the scenario again.
@@ -77,63 +76,19 @@ fn scenario() -> Option<&'static Scenario> {
         })
     });
     match r {
-        Ok(s) => Some(s),
+        Ok(s) => s,
         Err(Missing(why)) if why.starts_with(FAILED) => panic!("{why}"),
-        Err(Missing(why)) if ci() => panic!("missing feature (CI set, so this fails): {why}"),
-        Err(Missing(why)) => {
-            eprintln!("SKIP: {why}");
-            None
-        }
+        Err(Missing(why)) => panic!("missing here, needed by the A→B→C scenario: {why}"),
     }
 }
 
 const FAILED: &str = "the A→B→C scenario failed: ";
 
-/// A missing prerequisite (skip outside CI). Real failures panic.
+/// A missing prerequisite (said as such). Real failures panic.
 #[derive(Debug)]
 struct Missing(String);
 
 // ------------------------------------------------------------ helpers
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(prog: &str, args: &[&str]) -> Out {
-    match Command::new(prog).args(args).stdin(Stdio::null()).output() {
-        Ok(o) => Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        },
-        Err(e) => Out {
-            code: -1,
-            stdout: String::new(),
-            stderr: format!("cannot run {prog}: {e}"),
-        },
-    }
-}
-
-fn mantle(args: &[&str]) -> Out {
-    run(MANTLE, args)
-}
-
-#[track_caller]
-fn mantle_ok(args: &[&str]) -> String {
-    let o = mantle(args);
-    assert_eq!(
-        o.code,
-        0,
-        "`mantle {}` exited {}\nstdout: {}\nstderr: {}",
-        args.join(" "),
-        o.code,
-        o.stdout,
-        o.stderr
-    );
-    o.stdout
-}
 
 #[track_caller]
 fn sh_ok(prog: &str, args: &[&str]) {
@@ -146,58 +101,6 @@ fn sh_ok(prog: &str, args: &[&str]) {
         o.code,
         o.stderr.trim()
     );
-}
-
-fn have(prog: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {prog}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Installs the Debian package `pkg` if `prog` is missing.
-fn need(prog: &str, pkg: &str) -> Result<(), Missing> {
-    if have(prog) {
-        return Ok(());
-    }
-    eprintln!("tags_net: {prog} missing: apt-get install -y {pkg}");
-    let _ = Command::new("apt-get")
-        .args(["install", "-y", "-q", pkg])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdout(Stdio::null())
-        .status();
-    if !have(prog) {
-        let _ = Command::new("apt-get")
-            .args(["update", "-q"])
-            .stdout(Stdio::null())
-            .status();
-        let _ = Command::new("apt-get")
-            .args(["install", "-y", "-q", pkg])
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdout(Stdio::null())
-            .status();
-    }
-    if have(prog) {
-        Ok(())
-    } else {
-        Err(Missing(format!(
-            "{prog} is missing and `apt-get install {pkg}` did not install it"
-        )))
-    }
-}
-
-fn poll_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let t0 = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if t0.elapsed() > timeout {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn json(s: &str, what: &str) -> Value {
@@ -322,24 +225,29 @@ struct DeadlockRun {
 }
 
 fn run_scenario() -> Result<Scenario, Missing> {
-    // SAFETY: geteuid cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = mantle_testsupport::euid();
     if euid != 0 {
         return Err(Missing(format!(
             "tags_net needs root (running as uid {euid})"
         )));
     }
-    for (prog, pkg) in [
+    let progs = [
         ("ip", "iproute2"),
         ("nsenter", "util-linux"),
         ("socat", "socat"),
         ("tcpdump", "tcpdump"),
-    ] {
-        need(prog, pkg)?;
+    ];
+    if let Some((prog, pkg)) = progs
+        .iter()
+        .find(|(p, _)| !mantle_testsupport::have_program(p))
+    {
+        return Err(Missing(format!(
+            "{prog} (Debian package {pkg}; scripts/setup.sh installs it)"
+        )));
     }
     let _lock = take_kernel_lock().map_err(Missing)?;
 
-    let lib = common::libmantle().map_err(Missing)?;
+    let lib = mantle_testsupport::build::libmantle().map_err(Missing)?;
 
     let t0 = Instant::now();
     let step = |what: &str| eprintln!("tags_net: [{:6.2}s] {what}", t0.elapsed().as_secs_f64());
@@ -936,8 +844,9 @@ fn tcp_reception<'a>(sc: &'a Scenario, host: &str) -> &'a Value {
 }
 
 #[test]
+#[ignore = "needs root, the eBPF kernel side, network namespaces, socat and tcpdump (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn global_tag_reaches_c_with_ttl_decremented_twice() {
-    let Some(sc) = scenario() else { return };
+    let sc = scenario();
     assert_eq!(
         sc.c_got.trim(),
         "hello-across",
@@ -1007,8 +916,9 @@ fn global_tag_reaches_c_with_ttl_decremented_twice() {
 }
 
 #[test]
+#[ignore = "needs root, the eBPF kernel side, network namespaces, socat and tcpdump (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn tcpdump_sees_the_option_on_the_b_to_c_link() {
-    let Some(sc) = scenario() else { return };
+    let sc = scenario();
     let bit = bit_of(sc, GLOBAL);
     let idle = bit_of(sc, IDLE_GLOBAL);
     assert!(
@@ -1081,8 +991,9 @@ fn tcpdump_sees_the_option_on_the_b_to_c_link() {
 }
 
 #[test]
+#[ignore = "needs root, the eBPF kernel side, network namespaces, socat and tcpdump (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn local_tag_never_leaves_the_host() {
-    let Some(sc) = scenario() else { return };
+    let sc = scenario();
     let lbit = bit_of(sc, LOCAL);
     assert!(
         lbit >= 16,
@@ -1128,8 +1039,9 @@ fn local_tag_never_leaves_the_host() {
 }
 
 #[test]
+#[ignore = "needs root, the eBPF kernel side, network namespaces, socat and tcpdump (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn merged_lifelines_are_in_causal_order() {
-    let Some(sc) = scenario() else { return };
+    let sc = scenario();
     assert!(
         sc.per_host.len() >= 3,
         "receptions on A, B and C: {:?}",
@@ -1190,8 +1102,9 @@ fn merged_lifelines_are_in_causal_order() {
 /// C's request reaches A (no deny point: A's kernel sees it arrive), with
 /// the participants in call order.
 #[test]
+#[ignore = "needs root, the eBPF kernel side, network namespaces, socat and tcpdump (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn deadlock_ring_across_hosts_is_reported() {
-    let Some(sc) = scenario() else { return };
+    let sc = scenario();
     let dl = &sc.dl;
     if let Err(e) = &dl.unguarded {
         panic!("{e}");

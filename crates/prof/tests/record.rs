@@ -4,8 +4,11 @@
 //! options refused before recording, and pprof output read by
 //! `go tool pprof`.
 //!
-//! They need root, perf_event_open and eBPF. Without them a test is skipped
-//! with a message — unless CI is set, where a missing feature is a failure.
+//! The tests that record need root, perf_event_open and eBPF: they are
+//! ignored with that reason unless included (scripts/test.sh, as root), and
+//! included without them they fail naming what is missing. The others
+//! (options refused before recording, the missing-PMU error through the
+//! fault seam) need nothing and run everywhere.
 
 use mantle_prof::model::{render_text, ReportOpts};
 use mantle_prof::record::{record, RecordOpts, Target};
@@ -14,28 +17,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-fn ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
-
-/// Whether the test can run here; with CI set, a missing feature panics.
-fn need(what: &str, ok: bool) -> bool {
-    if !ok {
-        if ci() {
-            panic!("CI: {what} is required for this test");
-        }
-        eprintln!("skipped: {what} is not available here");
-    }
-    ok
-}
-
-fn can_record() -> bool {
-    if !need("root", mantle_sys::os::geteuid() == 0) {
-        return false;
-    }
+/// Fails the test unless this machine can record: root, software perf
+/// events and BPF perf_event programs (mantle-testsupport's rule).
+#[track_caller]
+fn require_recording() {
+    mantle_testsupport::require_root("recording (system-wide perf events and eBPF)");
     let r = mantle_sys::probe::probe_all();
-    need("software perf events", r.has("perf_software"))
-        && need("BPF perf_event programs", r.has("prog_perf_event"))
+    for (feature, what) in [
+        ("perf_software", "software perf events"),
+        ("prog_perf_event", "BPF perf_event programs"),
+    ] {
+        mantle_testsupport::require(what, r.has(feature), "to record");
+    }
 }
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -49,13 +42,13 @@ fn tmpdir(tag: &str) -> PathBuf {
 fn multiply(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/multiply.c");
     let out = dir.join("multiply");
-    let st = Command::new("cc")
-        .args(["-O0", "-g", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc");
-    assert!(st.success());
+    mantle_testsupport::build::run_cc(
+        "bench/prof/multiply.c",
+        Command::new("cc")
+            .args(["-O0", "-g", "-o"])
+            .arg(&out)
+            .arg(&src),
+    );
     out
 }
 
@@ -70,10 +63,9 @@ fn opts(dir: &Path, target: Target) -> RecordOpts {
 }
 
 #[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn record_then_report_multiply() {
-    if !can_record() {
-        return;
-    }
+    require_recording();
     let d = tmpdir("mult");
     let bin = multiply(&d);
     let s = record(&opts(
@@ -107,10 +99,9 @@ fn record_then_report_multiply() {
 }
 
 #[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn process_exiting_during_recording_still_resolves() {
-    if !can_record() {
-        return;
-    }
+    require_recording();
     let d = tmpdir("exit");
     let bin = multiply(&d);
     // the multiply process exits well before the recording ends
@@ -173,10 +164,9 @@ fn hardware_event_without_pmu_is_an_error_naming_the_fallback() {
 }
 
 #[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn hardware_event_without_pmu_falls_back_and_says_so() {
-    if !can_record() {
-        return;
-    }
+    require_recording();
     let d = tmpdir("pmu-fallback");
     let bin = multiply(&d);
     let mut o = opts(
@@ -201,13 +191,11 @@ fn hardware_event_without_pmu_falls_back_and_says_so() {
 }
 
 #[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn rate_above_the_kernel_maximum_is_refused() {
-    if !can_record() {
-        return;
-    }
-    let Some(max) = mantle_prof::record::max_sample_rate() else {
-        return;
-    };
+    require_recording();
+    let max = mantle_prof::record::max_sample_rate()
+        .expect("kernel.perf_event_max_sample_rate is unreadable: the limit this test checks");
     let d = tmpdir("rate");
     let mut o = opts(&d, Target::Command(vec!["true".into()]));
     o.freq = Some(max as u64 + 1);
@@ -217,19 +205,20 @@ fn rate_above_the_kernel_maximum_is_refused() {
 }
 
 #[test]
+#[ignore = "needs root, perf_event_open, eBPF and go (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn pprof_output_is_read_by_go_tool_pprof() {
-    if !can_record() {
-        return;
-    }
+    require_recording();
     let go = ["go", "/usr/local/go/bin/go"].into_iter().find(|g| {
         Command::new(g)
             .arg("version")
             .output()
             .is_ok_and(|o| o.status.success())
     });
-    if !need("go (for go tool pprof)", go.is_some()) {
-        return;
-    }
+    mantle_testsupport::require(
+        "go (for `go tool pprof`; /usr/local/go/bin/go or on PATH)",
+        go.is_some(),
+        "to read the profile back",
+    );
     let d = tmpdir("pprof");
     let bin = multiply(&d);
     let mut o = opts(
@@ -263,23 +252,22 @@ fn pprof_output_is_read_by_go_tool_pprof() {
 }
 
 #[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn vdso_samples_resolve_through_the_session_copy() {
-    if !can_record() {
-        return;
-    }
+    require_recording();
     let d = tmpdir("vdso");
     std::fs::write(
         d.join("vd.c"),
         "#include <time.h>\nint main(void){struct timespec t; long s=0; for(long i=0;i<8000000;i++){clock_gettime(CLOCK_MONOTONIC,&t); s+=t.tv_nsec;} return s==1;}\n",
     )
     .unwrap();
-    let st = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(d.join("vd"))
-        .arg(d.join("vd.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    mantle_testsupport::build::run_cc(
+        "vd.c",
+        Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(d.join("vd"))
+            .arg(d.join("vd.c")),
+    );
     record(&opts(
         &d,
         Target::Command(vec![d.join("vd").display().to_string()]),
@@ -347,10 +335,9 @@ fn an_existing_session_is_not_replaced() {
 }
 
 #[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn force_replaces_a_whole_session() {
-    if !can_record() {
-        return;
-    }
+    require_recording();
     let d = tmpdir("force");
     std::fs::create_dir_all(d.join("s/jit")).unwrap();
     std::fs::write(d.join("s/meta.json"), b"{\"old\": true}").unwrap();

@@ -35,14 +35,14 @@ fn cc(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
     let src = dir.join("fixture.c");
     std::fs::write(&src, FIXTURE).unwrap();
     let out = dir.join(name);
-    let st = Command::new("cc")
-        .args(["-O1", "-g", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .args(extra)
-        .status()
-        .expect("cc (a C compiler is needed to build the ELF fixtures)");
-    assert!(st.success());
+    mantle_testsupport::build::run_cc(
+        "an ELF fixture",
+        Command::new("cc")
+            .args(["-O1", "-g", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .args(extra),
+    );
     out
 }
 
@@ -132,13 +132,13 @@ fn replaced_file_is_detected_by_build_id() {
     let recorded = build_id(&bin).expect("cc adds a build ID");
     // "after recording": the file is rebuilt from other source
     std::fs::write(d.join("other.c"), "int main(void){return 42;}\n").unwrap();
-    let st = Command::new("cc")
-        .arg("-o")
-        .arg(&bin)
-        .arg(d.join("other.c"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+    mantle_testsupport::build::run_cc(
+        "other.c",
+        Command::new("cc")
+            .arg("-o")
+            .arg(&bin)
+            .arg(d.join("other.c")),
+    );
     assert_ne!(build_id(&bin).as_deref(), Some(recorded.as_str()));
     let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
     let (names, warn) = symbolize(&bin, &offs, Some(recorded));

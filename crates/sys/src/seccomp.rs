@@ -377,13 +377,12 @@ mod tests {
     /// receives the notification, checks it, and answers with 4242, which
     /// the child sees as getppid's return value.
     #[test]
+    #[ignore = "needs root for pidfd_getfd (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
     fn child_getppid_answered_by_parent() {
         let _g = crate::test_serial();
-        if os::geteuid() != 0 {
-            assert!(std::env::var_os("CI").is_none(), "needs root and CI is set");
-            eprintln!("SKIP child_getppid_answered_by_parent: needs root (pidfd_getfd)");
-            return;
-        }
+        mantle_testsupport::require_root(
+            "child_getppid_answered_by_parent (pidfd_getfd of the child's listener)",
+        );
         let filter = notify_on(libc::SYS_getppid);
         let (r, w) = os::pipe().expect("pipe");
         let run = move || {
@@ -429,13 +428,12 @@ mod tests {
     /// installing a pipe's write end in the child; getppid returns the new
     /// fd number, close-on-exec as asked, and the child writes through it.
     #[test]
+    #[ignore = "needs root for pidfd_getfd (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
     fn child_receives_an_fd_as_the_answer() {
         let _g = crate::test_serial();
-        if os::geteuid() != 0 {
-            assert!(std::env::var_os("CI").is_none(), "needs root and CI is set");
-            eprintln!("SKIP child_receives_an_fd_as_the_answer: needs root (pidfd_getfd)");
-            return;
-        }
+        mantle_testsupport::require_root(
+            "child_receives_an_fd_as_the_answer (pidfd_getfd of the child's listener)",
+        );
         let filter = notify_on(libc::SYS_getppid);
         let (r, w) = os::pipe().expect("pipe");
         let (data_r, data_w) = os::pipe().expect("pipe");

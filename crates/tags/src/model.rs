@@ -1,7 +1,11 @@
 //! The pure core of tags: validation of names and settings, the lifeline
 //! region allocator, and a reference model of the propagation rules that
 //! the kernel side implements (mTags, seeds/000, sections 2-3). No system
-//! calls here; everything is unit-tested on any host.
+//! calls here; everything is unit-tested on any host. The propagation
+//! model ([`Thread`]) is also the oracle of a differential test, which runs
+//! one scenario on the real kernel side and on the model and compares every
+//! holder and TTL after each step (crates/cli/tests/tags.rs,
+//! `kernel_side_agrees_with_the_reference_model`).
 
 use crate::abi::{MT_LIFELINE_SLOTS, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};
 use std::collections::BTreeMap;
@@ -90,7 +94,8 @@ pub fn alloc_lifeline(used: &[(u32, u32)], want: u32) -> Option<u32> {
 }
 
 /// Reference model of one thread's tag state, mirroring `struct mt_thread`
-/// plus its view vector, with the same rules as tags.bpf.c `deliver()`.
+/// plus its view vector, with the same rules as tags.bpf.c `deliver()`
+/// (checked against it by the differential test named in the module doc).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Thread {
     pub system: bool,

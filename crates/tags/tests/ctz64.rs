@@ -14,18 +14,14 @@ fn ctz64_matches_the_builtin_on_every_bit_and_random_words() {
     let dir = std::env::temp_dir().join(format!("mantle-ctz64-test.{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("create temp dir");
     let exe = dir.join("test_ctz64");
-    let cc = Command::new("cc")
-        .args(["-O2", "-Wall", "-Wextra", "-Werror"])
-        .arg(format!("-I{}", bpf.display()))
-        .arg("-o")
-        .arg(&exe)
-        .arg(bpf.join("test_ctz64.c"))
-        .output()
-        .expect("run cc (a C compiler is needed to test the kernel side's C)");
-    assert!(
-        cc.status.success(),
-        "cc test_ctz64.c failed:\n{}",
-        String::from_utf8_lossy(&cc.stderr)
+    mantle_testsupport::build::run_cc(
+        "test_ctz64.c",
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-Werror"])
+            .arg(format!("-I{}", bpf.display()))
+            .arg("-o")
+            .arg(&exe)
+            .arg(bpf.join("test_ctz64.c")),
     );
     let run = Command::new(&exe).output().expect("run test_ctz64");
     let _ = std::fs::remove_dir_all(&dir);

@@ -15,23 +15,6 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     crate::test_serial()
 }
 
-/// Whether a root-only test may run. Not root: skip with a reason,
-/// unless CI is set, where the test must fail instead.
-fn root_or_skip(test: &str) -> bool {
-    if crate::os::geteuid() == 0 {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test} needs root and CI is set: failing instead of skipping"
-    );
-    eprintln!(
-        "SKIP {test}: needs root (effective uid {})",
-        crate::os::geteuid()
-    );
-    false
-}
-
 const ALL_IDS: &[&str] = &[
     "btf",
     "bpffs",
@@ -320,11 +303,10 @@ fn sud_agrees_with_a_real_diversion() {
 
 /// The plain program types, by libbpf's own probe instead of our load.
 #[test]
+#[ignore = "needs root (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn plain_prog_types_agree_with_libbpf_probe() {
     let _g = serial();
-    if !root_or_skip("plain_prog_types_agree_with_libbpf_probe") {
-        return;
-    }
+    mantle_testsupport::require_root("plain_prog_types_agree_with_libbpf_probe");
     let r = probe_all();
     for (id, ty) in [
         ("prog_tracepoint", ProgramType::Tracepoint),
@@ -347,11 +329,10 @@ fn plain_prog_types_agree_with_libbpf_probe() {
 /// As root, the things every mantle machine needs must be there, and
 /// a refused program must say why in words.
 #[test]
+#[ignore = "needs root (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn root_sees_the_basics() {
     let _g = serial();
-    if !root_or_skip("root_sees_the_basics") {
-        return;
-    }
+    mantle_testsupport::require_root("root_sees_the_basics");
     let r = probe_all();
     for id in [
         "prog_tracepoint",

@@ -1,12 +1,12 @@
-//! Shared by the integration tests that touch mantle's kernel side (which
-//! is machine-wide state): the machine-wide lock every test, benchmark and
-//! script takes before loading, changing or unloading it.
+//! The machine-wide kernel lock, /run/mantle-kernel.lock: the kernel side is
+//! global machine state, so every test binary, benchmark and script that
+//! loads, changes or unloads it holds an exclusive flock on this file for
+//! as long as it does.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 pub const KERNEL_LOCK: &str = "/run/mantle-kernel.lock";
 
@@ -17,7 +17,7 @@ pub const KERNEL_LOCK: &str = "/run/mantle-kernel.lock";
 /// holds the lock without passing the fd (`flock -o`), it holds it for us.
 pub fn take_kernel_lock() -> Result<File, String> {
     let flock = |f: &File, how: i32| {
-        // SAFETY: valid fd.
+        // SAFETY: flock on an fd the File owns; no memory is involved.
         unsafe { libc::flock(f.as_raw_fd(), how) == 0 }
     };
     for e in fs::read_dir("/proc/self/fd")
@@ -28,12 +28,12 @@ pub fn take_kernel_lock() -> Result<File, String> {
             let Ok(fd) = e.file_name().to_string_lossy().parse::<RawFd>() else {
                 continue;
             };
-            // SAFETY: dup of an fd that is open in this process.
+            // SAFETY: F_DUPFD_CLOEXEC of an fd open in this process (listed in /proc/self/fd); it touches no memory.
             let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
             if dup < 0 {
                 continue;
             }
-            // SAFETY: dup is a fresh fd we own.
+            // SAFETY: dup is a fresh fd nobody else owns; the File closes it.
             let f = unsafe { File::from_raw_fd(dup) };
             if flock(&f, libc::LOCK_EX | libc::LOCK_NB) {
                 return Ok(f);
@@ -95,31 +95,4 @@ fn lock_holder_is_ancestor(f: &File) -> Option<u32> {
         }
     }
     None
-}
-
-/// libmantle.so next to the mantle binary under test, built if missing
-/// (`cargo test -p mantle-cli` alone does not build the cdylib).
-pub fn libmantle() -> Result<PathBuf, String> {
-    let lib_dir = Path::new(env!("CARGO_BIN_EXE_mantle"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
-    let lib = lib_dir.join("libmantle.so");
-    if !lib.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "mantle-api", "--lib"])
-            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
-        if !lib_dir.ends_with("debug") {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().map_err(|e| format!("run cargo: {e}"))?;
-        if !st.success() || !lib.exists() {
-            return Err(format!(
-                "{} is missing and `cargo build -p mantle-api` did not make it",
-                lib.display()
-            ));
-        }
-    }
-    Ok(lib)
 }
