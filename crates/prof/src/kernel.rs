@@ -22,8 +22,8 @@ mod skel {
 }
 use skel::{ProfSkel, ProfSkelBuilder};
 
-fn kerr(what: impl Into<String>, e: impl std::fmt::Display) -> Error {
-    Error::Kernel(format!("{}: {e}", what.into()))
+fn kerr(what: impl Into<String>, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+    Error::os(what, e)
 }
 
 // perf_event_attr, perf_event_open, the perf ioctls and the mmap'd ring

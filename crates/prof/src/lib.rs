@@ -113,13 +113,13 @@ pub enum Error {
     /// Kernel-side trouble described in words (no OS error to keep).
     #[error("kernel: {0}")]
     Kernel(String),
-    /// A system call failed: what was being done, and the OS error, kept
-    /// as the source (its errno stays readable with `raw_os_error`).
+    /// A system call failed: what was being done, and its error (io or
+    /// libbpf), kept as the source; [`Error::errno`] reads its errno.
     #[error("kernel: {what}: {source}")]
     Os {
         what: String,
         #[source]
-        source: std::io::Error,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The sample counts would overflow 64 bits (counts from the sample
     /// path's maps, which a corrupted map could make arbitrary).
@@ -133,11 +133,33 @@ pub enum Error {
 
 impl Error {
     /// A failed system call: `what` was being done.
-    pub fn os(what: impl Into<String>, source: std::io::Error) -> Error {
+    pub fn os(
+        what: impl Into<String>,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Error {
         Error::Os {
             what: what.into(),
-            source,
+            source: source.into(),
         }
+    }
+
+    /// The errno behind a failed system call: the first `io::Error` with
+    /// an OS code in the source chain.
+    pub fn errno(&self) -> Option<i32> {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = match self {
+            Error::Os { source, .. } => Some(source.as_ref()),
+            _ => None,
+        };
+        while let Some(e) = cur {
+            if let Some(code) = e
+                .downcast_ref::<std::io::Error>()
+                .and_then(|io| io.raw_os_error())
+            {
+                return Some(code);
+            }
+            cur = e.source();
+        }
+        None
     }
 
     /// The error of reading `path` with [`files::read_regular`].
