@@ -38,10 +38,15 @@
 //! OR/AND/XCHG only (tags.bpf.c), so there is nothing to order against.
 
 pub mod abi;
+pub mod create;
 pub mod deadlock;
+pub mod guard;
 pub mod kernel;
 pub mod lifeline;
+pub mod lifeline_file;
+pub mod load;
 pub mod model;
+pub mod thread;
 
 use abi::{
     Ctl, Owner, Pod, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF,
