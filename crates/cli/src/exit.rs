@@ -94,3 +94,42 @@ impl From<mantle_prof::Error> for Failure {
         Failure::new(exit_code(LibError::Prof(&e)), e.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tags subsystem's errors reach the user as the documented codes.
+    #[test]
+    fn tags_errors() {
+        use mantle_tags::Error as T;
+        let code = |e: T| Failure::from(e).code;
+        assert_eq!(code(T::NotLoaded), EXIT_MISSING);
+        assert_eq!(code(T::Missing("x".into())), EXIT_MISSING);
+        assert_eq!(code(T::Permission("x".into())), EXIT_PERMISSION);
+        assert_eq!(code(T::UnknownTag("x".into())), EXIT_NOT_FOUND);
+        assert_eq!(code(T::NoSuchThread(1)), EXIT_NOT_FOUND);
+        assert_eq!(code(T::Invalid("x".into())), EXIT_USAGE);
+        assert_eq!(code(T::Exists("x".into())), EXIT_FAILURE);
+        assert_eq!(code(T::TableFull), EXIT_FAILURE);
+        // The message is the error's own.
+        assert_eq!(
+            Failure::from(T::UnknownTag("req".into())).message,
+            "unknown tag \"req\""
+        );
+    }
+
+    /// A file the user named: missing is 5, not allowed is 4, else 1.
+    #[test]
+    fn file_errors() {
+        use std::io::{Error, ErrorKind};
+        let p = std::path::Path::new("/x");
+        let f = |k: ErrorKind| Failure::io("cannot read", p, &Error::from(k));
+        assert_eq!(f(ErrorKind::NotFound).code, EXIT_NOT_FOUND);
+        assert_eq!(f(ErrorKind::PermissionDenied).code, EXIT_PERMISSION);
+        assert_eq!(f(ErrorKind::InvalidData).code, EXIT_FAILURE);
+        assert!(f(ErrorKind::NotFound)
+            .message
+            .starts_with("cannot read /x: "));
+    }
+}
