@@ -111,10 +111,10 @@ pub struct Who {
         required_unless_present = "tid",
         allow_negative_numbers = true
     )]
-    pub pid: Option<u32>,
+    pid: Option<u32>,
     /// This thread only.
     #[arg(long, allow_negative_numbers = true)]
-    pub tid: Option<u32>,
+    tid: Option<u32>,
 }
 
 impl Who {
