@@ -77,7 +77,7 @@ fn run_loaded(exe: &std::path::Path, json: bool) -> Result<(), Error> {
             serde_json::to_string_pretty(&serde_json::json!({
                 "tag": name,
                 "holders": holders,
-                "lifeline": crate::lifeline_json(&lifeline)
+                "lifeline": mantle_tags::lifeline_file::to_json(&lifeline)
             }))
             .expect("json")
         );

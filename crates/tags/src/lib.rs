@@ -50,12 +50,19 @@
 #![deny(unsafe_code)]
 
 pub mod abi;
+pub mod create;
 pub mod deadlock;
+pub mod guard;
 pub mod kernel;
 pub mod lifeline;
+pub mod lifeline_file;
+/// `tags up`/`down` as commands (needs the loader).
+#[cfg(feature = "loader")]
+pub mod load;
 #[cfg(feature = "loader")]
 mod loader;
 pub mod model;
+pub mod thread;
 
 use abi::{Ctl, Owner, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};
 use kernel::MappedMap;

@@ -1,6 +1,6 @@
 //! Saved lifelines (`mantle tag lifeline NAME --merge FILE...`): the file
-//! is parsed as `--merge` does (serde_json into ReceptionInfo records,
-//! keeping those of one tag), merged (as one file, and split in two as if
+//! is parsed by the function `--merge` uses (`lifeline_file::parse`,
+//! keeping the records of one tag), merged (as one file, and split in two as if
 //! from two machines), and rendered in every format. Any
 //! file is refused or gives: a merge as documented, a JSON that reads back
 //! equal, a well-formed SVG with one mark per reception, and a Chrome trace
@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let Ok(l) = serde_json::from_str::<Vec<ReceptionInfo>>(text) else {
+    let Ok(l) = mantle_tags::lifeline_file::parse("fuzz input", text) else {
         return;
     };
     let Some(name) = l.first().map(|r| r.tag.clone()) else {
