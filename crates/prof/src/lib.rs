@@ -146,20 +146,10 @@ impl Error {
     /// The errno behind a failed system call: the first `io::Error` with
     /// an OS code in the source chain.
     pub fn errno(&self) -> Option<i32> {
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = match self {
-            Error::Os { source, .. } => Some(source.as_ref()),
+        match self {
+            Error::Os { source, .. } => mantle_sys::os::errno_in_chain(source.as_ref()),
             _ => None,
-        };
-        while let Some(e) = cur {
-            if let Some(code) = e
-                .downcast_ref::<std::io::Error>()
-                .and_then(|io| io.raw_os_error())
-            {
-                return Some(code);
-            }
-            cur = e.source();
         }
-        None
     }
 
     /// The error of reading `path` with [`files::read_regular`].

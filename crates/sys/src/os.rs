@@ -522,3 +522,20 @@ pub fn page_size() -> usize {
         4096
     }
 }
+
+/// The errno behind an error: the first `io::Error` with an OS code in
+/// `e`'s source chain (`e` included). Subsystems keep the failing call's
+/// error as a source and ask this where the errno matters (exit codes).
+pub fn errno_in_chain(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if let Some(code) = e
+            .downcast_ref::<io::Error>()
+            .and_then(io::Error::raw_os_error)
+        {
+            return Some(code);
+        }
+        cur = e.source();
+    }
+    None
+}

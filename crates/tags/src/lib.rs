@@ -116,27 +116,15 @@ impl Error {
     /// The errno behind this error, if a system call failed: the first
     /// `io::Error` with an OS code in the source chain.
     pub fn errno(&self) -> Option<i32> {
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = match self {
-            Error::Kernel { source, .. } => Some(source.as_ref()),
-            _ => None,
+        let Error::Kernel { source, .. } = self else {
+            return None;
         };
-        while let Some(e) = cur {
-            if let Some(code) = e
-                .downcast_ref::<std::io::Error>()
-                .and_then(|io| io.raw_os_error())
-            {
-                return Some(code);
-            }
-            if let Some(lb) = e.downcast_ref::<libbpf_rs::Error>() {
-                if lb.kind() == libbpf_rs::ErrorKind::PermissionDenied {
-                    return Some(libc::EPERM);
-                }
-            }
-            cur = e.source();
-        }
-        None
+        mantle_sys::os::errno_in_chain(source.as_ref()).or_else(|| {
+            // libbpf-rs keeps the kind, not always the errno
+            let lb = source.downcast_ref::<libbpf_rs::Error>()?;
+            (lb.kind() == libbpf_rs::ErrorKind::PermissionDenied).then_some(libc::EPERM)
+        })
     }
-
     /// Whether this is a refusal for want of privilege, whichever way it
     /// was found out (our own check, or EPERM/EACCES from the kernel).
     pub fn is_permission(&self) -> bool {
