@@ -210,7 +210,7 @@ impl PinnedMap {
 
     /// Refuses a key or value type of another size than the map's: the
     /// kernel copies `value_size` bytes whatever buffer it is given.
-    fn geometry<K, V>(&self, value_size: usize) -> io::Result<()> {
+    fn geometry<K>(&self, value_size: usize) -> io::Result<()> {
         if std::mem::size_of::<K>() != self.key_size as usize
             || value_size != self.value_size as usize
         {
@@ -234,7 +234,7 @@ impl PinnedMap {
         K: IntoBytes + Immutable,
         V: FromBytes + IntoBytes,
     {
-        self.geometry::<K, V>(std::mem::size_of::<V>())?;
+        self.geometry::<K>(std::mem::size_of::<V>())?;
         let mut v = V::new_zeroed();
         // SAFETY: key and value buffers have the map's key and value sizes
         // (checked above) and live for the call.
@@ -255,7 +255,7 @@ impl PinnedMap {
     /// Entry `key` of a per-CPU array whose values are structs of u64
     /// counters, summed over the possible CPUs.
     pub fn percpu_sum<V: FromBytes + IntoBytes>(&self, key: u32) -> io::Result<V> {
-        self.geometry::<u32, V>(std::mem::size_of::<V>())?;
+        self.geometry::<u32>(std::mem::size_of::<V>())?;
         let stride = std::mem::size_of::<V>().next_multiple_of(8);
         let mut buf = vec![0u8; stride * possible_cpus()?];
         // SAFETY: buf holds one value (rounded to 8 bytes) per possible
@@ -288,7 +288,7 @@ impl PinnedMap {
         K: IntoBytes + Immutable,
         V: IntoBytes + Immutable,
     {
-        self.geometry::<K, V>(std::mem::size_of::<V>())?;
+        self.geometry::<K>(std::mem::size_of::<V>())?;
         // SAFETY: as for lookup; the kernel only reads both buffers.
         check(unsafe {
             libbpf_sys::bpf_map_update_elem(
@@ -388,7 +388,7 @@ impl MappedMap {
     /// kernel side also changes atomically. `None` out of bounds or
     /// misaligned.
     pub fn atomic_u64(&self, i: usize, offset: usize) -> Option<&AtomicU64> {
-        if offset % 8 != 0 || offset + 8 > self.stride {
+        if !offset.is_multiple_of(8) || offset + 8 > self.stride {
             return None;
         }
         let p = self.ptr::<u8>(i)?;

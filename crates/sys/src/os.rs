@@ -498,19 +498,6 @@ pub fn memfd(name: &str, data: &[u8]) -> io::Result<std::fs::File> {
     Ok(f)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identity_map() {
-        assert!(is_identity_map("         0          0 4294967295\n"));
-        assert!(!is_identity_map("         0      65534          1\n"));
-        assert!(!is_identity_map("0 0 1000\n1000 1000 4294966295\n"));
-        assert!(!is_identity_map(""));
-    }
-}
-
 /// The page size (sysconf; 4096 if the kernel does not say, which it
 /// always does).
 pub fn page_size() -> usize {
@@ -538,4 +525,17 @@ pub fn errno_in_chain(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
         cur = e.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_map() {
+        assert!(is_identity_map("         0          0 4294967295\n"));
+        assert!(!is_identity_map("         0      65534          1\n"));
+        assert!(!is_identity_map("0 0 1000\n1000 1000 4294966295\n"));
+        assert!(!is_identity_map(""));
+    }
 }
