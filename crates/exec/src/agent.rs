@@ -1,0 +1,305 @@
+//! Interposition agents (Hijack, section 2): the pure core of the
+//! executive. An agent sees a guest's system call as a [`Call`], may read
+//! (and, where the path allows, write) the guest's memory through a
+//! [`Guest`], and returns a [`Decision`]. Agents are chained in order
+//! ([`Chain`]); the first that does not answer [`Decision::Continue`]
+//! decides. Each agent declares the calls it needs ([`Agent::wants`]): only
+//! those leave the kernel (the seccomp filter and the fast path's trap are
+//! built from the union), every other call runs natively.
+//!
+//! No system calls here: the paths (protected, fast) implement [`Guest`]
+//! and carry the decision out; agents are unit-tested with a fake guest.
+//!
+//! Trust: everything a `Guest` returns is the guest's claim. An agent that
+//! makes a security decision from guest memory (a path, say) must not
+//! answer `Continue` on it (the guest can change the memory between the
+//! check and the kernel's own read: the TOCTOU of seccomp user
+//! notification); it answers `Perform` or `Fail`, so that what runs is
+//! what was checked.
+
+use crate::sysno::Sysno;
+use std::time::Duration;
+
+/// One system call of a guest thread, as the executive received it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Call {
+    /// Thread id of the caller (in the executive's pid namespace).
+    pub tid: u32,
+    pub nr: Sysno,
+    pub args: [u64; 6],
+    /// Instruction pointer of the call.
+    pub ip: u64,
+}
+
+/// What happens to a call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The kernel runs the call as the guest made it.
+    Continue,
+    /// The call is not made; it fails with this errno.
+    Fail(i32),
+    /// The call is not made; it returns this value.
+    Return(i64),
+    /// A changed call is made on the guest's behalf instead, with the
+    /// guest's identity (credentials, cwd, root); its result is the
+    /// guest's. Which calls a path can perform is its business
+    /// ([`Guest::perform`]); others fail with ENOSYS, said in the trace.
+    Perform(Perform),
+    /// Hold the call for this long, then decide again (the delay agent;
+    /// the scheduler of issue 11 holds calls the same way).
+    Delay(Duration),
+}
+
+/// A call to perform on a guest's behalf.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Perform {
+    pub nr: Sysno,
+    pub args: [u64; 6],
+    /// Replacement for the path argument `path_arg` (open/stat/exec
+    /// families), made by the executive, not read from the guest again.
+    pub path: Option<(usize, Vec<u8>)>,
+}
+
+/// How a call ended, for agents' `after` (what the executive saw).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The executive made or replaced the call: its result (or -errno).
+    Result(i64),
+    /// The kernel ran the call in the guest (`Continue` on the protected
+    /// path): the executive does not see its result.
+    Unseen,
+}
+
+/// Why a guest's memory could not be read or written.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum GuestError {
+    /// The address is not mapped in the guest (or not readable).
+    #[error("bad guest address {0:#x}")]
+    Fault(u64),
+    /// A string ran past the limit without its NUL.
+    #[error("string at {addr:#x} longer than {max} bytes")]
+    TooLong { addr: u64, max: usize },
+    /// The call was abandoned meanwhile (the guest was killed, or a
+    /// signal interrupted it): whatever was read is stale.
+    #[error("the call is gone")]
+    Gone,
+    /// The path cannot do this (e.g. write memory on the protected path).
+    #[error("not supported on this path: {0}")]
+    Unsupported(&'static str),
+    #[error("{0}")]
+    Os(String),
+}
+
+/// A guest as an agent sees it during one call.
+pub trait Guest {
+    /// Reads guest memory at `addr` into `buf`; returns the bytes read
+    /// (short near the end of a mapping).
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, GuestError>;
+    /// Whether the call is still pending: after reading guest memory, an
+    /// agent that acts on what it read asks this (a recycled tid could
+    /// otherwise make the executive read another process's memory).
+    fn still_pending(&mut self) -> bool;
+
+    /// Reads a NUL-terminated string of at most `max` bytes (without the
+    /// NUL).
+    fn read_cstr(&mut self, addr: u64, max: usize) -> Result<Vec<u8>, GuestError> {
+        let mut out = Vec::new();
+        let mut chunk = [0u8; 256];
+        while out.len() < max {
+            // stay inside one page per read: the next may be unmapped
+            let room = 4096 - ((addr as usize + out.len()) % 4096);
+            let want = room.min(chunk.len()).min(max - out.len());
+            let n = self.read(addr + out.len() as u64, &mut chunk[..want])?;
+            if n == 0 {
+                return Err(GuestError::Fault(addr + out.len() as u64));
+            }
+            if let Some(end) = chunk[..n].iter().position(|&c| c == 0) {
+                out.extend_from_slice(&chunk[..end]);
+                return Ok(out);
+            }
+            out.extend_from_slice(&chunk[..n]);
+        }
+        Err(GuestError::TooLong { addr, max })
+    }
+}
+
+/// An interposition agent.
+pub trait Agent: Send {
+    /// Short name, for traces and `exec status`.
+    fn name(&self) -> &str;
+    /// The calls this agent needs to see.
+    fn wants(&self) -> Vec<Sysno>;
+    /// Decides a call (before it is made).
+    fn before(&mut self, call: &Call, guest: &mut dyn Guest) -> Decision;
+    /// Sees how a call ended, with the time it took in the kernel (when
+    /// the executive made it) and in the executive.
+    fn after(&mut self, _call: &Call, _decision: &Decision, _outcome: Outcome, _times: Times) {}
+}
+
+/// Where a call's time went.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Times {
+    /// In the executive (agents and bookkeeping), ns.
+    pub executive_ns: u64,
+    /// In the kernel, ns, when the executive made the call; 0 otherwise.
+    pub kernel_ns: u64,
+}
+
+/// Agents in order.
+#[derive(Default)]
+pub struct Chain {
+    agents: Vec<Box<dyn Agent>>,
+}
+
+impl Chain {
+    pub fn new(agents: Vec<Box<dyn Agent>>) -> Chain {
+        Chain { agents }
+    }
+
+    /// The union of the calls the agents want, sorted, without repeats.
+    pub fn wants(&self) -> Vec<Sysno> {
+        let mut w: Vec<Sysno> = self.agents.iter().flat_map(|a| a.wants()).collect();
+        w.sort();
+        w.dedup();
+        w
+    }
+
+    /// The first agent (in order) that wants this call and does not
+    /// continue decides; the index of that agent comes with it.
+    pub fn before(&mut self, call: &Call, guest: &mut dyn Guest) -> (Decision, Option<usize>) {
+        for (i, a) in self.agents.iter_mut().enumerate() {
+            if !a.wants().contains(&call.nr) {
+                continue;
+            }
+            match a.before(call, guest) {
+                Decision::Continue => {}
+                d => return (d, Some(i)),
+            }
+        }
+        (Decision::Continue, None)
+    }
+
+    /// Every agent that wants the call sees how it ended.
+    pub fn after(&mut self, call: &Call, d: &Decision, o: Outcome, t: Times) {
+        for a in self.agents.iter_mut() {
+            if a.wants().contains(&call.nr) {
+                a.after(call, d, o, t);
+            }
+        }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.agents.iter().map(|a| a.name().to_string()).collect()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A guest made of a byte map, for unit tests of agents.
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[derive(Default)]
+    pub struct FakeGuest {
+        /// address → bytes (one region per entry)
+        pub mem: BTreeMap<u64, Vec<u8>>,
+        pub gone: bool,
+    }
+
+    impl Guest for FakeGuest {
+        fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, GuestError> {
+            if self.gone {
+                return Err(GuestError::Gone);
+            }
+            let (&base, bytes) = self
+                .mem
+                .range(..=addr)
+                .next_back()
+                .ok_or(GuestError::Fault(addr))?;
+            let off = (addr - base) as usize;
+            if off >= bytes.len() {
+                return Err(GuestError::Fault(addr));
+            }
+            let n = buf.len().min(bytes.len() - off);
+            buf[..n].copy_from_slice(&bytes[off..off + n]);
+            Ok(n)
+        }
+        fn still_pending(&mut self) -> bool {
+            !self.gone
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::FakeGuest;
+    use super::*;
+
+    struct Fixed(&'static str, Sysno, Decision);
+    impl Agent for Fixed {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn wants(&self) -> Vec<Sysno> {
+            vec![self.1]
+        }
+        fn before(&mut self, _: &Call, _: &mut dyn Guest) -> Decision {
+            self.2.clone()
+        }
+    }
+
+    fn call(nr: &str) -> Call {
+        Call {
+            tid: 1,
+            nr: Sysno::from_name(nr).unwrap(),
+            args: [0; 6],
+            ip: 0,
+        }
+    }
+
+    #[test]
+    fn first_agent_that_does_not_continue_decides() {
+        let getppid = Sysno::from_name("getppid").unwrap();
+        let openat = Sysno::from_name("openat").unwrap();
+        let mut c = Chain::new(vec![
+            Box::new(Fixed("a", getppid, Decision::Continue)),
+            Box::new(Fixed("b", openat, Decision::Fail(13))),
+            Box::new(Fixed("c", getppid, Decision::Return(7))),
+            Box::new(Fixed("d", getppid, Decision::Fail(1))),
+        ]);
+        let mut both = vec![getppid, openat];
+        both.sort();
+        assert_eq!(c.wants(), both);
+        let mut g = FakeGuest::default();
+        assert_eq!(
+            c.before(&call("getppid"), &mut g),
+            (Decision::Return(7), Some(2))
+        );
+        assert_eq!(
+            c.before(&call("openat"), &mut g),
+            (Decision::Fail(13), Some(1))
+        );
+        assert_eq!(c.before(&call("read"), &mut g), (Decision::Continue, None));
+    }
+
+    #[test]
+    fn cstr_reads_across_chunks_and_refuses_what_it_cannot_end() {
+        let mut g = FakeGuest::default();
+        let long: Vec<u8> = (0..600).map(|i| b'a' + (i % 26) as u8).chain([0]).collect();
+        g.mem.insert(0x1000, long.clone());
+        assert_eq!(g.read_cstr(0x1000, 4096).unwrap(), long[..600].to_vec());
+        assert_eq!(
+            g.read_cstr(0x1000, 100),
+            Err(GuestError::TooLong {
+                addr: 0x1000,
+                max: 100
+            })
+        );
+        // no NUL before the region ends: the next read faults
+        g.mem.insert(0x9000, b"abc".to_vec());
+        assert_eq!(g.read_cstr(0x9000, 100), Err(GuestError::Fault(0x9003)));
+        assert_eq!(g.read_cstr(0x20, 10), Err(GuestError::Fault(0x20)));
+        g.gone = true;
+        assert_eq!(g.read_cstr(0x1000, 10), Err(GuestError::Gone));
+    }
+}

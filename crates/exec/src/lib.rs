@@ -1,0 +1,33 @@
+//! mantle-exec: the executive (Hijack, seeds/001, sections 2 and 3.1) on an
+//! unmodified Linux.
+//!
+//! In a nutshell: `mantle run -- CMD` makes this process the executive of
+//! CMD's process tree (its *guests*). Every system call an agent asked for
+//! leaves the guest and reaches the executive, which runs the agents'
+//! chain and carries out their decision: let the kernel run the call,
+//! fail it, replace its result, perform a changed call on the guest's
+//! behalf, or hold it. Every other call runs natively at full speed.
+//!
+//! Mechanism:
+//! * **Protected path** (`protected`): a seccomp filter installed in the
+//!   guest between fork and exec sends the wanted calls to a user
+//!   notification fd that the executive holds. The guest cannot reach the
+//!   executive's memory (it is another process) and cannot remove the
+//!   filter.
+//! * **Fast path** (coming): a preloaded stub traps the calls in the guest
+//!   (Syscall User Dispatch) and forwards them through a per-thread slot of
+//!   shared memory; the executive validates every slot it reads.
+//! * Both paths feed the same [`agent::Chain`]; the application-kernel mode
+//!   (multicore issue) will reuse the same trap.
+//!
+//! Invariants: nothing the guest wrote is trusted (memory reads are
+//! claims, re-validated against the pending call); a vanished notification
+//! (the guest died, a signal interrupted the call) is normal, never fatal.
+//!
+//! Lock order: none yet (one thread).
+
+pub mod agent;
+pub mod sysno;
+
+pub use agent::{Agent, Call, Chain, Decision, Guest, GuestError, Outcome, Perform, Times};
+pub use sysno::Sysno;
