@@ -39,6 +39,7 @@
 //!
 //! No locks.
 
+pub mod exec;
 pub mod paths;
 pub mod prof;
 pub mod tags;

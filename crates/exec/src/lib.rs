@@ -27,6 +27,7 @@
 //! Lock order: none yet (one thread).
 
 pub mod agent;
+pub mod agents;
 pub mod sysno;
 
 pub use agent::{Agent, Call, Chain, Decision, Guest, GuestError, Outcome, Perform, Times};
