@@ -5,8 +5,11 @@
 //! CLI and the system-file reader fill the same struct and every error
 //! message comes from one place.
 
-/// The built-in agents one guest asked for, as written.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+/// The built-in agents one guest asked for, as written. In a system file
+/// (TOML) every key is optional and an unknown key is an error (a typo
+/// must not silently drop an agent).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct AgentSpecs {
     /// `--trace`: one line per watched call (see `agents::trace`).
     pub trace: bool,
@@ -40,5 +43,22 @@ impl AgentSpecs {
             && self.redirect.is_empty()
             && self.delay.is_empty()
             && self.perform.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_from_json_with_defaults_and_refuses_unknown_keys() {
+        let s: AgentSpecs =
+            serde_json::from_str(r#"{"trace": true, "deny": ["openat=EACCES"]}"#).unwrap();
+        assert!(s.trace && !s.count);
+        assert_eq!(s.deny, ["openat=EACCES"]);
+        assert!(!s.is_empty());
+        assert!(serde_json::from_str::<AgentSpecs>(r#"{"deny_all": true}"#).is_err());
+        let back: AgentSpecs = serde_json::from_value(serde_json::to_value(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
     }
 }

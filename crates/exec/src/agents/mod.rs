@@ -329,6 +329,21 @@ mod tests {
     }
 
     #[test]
+    fn every_call_of_the_table_is_accepted_by_name() {
+        for n in Sysno::all() {
+            assert_eq!(parse_call(&n.name()), Ok(n));
+            let s = AgentSpecs {
+                deny: vec![format!("{n}=EACCES")],
+                delay: vec![format!("{n}=1us")],
+                perform: vec![n.name().into_owned()],
+                ..Default::default()
+            };
+            let b = from_specs(&s, sink()).unwrap();
+            assert_eq!(names(&b), ["delay", "deny", "perform"]);
+        }
+    }
+
+    #[test]
     fn nothing_asked_builds_nothing() {
         let b = from_specs(&AgentSpecs::default(), sink()).unwrap();
         assert!(b.agents.is_empty() && b.count.is_none() && b.watch.is_empty());

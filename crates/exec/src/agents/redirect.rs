@@ -17,7 +17,8 @@
 //!   Since `chdir` is in the family, a guest that changes into OLD lands
 //!   in NEW, and relative lookups from there stay in NEW; a guest
 //!   *started* with its cwd under OLD, or holding a directory fd opened
-//!   before the executive, is not redirected. For the same reason the
+//!   before the executive, is not redirected. The rewrite is not hidden:
+//!   `getcwd` after such a `chdir` reports NEW. For the same reason the
 //!   dirfd of the `*at` calls does not matter: an absolute path ignores
 //!   it. A NULL path (`utimensat(fd, NULL, ...)`, i.e. `futimens`) is not
 //!   a path and is left alone.
@@ -388,6 +389,91 @@ mod tests {
             r.add("/data/=/y").unwrap_err().why,
             Why::Repeated(_)
         ));
+    }
+
+    /// Random paths against a model: a rule matches exactly when the
+    /// path's components start with OLD's, and the result's components
+    /// are NEW's followed by the rest of the path's.
+    #[test]
+    fn rewrite_agrees_with_a_component_model() {
+        let parts: [&[u8]; 8] = [
+            b"data",
+            b"database",
+            b"sub",
+            b"x",
+            b".",
+            b"..",
+            b"",
+            b"d\xffa",
+        ];
+        type Model<'a> = (&'a str, &'a [&'a [u8]], &'a [&'a [u8]]);
+        let rules: [Model; 3] = [
+            ("/data/sub=/b", &[b"data", b"sub"], &[b"b"]),
+            ("/data=/srv/a", &[b"data"], &[b"srv", b"a"]),
+            ("/x=/", &[b"x"], &[]),
+        ];
+        let mut r = Redirect::default();
+        for (spec, _, _) in rules {
+            r.add(spec).unwrap();
+        }
+        let comps = |p: &[u8]| -> Vec<Vec<u8>> { components(p).map(|(c, _)| c.to_vec()).collect() };
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..20_000 {
+            let mut p = Vec::new();
+            if next() % 8 != 0 {
+                p.push(b'/');
+            }
+            for i in 0..(next() % 5) {
+                if i > 0 {
+                    p.extend(std::iter::repeat_n(b'/', 1 + (next() % 2) as usize));
+                }
+                p.extend_from_slice(parts[(next() % 8) as usize]);
+            }
+            if next() % 4 == 0 {
+                p.push(b'/');
+            }
+            let got = r.rewrite(&p);
+            let pc = comps(&p);
+            let want = rules.iter().find(|(_, old, _)| {
+                p.starts_with(b"/")
+                    && pc.len() >= old.len()
+                    && pc.iter().zip(old.iter()).all(|(a, b)| a.as_slice() == *b)
+            });
+            match (want, &got) {
+                (None, None) => {}
+                (Some((_, old, new)), Some(g)) => {
+                    let mut expect: Vec<Vec<u8>> = new.iter().map(|c| c.to_vec()).collect();
+                    expect.extend(pc[old.len()..].iter().cloned());
+                    assert_eq!(
+                        comps(g),
+                        expect,
+                        "{:?} -> {:?}",
+                        String::from_utf8_lossy(&p),
+                        String::from_utf8_lossy(g)
+                    );
+                    assert!(g.starts_with(b"/"));
+                    // a trailing slash (must be a directory) is kept
+                    assert!(
+                        !p.ends_with(b"/") || g.ends_with(b"/"),
+                        "{:?} -> {:?}",
+                        String::from_utf8_lossy(&p),
+                        String::from_utf8_lossy(g)
+                    );
+                }
+                _ => panic!(
+                    "{:?}: model {:?}, got {:?}",
+                    String::from_utf8_lossy(&p),
+                    want.map(|w| w.0),
+                    got
+                ),
+            }
+        }
     }
 
     fn guest_with(paths: &[(u64, &[u8])]) -> FakeGuest {

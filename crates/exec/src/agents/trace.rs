@@ -110,10 +110,11 @@ fn decision_name(d: &Decision) -> &'static str {
 
 /// `850ns`, `1.2us`, `3.4ms`, `1.50s`.
 pub fn fmt_ns(ns: u64) -> String {
+    // the unit is chosen after rounding, so 999.96us prints as 1.0ms
     match ns {
         0..=999 => format!("{ns}ns"),
-        1_000..=999_999 => format!("{:.1}us", ns as f64 / 1e3),
-        1_000_000..=999_999_999 => format!("{:.1}ms", ns as f64 / 1e6),
+        1_000..=999_949 => format!("{:.1}us", ns as f64 / 1e3),
+        999_950..=999_949_999 => format!("{:.1}ms", ns as f64 / 1e6),
         _ => format!("{:.2}s", ns as f64 / 1e9),
     }
 }
@@ -476,8 +477,11 @@ mod tests {
         assert_eq!(fmt_ns(999), "999ns");
         assert_eq!(fmt_ns(1_000), "1.0us");
         assert_eq!(fmt_ns(999_949), "999.9us");
+        assert_eq!(fmt_ns(999_950), "1.0ms");
         assert_eq!(fmt_ns(1_000_000), "1.0ms");
-        assert_eq!(fmt_ns(999_999_999), "1000.0ms");
+        assert_eq!(fmt_ns(999_949_999), "999.9ms");
+        assert_eq!(fmt_ns(999_950_000), "1.00s");
+        assert_eq!(fmt_ns(999_999_999), "1.00s");
         assert_eq!(fmt_ns(1_000_000_000), "1.00s");
         assert_eq!(fmt_ns(u64::MAX), "18446744073.71s");
     }
