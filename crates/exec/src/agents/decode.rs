@@ -174,7 +174,7 @@ pub fn one(kind: Arg, v: u64, guest: &mut dyn Guest) -> String {
         Mode => format!("0{:o}", v as u32),
         AtFlags => flags(v as u32, AT_LOOKUP),
         UnlinkFlags => flags(v as u32, &[(libc::AT_REMOVEDIR as u32, "AT_REMOVEDIR")]),
-        AccessAtFlags => flags(v as u32, &[AT_EACCESS, AT_LOOKUP[0], AT_LOOKUP[3]]),
+        AccessAtFlags => flags(v as u32, ACCESS_AT),
         AccessMode => access_mode(v as u32),
         Signal => signal(v as u32 as i32),
         Argv => argv(v, guest),
@@ -256,7 +256,12 @@ fn flags(v: u32, names: &[(u32, &str)]) -> String {
     }
 }
 
-const AT_EACCESS: (u32, &str) = (libc::AT_EACCESS as u32, "AT_EACCESS");
+/// faccessat2's flags: 0x200 is AT_EACCESS here, AT_REMOVEDIR in unlinkat.
+const ACCESS_AT: &[(u32, &str)] = &[
+    (libc::AT_EACCESS as u32, "AT_EACCESS"),
+    (libc::AT_SYMLINK_NOFOLLOW as u32, "AT_SYMLINK_NOFOLLOW"),
+    (libc::AT_EMPTY_PATH as u32, "AT_EMPTY_PATH"),
+];
 const AT_LOOKUP: &[(u32, &str)] = &[
     (libc::AT_SYMLINK_NOFOLLOW as u32, "AT_SYMLINK_NOFOLLOW"),
     (libc::AT_SYMLINK_FOLLOW as u32, "AT_SYMLINK_FOLLOW"),
@@ -425,6 +430,20 @@ mod tests {
         assert_eq!(
             flags(libc::AT_EMPTY_PATH as u32 | 0x10_0000, AT_LOOKUP),
             "AT_EMPTY_PATH|0x100000"
+        );
+        assert_eq!(
+            flags(
+                libc::AT_EACCESS as u32 | libc::AT_EMPTY_PATH as u32,
+                ACCESS_AT
+            ),
+            "AT_EACCESS|AT_EMPTY_PATH"
+        );
+        assert_eq!(
+            flags(
+                libc::AT_REMOVEDIR as u32,
+                &[(libc::AT_REMOVEDIR as u32, "AT_REMOVEDIR")]
+            ),
+            "AT_REMOVEDIR"
         );
         assert_eq!(signal(libc::SIGKILL), "SIGKILL");
         assert_eq!(signal(libc::SIGRTMIN() + 2), "SIGRTMIN+2");
