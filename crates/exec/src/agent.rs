@@ -145,32 +145,61 @@ pub struct Times {
     pub kernel_ns: u64,
 }
 
-/// Agents in order.
+/// Call numbers the chain keeps a bitmap for; a call above it (a guest's
+/// garbage, or a kernel far newer than the table) is wanted by nobody.
+pub const MAX_NR: u32 = 1024;
+
+/// Agents in order, with each one's wanted calls as a bitmap made once
+/// (the per-call path asks "who wants this?" without allocating).
 #[derive(Default)]
 pub struct Chain {
     agents: Vec<Box<dyn Agent>>,
+    /// `wanted[i]` bit `nr`: agent i wants call nr.
+    wanted: Vec<[u64; (MAX_NR / 64) as usize]>,
 }
 
 impl Chain {
     pub fn new(agents: Vec<Box<dyn Agent>>) -> Chain {
-        Chain { agents }
+        let wanted = agents
+            .iter()
+            .map(|a| {
+                let mut m = [0u64; (MAX_NR / 64) as usize];
+                for nr in a.wants() {
+                    if nr.0 < MAX_NR {
+                        m[(nr.0 / 64) as usize] |= 1 << (nr.0 % 64);
+                    }
+                }
+                m
+            })
+            .collect();
+        Chain { agents, wanted }
+    }
+
+    fn agent_wants(&self, i: usize, nr: Sysno) -> bool {
+        nr.0 < MAX_NR && self.wanted[i][(nr.0 / 64) as usize] & (1 << (nr.0 % 64)) != 0
     }
 
     /// The union of the calls the agents want, sorted, without repeats.
     pub fn wants(&self) -> Vec<Sysno> {
-        let mut w: Vec<Sysno> = self.agents.iter().flat_map(|a| a.wants()).collect();
-        w.sort();
-        w.dedup();
-        w
+        (0..MAX_NR)
+            .map(Sysno)
+            .filter(|&nr| (0..self.agents.len()).any(|i| self.agent_wants(i, nr)))
+            .collect()
+    }
+
+    /// Whether any agent wants call `nr`.
+    pub fn wanted(&self, nr: Sysno) -> bool {
+        (0..self.agents.len()).any(|i| self.agent_wants(i, nr))
     }
 
     /// The first agent (in order) that wants this call and does not
     /// continue decides; the index of that agent comes with it.
     pub fn before(&mut self, call: &Call, guest: &mut dyn Guest) -> (Decision, Option<usize>) {
-        for (i, a) in self.agents.iter_mut().enumerate() {
-            if !a.wants().contains(&call.nr) {
+        for i in 0..self.agents.len() {
+            if !self.agent_wants(i, call.nr) {
                 continue;
             }
+            let a = &mut self.agents[i];
             match a.before(call, guest) {
                 Decision::Continue => {}
                 d => return (d, Some(i)),
@@ -181,9 +210,9 @@ impl Chain {
 
     /// Every agent that wants the call sees how it ended.
     pub fn after(&mut self, call: &Call, d: &Decision, o: Outcome, t: Times) {
-        for a in self.agents.iter_mut() {
-            if a.wants().contains(&call.nr) {
-                a.after(call, d, o, t);
+        for i in 0..self.agents.len() {
+            if self.agent_wants(i, call.nr) {
+                self.agents[i].after(call, d, o, t);
             }
         }
     }
@@ -280,6 +309,11 @@ mod tests {
             (Decision::Fail(13), Some(1))
         );
         assert_eq!(c.before(&call("read"), &mut g), (Decision::Continue, None));
+        // a number beyond the bitmap (garbage from a guest) is nobody's
+        let mut odd = call("read");
+        odd.nr = Sysno(u32::MAX);
+        assert_eq!(c.before(&odd, &mut g), (Decision::Continue, None));
+        assert!(!c.wanted(Sysno(u32::MAX)));
     }
 
     #[test]
