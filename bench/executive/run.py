@@ -237,6 +237,14 @@ def cpu_busy(seconds=1.0):
             for c in s1}
 
 
+def read_or(path, default):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return default
+
+
 def sh_quote(argv):
     import shlex
     return " ".join(shlex.quote(a) for a in argv)
@@ -411,6 +419,11 @@ def main():
     say(f"CPUs busy with other work before the run (1 s sample): "
         + ", ".join(f"{c} {v}%" for c, v in busy0.items())
         + ("  (BUSY: the numbers below are noisy)" if max(busy0.values()) > 15 else ""))
+    idle = "/".join(read_or(f"/sys/devices/system/cpu/cpuidle/current_{k}", "?")
+                    for k in ("driver", "governor"))
+    say(f"cpuidle driver/governor: {idle}"
+        + ("  (no cpuidle driver: holding cpu_dma_latency may change nothing)"
+           if idle.startswith("none") else ""))
     say(f"load average at start: {' '.join(load0)}; cpu_dma_latency before the run: "
         f"{dma0 if dma0 is not None else 'unreadable'} us"
         + ("" if dma0 is None or dma0 >= 2000000000 else
@@ -567,7 +580,7 @@ def main():
     js = {
         "command": cmdline, "date": stamp, "kernel": os.uname().release, "commit": git_desc(),
         "mantle": a.mantle, "n": a.n, "warmup": a.warmup, "reps": a.reps,
-        "cpus": [a.cpu_a, a.cpu_b], "busy_before_pct": busy0, "load_start": load0, "load_end": load1,
+        "cpus": [a.cpu_a, a.cpu_b], "busy_before_pct": busy0, "cpuidle": idle, "load_start": load0, "load_end": load1,
         "cpu_dma_latency_before": dma0, "elapsed_s": elapsed, "ghz_paper": GHZ,
         "conditions": [dict(c, description=cdesc[c["name"]]) for c in conds],
         "rows": [], "bars": bars_out,
