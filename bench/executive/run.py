@@ -443,6 +443,7 @@ def main():
     data = {(r.key, c["name"]): [] for r in rows for c in conds}
     checks = {(r.key, c["name"]): [] for r in rows for c in conds}
     argv_of = {}
+    stderr_of = {}  # the tool's last words (e.g. the executive's warnings)
     failed = {}
     t_start = time.time()
     for rep in range(a.reps):
@@ -468,6 +469,8 @@ def main():
                         print(f"FAILED {r.key} {c['name']}: {err}", file=sys.stderr)
                         continue
                     data[(r.key, c["name"])].append(res["ns"])
+                    if res["stderr"]:
+                        stderr_of[(r.key, c["name"])] = res["stderr"]
                     bad = int(res["header"].get("ppid_bad", "0"))
                     if bad:
                         checks[(r.key, c["name"])].append(
@@ -596,7 +599,8 @@ def main():
             s = stats.get((r.key, cn))
             jr["conditions"][cn] = {
                 "argv": argv_of.get((r.key, cn)), "failed": failed.get((r.key, cn)),
-                "checks": list(dict.fromkeys(checks[(r.key, cn)])), "stats": s}
+                "checks": list(dict.fromkeys(checks[(r.key, cn)])),
+                "stderr_tail": stderr_of.get((r.key, cn)), "stats": s}
         js["rows"].append(jr)
     with open(base + ".json", "w") as f:
         json.dump(js, f, indent=1)
