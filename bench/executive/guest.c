@@ -21,6 +21,10 @@
 //            paper's "RPC between two processes using UNIX pipes"); the
 //            child is pinned to PEER_CPU when -p is given.
 //   null     nothing between the two timestamps: the timer's floor.
+//   sigsys   as getppid, but the guest first installs a seccomp filter
+//            that traps getppid (SECCOMP_RET_TRAP) and a SIGSYS handler
+//            that answers with the parent's pid: the in-guest trap alone,
+//            the floor under a fast path's trap (no executive round trip).
 //
 // -c CPU pins this process (sched_setaffinity) before anything else.
 // WARMUP untimed ops (default N/10) precede the N timed ones (default 20000).
@@ -32,6 +36,13 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <ucontext.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,6 +109,44 @@ static long proc_ppid(void)
 	return ppid;
 }
 
+static volatile long sigsys_answer;
+
+static void on_sigsys(int sig, siginfo_t *si, void *ctx)
+{
+	(void)sig;
+	ucontext_t *uc = ctx;
+	if (si->si_syscall == SYS_getppid)
+		uc->uc_mcontext.gregs[REG_RAX] = sigsys_answer;
+	else
+		uc->uc_mcontext.gregs[REG_RAX] = -ENOSYS;
+}
+
+// Trap getppid in this process: SECCOMP_RET_TRAP, answered by on_sigsys.
+static void trap_getppid(long answer)
+{
+	sigsys_answer = answer;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_sigsys;
+	sa.sa_flags = SA_SIGINFO;
+	if (sigaction(SIGSYS, &sa, NULL) != 0)
+		die("sigaction SIGSYS");
+	struct sock_filter f[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_getppid, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		die("PR_SET_NO_NEW_PRIVS");
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0)
+		die("seccomp");
+}
+
 static void full_write(int fd, const void *b, size_t n)
 {
 	const char *p = b;
@@ -116,7 +165,7 @@ static void full_write(int fd, const void *b, size_t n)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: guest getppid|pipe|null [-n N] [-w WARMUP] [-c CPU] [-p PEER_CPU] [-o FILE]\n");
+		fprintf(stderr, "usage: guest getppid|sigsys|pipe|null [-n N] [-w WARMUP] [-c CPU] [-p PEER_CPU] [-o FILE]\n");
 		return 2;
 	}
 	const char *mode = argv[1];
@@ -148,8 +197,11 @@ int main(int argc, char **argv)
 	memset(ns, 1, (size_t)n * sizeof *ns);
 
 	long ok = 0, bad = 0, lastret = 0;
-	if (strcmp(mode, "getppid") == 0) {
+	int sigsys = strcmp(mode, "sigsys") == 0;
+	if (strcmp(mode, "getppid") == 0 || sigsys) {
 		long want = proc_ppid();
+		if (sigsys)
+			trap_getppid(want);
 		for (long i = 0; i < warm; i++)
 			lastret = getppid_tagged(now_ns());
 		for (long i = 0; i < n; i++) {

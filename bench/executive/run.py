@@ -22,6 +22,14 @@ Rows (ROWS below; the paper's figure in cycles at 2.4 GHz, shown in ns):
                    seccomp user notification
                    paper: System Call + RPC from Guest to Executive & back
   fast             the same with `--path fast` (in-guest trap, shared memory)
+  ref: rows        reference floors, not mantle: what the mechanism under
+                   each of mantle's paths costs with nothing on top.
+                   notif floor: notif_floor.c, a minimal seccomp user
+                   notification supervisor (poll, RECV, SEND with
+                   FLAG_CONTINUE); + SYNC_WAKE_UP: the same with
+                   SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP set; SIGSYS trap floor:
+                   the guest traps its own getppid (seccomp RET_TRAP) and
+                   answers in its handler, no executive round trip
   protected/fast one-way: not measured (needs the executive to timestamp
                    the receipt of a call: the guest already passes its start
                    time in rdi, see guest.c)
@@ -138,6 +146,11 @@ ROWS = [
         tool=["{mantle}", "run", "--path", "fast", "--perform", "getppid", "--"],
         interposed=True, needs="{mantle}",
         paper=("System Call + RPC Guest to Executive & back", 430 + 2900)),
+    Row("notif_floor", "ref: seccomp notif floor (C)", "getppid",
+        tool=["{notif}", "--"], interposed=True),
+    Row("notif_sync_floor", "ref: notif floor + SYNC_WAKE_UP", "getppid",
+        tool=["{notif}", "-s", "--"], interposed=True),
+    Row("sigsys_floor", "ref: in-guest SIGSYS trap floor (C)", "sigsys", interposed=True),
     Row("protected_oneway", "one-way trap, protected path", "getppid",
         unavailable=NOT_MEASURED_ONEWAY, paper=("Trap from Guest to Executive", 1250)),
     Row("fast_oneway", "one-way trap, fast path", "getppid",
@@ -255,6 +268,7 @@ class Bench:
         self.a = args
         self.tmp = tempfile.mkdtemp(prefix="mantle-bench-exec-")
         self.subst = {"ptrace": os.path.join(args.bin, "ptrace_interpose"),
+                      "notif": os.path.join(args.bin, "notif_floor"),
                       "mantle": args.mantle or ""}
         self.errors = []
 

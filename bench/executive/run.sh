@@ -9,7 +9,7 @@
 #
 #   bash bench/executive/run.sh [--quick] [options]   (from the repo root, as root)
 #
-# This wrapper builds the two C programs with cc into
+# This wrapper builds the three C programs with cc into
 # bench/results/executive/bin and hands over to run.py, whose docstring is
 # the documentation (rows, pinning, repetitions, statistics, bars, output,
 # options: `bash bench/executive/run.sh --help`). See also README.md here.
@@ -24,7 +24,7 @@ BIN=$ROOT/bench/results/executive/bin
 mkdir -p "$BIN"
 CC=${CC:-cc}
 CFLAGS=${CFLAGS:--O2 -Wall -Wextra}
-for prog in guest ptrace_interpose; do
+for prog in guest ptrace_interpose notif_floor; do
 	if [[ ! -x $BIN/$prog || $HERE/$prog.c -nt $BIN/$prog ]]; then
 		# shellcheck disable=SC2086
 		$CC $CFLAGS -o "$BIN/$prog" "$HERE/$prog.c"
