@@ -384,6 +384,9 @@ def main():
     ap.add_argument("--mantle", default=None, help="the mantle binary (default target/release/mantle)")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per run (default 180)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/executive"))
+    ap.add_argument("--max-wait", type=float, default=0,
+                    help="wait up to S seconds for both CPUs to be <= 15%% busy before timing "
+                         "(default 0: do not wait; the busy share is reported either way)")
     ap.add_argument("--plot-format", default="png", choices=["png", "svg"])
     a = ap.parse_args()
     if a.quick:
@@ -424,13 +427,20 @@ def main():
     dma0 = dma_current()
     load0 = open("/proc/loadavg").read().split()[:3]
     busy0 = cpu_busy()
+    waited = 0.0
+    while max(busy0.values()) > 15 and waited < a.max_wait:
+        print(f"waiting for a quiet machine: {busy0}", file=sys.stderr, flush=True)
+        time.sleep(4)
+        waited += 5
+        busy0 = cpu_busy()
     say(f"command: {cmdline}")
     say(f"date: {stamp}  kernel: {os.uname().release}  commit: {git_desc()}  "
         f"mantle: {a.mantle or 'none'}")
     say(f"N={a.n} timed ops per run after {a.warmup} warm-up ops, R={a.reps} repetitions; "
         f"guest on CPU {a.cpu_a}; tracer/executive/pipe peer on CPU {a.cpu_a} (1cpu) or "
         f"{a.cpu_b} (2cpu); +dma: /dev/cpu_dma_latency held at 0")
-    say(f"CPUs busy with other work before the run (1 s sample): "
+    say(f"CPUs busy with other work before the run (1 s sample"
+        + (f", after waiting {waited:.0f} s" if waited else "") + "): "
         + ", ".join(f"{c} {v}%" for c, v in busy0.items())
         + ("  (BUSY: the numbers below are noisy)" if max(busy0.values()) > 15 else ""))
     idle = "/".join(read_or(f"/sys/devices/system/cpu/cpuidle/current_{k}", "?")
