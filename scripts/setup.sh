@@ -2,13 +2,14 @@
 # Installs what mantle needs to build and run on Debian (run as root):
 # clang/LLVM and libbpf headers for the eBPF programs, bpftool (for
 # MANTLE_VMLINUX=running and the benchmarks), libelf/zlib for libbpf, socat for the demo, and the tools the
-# tests and benchmarks drive (tcpdump for tags_net, go for `go tool pprof`:
+# tests and benchmarks drive (tcpdump for tags_net, go for `go tool pprof`, strace
+# and matplotlib for bench/executive:
 # the tests themselves install nothing). Rust comes from the machine's rustup
 # toolchain (mantle needs Rust >= 1.87); Debian's own rustc is too old.
 set -euo pipefail
 need=()
 for p in clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc socat \
-         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump; do
+         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump strace; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 # go: any install will do (the prof test also looks in /usr/local/go)
@@ -20,6 +21,13 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# matplotlib for the benchmarks' plots: Debian's package for Debian's
+# python3, pip for another python3 first on PATH (pyenv)
+if ! python3 -c 'import matplotlib' >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-matplotlib >/dev/null 2>&1 || true
+  python3 -c 'import matplotlib' >/dev/null 2>&1 || python3 -m pip install --quiet matplotlib >/dev/null 2>&1 \
+    || echo "setup: no matplotlib: benchmarks print their tables without plots"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   for d in "$HOME/.cargo/bin" /root/.cargo/bin /usr/local/cargo/bin; do
