@@ -16,7 +16,7 @@
 //! FastHdr
 //! 0  magic    4 version  8 nslots     12 slot_size  16 region_size (u64)
 //! 24 exec_pid 28 spin   32 doorbell   36 exec_sleeping
-//! 40 overflow 44 flags  48 paths_off (u64)          56 reserved (u64)
+//! 40 overflow 44 flags  48 paths_off (u64)          56 tramp (u64)
 //! 64 wanted[16] (u64 bitmap of trapped call numbers, 0..1024)      192
 //!
 //! FastSlot
@@ -84,12 +84,15 @@ pub struct FastHdr {
     pub overflow: u32,
     pub hdr_flags: u32,
     pub paths_off: u64,
-    pub reserved: u64,
+    /// Fixed address where the stub maps its one exempt syscall
+    /// instruction (the same in every image of the guest, so that the
+    /// seccomp filter installed by the first image stays right after exec).
+    pub tramp: u64,
     pub wanted: [u64; WANT_WORDS],
 }
 offsets!(FastHdr: magic @ 0, version @ 4, nslots @ 8, slot_size @ 12, region_size @ 16,
     exec_pid @ 24, spin @ 28, doorbell @ 32, exec_sleeping @ 36, overflow @ 40,
-    hdr_flags @ 44, paths_off @ 48, reserved @ 56, wanted @ 64);
+    hdr_flags @ 44, paths_off @ 48, tramp @ 56, wanted @ 64);
 const _: () = assert!(size_of::<FastHdr>() == 192);
 
 /// `struct mx_fast_slot`.

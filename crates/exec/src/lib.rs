@@ -28,6 +28,7 @@
 
 pub mod agent;
 pub mod agents;
+pub mod fast;
 pub mod sysno;
 
 pub use agent::{Agent, Call, Chain, Decision, Guest, GuestError, Outcome, Perform, Times};

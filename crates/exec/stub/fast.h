@@ -52,7 +52,7 @@ struct mx_fast_hdr {
 	uint32_t overflow;      /* 40: guest calls that found no slot */
 	uint32_t hdr_flags;     /* 44: reserved, 0 */
 	uint64_t paths_off;     /* 48: offset of the path buffers */
-	uint64_t reserved;      /* 56 */
+	uint64_t tramp;         /* 56: fixed address of the stub's syscall page */
 	uint64_t wanted[MX_FAST_WANT_WORDS]; /* 64: bitmap of trapped calls */
 };
 

@@ -1,0 +1,398 @@
+//! The executive's side of the fast path: it scans the slots of a
+//! [`Region`], validates each request, runs the [`Chain`] and writes the
+//! answer.
+//!
+//! Validation of a REQUEST (on a copy of the slot, [`Region::snapshot`]):
+//! * the slot's tid is its registered owner; a new owner (first claim, or
+//!   a take-over of a dead thread's slot) is accepted only if the tid is a
+//!   live task of the guest tree (its thread group's parent chain reaches
+//!   the guest's root) and the previous owner is gone;
+//! * `seq` is the owner's previous `seq` + 1 (the executive counts, in its
+//!   own memory);
+//! * `nr` < 1024 and is one of the wanted calls.
+//!
+//! A request that fails the tid check is ignored (counted once: the slot
+//! is not answered, the executive does not write for a task it does not
+//! know); one that fails the others is answered `-EINVAL` (counted). An
+//! unknown state word is counted once and left alone. Nothing here panics
+//! on guest input.
+//!
+//! Where the loop is not yet allocation-free: a new owner's check reads
+//! /proc; `Decision::Perform` with a path clones the path; agents may
+//! allocate.
+
+use super::region::{self, futex_wake, hdr, slot, Region};
+use crate::agent::{Call, Chain, Decision, Guest, GuestError, Outcome, Times};
+use crate::sysno::Sysno;
+use mantle_abi::exec as abi;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::time::{Duration, Instant};
+
+/// What the executive counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// Requests answered.
+    pub calls: u64,
+    /// Continued calls whose result the guest reported.
+    pub reports: u64,
+    /// Requests refused (answered -EINVAL) or ignored.
+    pub refused: u64,
+    /// Slots with a state word that is not a state (counted once per
+    /// value seen).
+    pub bad_state: u64,
+    /// Slots whose owner is not a task of the guest tree (counted once per
+    /// tid seen).
+    pub foreign_tid: u64,
+    /// Guest calls that found no free slot (the guest's own count: a claim).
+    pub overflow: u64,
+}
+
+/// The executive's own memory about one slot.
+#[derive(Default)]
+struct Own {
+    owner: u32,
+    seq: u64,
+    /// A continued call awaiting its report: (seq, call, decision, time in
+    /// the executive).
+    pending: Option<(u64, Call, Decision, u64)>,
+    /// A delayed request: decide again at this instant.
+    hold_until: Option<Instant>,
+    /// The last bad (state, tid) seen, so garbage is counted once.
+    bad: (u32, u32),
+}
+
+/// Serves one region.
+pub struct Server {
+    region: Region,
+    chain: Chain,
+    wanted: [u64; abi::WANT_WORDS],
+    root: u32,
+    own: Vec<Own>,
+    pub stats: Stats,
+}
+
+impl Server {
+    /// Serves `region` with `chain` for the process tree rooted at `root`.
+    pub fn new(region: Region, chain: Chain, root: u32) -> Server {
+        let mut wanted = [0u64; abi::WANT_WORDS];
+        for s in chain.wants() {
+            if s.0 < abi::NR_MAX {
+                wanted[(s.0 / 64) as usize] |= 1 << (s.0 % 64);
+            }
+        }
+        let own = (0..region.nslots()).map(|_| Own::default()).collect();
+        Server {
+            region,
+            chain,
+            wanted,
+            root,
+            own,
+            stats: Stats::default(),
+        }
+    }
+
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    fn wants(&self, nr: u32) -> bool {
+        nr < abi::NR_MAX && self.wanted[(nr / 64) as usize] >> (nr % 64) & 1 == 1
+    }
+
+    /// One pass over every slot; true if anything was done. Also the
+    /// earliest held request's deadline, for the caller's sleep.
+    pub fn poll(&mut self) -> (bool, Option<Instant>) {
+        let mut did = false;
+        let mut next: Option<Instant> = None;
+        for i in 0..self.region.nslots() {
+            let st = self.region.s32(i, slot::STATE).load(Acquire);
+            match st {
+                abi::ST_FREE | abi::ST_IDLE | abi::ST_ANSWER => {}
+                abi::ST_REQUEST => {
+                    did |= self.take_report(i);
+                    if let Some(t) = self.own[i].hold_until {
+                        if Instant::now() < t {
+                            next = Some(next.map_or(t, |n| n.min(t)));
+                            continue;
+                        }
+                    }
+                    did |= self.request(i);
+                }
+                abi::ST_DONE => {
+                    did |= self.take_report(i);
+                    // DONE -> IDLE unless the guest moved on meanwhile
+                    let _ = self.region.s32(i, slot::STATE).compare_exchange(
+                        abi::ST_DONE,
+                        abi::ST_IDLE,
+                        SeqCst,
+                        Relaxed,
+                    );
+                }
+                bad => {
+                    let tid = self.region.s32(i, slot::TID).load(Relaxed);
+                    if self.own[i].bad != (bad, tid) {
+                        self.own[i].bad = (bad, tid);
+                        self.stats.bad_state += 1;
+                    }
+                }
+            }
+        }
+        self.stats.overflow = self.region.hdr32(hdr::OVERFLOW).load(Relaxed) as u64;
+        (did, next)
+    }
+
+    /// The report of a continued call, if it is there.
+    fn take_report(&mut self, i: usize) -> bool {
+        let Some((seq, _, _, _)) = &self.own[i].pending else {
+            return false;
+        };
+        if self.region.s64(i, slot::REPORT_SEQ).load(Acquire) != *seq {
+            return false;
+        }
+        let r = self.region.s64(i, slot::REPORT_RESULT).load(Acquire) as i64;
+        if let Some((_, call, d, ns)) = self.own[i].pending.take() {
+            self.stats.reports += 1;
+            let t = Times {
+                executive_ns: ns,
+                kernel_ns: 0,
+            };
+            self.chain.after(&call, &d, Outcome::Result(r), t);
+        }
+        true
+    }
+
+    fn request(&mut self, i: usize) -> bool {
+        let s = self.region.snapshot(i);
+        if s.state != abi::ST_REQUEST {
+            return false; // changed under us: next pass
+        }
+        if s.tid != self.own[i].owner {
+            if !self.accept_owner(i, s.tid) {
+                if self.own[i].bad != (s.state, s.tid) {
+                    self.own[i].bad = (s.state, s.tid);
+                    self.stats.foreign_tid += 1;
+                    self.stats.refused += 1;
+                }
+                return false;
+            }
+            self.own[i] = Own {
+                owner: s.tid,
+                seq: s.seq.wrapping_sub(1),
+                ..Own::default()
+            };
+        }
+        if s.seq != self.own[i].seq.wrapping_add(1) || !self.wants(s.nr) {
+            self.stats.refused += 1;
+            self.own[i].seq = s.seq; // resynchronise an honest but confused guest
+            self.answer(i, -(libc::EINVAL as i64), 0, None);
+            return true;
+        }
+        let call = Call {
+            tid: s.tid,
+            nr: Sysno(s.nr),
+            args: s.args,
+            ip: s.ip,
+        };
+        let t0 = Instant::now();
+        let (d, _) = {
+            let mut g = FastGuest {
+                region: &self.region,
+                slot: i,
+                tid: s.tid,
+                seq: s.seq,
+            };
+            self.chain.before(&call, &mut g)
+        };
+        let ns = t0.elapsed().as_nanos() as u64;
+        self.own[i].hold_until = None;
+        let times = Times {
+            executive_ns: ns,
+            kernel_ns: 0,
+        };
+        match &d {
+            Decision::Continue => {
+                self.own[i].pending = Some((s.seq, call, d.clone(), ns));
+                self.answer(i, 0, abi::ANS_CONTINUE, None);
+            }
+            Decision::Fail(e) => {
+                let e = if (1..4096).contains(e) { *e } else { libc::EINVAL };
+                self.answer(i, -(e as i64), 0, None);
+                self.chain
+                    .after(&call, &d, Outcome::Result(-(e as i64)), times);
+            }
+            Decision::Return(v) => {
+                self.answer(i, *v, 0, None);
+                self.chain.after(&call, &d, Outcome::Result(*v), times);
+            }
+            Decision::Perform(p) => {
+                let mut args = p.args;
+                let ok = p.nr.0 < abi::NR_MAX
+                    && match &p.path {
+                        None => true,
+                        Some((k, path)) => {
+                            *k < 6
+                                && self.region.write_path(i, path)
+                                && {
+                                    args[*k] = s.base.wrapping_add(self.region.path_off(i));
+                                    true
+                                }
+                        }
+                    };
+                if ok {
+                    self.own[i].pending = Some((s.seq, call, d.clone(), ns));
+                    self.answer(i, 0, abi::ANS_CONTINUE, Some((p.nr.0, args)));
+                } else {
+                    self.answer(i, -(libc::ENOSYS as i64), 0, None);
+                    let o = Outcome::Result(-(libc::ENOSYS as i64));
+                    self.chain.after(&call, &d, o, times);
+                }
+            }
+            Decision::Delay(dur) => {
+                self.own[i].hold_until = Some(Instant::now() + *dur);
+                return true;
+            }
+        }
+        self.own[i].seq = s.seq;
+        self.stats.calls += 1;
+        true
+    }
+
+    /// Writes an answer and wakes the guest if it sleeps.
+    fn answer(&mut self, i: usize, result: i64, flags: u32, call: Option<(u32, [u64; 6])>) {
+        let r = &self.region;
+        if let Some((nr, args)) = call {
+            r.s32(i, slot::NR).store(nr, Relaxed);
+            for (k, a) in args.iter().enumerate() {
+                r.s64(i, slot::ARGS + 8 * k).store(*a, Relaxed);
+            }
+        }
+        r.s64(i, slot::RESULT).store(result as u64, Relaxed);
+        r.s32(i, slot::FLAGS).store(flags, Relaxed);
+        let state = r.s32(i, slot::STATE);
+        if state
+            .compare_exchange(abi::ST_REQUEST, abi::ST_ANSWER, SeqCst, Relaxed)
+            .is_err()
+        {
+            self.stats.refused += 1; // the guest changed the state meanwhile
+            return;
+        }
+        if r.s32(i, slot::WAITING).load(SeqCst) != 0 {
+            futex_wake(state);
+        }
+    }
+
+    /// Whether `tid` may own slot `i`: a live task of the guest tree, and
+    /// the slot's previous owner (if any) is gone. Reads /proc (start-up
+    /// of a thread only).
+    fn accept_owner(&self, i: usize, tid: u32) -> bool {
+        if tid == 0 || !in_tree(tid, self.root) {
+            return false;
+        }
+        let old = self.own[i].owner;
+        old == 0 || old == tid || !std::path::Path::new(&format!("/proc/{old}")).exists()
+    }
+
+    /// Serves until `done` says so: spins `spin` empty passes, then sleeps
+    /// on the doorbell (at most `tick`, then asks `done` again).
+    pub fn serve(&mut self, spin: u32, tick: Duration, mut done: impl FnMut() -> bool) {
+        let mut idle: u32 = 0;
+        loop {
+            let (did, next) = self.poll();
+            if did {
+                idle = 0;
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if idle < spin {
+                std::hint::spin_loop();
+                if idle % 4096 == 0 && done() {
+                    return;
+                }
+                continue;
+            }
+            if done() {
+                return;
+            }
+            let seen = self.region.hdr32(hdr::DOORBELL).load(SeqCst);
+            self.region.hdr32(hdr::EXEC_SLEEPING).store(1, SeqCst);
+            let (did, next2) = self.poll();
+            if !did {
+                let mut wait = tick;
+                if let Some(t) = next.or(next2) {
+                    wait = wait.min(t.saturating_duration_since(Instant::now()));
+                }
+                region::futex_wait(self.region.hdr32(hdr::DOORBELL), seen, wait);
+            }
+            self.region.hdr32(hdr::EXEC_SLEEPING).store(0, SeqCst);
+            idle = 0;
+        }
+    }
+}
+
+/// Whether `tid` is a live task whose thread group is `root` or descends
+/// from it (parent chain through /proc, at most 64 steps).
+fn in_tree(tid: u32, root: u32) -> bool {
+    let field = |pid: u32, key: &str| -> Option<u32> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        s.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let Some(mut p) = field(tid, "Tgid:") else {
+        return false;
+    };
+    for _ in 0..64 {
+        if p == root {
+            return true;
+        }
+        match field(p, "PPid:") {
+            Some(pp) if pp > 1 => p = pp,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// A guest as the fast path sees it during one call: memory read with
+/// process_vm_readv on the calling thread; the call is pending while its
+/// slot still holds the same request.
+pub struct FastGuest<'a> {
+    region: &'a Region,
+    slot: usize,
+    tid: u32,
+    seq: u64,
+}
+
+impl Guest for FastGuest<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<usize, GuestError> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: local describes buf, which we borrow mutably; remote is
+        // only an address in the other process, checked by the kernel.
+        let n = unsafe { libc::process_vm_readv(self.tid as i32, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EFAULT) => GuestError::Fault(addr),
+                Some(libc::ESRCH) => GuestError::Gone,
+                _ => GuestError::Os(e.to_string()),
+            });
+        }
+        Ok(n as usize)
+    }
+    fn still_pending(&mut self) -> bool {
+        let r = self.region;
+        r.s32(self.slot, slot::STATE).load(Acquire) == abi::ST_REQUEST
+            && r.s32(self.slot, slot::TID).load(Acquire) == self.tid
+            && r.s64(self.slot, slot::SEQ).load(Acquire) == self.seq
+    }
+}
