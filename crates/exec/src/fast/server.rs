@@ -167,6 +167,9 @@ impl Server {
             return false; // changed under us: next pass
         }
         if s.tid != self.own[i].owner {
+            if self.own[i].bad == (s.state, s.tid) {
+                return false; // refused before: no /proc walk per pass
+            }
             if !self.accept_owner(i, s.tid) {
                 if self.own[i].bad != (s.state, s.tid) {
                     self.own[i].bad = (s.state, s.tid);
@@ -215,7 +218,11 @@ impl Server {
                 self.answer(i, 0, abi::ANS_CONTINUE, None);
             }
             Decision::Fail(e) => {
-                let e = if (1..4096).contains(e) { *e } else { libc::EINVAL };
+                let e = if (1..4096).contains(e) {
+                    *e
+                } else {
+                    libc::EINVAL
+                };
                 self.answer(i, -(e as i64), 0, None);
                 self.chain
                     .after(&call, &d, Outcome::Result(-(e as i64)), times);
@@ -230,12 +237,10 @@ impl Server {
                     && match &p.path {
                         None => true,
                         Some((k, path)) => {
-                            *k < 6
-                                && self.region.write_path(i, path)
-                                && {
-                                    args[*k] = s.base.wrapping_add(self.region.path_off(i));
-                                    true
-                                }
+                            *k < 6 && self.region.write_path(i, path) && {
+                                args[*k] = s.base.wrapping_add(self.region.path_off(i));
+                                true
+                            }
                         }
                     };
                 if ok {

@@ -1,0 +1,203 @@
+//! The fast path on real processes: a C guest (built with `cc`), `cat`
+//! and a multi-threaded guest under [`run_fast`], and a guest that writes
+//! garbage into the shared region. No root needed.
+
+use mantle_exec::fast::{run_fast, FastError, FastOptions};
+use mantle_exec::{Agent, Call, Chain, Decision, Guest, Outcome, Sysno, Times};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+fn nr(name: &str) -> Sysno {
+    Sysno::from_name(name).unwrap()
+}
+
+/// Answers a fixed value for getppid.
+struct Ppid(i64);
+impl Agent for Ppid {
+    fn name(&self) -> &str {
+        "ppid"
+    }
+    fn wants(&self) -> Vec<Sysno> {
+        vec![nr("getppid")]
+    }
+    fn before(&mut self, _: &Call, _: &mut dyn Guest) -> Decision {
+        Decision::Return(self.0)
+    }
+}
+
+/// Fails every call to `nr` with `errno`, recording the path it read.
+struct Deny(Sysno, i32, Arc<Mutex<Vec<String>>>);
+impl Agent for Deny {
+    fn name(&self) -> &str {
+        "deny"
+    }
+    fn wants(&self) -> Vec<Sysno> {
+        vec![self.0]
+    }
+    fn before(&mut self, c: &Call, g: &mut dyn Guest) -> Decision {
+        if let Ok(p) = g.read_cstr(c.args[1], 4096) {
+            self.2
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&p).into());
+        }
+        Decision::Fail(self.1)
+    }
+}
+
+/// Continues a call and records the results its `after` sees.
+struct Watch(Sysno, Arc<Mutex<Vec<i64>>>);
+impl Agent for Watch {
+    fn name(&self) -> &str {
+        "watch"
+    }
+    fn wants(&self) -> Vec<Sysno> {
+        vec![self.0]
+    }
+    fn before(&mut self, _: &Call, _: &mut dyn Guest) -> Decision {
+        Decision::Continue
+    }
+    fn after(&mut self, _: &Call, _: &Decision, o: Outcome, _: Times) {
+        if let Outcome::Result(r) = o {
+            self.1.lock().unwrap().push(r);
+        }
+    }
+}
+
+fn cmd(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// Builds a C guest from tests/guests/NAME.c.
+fn guest(name: &str) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/guests/{name}.c"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fast-{name}"));
+    let st = Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {}", src.display());
+    out
+}
+
+#[test]
+fn getppid_is_answered_by_the_agent() {
+    let g = guest("ppid");
+    let chain = Chain::new(vec![Box::new(Ppid(4242))]);
+    let (st, stats) = run_fast(
+        &cmd(&[g.to_str().unwrap(), "4242", "1000"]),
+        chain,
+        &FastOptions::default(),
+    )
+    .unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert_eq!(stats.calls, 1000, "{stats:?}");
+    assert_eq!(stats.refused, 0);
+}
+
+#[test]
+fn continued_calls_report_real_results() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let chain = Chain::new(vec![Box::new(Watch(nr("getppid"), seen.clone()))]);
+    let g = guest("ppid");
+    let me = std::process::id() as i64;
+    let (st, stats) = run_fast(
+        &cmd(&[g.to_str().unwrap(), &me.to_string(), "10"]),
+        chain,
+        &FastOptions::default(),
+    )
+    .unwrap();
+    assert!(st.success(), "{st:?}");
+    assert_eq!(stats.reports, 10);
+    assert_eq!(*seen.lock().unwrap(), vec![me; 10]);
+}
+
+#[test]
+fn denied_openat_makes_cat_fail() {
+    let paths = Arc::new(Mutex::new(Vec::new()));
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let file = dir.join("fast-cat-input");
+    std::fs::write(&file, "hello\n").unwrap();
+    let chain = Chain::new(vec![Box::new(Deny(
+        nr("openat"),
+        libc::EACCES,
+        paths.clone(),
+    ))]);
+    let (st, _) = run_fast(
+        &cmd(&["cat", file.to_str().unwrap()]),
+        chain,
+        &FastOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(st.code(), Some(1));
+    assert!(
+        paths
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|p| p == file.to_str().unwrap()),
+        "{paths:?}"
+    );
+    // and without the agent, cat works
+    let (st, _) = run_fast(
+        &cmd(&["cat", file.to_str().unwrap()]),
+        Chain::default(),
+        &FastOptions::default(),
+    )
+    .unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn threads_each_get_a_slot() {
+    let g = guest("threads");
+    let chain = Chain::new(vec![Box::new(Ppid(77))]);
+    let (st, stats) = run_fast(
+        &cmd(&[g.to_str().unwrap(), "77", "8", "2000"]),
+        chain,
+        &FastOptions::default(),
+    )
+    .unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert_eq!(stats.calls, 8 * 2000 + 1, "{stats:?}");
+}
+
+#[test]
+fn corrupted_slots_are_refused_and_the_executive_carries_on() {
+    let g = guest("garbage");
+    let chain = Chain::new(vec![Box::new(Ppid(55))]);
+    let (st, stats) =
+        run_fast(&cmd(&[g.to_str().unwrap()]), chain, &FastOptions::default()).unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert!(stats.bad_state >= 1, "{stats:?}");
+    assert!(stats.foreign_tid >= 2, "{stats:?}");
+    assert!(stats.refused >= 3, "{stats:?}");
+}
+
+#[test]
+fn static_guests_are_refused_with_a_typed_error() {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/guests/ppid.c");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-static");
+    let ok = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("skipped: no static libc to build a static guest");
+        return;
+    }
+    let e = run_fast(
+        &cmd(&[out.to_str().unwrap(), "1", "1"]),
+        Chain::default(),
+        &FastOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, FastError::Static(_)), "{e}");
+    assert!(e.to_string().contains("dynamically linked"));
+}
