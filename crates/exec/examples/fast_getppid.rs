@@ -1,0 +1,130 @@
+//! The fast path's getppid round trip (guest → executive → guest), for
+//! issue 10's Table 1 and for a quick look:
+//!
+//! ```text
+//! cargo run --release -p mantle-exec --example fast_getppid -- \
+//!     [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N]
+//!     [--exec-spin N] [--continue] [--plain]
+//! ```
+//!
+//! It builds the timer guest (`tests/guests/rt.c`) with `cc`, pins the
+//! guest and the executive (sched_setaffinity) as asked, and prints the
+//! guest's own measurement: mean, median, p99 and max in ns over N calls.
+//! Default: the agent answers getppid with a value (`Decision::Return`);
+//! `--continue` lets the guest make the call itself and report (the
+//! interposition case); `--plain` runs the guest without the executive.
+
+use mantle_exec::fast::{serve_child, spawn_fast, FastOptions};
+use mantle_exec::{Agent, Call, Chain, Decision, Guest, Sysno};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+struct Ppid(bool);
+impl Agent for Ppid {
+    fn name(&self) -> &str {
+        "ppid"
+    }
+    fn wants(&self) -> Vec<Sysno> {
+        Sysno::from_name("getppid").into_iter().collect()
+    }
+    fn before(&mut self, _: &Call, _: &mut dyn Guest) -> Decision {
+        if self.0 {
+            Decision::Continue
+        } else {
+            Decision::Return(4242)
+        }
+    }
+}
+
+fn pin(pid: u32, cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(pid as i32, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            eprintln!(
+                "sched_setaffinity({pid}, cpu {cpu}): {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+fn main() {
+    let mut calls = 100_000u64;
+    let (mut gcpu, mut ecpu) = (None, None);
+    let (mut cont, mut plain) = (false, false);
+    let mut opts = FastOptions::default();
+    let mut spins_set = false;
+    let mut a = std::env::args().skip(1);
+    while let Some(x) = a.next() {
+        let mut num = || a.next().and_then(|v| v.parse::<u64>().ok()).expect("a number");
+        match x.as_str() {
+            "--calls" => calls = num(),
+            "--guest-cpu" => gcpu = Some(num() as usize),
+            "--exec-cpu" => ecpu = Some(num() as usize),
+            "--guest-spin" => {
+                opts.guest_spin = num() as u32;
+                spins_set = true
+            }
+            "--exec-spin" => {
+                opts.exec_spin = num() as u32;
+                spins_set = true
+            }
+            "--continue" => cont = true,
+            "--plain" => plain = true,
+            _ => {
+                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain]");
+                std::process::exit(2);
+            }
+        }
+    }
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/guests/rt.c");
+    let bin = std::env::temp_dir().join(format!("mantle-fast-rt-{}", std::process::id()));
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("cc");
+    assert!(st.success(), "cc {}", src.display());
+    let cmd = vec![bin.display().to_string(), calls.to_string()];
+    if let Some(c) = ecpu {
+        pin(0, c);
+    }
+    let mode = if plain {
+        "plain getppid (no executive)"
+    } else if cont {
+        "fast path, continue (guest performs, reports)"
+    } else {
+        "fast path, executive answers"
+    };
+    let out = if plain {
+        let mut c = Command::new(&bin);
+        c.arg(calls.to_string()).stdout(Stdio::inherit());
+        let mut ch = c.spawn().expect("spawn");
+        if let Some(g) = gcpu {
+            pin(ch.id(), g);
+        }
+        ch.wait().expect("wait")
+    } else {
+        if !spins_set && gcpu.is_some() && gcpu == ecpu {
+            // one CPU: a spinning side only delays the other
+            opts.guest_spin = 0;
+            opts.exec_spin = 0;
+        }
+        let chain = Chain::new(vec![Box::new(Ppid(cont))]);
+        let (child, mut server) = spawn_fast(&cmd, chain, &opts).expect("spawn_fast");
+        if let Some(g) = gcpu {
+            pin(child.id(), g);
+        }
+        let (st, stats) = serve_child(child, &mut server, &opts).expect("serve");
+        eprintln!("executive: {stats:?}");
+        st
+    };
+    let _ = std::fs::remove_file(&bin);
+    eprintln!(
+        "mode: {mode}; guest cpu {gcpu:?}, executive cpu {ecpu:?}; spins guest {} executive {}; status {out:?}",
+        opts.guest_spin, opts.exec_spin
+    );
+}
