@@ -201,3 +201,111 @@ fn static_guests_are_refused_with_a_typed_error() {
     assert!(matches!(e, FastError::Static(_)), "{e}");
     assert!(e.to_string().contains("dynamically linked"));
 }
+
+#[test]
+fn forks_and_execs_inside_the_guest_stay_guests() {
+    let g = guest("ppid");
+    let g = g.to_str().unwrap();
+    let script = format!("{g} 77 10 && {g} 77 10 | cat && (exec {g} 77 10)");
+    let chain = Chain::new(vec![Box::new(Ppid(77))]);
+    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default())
+        .unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert_eq!(stats.calls, 30, "{stats:?}");
+    assert_eq!(stats.refused, 0, "{stats:?}");
+}
+
+/// Rewrites the path of openat calls for one prefix (a Perform with a
+/// path: the executive writes the new path into the slot's path buffer).
+struct Redirect(Vec<u8>, Vec<u8>);
+impl Agent for Redirect {
+    fn name(&self) -> &str {
+        "redirect"
+    }
+    fn wants(&self) -> Vec<Sysno> {
+        vec![nr("openat")]
+    }
+    fn before(&mut self, c: &Call, g: &mut dyn Guest) -> Decision {
+        match g.read_cstr(c.args[1], 4096) {
+            Ok(p) if p.starts_with(&self.0) => {
+                let mut new = self.1.clone();
+                new.extend_from_slice(&p[self.0.len()..]);
+                Decision::Perform(mantle_exec::Perform {
+                    nr: c.nr,
+                    args: c.args,
+                    path: Some((1, new)),
+                })
+            }
+            _ => Decision::Continue,
+        }
+    }
+}
+
+#[test]
+fn perform_with_a_new_path_redirects_cat() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-redirect");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("x"), "redirected\n").unwrap();
+    let chain = Chain::new(vec![Box::new(Redirect(
+        b"/mantle-fast-nowhere/".to_vec(),
+        format!("{}/", dir.display()).into_bytes(),
+    ))]);
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-redirect.out");
+    let script = format!("cat /mantle-fast-nowhere/x > {}", out.display());
+    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default())
+        .unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "redirected\n");
+}
+
+/// Not a test on its own: the executive of `executive_death_kills_the_guests`,
+/// run in a child process of the test binary.
+#[test]
+fn executive_child_main() {
+    let Ok(script) = std::env::var("MANTLE_FAST_TEST_EXECUTIVE") else {
+        return;
+    };
+    let chain = Chain::new(vec![Box::new(Ppid(5))]);
+    let _ = run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default());
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    exists
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true)
+}
+
+#[test]
+fn executive_death_kills_the_guests() {
+    let g = guest("ppid");
+    let pids = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-death.pids");
+    let _ = std::fs::remove_file(&pids);
+    let script = format!(
+        "{g} 5 100000000000 & echo $! > {p}; echo $$ >> {p}; wait",
+        g = g.display(),
+        p = pids.display()
+    );
+    let mut exec = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "executive_child_main", "--nocapture", "--test-threads=1"])
+        .env("MANTLE_FAST_TEST_EXECUTIVE", &script)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let list: Vec<i32> = mantle_testsupport::poll_until(|| {
+        let s = std::fs::read_to_string(&pids).ok()?;
+        let v: Vec<i32> = s.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        (v.len() == 2).then_some(v)
+    })
+    .expect("the guests started");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(list.iter().all(|&p| alive(p)), "guests running: {list:?}");
+    exec.kill().unwrap(); // SIGKILL
+    exec.wait().unwrap();
+    let gone = mantle_testsupport::poll_until_for(std::time::Duration::from_secs(10), || {
+        list.iter().all(|&p| !alive(p)).then_some(())
+    });
+    assert!(gone.is_some(), "guests still alive after the executive died: {list:?}");
+}
