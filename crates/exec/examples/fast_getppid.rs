@@ -58,7 +58,11 @@ fn main() {
     let mut spins_set = false;
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
-        let mut num = || a.next().and_then(|v| v.parse::<u64>().ok()).expect("a number");
+        let mut num = || {
+            a.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .expect("a number")
+        };
         match x.as_str() {
             "--calls" => calls = num(),
             "--guest-cpu" => gcpu = Some(num() as usize),

@@ -7,40 +7,47 @@
  * Mechanism:
  * - The constructor maps the region from the fd in MANTLE_FAST_FD (kept
  *   open, without close-on-exec, so that an exec'd image that loads the
- *   stub again maps the same region), installs a SIGSYS handler and a
- *   seccomp filter: calls whose number is set in the header's `wanted`
- *   bitmap return SECCOMP_RET_TRAP (a SIGSYS), every other call, and every
- *   call made from the stub's own syscall instruction (its address is in
- *   the filter), is allowed. seccomp filters are inherited by threads and
- *   children and kept across exec, so no thread escapes.
- * - The SIGSYS handler claims a slot for its thread (CAS of tid 0 -> tid;
- *   a slot whose owner is dead is taken over), writes the call, sets the
- *   state to REQUEST, rings the executive's doorbell (FUTEX_WAKE only if
- *   it sleeps), spins `spin` iterations, then FUTEX_WAITs on the slot's
- *   state. The answer is a value (put in rax) or CONTINUE: the stub makes
- *   the (possibly changed) call itself from the exempt instruction and
- *   reports the result (state DONE), so the executive's `after` hooks see
- *   real results.
+ *   stub again maps the same region), copies the stub's raw-syscall code
+ *   into a page at the executive's fixed address (hdr->tramp), installs
+ *   the SIGSYS handler (raw rt_sigaction, with a restorer in that page)
+ *   and turns on Syscall User Dispatch with that page as the excluded
+ *   range and a selector that always blocks: every system call of the
+ *   guest made anywhere else raises SIGSYS.
+ * - The SIGSYS handler: a call whose bit is set in the header's `wanted`
+ *   bitmap is forwarded through the thread's slot (claimed at its first
+ *   trap by CAS of tid 0 -> tid; the slot of a dead thread is taken over
+ *   when none is free): the call is written, the state set to REQUEST,
+ *   the executive's doorbell rung (FUTEX_WAKE only if it sleeps); the
+ *   handler spins `spin` iterations, then FUTEX_WAITs on the slot's state.
+ *   The answer is a value (put in rax) or CONTINUE: the handler makes the
+ *   (possibly changed) call itself and reports the result (state DONE),
+ *   so the executive's `after` hooks see real results. Any other call is
+ *   made directly, from the excluded page.
+ * - Calls that cannot simply be made inside a signal handler are
+ *   emulated: rt_sigreturn (done on the interrupted frame), rt_sigprocmask
+ *   (applied to the interrupted context's mask, never blocking SIGSYS: a
+ *   SUD signal that is blocked kills), rt_sigaction on SIGSYS (ignored),
+ *   clone with a new stack (the child starts on its stack at the caller's
+ *   return address, with the caller's signal mask), clone3 (ENOSYS: glibc
+ *   falls back to clone), vfork (made as fork). Children re-arm dispatch.
+ * - exec clears dispatch; the new image's stub arms it again. An exec'd
+ *   image without the stub (static, or LD_PRELOAD dropped) runs
+ *   unsupervised (docs/exec-fast.md).
  *
  * Invariants:
- * - In the handler: no libc, only raw system calls through mx_sc6 (the
- *   exempt instruction); all signals are blocked while it runs (sa_mask),
- *   so a slot has at most one call in flight.
- * - clone, clone3, fork, vfork and rt_sigreturn are never trapped (a
- *   thread created inside the handler would return onto the handler's
- *   stack; rt_sigreturn is how the handler returns).
+ * - In the handler: no libc, only raw system calls through the excluded
+ *   page; all signals are blocked while it runs (sa_mask), so a slot has
+ *   at most one call in flight.
  * - The executive gone (exec_pid does not exist) while a call waits: the
  *   guest kills itself (fail closed: never silently unsupervised).
- * - Cooperative: the guest can write anything in the region or jump to the
- *   exempt instruction; the executive validates every slot, and security
+ * - Cooperative: the guest can write anything in the region or jump into
+ *   the excluded page; the executive validates every slot, and security
  *   decisions belong on the protected path.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
 #include <linux/futex.h>
-#include <linux/seccomp.h>
+#include <linux/sched.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,19 +63,29 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
-/* mx_sc_tmpl(nr, a0..a5): a raw system call, position-independent code.
- * It is not called where it lies: the constructor copies it to the fixed
- * page hdr->tramp (the same address in every image of the guest, so the
- * filter installed by the first image still exempts it after exec), and
- * mx_sc6 calls that copy. The filter allows calls whose instruction
- * pointer is the address after its `syscall`. */
-extern char mx_sc_tmpl[] HIDDEN, mx_sc_tmpl_ret[] HIDDEN, mx_sc_tmpl_end[] HIDDEN;
-typedef long (*sc6_fn)(long, long, long, long, long, long, long);
-static sc6_fn mx_sc6;
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_ON 1
+#define SYSCALL_DISPATCH_FILTER_BLOCK 1
+#endif
+#define SYS_USER_DISPATCH 2
+#define SA_RESTORER_ 0x04000000
+
+/* The excluded page's code, position-independent, copied to hdr->tramp:
+ *   +0   sc6(nr, a..f): a raw system call
+ *   +T_RESTORER  restorer: rt_sigreturn (our SIGSYS handler returns here)
+ *   +T_SIGRET    sigret(rsp): rt_sigreturn of the frame at rsp
+ *   +T_CLONE     clone(flags, stack, ptid, ctid, tls, ip): the child arms
+ *                dispatch, sets the mask stored at stack-16, jumps to ip
+ *                (stored at stack-8) with rax = 0 and rsp = stack
+ *   +T_DATA      data: [0] the page's address, [1] the selector's address */
+extern char mx_tmpl[] HIDDEN, mx_tmpl_restorer[] HIDDEN, mx_tmpl_sigret[] HIDDEN,
+	mx_tmpl_clone[] HIDDEN, mx_tmpl_end[] HIDDEN;
+#define T_DATA 2048
 __asm__(".text\n"
-	".globl mx_sc_tmpl\n"
-	".hidden mx_sc_tmpl\n"
-	"mx_sc_tmpl:\n"
+	".globl mx_tmpl, mx_tmpl_restorer, mx_tmpl_sigret, mx_tmpl_clone, mx_tmpl_end\n"
+	".hidden mx_tmpl, mx_tmpl_restorer, mx_tmpl_sigret, mx_tmpl_clone, mx_tmpl_end\n"
+	"mx_tmpl:\n"
 	"\tmov %rdi,%rax\n"
 	"\tmov %rsi,%rdi\n"
 	"\tmov %rdx,%rsi\n"
@@ -77,18 +94,56 @@ __asm__(".text\n"
 	"\tmov %r9,%r8\n"
 	"\tmov 8(%rsp),%r9\n"
 	"\tsyscall\n"
-	".globl mx_sc_tmpl_ret\n"
-	".hidden mx_sc_tmpl_ret\n"
-	"mx_sc_tmpl_ret:\n"
 	"\tret\n"
-	".globl mx_sc_tmpl_end\n"
-	".hidden mx_sc_tmpl_end\n"
-	"mx_sc_tmpl_end:\n");
+	"mx_tmpl_restorer:\n"
+	"\tmov $15,%eax\n"
+	"\tsyscall\n"
+	"\thlt\n"
+	"mx_tmpl_sigret:\n"
+	"\tmov %rdi,%rsp\n"
+	"\tmov $15,%eax\n"
+	"\tsyscall\n"
+	"\thlt\n"
+	"mx_tmpl_clone:\n"
+	"\tmov %r9,-8(%rsi)\n"
+	"\tmov %rcx,%r10\n"
+	"\tmov $56,%eax\n"
+	"\tsyscall\n"
+	"\ttest %rax,%rax\n"
+	"\tjz 1f\n"
+	"\tret\n"
+	"1:\n"
+	"\tmov $157,%eax\n" /* prctl(PR_SET_SYSCALL_USER_DISPATCH, ON, page, 4096, sel) */
+	"\tmov $59,%edi\n"
+	"\tmov $1,%esi\n"
+	"\tmov mx_tmpl+2048(%rip),%rdx\n"
+	"\tmov $4096,%r10d\n"
+	"\tmov mx_tmpl+2056(%rip),%r8\n"
+	"\tsyscall\n"
+	"\tmov $14,%eax\n" /* rt_sigprocmask(SIG_SETMASK, rsp-16, 0, 8) */
+	"\tmov $2,%edi\n"
+	"\tlea -16(%rsp),%rsi\n"
+	"\txor %edx,%edx\n"
+	"\tmov $8,%r10d\n"
+	"\tsyscall\n"
+	"\txor %eax,%eax\n"
+	"\tjmp *-8(%rsp)\n"
+	"mx_tmpl_end:\n");
+
+typedef long (*sc6_fn)(long, long, long, long, long, long, long);
+static sc6_fn mx_sc6;
+static void (*mx_sigret)(uint64_t rsp);
+static long (*mx_clone)(long, long, long, long, long, long);
+static uint64_t mx_restorer;
 
 #define sc0(n) mx_sc6((n), 0, 0, 0, 0, 0, 0)
 #define sc1(n, a) mx_sc6((n), (long)(a), 0, 0, 0, 0, 0)
 #define sc2(n, a, b) mx_sc6((n), (long)(a), (long)(b), 0, 0, 0, 0)
 #define sc4(n, a, b, c, d) mx_sc6((n), (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
+#define sc5(n, a, b, c, d, e) mx_sc6((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
+
+/* the selector: always BLOCK (the stub's own calls are in the excluded page) */
+static volatile char mx_selector = SYSCALL_DISPATCH_FILTER_BLOCK;
 
 static struct mx_fast_hdr *hdr;
 static struct mx_fast_slot *slots;
@@ -112,6 +167,12 @@ static void die(void)
 {
 	sc2(SYS_kill, sc0(SYS_getpid), SIGKILL);
 	sc1(SYS_exit_group, 127);
+}
+
+static long arm(void)
+{
+	return sc5(SYS_prctl, PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, hdr->tramp, 4096,
+		   &mx_selector);
 }
 
 /* The calling thread's slot, claimed at its first trap. A cached slot is
@@ -146,8 +207,102 @@ got:
 	return my_slot;
 }
 
+/* struct kernel_sigaction for rt_sigaction on x86-64 */
+struct ksigaction {
+	void *handler;
+	unsigned long flags;
+	uint64_t restorer;
+	uint64_t mask;
+};
+
+/* Makes a call the guest made (or the executive changed) from inside the
+ * handler; g is the interrupted context. */
+static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
+{
+	long r;
+	switch (nr) {
+	case SYS_rt_sigprocmask: {
+		/* on the interrupted context's mask; SIGSYS never blocked */
+		uint64_t *m = (uint64_t *)&uc->uc_sigmask, old = *m, set = 0;
+		if (a[3] != 8)
+			return -EINVAL;
+		if (a[1])
+			set = *(const uint64_t *)(uintptr_t)a[1];
+		if (a[2])
+			*(uint64_t *)(uintptr_t)a[2] = old;
+		if (a[1]) {
+			if (a[0] == SIG_BLOCK)
+				*m = old | set;
+			else if (a[0] == SIG_UNBLOCK)
+				*m = old & ~set;
+			else if (a[0] == SIG_SETMASK)
+				*m = set;
+			else
+				return -EINVAL;
+			*m &= ~((1ull << (SIGSYS - 1)) | (1ull << (SIGKILL - 1)) |
+				(1ull << (SIGSTOP - 1)));
+		}
+		return 0;
+	}
+	case SYS_rt_sigaction: {
+		if (a[0] == SIGSYS) { /* the stub's: not changed; reported as default */
+			if (a[2])
+				for (int i = 0; i < 4; i++)
+					((volatile uint64_t *)(uintptr_t)a[2])[i] = 0;
+			return 0;
+		}
+		if (!a[1] || a[3] != 8)
+			return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+		/* a guest handler never blocks SIGSYS (its own calls trap) and
+		 * returns through the excluded page's restorer */
+		struct ksigaction k = *(const struct ksigaction *)(uintptr_t)a[1];
+		k.mask &= ~(1ull << (SIGSYS - 1));
+		if (k.flags & SA_RESTORER_)
+			k.restorer = mx_restorer;
+		return sc4(nr, a[0], &k, a[2], 8);
+	}
+	case SYS_execve:
+	case SYS_execveat: {
+		/* the new image starts with the interrupted context's mask, not
+		 * the handler's (everything blocked) */
+		uint64_t m = *(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1)), all = ~0ull;
+		sc4(SYS_rt_sigprocmask, SIG_SETMASK, &m, 0, 8);
+		r = mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+		sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, 0, 8);
+		return r;
+	}
+	case SYS_clone3:
+		return -ENOSYS;
+	case SYS_vfork:
+		nr = SYS_fork;
+		/* fallthrough */
+	case SYS_fork:
+		r = sc0(nr);
+		if (r == 0) {
+			arm();
+			my_slot = 0;
+		}
+		return r;
+	case SYS_clone:
+		if (a[1] == 0) {
+			/* no new stack: fork-like (a vfork-like clone is made as fork) */
+			r = sc5(SYS_clone, a[0] & ~(uint64_t)(CLONE_VM | CLONE_VFORK), 0, a[2], a[3],
+				a[4]);
+			if (r == 0) {
+				arm();
+				my_slot = 0;
+			}
+			return r;
+		}
+		((uint64_t *)(uintptr_t)a[1])[-2] =
+			*(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1));
+		return mx_clone(a[0], a[1], a[2], a[3], a[4], g[REG_RIP]);
+	}
+	return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
 static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uint64_t a[6],
-		    uint64_t ip)
+		    uint64_t ip, greg_t *g, ucontext_t *uc)
 {
 	uint32_t st;
 	uint64_t seq;
@@ -187,8 +342,10 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 		st32(&s->state, MX_ST_IDLE);
 		return r;
 	}
-	long r = mx_sc6(s->nr, s->args[0], s->args[1], s->args[2], s->args[3], s->args[4],
-			s->args[5]);
+	uint64_t b[6];
+	for (int i = 0; i < 6; i++)
+		b[i] = s->args[i];
+	long r = perform(g, uc, s->nr, b);
 	if (sc0(SYS_gettid) != tid) {
 		/* a child of a continued fork-like call: not ours to report */
 		my_slot = 0;
@@ -209,60 +366,28 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 	ucontext_t *uc = ucv;
 	greg_t *g = uc->uc_mcontext.gregs;
 	(void)sig;
-	if (si->si_code != 1 /* SYS_SECCOMP */)
+	if (si->si_code != SYS_USER_DISPATCH)
 		return;
 	uint32_t nr = (uint32_t)si->si_syscall;
+	if (nr == SYS_rt_sigreturn)
+		mx_sigret((uint64_t)g[REG_RSP]); /* does not return */
 	uint64_t a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
-	uint32_t tid = (uint32_t)sc0(SYS_gettid);
-	struct mx_fast_slot *s = my_slot;
-	if (!s || my_tid != tid || ld32(&s->tid) != tid)
-		s = claim(tid);
 	long r;
-	if (!s) {
-		__atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_SEQ_CST);
-		r = -EAGAIN;
+	if (nr >= MX_FAST_NR_MAX || !(hdr->wanted[nr / 64] >> (nr % 64) & 1)) {
+		r = perform(g, uc, nr, a);
 	} else {
-		r = forward(s, tid, nr, a, (uint64_t)(uintptr_t)si->si_call_addr);
+		uint32_t tid = (uint32_t)sc0(SYS_gettid);
+		struct mx_fast_slot *s = my_slot;
+		if (!s || my_tid != tid || ld32(&s->tid) != tid)
+			s = claim(tid);
+		if (!s) {
+			__atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_SEQ_CST);
+			r = -EAGAIN;
+		} else {
+			r = forward(s, tid, nr, a, (uint64_t)(uintptr_t)si->si_call_addr, g, uc);
+		}
 	}
 	g[REG_RAX] = r;
-}
-
-/* A classic BPF program: allow the stub's instruction, trap wanted calls. */
-static int install_filter(void)
-{
-	static struct sock_filter f[8 + 2 * MX_FAST_NR_MAX + 1];
-	unsigned n = 0;
-	uint64_t ret = hdr->tramp + (uint64_t)(mx_sc_tmpl_ret - mx_sc_tmpl);
-#define S(code, k) (f[n++] = (struct sock_filter)BPF_STMT((code), (k)))
-#define J(code, k, jt, jf) (f[n++] = (struct sock_filter)BPF_JUMP((code), (k), (jt), (jf)))
-	S(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
-	J(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
-	S(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-	S(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, instruction_pointer) + 4);
-	J(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)(ret >> 32), 0, 3);
-	S(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, instruction_pointer));
-	J(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)ret, 0, 1);
-	S(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-	S(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
-	for (uint32_t nr = 0; nr < MX_FAST_NR_MAX; nr++) {
-		if (!(hdr->wanted[nr / 64] >> (nr % 64) & 1))
-			continue;
-		switch (nr) {
-		case SYS_clone: case SYS_clone3: case SYS_fork: case SYS_vfork:
-		case SYS_rt_sigreturn:
-			continue;
-		}
-		J(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 1);
-		S(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
-	}
-	S(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-#undef S
-#undef J
-	struct sock_fprog prog = {.len = (unsigned short)n, .filter = f};
-	if (sc2(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1) != 0)
-		return -1;
-	return mx_sc6(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC,
-		      (long)&prog, 0, 0, 0) == 0 ? 0 : -1;
 }
 
 static void fail(const char *msg)
@@ -297,25 +422,39 @@ __attribute__((constructor)) static void mx_stub_init(void)
 	if (m == MAP_FAILED)
 		fail("cannot map the fast-path region");
 	hdr = m;
-	/* the exempt syscall page, at the executive's fixed address */
+	slots = (struct mx_fast_slot *)((char *)m + MX_FAST_HDR_SIZE);
+	nslots = n;
+
+	/* the excluded page, at the executive's fixed address */
 	uint64_t t = hdr->tramp;
-	void *tp = mmap((void *)(uintptr_t)t, 4096, PROT_READ | PROT_WRITE,
+	char *tp = mmap((void *)(uintptr_t)t, 4096, PROT_READ | PROT_WRITE,
 			MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
 	if (tp == MAP_FAILED || (uint64_t)(uintptr_t)tp != t || (t & 4095))
 		fail("cannot map the syscall page at its fixed address");
-	memcpy(tp, mx_sc_tmpl, (size_t)(mx_sc_tmpl_end - mx_sc_tmpl));
+	_Static_assert(T_DATA == 2048, "the asm's data offsets");
+	if (mx_tmpl_end - mx_tmpl > T_DATA)
+		fail("the syscall page's code is too long");
+	memcpy(tp, mx_tmpl, (size_t)(mx_tmpl_end - mx_tmpl));
+	((uint64_t *)(tp + T_DATA))[0] = t;
+	((uint64_t *)(tp + T_DATA))[1] = (uint64_t)(uintptr_t)&mx_selector;
 	if (mprotect(tp, 4096, PROT_READ | PROT_EXEC) != 0)
 		fail("cannot make the syscall page executable");
-	mx_sc6 = (sc6_fn)tp;
-	slots = (struct mx_fast_slot *)((char *)m + MX_FAST_HDR_SIZE);
-	nslots = n;
-	struct sigaction sa;
-	memset(&sa, 0, sizeof sa);
-	sa.sa_sigaction = on_sigsys;
-	sa.sa_flags = SA_SIGINFO | SA_RESTART;
-	sigfillset(&sa.sa_mask);
-	if (sigaction(SIGSYS, &sa, 0) != 0)
+	mx_sc6 = (sc6_fn)(void *)tp;
+	mx_sigret = (void (*)(uint64_t))(void *)(tp + (mx_tmpl_sigret - mx_tmpl));
+	mx_clone = (long (*)(long, long, long, long, long, long))(void *)(tp + (mx_tmpl_clone - mx_tmpl));
+	mx_restorer = t + (uint64_t)(mx_tmpl_restorer - mx_tmpl);
+
+	struct ksigaction ka = {
+		.handler = (void *)on_sigsys,
+		.flags = SA_SIGINFO | SA_RESTORER_,
+		.restorer = mx_restorer,
+		.mask = ~0ull,
+	};
+	if (sc4(SYS_rt_sigaction, SIGSYS, &ka, 0, 8) != 0)
 		fail("cannot install the SIGSYS handler");
-	if (install_filter() != 0)
-		fail("cannot install the seccomp filter");
+	/* SIGSYS must never be blocked: a dispatched call with it blocked kills */
+	uint64_t unblock = 1ull << (SIGSYS - 1);
+	sc4(SYS_rt_sigprocmask, SIG_UNBLOCK, &unblock, 0, 8);
+	if (arm() != 0)
+		fail("cannot turn on Syscall User Dispatch (Linux 5.11+)");
 }
