@@ -152,6 +152,9 @@ static uint32_t nslots;
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 static TLS struct mx_fast_slot *my_slot;
 static TLS uint32_t my_tid;
+/* forwards in flight on this thread (a signal handler that runs during a
+ * call the stub makes may trap again: it gets a slot of its own) */
+static TLS uint32_t busy;
 
 static inline uint64_t rdtsc(void)
 {
@@ -177,11 +180,12 @@ static long arm(void)
 
 /* The calling thread's slot, claimed at its first trap. A cached slot is
  * re-checked against the tid (a vfork child shares the parent's TLS). */
-static struct mx_fast_slot *claim(uint32_t tid)
+static struct mx_fast_slot *claim(uint32_t tid, struct mx_fast_slot *except)
 {
 	uint32_t i;
 	for (i = 0; i < nslots; i++)
-		if (ld32(&slots[i].tid) == tid)
+		if (ld32(&slots[i].tid) == tid && &slots[i] != except &&
+		    (!except || ld32(&slots[i].state) == MX_ST_IDLE || ld32(&slots[i].state) == MX_ST_DONE))
 			goto got;
 	for (i = 0; i < nslots; i++) {
 		uint32_t zero = 0;
@@ -202,6 +206,8 @@ got:
 	slots[i].base = (uint64_t)(uintptr_t)hdr;
 	if (ld32(&slots[i].state) == MX_ST_FREE)
 		st32(&slots[i].state, MX_ST_IDLE);
+	if (except)
+		return &slots[i]; /* a nested call's slot: not cached */
 	my_slot = &slots[i];
 	my_tid = tid;
 	return my_slot;
@@ -298,7 +304,13 @@ static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 			*(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1));
 		return mx_clone(a[0], a[1], a[2], a[3], a[4], g[REG_RIP]);
 	}
-	return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	/* with the interrupted context's mask, so that a blocking call can be
+	 * interrupted by the guest's signals as it would be without the stub */
+	uint64_t m = *(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1)), all = ~0ull;
+	sc4(SYS_rt_sigprocmask, SIG_SETMASK, &m, 0, 8);
+	r = mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, 0, 8);
+	return r;
 }
 
 static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uint64_t a[6],
@@ -378,13 +390,19 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 	} else {
 		uint32_t tid = (uint32_t)sc0(SYS_gettid);
 		struct mx_fast_slot *s = my_slot;
-		if (!s || my_tid != tid || ld32(&s->tid) != tid)
-			s = claim(tid);
+		if (!s || my_tid != tid || ld32(&s->tid) != tid) {
+			busy = 0; /* a new thread or process: nothing in flight */
+			s = claim(tid, 0);
+		}
+		if (s && busy)
+			s = claim(tid, s);
 		if (!s) {
 			__atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_SEQ_CST);
 			r = -EAGAIN;
 		} else {
+			busy++;
 			r = forward(s, tid, nr, a, (uint64_t)(uintptr_t)si->si_call_addr, g, uc);
+			busy--;
 		}
 	}
 	g[REG_RAX] = r;

@@ -322,3 +322,28 @@ fn executive_death_kills_the_guests() {
         "guests still alive after the executive died: {list:?}"
     );
 }
+
+#[test]
+fn signals_traps_and_pipelines_keep_working() {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-signals.out");
+    let script = format!(
+        "trap 'echo usr1 >> {o}' USR1; kill -USR1 $$; printf 'a\\nb\\n' | wc -l >> {o}; \
+         sleep 30 & p=$!; sleep 0.2; kill -TERM $p; wait $p; echo $? >> {o}",
+        o = out.display()
+    );
+    let _ = std::fs::remove_file(&out);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    // every openat, read and wait4 goes through the executive and is continued
+    let chain = Chain::new(vec![
+        Box::new(Watch(nr("openat"), seen.clone())),
+        Box::new(Watch(nr("read"), seen.clone())),
+        Box::new(Watch(nr("wait4"), seen.clone())),
+    ]);
+    let t0 = std::time::Instant::now();
+    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default())
+        .unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10), "sleep was not interrupted");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "usr1\n2\n143\n");
+    assert!(stats.reports > 0 && stats.refused == 0, "{stats:?}");
+}
