@@ -12,7 +12,9 @@
 //! guest's own measurement: mean, median, p99 and max in ns over N calls.
 //! Default: the agent answers getppid with a value (`Decision::Return`);
 //! `--continue` lets the guest make the call itself and report (the
-//! interposition case); `--plain` runs the guest without the executive.
+//! interposition case); `--plain` runs the guest without the executive;
+//! `--other` times getpid instead, which the stub traps but the executive
+//! does not want (the trap's own cost; with `--plain`, a plain getpid).
 
 use mantle_exec::fast::{serve_child, spawn_fast, FastOptions};
 use mantle_exec::{Agent, Call, Chain, Decision, Guest, Sysno};
@@ -53,7 +55,7 @@ fn pin(pid: u32, cpu: usize) {
 fn main() {
     let mut calls = 100_000u64;
     let (mut gcpu, mut ecpu) = (None, None);
-    let (mut cont, mut plain) = (false, false);
+    let (mut cont, mut plain, mut other) = (false, false, false);
     let mut opts = FastOptions::default();
     let mut spins_set = false;
     let mut a = std::env::args().skip(1);
@@ -77,8 +79,9 @@ fn main() {
             }
             "--continue" => cont = true,
             "--plain" => plain = true,
+            "--other" => other = true,
             _ => {
-                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain]");
+                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain] [--other]");
                 std::process::exit(2);
             }
         }
@@ -92,11 +95,18 @@ fn main() {
         .status()
         .expect("cc");
     assert!(st.success(), "cc {}", src.display());
-    let cmd = vec![bin.display().to_string(), calls.to_string()];
+    let mut cmd = vec![bin.display().to_string(), calls.to_string()];
+    if other {
+        // getpid: trapped by the stub but not wanted, made directly (the
+        // cost of the trap alone)
+        cmd.push(libc::SYS_getpid.to_string());
+    }
     if let Some(c) = ecpu {
         pin(0, c);
     }
-    let mode = if plain {
+    let mode = if other {
+        "fast path, getpid: trapped, not wanted, made by the stub"
+    } else if plain {
         "plain getppid (no executive)"
     } else if cont {
         "fast path, continue (guest performs, reports)"
@@ -105,7 +115,7 @@ fn main() {
     };
     let out = if plain {
         let mut c = Command::new(&bin);
-        c.arg(calls.to_string()).stdout(Stdio::inherit());
+        c.args(&cmd[1..]).stdout(Stdio::inherit());
         let mut ch = c.spawn().expect("spawn");
         if let Some(g) = gcpu {
             pin(ch.id(), g);

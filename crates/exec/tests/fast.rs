@@ -340,10 +340,13 @@ fn signals_traps_and_pipelines_keep_working() {
         Box::new(Watch(nr("wait4"), seen.clone())),
     ]);
     let t0 = std::time::Instant::now();
-    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default())
-        .unwrap();
+    let (st, stats) =
+        run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default()).unwrap();
     assert!(st.success(), "{st:?} {stats:?}");
-    assert!(t0.elapsed() < std::time::Duration::from_secs(10), "sleep was not interrupted");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(10),
+        "sleep was not interrupted"
+    );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "usr1\n2\n143\n");
     assert!(stats.reports > 0 && stats.refused == 0, "{stats:?}");
 }

@@ -219,8 +219,9 @@ impl Drop for Region {
     }
 }
 
-/// FUTEX_WAIT on a shared word while it holds `val`, at most `timeout`.
-pub(crate) fn futex_wait(word: &AtomicU32, val: u32, timeout: std::time::Duration) {
+/// FUTEX_WAIT on a shared word while it holds `val`, at most `timeout`;
+/// true if the time ran out.
+pub(crate) fn futex_wait(word: &AtomicU32, val: u32, timeout: std::time::Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -228,7 +229,7 @@ pub(crate) fn futex_wait(word: &AtomicU32, val: u32, timeout: std::time::Duratio
     // SAFETY: word is a valid aligned u32 for the duration of the call; ts
     // lives on the stack. Shared futex (no PRIVATE flag): the guest is
     // another process.
-    unsafe {
+    let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -237,6 +238,7 @@ pub(crate) fn futex_wait(word: &AtomicU32, val: u32, timeout: std::time::Duratio
             &ts as *const libc::timespec,
         )
     };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
 }
 
 /// FUTEX_WAKE one waiter of a shared word.

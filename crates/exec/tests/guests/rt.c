@@ -1,4 +1,5 @@
-/* A round-trip timer guest: calls getppid argv[1] times (after 1000
+/* A round-trip timer guest: calls getppid (or the call numbered argv[2])
+ * argv[1] times (after 1000
  * unmeasured calls), timing each with CLOCK_MONOTONIC (vDSO, no system
  * call), and prints "n=N mean=.. median=.. p99=.. max=.. ppid=.." in ns. */
 #include <stdio.h>
@@ -23,15 +24,16 @@ static long now(void)
 int main(int argc, char **argv)
 {
 	long n = argc > 1 ? atol(argv[1]) : 100000, r = 0;
+	long nr = argc > 2 ? atol(argv[2]) : SYS_getppid;
 	long *d = malloc(sizeof *d * (size_t)n);
 	if (!d || n < 1)
 		return 2;
 	for (int i = 0; i < 1000; i++)
-		r = syscall(SYS_getppid);
+		r = syscall(nr);
 	double sum = 0;
 	for (long i = 0; i < n; i++) {
 		long t0 = now();
-		r = syscall(SYS_getppid);
+		r = syscall(nr);
 		d[i] = now() - t0;
 		sum += (double)d[i];
 	}
