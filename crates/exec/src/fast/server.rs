@@ -406,3 +406,116 @@ impl Guest for FastGuest<'_> {
             && r.s64(self.slot, slot::SEQ).load(Acquire) == self.seq
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The executive's validation, with this process playing the guest
+    //! (it writes the slots itself; its own tid is in its own tree).
+    use super::*;
+    use crate::agent::Agent;
+
+    struct Seq(Vec<Decision>);
+    impl Agent for Seq {
+        fn name(&self) -> &str {
+            "seq"
+        }
+        fn wants(&self) -> Vec<Sysno> {
+            vec![Sysno(110)]
+        }
+        fn before(&mut self, _: &Call, _: &mut dyn Guest) -> Decision {
+            if self.0.len() > 1 {
+                self.0.remove(0)
+            } else {
+                self.0[0].clone()
+            }
+        }
+    }
+
+    fn server(d: Vec<Decision>) -> Server {
+        let r = Region::create(4, &[110], 0, 0).unwrap();
+        Server::new(r, Chain::new(vec![Box::new(Seq(d))]), std::process::id())
+    }
+
+    fn request(s: &Server, i: usize, tid: u32, seq: u64, nr: u32) {
+        let r = s.region();
+        r.s32(i, slot::TID).store(tid, SeqCst);
+        r.s64(i, slot::SEQ).store(seq, SeqCst);
+        r.s32(i, slot::NR).store(nr, SeqCst);
+        r.s32(i, slot::STATE).store(abi::ST_REQUEST, SeqCst);
+    }
+
+    #[test]
+    fn answers_validates_and_refuses() {
+        let me = mantle_sys::os::gettid();
+        let mut s = server(vec![Decision::Return(7)]);
+        request(&s, 0, me, 1, 110);
+        assert!(s.poll().0);
+        let a = s.region().snapshot(0);
+        assert_eq!((a.state, a.result, a.flags), (abi::ST_ANSWER, 7, 0));
+        // a replayed sequence number: refused with EINVAL
+        request(&s, 0, me, 1, 110);
+        s.poll();
+        assert_eq!(s.region().snapshot(0).result, -(libc::EINVAL as i64));
+        // resynchronised: the next one is answered
+        request(&s, 0, me, 2, 110);
+        s.poll();
+        assert_eq!(s.region().snapshot(0).result, 7);
+        // a call nobody wants, a number out of range
+        request(&s, 0, me, 3, 111);
+        s.poll();
+        assert_eq!(s.region().snapshot(0).result, -(libc::EINVAL as i64));
+        request(&s, 0, me, 4, 0xffff_ffff);
+        s.poll();
+        assert_eq!(s.region().snapshot(0).result, -(libc::EINVAL as i64));
+        assert_eq!(s.stats.refused, 3);
+        assert_eq!(s.stats.calls, 2);
+    }
+
+    #[test]
+    fn garbage_and_foreign_tids_are_counted_once_and_left_alone() {
+        let mut s = server(vec![Decision::Return(7)]);
+        let r = s.region();
+        r.s32(1, slot::STATE).store(0xdead_beef, SeqCst);
+        request(&s, 2, 1, 1, 110); // init: not a guest
+        request(&s, 3, u32::MAX, 1, 110); // no such task
+        for _ in 0..10 {
+            s.poll();
+        }
+        assert_eq!(s.stats.bad_state, 1);
+        assert_eq!(s.stats.foreign_tid, 2);
+        assert_eq!(s.region().snapshot(2).state, abi::ST_REQUEST); // not answered
+        assert_eq!(s.region().snapshot(3).state, abi::ST_REQUEST);
+    }
+
+    #[test]
+    fn continue_waits_for_the_report_and_delay_holds() {
+        let me = mantle_sys::os::gettid();
+        let mut s = server(vec![
+            Decision::Continue,
+            Decision::Delay(Duration::from_millis(30)),
+            Decision::Return(9),
+        ]);
+        request(&s, 0, me, 1, 110);
+        s.poll();
+        let a = s.region().snapshot(0);
+        assert_eq!((a.state, a.flags), (abi::ST_ANSWER, abi::ANS_CONTINUE));
+        // the guest reports
+        s.region().s64(0, slot::REPORT_RESULT).store(123, SeqCst);
+        s.region().s64(0, slot::REPORT_SEQ).store(1, SeqCst);
+        s.region().s32(0, slot::STATE).store(abi::ST_DONE, SeqCst);
+        s.poll();
+        assert_eq!(s.stats.reports, 1);
+        assert_eq!(s.region().snapshot(0).state, abi::ST_IDLE);
+        // delayed: held, then decided again
+        request(&s, 0, me, 2, 110);
+        s.poll();
+        assert_eq!(s.region().snapshot(0).state, abi::ST_REQUEST);
+        let t0 = Instant::now();
+        // serve for 100 ms: the held request is decided again after 30
+        s.serve(0, Duration::from_millis(5), || {
+            t0.elapsed() > Duration::from_millis(100)
+        });
+        let a = s.region().snapshot(0);
+        assert_eq!((a.state, a.result), (abi::ST_ANSWER, 9));
+    }
+}
