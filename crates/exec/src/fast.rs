@@ -6,26 +6,28 @@
 //! [`mantle_abi::exec`]), starts the guest with `LD_PRELOAD` = the stub
 //! (`crates/exec/stub/stub.c`, built into `libmantle-stub.so`) and the
 //! region's fd in `MANTLE_FAST_FD`, and serves it with a [`Server`] until
-//! the guest exits. The stub installs a seccomp filter whose only effect
-//! is `SECCOMP_RET_TRAP` for the wanted calls (all others run natively;
-//! the stub's own syscall instruction, at a fixed address, is exempt), and
-//! its SIGSYS handler forwards each trapped call through its thread's slot
-//! (spin, then futex) and applies the answer: a value, or CONTINUE (the
-//! guest makes the possibly changed call itself and reports the result, so
-//! `after` hooks see real results).
+//! the guest exits. The stub turns Syscall User Dispatch on, with its
+//! own code in one excluded page at a fixed address: every other system
+//! call of the guest raises SIGSYS, and the handler forwards the wanted
+//! ones (header bitmap) through its thread's slot (spin, then futex) and
+//! applies the answer: a value, or CONTINUE (the guest makes the possibly
+//! changed call itself and reports the result, so `after` hooks see real
+//! results); unwanted calls it makes directly.
 //!
 //! Trust: the region is writable by the guest. The fast path is for
-//! cooperative speed: the guest can corrupt its own slots, jump to the
-//! exempt instruction, or remove its SIGSYS handler; the executive
+//! cooperative speed: the guest can corrupt its own slots, jump into the
+//! excluded page, or turn dispatch off; the executive
 //! validates every slot it reads ([`server`]), keeps all of its state in
 //! its own memory, and a guest cannot reach that memory. Security
 //! decisions belong on the protected path (seccomp user notification).
 //!
-//! Processes and threads: threads and children inherit the filter (seccomp
-//! is inherited and survives exec); a thread claims a free slot at its
-//! first trap (CAS of its tid), a child after fork claims its own (the
-//! stub compares its cached tid with gettid); after exec the stub in the
-//! new image maps the region again from the inherited fd. Limits: docs/exec-fast.md.
+//! Processes and threads: the stub arms dispatch in every thread and child
+//! it creates (it emulates clone and fork in its handler); a thread claims
+//! a free slot at its first wanted call (CAS of its tid), a child after
+//! fork claims its own (the stub compares its cached tid with gettid);
+//! exec clears dispatch and the stub in the new image maps the region
+//! again from the inherited fd and arms it. Protocol, validation and
+//! limits: docs/exec-fast.md.
 
 pub mod region;
 pub mod server;
