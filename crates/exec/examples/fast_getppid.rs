@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p mantle-exec --example fast_getppid -- \
 //!     [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N]
-//!     [--exec-spin N] [--continue] [--plain]
+//!     [--exec-spin N] [--continue] [--plain] [--other] [--dma]
 //! ```
 //!
 //! It builds the timer guest (`tests/guests/rt.c`) with `cc`, pins the
@@ -14,7 +14,8 @@
 //! `--continue` lets the guest make the call itself and report (the
 //! interposition case); `--plain` runs the guest without the executive;
 //! `--other` times getpid instead, which the stub traps but the executive
-//! does not want (the trap's own cost; with `--plain`, a plain getpid).
+//! does not want (the trap's own cost; with `--plain`, a plain getpid);
+//! `--dma` holds `/dev/cpu_dma_latency` at 0 during the run (root).
 
 use mantle_exec::fast::{serve_child, spawn_fast, FastOptions};
 use mantle_exec::{Agent, Call, Chain, Decision, Guest, Sysno};
@@ -55,7 +56,7 @@ fn pin(pid: u32, cpu: usize) {
 fn main() {
     let mut calls = 100_000u64;
     let (mut gcpu, mut ecpu) = (None, None);
-    let (mut cont, mut plain, mut other) = (false, false, false);
+    let (mut cont, mut plain, mut other, mut dma) = (false, false, false, false);
     let mut opts = FastOptions::default();
     let mut spins_set = false;
     let mut a = std::env::args().skip(1);
@@ -80,12 +81,25 @@ fn main() {
             "--continue" => cont = true,
             "--plain" => plain = true,
             "--other" => other = true,
+            "--dma" => dma = true,
             _ => {
-                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain] [--other]");
+                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain] [--other] [--dma]");
                 std::process::exit(2);
             }
         }
     }
+    // held open (value 0) for the whole run: idle CPUs poll instead of
+    // halting, which makes cross-CPU wake-ups cheap on this machine
+    let _dma = dma.then(|| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/cpu_dma_latency")
+            .expect("open /dev/cpu_dma_latency (root)");
+        f.write_all(&0i32.to_ne_bytes())
+            .expect("write /dev/cpu_dma_latency");
+        f
+    });
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/guests/rt.c");
     let bin = std::env::temp_dir().join(format!("mantle-fast-rt-{}", std::process::id()));
     let st = Command::new("cc")
@@ -138,7 +152,7 @@ fn main() {
     };
     let _ = std::fs::remove_file(&bin);
     eprintln!(
-        "mode: {mode}; guest cpu {gcpu:?}, executive cpu {ecpu:?}; spins guest {} executive {}; status {out:?}",
+        "mode: {mode}; guest cpu {gcpu:?}, executive cpu {ecpu:?}; spins guest {} executive {}; cpu_dma_latency held: {dma}; status {out:?}",
         opts.guest_spin, opts.exec_spin
     );
 }

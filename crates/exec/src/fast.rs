@@ -69,8 +69,8 @@ impl Default for FastOptions {
         let many = std::thread::available_parallelism().map_or(1, |n| n.get()) > 1;
         FastOptions {
             slots: 64,
-            guest_spin: if many { 4000 } else { 0 },
-            exec_spin: if many { 200_000 } else { 0 },
+            guest_spin: if many { 2000 } else { 0 },
+            exec_spin: if many { 50_000 } else { 0 },
             stub: None,
             tramp: TRAMP_ADDR,
         }

@@ -350,3 +350,59 @@ fn signals_traps_and_pipelines_keep_working() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "usr1\n2\n143\n");
     assert!(stats.reports > 0 && stats.refused == 0, "{stats:?}");
 }
+
+/// Fails openat with EACCES for paths under a prefix, continues others.
+struct DenyUnder(Vec<u8>);
+impl Agent for DenyUnder {
+    fn name(&self) -> &str {
+        "deny-under"
+    }
+    fn wants(&self) -> Vec<Sysno> {
+        vec![nr("openat")]
+    }
+    fn before(&mut self, c: &Call, g: &mut dyn Guest) -> Decision {
+        match g.read_cstr(c.args[1], 4096) {
+            Ok(p) if p.starts_with(&self.0) => Decision::Fail(libc::EACCES),
+            _ => Decision::Continue,
+        }
+    }
+}
+
+#[test]
+fn a_python_script_with_threads() {
+    if !mantle_testsupport::have_program("python3") {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-python.out");
+    let script = format!(
+        r#"
+import os, threading
+seen = []
+def run():
+    seen.append(os.getppid())
+ts = [threading.Thread(target=run) for _ in range(4)]
+[t.start() for t in ts]; [t.join() for t in ts]
+try:
+    open("/mantle-denied/x")
+    r = "opened"
+except PermissionError:
+    r = "denied"
+with open("{}", "w") as f:
+    f.write(f"{{sorted(set(seen))}} {{r}}\n")
+"#,
+        out.display()
+    );
+    let chain = Chain::new(vec![
+        Box::new(Ppid(4242)),
+        Box::new(DenyUnder(b"/mantle-denied/".to_vec())),
+    ]);
+    let (st, stats) = run_fast(
+        &cmd(&["python3", "-c", &script]),
+        chain,
+        &FastOptions::default(),
+    )
+    .unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "[4242] denied\n");
+}
