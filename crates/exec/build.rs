@@ -14,7 +14,14 @@ fn main() {
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let st = Command::new(&cc)
         .args([
-            "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o",
+            "-shared",
+            "-fPIC",
+            "-O2",
+            "-mgeneral-regs-only",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-o",
         ])
         .arg(&so)
         .arg("stub/stub.c")

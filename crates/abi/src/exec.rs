@@ -64,6 +64,10 @@ pub const ST_ANSWER: u32 = 3;
 pub const ST_DONE: u32 = 4;
 pub const ST_MAX: u32 = 5;
 
+/// Header flag: the stub rewrites `mov $nr,%eax; syscall` sites it traps
+/// into jumps to per-site stubs (`MX_HDR_REWRITE`).
+pub const HDR_REWRITE: u32 = 1;
+
 /// Answer flag: perform `nr`/`args` (as the executive left them) in the
 /// guest and report the result (`MX_ANS_CONTINUE`).
 pub const ANS_CONTINUE: u32 = 1;

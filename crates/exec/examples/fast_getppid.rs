@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p mantle-exec --example fast_getppid -- \
 //!     [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N]
-//!     [--exec-spin N] [--continue] [--plain] [--other] [--dma]
+//!     [--exec-spin N] [--continue] [--plain] [--other] [--dma] [--rewrite]
 //! ```
 //!
 //! It builds the timer guest (`tests/guests/rt.c`) with `cc`, pins the
@@ -15,7 +15,8 @@
 //! interposition case); `--plain` runs the guest without the executive;
 //! `--other` times getpid instead, which the stub traps but the executive
 //! does not want (the trap's own cost; with `--plain`, a plain getpid);
-//! `--dma` holds `/dev/cpu_dma_latency` at 0 during the run (root).
+//! `--dma` holds `/dev/cpu_dma_latency` at 0 during the run (root);
+//! `--rewrite` lets the stub rewrite the trapped call sites (no signal).
 
 use mantle_exec::fast::{serve_child, spawn_fast, FastOptions};
 use mantle_exec::{Agent, Call, Chain, Decision, Guest, Sysno};
@@ -82,8 +83,9 @@ fn main() {
             "--plain" => plain = true,
             "--other" => other = true,
             "--dma" => dma = true,
+            "--rewrite" => opts.rewrite = true,
             _ => {
-                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain] [--other] [--dma]");
+                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain] [--other] [--dma] [--rewrite]");
                 std::process::exit(2);
             }
         }
@@ -152,7 +154,7 @@ fn main() {
     };
     let _ = std::fs::remove_file(&bin);
     eprintln!(
-        "mode: {mode}; guest cpu {gcpu:?}, executive cpu {ecpu:?}; spins guest {} executive {}; cpu_dma_latency held: {dma}; status {out:?}",
-        opts.guest_spin, opts.exec_spin
+        "mode: {mode}; guest cpu {gcpu:?}, executive cpu {ecpu:?}; spins guest {} executive {}; cpu_dma_latency held: {dma}; rewrite: {}; status {out:?}",
+        opts.guest_spin, opts.exec_spin, opts.rewrite
     );
 }

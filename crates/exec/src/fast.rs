@@ -61,6 +61,10 @@ pub struct FastOptions {
     pub stub: Option<PathBuf>,
     /// Fixed address of the stub's syscall page.
     pub tramp: u64,
+    /// Let the stub rewrite trapped `mov $nr,%eax; syscall` sites into
+    /// jumps (no signal for later calls from that site; single-threaded
+    /// processes only). Off by default: it patches the guest's code.
+    pub rewrite: bool,
 }
 
 impl Default for FastOptions {
@@ -73,6 +77,7 @@ impl Default for FastOptions {
             exec_spin: if many { 50_000 } else { 0 },
             stub: None,
             tramp: TRAMP_ADDR,
+            rewrite: false,
         }
     }
 }
@@ -195,6 +200,9 @@ pub fn spawn_fast(
     let wanted: Vec<u32> = chain.wants().iter().map(|s| s.0).collect();
     let region = Region::create(opts.slots, &wanted, opts.guest_spin, opts.tramp)
         .map_err(os("create the shared region"))?;
+    if opts.rewrite {
+        region.set_flags(mantle_abi::exec::HDR_REWRITE);
+    }
     let fd = region.fd().as_raw_fd();
     let mut preload = stub.into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD") {

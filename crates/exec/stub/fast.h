@@ -36,6 +36,9 @@ enum mx_fast_state {
 	MX_ST_MAX = 5,
 };
 
+/* header flags (mx_fast_hdr.hdr_flags, written by the executive) */
+#define MX_HDR_REWRITE 1 /* rewrite `mov $nr,%eax; syscall` sites into jumps */
+
 /* answer flags (mx_fast_slot.flags, written by the executive) */
 #define MX_ANS_CONTINUE 1 /* perform nr/args (possibly changed) yourself and report */
 
@@ -50,7 +53,7 @@ struct mx_fast_hdr {
 	uint32_t doorbell;      /* 32: futex word the executive sleeps on */
 	uint32_t exec_sleeping; /* 36: executive is (about to be) in FUTEX_WAIT */
 	uint32_t overflow;      /* 40: guest calls that found no slot */
-	uint32_t hdr_flags;     /* 44: reserved, 0 */
+	uint32_t hdr_flags;     /* 44: MX_HDR_* */
 	uint64_t paths_off;     /* 48: offset of the path buffers */
 	uint64_t tramp;         /* 56: fixed address of the stub's syscall page */
 	uint64_t wanted[MX_FAST_WANT_WORDS]; /* 64: bitmap of trapped calls */

@@ -155,6 +155,9 @@ static TLS uint32_t my_tid;
 /* forwards in flight on this thread (a signal handler that runs during a
  * call the stub makes may trap again: it gets a slot of its own) */
 static TLS uint32_t busy;
+/* set once the process has made a thread: sites are rewritten only while
+ * it has one (another thread could be executing the bytes being written) */
+static volatile int multi;
 
 static inline uint64_t rdtsc(void)
 {
@@ -226,6 +229,8 @@ struct ksigaction {
 static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 {
 	long r;
+	if (!uc) /* from a rewritten site: never an emulated call */
+		return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	switch (nr) {
 	case SYS_rt_sigprocmask: {
 		/* on the interrupted context's mask; SIGSYS never blocked */
@@ -300,6 +305,8 @@ static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 			}
 			return r;
 		}
+		if (a[0] & CLONE_THREAD)
+			multi = 1;
 		((uint64_t *)(uintptr_t)a[1])[-2] =
 			*(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1));
 		return mx_clone(a[0], a[1], a[2], a[3], a[4], g[REG_RIP]);
@@ -373,6 +380,129 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 	return r;
 }
 
+
+/* Site rewriting (MX_HDR_REWRITE, after gVisor's systrap): a trapped call
+ * whose instruction bytes are `mov $nr,%eax; syscall` (b8 imm32 0f 05) is
+ * rewritten into `jmp rel32` to a per-site stub in a page within 2 GiB of
+ * it; the stub steps over the red zone, saves the registers the kernel
+ * would preserve, calls mx_direct(nr, args) and jumps back after the
+ * site: later calls from that site skip the signal. Only while the process
+ * has one thread, and never for the calls the handler emulates. The stub
+ * is built with -mgeneral-regs-only, so vector registers survive. */
+extern char mx_site[] HIDDEN, mx_site_nr[] HIDDEN, mx_site_fn[] HIDDEN, mx_site_ret[] HIDDEN,
+	mx_site_end[] HIDDEN;
+__asm__(".text\n"
+	".globl mx_site, mx_site_nr, mx_site_fn, mx_site_ret, mx_site_end\n"
+	".hidden mx_site, mx_site_nr, mx_site_fn, mx_site_ret, mx_site_end\n"
+	"mx_site:\n"
+	"\tlea -128(%rsp),%rsp\n"
+	"\tpushfq\n"
+	"\tpush %rbp\n"
+	"\tmov %rsp,%rbp\n"
+	"\tand $-16,%rsp\n"
+	"\tpush %rdi\n\tpush %rsi\n\tpush %rdx\n\tpush %r10\n"
+	"\tpush %r8\n\tpush %r9\n\tpush %rcx\n\tpush %r11\n"
+	"\tsub $8,%rsp\n"
+	"\tpush %r9\n"
+	"\tmov %r8,%r9\n"
+	"\tmov %r10,%r8\n"
+	"\tmov %rdx,%rcx\n"
+	"\tmov %rsi,%rdx\n"
+	"\tmov %rdi,%rsi\n"
+	"\tmov $0x7fffffff,%edi\n"
+	"mx_site_nr:\n"
+	"\tmovabs $0x7fffffffffffffff,%rax\n"
+	"mx_site_fn:\n"
+	"\tcall *%rax\n"
+	"\tadd $16,%rsp\n"
+	"\tpop %r11\n\tpop %rcx\n\tpop %r9\n\tpop %r8\n"
+	"\tpop %r10\n\tpop %rdx\n\tpop %rsi\n\tpop %rdi\n"
+	"\tmov %rbp,%rsp\n"
+	"\tpop %rbp\n"
+	"\tpopfq\n"
+	"\tlea 128(%rsp),%rsp\n"
+	"\tjmp *0(%rip)\n"
+	"mx_site_ret:\n"
+	"\t.quad 0\n"
+	"mx_site_end:\n");
+
+static int emulated(uint32_t nr)
+{
+	switch (nr) {
+	case SYS_rt_sigreturn: case SYS_rt_sigprocmask: case SYS_rt_sigaction:
+	case SYS_clone: case SYS_clone3: case SYS_fork: case SYS_vfork:
+	case SYS_execve: case SYS_execveat:
+		return 1;
+	}
+	return 0;
+}
+
+static long dispatch(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc);
+
+/* called by a rewritten site's stub, outside any signal handler */
+HIDDEN long mx_direct(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
+{
+	uint64_t a[6] = {a0, a1, a2, a3, a4, a5};
+	return dispatch((uint32_t)nr, a, 0, 0, 0);
+}
+
+static char *near_page;
+static unsigned near_used;
+
+static int near(uint64_t x, uint64_t y)
+{
+	uint64_t d = x > y ? x - y : y - x;
+	return d < (1ull << 30);
+}
+
+static void try_rewrite(uint64_t ip, uint32_t nr)
+{
+	const unsigned char *p = (const unsigned char *)(uintptr_t)(ip - 7);
+	unsigned len = (unsigned)(mx_site_end - mx_site);
+	if (multi || emulated(nr) || ip < 4096 + 7 || p[0] != 0xb8 || p[5] != 0x0f ||
+	    p[6] != 0x05 || *(const uint32_t *)(p + 1) != nr)
+		return;
+	if (!near_page || near_used + len > 4096 || !near((uint64_t)(uintptr_t)near_page, ip)) {
+		char *np = 0;
+		for (uint64_t k = 1; k < 512 && !np; k++) {
+			uint64_t hint = (ip & ~0xfffffull) - k * 0x100000;
+			long r = mx_sc6(SYS_mmap, (long)hint, 4096, PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+			if ((unsigned long)r < -4096ul)
+				np = (char *)r;
+		}
+		if (!np)
+			return;
+		near_page = np;
+		near_used = 0;
+	} else if (sc4(SYS_mprotect, near_page, 4096, PROT_READ | PROT_WRITE, 0) != 0) {
+		return;
+	}
+	char *st = near_page + near_used;
+	for (unsigned i = 0; i < len; i++)
+		st[i] = mx_site[i];
+	*(uint32_t *)(st + (mx_site_nr - mx_site) - 4) = nr;
+	*(uint64_t *)(st + (mx_site_fn - mx_site) - 8) = (uint64_t)(uintptr_t)mx_direct;
+	*(uint64_t *)(st + (mx_site_ret - mx_site)) = ip;
+	near_used += (len + 15) & ~15u;
+	sc4(SYS_mprotect, near_page, 4096, PROT_READ | PROT_EXEC, 0);
+	/* the site: jmp rel32 to the stub, then a 2-byte nop */
+	uint64_t pg = (ip - 7) & ~4095ull, end = ip;
+	long plen = (long)(((end + 4095) & ~4095ull) - pg);
+	if (sc4(SYS_mprotect, pg, plen, PROT_READ | PROT_WRITE | PROT_EXEC, 0) != 0)
+		return;
+	unsigned char *w = (unsigned char *)(uintptr_t)(ip - 7);
+	int32_t rel = (int32_t)((int64_t)(uintptr_t)st - (int64_t)(ip - 2));
+	w[1] = (unsigned char)rel;
+	w[2] = (unsigned char)(rel >> 8);
+	w[3] = (unsigned char)(rel >> 16);
+	w[4] = (unsigned char)(rel >> 24);
+	w[5] = 0x66;
+	w[6] = 0x90;
+	w[0] = 0xe9;
+	sc4(SYS_mprotect, pg, plen, PROT_READ | PROT_EXEC, 0);
+}
+
 static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 {
 	ucontext_t *uc = ucv;
@@ -384,28 +514,35 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 	if (nr == SYS_rt_sigreturn)
 		mx_sigret((uint64_t)g[REG_RSP]); /* does not return */
 	uint64_t a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
-	long r;
-	if (nr >= MX_FAST_NR_MAX || !(hdr->wanted[nr / 64] >> (nr % 64) & 1)) {
-		r = perform(g, uc, nr, a);
-	} else {
-		uint32_t tid = (uint32_t)sc0(SYS_gettid);
-		struct mx_fast_slot *s = my_slot;
-		if (!s || my_tid != tid || ld32(&s->tid) != tid) {
-			busy = 0; /* a new thread or process: nothing in flight */
-			s = claim(tid, 0);
-		}
-		if (s && busy)
-			s = claim(tid, s);
-		if (!s) {
-			__atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_SEQ_CST);
-			r = -EAGAIN;
-		} else {
-			busy++;
-			r = forward(s, tid, nr, a, (uint64_t)(uintptr_t)si->si_call_addr, g, uc);
-			busy--;
-		}
-	}
+	long r = dispatch(nr, a, (uint64_t)(uintptr_t)si->si_call_addr, g, uc);
+	if (hdr->hdr_flags & MX_HDR_REWRITE)
+		try_rewrite((uint64_t)(uintptr_t)si->si_call_addr, nr);
 	g[REG_RAX] = r;
+}
+
+/* One call: forwarded if wanted, else made here. g/uc: the interrupted
+ * context (null from a rewritten site). */
+static long dispatch(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc)
+{
+	long r;
+	if (nr >= MX_FAST_NR_MAX || !(hdr->wanted[nr / 64] >> (nr % 64) & 1))
+		return perform(g, uc, nr, a);
+	uint32_t tid = (uint32_t)sc0(SYS_gettid);
+	struct mx_fast_slot *s = my_slot;
+	if (!s || my_tid != tid || ld32(&s->tid) != tid) {
+		busy = 0; /* a new thread or process: nothing in flight */
+		s = claim(tid, 0);
+	}
+	if (s && busy)
+		s = claim(tid, s);
+	if (!s) {
+		__atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_SEQ_CST);
+		return -EAGAIN;
+	}
+	busy++;
+	r = forward(s, tid, nr, a, ip, g, uc);
+	busy--;
+	return r;
 }
 
 static void fail(const char *msg)

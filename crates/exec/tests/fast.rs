@@ -406,3 +406,49 @@ with open("{}", "w") as f:
     assert!(st.success(), "{st:?} {stats:?}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "[4242] denied\n");
 }
+
+fn rewriting() -> FastOptions {
+    FastOptions {
+        rewrite: true,
+        ..FastOptions::default()
+    }
+}
+
+#[test]
+fn rewritten_sites_answer_the_same() {
+    // rt.c calls getppid through libc's wrapper: a rewritable site
+    let g = guest("rt");
+    let chain = Chain::new(vec![Box::new(Ppid(4242))]);
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-rw.out");
+    let script = format!("{} 5000 > {}", g.display(), out.display());
+    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &rewriting()).unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.trim_end().ends_with("ppid=4242"), "{text}");
+    assert!(stats.calls >= 6000, "{stats:?}");
+}
+
+#[test]
+fn rewriting_keeps_shells_signals_and_python_working() {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-rw-signals.out");
+    let _ = std::fs::remove_file(&out);
+    let script = format!(
+        "trap 'echo usr1 >> {o}' USR1; kill -USR1 $$; printf 'a\\nb\\n' | wc -l >> {o}; \
+         sleep 30 & p=$!; sleep 0.2; kill -TERM $p; wait $p; echo $? >> {o}; \
+         python3 -c 'import threading,os; t=threading.Thread(target=os.getppid); t.start(); t.join()' \
+         && echo py >> {o}; cat /mantle-denied/x 2>/dev/null || echo denied >> {o}",
+        o = out.display()
+    );
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let chain = Chain::new(vec![
+        Box::new(Watch(nr("read"), seen.clone())),
+        Box::new(DenyUnder(b"/mantle-denied/".to_vec())),
+    ]);
+    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &rewriting()).unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        "usr1\n2\n143\npy\ndenied\n"
+    );
+    assert_eq!(stats.refused, 0, "{stats:?}");
+}

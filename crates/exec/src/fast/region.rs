@@ -19,6 +19,7 @@ pub(crate) mod hdr {
     pub const DOORBELL: usize = 32;
     pub const EXEC_SLEEPING: usize = 36;
     pub const OVERFLOW: usize = 40;
+    pub const FLAGS: usize = 44;
 }
 /// Byte offsets inside a slot.
 pub(crate) mod slot {
@@ -121,6 +122,11 @@ impl Region {
         // has the fd yet, so nothing else writes it.
         unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), r.base, b.len()) };
         Ok(r)
+    }
+
+    /// Sets or clears header flags (`HDR_*`), before the guest starts.
+    pub fn set_flags(&self, flags: u32) {
+        self.hdr32(hdr::FLAGS).store(flags, Ordering::SeqCst);
     }
 
     /// The guest's spin count as the header says now.

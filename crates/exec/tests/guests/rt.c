@@ -14,6 +14,17 @@ static int cmp(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* through libc's wrappers (`mov $nr,%eax; syscall`: a site the stub can
+ * rewrite), not syscall(2) */
+static long call(long nr)
+{
+	if (nr == SYS_getppid)
+		return getppid();
+	if (nr == SYS_getpid)
+		return getpid();
+	return syscall(nr);
+}
+
 static long now(void)
 {
 	struct timespec t;
@@ -29,11 +40,11 @@ int main(int argc, char **argv)
 	if (!d || n < 1)
 		return 2;
 	for (int i = 0; i < 1000; i++)
-		r = syscall(nr);
+		r = call(nr);
 	double sum = 0;
 	for (long i = 0; i < n; i++) {
 		long t0 = now();
-		r = syscall(nr);
+		r = call(nr);
 		d[i] = now() - t0;
 		sum += (double)d[i];
 	}
