@@ -382,8 +382,8 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 
 
 /* Site rewriting (MX_HDR_REWRITE, after gVisor's systrap): a trapped call
- * whose instruction bytes are `mov $nr,%eax; syscall` (b8 imm32 0f 05) is
- * rewritten into `jmp rel32` to a per-site stub in a page within 2 GiB of
+ * whose instruction bytes are `mov $nr,%eax; syscall` (b8 imm32 0f 05) has
+ * its mov rewritten into `jmp rel32` to a per-site stub in a page within 2 GiB of
  * it; the stub steps over the red zone, saves the registers the kernel
  * would preserve, calls mx_direct(nr, args) and jumps back after the
  * site: later calls from that site skip the signal. Only while the process
@@ -486,20 +486,32 @@ static void try_rewrite(uint64_t ip, uint32_t nr)
 	*(uint64_t *)(st + (mx_site_ret - mx_site)) = ip;
 	near_used += (len + 15) & ~15u;
 	sc4(SYS_mprotect, near_page, 4096, PROT_READ | PROT_EXEC, 0);
-	/* the site: jmp rel32 to the stub, then a 2-byte nop */
-	uint64_t pg = (ip - 7) & ~4095ull, end = ip;
+	/* the site: `mov $nr,%eax` becomes `jmp rel32` to the stub; the
+	 * `syscall` after it stays, so a thread that had already executed the
+	 * mov still makes its call (and traps as before). One 8-byte store
+	 * when the 5 bytes and their neighbours share a cache line. */
+	uint64_t pg = (ip - 7) & ~4095ull, end = ip + 1;
 	long plen = (long)(((end + 4095) & ~4095ull) - pg);
 	if (sc4(SYS_mprotect, pg, plen, PROT_READ | PROT_WRITE | PROT_EXEC, 0) != 0)
 		return;
 	unsigned char *w = (unsigned char *)(uintptr_t)(ip - 7);
 	int32_t rel = (int32_t)((int64_t)(uintptr_t)st - (int64_t)(ip - 2));
-	w[1] = (unsigned char)rel;
-	w[2] = (unsigned char)(rel >> 8);
-	w[3] = (unsigned char)(rel >> 16);
-	w[4] = (unsigned char)(rel >> 24);
-	w[5] = 0x66;
-	w[6] = 0x90;
-	w[0] = 0xe9;
+	unsigned char b[8];
+	for (int i = 0; i < 8; i++)
+		b[i] = w[i];
+	b[0] = 0xe9;
+	b[1] = (unsigned char)rel;
+	b[2] = (unsigned char)(rel >> 8);
+	b[3] = (unsigned char)(rel >> 16);
+	b[4] = (unsigned char)(rel >> 24);
+	if (((uintptr_t)w & 63) <= 56) {
+		uint64_t v;
+		__builtin_memcpy(&v, b, 8);
+		__atomic_store_n((uint64_t *)(void *)w, v, __ATOMIC_SEQ_CST);
+	} else {
+		for (int i = 4; i >= 0; i--)
+			w[i] = b[i];
+	}
 	sc4(SYS_mprotect, pg, plen, PROT_READ | PROT_EXEC, 0);
 }
 
