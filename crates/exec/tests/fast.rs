@@ -264,8 +264,9 @@ fn perform_with_a_new_path_redirects_cat() {
 }
 
 /// Not a test on its own: the executive of `executive_death_kills_the_guests`,
-/// run in a child process of the test binary.
+/// run in a child process of the test binary (hence ignored).
 #[test]
+#[ignore]
 fn executive_child_main() {
     let Ok(script) = std::env::var("MANTLE_FAST_TEST_EXECUTIVE") else {
         return;
@@ -297,6 +298,7 @@ fn executive_death_kills_the_guests() {
         .args([
             "--exact",
             "executive_child_main",
+            "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])

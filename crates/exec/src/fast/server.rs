@@ -11,11 +11,12 @@
 //!   own memory);
 //! * `nr` < 1024 and is one of the wanted calls.
 //!
-//! A request that fails the tid check is ignored (counted once: the slot
-//! is not answered, the executive does not write for a task it does not
-//! know); one that fails the others is answered `-EINVAL` (counted). An
-//! unknown state word is counted once and left alone. Nothing here panics
-//! on guest input.
+//! A request that fails the tid check is answered `-EPERM` (no task must
+//! wait forever on a slot the executive will not serve; the slot is memory
+//! the guest already owns) and counted (`foreign_tid` once per tid); one
+//! that fails the others is answered `-EINVAL` (counted). An unknown state
+//! word is counted once and left alone. Nothing here panics on guest
+//! input.
 //!
 //! Where the loop is not yet allocation-free: a new owner's check reads
 //! /proc; `Decision::Perform` with a path clones the path; agents may
@@ -167,16 +168,16 @@ impl Server {
             return false; // changed under us: next pass
         }
         if s.tid != self.own[i].owner {
-            if self.own[i].bad == (s.state, s.tid) {
-                return false; // refused before: no /proc walk per pass
-            }
             if !self.accept_owner(i, s.tid) {
+                // answered, so that no task waits forever on a slot the
+                // executive will not serve; counted once per tid
                 if self.own[i].bad != (s.state, s.tid) {
                     self.own[i].bad = (s.state, s.tid);
                     self.stats.foreign_tid += 1;
-                    self.stats.refused += 1;
                 }
-                return false;
+                self.stats.refused += 1;
+                self.answer(i, -(libc::EPERM as i64), 0, None);
+                return true;
             }
             self.own[i] = Own {
                 owner: s.tid,
@@ -340,8 +341,10 @@ impl Server {
 }
 
 /// Whether `tid` is a live task whose thread group is `root` or descends
-/// from it (parent chain through /proc, at most 64 steps).
+/// from it, or from this process (the executive: a child subreaper adopts
+/// orphaned guests); parent chain through /proc, at most 64 steps.
 fn in_tree(tid: u32, root: u32) -> bool {
+    let me = std::process::id();
     let field = |pid: u32, key: &str| -> Option<u32> {
         let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
         s.lines()
@@ -355,7 +358,11 @@ fn in_tree(tid: u32, root: u32) -> bool {
         if p == root {
             return true;
         }
+        if p == me {
+            return false; // the executive itself is no guest
+        }
         match field(p, "PPid:") {
+            Some(pp) if pp == me => return true, // an orphan the executive adopted
             Some(pp) if pp > 1 => p = pp,
             _ => return false,
         }
@@ -483,8 +490,15 @@ mod tests {
         }
         assert_eq!(s.stats.bad_state, 1);
         assert_eq!(s.stats.foreign_tid, 2);
-        assert_eq!(s.region().snapshot(2).state, abi::ST_REQUEST); // not answered
-        assert_eq!(s.region().snapshot(3).state, abi::ST_REQUEST);
+        for i in [2, 3] {
+            let a = s.region().snapshot(i);
+            assert_eq!((a.state, a.result), (abi::ST_ANSWER, -(libc::EPERM as i64)));
+        }
+        // asked again by the same foreign tid: answered again, counted once
+        request(&s, 2, 1, 2, 110);
+        s.poll();
+        assert_eq!(s.region().snapshot(2).state, abi::ST_ANSWER);
+        assert_eq!(s.stats.foreign_tid, 2);
     }
 
     #[test]
