@@ -454,3 +454,22 @@ fn rewriting_keeps_shells_signals_and_python_working() {
     );
     assert_eq!(stats.refused, 0, "{stats:?}");
 }
+
+#[test]
+fn slots_of_dead_threads_are_taken_over() {
+    // 4 slots; sh takes one, each run of the guest two (main + 1 thread):
+    // from the second run on, slots of exited threads must be taken over
+    let g = guest("threads");
+    let g = g.to_str().unwrap();
+    let script = format!("{g} 77 1 10 && {g} 77 1 10 && {g} 77 1 10 && {g} 77 1 10");
+    let chain = Chain::new(vec![Box::new(Ppid(77))]);
+    let opts = FastOptions {
+        slots: 4,
+        ..FastOptions::default()
+    };
+    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &opts).unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+    assert_eq!(stats.overflow, 0, "{stats:?}");
+    assert_eq!(stats.refused, 0, "{stats:?}");
+    assert!(stats.calls >= 4 * 11, "{stats:?}");
+}
