@@ -213,7 +213,11 @@ pub fn spawn_fast(
     c.arg0(prog)
         .args(&cmd[1..])
         .env("LD_PRELOAD", preload)
-        .env("MANTLE_FAST_FD", fd.to_string());
+        .env("MANTLE_FAST_FD", fd.to_string())
+        .env(
+            "MANTLE_FAST_PATH",
+            format!("/proc/{}/fd/{fd}", std::process::id()),
+        );
     // SAFETY: the closure runs in the child between fork and exec and only
     // makes async-signal-safe system calls (fcntl, prctl).
     unsafe {

@@ -7,7 +7,8 @@
  * Mechanism:
  * - The constructor maps the region from the fd in MANTLE_FAST_FD (kept
  *   open, without close-on-exec, so that an exec'd image that loads the
- *   stub again maps the same region), copies the stub's raw-syscall code
+ *   stub again maps the same region; if a program closed it, through the
+ *   executive's own fd, MANTLE_FAST_PATH = /proc/EXEC/fd/N), copies the stub's raw-syscall code
  *   into a page at the executive's fixed address (hdr->tramp), installs
  *   the SIGSYS handler (raw rt_sigaction, with a restorer in that page)
  *   and turns on Syscall User Dispatch with that page as the excluded
@@ -46,6 +47,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <linux/futex.h>
 #include <linux/sched.h>
 #include <signal.h>
@@ -566,6 +569,21 @@ static void fail(const char *msg)
 	_exit(127);
 }
 
+/* The region's size and slot count if fd holds a region of this version. */
+static int region_size_of(int fd, uint64_t *size, uint32_t *n)
+{
+	struct mx_fast_hdr *h = mmap(0, MX_FAST_HDR_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		return -1;
+	*size = h->region_size;
+	*n = h->nslots;
+	int ok = h->magic == MX_FAST_MAGIC && h->version == MX_FAST_VERSION && *n != 0 &&
+		 *n <= MX_FAST_MAX_SLOTS && h->slot_size == MX_FAST_SLOT_SIZE &&
+		 *size >= MX_FAST_HDR_SIZE + (uint64_t)*n * MX_FAST_SLOT_SIZE && *size <= (1u << 30);
+	munmap(h, MX_FAST_HDR_SIZE);
+	return ok ? 0 : -1;
+}
+
 __attribute__((constructor)) static void mx_stub_init(void)
 {
 	const char *e = getenv("MANTLE_FAST_FD");
@@ -573,18 +591,22 @@ __attribute__((constructor)) static void mx_stub_init(void)
 		return;
 	char *end;
 	long fd = strtol(e, &end, 10);
-	if (*end || fd < 0)
+	if (*end || fd < 0 || fd > 1 << 30)
 		fail("MANTLE_FAST_FD is not a file descriptor");
-	struct mx_fast_hdr *h = mmap(0, MX_FAST_HDR_SIZE, PROT_READ, MAP_SHARED, fd, 0);
-	if (h == MAP_FAILED)
-		fail("cannot map MANTLE_FAST_FD");
-	uint64_t size = h->region_size;
-	uint32_t n = h->nslots;
-	if (h->magic != MX_FAST_MAGIC || h->version != MX_FAST_VERSION || n == 0 ||
-	    n > MX_FAST_MAX_SLOTS || h->slot_size != MX_FAST_SLOT_SIZE ||
-	    size < MX_FAST_HDR_SIZE + (uint64_t)n * MX_FAST_SLOT_SIZE || size > (1u << 30))
-		fail("MANTLE_FAST_FD is not a fast-path region of this version");
-	munmap(h, MX_FAST_HDR_SIZE);
+	uint64_t size;
+	uint32_t n;
+	if (region_size_of((int)fd, &size, &n) != 0) {
+		/* the fd was closed (python's subprocess closes every fd) or its
+		 * number reused: open the region again through the executive's
+		 * own fd, and say where it now is for the next exec */
+		const char *p = getenv("MANTLE_FAST_PATH");
+		fd = p ? open(p, O_RDWR) : -1;
+		if (fd < 0 || region_size_of((int)fd, &size, &n) != 0)
+			fail("cannot map the fast-path region (MANTLE_FAST_FD, MANTLE_FAST_PATH)");
+		char buf[16];
+		snprintf(buf, sizeof buf, "%ld", fd);
+		setenv("MANTLE_FAST_FD", buf, 1);
+	}
 	void *m = mmap(0, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (m == MAP_FAILED)
 		fail("cannot map the fast-path region");

@@ -473,3 +473,24 @@ fn slots_of_dead_threads_are_taken_over() {
     assert_eq!(stats.refused, 0, "{stats:?}");
     assert!(stats.calls >= 4 * 11, "{stats:?}");
 }
+
+#[test]
+fn children_that_lost_the_fd_find_the_region_again() {
+    if !mantle_testsupport::have_program("python3") {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    // python's subprocess closes every fd but 0-2 in the child: the stub
+    // of `sh` reopens the region through /proc/EXEC/fd/N
+    let script = "import subprocess, sys\n\
+        r = subprocess.run(['sh', '-c', 'echo $PPID'], capture_output=True, text=True)\n\
+        sys.exit(0 if (r.returncode, r.stdout) == (0, '31\\n') else print(r) or 1)\n";
+    let chain = Chain::new(vec![Box::new(Ppid(31))]);
+    let (st, stats) = run_fast(
+        &cmd(&["python3", "-c", script]),
+        chain,
+        &FastOptions::default(),
+    )
+    .unwrap();
+    assert!(st.success(), "{st:?} {stats:?}");
+}
