@@ -2,10 +2,11 @@
 //! trying the path by hand until `mantle run --path fast` exists:
 //!
 //! ```text
-//! cargo run -p mantle-exec --example fast_run -- [--ppid N] [--deny NAME]... [--watch NAME]... -- CMD...
+//! cargo run -p mantle-exec --example fast_run -- [--ppid N] [--deny NAME]... [--watch NAME]... [--rewrite] -- CMD...
 //! ```
 //! `--ppid N`: getppid returns N; `--deny NAME`: NAME fails with EACCES;
-//! `--watch NAME`: NAME continues and each result is printed to stderr.
+//! `--watch NAME`: NAME continues and each result is printed to stderr;
+//! `--rewrite`: the stub rewrites trapped call sites.
 
 use mantle_exec::fast::{run_fast, FastOptions};
 use mantle_exec::{Agent, Call, Chain, Decision, Guest, Outcome, Sysno, Times};
@@ -39,6 +40,7 @@ fn main() {
         Sysno::from_name(&n).unwrap_or_else(|| panic!("no system call {n}"))
     };
     let mut cmd = Vec::new();
+    let mut opts = FastOptions::default();
     while let Some(x) = a.next() {
         match x.as_str() {
             "--ppid" => {
@@ -50,6 +52,7 @@ fn main() {
             }
             "--deny" => agents.push(Box::new(Fixed(sys(a.next()), Decision::Fail(libc::EACCES)))),
             "--watch" => agents.push(Box::new(Fixed(sys(a.next()), Decision::Continue))),
+            "--rewrite" => opts.rewrite = true,
             "--" => {
                 cmd = a.by_ref().collect();
             }
@@ -61,7 +64,7 @@ fn main() {
             }
         }
     }
-    match run_fast(&cmd, Chain::new(agents), &FastOptions::default()) {
+    match run_fast(&cmd, Chain::new(agents), &opts) {
         Ok((st, stats)) => {
             eprintln!("fast_run: {st:?} {stats:?}");
             std::process::exit(st.code().unwrap_or(128 + 9));
