@@ -9,7 +9,9 @@
 //!
 //! It builds the timer guest (`tests/guests/rt.c`) with `cc`, pins the
 //! guest and the executive (sched_setaffinity) as asked, and prints the
-//! guest's own measurement: mean, median, p99 and max in ns over N calls.
+//! guest's own measurement: mean, median, p99 and max in ns over N calls,
+//! and the executive's one-way figure (guest posts the request → the
+//! executive picks it up, from the guest's TSC stamp).
 //! Default: the agent answers getppid with a value (`Decision::Return`);
 //! `--continue` lets the guest make the call itself and report (the
 //! interposition case); `--plain` runs the guest without the executive;
@@ -102,6 +104,13 @@ fn main() {
             .expect("write /dev/cpu_dma_latency");
         f
     });
+    // TSC ticks per ns, for the one-way samples
+    let ghz = {
+        let (t0, i0) = (mantle_exec::fast::server::tsc(), std::time::Instant::now());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (t1, i1) = (mantle_exec::fast::server::tsc(), std::time::Instant::now());
+        (t1 - t0) as f64 / (i1 - i0).as_nanos() as f64
+    };
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/guests/rt.c");
     let bin = std::env::temp_dir().join(format!("mantle-fast-rt-{}", std::process::id()));
     let st = Command::new("cc")
@@ -145,11 +154,26 @@ fn main() {
         }
         let chain = Chain::new(vec![Box::new(Ppid(cont))]);
         let (child, mut server) = spawn_fast(&cmd, chain, &opts).expect("spawn_fast");
+        if std::env::var_os("NO_ONE_WAY").is_none() {
+            server.record_one_way(calls as usize + 1000);
+        }
         if let Some(g) = gcpu {
             pin(child.id(), g);
         }
         let (st, stats) = serve_child(child, &mut server, &opts).expect("serve");
         eprintln!("executive: {stats:?}");
+        let mut w: Vec<u64> = server.one_way().iter().skip(1000).copied().collect();
+        if !w.is_empty() {
+            w.sort_unstable();
+            let ns = |t: u64| (t as f64 / ghz) as u64;
+            let n = w.len();
+            println!(
+                "one-way (guest posts -> executive sees): n={n} median={} p99={} max={}",
+                ns(w[n / 2]),
+                ns(w[n * 99 / 100]),
+                ns(w[n - 1])
+            );
+        }
         st
     };
     let _ = std::fs::remove_file(&bin);

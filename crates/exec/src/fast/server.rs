@@ -70,6 +70,14 @@ pub struct Server {
     root: u32,
     own: Vec<Own>,
     pub stats: Stats,
+    /// One-way trap samples (see [`Server::record_one_way`]).
+    one_way: Vec<u64>,
+}
+
+/// The time-stamp counter (the guest stamps `t_trap` with `rdtsc` too).
+pub fn tsc() -> u64 {
+    // SAFETY: rdtsc has no memory effects; every x86-64 CPU has it.
+    unsafe { core::arch::x86_64::_rdtsc() }
 }
 
 impl Server {
@@ -89,7 +97,21 @@ impl Server {
             root,
             own,
             stats: Stats::default(),
+            one_way: Vec::new(),
         }
+    }
+
+    /// Keeps up to `cap` one-way samples: TSC ticks from the guest posting
+    /// a request (its `t_trap`, a claim: samples outside 0..2^40 are
+    /// dropped) to the executive picking it up. The buffer is allocated
+    /// here, so recording does not allocate on the interposition path.
+    pub fn record_one_way(&mut self, cap: usize) {
+        self.one_way = Vec::with_capacity(cap);
+    }
+
+    /// The one-way samples so far, in TSC ticks.
+    pub fn one_way(&self) -> &[u64] {
+        &self.one_way
     }
 
     pub fn region(&self) -> &Region {
@@ -190,6 +212,12 @@ impl Server {
             self.own[i].seq = s.seq; // resynchronise an honest but confused guest
             self.answer(i, -(libc::EINVAL as i64), 0, None);
             return true;
+        }
+        if self.one_way.len() < self.one_way.capacity() {
+            let d = tsc().wrapping_sub(s.t_trap);
+            if d < 1 << 40 {
+                self.one_way.push(d);
+            }
         }
         let call = Call {
             tid: s.tid,
