@@ -18,7 +18,8 @@
 //! `--other` times getpid instead, which the stub traps but the executive
 //! does not want (the trap's own cost; with `--plain`, a plain getpid);
 //! `--dma` holds `/dev/cpu_dma_latency` at 0 during the run (root);
-//! `--rewrite` lets the stub rewrite the trapped call sites (no signal).
+//! `--rewrite` lets the stub rewrite the trapped call sites (no signal);
+//! `--no-one-way` does not record the one-way samples.
 
 use mantle_exec::fast::{serve_child, spawn_fast, FastOptions};
 use mantle_exec::{Agent, Call, Chain, Decision, Guest, Sysno};
@@ -62,6 +63,7 @@ fn main() {
     let (mut cont, mut plain, mut other, mut dma) = (false, false, false, false);
     let mut opts = FastOptions::default();
     let mut spins_set = false;
+    let mut no_one_way = false;
     let mut a = std::env::args().skip(1);
     while let Some(x) = a.next() {
         let mut num = || {
@@ -86,8 +88,9 @@ fn main() {
             "--other" => other = true,
             "--dma" => dma = true,
             "--rewrite" => opts.rewrite = true,
+            "--no-one-way" => no_one_way = true,
             _ => {
-                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain] [--other] [--dma] [--rewrite]");
+                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain] [--other] [--dma] [--rewrite] [--no-one-way]");
                 std::process::exit(2);
             }
         }
@@ -154,7 +157,7 @@ fn main() {
         }
         let chain = Chain::new(vec![Box::new(Ppid(cont))]);
         let (child, mut server) = spawn_fast(&cmd, chain, &opts).expect("spawn_fast");
-        if std::env::var_os("NO_ONE_WAY").is_none() {
+        if !no_one_way {
             server.record_one_way(calls as usize + 1000);
         }
         if let Some(g) = gcpu {
