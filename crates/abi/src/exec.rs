@@ -1,2 +1,159 @@
 //! The executive's shared layouts (executive ↔ guest): the fast path's
-//! per-thread slots. Filled in by the fast-path work of issue 10.
+//! region of shared memory. Rust mirror of `crates/exec/stub/fast.h`, the
+//! one C definition (the stub preloaded into guests includes it).
+//!
+//! One memfd, created by the executive, mapped `MAP_SHARED` by the
+//! executive and by every guest process that loaded the stub:
+//!
+//! ```text
+//! 0                  4096                 4096 + S*128, page-rounded (= paths_off)
+//! +------------------+--------------------+----------------------------+
+//! | FastHdr (192 B,  | FastSlot[S]        | path buffers, 4096 B each, |
+//! | rest of the page | (128 B each, one   | one per slot (executive-   |
+//! | reserved)        | per guest thread)  | written replacement paths) |
+//! +------------------+--------------------+----------------------------+
+//!
+//! FastHdr
+//! 0  magic    4 version  8 nslots     12 slot_size  16 region_size (u64)
+//! 24 exec_pid 28 spin   32 doorbell   36 exec_sleeping
+//! 40 overflow 44 flags  48 paths_off (u64)          56 tramp (u64)
+//! 64 wanted[16] (u64 bitmap of trapped call numbers, 0..1024)      192
+//!
+//! FastSlot
+//! 0  state    4 tid      8 seq (u64)
+//! 16 nr      20 flags   24 args[6] (u64)
+//! 72 ip (u64)           80 result (i64)
+//! 88 report_seq (u64)   96 report_result (i64)
+//! 104 base (u64)        112 t_trap (u64)
+//! 120 waiting           124 spins                                  128
+//! ```
+//!
+//! Who writes what in a slot (the state word is the futex word):
+//!
+//! | state   | set by    | meaning                                             |
+//! |---------|-----------|-----------------------------------------------------|
+//! | FREE    | —         | no owner (`tid` 0)                                  |
+//! | IDLE    | guest     | claimed (`tid` = owner, by CAS 0 → tid)             |
+//! | REQUEST | guest     | `seq`+1, `nr`, `args`, `ip`, `t_trap` written; waits |
+//! | ANSWER  | executive | `result`, `flags` (and changed `nr`/`args`) written |
+//! | DONE    | guest     | `CONTINUE` call performed: `report_seq`/`report_result` |
+//!
+//! Trust: every byte is writable by the guest. The executive copies a slot
+//! out, validates the copy (state, owner tid, `seq` = its own count + 1,
+//! `nr` < [`NR_MAX`]) and keeps its own state in its own memory; any bit
+//! pattern is a value ([`FromBytes`]).
+
+use crate::offsets;
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+pub const FAST_MAGIC: u32 = 0x5046_584d;
+pub const FAST_VERSION: u32 = 1;
+pub const FAST_HDR_SIZE: usize = 4096;
+pub const FAST_SLOT_SIZE: usize = 128;
+pub const FAST_PATH_SIZE: usize = 4096;
+pub const FAST_MAX_SLOTS: usize = 1024;
+/// Call numbers at or above this are refused (and never trapped).
+pub const NR_MAX: u32 = 1024;
+pub const WANT_WORDS: usize = (NR_MAX / 64) as usize;
+
+/// Slot states (`enum mx_fast_state`).
+pub const ST_FREE: u32 = 0;
+pub const ST_IDLE: u32 = 1;
+pub const ST_REQUEST: u32 = 2;
+pub const ST_ANSWER: u32 = 3;
+pub const ST_DONE: u32 = 4;
+pub const ST_MAX: u32 = 5;
+
+/// Header flag: the stub rewrites `mov $nr,%eax; syscall` sites it traps
+/// into jumps to per-site stubs (`MX_HDR_REWRITE`).
+pub const HDR_REWRITE: u32 = 1;
+
+/// Answer flag: perform `nr`/`args` (as the executive left them) in the
+/// guest and report the result (`MX_ANS_CONTINUE`).
+pub const ANS_CONTINUE: u32 = 1;
+
+/// `struct mx_fast_hdr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct FastHdr {
+    pub magic: u32,
+    pub version: u32,
+    pub nslots: u32,
+    pub slot_size: u32,
+    pub region_size: u64,
+    pub exec_pid: u32,
+    pub spin: u32,
+    pub doorbell: u32,
+    pub exec_sleeping: u32,
+    pub overflow: u32,
+    pub hdr_flags: u32,
+    pub paths_off: u64,
+    /// Fixed address where the stub maps its one exempt syscall
+    /// instruction (the same in every image of the guest, so that the
+    /// seccomp filter installed by the first image stays right after exec).
+    pub tramp: u64,
+    pub wanted: [u64; WANT_WORDS],
+}
+offsets!(FastHdr: magic @ 0, version @ 4, nslots @ 8, slot_size @ 12, region_size @ 16,
+    exec_pid @ 24, spin @ 28, doorbell @ 32, exec_sleeping @ 36, overflow @ 40,
+    hdr_flags @ 44, paths_off @ 48, tramp @ 56, wanted @ 64);
+const _: () = assert!(size_of::<FastHdr>() == 192);
+
+/// `struct mx_fast_slot`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct FastSlot {
+    pub state: u32,
+    pub tid: u32,
+    pub seq: u64,
+    pub nr: u32,
+    pub flags: u32,
+    pub args: [u64; 6],
+    pub ip: u64,
+    pub result: i64,
+    pub report_seq: u64,
+    pub report_result: i64,
+    pub base: u64,
+    pub t_trap: u64,
+    pub waiting: u32,
+    pub spins: u32,
+}
+offsets!(FastSlot: state @ 0, tid @ 4, seq @ 8, nr @ 16, flags @ 20, args @ 24, ip @ 72,
+    result @ 80, report_seq @ 88, report_result @ 96, base @ 104, t_trap @ 112,
+    waiting @ 120, spins @ 124);
+const _: () = assert!(size_of::<FastSlot>() == FAST_SLOT_SIZE);
+
+/// Offset of the slot table.
+pub const fn slots_off() -> usize {
+    FAST_HDR_SIZE
+}
+
+/// Offset of the path buffers for `nslots` slots (page-rounded).
+pub const fn paths_off(nslots: usize) -> usize {
+    (FAST_HDR_SIZE + nslots * FAST_SLOT_SIZE).div_ceil(4096) * 4096
+}
+
+/// Size of a region with `nslots` slots.
+pub const fn region_size(nslots: usize) -> usize {
+    paths_off(nslots) + nslots * FAST_PATH_SIZE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_geometry() {
+        assert_eq!(paths_off(1), 8192);
+        assert_eq!(paths_off(32), 8192);
+        assert_eq!(paths_off(33), 12288);
+        assert_eq!(region_size(64), 4096 + 8192 + 64 * 4096);
+    }
+
+    #[test]
+    fn garbage_is_a_value() {
+        let s = crate::read::<FastSlot>(&[0xffu8; 128], "mx_fast_slot").unwrap();
+        assert_eq!(s.state, u32::MAX);
+        assert!(crate::read::<FastSlot>(&[0u8; 127], "mx_fast_slot").is_err());
+    }
+}

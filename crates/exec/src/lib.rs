@@ -14,9 +14,13 @@
 //!   notification fd that the executive holds. The guest cannot reach the
 //!   executive's memory (it is another process) and cannot remove the
 //!   filter.
-//! * **Fast path** (coming): a preloaded stub traps the calls in the guest
-//!   (Syscall User Dispatch) and forwards them through a per-thread slot of
-//!   shared memory; the executive validates every slot it reads.
+//! * **Fast path** ([`fast`]): a preloaded stub (`stub/`, LD_PRELOAD)
+//!   traps the calls in the guest with Syscall User Dispatch and forwards
+//!   them through a per-thread slot of shared memory
+//!   ([`mantle_abi::exec`]); the executive validates every slot it reads
+//!   and keeps none of its own state there. Opt-in site rewriting turns a
+//!   trapped `mov $nr,%eax; syscall` into a jump that skips the signal.
+//!   Details and measurements: docs/exec-fast.md.
 //! * Both paths feed the same [`agent::Chain`]; the application-kernel mode
 //!   (multicore issue) will reuse the same trap.
 //!
@@ -28,6 +32,7 @@
 
 pub mod agent;
 pub mod agents;
+pub mod fast;
 pub mod spec;
 pub mod sysno;
 

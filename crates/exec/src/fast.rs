@@ -1,0 +1,265 @@
+//! The fast interposition path: an in-guest trap forwarded through shared
+//! memory (Hijack's guest → executive RPC, the shape of gVisor's systrap).
+//!
+//! Mechanism: [`run_fast`] creates a [`Region`] (a memfd: header, one slot
+//! per guest thread, one path buffer per slot; layout in
+//! [`mantle_abi::exec`]), starts the guest with `LD_PRELOAD` = the stub
+//! (`crates/exec/stub/stub.c`, built into `libmantle-stub.so`) and the
+//! region's fd in `MANTLE_FAST_FD`, and serves it with a [`Server`] until
+//! the guest exits. The stub turns Syscall User Dispatch on, with its
+//! own code in one excluded page at a fixed address: every other system
+//! call of the guest raises SIGSYS, and the handler forwards the wanted
+//! ones (header bitmap) through its thread's slot (spin, then futex) and
+//! applies the answer: a value, or CONTINUE (the guest makes the possibly
+//! changed call itself and reports the result, so `after` hooks see real
+//! results); unwanted calls it makes directly.
+//!
+//! Trust: the region is writable by the guest. The fast path is for
+//! cooperative speed: the guest can corrupt its own slots, jump into the
+//! excluded page, or turn dispatch off; the executive
+//! validates every slot it reads ([`server`]), keeps all of its state in
+//! its own memory, and a guest cannot reach that memory. Security
+//! decisions belong on the protected path (seccomp user notification).
+//!
+//! Processes and threads: the stub arms dispatch in every thread and child
+//! it creates (it emulates clone and fork in its handler); a thread claims
+//! a free slot at its first wanted call (CAS of its tid), a child after
+//! fork claims its own (the stub compares its cached tid with gettid);
+//! exec clears dispatch and the stub in the new image maps the region
+//! again from the inherited fd and arms it. Protocol, validation and
+//! limits: docs/exec-fast.md.
+
+pub mod region;
+pub mod server;
+
+pub use region::Region;
+pub use server::{FastGuest, Server, Stats};
+
+use crate::agent::Chain;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::Duration;
+
+/// Default fixed address of the stub's syscall page in every guest image
+/// (64 GiB: below where the kernel places mmaps and PIE binaries, above
+/// non-PIE binaries and their heap).
+pub const TRAMP_ADDR: u64 = 0x10_0000_0000;
+
+/// How to run the fast path.
+#[derive(Clone, Debug)]
+pub struct FastOptions {
+    /// Slots (guest threads alive at once), 1..=1024.
+    pub slots: usize,
+    /// Guest spin iterations (`pause`) before it sleeps on its slot.
+    pub guest_spin: u32,
+    /// Empty passes over the slots before the executive sleeps.
+    pub exec_spin: u32,
+    /// The stub; default `MANTLE_STUB` or the one built with this crate.
+    pub stub: Option<PathBuf>,
+    /// Fixed address of the stub's syscall page.
+    pub tramp: u64,
+    /// Let the stub rewrite trapped `mov $nr,%eax; syscall` sites into
+    /// jumps (no signal for later calls from that site; single-threaded
+    /// processes only). Off by default: it patches the guest's code.
+    pub rewrite: bool,
+}
+
+impl Default for FastOptions {
+    fn default() -> Self {
+        // on one CPU a spinning side only delays the other
+        let many = std::thread::available_parallelism().map_or(1, |n| n.get()) > 1;
+        FastOptions {
+            slots: 64,
+            guest_spin: if many { 2000 } else { 0 },
+            exec_spin: if many { 50_000 } else { 0 },
+            stub: None,
+            tramp: TRAMP_ADDR,
+            rewrite: false,
+        }
+    }
+}
+
+/// Why the fast path could not run a guest.
+#[derive(Debug, thiserror::Error)]
+pub enum FastError {
+    #[error("no command to run")]
+    Empty,
+    #[error("{0}: command not found")]
+    NotFound(String),
+    /// A statically linked guest cannot load the stub.
+    #[error(
+        "the fast path needs a dynamically linked guest: {0} is static (no ELF interpreter); use the protected path"
+    )]
+    Static(PathBuf),
+    #[error("{0}: not an ELF executable the fast path understands")]
+    NotElf(PathBuf),
+    #[error("the fast-path stub {0} is missing")]
+    NoStub(PathBuf),
+    #[error("fast path: {what}")]
+    Os {
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn os(what: &'static str) -> impl FnOnce(io::Error) -> FastError {
+    move |source| FastError::Os { what, source }
+}
+
+/// The stub library to preload.
+pub fn stub_path(opts: &FastOptions) -> PathBuf {
+    opts.stub
+        .clone()
+        .or_else(|| std::env::var_os("MANTLE_STUB").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(env!("MANTLE_STUB_BUILT")))
+}
+
+/// `prog` resolved through PATH like execvp.
+pub fn resolve(prog: &str) -> Option<PathBuf> {
+    if prog.contains('/') {
+        return Path::new(prog).is_file().then(|| PathBuf::from(prog));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// Whether the ELF file at `path` is dynamically linked (has a PT_INTERP
+/// program header). `Err(NotElf)` for anything else (a script: its
+/// interpreter decides, so scripts are treated as dynamic by the caller).
+pub fn is_dynamic(path: &Path) -> Result<bool, FastError> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(os("open the guest's executable"))?;
+    let mut b = vec![0u8; 64 * 1024];
+    let n = f.read(&mut b).map_err(os("read the guest's executable"))?;
+    let b = &b[..n];
+    let bad = || FastError::NotElf(path.to_path_buf());
+    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
+        return Err(bad());
+    }
+    let u16_at = |o: usize| b.get(o..o + 2).map(|s| u16::from_le_bytes([s[0], s[1]]));
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|s| u32::from_le_bytes(s.try_into().unwrap_or([0; 4])))
+    };
+    let u64_at = |o: usize| {
+        b.get(o..o + 8)
+            .map(|s| u64::from_le_bytes(s.try_into().unwrap_or([0; 8])))
+    };
+    let phoff = u64_at(32).ok_or_else(bad)? as usize;
+    let phentsize = u16_at(54).ok_or_else(bad)? as usize;
+    let phnum = u16_at(56).ok_or_else(bad)? as usize;
+    if phentsize < 56 {
+        return Err(bad());
+    }
+    for k in 0..phnum {
+        let t = u32_at(phoff.saturating_add(k * phentsize)).ok_or_else(bad)?;
+        if t == 3 {
+            return Ok(true); // PT_INTERP
+        }
+    }
+    Ok(false)
+}
+
+/// Runs `cmd` as a guest on the fast path with `chain`, until it exits:
+/// its exit status and what the executive counted. The guest is killed
+/// if the calling thread dies (PR_SET_PDEATHSIG); a guest process whose
+/// executive is gone kills itself at its next call (the stub's check).
+pub fn run_fast(
+    cmd: &[String],
+    chain: Chain,
+    opts: &FastOptions,
+) -> Result<(ExitStatus, Stats), FastError> {
+    let (child, mut server) = spawn_fast(cmd, chain, opts)?;
+    serve_child(child, &mut server, opts)
+}
+
+/// Starts `cmd` on the fast path without serving it (the caller calls
+/// [`serve_child`]); for benchmarks that pin the executive themselves.
+pub fn spawn_fast(
+    cmd: &[String],
+    chain: Chain,
+    opts: &FastOptions,
+) -> Result<(std::process::Child, Server), FastError> {
+    let prog = cmd.first().ok_or(FastError::Empty)?;
+    let exe = resolve(prog).ok_or_else(|| FastError::NotFound(prog.clone()))?;
+    match is_dynamic(&exe) {
+        Ok(true) | Err(FastError::NotElf(_)) => {}
+        Ok(false) => return Err(FastError::Static(exe)),
+        Err(e) => return Err(e),
+    }
+    let stub = stub_path(opts);
+    if !stub.is_file() {
+        return Err(FastError::NoStub(stub));
+    }
+    let wanted: Vec<u32> = chain.wants().iter().map(|s| s.0).collect();
+    let region = Region::create(opts.slots, &wanted, opts.guest_spin, opts.tramp)
+        .map_err(os("create the shared region"))?;
+    if opts.rewrite {
+        region.set_flags(mantle_abi::exec::HDR_REWRITE);
+    }
+    let fd = region.fd().as_raw_fd();
+    let mut preload = stub.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD") {
+        preload.push(" ");
+        preload.push(old);
+    }
+    let mut c = Command::new(&exe);
+    c.arg0(prog)
+        .args(&cmd[1..])
+        .env("LD_PRELOAD", preload)
+        .env("MANTLE_FAST_FD", fd.to_string())
+        .env(
+            "MANTLE_FAST_PATH",
+            format!("/proc/{}/fd/{fd}", std::process::id()),
+        );
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes async-signal-safe system calls (fcntl, prctl).
+    unsafe {
+        c.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = c.spawn().map_err(os("start the guest"))?;
+    let server = Server::new(region, chain, child.id());
+    Ok((child, server))
+}
+
+/// Serves a guest started by [`spawn_fast`] until it exits.
+pub fn serve_child(
+    mut child: std::process::Child,
+    server: &mut Server,
+    opts: &FastOptions,
+) -> Result<(ExitStatus, Stats), FastError> {
+    let mut status = None;
+    let mut err = None;
+    server.serve(opts.exec_spin, Duration::from_millis(10), || {
+        match child.try_wait() {
+            Ok(Some(s)) => status = Some(s),
+            Ok(None) => return false,
+            Err(e) => err = Some(e),
+        }
+        true
+    });
+    match (status, err) {
+        (Some(s), _) => Ok((s, server.stats)),
+        (None, Some(e)) => Err(FastError::Os {
+            what: "wait for the guest",
+            source: e,
+        }),
+        (None, None) => Err(FastError::Os {
+            what: "wait for the guest",
+            source: io::Error::other("the guest vanished"),
+        }),
+    }
+}

@@ -1,0 +1,272 @@
+//! The fast path's shared region on the executive's side: a memfd sized
+//! for `nslots` slots ([`mantle_abi::exec`] draws the layout), mapped
+//! `MAP_SHARED` here and, through the fd, in every guest process.
+//!
+//! Every access to the mapping is an atomic load or store of one aligned
+//! word: the guest writes the same memory concurrently, so a plain read
+//! would be a data race; an atomic read of garbage is just a wrong value.
+//! Nothing the executive keeps lives here (its state is in
+//! [`super::server`]).
+
+use mantle_abi::exec::{self as abi, FastSlot};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Byte offsets of the header words the executive touches.
+pub(crate) mod hdr {
+    pub const SPIN: usize = 28;
+    pub const DOORBELL: usize = 32;
+    pub const EXEC_SLEEPING: usize = 36;
+    pub const OVERFLOW: usize = 40;
+    pub const FLAGS: usize = 44;
+}
+/// Byte offsets inside a slot.
+pub(crate) mod slot {
+    pub const STATE: usize = 0;
+    pub const TID: usize = 4;
+    pub const SEQ: usize = 8;
+    pub const NR: usize = 16;
+    pub const FLAGS: usize = 20;
+    pub const ARGS: usize = 24;
+    pub const IP: usize = 72;
+    pub const RESULT: usize = 80;
+    pub const REPORT_SEQ: usize = 88;
+    pub const REPORT_RESULT: usize = 96;
+    pub const BASE: usize = 104;
+    pub const T_TRAP: usize = 112;
+    pub const WAITING: usize = 120;
+    pub const SPINS: usize = 124;
+    const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastSlot, spins) == SPINS);
+    const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastSlot, t_trap) == T_TRAP);
+}
+
+/// The executive's mapping of the region.
+pub struct Region {
+    fd: OwnedFd,
+    base: *mut u8,
+    len: usize,
+    nslots: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics; the
+// pointer stays valid until Drop, whichever thread owns the Region.
+unsafe impl Send for Region {}
+
+impl Region {
+    /// A new region with `nslots` slots (1..=1024), the header filled in:
+    /// `wanted` call numbers (each < 1024), the guest's spin count, the
+    /// fixed address of the stub's syscall page, this process as the
+    /// executive.
+    pub fn create(nslots: usize, wanted: &[u32], spin: u32, tramp: u64) -> io::Result<Region> {
+        if nslots == 0 || nslots > abi::FAST_MAX_SLOTS {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "slot count"));
+        }
+        let len = abi::region_size(nslots);
+        // SAFETY: a NUL-terminated name and plain flags.
+        let fd = unsafe { libc::memfd_create(c"mantle-fast".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate on our own fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh shared mapping of our memfd, of its full size;
+        // no Rust reference to it exists.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let r = Region {
+            fd,
+            base: p.cast(),
+            len,
+            nslots,
+        };
+        let mut h = abi::FastHdr {
+            magic: abi::FAST_MAGIC,
+            version: abi::FAST_VERSION,
+            nslots: nslots as u32,
+            slot_size: abi::FAST_SLOT_SIZE as u32,
+            region_size: len as u64,
+            exec_pid: std::process::id(),
+            spin,
+            doorbell: 0,
+            exec_sleeping: 0,
+            overflow: 0,
+            hdr_flags: 0,
+            paths_off: abi::paths_off(nslots) as u64,
+            tramp,
+            wanted: [0; abi::WANT_WORDS],
+        };
+        for &nr in wanted {
+            if nr < abi::NR_MAX {
+                h.wanted[(nr / 64) as usize] |= 1 << (nr % 64);
+            }
+        }
+        use mantle_abi::IntoBytes;
+        let b = h.as_bytes();
+        // SAFETY: the header fits in the mapping (len >= 4096) and no guest
+        // has the fd yet, so nothing else writes it.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), r.base, b.len()) };
+        Ok(r)
+    }
+
+    /// Sets or clears header flags (`HDR_*`), before the guest starts.
+    pub fn set_flags(&self, flags: u32) {
+        self.hdr32(hdr::FLAGS).store(flags, Ordering::SeqCst);
+    }
+
+    /// The guest's spin count as the header says now.
+    pub fn guest_spin(&self) -> u32 {
+        self.hdr32(hdr::SPIN).load(Ordering::Relaxed)
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+    pub fn nslots(&self) -> usize {
+        self.nslots
+    }
+
+    fn at(&self, off: usize) -> *mut u8 {
+        debug_assert!(off < self.len);
+        // SAFETY: callers pass offsets inside the mapping (checked above
+        // in debug builds; all offsets are constants or slot-bounded).
+        unsafe { self.base.add(off) }
+    }
+    fn u32_at(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: off is 4-aligned and inside the mapping, which lives as
+        // long as self; all access to it is atomic.
+        unsafe { AtomicU32::from_ptr(self.at(off).cast()) }
+    }
+    fn u64_at(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: as u32_at, 8-aligned.
+        unsafe { AtomicU64::from_ptr(self.at(off).cast()) }
+    }
+
+    pub(crate) fn hdr32(&self, off: usize) -> &AtomicU32 {
+        self.u32_at(off)
+    }
+    pub(crate) fn s32(&self, i: usize, off: usize) -> &AtomicU32 {
+        self.u32_at(abi::slots_off() + i * abi::FAST_SLOT_SIZE + off)
+    }
+    pub(crate) fn s64(&self, i: usize, off: usize) -> &AtomicU64 {
+        self.u64_at(abi::slots_off() + i * abi::FAST_SLOT_SIZE + off)
+    }
+
+    /// A copy of slot `i` (each word read once; the copy is what gets
+    /// validated, never the live memory).
+    pub fn snapshot(&self, i: usize) -> FastSlot {
+        use slot::*;
+        let r = Ordering::Acquire;
+        let mut args = [0u64; 6];
+        for (k, a) in args.iter_mut().enumerate() {
+            *a = self.s64(i, ARGS + 8 * k).load(r);
+        }
+        FastSlot {
+            state: self.s32(i, STATE).load(r),
+            tid: self.s32(i, TID).load(r),
+            seq: self.s64(i, SEQ).load(r),
+            nr: self.s32(i, NR).load(r),
+            flags: self.s32(i, FLAGS).load(r),
+            args,
+            ip: self.s64(i, IP).load(r),
+            result: self.s64(i, RESULT).load(r) as i64,
+            report_seq: self.s64(i, REPORT_SEQ).load(r),
+            report_result: self.s64(i, REPORT_RESULT).load(r) as i64,
+            base: self.s64(i, BASE).load(r),
+            t_trap: self.s64(i, T_TRAP).load(r),
+            waiting: self.s32(i, WAITING).load(r),
+            spins: self.s32(i, SPINS).load(r),
+        }
+    }
+
+    /// Writes `bytes` and a NUL into slot `i`'s path buffer; false if it
+    /// does not fit.
+    pub(crate) fn write_path(&self, i: usize, bytes: &[u8]) -> bool {
+        if bytes.len() >= abi::FAST_PATH_SIZE || i >= self.nslots {
+            return false;
+        }
+        let off = abi::paths_off(self.nslots) + i * abi::FAST_PATH_SIZE;
+        for (k, &b) in bytes.iter().chain([0u8].iter()).enumerate() {
+            // SAFETY: off + k < paths_off + (i + 1) * 4096 <= len; a byte
+            // atomic store is the same as a plain byte store on x86 but
+            // keeps the race with the guest defined.
+            unsafe { std::sync::atomic::AtomicU8::from_ptr(self.at(off + k)) }
+                .store(b, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Offset of slot `i`'s path buffer in the region.
+    pub(crate) fn path_off(&self, i: usize) -> u64 {
+        (abi::paths_off(self.nslots) + i * abi::FAST_PATH_SIZE) as u64
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: base/len are our mapping; no reference into it outlives
+        // self (every accessor borrows self).
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// FUTEX_WAIT on a shared word while it holds `val`, at most `timeout`;
+/// true if the time ran out.
+pub(crate) fn futex_wait(word: &AtomicU32, val: u32, timeout: std::time::Duration) -> bool {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: word is a valid aligned u32 for the duration of the call; ts
+    // lives on the stack. Shared futex (no PRIVATE flag): the guest is
+    // another process.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            val,
+            &ts as *const libc::timespec,
+        )
+    };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
+}
+
+/// FUTEX_WAKE one waiter of a shared word.
+pub(crate) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: word is a valid aligned u32; FUTEX_WAKE reads nothing else.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_and_slots_round_trip() {
+        let r = Region::create(4, &[110, 2, 5000], 7, 0x10_0000_0000).unwrap();
+        assert_eq!(r.guest_spin(), 7);
+        r.s32(3, slot::TID).store(42, Ordering::Relaxed);
+        r.s64(3, slot::ARGS + 8 * 5).store(9, Ordering::Relaxed);
+        let s = r.snapshot(3);
+        assert_eq!((s.tid, s.args[5], s.state), (42, 9, abi::ST_FREE));
+        assert!(r.write_path(3, b"/tmp/x"));
+        assert!(!r.write_path(3, &[b'a'; 4096]));
+        assert!(Region::create(0, &[], 0, 0).is_err());
+    }
+}

@@ -1,0 +1,649 @@
+/* libmantle-stub.so: the guest half of mantle's fast interposition path.
+ *
+ * What: preloaded (LD_PRELOAD) into a dynamically linked guest, it sends
+ * the system calls the executive wants through a per-thread slot of
+ * memory shared with the executive, and waits for the answer.
+ *
+ * Mechanism:
+ * - The constructor maps the region from the fd in MANTLE_FAST_FD (kept
+ *   open, without close-on-exec, so that an exec'd image that loads the
+ *   stub again maps the same region; if a program closed it, through the
+ *   executive's own fd, MANTLE_FAST_PATH = /proc/EXEC/fd/N), copies the stub's raw-syscall code
+ *   into a page at the executive's fixed address (hdr->tramp), installs
+ *   the SIGSYS handler (raw rt_sigaction, with a restorer in that page)
+ *   and turns on Syscall User Dispatch with that page as the excluded
+ *   range and a selector that always blocks: every system call of the
+ *   guest made anywhere else raises SIGSYS.
+ * - The SIGSYS handler: a call whose bit is set in the header's `wanted`
+ *   bitmap is forwarded through the thread's slot (claimed at its first
+ *   trap by CAS of tid 0 -> tid; the slot of a dead thread is taken over
+ *   when none is free): the call is written, the state set to REQUEST,
+ *   the executive's doorbell rung (FUTEX_WAKE only if it sleeps); the
+ *   handler spins `spin` iterations, then FUTEX_WAITs on the slot's state.
+ *   The answer is a value (put in rax) or CONTINUE: the handler makes the
+ *   (possibly changed) call itself and reports the result (state DONE),
+ *   so the executive's `after` hooks see real results. Any other call is
+ *   made directly, from the excluded page.
+ * - Calls that cannot simply be made inside a signal handler are
+ *   emulated: rt_sigreturn (done on the interrupted frame), rt_sigprocmask
+ *   (applied to the interrupted context's mask, never blocking SIGSYS: a
+ *   SUD signal that is blocked kills), rt_sigaction on SIGSYS (ignored),
+ *   clone with a new stack (the child starts on its stack at the caller's
+ *   return address, with the caller's signal mask), clone3 (ENOSYS: glibc
+ *   falls back to clone), vfork (made as fork). Children re-arm dispatch.
+ * - exec clears dispatch; the new image's stub arms it again. An exec'd
+ *   image without the stub (static, or LD_PRELOAD dropped) runs
+ *   unsupervised (docs/exec-fast.md).
+ *
+ * Invariants:
+ * - In the handler: no libc, only raw system calls through the excluded
+ *   page; all signals are blocked while it runs (sa_mask), so a slot has
+ *   at most one call in flight.
+ * - The executive gone (exec_pid does not exist) while a call waits: the
+ *   guest kills itself (fail closed: never silently unsupervised).
+ * - Cooperative: the guest can write anything in the region or jump into
+ *   the excluded page; the executive validates every slot, and security
+ *   decisions belong on the protected path.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <linux/futex.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "fast.h"
+
+#define HIDDEN __attribute__((visibility("hidden")))
+
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_ON 1
+#define SYSCALL_DISPATCH_FILTER_BLOCK 1
+#endif
+#define SYS_USER_DISPATCH 2
+#define SA_RESTORER_ 0x04000000
+
+/* The excluded page's code, position-independent, copied to hdr->tramp:
+ *   +0   sc6(nr, a..f): a raw system call
+ *   +T_RESTORER  restorer: rt_sigreturn (our SIGSYS handler returns here)
+ *   +T_SIGRET    sigret(rsp): rt_sigreturn of the frame at rsp
+ *   +T_CLONE     clone(flags, stack, ptid, ctid, tls, ip): the child arms
+ *                dispatch, sets the mask stored at stack-16, jumps to ip
+ *                (stored at stack-8) with rax = 0 and rsp = stack
+ *   +T_DATA      data: [0] the page's address, [1] the selector's address */
+extern char mx_tmpl[] HIDDEN, mx_tmpl_restorer[] HIDDEN, mx_tmpl_sigret[] HIDDEN,
+	mx_tmpl_clone[] HIDDEN, mx_tmpl_end[] HIDDEN;
+#define T_DATA 2048
+__asm__(".text\n"
+	".globl mx_tmpl, mx_tmpl_restorer, mx_tmpl_sigret, mx_tmpl_clone, mx_tmpl_end\n"
+	".hidden mx_tmpl, mx_tmpl_restorer, mx_tmpl_sigret, mx_tmpl_clone, mx_tmpl_end\n"
+	"mx_tmpl:\n"
+	"\tmov %rdi,%rax\n"
+	"\tmov %rsi,%rdi\n"
+	"\tmov %rdx,%rsi\n"
+	"\tmov %rcx,%rdx\n"
+	"\tmov %r8,%r10\n"
+	"\tmov %r9,%r8\n"
+	"\tmov 8(%rsp),%r9\n"
+	"\tsyscall\n"
+	"\tret\n"
+	"mx_tmpl_restorer:\n"
+	"\tmov $15,%eax\n"
+	"\tsyscall\n"
+	"\thlt\n"
+	"mx_tmpl_sigret:\n"
+	"\tmov %rdi,%rsp\n"
+	"\tmov $15,%eax\n"
+	"\tsyscall\n"
+	"\thlt\n"
+	"mx_tmpl_clone:\n"
+	"\tmov %r9,-8(%rsi)\n"
+	"\tmov %rcx,%r10\n"
+	"\tmov $56,%eax\n"
+	"\tsyscall\n"
+	"\ttest %rax,%rax\n"
+	"\tjz 1f\n"
+	"\tret\n"
+	"1:\n"
+	"\tmov $157,%eax\n" /* prctl(PR_SET_SYSCALL_USER_DISPATCH, ON, page, 4096, sel) */
+	"\tmov $59,%edi\n"
+	"\tmov $1,%esi\n"
+	"\tmov mx_tmpl+2048(%rip),%rdx\n"
+	"\tmov $4096,%r10d\n"
+	"\tmov mx_tmpl+2056(%rip),%r8\n"
+	"\tsyscall\n"
+	"\tmov $14,%eax\n" /* rt_sigprocmask(SIG_SETMASK, rsp-16, 0, 8) */
+	"\tmov $2,%edi\n"
+	"\tlea -16(%rsp),%rsi\n"
+	"\txor %edx,%edx\n"
+	"\tmov $8,%r10d\n"
+	"\tsyscall\n"
+	"\txor %eax,%eax\n"
+	"\tjmp *-8(%rsp)\n"
+	"mx_tmpl_end:\n");
+
+typedef long (*sc6_fn)(long, long, long, long, long, long, long);
+static sc6_fn mx_sc6;
+static void (*mx_sigret)(uint64_t rsp);
+static long (*mx_clone)(long, long, long, long, long, long);
+static uint64_t mx_restorer;
+
+#define sc0(n) mx_sc6((n), 0, 0, 0, 0, 0, 0)
+#define sc1(n, a) mx_sc6((n), (long)(a), 0, 0, 0, 0, 0)
+#define sc2(n, a, b) mx_sc6((n), (long)(a), (long)(b), 0, 0, 0, 0)
+#define sc4(n, a, b, c, d) mx_sc6((n), (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
+#define sc5(n, a, b, c, d, e) mx_sc6((n), (long)(a), (long)(b), (long)(c), (long)(d), (long)(e), 0)
+
+/* the selector: always BLOCK (the stub's own calls are in the excluded page) */
+static volatile char mx_selector = SYSCALL_DISPATCH_FILTER_BLOCK;
+
+static struct mx_fast_hdr *hdr;
+static struct mx_fast_slot *slots;
+static uint32_t nslots;
+
+#define TLS __thread __attribute__((tls_model("initial-exec")))
+static TLS struct mx_fast_slot *my_slot;
+static TLS uint32_t my_tid;
+/* forwards in flight on this thread (a signal handler that runs during a
+ * call the stub makes may trap again: it gets a slot of its own) */
+static TLS uint32_t busy;
+/* set once the process has made a thread: sites are rewritten only while
+ * it has one (another thread could be executing the bytes being written) */
+static volatile int multi;
+
+static inline uint64_t rdtsc(void)
+{
+	uint32_t lo, hi;
+	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+	return ((uint64_t)hi << 32) | lo;
+}
+
+static inline uint32_t ld32(uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+static inline void st32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+
+static void die(void)
+{
+	sc2(SYS_kill, sc0(SYS_getpid), SIGKILL);
+	sc1(SYS_exit_group, 127);
+}
+
+static long arm(void)
+{
+	return sc5(SYS_prctl, PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, hdr->tramp, 4096,
+		   &mx_selector);
+}
+
+/* The calling thread's slot, claimed at its first trap. A cached slot is
+ * re-checked against the tid (a vfork child shares the parent's TLS). */
+static struct mx_fast_slot *claim(uint32_t tid, struct mx_fast_slot *except)
+{
+	uint32_t i;
+	for (i = 0; i < nslots; i++)
+		if (ld32(&slots[i].tid) == tid && &slots[i] != except &&
+		    (!except || ld32(&slots[i].state) == MX_ST_IDLE || ld32(&slots[i].state) == MX_ST_DONE))
+			goto got;
+	for (i = 0; i < nslots; i++) {
+		uint32_t zero = 0;
+		if (__atomic_compare_exchange_n(&slots[i].tid, &zero, tid, 0, __ATOMIC_SEQ_CST,
+						__ATOMIC_SEQ_CST))
+			goto got;
+	}
+	/* full: take over the slot of a thread that no longer exists */
+	for (i = 0; i < nslots; i++) {
+		uint32_t old = ld32(&slots[i].tid);
+		if (old && sc2(SYS_kill, old, 0) == -ESRCH &&
+		    __atomic_compare_exchange_n(&slots[i].tid, &old, tid, 0, __ATOMIC_SEQ_CST,
+						__ATOMIC_SEQ_CST))
+			goto got;
+	}
+	return 0;
+got:
+	slots[i].base = (uint64_t)(uintptr_t)hdr;
+	if (ld32(&slots[i].state) == MX_ST_FREE)
+		st32(&slots[i].state, MX_ST_IDLE);
+	if (except)
+		return &slots[i]; /* a nested call's slot: not cached */
+	my_slot = &slots[i];
+	my_tid = tid;
+	return my_slot;
+}
+
+/* struct kernel_sigaction for rt_sigaction on x86-64 */
+struct ksigaction {
+	void *handler;
+	unsigned long flags;
+	uint64_t restorer;
+	uint64_t mask;
+};
+
+/* Makes a call the guest made (or the executive changed) from inside the
+ * handler; g is the interrupted context. */
+static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
+{
+	long r;
+	if (!uc) /* from a rewritten site: never an emulated call */
+		return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	switch (nr) {
+	case SYS_rt_sigprocmask: {
+		/* on the interrupted context's mask; SIGSYS never blocked */
+		uint64_t *m = (uint64_t *)&uc->uc_sigmask, old = *m, set = 0;
+		if (a[3] != 8)
+			return -EINVAL;
+		if (a[1])
+			set = *(const uint64_t *)(uintptr_t)a[1];
+		if (a[2])
+			*(uint64_t *)(uintptr_t)a[2] = old;
+		if (a[1]) {
+			if (a[0] == SIG_BLOCK)
+				*m = old | set;
+			else if (a[0] == SIG_UNBLOCK)
+				*m = old & ~set;
+			else if (a[0] == SIG_SETMASK)
+				*m = set;
+			else
+				return -EINVAL;
+			*m &= ~((1ull << (SIGSYS - 1)) | (1ull << (SIGKILL - 1)) |
+				(1ull << (SIGSTOP - 1)));
+		}
+		return 0;
+	}
+	case SYS_rt_sigaction: {
+		if (a[0] == SIGSYS) { /* the stub's: not changed; reported as default */
+			if (a[2])
+				for (int i = 0; i < 4; i++)
+					((volatile uint64_t *)(uintptr_t)a[2])[i] = 0;
+			return 0;
+		}
+		if (!a[1] || a[3] != 8)
+			return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+		/* a guest handler never blocks SIGSYS (its own calls trap) and
+		 * returns through the excluded page's restorer */
+		struct ksigaction k = *(const struct ksigaction *)(uintptr_t)a[1];
+		k.mask &= ~(1ull << (SIGSYS - 1));
+		if (k.flags & SA_RESTORER_)
+			k.restorer = mx_restorer;
+		return sc4(nr, a[0], &k, a[2], 8);
+	}
+	case SYS_execve:
+	case SYS_execveat: {
+		/* the new image starts with the interrupted context's mask, not
+		 * the handler's (everything blocked) */
+		uint64_t m = *(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1)), all = ~0ull;
+		sc4(SYS_rt_sigprocmask, SIG_SETMASK, &m, 0, 8);
+		r = mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+		sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, 0, 8);
+		return r;
+	}
+	case SYS_clone3:
+		return -ENOSYS;
+	case SYS_vfork:
+		nr = SYS_fork;
+		/* fallthrough */
+	case SYS_fork:
+		r = sc0(nr);
+		if (r == 0) {
+			arm();
+			my_slot = 0;
+		}
+		return r;
+	case SYS_clone:
+		if (a[1] == 0) {
+			/* no new stack: fork-like (a vfork-like clone is made as fork) */
+			r = sc5(SYS_clone, a[0] & ~(uint64_t)(CLONE_VM | CLONE_VFORK), 0, a[2], a[3],
+				a[4]);
+			if (r == 0) {
+				arm();
+				my_slot = 0;
+			}
+			return r;
+		}
+		if (a[0] & CLONE_THREAD)
+			multi = 1;
+		((uint64_t *)(uintptr_t)a[1])[-2] =
+			*(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1));
+		return mx_clone(a[0], a[1], a[2], a[3], a[4], g[REG_RIP]);
+	}
+	/* with the interrupted context's mask, so that a blocking call can be
+	 * interrupted by the guest's signals as it would be without the stub */
+	uint64_t m = *(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1)), all = ~0ull;
+	sc4(SYS_rt_sigprocmask, SIG_SETMASK, &m, 0, 8);
+	r = mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, 0, 8);
+	return r;
+}
+
+static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uint64_t a[6],
+		    uint64_t ip, greg_t *g, ucontext_t *uc)
+{
+	uint32_t st;
+	uint64_t seq;
+	s->nr = nr;
+	s->flags = 0;
+	for (int i = 0; i < 6; i++)
+		s->args[i] = a[i];
+	s->ip = ip;
+	seq = s->seq + 1;
+	s->seq = seq;
+	s->t_trap = rdtsc();
+	st32(&s->state, MX_ST_REQUEST);
+	__atomic_fetch_add(&hdr->doorbell, 1, __ATOMIC_SEQ_CST);
+	if (ld32(&hdr->exec_sleeping))
+		sc4(SYS_futex, &hdr->doorbell, FUTEX_WAKE, 1, 0);
+
+	uint32_t spin = ld32(&hdr->spin), n = 0;
+	while ((st = ld32(&s->state)) == MX_ST_REQUEST && n < spin) {
+		__builtin_ia32_pause();
+		n++;
+	}
+	while (st == MX_ST_REQUEST) {
+		struct timespec ts = {1, 0};
+		st32(&s->waiting, 1);
+		long r = sc4(SYS_futex, &s->state, FUTEX_WAIT, MX_ST_REQUEST, &ts);
+		st32(&s->waiting, 0);
+		st = ld32(&s->state);
+		if (r == -ETIMEDOUT && st == MX_ST_REQUEST &&
+		    sc2(SYS_kill, ld32(&hdr->exec_pid), 0) == -ESRCH)
+			die();
+	}
+	s->spins = n;
+	if (st != MX_ST_ANSWER || ld32(&s->tid) != tid)
+		return -EIO; /* the region was corrupted under us */
+	if (!(s->flags & MX_ANS_CONTINUE)) {
+		long r = s->result;
+		st32(&s->state, MX_ST_IDLE);
+		return r;
+	}
+	uint64_t b[6];
+	for (int i = 0; i < 6; i++)
+		b[i] = s->args[i];
+	long r = perform(g, uc, s->nr, b);
+	if (sc0(SYS_gettid) != tid) {
+		/* a child of a continued fork-like call: not ours to report */
+		my_slot = 0;
+		return r;
+	}
+	s->report_result = r;
+	__atomic_store_n(&s->report_seq, seq, __ATOMIC_SEQ_CST);
+	st32(&s->state, MX_ST_DONE);
+	if (ld32(&hdr->exec_sleeping)) {
+		__atomic_fetch_add(&hdr->doorbell, 1, __ATOMIC_SEQ_CST);
+		sc4(SYS_futex, &hdr->doorbell, FUTEX_WAKE, 1, 0);
+	}
+	return r;
+}
+
+
+/* Site rewriting (MX_HDR_REWRITE, after gVisor's systrap): a trapped call
+ * whose instruction bytes are `mov $nr,%eax; syscall` (b8 imm32 0f 05) has
+ * its mov rewritten into `jmp rel32` to a per-site stub in a page within 2 GiB of
+ * it; the stub steps over the red zone, saves the registers the kernel
+ * would preserve, calls mx_direct(nr, args) and jumps back after the
+ * site: later calls from that site skip the signal. Only while the process
+ * has one thread, and never for the calls the handler emulates. The stub
+ * is built with -mgeneral-regs-only, so vector registers survive. */
+extern char mx_site[] HIDDEN, mx_site_nr[] HIDDEN, mx_site_fn[] HIDDEN, mx_site_ret[] HIDDEN,
+	mx_site_end[] HIDDEN;
+__asm__(".text\n"
+	".globl mx_site, mx_site_nr, mx_site_fn, mx_site_ret, mx_site_end\n"
+	".hidden mx_site, mx_site_nr, mx_site_fn, mx_site_ret, mx_site_end\n"
+	"mx_site:\n"
+	"\tlea -128(%rsp),%rsp\n"
+	"\tpushfq\n"
+	"\tpush %rbp\n"
+	"\tmov %rsp,%rbp\n"
+	"\tand $-16,%rsp\n"
+	"\tpush %rdi\n\tpush %rsi\n\tpush %rdx\n\tpush %r10\n"
+	"\tpush %r8\n\tpush %r9\n\tpush %rcx\n\tpush %r11\n"
+	"\tsub $8,%rsp\n"
+	"\tpush %r9\n"
+	"\tmov %r8,%r9\n"
+	"\tmov %r10,%r8\n"
+	"\tmov %rdx,%rcx\n"
+	"\tmov %rsi,%rdx\n"
+	"\tmov %rdi,%rsi\n"
+	"\tmov $0x7fffffff,%edi\n"
+	"mx_site_nr:\n"
+	"\tmovabs $0x7fffffffffffffff,%rax\n"
+	"mx_site_fn:\n"
+	"\tcall *%rax\n"
+	"\tadd $16,%rsp\n"
+	"\tpop %r11\n\tpop %rcx\n\tpop %r9\n\tpop %r8\n"
+	"\tpop %r10\n\tpop %rdx\n\tpop %rsi\n\tpop %rdi\n"
+	"\tmov %rbp,%rsp\n"
+	"\tpop %rbp\n"
+	"\tpopfq\n"
+	"\tlea 128(%rsp),%rsp\n"
+	"\tjmp *0(%rip)\n"
+	"mx_site_ret:\n"
+	"\t.quad 0\n"
+	"mx_site_end:\n");
+
+static int emulated(uint32_t nr)
+{
+	switch (nr) {
+	case SYS_rt_sigreturn: case SYS_rt_sigprocmask: case SYS_rt_sigaction:
+	case SYS_clone: case SYS_clone3: case SYS_fork: case SYS_vfork:
+	case SYS_execve: case SYS_execveat:
+		return 1;
+	}
+	return 0;
+}
+
+static long dispatch(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc);
+
+/* called by a rewritten site's stub, outside any signal handler */
+HIDDEN long mx_direct(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
+{
+	uint64_t a[6] = {a0, a1, a2, a3, a4, a5};
+	return dispatch((uint32_t)nr, a, 0, 0, 0);
+}
+
+static char *near_page;
+static unsigned near_used;
+
+static int near(uint64_t x, uint64_t y)
+{
+	uint64_t d = x > y ? x - y : y - x;
+	return d < (1ull << 30);
+}
+
+static void try_rewrite(uint64_t ip, uint32_t nr)
+{
+	const unsigned char *p = (const unsigned char *)(uintptr_t)(ip - 7);
+	unsigned len = (unsigned)(mx_site_end - mx_site);
+	if (multi || emulated(nr) || ip < 4096 + 7 || p[0] != 0xb8 || p[5] != 0x0f ||
+	    p[6] != 0x05 || *(const uint32_t *)(p + 1) != nr)
+		return;
+	if (!near_page || near_used + len > 4096 || !near((uint64_t)(uintptr_t)near_page, ip)) {
+		char *np = 0;
+		for (uint64_t k = 1; k < 512 && !np; k++) {
+			uint64_t hint = (ip & ~0xfffffull) - k * 0x100000;
+			long r = mx_sc6(SYS_mmap, (long)hint, 4096, PROT_READ | PROT_WRITE,
+					MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+			if ((unsigned long)r < -4096ul)
+				np = (char *)r;
+		}
+		if (!np)
+			return;
+		near_page = np;
+		near_used = 0;
+	} else if (sc4(SYS_mprotect, near_page, 4096, PROT_READ | PROT_WRITE, 0) != 0) {
+		return;
+	}
+	char *st = near_page + near_used;
+	for (unsigned i = 0; i < len; i++)
+		st[i] = mx_site[i];
+	*(uint32_t *)(st + (mx_site_nr - mx_site) - 4) = nr;
+	*(uint64_t *)(st + (mx_site_fn - mx_site) - 8) = (uint64_t)(uintptr_t)mx_direct;
+	*(uint64_t *)(st + (mx_site_ret - mx_site)) = ip;
+	near_used += (len + 15) & ~15u;
+	sc4(SYS_mprotect, near_page, 4096, PROT_READ | PROT_EXEC, 0);
+	/* the site: `mov $nr,%eax` becomes `jmp rel32` to the stub; the
+	 * `syscall` after it stays, so a thread that had already executed the
+	 * mov still makes its call (and traps as before). One 8-byte store
+	 * when the 5 bytes and their neighbours share a cache line. */
+	uint64_t pg = (ip - 7) & ~4095ull, end = ip + 1;
+	long plen = (long)(((end + 4095) & ~4095ull) - pg);
+	if (sc4(SYS_mprotect, pg, plen, PROT_READ | PROT_WRITE | PROT_EXEC, 0) != 0)
+		return;
+	unsigned char *w = (unsigned char *)(uintptr_t)(ip - 7);
+	int32_t rel = (int32_t)((int64_t)(uintptr_t)st - (int64_t)(ip - 2));
+	unsigned char b[8];
+	for (int i = 0; i < 8; i++)
+		b[i] = w[i];
+	b[0] = 0xe9;
+	b[1] = (unsigned char)rel;
+	b[2] = (unsigned char)(rel >> 8);
+	b[3] = (unsigned char)(rel >> 16);
+	b[4] = (unsigned char)(rel >> 24);
+	if (((uintptr_t)w & 63) <= 56) {
+		uint64_t v;
+		__builtin_memcpy(&v, b, 8);
+		__atomic_store_n((uint64_t *)(void *)w, v, __ATOMIC_SEQ_CST);
+	} else {
+		for (int i = 4; i >= 0; i--)
+			w[i] = b[i];
+	}
+	sc4(SYS_mprotect, pg, plen, PROT_READ | PROT_EXEC, 0);
+}
+
+static void on_sigsys(int sig, siginfo_t *si, void *ucv)
+{
+	ucontext_t *uc = ucv;
+	greg_t *g = uc->uc_mcontext.gregs;
+	(void)sig;
+	if (si->si_code != SYS_USER_DISPATCH)
+		return;
+	uint32_t nr = (uint32_t)si->si_syscall;
+	if (nr == SYS_rt_sigreturn)
+		mx_sigret((uint64_t)g[REG_RSP]); /* does not return */
+	uint64_t a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
+	long r = dispatch(nr, a, (uint64_t)(uintptr_t)si->si_call_addr, g, uc);
+	if (hdr->hdr_flags & MX_HDR_REWRITE)
+		try_rewrite((uint64_t)(uintptr_t)si->si_call_addr, nr);
+	g[REG_RAX] = r;
+}
+
+/* One call: forwarded if wanted, else made here. g/uc: the interrupted
+ * context (null from a rewritten site). */
+static long dispatch(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc)
+{
+	long r;
+	if (nr >= MX_FAST_NR_MAX || !(hdr->wanted[nr / 64] >> (nr % 64) & 1))
+		return perform(g, uc, nr, a);
+	uint32_t tid = (uint32_t)sc0(SYS_gettid);
+	struct mx_fast_slot *s = my_slot;
+	if (!s || my_tid != tid || ld32(&s->tid) != tid) {
+		busy = 0; /* a new thread or process: nothing in flight */
+		s = claim(tid, 0);
+	}
+	if (s && busy)
+		s = claim(tid, s);
+	if (!s) {
+		__atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_SEQ_CST);
+		return -EAGAIN;
+	}
+	busy++;
+	r = forward(s, tid, nr, a, ip, g, uc);
+	busy--;
+	return r;
+}
+
+static void fail(const char *msg)
+{
+	static const char p[] = "mantle-stub: ";
+	(void)!write(2, p, sizeof p - 1);
+	(void)!write(2, msg, strlen(msg));
+	(void)!write(2, "\n", 1);
+	_exit(127);
+}
+
+/* The region's size and slot count if fd holds a region of this version. */
+static int region_size_of(int fd, uint64_t *size, uint32_t *n)
+{
+	struct mx_fast_hdr *h = mmap(0, MX_FAST_HDR_SIZE, PROT_READ, MAP_SHARED, fd, 0);
+	if (h == MAP_FAILED)
+		return -1;
+	*size = h->region_size;
+	*n = h->nslots;
+	int ok = h->magic == MX_FAST_MAGIC && h->version == MX_FAST_VERSION && *n != 0 &&
+		 *n <= MX_FAST_MAX_SLOTS && h->slot_size == MX_FAST_SLOT_SIZE &&
+		 *size >= MX_FAST_HDR_SIZE + (uint64_t)*n * MX_FAST_SLOT_SIZE && *size <= (1u << 30);
+	munmap(h, MX_FAST_HDR_SIZE);
+	return ok ? 0 : -1;
+}
+
+__attribute__((constructor)) static void mx_stub_init(void)
+{
+	const char *e = getenv("MANTLE_FAST_FD");
+	if (!e || !*e)
+		return;
+	char *end;
+	long fd = strtol(e, &end, 10);
+	if (*end || fd < 0 || fd > 1 << 30)
+		fail("MANTLE_FAST_FD is not a file descriptor");
+	uint64_t size;
+	uint32_t n;
+	if (region_size_of((int)fd, &size, &n) != 0) {
+		/* the fd was closed (python's subprocess closes every fd) or its
+		 * number reused: open the region again through the executive's
+		 * own fd, and say where it now is for the next exec */
+		const char *p = getenv("MANTLE_FAST_PATH");
+		fd = p ? open(p, O_RDWR) : -1;
+		if (fd < 0 || region_size_of((int)fd, &size, &n) != 0)
+			fail("cannot map the fast-path region (MANTLE_FAST_FD, MANTLE_FAST_PATH)");
+		char buf[16];
+		snprintf(buf, sizeof buf, "%ld", fd);
+		setenv("MANTLE_FAST_FD", buf, 1);
+	}
+	void *m = mmap(0, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		fail("cannot map the fast-path region");
+	hdr = m;
+	slots = (struct mx_fast_slot *)((char *)m + MX_FAST_HDR_SIZE);
+	nslots = n;
+
+	/* the excluded page, at the executive's fixed address */
+	uint64_t t = hdr->tramp;
+	char *tp = mmap((void *)(uintptr_t)t, 4096, PROT_READ | PROT_WRITE,
+			MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (tp == MAP_FAILED || (uint64_t)(uintptr_t)tp != t || (t & 4095))
+		fail("cannot map the syscall page at its fixed address");
+	_Static_assert(T_DATA == 2048, "the asm's data offsets");
+	if (mx_tmpl_end - mx_tmpl > T_DATA)
+		fail("the syscall page's code is too long");
+	memcpy(tp, mx_tmpl, (size_t)(mx_tmpl_end - mx_tmpl));
+	((uint64_t *)(tp + T_DATA))[0] = t;
+	((uint64_t *)(tp + T_DATA))[1] = (uint64_t)(uintptr_t)&mx_selector;
+	if (mprotect(tp, 4096, PROT_READ | PROT_EXEC) != 0)
+		fail("cannot make the syscall page executable");
+	mx_sc6 = (sc6_fn)(void *)tp;
+	mx_sigret = (void (*)(uint64_t))(void *)(tp + (mx_tmpl_sigret - mx_tmpl));
+	mx_clone = (long (*)(long, long, long, long, long, long))(void *)(tp + (mx_tmpl_clone - mx_tmpl));
+	mx_restorer = t + (uint64_t)(mx_tmpl_restorer - mx_tmpl);
+
+	struct ksigaction ka = {
+		.handler = (void *)on_sigsys,
+		.flags = SA_SIGINFO | SA_RESTORER_,
+		.restorer = mx_restorer,
+		.mask = ~0ull,
+	};
+	if (sc4(SYS_rt_sigaction, SIGSYS, &ka, 0, 8) != 0)
+		fail("cannot install the SIGSYS handler");
+	/* SIGSYS must never be blocked: a dispatched call with it blocked kills */
+	uint64_t unblock = 1ull << (SIGSYS - 1);
+	sc4(SYS_rt_sigprocmask, SIG_UNBLOCK, &unblock, 0, 8);
+	if (arm() != 0)
+		fail("cannot turn on Syscall User Dispatch (Linux 5.11+)");
+}
