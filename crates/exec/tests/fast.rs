@@ -263,16 +263,22 @@ fn perform_with_a_new_path_redirects_cat() {
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "redirected\n");
 }
 
-/// Not a test on its own: the executive of `executive_death_kills_the_guests`,
-/// run in a child process of the test binary (hence ignored).
-#[test]
-#[ignore]
-fn executive_child_main() {
-    let Ok(script) = std::env::var("MANTLE_FAST_TEST_EXECUTIVE") else {
-        return;
-    };
-    let chain = Chain::new(vec![Box::new(Ppid(5))]);
-    let _ = run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default());
+/// The `fast_run` example (cargo test builds the examples beside the test
+/// binaries): an executive in a process of its own, for the tests that
+/// kill it.
+fn fast_run_example() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("examples/fast_run"))
+        .unwrap();
+    assert!(
+        p.exists(),
+        "{} not built (cargo test builds the examples; run `cargo build -p mantle-exec --examples`)",
+        p.display()
+    );
+    p
 }
 
 fn alive(pid: i32) -> bool {
@@ -294,15 +300,8 @@ fn executive_death_kills_the_guests() {
         g = g.display(),
         p = pids.display()
     );
-    let mut exec = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "executive_child_main",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("MANTLE_FAST_TEST_EXECUTIVE", &script)
+    let mut exec = Command::new(fast_run_example())
+        .args(["--ppid", "5", "--", "sh", "-c", &script])
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
