@@ -32,3 +32,12 @@ pub mod sysno;
 
 pub use agent::{Agent, Call, Chain, Decision, Guest, GuestError, Outcome, Perform, Times};
 pub use sysno::Sysno;
+pub mod agents_stub;
+pub mod executive;
+pub mod launch;
+pub mod perform;
+pub mod protected;
+pub mod reaper;
+pub mod spec;
+pub mod status;
+pub mod system;

@@ -14,7 +14,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 /// process_vm_readv(2) of one range: reads `buf.len()` bytes at `addr` of
 /// process (or thread) `tid`; returns the bytes read (short at the end of
@@ -353,10 +353,135 @@ pub fn pipe_nonblock() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Why a filtered child could not start: the step and its errno, as the
+/// child reported them on the status pipe (8 bytes: step, errno).
+pub const STEP_NO_NEW_PRIVS: u32 = 1;
+pub const STEP_FILTER: u32 = 2;
+pub const STEP_SEND_LISTENER: u32 = 3;
+pub const STEP_EXEC: u32 = 4;
+
+/// What a guest child needs, all prepared before the fork (nothing is
+/// allocated in the child).
+pub struct FilteredExec<'a> {
+    pub path: &'a CStr,
+    /// NULL-terminated.
+    pub argv: &'a [*const libc::c_char],
+    /// NULL-terminated.
+    pub envp: &'a [*const libc::c_char],
+    pub filter: &'a [crate::seccomp::sock_filter],
+}
+
+/// Forks a child that sets no_new_privs, installs `x.filter` with a new
+/// listener, sends the listener over `sock` (SCM_RIGHTS), closes its own
+/// copy and execs `x.path`. A failed step writes (step, errno) to
+/// `status` (close-on-exec: end of file there means the exec happened)
+/// and exits 127. The parent's copies of `sock` and `status` close here.
+pub fn spawn_filtered(
+    x: &FilteredExec,
+    sock: OwnedFd,
+    status: OwnedFd,
+) -> io::Result<crate::os::ForkedChild> {
+    let fail = |step: u32, errno: i32| -> i32 {
+        let mut b = [0u8; 8];
+        b[..4].copy_from_slice(&step.to_ne_bytes());
+        b[4..].copy_from_slice(&errno.to_ne_bytes());
+        let _ = crate::os::write_all_raw(status.as_fd(), &b);
+        127
+    };
+    let run = || -> i32 {
+        if let Err(e) = crate::seccomp::set_no_new_privs() {
+            return fail(STEP_NO_NEW_PRIVS, e.errno().unwrap_or(0));
+        }
+        let l = match crate::seccomp::install_listener_fd(x.filter) {
+            Ok(l) => l,
+            Err(e) => return fail(STEP_FILTER, e.errno().unwrap_or(0)),
+        };
+        if let Err(e) = send_fd(sock.as_fd(), l.as_raw_fd()) {
+            return fail(STEP_SEND_LISTENER, e.raw_os_error().unwrap_or(0));
+        }
+        drop(l);
+        let e = execve(x.path, x.argv, x.envp);
+        fail(STEP_EXEC, e)
+    };
+    // SAFETY: the child only makes system calls (prctl, seccomp, sendmsg,
+    // close, execve, write, _exit) on memory prepared before the fork; the
+    // closures allocate nothing.
+    unsafe { crate::os::fork_child(run) }
+}
+
+/// Forks while this process has a single thread, so that the child may do
+/// anything (allocate, start threads); runs `f` in the child and exits
+/// with its value. Refuses (EBUSY) when the process has more threads.
+pub fn fork_single_threaded<F: FnOnce() -> i32>(f: F) -> io::Result<crate::os::ForkedChild> {
+    let stat = std::fs::read_to_string("/proc/self/stat")?;
+    // field 20 (num_threads), counted after the ")" that ends comm
+    let threads = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().nth(17))
+        .and_then(|t| t.parse::<u32>().ok())
+        .ok_or_else(|| io::Error::other("unreadable /proc/self/stat"))?;
+    if threads != 1 {
+        return Err(io::Error::from_raw_os_error(libc::EBUSY));
+    }
+    // SAFETY: the process has one thread (checked just above, and only this
+    // thread could start another), so no lock is held by a thread that
+    // would not exist in the child: the child may allocate.
+    unsafe { crate::os::fork_child(f) }
+}
+
+/// unshare(CLONE_FS) on the calling thread: its own cwd, root and umask
+/// (so umask can then be set for it alone).
+pub fn unshare_fs() -> io::Result<()> {
+    // SAFETY: integer flag.
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// umask(2) of the calling thread's fs struct; returns the old mask.
+pub fn set_umask(mask: u32) -> u32 {
+    // SAFETY: integer argument.
+    unsafe { libc::umask(mask as libc::mode_t) as u32 }
+}
+
+static TERM: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_term(sig: libc::c_int) {
+    TERM.store(sig, std::sync::atomic::Ordering::SeqCst);
+}
+
+extern "C" fn on_nothing(_: libc::c_int) {}
+
+/// Signal handlers of a supervisor, without SA_RESTART (a blocked poll
+/// returns): each of `term` records itself ([`term_requested`]); each of
+/// `absorb` does nothing (unlike SIG_IGN, a handler is reset by execve,
+/// so children started later get the default back).
+pub fn catch_signals(term: &[i32], absorb: &[i32]) {
+    let set = |sig: i32, h: extern "C" fn(libc::c_int)| {
+        // SAFETY: sigaction is plain data; zeroed is an empty mask.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = h as *const () as libc::sighandler_t;
+        // SAFETY: sa is valid; the handlers only store to an atomic or do
+        // nothing (async-signal-safe).
+        unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) };
+    };
+    for &s in term {
+        set(s, on_term);
+    }
+    for &s in absorb {
+        set(s, on_nothing);
+    }
+}
+
+/// The last of [`catch_signals`]'s `term` signals received (0: none).
+pub fn term_requested() -> i32 {
+    TERM.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsFd;
 
     #[test]
     fn reads_own_memory_and_refuses_bad_addresses() {
