@@ -50,6 +50,9 @@ pub struct Options {
     pub fail_open: bool,
     /// Where to publish the status file (None: not at all).
     pub status_dir: Option<PathBuf>,
+    /// Take SCHED_FIFO and lock memory (off in tests that embed an
+    /// executive in a test process).
+    pub realtime: bool,
 }
 
 impl Default for Options {
@@ -59,6 +62,7 @@ impl Default for Options {
             sync_wake: true,
             fail_open: false,
             status_dir: Some(status::dir()),
+            realtime: true,
         }
     }
 }

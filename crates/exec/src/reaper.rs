@@ -68,6 +68,8 @@ pub fn run(fail_open: bool, executive: impl FnOnce() -> i32) -> Result<ReaperEnd
         }
     };
     let killed = if fail_open { 0 } else { kill_descendants() };
+    // a killed executive could not remove its status file
+    crate::status::unpublish(&crate::status::dir(), epid);
     Ok(ReaperEnd {
         executive_pid: epid,
         executive: ended,
