@@ -509,3 +509,62 @@ fn nobody_can_run_guests_and_is_told_what_needs_root() {
         text(&o.stderr)
     );
 }
+
+#[test]
+fn performed_opens_never_reach_the_executives_proc_files() {
+    let d = std::env::temp_dir().join(format!("mantle-procself-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let link = d.join("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("/proc/self/environ", &link).unwrap();
+    // /proc/self is the guest's own
+    let o = mantle(&["run", "--perform", "openat", "--", "sh", "-c", "MARK=guest-env; export MARK; cat /proc/self/environ | tr '\\0' '\\n' | grep -c '^MARK=guest-env$'"]);
+    assert_eq!(text(&o.stdout), "1\n", "{}", text(&o.stderr));
+    // a symbolic link into /proc/self would be the executive's: refused
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "openat",
+        "--",
+        "cat",
+        link.to_str().unwrap(),
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        text(&o.stderr).contains("Permission denied"),
+        "{}",
+        text(&o.stderr)
+    );
+    // fd magic links are refused (ELOOP) rather than resolved in the executive
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "openat",
+        "--",
+        "sh",
+        "-c",
+        "cat /proc/self/fd/0 < /dev/null",
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+#[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn a_guest_cannot_read_the_executives_memory() {
+    mantle_testsupport::require_root("a guest of nobody reading its executive (run as nobody)");
+    let dir = probes().0.parent().unwrap();
+    let m = dir.join("mantle-mem");
+    std::fs::copy(MANTLE, &m).unwrap();
+    // the guest's parent is the executive, same user: its memory stays closed
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&m)
+        .args(["run", "--deny", "getppid=EACCES", "--", "sh", "-c"])
+        .arg("exec 2>&1; p=$(grep PPid /proc/$$/status | cut -f2); head -c 16 /proc/$p/mem; cat /proc/$p/environ; ls /proc/$p/fd")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(out.matches("Permission denied").count(), 3, "{out}");
+}

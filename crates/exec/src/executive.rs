@@ -245,6 +245,8 @@ impl Executive {
                 said_enosys: Vec::with_capacity(8),
             });
         }
+        // a guest of the same user cannot open our /proc files or ptrace us
+        let _ = supervise::set_not_dumpable();
         let opener = perform::start_opener().map_err(|source| Error::Sys {
             what: "start the opener thread",
             source,

@@ -89,6 +89,7 @@ pub fn start_opener() -> std::io::Result<Opener> {
 
 /// The fs identity of a thread, from /proc/TID/status.
 struct Identity {
+    tgid: u32,
     fsuid: u32,
     fsgid: u32,
     groups: Vec<u32>,
@@ -104,6 +105,7 @@ fn identity(tid: u32) -> Option<Identity> {
     };
     let fourth = |name: &str| field(name)?.get(3)?.parse::<u32>().ok();
     Some(Identity {
+        tgid: field("Tgid:")?.first()?.parse().ok()?,
         fsuid: fourth("Uid:")?,
         fsgid: fourth("Gid:")?,
         groups: field("Groups:")?
@@ -119,8 +121,10 @@ fn open_as_guest(r: OpenRequest, own_fs: bool, root: bool) -> OpenDone {
     let k0 = Instant::now();
     let result: Result<OwnedFd, i32> = (|| {
         let who = identity(tid).ok_or(libc::ESRCH)?;
+        let path = guest_proc_path(r.path.as_bytes(), who.tgid, tid);
+        let path = CString::new(path).map_err(|_| libc::EINVAL)?;
         // where a relative path starts
-        let relative = r.path.as_bytes().first() != Some(&b'/');
+        let relative = path.as_bytes().first() != Some(&b'/');
         let dir: Option<OwnedFd> = if relative {
             let d = if r.dirfd == libc::AT_FDCWD {
                 format!("/proc/{tid}/cwd")
@@ -151,7 +155,15 @@ fn open_as_guest(r: OpenRequest, own_fs: bool, root: bool) -> OpenDone {
         } else {
             None
         };
-        let opened = supervise::openat_raw(dirfd, &r.path, r.flags, r.mode);
+        // no /proc/PID/fd/N-style links: they would name the executive's
+        // files when reached through /proc/self
+        let opened = supervise::openat2_raw(
+            dirfd,
+            &path,
+            r.flags,
+            r.mode,
+            supervise::RESOLVE_NO_MAGICLINKS,
+        );
         if let Some((uid, gid, groups)) = saved {
             supervise::set_thread_fsuid(uid);
             supervise::set_thread_fsgid(gid);
@@ -160,7 +172,11 @@ fn open_as_guest(r: OpenRequest, own_fs: bool, root: bool) -> OpenDone {
         if let Some(m) = old_mask {
             supervise::set_umask(m);
         }
-        opened.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+        let fd = opened.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        if names_the_executive(&fd) {
+            return Err(libc::EACCES);
+        }
+        Ok(fd)
     })();
     let kernel_ns = k0.elapsed().as_nanos() as u64;
     let (result, vanished) = match result {
@@ -197,6 +213,42 @@ fn open_as_guest(r: OpenRequest, own_fs: bool, root: bool) -> OpenDone {
         kernel_ns,
         t0: r.t0,
     }
+}
+
+/// /proc/self and /proc/thread-self at the start of a guest's path name
+/// the *guest's* /proc directory (the executive opens, and would otherwise
+/// open its own).
+pub fn guest_proc_path(p: &[u8], tgid: u32, tid: u32) -> Vec<u8> {
+    let swap = |prefix: &[u8], with: String| -> Option<Vec<u8>> {
+        let rest = p.strip_prefix(prefix)?;
+        if !rest.is_empty() && rest[0] != b'/' {
+            return None;
+        }
+        let mut v = with.into_bytes();
+        v.extend_from_slice(rest);
+        Some(v)
+    };
+    swap(b"/proc/self", format!("/proc/{tgid}"))
+        .or_else(|| swap(b"/proc/thread-self", format!("/proc/{tgid}/task/{tid}")))
+        .unwrap_or_else(|| p.to_vec())
+}
+
+/// Whether an opened file is in the executive's own /proc directory
+/// (reached through a symbolic link to /proc/self: refused).
+fn names_the_executive(fd: &OwnedFd) -> bool {
+    let Ok(target) = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
+        return false;
+    };
+    let t = target.to_string_lossy();
+    let me = std::process::id();
+    let Some(rest) = t.strip_prefix("/proc/") else {
+        return false;
+    };
+    let first = rest.split('/').next().unwrap_or("");
+    let Ok(n) = first.parse::<u32>() else {
+        return false;
+    };
+    n == me || std::path::Path::new(&format!("/proc/{me}/task/{n}")).exists()
 }
 
 /// The open family's arguments (dirfd, path address, flags, mode) of a
@@ -252,5 +304,25 @@ impl Parents {
         }
         self.cache.push((tid, p));
         p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_self_is_the_guests() {
+        assert_eq!(
+            guest_proc_path(b"/proc/self/status", 7, 9),
+            b"/proc/7/status"
+        );
+        assert_eq!(guest_proc_path(b"/proc/self", 7, 9), b"/proc/7");
+        assert_eq!(
+            guest_proc_path(b"/proc/thread-self/comm", 7, 9),
+            b"/proc/7/task/9/comm"
+        );
+        assert_eq!(guest_proc_path(b"/proc/selfish", 7, 9), b"/proc/selfish");
+        assert_eq!(guest_proc_path(b"rel/proc/self", 7, 9), b"rel/proc/self");
     }
 }

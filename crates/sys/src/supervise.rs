@@ -329,6 +329,61 @@ pub fn openat_raw(dirfd: RawFd, path: &CStr, flags: i32, mode: u32) -> io::Resul
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// RESOLVE_NO_MAGICLINKS (linux/openat2.h): refuse /proc/PID/fd/N-style
+/// links during resolution.
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+
+/// openat2(2) (Linux 5.6) with `resolve` flags; the new fd is close-on-exec
+/// in this process. `mode` is dropped unless O_CREAT or O_TMPFILE (openat2
+/// refuses it otherwise).
+pub fn openat2_raw(
+    dirfd: RawFd,
+    path: &CStr,
+    flags: i32,
+    mode: u32,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let creates = flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE;
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u32 as u64,
+        mode: if creates { u64::from(mode & 0o7777) } else { 0 },
+        resolve,
+    };
+    // SAFETY: path is a C string; how is a valid struct open_how of the
+    // size passed.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dirfd,
+            path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a new fd nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// prctl(PR_SET_DUMPABLE, 0): this process's /proc files (mem, environ,
+/// fd...) become root's and ptrace needs CAP_SYS_PTRACE, so that a guest
+/// of the same user cannot reach the executive's memory.
+pub fn set_not_dumpable() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// write(2) of a few bytes, ignoring EAGAIN (a wake-up byte on a pipe).
 pub fn write_wake(fd: BorrowedFd) {
     // SAFETY: one byte from a live buffer.
