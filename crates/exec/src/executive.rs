@@ -108,6 +108,10 @@ pub struct GuestEnd {
     pub name: String,
     pub pid: u32,
     pub end: End,
+    /// Notifications that vanished (ENOENT: caller killed or interrupted).
+    pub vanished: u64,
+    /// Interposed calls answered, by name.
+    pub calls: Vec<(String, u64)>,
 }
 
 /// What the executive set up, for `-v` and `exec status`.
@@ -385,7 +389,10 @@ impl Executive {
         // held calls of ended guests: answer them (their callers may live on)
         let held = std::mem::take(&mut self.held);
         for h in held {
-            let _ = self.guests[h.guest].listener.reply_error(h.id, libc::EINTR);
+            let g = &mut self.guests[h.guest];
+            if g.listener.reply_error(h.id, libc::EINTR).is_err() {
+                g.vanished += 1;
+            }
         }
         if let Some(d) = &self.opts.status_dir {
             status::unpublish(d, std::process::id());
@@ -396,6 +403,12 @@ impl Executive {
                 name: g.name.clone(),
                 pid: g.pid,
                 end: g.end.clone().unwrap_or(End::Exited(0)),
+                vanished: g.vanished,
+                calls: g
+                    .stats
+                    .iter()
+                    .map(|s| (s.nr.name().into_owned(), s.count))
+                    .collect(),
             })
             .collect()
     }
