@@ -343,7 +343,7 @@ impl Executive {
             if supervise::poll(&mut fds, ms).is_err() {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            if mantle_sys::os::stop_requested() && !forwarded_stop {
+            if supervise::term_requested() != 0 && !forwarded_stop {
                 forwarded_stop = true;
                 for g in self.guests.iter().filter(|g| g.end.is_none()) {
                     let _ = supervise::kill(g.pid as i32, libc::SIGTERM);

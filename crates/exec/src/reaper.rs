@@ -42,7 +42,7 @@ pub fn run(fail_open: bool, executive: impl FnOnce() -> i32) -> Result<ReaperEnd
     );
     let child = supervise::fork_single_threaded(executive)?;
     let epid = child.pid();
-    std::mem::forget(child); // reaped below, with the orphans
+    drop(child); // reaped below, with the orphans (ForkedChild does not wait on drop)
     let pidfd = mantle_sys::os::pidfd_open(epid, false)?;
     let mut forwarded = 0;
     let ended = loop {
