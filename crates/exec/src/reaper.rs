@@ -40,9 +40,8 @@ pub fn run(fail_open: bool, executive: impl FnOnce() -> i32) -> Result<ReaperEnd
         &[libc::SIGTERM, libc::SIGHUP],
         &[libc::SIGINT, libc::SIGQUIT],
     );
-    let child = supervise::fork_single_threaded(executive)?;
-    let epid = child.pid();
-    drop(child); // reaped below, with the orphans (ForkedChild does not wait on drop)
+    // reaped below, with the orphans
+    let epid = supervise::fork_single_threaded(executive)?.pid();
     let pidfd = mantle_sys::os::pidfd_open(epid, false)?;
     let mut forwarded = 0;
     let ended = loop {
