@@ -302,7 +302,9 @@ impl Executive {
         let mut forwarded_stop = false;
         self.publish();
         loop {
-            if self.guests.iter().all(|g| g.end.is_some()) && self.pending_opens == 0 {
+            // (an open still pending on the opener thread, e.g. of a FIFO
+            // nobody opens, is abandoned: its caller is killed by the reaper)
+            if self.guests.iter().all(|g| g.end.is_some()) {
                 break;
             }
             fds.clear();

@@ -272,8 +272,17 @@ impl Listener {
     /// EINTR (a signal) and ENOENT (the caller died before it was read)
     /// come back as errors to retry.
     pub fn recv(&self) -> Result<seccomp_notif, Error> {
-        // The kernel refuses (EINVAL) a buffer that is not zeroed.
-        let mut buf = vec![0u64; self.notif_size.div_ceil(8)];
+        // The kernel refuses (EINVAL) a buffer that is not zeroed. On the
+        // stack when the kernel's struct fits (no allocation per call).
+        let words = self.notif_size.div_ceil(8);
+        let mut stack = [0u64; 32];
+        let mut heap;
+        let buf: &mut [u64] = if words <= stack.len() {
+            &mut stack[..words]
+        } else {
+            heap = vec![0u64; words];
+            &mut heap
+        };
         // SAFETY: buf is zeroed, 8-aligned and at least the kernel's
         // sizeof(struct seccomp_notif), which it writes.
         let rc = unsafe {
