@@ -53,8 +53,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "NAME")]
     perform: Vec<String>,
     /// SCHED_FIFO priority of the executive thread, 1-99 (default 99 where
-    /// allowed; a warning where not).
-    #[arg(long, value_parser = clap::value_parser!(i32).range(1..=99))]
+    /// allowed; a warning where not); 0 keeps it at SCHED_OTHER.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=99))]
     priority: Option<i32>,
     /// If the executive dies, let the guests run on unsupervised (their
     /// interposed calls then fail with ENOSYS) instead of killing them.
@@ -183,6 +183,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
 /// The executive process: start the guests, serve them, return the exit
 /// status.
 fn executive_main(opts: Options, specs: Vec<GuestSpec>, verbose: bool, system: bool) -> i32 {
+    let asked_other = opts.priority == Some(0);
     mantle_sys::supervise::catch_signals(
         &[libc::SIGTERM, libc::SIGHUP],
         &[libc::SIGINT, libc::SIGQUIT],
@@ -203,7 +204,7 @@ fn executive_main(opts: Options, specs: Vec<GuestSpec>, verbose: bool, system: b
         }
     };
     let s = ex.setup();
-    if let Err(w) = &s.priority {
+    if let (Err(w), false) = (&s.priority, asked_other) {
         eprintln!("mantle: warning: {w}");
     }
     if verbose {

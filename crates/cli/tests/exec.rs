@@ -318,8 +318,21 @@ fn fast_path_is_not_yet_and_bad_options_are_usage_errors() {
     assert_eq!(o.status.code(), Some(2));
     let o = mantle(&["run", "--", "no-such-command-for-mantle"]);
     assert_eq!(o.status.code(), Some(5));
-    let o = mantle(&["run", "--priority", "0", "--", "true"]);
+    let o = mantle(&["run", "--priority", "100", "--", "true"]);
     assert_eq!(o.status.code(), Some(2));
+    // 0: SCHED_OTHER, no warning
+    let o = mantle(&["run", "-v", "--priority", "0", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        !text(&o.stderr).contains("SCHED_FIFO"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        text(&o.stderr).contains("normal priority"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 #[test]

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 /// How the executive runs.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// SCHED_FIFO priority; None: 99 where allowed.
+    /// SCHED_FIFO priority; None: 99 where allowed; 0: stay SCHED_OTHER.
     pub priority: Option<i32>,
     /// Use SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP where the kernel has it.
     pub sync_wake: bool,
@@ -256,15 +256,27 @@ impl Executive {
             source,
         })?;
         let priority = opts.priority.unwrap_or(99);
-        let prio = supervise::set_fifo(priority)
-            .map(|()| priority)
-            .map_err(|e| {
-                format!(
-                    "SCHED_FIFO {priority} refused ({e}): the executive runs at normal priority"
-                )
-            });
-        let locked = supervise::lock_memory()
-            .map_err(|e| format!("mlockall refused ({e}): the executive's memory may be paged"));
+        let (prio, locked) = if !opts.realtime {
+            (
+                Err("not asked for".to_string()),
+                Err("not asked for".to_string()),
+            )
+        } else {
+            (
+                if priority == 0 {
+                    Err("SCHED_OTHER asked for (--priority 0)".to_string())
+                } else {
+                    supervise::set_fifo(priority).map(|()| priority).map_err(|e| {
+                        format!(
+                            "SCHED_FIFO {priority} refused ({e}): the executive runs at normal priority"
+                        )
+                    })
+                },
+                supervise::lock_memory().map_err(|e| {
+                    format!("mlockall refused ({e}): the executive's memory may be paged")
+                }),
+            )
+        };
         Ok(Executive {
             setup: Setup {
                 priority: prio,
