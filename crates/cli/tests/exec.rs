@@ -581,3 +581,16 @@ fn a_guest_cannot_read_the_executives_memory() {
     let out = text(&o.stdout);
     assert_eq!(out.matches("Permission denied").count(), 3, "{out}");
 }
+
+#[test]
+#[ignore = "needs root for a cgroup of its own (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn as_root_the_guests_live_in_a_cgroup_of_their_own_removed_afterwards() {
+    mantle_testsupport::require_root("the executive's cgroup");
+    let o = mantle(&["run", "--", "sh", "-c", "grep '^0::' /proc/self/cgroup"]);
+    let line = text(&o.stdout);
+    let name = line.trim().rsplit('/').next().unwrap().to_string();
+    assert!(name.starts_with("mantle-exec."), "{line}");
+    let root = mantle_sys::probe::cgroup2_mount().unwrap();
+    let rel = line.trim().strip_prefix("0::/").unwrap();
+    assert!(!root.join(rel).exists(), "{rel} left behind");
+}

@@ -6,9 +6,12 @@
 //! always finds every guest below itself in /proc (PPid).
 //!
 //! When the executive ends (normally or killed, kill -9 included), the
-//! reaper kills every process left below it with SIGKILL, walking /proc
-//! until none is left (a guest forking meanwhile is caught on the next
-//! pass), unless fail-open: then the guests run on unsupervised; their
+//! reaper kills every process left below it: as root through a cgroup v2
+//! of its own (mantle-exec.PID below the reaper's cgroup; the executive
+//! joins it before starting guests; cgroup.kill kills them all at once,
+//! then the cgroup is removed), and always with SIGKILL while walking
+//! /proc until none is left (a guest forking meanwhile is caught on the
+//! next pass), unless fail-open: then the guests run on unsupervised; their
 //! interposed calls fail with ENOSYS, since the listener closed with the
 //! executive (seccomp_unotify(2)). The reaper's exit status is the
 //! executive's (the guest's status, passed through); an executive killed
@@ -41,7 +44,17 @@ pub fn run(fail_open: bool, executive: impl FnOnce() -> i32) -> Result<ReaperEnd
         &[libc::SIGINT, libc::SIGQUIT],
     );
     // reaped below, with the orphans
-    let epid = supervise::fork_single_threaded(executive)?.pid();
+    // root: a cgroup of our own, killed at once with cgroup.kill
+    let cg = if fail_open { None } else { make_cgroup() };
+    let joined = cg.clone();
+    let epid = supervise::fork_single_threaded(move || {
+        if let Some(cg) = &joined {
+            // the guests started afterwards are born in it
+            let _ = std::fs::write(cg.join("cgroup.procs"), "0");
+        }
+        executive()
+    })?
+    .pid();
     let pidfd = mantle_sys::os::pidfd_open(epid, false)?;
     let mut forwarded = 0;
     let ended = loop {
@@ -66,7 +79,21 @@ pub fn run(fail_open: bool, executive: impl FnOnce() -> i32) -> Result<ReaperEnd
             break w;
         }
     };
-    let killed = if fail_open { 0 } else { kill_descendants() };
+    let mut killed = 0;
+    if let Some(cg) = &cg {
+        killed += kill_cgroup(cg);
+    }
+    if !fail_open {
+        killed += kill_descendants();
+    }
+    if let Some(cg) = &cg {
+        for _ in 0..100 {
+            if std::fs::remove_dir(cg).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     // a killed executive could not remove its status file
     crate::status::unpublish(&crate::status::dir(), epid);
     Ok(ReaperEnd {
@@ -74,6 +101,42 @@ pub fn run(fail_open: bool, executive: impl FnOnce() -> i32) -> Result<ReaperEnd
         executive: ended,
         killed,
     })
+}
+
+/// Root (with cgroup v2): a new cgroup below this process's own, named
+/// mantle-exec.PID; None where it cannot be made (then the /proc walk
+/// alone kills the guests).
+fn make_cgroup() -> Option<std::path::PathBuf> {
+    if mantle_sys::os::geteuid() != 0 {
+        return None;
+    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+    let base = mantle_sys::probe::cgroup2_mount()?.join(rel.trim_start_matches('/'));
+    if !base.join("cgroup.procs").exists() {
+        return None;
+    }
+    let cg = base.join(format!("mantle-exec.{}", std::process::id()));
+    std::fs::create_dir(&cg).ok()?;
+    if !cg.join("cgroup.kill").exists() {
+        let _ = std::fs::remove_dir(&cg);
+        return None;
+    }
+    Some(cg)
+}
+
+/// cgroup.kill (Linux 5.14): SIGKILL to every process in the cgroup at
+/// once, a forking one included; returns how many there were.
+fn kill_cgroup(cg: &std::path::Path) -> usize {
+    let n = std::fs::read_to_string(cg.join("cgroup.procs"))
+        .map(|s| s.lines().count())
+        .unwrap_or(0);
+    if n > 0 {
+        let _ = std::fs::write(cg.join("cgroup.kill"), "1");
+        std::thread::sleep(Duration::from_millis(5));
+        while let Ok(Some(_)) = supervise::wait_child(-1, false) {}
+    }
+    n
 }
 
 /// Kills every process below this one, until none is left; returns how
