@@ -84,16 +84,41 @@ pub fn publish(dir: &Path, s: &ExecStatus) -> std::io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
+    // the directory and its parent must be ours and closed to others (in
+    // /tmp another user could have made them first, to read or redirect
+    // what we write)
+    for d in [Some(dir), dir.parent()].into_iter().flatten() {
+        private_dir(d)?;
+    }
     let tmp = dir.join(format!(".{}.json.tmp", s.pid));
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .mode(0o600)
         .open(&tmp)?;
     f.write_all(&serde_json::to_vec(s).map_err(std::io::Error::other)?)?;
     drop(f);
     std::fs::rename(&tmp, dir.join(format!("{}.json", s.pid)))
+}
+
+/// Refuses a directory that is a symbolic link, is not the caller's, or
+/// that others may write (root's /run is root's and 0755: allowed).
+fn private_dir(d: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(d)?;
+    let me = mantle_sys::os::geteuid();
+    if !m.is_dir() || m.uid() != me || m.mode() & 0o022 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a private directory of uid {me} (a link, another owner, or writable by others)",
+                d.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Removes this executive's file.
@@ -137,7 +162,8 @@ mod tests {
 
     #[test]
     fn published_files_round_trip_and_stale_ones_are_skipped() {
-        let d = std::env::temp_dir().join(format!("mantle-status-test-{}", std::process::id()));
+        let top = std::env::temp_dir().join(format!("mantle-status-test-{}", std::process::id()));
+        let d = top.join("exec");
         let mut s = ExecStatus {
             schema: SCHEMA.into(),
             pid: 1, // pid 1 is not a mantle process: skipped
@@ -162,6 +188,9 @@ mod tests {
         s.pid = 2;
         let back: ExecStatus = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);
-        let _ = std::fs::remove_dir_all(&d);
+        // a directory others may write is refused
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(publish(&d, &s).is_err());
+        let _ = std::fs::remove_dir_all(&top);
     }
 }
