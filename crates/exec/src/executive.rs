@@ -438,7 +438,10 @@ impl Executive {
                 },
                 _ => End::Exited(0),
             });
-            if let Some(End::Killed { signal, core }) = g.end {
+            // like a shell, quiet about the signals a user or a pipe sends
+            if let Some(End::Killed { signal, core }) = g.end.clone().filter(|e| {
+                !matches!(e, End::Killed { signal, .. } if *signal == libc::SIGINT || *signal == libc::SIGPIPE)
+            }) {
                 let msg = format!(
                     "guest {} (pid {}) killed by {}{}",
                     g.name,
