@@ -403,6 +403,17 @@ fn start_loop(
     (c, out, guest, exec)
 }
 
+fn mantle_exec_status_dir() -> PathBuf {
+    if mantle_testsupport::euid() == 0 {
+        PathBuf::from("/run/mantle/exec")
+    } else {
+        match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d).join("mantle/exec"),
+            _ => PathBuf::from(format!("/tmp/mantle-{}/exec", mantle_testsupport::euid())),
+        }
+    }
+}
+
 fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
@@ -473,12 +484,14 @@ fn exec_status_lists_running_guests() {
     assert_eq!(found["guests"][0]["calls"][0]["name"], "getppid");
     let t = text(&mantle(&["exec", "status"]).stdout);
     assert!(t.contains(&format!("executive {exec}")), "{t}");
-    let _ = c.kill();
+    // the executive dies; the reaper kills the guest and cleans up
     Command::new("kill")
         .args(["-9", &exec.to_string()])
         .status()
         .unwrap();
     let _ = c.wait();
+    let file = mantle_exec_status_dir().join(format!("{exec}.json"));
+    assert!(!file.exists(), "{} left behind", file.display());
 }
 
 #[test]

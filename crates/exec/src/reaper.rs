@@ -116,6 +116,22 @@ fn make_cgroup() -> Option<std::path::PathBuf> {
     if !base.join("cgroup.procs").exists() {
         return None;
     }
+    // cgroups of reapers that were killed themselves: removed when empty
+    if let Ok(rd) = std::fs::read_dir(&base) {
+        for e in rd.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("mantle-exec."))
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    }
     let cg = base.join(format!("mantle-exec.{}", std::process::id()));
     std::fs::create_dir(&cg).ok()?;
     if !cg.join("cgroup.kill").exists() {

@@ -126,8 +126,9 @@ pub fn unpublish(dir: &Path, pid: u32) {
     let _ = std::fs::remove_file(dir.join(format!("{pid}.json")));
 }
 
-/// The running executives whose files are in `dir` (stale files of dead
-/// executives, and files that do not parse, are skipped), by pid.
+/// The running executives whose files are in `dir` (files that do not
+/// parse are skipped; stale files of executives that no longer exist are
+/// removed), by pid.
 pub fn list(dir: &Path) -> Vec<ExecStatus> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -137,6 +138,12 @@ pub fn list(dir: &Path) -> Vec<ExecStatus> {
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
             let pid: u32 = name.strip_suffix(".json")?.parse().ok()?;
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                // an executive that could not clean up (its reaper was
+                // killed too): the file goes
+                let _ = std::fs::remove_file(e.path());
+                return None;
+            }
             let s: ExecStatus = serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
             (s.pid == pid && s.schema == SCHEMA && alive(pid)).then_some(s)
         })
