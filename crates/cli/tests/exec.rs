@@ -607,3 +607,30 @@ fn as_root_the_guests_live_in_a_cgroup_of_their_own_removed_afterwards() {
     let rel = line.trim().strip_prefix("0::/").unwrap();
     assert!(!root.join(rel).exists(), "{rel} left behind");
 }
+
+#[test]
+fn sigterm_to_mantle_reaches_the_guest() {
+    let mut c = Command::new(MANTLE)
+        .args(["run", "--", "sleep", "100"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // wait until the guest runs: the reaper has a child that has a child
+    let front = c.id();
+    mantle_testsupport::poll_until_for(Duration::from_secs(5), || {
+        let ch = std::fs::read_to_string(format!("/proc/{front}/task/{front}/children")).ok()?;
+        let ex: u32 = ch.split_whitespace().next()?.parse().ok()?;
+        let g = std::fs::read_to_string(format!("/proc/{ex}/task/{ex}/children")).ok()?;
+        let g: u32 = g.split_whitespace().next()?.parse().ok()?;
+        std::fs::read_to_string(format!("/proc/{g}/comm"))
+            .ok()
+            .filter(|c| c.trim() == "sleep")
+    })
+    .expect("the guest started");
+    Command::new("kill")
+        .args(["-TERM", &front.to_string()])
+        .status()
+        .unwrap();
+    let st = c.wait().unwrap();
+    assert_eq!(st.code(), Some(128 + 15));
+}
