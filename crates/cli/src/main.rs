@@ -11,12 +11,14 @@
 mod deadlock;
 mod demo;
 mod doctor;
+mod exec;
 mod exit;
 mod flags;
 mod lifeline;
 mod names;
 mod prof;
 mod render;
+mod run;
 mod selfset;
 mod tag;
 mod tags;
@@ -56,5 +58,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Tag(c) => tag::run(c),
         Cmd::Demo { json } => Ok(demo::run(json)?),
         Cmd::Prof(c) => Ok(prof::run(c)?),
+        Cmd::Run(a) => run::run(a),
+        Cmd::Exec(c) => exec::run(c),
     }
 }

@@ -28,13 +28,28 @@
 //! claims, re-validated against the pending call); a vanished notification
 //! (the guest died, a signal interrupted the call) is normal, never fatal.
 //!
-//! Lock order: none yet (one thread).
+//! Processes and threads: `mantle run` is the reaper (parent, subreaper;
+//! it kills what is left of the guests if the executive dies, `reaper`),
+//! the executive (one thread serving every guest, `executive`) and its
+//! opener thread (performs opens with the guest's identity, `perform`).
+//!
+//! Lock order: no locks are shared on the interposition path. The
+//! executive and the opener exchange requests over channels; the fast
+//! path's slots are lock-free (a state word per slot, futex waits); the
+//! `--count` table is atomics.
 
 pub mod agent;
 pub mod agents;
+pub mod executive;
 pub mod fast;
+pub mod launch;
+pub mod perform;
+pub mod protected;
+pub mod reaper;
 pub mod spec;
+pub mod status;
 pub mod sysno;
+pub mod system;
 
 pub use agent::{Agent, Call, Chain, Decision, Guest, GuestError, Outcome, Perform, Times};
 pub use sysno::Sysno;

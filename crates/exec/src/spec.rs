@@ -62,3 +62,12 @@ mod tests {
         assert_eq!(back, s);
     }
 }
+
+/// Where `--trace` writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TraceOut {
+    /// Standard error (the default, like strace).
+    Stderr,
+    /// A file (created, or truncated).
+    File(std::path::PathBuf),
+}

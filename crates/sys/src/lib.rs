@@ -14,6 +14,8 @@
 //! * [`perf`]: perf_event_open(2), the perf ioctls, the mmap'd perf ring.
 //! * [`seccomp`]: seccomp(2) filters and the user-notification fd's ioctls.
 //! * [`sud`]: prctl(PR_SET_SYSCALL_USER_DISPATCH) and the SIGSYS it raises.
+//! * [`supervise`]: a supervisor's calls: process_vm_readv, per-thread
+//!   fsuid/fsgid/groups, SCHED_FIFO, mlockall, SCM_RIGHTS, waitpid, poll.
 //! * [`lock`]: flock(2) with a bounded wait, and who holds a lock.
 //! * [`netns`]: network namespace cookies (SO_NETNS_COOKIE, setns on a
 //!   scoped thread).
@@ -36,6 +38,7 @@ pub mod perf;
 pub mod probe;
 pub mod seccomp;
 pub mod sud;
+pub mod supervise;
 
 /// The crate's tests count file descriptors and fork: the ones that do
 /// take this lock, so that they do not see each other's fds.

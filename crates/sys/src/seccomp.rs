@@ -74,6 +74,8 @@ pub enum Error {
     IdValid(#[source] io::Error),
     #[error("SECCOMP_IOCTL_NOTIF_ADDFD failed")]
     AddFd(#[source] io::Error),
+    #[error("SECCOMP_IOCTL_NOTIF_SET_FLAGS failed")]
+    SetFlags(#[source] io::Error),
 }
 
 impl Error {
@@ -86,7 +88,8 @@ impl Error {
             | Error::Recv(e)
             | Error::Send(e)
             | Error::IdValid(e)
-            | Error::AddFd(e) => e.raw_os_error(),
+            | Error::AddFd(e)
+            | Error::SetFlags(e) => e.raw_os_error(),
         }
     }
 }
@@ -128,6 +131,36 @@ pub const fn notify_on(nr: libc::c_long) -> [sock_filter; 7] {
         stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW),
     ]
 }
+
+/// A filter that sends every system call in `nrs` of this architecture to
+/// the listener and allows everything else (another architecture's calls
+/// are killed, as in [`notify_on`]). One compare per call in `nrs`
+/// (linear; the kernel caches the verdict of constant filters per
+/// syscall number anyway). At most 250 numbers (jump offsets are 8-bit).
+pub fn notify_on_set(nrs: &[u32]) -> Vec<sock_filter> {
+    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    let nrs = &nrs[..nrs.len().min(250)];
+    let n = nrs.len();
+    let mut f = vec![
+        stmt(BPF_LD | BPF_W | BPF_ABS, 4),
+        jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH, 1, 0),
+        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_KILL_PROCESS),
+        stmt(BPF_LD | BPF_W | BPF_ABS, 0),
+    ];
+    // compare i jumps to NOTIFY (after the ALLOW) when equal
+    for (i, &nr) in nrs.iter().enumerate() {
+        f.push(jump(BPF_JMP | BPF_JEQ | BPF_K, nr, (n - i) as u8, 0));
+    }
+    f.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW));
+    f.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_USER_NOTIF));
+    f
+}
+
+/// SECCOMP_IOCTL_NOTIF_SET_FLAGS (linux/seccomp.h, 6.6): _IOW('!', 4, __u64).
+const SECCOMP_IOCTL_NOTIF_SET_FLAGS: libc::c_ulong = 0x4008_2104;
+/// SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (6.6): wake the supervisor on the
+/// notifying thread's CPU, and the thread on the supervisor's answer.
+pub const SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP: u64 = 1;
 
 /// PR_SET_NO_NEW_PRIVS: the caller and its children can never gain
 /// privileges through execve; required to install a filter without
@@ -239,8 +272,17 @@ impl Listener {
     /// EINTR (a signal) and ENOENT (the caller died before it was read)
     /// come back as errors to retry.
     pub fn recv(&self) -> Result<seccomp_notif, Error> {
-        // The kernel refuses (EINVAL) a buffer that is not zeroed.
-        let mut buf = vec![0u64; self.notif_size.div_ceil(8)];
+        // The kernel refuses (EINVAL) a buffer that is not zeroed. On the
+        // stack when the kernel's struct fits (no allocation per call).
+        let words = self.notif_size.div_ceil(8);
+        let mut stack = [0u64; 32];
+        let mut heap;
+        let buf: &mut [u64] = if words <= stack.len() {
+            &mut stack[..words]
+        } else {
+            heap = vec![0u64; words];
+            &mut heap
+        };
         // SAFETY: buf is zeroed, 8-aligned and at least the kernel's
         // sizeof(struct seccomp_notif), which it writes.
         let rc = unsafe {
@@ -300,6 +342,24 @@ impl Listener {
             error: 0,
             flags: SECCOMP_USER_NOTIF_FLAG_CONTINUE,
         })
+    }
+
+    /// SECCOMP_IOCTL_NOTIF_SET_FLAGS with SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+    /// (Linux 6.6): the kernel wakes the supervisor synchronously on the
+    /// notifying thread's CPU. EINVAL/ENOTTY on older kernels.
+    pub fn set_sync_wake_up(&self) -> Result<(), Error> {
+        // SAFETY: the flags argument is passed by value (an integer).
+        let rc = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                SECCOMP_IOCTL_NOTIF_SET_FLAGS as _,
+                SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
+            )
+        };
+        if rc < 0 {
+            return Err(Error::SetFlags(io::Error::last_os_error()));
+        }
+        Ok(())
     }
 
     /// SECCOMP_IOCTL_NOTIF_ID_VALID: whether notification `id` is still
@@ -371,6 +431,22 @@ mod tests {
         assert_eq!(f[5].k, libc::SECCOMP_RET_USER_NOTIF);
         assert_eq!(f[6].k, libc::SECCOMP_RET_ALLOW);
         assert_eq!(ALLOW_ALL[0].k, libc::SECCOMP_RET_ALLOW);
+    }
+
+    #[test]
+    fn set_filters_jump_to_notify() {
+        let f = notify_on_set(&[39, 257, 2]);
+        assert_eq!(f.len(), 4 + 3 + 2);
+        let notify = f.len() - 1;
+        assert_eq!(f[notify].k, libc::SECCOMP_RET_USER_NOTIF);
+        assert_eq!(f[notify - 1].k, libc::SECCOMP_RET_ALLOW);
+        for i in 0..3 {
+            let at = 4 + i;
+            // pc after the compare + jt lands on NOTIFY
+            assert_eq!(at + 1 + f[at].jt as usize, notify);
+            assert_eq!(f[at].jf, 0);
+        }
+        assert_eq!(notify_on_set(&[]).len(), 6);
     }
 
     /// A child installs a filter that notifies on getppid; the parent

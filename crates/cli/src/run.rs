@@ -1,0 +1,348 @@
+//! `mantle run`: start a command (or a whole system from a TOML file) as
+//! guests of an executive (crates/exec) and wait for it, like strace. The
+//! agent options become each guest's chain through
+//! `mantle_exec::agents::from_specs`. The exit status is the guest's
+//! (128+N when a signal killed it); mantle's own codes (README "Exit
+//! codes") only when the guest could not be started or the executive died.
+
+use crate::exit::{
+    Failure, EXIT_FAILURE, EXIT_MISSING, EXIT_NOT_FOUND, EXIT_PERMISSION, EXIT_USAGE,
+};
+use clap::Args;
+use mantle_exec::agents::{from_specs, CountTable};
+use mantle_exec::executive::{End, Executive, GuestSpec, Options};
+use mantle_exec::launch::LaunchError;
+use mantle_exec::spec::{AgentSpecs, TraceOut};
+use mantle_exec::system::GuestDef;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Interposition path: protected (seccomp user notification, the
+    /// default) or fast (a preloaded stub and shared memory; dynamically
+    /// linked commands only: others fall back to protected, said on stderr).
+    #[arg(long, value_parser = ["protected", "fast"], default_value = "protected")]
+    path: String,
+    /// Print every interposed call (arguments, result, time in the kernel
+    /// and in the executive) on standard error; `--trace=read,write` (or
+    /// `all`) also watches those calls.
+    #[arg(long, value_name = "CALLS", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    trace: Option<String>,
+    /// Write the trace to this file instead.
+    #[arg(long, value_name = "FILE")]
+    trace_output: Option<PathBuf>,
+    /// Count interposed calls and their time (like strace -c), printed at
+    /// the end; `--count=CALLS` also watches those calls.
+    #[arg(long, value_name = "CALLS", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    count: Option<String>,
+    /// Trace and count as JSON lines.
+    #[arg(long)]
+    json: bool,
+    /// Fail system call NAME with ERRNO (default EPERM); repeatable.
+    #[arg(long, value_name = "NAME[=ERRNO]")]
+    deny: Vec<String>,
+    /// Rewrite path prefix OLD to NEW in the open, stat and exec families.
+    #[arg(long, value_name = "OLD=NEW")]
+    redirect: Vec<String>,
+    /// Hold every call NAME for DURATION (500us, 2ms, 1s) before it runs.
+    #[arg(long, value_name = "NAME=DURATION")]
+    delay: Vec<String>,
+    /// The executive performs call NAME on the guest's behalf (getppid,
+    /// open, openat, creat; others fail with ENOSYS).
+    #[arg(long, value_name = "NAME")]
+    perform: Vec<String>,
+    /// SCHED_FIFO priority of the executive thread, 1-99 (default 99 where
+    /// allowed; a warning where not); 0 keeps it at SCHED_OTHER.
+    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=99))]
+    priority: Option<i32>,
+    /// If the executive dies, let the guests run on unsupervised (their
+    /// interposed calls then fail with ENOSYS) instead of killing them.
+    #[arg(long)]
+    fail_open: bool,
+    /// Do not ask for SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (to measure it).
+    #[arg(long)]
+    no_sync_wake_up: bool,
+    /// Say what the executive set up (priority, memory lock, wake-up mode,
+    /// filters) on standard error.
+    #[arg(short, long)]
+    verbose: bool,
+    /// Start every guest described in this TOML file under one executive
+    /// (docs/exec.md "System files"); no command then.
+    #[arg(long, value_name = "FILE", conflicts_with = "command")]
+    system: Option<PathBuf>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required_unless_present = "system")]
+    command: Vec<String>,
+}
+
+fn launch_failure(e: &LaunchError) -> Failure {
+    let code = match e {
+        LaunchError::NotFound(_) => EXIT_NOT_FOUND,
+        LaunchError::NotExecutable(_) => EXIT_PERMISSION,
+        LaunchError::Nul(_) | LaunchError::TooManyCalls(_) => EXIT_USAGE,
+        e if matches!(e.errno(), Some(libc::EPERM | libc::EACCES)) => EXIT_PERMISSION,
+        e if matches!(e.errno(), Some(libc::ENOSYS | libc::EINVAL)) => EXIT_MISSING,
+        _ => EXIT_FAILURE,
+    };
+    Failure::new(code, error_chain(e))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
+/// Where a guest's trace goes.
+fn trace_writer(out: &TraceOut) -> Result<Box<dyn std::io::Write + Send>, Failure> {
+    Ok(match out {
+        TraceOut::Stderr => Box::new(std::io::stderr()),
+        TraceOut::File(p) => Box::new(std::io::LineWriter::new(
+            std::fs::File::create(p).map_err(|e| Failure::io("cannot write", p, &e))?,
+        )),
+    })
+}
+
+/// Prints a guest's `--count` summary (text like `strace -c`, or JSON).
+fn print_counts(name: &str, count: &Option<Arc<CountTable>>, json: bool) {
+    if let Some(c) = count {
+        let s = c.summary();
+        if json {
+            eprintln!(
+                "{}",
+                serde_json::json!({"guest": name, "count": s.to_json()})
+            );
+        } else {
+            eprintln!("mantle: calls of guest {name}:\n{}", s.render_text());
+        }
+    }
+}
+
+/// `--path fast`: one command, served in this process. `None`: the
+/// command is static, fall back to the protected path.
+fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
+    use mantle_exec::fast::{run_fast, FastError, FastOptions};
+    let built = from_specs(&def.agents, trace_writer(&def.trace_out)?)
+        .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+    let count = built.count.clone();
+    let chain = mantle_exec::Chain::new(built.agents);
+    match run_fast(&def.command, chain, &FastOptions::default()) {
+        Ok((status, _stats)) => {
+            print_counts(&def.name, &count, a.json);
+            use std::os::unix::process::ExitStatusExt;
+            Ok(Some(match (status.code(), status.signal()) {
+                (Some(c), _) => c,
+                (None, Some(sig)) => 128 + sig,
+                _ => 1,
+            }))
+        }
+        Err(FastError::Static(p)) => {
+            eprintln!(
+                "mantle: {} is statically linked: the fast path needs a dynamically linked guest; using the protected path",
+                p.display()
+            );
+            Ok(None)
+        }
+        Err(FastError::NotFound(c)) => Err(Failure::new(
+            EXIT_NOT_FOUND,
+            format!("{c}: command not found"),
+        )),
+        Err(e) => Err(Failure::new(EXIT_FAILURE, error_chain(&e))),
+    }
+}
+
+pub fn run(a: RunArgs) -> Result<(), Failure> {
+    if a.path == "fast" && a.system.is_some() {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "--path fast runs one command; a --system file runs on the protected path",
+        ));
+    }
+    let defs: Vec<GuestDef> = match &a.system {
+        Some(file) => {
+            let text =
+                std::fs::read_to_string(file).map_err(|e| Failure::io("cannot read", file, &e))?;
+            mantle_exec::system::parse(&text)
+                .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {e}", file.display())))?
+        }
+        None => vec![GuestDef {
+            name: a.command[0]
+                .rsplit('/')
+                .next()
+                .unwrap_or("guest")
+                .to_string(),
+            command: a.command.clone(),
+            agents: AgentSpecs {
+                trace: a.trace.is_some() || a.trace_output.is_some(),
+                count: a.count.is_some(),
+                deny: a.deny.clone(),
+                redirect: a.redirect.clone(),
+                delay: a.delay.clone(),
+                perform: a.perform.clone(),
+                json: a.json,
+                watch: [&a.trace, &a.count]
+                    .into_iter()
+                    .flatten()
+                    .filter(|w| !w.is_empty())
+                    .cloned()
+                    .collect(),
+            },
+            trace_out: match &a.trace_output {
+                Some(p) => TraceOut::File(p.clone()),
+                None => TraceOut::Stderr,
+            },
+        }],
+    };
+    if a.path == "fast" {
+        if let Some(code) = run_fast(&a, &defs[0])? {
+            std::process::exit(code);
+        }
+    }
+    // Check everything before forking: agent options, commands.
+    let mut specs = Vec::new();
+    let mut counts = Vec::new();
+    for d in &defs {
+        let built = from_specs(&d.agents, trace_writer(&d.trace_out)?).map_err(|e| {
+            let msg = if a.system.is_some() {
+                format!("guest {}: {e}", d.name)
+            } else {
+                e.to_string()
+            };
+            Failure::new(EXIT_USAGE, msg)
+        })?;
+        mantle_exec::launch::prepare(&d.command).map_err(|e| launch_failure(&e))?;
+        counts.push((d.name.clone(), built.count, d.agents.json));
+        specs.push(GuestSpec {
+            name: d.name.clone(),
+            argv: d.command.clone(),
+            agents: built.agents,
+        });
+    }
+    let system = a.system.is_some();
+    let opts = Options {
+        priority: a.priority,
+        sync_wake: !a.no_sync_wake_up,
+        fail_open: a.fail_open,
+        ..Options::default()
+    };
+    let verbose = a.verbose;
+    let fail_open = a.fail_open;
+    let executive = move || -> i32 { executive_main(opts, specs, counts, verbose, system) };
+    let end = mantle_exec::reaper::run(fail_open, executive)
+        .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot start the executive: {e}")))?;
+    match (end.executive.code, end.executive.signal) {
+        (Some(code), _) => std::process::exit(code),
+        (_, sig) => {
+            let sig = sig.unwrap_or(0);
+            let what = if fail_open {
+                "its guests run on unsupervised (--fail-open): their interposed calls fail with ENOSYS".to_string()
+            } else {
+                format!("its guests were killed ({} processes)", end.killed)
+            };
+            Err(Failure::new(
+                EXIT_FAILURE,
+                format!(
+                    "the executive (pid {}) was killed by {}; {what}",
+                    end.executive_pid,
+                    mantle_exec::executive::signal_name(sig)
+                ),
+            ))
+        }
+    }
+}
+
+/// The executive process: start the guests, serve them, return the exit
+/// status.
+fn executive_main(
+    opts: Options,
+    specs: Vec<GuestSpec>,
+    counts: Vec<(String, Option<Arc<CountTable>>, bool)>,
+    verbose: bool,
+    system: bool,
+) -> i32 {
+    let asked_other = opts.priority == Some(0);
+    mantle_sys::supervise::catch_signals(
+        &[libc::SIGTERM, libc::SIGHUP],
+        &[libc::SIGINT, libc::SIGQUIT],
+    );
+    let log = Box::new(|m: &str| eprintln!("mantle: {m}"));
+    let ex = match Executive::start(opts, specs, log) {
+        Ok(ex) => ex,
+        Err(e) => {
+            let f = match &e {
+                mantle_exec::executive::Error::Launch { source, .. } => {
+                    let f = launch_failure(source);
+                    Failure::new(f.code, error_chain(&e))
+                }
+                _ => Failure::new(EXIT_FAILURE, error_chain(&e)),
+            };
+            eprintln!("mantle: {}", f.message);
+            return i32::from(f.code);
+        }
+    };
+    let s = ex.setup();
+    if let (Err(w), false) = (&s.priority, asked_other) {
+        eprintln!("mantle: warning: {w}");
+    }
+    if verbose {
+        if let Err(w) = &s.memory_locked {
+            eprintln!("mantle: warning: {w}");
+        }
+        eprintln!(
+            "mantle: executive pid {}: path protected, {}, memory {}, SYNC_WAKE_UP {}",
+            std::process::id(),
+            match &s.priority {
+                Ok(p) => format!("SCHED_FIFO {p}"),
+                Err(_) => "normal priority".into(),
+            },
+            if s.memory_locked.is_ok() {
+                "locked"
+            } else {
+                "not locked"
+            },
+            if s.sync_wake_up { "on" } else { "off" }
+        );
+        for ((name, calls), pid) in s.filters.iter().zip(ex.pids()) {
+            eprintln!(
+                "mantle: guest {name} (pid {pid}): interposed calls: {}",
+                if calls.is_empty() {
+                    "none".to_string()
+                } else {
+                    calls.join(" ")
+                }
+            );
+        }
+    }
+    let ends = ex.run();
+    for (name, count, json) in &counts {
+        print_counts(name, count, *json);
+    }
+    let mut status = 0;
+    for e in &ends {
+        if let End::NotStarted { step, errno } = &e.end {
+            eprintln!(
+                "mantle: guest {} could not start: {step}: {}",
+                e.name,
+                std::io::Error::from_raw_os_error(*errno)
+            );
+        }
+        if system && verbose {
+            eprintln!(
+                "mantle: guest {} (pid {}) ended: status {}",
+                e.name,
+                e.pid,
+                e.end.shell_status()
+            );
+        }
+        if status == 0 {
+            status = e.end.shell_status();
+        }
+    }
+    status
+}

@@ -1,0 +1,702 @@
+//! `mantle run` and `mantle exec status` with real processes: agents on
+//! real programs, exit status pass-through, a crashing guest, fork and
+//! exec inside a guest, threads, a static binary, the executive killed
+//! with kill -9 (both policies), a system file, and an unprivileged user.
+//! Seccomp user notification needs no root: those tests are plain; the
+//! ones that need root (running as nobody, reading /run/mantle) are
+//! marked. A small C probe (compiled once with cc) makes exact system
+//! calls and prints what it saw.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+const MANTLE: &str = env!("CARGO_BIN_EXE_mantle");
+
+const PROBE_C: &str = r#"
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static long status_ppid(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long p = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "PPid:", 5)) p = atol(line + 5);
+    if (f) fclose(f);
+    return p;
+}
+
+static void *worker(void *arg) {
+    long want = (long)arg, bad = 0;
+    for (int i = 0; i < 200; i++)
+        if (syscall(SYS_getppid) != want) bad++;
+    return (void *)bad;
+}
+
+int main(int argc, char **argv) {
+    const char *m = argc > 1 ? argv[1] : "";
+    if (!strcmp(m, "ppid")) {
+        long r = syscall(SYS_getppid);
+        if (r < 0) printf("err %d\n", errno);
+        else if (r == status_ppid()) printf("match %ld\n", r);
+        else printf("mismatch %ld %ld\n", r, status_ppid());
+        return 0;
+    }
+    if (!strcmp(m, "threads")) {
+        pthread_t t[8];
+        long want = status_ppid(), bad = 0;
+        for (int i = 0; i < 8; i++) pthread_create(&t[i], 0, worker, (void *)want);
+        for (int i = 0; i < 8; i++) { void *b; pthread_join(t[i], &b); bad += (long)b; }
+        printf("threads bad %ld\n", bad);
+        return bad != 0;
+    }
+    if (!strcmp(m, "segv")) { *(volatile int *)0 = 1; return 0; }
+    if (!strcmp(m, "loop")) {
+        printf("%d\n", getpid());
+        fflush(stdout);
+        for (int i = 0; i < 3000; i++) {
+            long r = syscall(SYS_getppid);
+            if (r < 0) { printf("errno %d\n", errno); fflush(stdout); return 3; }
+            usleep(10000);
+        }
+        return 0;
+    }
+    return 2;
+}
+"#;
+
+/// (dynamic probe, static probe if the static libc is there)
+fn probes() -> &'static (PathBuf, Option<PathBuf>) {
+    static P: OnceLock<(PathBuf, Option<PathBuf>)> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("mantle-exec-probe-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // readable and executable by nobody too
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let src = dir.join("probe.c");
+        std::fs::write(&src, PROBE_C).unwrap();
+        let dynamic = dir.join("probe");
+        let ok = Command::new("cc")
+            .args(["-O1", "-pthread", "-o"])
+            .arg(&dynamic)
+            .arg(&src)
+            .status()
+            .expect("cc (the tests build a small C probe)");
+        assert!(ok.success(), "cc failed");
+        let stat = dir.join("probe-static");
+        let s = Command::new("cc")
+            .args(["-O1", "-pthread", "-static", "-o"])
+            .arg(&stat)
+            .arg(&src)
+            .status()
+            .is_ok_and(|s| s.success());
+        (dynamic, s.then_some(stat))
+    })
+}
+
+fn probe() -> &'static Path {
+    &probes().0
+}
+
+fn mantle(args: &[&str]) -> Output {
+    Command::new(MANTLE)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run mantle")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn deny_makes_cat_fail_with_permission_denied() {
+    let f = std::env::temp_dir().join(format!("mantle-deny-{}", std::process::id()));
+    std::fs::write(&f, "secret\n").unwrap();
+    let o = mantle(&[
+        "run",
+        "--deny",
+        "openat=EACCES",
+        "--",
+        "cat",
+        f.to_str().unwrap(),
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        text(&o.stderr).contains("Permission denied"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!text(&o.stdout).contains("secret"));
+    // without the agent it works
+    let o = mantle(&["run", "--", "cat", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(text(&o.stdout), "secret\n");
+    let _ = std::fs::remove_file(f);
+}
+
+/// The same agents on the fast path (a preloaded stub, shared slots): a
+/// denied open fails, getppid is answered by the executive, and a static
+/// command falls back to the protected path, saying so.
+#[test]
+fn fast_path_runs_the_same_agents() {
+    let f = std::env::temp_dir().join(format!("mantle-fast-deny-{}", std::process::id()));
+    std::fs::write(&f, "secret\n").unwrap();
+    let fp = f.to_str().unwrap();
+    let o = mantle(&[
+        "run",
+        "--path",
+        "fast",
+        "--deny",
+        "openat=EACCES",
+        "--",
+        "cat",
+        fp,
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        text(&o.stderr).contains("Permission denied"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(!text(&o.stdout).contains("secret"));
+    let o = mantle(&["run", "--path", "fast", "--", "cat", fp]);
+    assert_eq!(
+        (o.status.code(), text(&o.stdout)),
+        (Some(0), "secret\n".to_string())
+    );
+    let o = mantle(&[
+        "run",
+        "--path",
+        "fast",
+        "--perform",
+        "getppid",
+        "--",
+        probe().to_str().unwrap(),
+        "ppid",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).starts_with("match "), "{}", text(&o.stdout));
+    let o = mantle(&["run", "--path", "fast", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7));
+    if let Some(s) = &probes().1 {
+        let o = mantle(&[
+            "run",
+            "--path",
+            "fast",
+            "--deny",
+            "getppid=EACCES",
+            "--",
+            s.to_str().unwrap(),
+            "ppid",
+        ]);
+        assert!(
+            text(&o.stderr).contains("statically linked"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert_eq!(text(&o.stdout), "err 13\n");
+    }
+    let _ = std::fs::remove_file(f);
+}
+
+#[test]
+fn perform_getppid_returns_the_real_parent() {
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "getppid",
+        "--",
+        probe().to_str().unwrap(),
+        "ppid",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(text(&o.stdout).starts_with("match "), "{}", text(&o.stdout));
+}
+
+#[test]
+fn perform_openat_opens_with_the_guests_cwd() {
+    let d = std::env::temp_dir().join(format!("mantle-open-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("f"), "relative\n").unwrap();
+    let script = format!("cd {} && cat f", d.display());
+    let o = mantle(&["run", "--perform", "openat", "--", "sh", "-c", &script]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "relative\n");
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "openat",
+        "--",
+        "cat",
+        "no-such-file-here",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("No such file"),
+        "{}",
+        text(&o.stderr)
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn unsupported_perform_says_enosys() {
+    let o = mantle(&["run", "--perform", "getpid", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0));
+    let o = mantle(&["run", "--perform", "uname", "--", "uname"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(text(&o.stderr).contains("ENOSYS"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn exit_status_passes_through() {
+    assert_eq!(
+        mantle(&["run", "--", "sh", "-c", "exit 7"]).status.code(),
+        Some(7)
+    );
+    assert_eq!(
+        mantle(&["run", "--deny", "getppid", "--", "true"])
+            .status
+            .code(),
+        Some(0)
+    );
+    // killed by a signal: 128+N like a shell
+    let o = mantle(&["run", "--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.code(), Some(128 + 15));
+}
+
+#[test]
+fn a_crashing_guest_is_reported_and_the_executive_survives() {
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "getppid",
+        "--",
+        probe().to_str().unwrap(),
+        "segv",
+    ]);
+    assert_eq!(o.status.code(), Some(128 + 11));
+    assert!(
+        text(&o.stderr).contains("killed by SIGSEGV"),
+        "{}",
+        text(&o.stderr)
+    );
+    // a crash inside the tree: the executive goes on serving the rest
+    let p = probe().to_str().unwrap();
+    let script = format!("{p} segv; {p} ppid");
+    let o = mantle(&["run", "--deny", "getppid=EACCES", "--", "sh", "-c", &script]);
+    assert!(text(&o.stdout).contains("err 13"), "{}", text(&o.stdout));
+}
+
+#[test]
+fn fork_and_exec_inside_a_guest_stay_guests() {
+    let p = probe().to_str().unwrap();
+    // a grandchild (sh -> sh -> probe), after two execs
+    let script = format!("sh -c '{p} ppid' | cat");
+    let o = mantle(&["run", "--deny", "getppid=EACCES", "--", "sh", "-c", &script]);
+    assert_eq!(text(&o.stdout), "err 13\n", "{}", text(&o.stderr));
+}
+
+#[test]
+fn a_shell_pipeline_works() {
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "getppid",
+        "--",
+        "sh",
+        "-c",
+        "printf 'b\\na\\nc\\n' | sort | head -n 2 | tr a-z A-Z",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "A\nB\n");
+}
+
+#[test]
+fn a_multi_threaded_guest() {
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "getppid",
+        "--",
+        probe().to_str().unwrap(),
+        "threads",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{} {}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert_eq!(text(&o.stdout), "threads bad 0\n");
+}
+
+#[test]
+fn a_static_binary() {
+    let Some(s) = &probes().1 else {
+        // no static libc: the fallback is busybox, when present
+        assert!(
+            !mantle_testsupport::ci() || mantle_testsupport::have_program("busybox"),
+            "neither a static libc for cc -static nor busybox"
+        );
+        let o = mantle(&["run", "--deny", "uname=EPERM", "--", "busybox", "uname"]);
+        assert_ne!(o.status.code(), Some(0));
+        return;
+    };
+    let o = mantle(&[
+        "run",
+        "--deny",
+        "getppid=EACCES",
+        "--",
+        s.to_str().unwrap(),
+        "ppid",
+    ]);
+    assert_eq!(text(&o.stdout), "err 13\n");
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "getppid",
+        "--",
+        s.to_str().unwrap(),
+        "threads",
+    ]);
+    assert_eq!(text(&o.stdout), "threads bad 0\n", "{}", text(&o.stderr));
+}
+
+#[test]
+fn bad_options_are_usage_errors() {
+    // the fast path runs one command, not a system file
+    let o = mantle(&["run", "--path", "fast", "--system", "/dev/null"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    let o = mantle(&["run", "--deny", "nosuchcall", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = mantle(&["run", "--", "no-such-command-for-mantle"]);
+    assert_eq!(o.status.code(), Some(5));
+    let o = mantle(&["run", "--priority", "100", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    // 0: SCHED_OTHER, no warning
+    let o = mantle(&["run", "-v", "--priority", "0", "--", "true"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        !text(&o.stderr).contains("SCHED_FIFO"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(
+        text(&o.stderr).contains("normal priority"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn verbose_says_the_wake_up_mode() {
+    let o = mantle(&["run", "-v", "--deny", "getppid", "--", "true"]);
+    let e = text(&o.stderr);
+    assert!(e.contains("SYNC_WAKE_UP"), "{e}");
+    assert!(e.contains("interposed calls: getppid"), "{e}");
+    let o = mantle(&["run", "-v", "--no-sync-wake-up", "--", "true"]);
+    assert!(text(&o.stderr).contains("SYNC_WAKE_UP off"));
+}
+
+#[test]
+fn a_system_file_starts_every_guest() {
+    let d = std::env::temp_dir().join(format!("mantle-system-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let p = probe().to_str().unwrap();
+    let f = d.join("sys.toml");
+    std::fs::write(
+        &f,
+        format!(
+            "[[guest]]\nname = \"denied\"\ncommand = [\"{p}\", \"ppid\"]\ndeny = [\"getppid=EACCES\"]\n\n[[guest]]\nname = \"performed\"\ncommand = [\"{p}\", \"ppid\"]\nperform = [\"getppid\"]\n"
+        ),
+    )
+    .unwrap();
+    let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("err 13") && out.contains("match "), "{out}");
+    std::fs::write(&f, "[[guest]]\ncommand = [\"true\"]\nbogus = 1\n").unwrap();
+    assert_eq!(
+        mantle(&["run", "--system", f.to_str().unwrap()])
+            .status
+            .code(),
+        Some(2)
+    );
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// Starts `mantle run ARGS -- probe loop`; returns the child, the guest
+/// pid (the probe's first line) and the executive's pid (the reaper's
+/// only child).
+fn start_loop(
+    args: &[&str],
+) -> (
+    std::process::Child,
+    BufReader<std::process::ChildStdout>,
+    i32,
+    i32,
+) {
+    let mut c = Command::new(MANTLE)
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .arg(probe())
+        .arg("loop")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let guest: i32 = line.trim().parse().expect("guest pid");
+    let front = c.id();
+    let children = std::fs::read_to_string(format!("/proc/{front}/task/{front}/children")).unwrap();
+    let exec: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    (c, out, guest, exec)
+}
+
+fn mantle_exec_status_dir() -> PathBuf {
+    if mantle_testsupport::euid() == 0 {
+        PathBuf::from("/run/mantle/exec")
+    } else {
+        match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(d) if !d.is_empty() => PathBuf::from(d).join("mantle/exec"),
+            _ => PathBuf::from(format!("/tmp/mantle-{}/exec", mantle_testsupport::euid())),
+        }
+    }
+}
+
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+    }
+}
+
+#[test]
+fn executive_killed_kills_its_guests() {
+    let (c, _out, guest, exec) = start_loop(&["--perform", "getppid"]);
+    assert!(!gone(guest));
+    // SAFETY-free: kill(1) as a program
+    Command::new("kill")
+        .args(["-9", &exec.to_string()])
+        .status()
+        .unwrap();
+    let o = c.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = text(&o.stderr);
+    assert!(
+        e.contains("killed by SIGKILL") && e.contains("guests were killed"),
+        "{e}"
+    );
+    assert!(
+        mantle_testsupport::poll_until_for(Duration::from_secs(5), || gone(guest).then_some(()))
+            .is_some(),
+        "guest {guest} still runs"
+    );
+}
+
+#[test]
+fn executive_killed_with_fail_open_leaves_guests_running_with_enosys() {
+    let (c, mut out, guest, exec) = start_loop(&["--fail-open", "--perform", "getppid"]);
+    Command::new("kill")
+        .args(["-9", &exec.to_string()])
+        .status()
+        .unwrap();
+    // the guest goes on; its next interposed call fails with ENOSYS
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, format!("errno {}\n", libc::ENOSYS));
+    let o = c.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o.stderr).contains("unsupervised"),
+        "{}",
+        text(&o.stderr)
+    );
+    let _ =
+        mantle_testsupport::poll_until_for(Duration::from_secs(5), || gone(guest).then_some(()));
+}
+
+#[test]
+fn exec_status_lists_running_guests() {
+    let (mut c, _out, guest, exec) = start_loop(&["--perform", "getppid"]);
+    let found = mantle_testsupport::poll_until_for(Duration::from_secs(5), || {
+        let o = mantle(&["exec", "status", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        let e = v.as_array()?.iter().find(|e| e["pid"] == exec)?.clone();
+        let g = &e["guests"][0];
+        (g["pid"] == guest && g["calls"][0]["count"].as_u64()? > 2).then_some(e)
+    })
+    .expect("the executive in exec status");
+    assert_eq!(found["schema"], "mantle.exec.status/1");
+    assert_eq!(found["guests"][0]["state"], "running");
+    assert_eq!(found["guests"][0]["calls"][0]["name"], "getppid");
+    let t = text(&mantle(&["exec", "status"]).stdout);
+    assert!(t.contains(&format!("executive {exec}")), "{t}");
+    // the executive dies; the reaper kills the guest and cleans up
+    Command::new("kill")
+        .args(["-9", &exec.to_string()])
+        .status()
+        .unwrap();
+    let _ = c.wait();
+    let file = mantle_exec_status_dir().join(format!("{exec}.json"));
+    assert!(!file.exists(), "{} left behind", file.display());
+}
+
+#[test]
+#[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn nobody_can_run_guests_and_is_told_what_needs_root() {
+    mantle_testsupport::require_root("running mantle run as nobody");
+    // a copy of mantle that nobody can execute
+    let dir = probes().0.parent().unwrap();
+    let m = dir.join("mantle");
+    std::fs::copy(MANTLE, &m).unwrap();
+    let f = dir.join("readable");
+    std::fs::write(&f, "x\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&m)
+        .args(["run", "-v", "--deny", "openat=EACCES", "--", "cat"])
+        .arg(&f)
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let e = text(&o.stderr);
+    assert_ne!(o.status.code(), Some(0), "{e}");
+    assert!(e.contains("Permission denied"), "{e}");
+    // what needs privilege says so, and the run goes on without it
+    assert!(e.contains("SCHED_FIFO 99 refused"), "{e}");
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&m)
+        .args(["run", "--perform", "getppid", "--perform", "openat", "--"])
+        .arg(probe())
+        .arg("ppid")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        text(&o.stdout).starts_with("match "),
+        "{} {}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+}
+
+#[test]
+fn performed_opens_never_reach_the_executives_proc_files() {
+    let d = std::env::temp_dir().join(format!("mantle-procself-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let link = d.join("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("/proc/self/environ", &link).unwrap();
+    // /proc/self is the guest's own
+    let o = mantle(&["run", "--perform", "openat", "--", "sh", "-c", "MARK=guest-env; export MARK; cat /proc/self/environ | tr '\\0' '\\n' | grep -c '^MARK=guest-env$'"]);
+    assert_eq!(text(&o.stdout), "1\n", "{}", text(&o.stderr));
+    // a symbolic link into /proc/self would be the executive's: refused
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "openat",
+        "--",
+        "cat",
+        link.to_str().unwrap(),
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(
+        text(&o.stderr).contains("Permission denied"),
+        "{}",
+        text(&o.stderr)
+    );
+    // fd magic links are refused (ELOOP) rather than resolved in the executive
+    let o = mantle(&[
+        "run",
+        "--perform",
+        "openat",
+        "--",
+        "sh",
+        "-c",
+        "cat /proc/self/fd/0 < /dev/null",
+    ]);
+    assert_ne!(o.status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+#[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn a_guest_cannot_read_the_executives_memory() {
+    mantle_testsupport::require_root("a guest of nobody reading its executive (run as nobody)");
+    let dir = probes().0.parent().unwrap();
+    let m = dir.join("mantle-mem");
+    std::fs::copy(MANTLE, &m).unwrap();
+    // the guest's parent is the executive, same user: its memory stays closed
+    let o = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&m)
+        .args(["run", "--deny", "getppid=EACCES", "--", "sh", "-c"])
+        .arg("exec 2>&1; p=$(grep PPid /proc/$$/status | cut -f2); head -c 16 /proc/$p/mem; cat /proc/$p/environ; ls /proc/$p/fd")
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .unwrap();
+    let out = text(&o.stdout);
+    assert_eq!(out.matches("Permission denied").count(), 3, "{out}");
+}
+
+#[test]
+#[ignore = "needs root for a cgroup of its own (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn as_root_the_guests_live_in_a_cgroup_of_their_own_removed_afterwards() {
+    mantle_testsupport::require_root("the executive's cgroup");
+    let o = mantle(&["run", "--", "sh", "-c", "grep '^0::' /proc/self/cgroup"]);
+    let line = text(&o.stdout);
+    let name = line.trim().rsplit('/').next().unwrap().to_string();
+    assert!(name.starts_with("mantle-exec."), "{line}");
+    let root = mantle_sys::probe::cgroup2_mount().unwrap();
+    let rel = line.trim().strip_prefix("0::/").unwrap();
+    assert!(!root.join(rel).exists(), "{rel} left behind");
+}
+
+#[test]
+fn sigterm_to_mantle_reaches_the_guest() {
+    let mut c = Command::new(MANTLE)
+        .args(["run", "--", "sleep", "100"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // wait until the guest runs: the reaper has a child that has a child
+    let front = c.id();
+    mantle_testsupport::poll_until_for(Duration::from_secs(5), || {
+        let ch = std::fs::read_to_string(format!("/proc/{front}/task/{front}/children")).ok()?;
+        let ex: u32 = ch.split_whitespace().next()?.parse().ok()?;
+        let g = std::fs::read_to_string(format!("/proc/{ex}/task/{ex}/children")).ok()?;
+        let g: u32 = g.split_whitespace().next()?.parse().ok()?;
+        std::fs::read_to_string(format!("/proc/{g}/comm"))
+            .ok()
+            .filter(|c| c.trim() == "sleep")
+    })
+    .expect("the guest started");
+    Command::new("kill")
+        .args(["-TERM", &front.to_string()])
+        .status()
+        .unwrap();
+    let st = c.wait().unwrap();
+    assert_eq!(st.code(), Some(128 + 15));
+}

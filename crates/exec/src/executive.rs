@@ -1,0 +1,747 @@
+//! The executive: one thread that serves every guest's interposed calls on
+//! the protected path, holds calls it was asked to delay, notices guests
+//! ending, and publishes its status.
+//!
+//! Mechanism: guests are started (crate::launch) before anything else;
+//! then the thread takes SCHED_FIFO (priority option, default 99; a
+//! warning when refused) and locks its memory (mlockall), and loops on
+//! poll(2) over each guest's listener, pidfd and start-status pipe, plus
+//! the opener thread's wake-up pipe (crate::perform). A notification is
+//! received (ENOENT: it vanished: counted, never fatal), made a [`Call`],
+//! decided by the guest's [`Chain`] (with a [`ProtectedGuest`] to read
+//! memory), and answered: Continue → SECCOMP_USER_NOTIF_FLAG_CONTINUE,
+//! Fail → -errno, Return → the value, Delay → held (the poll timeout is
+//! the next deadline; other guests keep being served) and decided again
+//! when due, Perform → getppid here, the open family on the opener thread,
+//! anything else ENOSYS (said once per call name). Then the chain's
+//! `after` sees the outcome and the times.
+//!
+//! Invariants: a guest's end is final (its listener is polled until it
+//! hangs up, so that its remaining children are still served while
+//! others run); nothing a guest sends can make this thread panic or stop
+//! (every value from a notification is checked or passed on as a number).
+//!
+//! Not yet allocation-free on the path (docs/exec.md "Limits"):
+//! `Listener::recv` allocates its buffer, agents may allocate, the open
+//! family reads /proc and goes through channels, getppid of a process
+//! other than a guest's first reads /proc once per tid.
+
+use crate::agent::{Agent, Call, Chain, Decision, Outcome, Times};
+use crate::launch::{self, LaunchError, Prepared};
+use crate::perform::{self, OpenRequest, Opener, Parents};
+use crate::protected::{self, ProtectedGuest};
+use crate::status::{self, CallStat, ExecStatus, GuestStatus};
+use crate::sysno::Sysno;
+use mantle_sys::seccomp::Listener;
+use mantle_sys::supervise;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How the executive runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// SCHED_FIFO priority; None: 99 where allowed; 0: stay SCHED_OTHER.
+    pub priority: Option<i32>,
+    /// Use SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP where the kernel has it.
+    pub sync_wake: bool,
+    /// Recorded in the status (the reaper carries the policy out).
+    pub fail_open: bool,
+    /// Where to publish the status file (None: not at all).
+    pub status_dir: Option<PathBuf>,
+    /// Take SCHED_FIFO and lock memory (off in tests that embed an
+    /// executive in a test process).
+    pub realtime: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            priority: None,
+            sync_wake: true,
+            fail_open: false,
+            status_dir: Some(status::dir()),
+            realtime: true,
+        }
+    }
+}
+
+/// A guest to start.
+pub struct GuestSpec {
+    pub name: String,
+    pub argv: Vec<String>,
+    pub agents: Vec<Box<dyn Agent>>,
+}
+
+/// How a guest ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum End {
+    Exited(i32),
+    Killed {
+        signal: i32,
+        core: bool,
+    },
+    /// It never ran the command: the step that failed and its errno.
+    NotStarted {
+        step: &'static str,
+        errno: i32,
+    },
+}
+
+impl End {
+    /// The exit status a shell would show: the code, 128+signal, or 127
+    /// (not found) / 126 (cannot execute).
+    pub fn shell_status(&self) -> i32 {
+        match self {
+            End::Exited(c) => *c,
+            End::Killed { signal, .. } => 128 + signal,
+            End::NotStarted { errno, .. } if *errno == libc::ENOENT => 127,
+            End::NotStarted { .. } => 126,
+        }
+    }
+}
+
+/// What happened to one guest.
+#[derive(Clone, Debug)]
+pub struct GuestEnd {
+    pub name: String,
+    pub pid: u32,
+    pub end: End,
+    /// Notifications that vanished (ENOENT: caller killed or interrupted).
+    pub vanished: u64,
+    /// Interposed calls answered, by name.
+    pub calls: Vec<(String, u64)>,
+}
+
+/// What the executive set up, for `-v` and `exec status`.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    pub priority: Result<i32, String>,
+    pub memory_locked: Result<(), String>,
+    pub sync_wake_up: bool,
+    pub filters: Vec<(String, Vec<String>)>,
+}
+
+/// Why the executive could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("guest {name}: {source}")]
+    Launch {
+        name: String,
+        #[source]
+        source: LaunchError,
+    },
+    #[error("{what}")]
+    Sys {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+struct Stat {
+    nr: Sysno,
+    count: u64,
+    executive_ns: u64,
+    kernel_ns: u64,
+}
+
+struct G {
+    name: String,
+    argv: Vec<String>,
+    pid: u32,
+    pidfd: OwnedFd,
+    listener: Arc<Listener>,
+    listener_open: bool,
+    chain: Chain,
+    agent_names: Vec<String>,
+    status: Option<OwnedFd>,
+    end: Option<End>,
+    stats: Vec<Stat>,
+    vanished: u64,
+    executive_ns: u64,
+    said_enosys: Vec<Sysno>,
+}
+
+impl G {
+    fn stat(&mut self, nr: Sysno) -> Option<&mut Stat> {
+        self.stats.iter_mut().find(|s| s.nr == nr)
+    }
+}
+
+struct Held {
+    guest: usize,
+    id: u64,
+    call: Call,
+    until: Instant,
+    t0: Instant,
+}
+
+/// The executive with its guests started.
+pub struct Executive {
+    opts: Options,
+    guests: Vec<G>,
+    held: Vec<Held>,
+    opener: Option<Opener>,
+    parents: Parents,
+    setup: Setup,
+    started_ms: u64,
+    log: Box<dyn FnMut(&str)>,
+    pending_opens: usize,
+}
+
+impl Executive {
+    /// Starts every guest (each with its own filter and listener).
+    pub fn start(
+        opts: Options,
+        specs: Vec<GuestSpec>,
+        log: Box<dyn FnMut(&str)>,
+    ) -> Result<Executive, Error> {
+        let prepared: Vec<(GuestSpec, Prepared)> = specs
+            .into_iter()
+            .map(|s| {
+                let p = launch::prepare(&s.argv).map_err(|e| Error::Launch {
+                    name: s.name.clone(),
+                    source: e,
+                })?;
+                Ok((s, p))
+            })
+            .collect::<Result<_, Error>>()?;
+        let mut guests = Vec::new();
+        let mut filters = Vec::new();
+        let mut sync_all = true;
+        for (spec, p) in prepared {
+            let chain = Chain::new(spec.agents);
+            let wants = chain.wants();
+            let nrs: Vec<u32> = wants.iter().map(|s| s.0).collect();
+            let sp = launch::spawn(&p, &nrs, opts.sync_wake).map_err(|e| Error::Launch {
+                name: spec.name.clone(),
+                source: e,
+            })?;
+            sync_all &= sp.sync_wake_up;
+            filters.push((
+                spec.name.clone(),
+                wants.iter().map(|s| s.name().into_owned()).collect(),
+            ));
+            guests.push(G {
+                agent_names: chain.names(),
+                name: spec.name,
+                argv: p.argv.clone(),
+                pid: sp.pid,
+                pidfd: sp.pidfd,
+                listener: Arc::new(sp.listener),
+                listener_open: true,
+                chain,
+                status: Some(sp.status),
+                end: None,
+                stats: wants
+                    .iter()
+                    .map(|&nr| Stat {
+                        nr,
+                        count: 0,
+                        executive_ns: 0,
+                        kernel_ns: 0,
+                    })
+                    .collect(),
+                vanished: 0,
+                executive_ns: 0,
+                said_enosys: Vec::with_capacity(8),
+            });
+        }
+        // a guest of the same user cannot open our /proc files or ptrace us
+        let _ = supervise::set_not_dumpable();
+        let opener = perform::start_opener().map_err(|source| Error::Sys {
+            what: "start the opener thread",
+            source,
+        })?;
+        let priority = opts.priority.unwrap_or(99);
+        let (prio, locked) = if !opts.realtime {
+            (
+                Err("not asked for".to_string()),
+                Err("not asked for".to_string()),
+            )
+        } else {
+            (
+                if priority == 0 {
+                    Err("SCHED_OTHER asked for (--priority 0)".to_string())
+                } else {
+                    supervise::set_fifo(priority).map(|()| priority).map_err(|e| {
+                        format!(
+                            "SCHED_FIFO {priority} refused ({e}): the executive runs at normal priority"
+                        )
+                    })
+                },
+                supervise::lock_memory().map_err(|e| {
+                    format!("mlockall refused ({e}): the executive's memory may be paged")
+                }),
+            )
+        };
+        Ok(Executive {
+            setup: Setup {
+                priority: prio,
+                memory_locked: locked,
+                sync_wake_up: sync_all && opts.sync_wake,
+                filters,
+            },
+            opts,
+            guests,
+            held: Vec::with_capacity(1024),
+            opener: Some(opener),
+            parents: Parents::default(),
+            started_ms: status::now_unix_ms(),
+            log,
+            pending_opens: 0,
+        })
+    }
+
+    pub fn setup(&self) -> &Setup {
+        &self.setup
+    }
+
+    /// The guests' first pids.
+    pub fn pids(&self) -> Vec<u32> {
+        self.guests.iter().map(|g| g.pid).collect()
+    }
+
+    /// Serves until every guest's first process has ended; returns how
+    /// each ended.
+    pub fn run(mut self) -> Vec<GuestEnd> {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3 * self.guests.len() + 1);
+        // what each pollfd is: (guest, 0 listener | 1 pidfd | 2 status | 3 opener)
+        let mut what: Vec<(usize, u8)> = Vec::with_capacity(fds.capacity());
+        let mut last_publish = Instant::now() - Duration::from_secs(1);
+        let mut forwarded_stop = false;
+        self.publish();
+        loop {
+            // (an open still pending on the opener thread, e.g. of a FIFO
+            // nobody opens, is abandoned: its caller is killed by the reaper)
+            if self.guests.iter().all(|g| g.end.is_some()) {
+                break;
+            }
+            fds.clear();
+            what.clear();
+            for (i, g) in self.guests.iter().enumerate() {
+                let mut add = |fd: i32, k: u8| {
+                    fds.push(libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
+                    what.push((i, k));
+                };
+                if g.listener_open {
+                    add(g.listener.as_fd().as_raw_fd(), 0);
+                }
+                if g.end.is_none() {
+                    add(g.pidfd.as_raw_fd(), 1);
+                }
+                if let Some(s) = &g.status {
+                    add(s.as_raw_fd(), 2);
+                }
+            }
+            if let Some(o) = &self.opener {
+                fds.push(libc::pollfd {
+                    fd: o.wake.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                what.push((0, 3));
+            }
+            let now = Instant::now();
+            let mut timeout = Duration::from_millis(100);
+            for h in &self.held {
+                timeout = timeout.min(h.until.saturating_duration_since(now));
+            }
+            let ms = timeout.as_micros().div_ceil(1000) as i32;
+            if supervise::poll(&mut fds, ms).is_err() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if supervise::term_requested() != 0 && !forwarded_stop {
+                forwarded_stop = true;
+                for g in self.guests.iter().filter(|g| g.end.is_none()) {
+                    let _ = supervise::kill(g.pid as i32, libc::SIGTERM);
+                }
+            }
+            for k in 0..fds.len() {
+                let re = fds[k].revents;
+                if re == 0 {
+                    continue;
+                }
+                let (i, kind) = what[k];
+                match kind {
+                    0 => {
+                        if re & libc::POLLIN != 0 {
+                            self.serve(i);
+                        } else if re & (libc::POLLHUP | libc::POLLERR) != 0 {
+                            // no task uses the filter any more
+                            self.guests[i].listener_open = false;
+                        }
+                    }
+                    1 => self.reap(i),
+                    2 => {
+                        let g = &mut self.guests[i];
+                        if let Some(s) = g.status.take() {
+                            if let Some((step, errno)) = launch::read_status(&s) {
+                                g.end = Some(End::NotStarted {
+                                    step: launch::step_name(step),
+                                    errno,
+                                });
+                                let _ = supervise::wait_child(g.pid as i32, true);
+                            }
+                        }
+                    }
+                    _ => self.opens_done(),
+                }
+            }
+            self.expire_held();
+            if last_publish.elapsed() >= Duration::from_millis(100) {
+                self.publish();
+                last_publish = Instant::now();
+            }
+        }
+        // held calls of ended guests: answer them (their callers may live on)
+        let held = std::mem::take(&mut self.held);
+        for h in held {
+            let g = &mut self.guests[h.guest];
+            if g.listener.reply_error(h.id, libc::EINTR).is_err() {
+                g.vanished += 1;
+            }
+        }
+        if let Some(d) = &self.opts.status_dir {
+            status::unpublish(d, std::process::id());
+        }
+        self.guests
+            .iter()
+            .map(|g| GuestEnd {
+                name: g.name.clone(),
+                pid: g.pid,
+                end: g.end.clone().unwrap_or(End::Exited(0)),
+                vanished: g.vanished,
+                calls: g
+                    .stats
+                    .iter()
+                    .map(|s| (s.nr.name().into_owned(), s.count))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    fn reap(&mut self, i: usize) {
+        let g = &mut self.guests[i];
+        if let Ok(Some(w)) = supervise::wait_child(g.pid as i32, false) {
+            g.end = Some(match (w.code, w.signal) {
+                (Some(c), _) => End::Exited(c),
+                (_, Some(s)) => End::Killed {
+                    signal: s,
+                    core: w.core,
+                },
+                _ => End::Exited(0),
+            });
+            // like a shell, quiet about the signals a user or a pipe sends
+            if let Some(End::Killed { signal, core }) = g.end.clone().filter(|e| {
+                !matches!(e, End::Killed { signal, .. } if *signal == libc::SIGINT || *signal == libc::SIGPIPE)
+            }) {
+                let msg = format!(
+                    "guest {} (pid {}) killed by {}{}",
+                    g.name,
+                    g.pid,
+                    signal_name(signal),
+                    if core { " (core dumped)" } else { "" }
+                );
+                (self.log)(&msg);
+            }
+        }
+    }
+
+    /// One notification of guest `i`.
+    fn serve(&mut self, i: usize) {
+        let n = match self.guests[i].listener.recv() {
+            Ok(n) => n,
+            Err(e) => {
+                if e.errno() == Some(libc::ENOENT) {
+                    self.guests[i].vanished += 1;
+                }
+                return;
+            }
+        };
+        let t0 = Instant::now();
+        let Some(call) = protected::call_of(&n) else {
+            let _ = self.guests[i].listener.reply_error(n.id, libc::ENOSYS);
+            return;
+        };
+        self.decide(i, n.id, call, t0);
+    }
+
+    fn decide(&mut self, i: usize, id: u64, call: Call, t0: Instant) {
+        let g = &mut self.guests[i];
+        let listener = Arc::clone(&g.listener);
+        let (d, _) = {
+            let mut pg = ProtectedGuest {
+                listener: &listener,
+                id,
+                tid: call.tid,
+            };
+            g.chain.before(&call, &mut pg)
+        };
+        let gpid = g.pid;
+        let mut kernel_ns = 0;
+        let sent = match &d {
+            Decision::Continue => listener.reply_continue(id).map(|()| Outcome::Unseen),
+            Decision::Fail(e) => {
+                let e = if (1..4096).contains(e) {
+                    *e
+                } else {
+                    libc::EINVAL
+                };
+                listener
+                    .reply_error(id, e)
+                    .map(|()| Outcome::Result(-i64::from(e)))
+            }
+            Decision::Return(v) => listener.reply(id, *v).map(|()| Outcome::Result(*v)),
+            Decision::Delay(dur) => {
+                let until = Instant::now() + *dur;
+                self.held.push(Held {
+                    guest: i,
+                    id,
+                    call,
+                    until,
+                    t0,
+                });
+                return;
+            }
+            Decision::Perform(p) => {
+                let name = p.nr.name();
+                if name == "getppid" {
+                    let value = self.parents.of(call.tid, call.tid == gpid);
+                    let k0 = Instant::now();
+                    let _ = supervise::getppid_raw();
+                    kernel_ns = k0.elapsed().as_nanos() as u64;
+                    listener
+                        .reply(id, i64::from(value))
+                        .map(|()| Outcome::Result(i64::from(value)))
+                } else if let Some((dirfd, addr, flags, mode, path_arg)) =
+                    perform::open_args(&name, &p.args)
+                {
+                    let path = match &p.path {
+                        Some((idx, bytes)) if *idx == path_arg => Ok(bytes.clone()),
+                        Some(_) => Err(libc::EINVAL),
+                        None => {
+                            let mut pg = ProtectedGuest {
+                                listener: &listener,
+                                id,
+                                tid: call.tid,
+                            };
+                            crate::agent::Guest::read_cstr(&mut pg, addr, libc::PATH_MAX as usize)
+                                .map_err(|e| match e {
+                                    crate::agent::GuestError::TooLong { .. } => libc::ENAMETOOLONG,
+                                    _ => libc::EFAULT,
+                                })
+                        }
+                    };
+                    match path.and_then(|b| std::ffi::CString::new(b).map_err(|_| libc::EINVAL)) {
+                        Ok(path) => {
+                            if let Some(o) = &self.opener {
+                                let req = OpenRequest {
+                                    guest: i,
+                                    id,
+                                    call,
+                                    decision: d.clone(),
+                                    listener: Arc::clone(&listener),
+                                    dirfd,
+                                    path,
+                                    flags,
+                                    mode,
+                                    t0,
+                                };
+                                if o.tx.send(req).is_ok() {
+                                    self.pending_opens += 1;
+                                    return;
+                                }
+                            }
+                            listener
+                                .reply_error(id, libc::EIO)
+                                .map(|()| Outcome::Result(-5))
+                        }
+                        Err(e) => listener
+                            .reply_error(id, e)
+                            .map(|()| Outcome::Result(-i64::from(e))),
+                    }
+                } else {
+                    let g = &mut self.guests[i];
+                    if !g.said_enosys.contains(&p.nr) {
+                        g.said_enosys.push(p.nr);
+                        let msg = format!(
+                            "guest {}: performing {} on a guest's behalf is not supported on the protected path: answered ENOSYS",
+                            g.name, name
+                        );
+                        (self.log)(&msg);
+                    }
+                    listener
+                        .reply_error(id, libc::ENOSYS)
+                        .map(|()| Outcome::Result(-i64::from(libc::ENOSYS)))
+                }
+            }
+        };
+        let g = &mut self.guests[i];
+        let outcome = match sent {
+            Ok(o) => o,
+            Err(_) => {
+                // ENOENT: the call vanished (killed, interrupted)
+                g.vanished += 1;
+                Outcome::Result(-i64::from(libc::ENOENT))
+            }
+        };
+        let t = Times {
+            executive_ns: (t0.elapsed().as_nanos() as u64).saturating_sub(kernel_ns),
+            kernel_ns,
+        };
+        g.chain.after(&call, &d, outcome, t);
+        g.executive_ns += t.executive_ns;
+        if let Some(s) = g.stat(call.nr) {
+            s.count += 1;
+            s.executive_ns += t.executive_ns;
+            s.kernel_ns += t.kernel_ns;
+        }
+    }
+
+    fn opens_done(&mut self) {
+        let Some(o) = &self.opener else { return };
+        supervise::drain(o.wake.as_fd());
+        while let Ok(d) = o.rx.try_recv() {
+            self.pending_opens = self.pending_opens.saturating_sub(1);
+            let Some(g) = self.guests.get_mut(d.guest) else {
+                continue;
+            };
+            if d.vanished {
+                g.vanished += 1;
+            }
+            let t = Times {
+                executive_ns: (d.t0.elapsed().as_nanos() as u64).saturating_sub(d.kernel_ns),
+                kernel_ns: d.kernel_ns,
+            };
+            g.chain
+                .after(&d.call, &d.decision, Outcome::Result(d.result), t);
+            g.executive_ns += t.executive_ns;
+            if let Some(s) = g.stat(d.call.nr) {
+                s.count += 1;
+                s.executive_ns += t.executive_ns;
+                s.kernel_ns += t.kernel_ns;
+            }
+        }
+    }
+
+    fn expire_held(&mut self) {
+        let now = Instant::now();
+        let mut k = 0;
+        while k < self.held.len() {
+            if self.held[k].until <= now {
+                let h = self.held.swap_remove(k);
+                if self.guests[h.guest]
+                    .listener
+                    .id_valid(h.id)
+                    .unwrap_or(false)
+                {
+                    self.decide(h.guest, h.id, h.call, h.t0);
+                } else {
+                    self.guests[h.guest].vanished += 1;
+                }
+            } else {
+                k += 1;
+            }
+        }
+    }
+
+    fn publish(&mut self) {
+        let Some(dir) = self.opts.status_dir.clone() else {
+            return;
+        };
+        let s = self.status();
+        if let Err(e) = status::publish(&dir, &s) {
+            let msg = format!("cannot publish the status in {}: {e}", dir.display());
+            (self.log)(&msg);
+            self.opts.status_dir = None;
+        }
+    }
+
+    /// The status as `exec status` shows it.
+    pub fn status(&self) -> ExecStatus {
+        ExecStatus {
+            schema: status::SCHEMA.into(),
+            pid: std::process::id(),
+            uid: mantle_sys::os::geteuid(),
+            path: "protected".into(),
+            priority: self.setup.priority.as_ref().ok().copied(),
+            memory_locked: self.setup.memory_locked.is_ok(),
+            sync_wake_up: self.setup.sync_wake_up,
+            fail_open: self.opts.fail_open,
+            started_unix_ms: self.started_ms,
+            updated_unix_ms: status::now_unix_ms(),
+            guests: self
+                .guests
+                .iter()
+                .enumerate()
+                .map(|(i, g)| GuestStatus {
+                    name: g.name.clone(),
+                    pid: g.pid,
+                    command: g.argv.clone(),
+                    state: match &g.end {
+                        None if g.status.is_some() => "starting",
+                        None => "running",
+                        Some(End::Exited(_)) => "exited",
+                        Some(End::Killed { .. }) => "killed",
+                        Some(End::NotStarted { .. }) => "not-started",
+                    }
+                    .into(),
+                    exit_code: match g.end {
+                        Some(End::Exited(c)) => Some(c),
+                        _ => None,
+                    },
+                    signal: match g.end {
+                        Some(End::Killed { signal, .. }) => Some(signal),
+                        _ => None,
+                    },
+                    agents: g.agent_names.clone(),
+                    calls: g
+                        .stats
+                        .iter()
+                        .map(|s| CallStat {
+                            name: s.nr.name().into_owned(),
+                            count: s.count,
+                            executive_ns: s.executive_ns,
+                            kernel_ns: s.kernel_ns,
+                        })
+                        .collect(),
+                    vanished: g.vanished,
+                    held: self.held.iter().filter(|h| h.guest == i).count() as u64,
+                    executive_ns: g.executive_ns,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// SIGSEGV, SIGKILL... or "signal N".
+pub fn signal_name(sig: i32) -> String {
+    let names = [
+        (libc::SIGHUP, "SIGHUP"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGILL, "SIGILL"),
+        (libc::SIGTRAP, "SIGTRAP"),
+        (libc::SIGABRT, "SIGABRT"),
+        (libc::SIGBUS, "SIGBUS"),
+        (libc::SIGFPE, "SIGFPE"),
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGSEGV, "SIGSEGV"),
+        (libc::SIGPIPE, "SIGPIPE"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGSYS, "SIGSYS"),
+    ];
+    names
+        .iter()
+        .find(|(n, _)| *n == sig)
+        .map(|(_, s)| s.to_string())
+        .unwrap_or_else(|| format!("signal {sig}"))
+}
