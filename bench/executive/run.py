@@ -21,7 +21,13 @@ Rows (ROWS below; the paper's figure in cycles at 2.4 GHz, shown in ns):
                    executive performs getppid on the guest's behalf through
                    seccomp user notification
                    paper: System Call + RPC from Guest to Executive & back
-  fast             the same with `--path fast` (in-guest trap, shared memory)
+  protected --priority 0  the same with the executive at SCHED_OTHER (the
+                   default SCHED_FIFO 99 costs ~3 us per round trip on this VM)
+  fast             the same with `--path fast` (in-guest trap, shared memory;
+                   the executive answers getppid itself: one round trip;
+                   `--spin on` across CPUs, `--spin off` on one CPU)
+  fast --rewrite-sites  the fast path with the trapped call site rewritten
+                   into a jump after its first trap (no signal afterwards)
   ref: rows        reference floors, not mantle: what the mechanism under
                    each of mantle's paths costs with nothing on top.
                    notif floor: notif_floor.c, a minimal seccomp user
@@ -143,7 +149,15 @@ ROWS = [
         tool=["{mantle}", "run", "--perform", "getppid", "--"], interposed=True, needs="{mantle}",
         paper=("System Call + RPC Guest to Executive & back", 430 + 2900)),
     Row("fast", "getppid, mantle fast path", "getppid",
-        tool=["{mantle}", "run", "--path", "fast", "--perform", "getppid", "--"],
+        tool=["{mantle}", "run", "--path", "fast", "--spin", "{spin}", "--perform", "getppid", "--"],
+        interposed=True, needs="{mantle}",
+        paper=("System Call + RPC Guest to Executive & back", 430 + 2900)),
+    Row("protected_other", "getppid, protected, --priority 0", "getppid",
+        tool=["{mantle}", "run", "--priority", "0", "--perform", "getppid", "--"],
+        interposed=True, needs="{mantle}"),
+    Row("fast_rewrite", "getppid, fast path, --rewrite-sites", "getppid",
+        tool=["{mantle}", "run", "--path", "fast", "--spin", "{spin}", "--rewrite-sites",
+              "--perform", "getppid", "--"],
         interposed=True, needs="{mantle}",
         paper=("System Call + RPC Guest to Executive & back", 430 + 2900)),
     Row("notif_floor", "ref: seccomp notif floor (C)", "getppid",
@@ -164,7 +178,9 @@ ROWS = [
 ]
 BARS = [  # (row, against, minimum ratio, how the ratio is formed)
     ("protected", "ptrace", 2.5, "median(ptrace)/median(protected)"),
+    ("protected_other", "ptrace", 2.5, "median(ptrace)/median(protected, --priority 0)"),
     ("fast", "ptrace", 4.0, "median(ptrace)/median(fast)"),
+    ("fast_rewrite", "ptrace", 4.0, "median(ptrace)/median(fast, --rewrite-sites)"),
     ("ggrpc", "pipe", 1.0, "median(pipe)/median(ggrpc), must be > 1 (paper 1.57)"),
 ]
 
@@ -272,8 +288,9 @@ class Bench:
                       "mantle": args.mantle or ""}
         self.errors = []
 
-    def tool_argv(self, row, oneway):
-        s = dict(self.subst, oneway=oneway)
+    def tool_argv(self, row, oneway, across=False):
+        # the fast path spins only where guest and executive have a CPU each
+        s = dict(self.subst, oneway=oneway, spin="on" if across else "off")
         return [t.format(**s) for t in row.tool] if row.tool else []
 
     def command(self, row, cond, n, warm, out, oneway):
@@ -283,7 +300,7 @@ class Bench:
                  "-c", str(gcpu), "-o", out]
         if row.mode == "pipe":
             guest += ["-p", str(ocpu)]
-        return ["taskset", "-c", str(ocpu)] + self.tool_argv(row, oneway) + guest
+        return ["taskset", "-c", str(ocpu)] + self.tool_argv(row, oneway, cond["across"]) + guest
 
     def run_once(self, row, cond, n, warm, tag, timeout):
         out = os.path.join(self.tmp, f"{row.key}-{tag}.bin")
@@ -651,7 +668,7 @@ def plot(js, path, cmdline):
         for i, r in enumerate(rows):
             s = r["conditions"][cn]["stats"]
             if s:
-                ax.bar(i, s["median"], color="tab:orange" if r["key"] in ("protected", "fast", "ggrpc")
+                ax.bar(i, s["median"], color="tab:orange" if r["key"] in ("protected", "protected_other", "fast", "fast_rewrite", "ggrpc")
                        else "tab:blue")
                 ax.errorbar(i, s["median"], yerr=[[0], [s["p99"] - s["median"]]], color="black",
                             capsize=3, lw=1)

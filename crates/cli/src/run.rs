@@ -60,6 +60,17 @@ pub struct RunArgs {
     /// interposed calls then fail with ENOSYS) instead of killing them.
     #[arg(long)]
     fail_open: bool,
+    /// Fast path: let the stub rewrite a trapped `mov $nr,%eax; syscall`
+    /// site into a jump, so later calls from it skip the signal (patches
+    /// the guest's code; only while the process has one thread).
+    #[arg(long, requires = "path")]
+    rewrite_sites: bool,
+    /// Fast path: whether guest and executive spin before they sleep
+    /// (auto: when this process may run on more than one CPU). Spinning
+    /// saves a cross-CPU wake-up; sharing one CPU, it only delays the other
+    /// side.
+    #[arg(long, value_parser = ["auto", "on", "off"], default_value = "auto")]
+    spin: String,
     /// Do not ask for SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (to measure it).
     #[arg(long)]
     no_sync_wake_up: bool,
@@ -132,7 +143,16 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
     let count = built.count.clone();
     let chain = mantle_exec::Chain::new(built.agents);
-    match run_fast(&def.command, chain, &FastOptions::default()) {
+    let mut opts = FastOptions {
+        rewrite: a.rewrite_sites,
+        ..FastOptions::default()
+    };
+    match a.spin.as_str() {
+        "on" => (opts.guest_spin, opts.exec_spin) = (2000, 50_000),
+        "off" => (opts.guest_spin, opts.exec_spin) = (0, 0),
+        _ => {}
+    }
+    match run_fast(&def.command, chain, &opts) {
         Ok((status, _stats)) => {
             print_counts(&def.name, &count, a.json);
             use std::os::unix::process::ExitStatusExt;
@@ -158,6 +178,12 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
 }
 
 pub fn run(a: RunArgs) -> Result<(), Failure> {
+    if (a.rewrite_sites || a.spin != "auto") && a.path != "fast" {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "--rewrite-sites and --spin are fast-path options (--path fast)",
+        ));
+    }
     if a.path == "fast" && a.system.is_some() {
         return Err(Failure::new(
             EXIT_USAGE,
