@@ -700,3 +700,28 @@ fn sigterm_to_mantle_reaches_the_guest() {
     let st = c.wait().unwrap();
     assert_eq!(st.code(), Some(128 + 15));
 }
+
+/// Interposing every call, sendmsg included (the call the launcher passes
+/// the listener with), still starts the guest: `--trace=all` sees every
+/// call of the shell, and `--deny sendmsg` applies to the guest only.
+#[test]
+fn interposing_every_call_still_launches() {
+    let o = mantle(&["run", "--count=all", "--", "sh", "-c", "echo hi"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "hi\n");
+    let e = text(&o.stderr);
+    for call in ["execve", "exit_group", "write"] {
+        assert!(e.contains(call), "{call} not counted: {e}");
+    }
+    let o = mantle(&[
+        "run",
+        "--deny",
+        "sendmsg=EPERM",
+        "--",
+        "sh",
+        "-c",
+        "echo hi",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "hi\n");
+}

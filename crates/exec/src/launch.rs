@@ -28,7 +28,7 @@ pub enum LaunchError {
     NotExecutable(String),
     #[error("{0}: argument contains a NUL byte")]
     Nul(String),
-    #[error("the filter wants {0} system calls (at most 250)")]
+    #[error("the filter wants {0} system calls (at most 1024)")]
     TooManyCalls(usize),
     #[error("cannot {what}")]
     Sys {
@@ -139,10 +139,17 @@ pub struct Spawned {
 /// Starts `cmd` with a filter sending the calls `wants` (numbers) to the
 /// listener; `sync_wake` asks for SYNC_WAKE_UP (set when the kernel has it).
 pub fn spawn(cmd: &Prepared, wants: &[u32], sync_wake: bool) -> Result<Spawned, LaunchError> {
-    if wants.len() > 250 {
+    if wants.len() > 1024 {
         return Err(LaunchError::TooManyCalls(wants.len()));
     }
-    let filter = seccomp::notify_on_set(wants);
+    // the child passes the listener with a sendmsg only this cookie lets
+    // through (the call may be interposed, and nobody holds the listener
+    // yet)
+    let cookie = mantle_sys::os::random_u64().map_err(|source| LaunchError::Sys {
+        what: "getrandom",
+        source,
+    })?;
+    let filter = seccomp::notify_on_set(wants, Some(cookie));
     let mut argv: Vec<*const libc::c_char> = cmd.args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = cmd.env.iter().map(|a| a.as_ptr()).collect();
@@ -155,6 +162,7 @@ pub fn spawn(cmd: &Prepared, wants: &[u32], sync_wake: bool) -> Result<Spawned, 
         argv: &argv,
         envp: &envp,
         filter: &filter,
+        launch_cookie: cookie,
     };
     let child = supervise::spawn_filtered(&x, theirs, status_w).map_err(sys("fork"))?;
     let pid = child.pid();

@@ -527,6 +527,21 @@ pub fn errno_in_chain(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
     None
 }
 
+/// 64 random bits from the kernel's CSPRNG (getrandom(2)).
+pub fn random_u64() -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    // SAFETY: b is a writable buffer of 8 bytes for the call.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        return Err(if n < 0 {
+            io::Error::last_os_error()
+        } else {
+            io::Error::other("short getrandom")
+        });
+    }
+    Ok(u64::from_ne_bytes(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

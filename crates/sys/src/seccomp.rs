@@ -132,27 +132,57 @@ pub const fn notify_on(nr: libc::c_long) -> [sock_filter; 7] {
     ]
 }
 
+/// Compares per block of [`notify_on_set`]: a conditional jump's offset is
+/// 8 bits, so each block's compares jump to a `RET NOTIFY` of their own.
+const BLOCK: usize = 200;
+
 /// A filter that sends every system call in `nrs` of this architecture to
 /// the listener and allows everything else (another architecture's calls
-/// are killed, as in [`notify_on`]). One compare per call in `nrs`
-/// (linear; the kernel caches the verdict of constant filters per
-/// syscall number anyway). At most 250 numbers (jump offsets are 8-bit).
-pub fn notify_on_set(nrs: &[u32]) -> Vec<sock_filter> {
-    use libc::{BPF_ABS, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
-    let nrs = &nrs[..nrs.len().min(250)];
-    let n = nrs.len();
+/// are killed, as in [`notify_on`]). One compare per call, in blocks of
+/// [`BLOCK`] that each end in `JA +1; RET NOTIFY` (an unconditional jump
+/// has a 32-bit offset), so any number of calls fits; the filter depends
+/// on the call number only, so the kernel caches its ALLOW verdicts per
+/// number (seccomp's action cache, Linux 5.11) and the calls that are not
+/// interposed do not run it.
+///
+/// `launch_cookie`: a `sendmsg` whose sixth argument (unused by sendmsg)
+/// is this value is always allowed. The launcher passes the new listener
+/// to the executive with such a sendmsg after installing the filter; were
+/// sendmsg interposed, it would wait for an executive that does not have
+/// the listener yet. The cookie is random, lives only in the launcher and
+/// in the child before its exec, and the filter cannot be read back
+/// without CAP_SYS_ADMIN, so a guest cannot use it. Only sendmsg's
+/// verdict depends on an argument: every other call's stays cacheable.
+pub fn notify_on_set(nrs: &[u32], launch_cookie: Option<u64>) -> Vec<sock_filter> {
+    use libc::{BPF_ABS, BPF_JA, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let mut f = vec![
         stmt(BPF_LD | BPF_W | BPF_ABS, 4),
         jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH, 1, 0),
         stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_KILL_PROCESS),
         stmt(BPF_LD | BPF_W | BPF_ABS, 0),
     ];
-    // compare i jumps to NOTIFY (after the ALLOW) when equal
-    for (i, &nr) in nrs.iter().enumerate() {
-        f.push(jump(BPF_JMP | BPF_JEQ | BPF_K, nr, (n - i) as u8, 0));
+    if let Some(c) = launch_cookie {
+        // seccomp_data.args[5] at 16 + 5 * 8, little-endian halves
+        f.extend([
+            jump(BPF_JMP | BPF_JEQ | BPF_K, libc::SYS_sendmsg as u32, 0, 5),
+            stmt(BPF_LD | BPF_W | BPF_ABS, 56),
+            jump(BPF_JMP | BPF_JEQ | BPF_K, c as u32, 0, 3),
+            stmt(BPF_LD | BPF_W | BPF_ABS, 60),
+            jump(BPF_JMP | BPF_JEQ | BPF_K, (c >> 32) as u32, 0, 1),
+            stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW),
+            stmt(BPF_LD | BPF_W | BPF_ABS, 0),
+        ]);
+    }
+    for block in nrs.chunks(BLOCK) {
+        let k = block.len();
+        // compare i (of k) jumps over the rest and the JA to the NOTIFY
+        for (i, &nr) in block.iter().enumerate() {
+            f.push(jump(BPF_JMP | BPF_JEQ | BPF_K, nr, (k - i) as u8, 0));
+        }
+        f.push(stmt(BPF_JMP | BPF_JA, 1));
+        f.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_USER_NOTIF));
     }
     f.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW));
-    f.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_USER_NOTIF));
     f
 }
 
@@ -433,20 +463,69 @@ mod tests {
         assert_eq!(ALLOW_ALL[0].k, libc::SECCOMP_RET_ALLOW);
     }
 
-    #[test]
-    fn set_filters_jump_to_notify() {
-        let f = notify_on_set(&[39, 257, 2]);
-        assert_eq!(f.len(), 4 + 3 + 2);
-        let notify = f.len() - 1;
-        assert_eq!(f[notify].k, libc::SECCOMP_RET_USER_NOTIF);
-        assert_eq!(f[notify - 1].k, libc::SECCOMP_RET_ALLOW);
-        for i in 0..3 {
-            let at = 4 + i;
-            // pc after the compare + jt lands on NOTIFY
-            assert_eq!(at + 1 + f[at].jt as usize, notify);
-            assert_eq!(f[at].jf, 0);
+    /// Runs a filter made of the instructions notify_on_set emits (LD ABS,
+    /// JEQ, JA, RET) on (arch, nr): the verdict.
+    fn verdict(f: &[sock_filter], arch: u32, nr: u32, arg5: u64) -> u32 {
+        let (mut pc, mut acc) = (0usize, 0u32);
+        loop {
+            let i = f[pc];
+            match i.code as u32 {
+                c if c == libc::BPF_LD | libc::BPF_W | libc::BPF_ABS => {
+                    acc = match i.k {
+                        0 => nr,
+                        4 => arch,
+                        56 => arg5 as u32,
+                        60 => (arg5 >> 32) as u32,
+                        k => panic!("load of offset {k}"),
+                    };
+                    pc += 1;
+                }
+                c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
+                    pc += 1 + if acc == i.k { i.jt } else { i.jf } as usize;
+                }
+                c if c == libc::BPF_JMP | libc::BPF_JA => pc += 1 + i.k as usize,
+                c if c == libc::BPF_RET | libc::BPF_K => return i.k,
+                c => panic!("unexpected instruction {c:#x}"),
+            }
         }
-        assert_eq!(notify_on_set(&[]).len(), 6);
+    }
+
+    /// For sets of every size around the block boundary and beyond, every
+    /// call number 0..1024 is notified if and only if it is in the set;
+    /// another architecture is killed.
+    #[test]
+    fn set_filters_notify_exactly_their_calls() {
+        let cookie = 0x0123_4567_89ab_cdef_u64;
+        let sendmsg = libc::SYS_sendmsg as u32;
+        for n in [0usize, 1, 3, 199, 200, 201, 399, 400, 401, 362, 1024] {
+            // a spread of numbers, not 0..n, so blocks hold unsorted calls
+            let set: Vec<u32> = (0..n as u32).map(|i| (i * 7) % 1024).collect();
+            for launch in [None, Some(cookie)] {
+                let f = notify_on_set(&set, launch);
+                assert!(f.len() <= 4096, "BPF_MAXINSNS");
+                for nr in 0..1024u32 {
+                    let want = if set.contains(&nr) {
+                        libc::SECCOMP_RET_USER_NOTIF
+                    } else {
+                        libc::SECCOMP_RET_ALLOW
+                    };
+                    // any sixth argument but the cookie changes nothing
+                    for a5 in [0, cookie ^ 1, cookie ^ (1 << 40)] {
+                        assert_eq!(verdict(&f, AUDIT_ARCH, nr, a5), want, "set of {n}, nr {nr}");
+                    }
+                    let with_cookie = if launch.is_some() && nr == sendmsg {
+                        libc::SECCOMP_RET_ALLOW
+                    } else {
+                        want
+                    };
+                    assert_eq!(verdict(&f, AUDIT_ARCH, nr, cookie), with_cookie, "nr {nr}");
+                }
+                assert_eq!(
+                    verdict(&f, 0x4000_0003, 1, 0),
+                    libc::SECCOMP_RET_KILL_PROCESS
+                );
+            }
+        }
     }
 
     /// A child installs a filter that notifies on getppid; the parent

@@ -123,6 +123,13 @@ const _: () = assert!(std::mem::size_of::<libc::cmsghdr>() + 4 <= 24);
 /// Sends fd `fd` with one byte over unix socket `sock` (SCM_RIGHTS).
 /// Async-signal-safe (no allocation): for a child between fork and exec.
 pub fn send_fd(sock: BorrowedFd, fd: RawFd) -> io::Result<()> {
+    send_fd_tagged(sock, fd, 0)
+}
+
+/// [`send_fd`] as a raw sendmsg whose (unused) sixth argument is `tag`:
+/// the launch cookie a seccomp filter lets through
+/// ([`crate::seccomp::notify_on_set`]).
+pub fn send_fd_tagged(sock: BorrowedFd, fd: RawFd, tag: u64) -> io::Result<()> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
@@ -147,8 +154,19 @@ pub fn send_fd(sock: BorrowedFd, fd: RawFd) -> io::Result<()> {
         std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<i32>(), fd);
     }
     loop {
-        // SAFETY: msg points to live iov and cbuf for the call.
-        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        // SAFETY: msg points to live iov and cbuf for the call; the two
+        // extra arguments are ignored by sendmsg.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_sendmsg,
+                sock.as_raw_fd(),
+                &msg as *const libc::msghdr,
+                libc::MSG_NOSIGNAL,
+                0,
+                0,
+                tag,
+            )
+        };
         if r >= 0 {
             return Ok(());
         }
@@ -424,6 +442,8 @@ pub struct FilteredExec<'a> {
     /// NULL-terminated.
     pub envp: &'a [*const libc::c_char],
     pub filter: &'a [crate::seccomp::sock_filter],
+    /// The filter's launch cookie (see `seccomp::notify_on_set`).
+    pub launch_cookie: u64,
 }
 
 /// Forks a child that sets no_new_privs, installs `x.filter` with a new
@@ -451,8 +471,12 @@ pub fn spawn_filtered(
             Ok(l) => l,
             Err(e) => return fail(STEP_FILTER, e.errno().unwrap_or(0)),
         };
-        if let Err(e) = send_fd(sock.as_fd(), l.as_raw_fd()) {
-            return fail(STEP_SEND_LISTENER, e.raw_os_error().unwrap_or(0));
+        if let Err(e) = send_fd_tagged(sock.as_fd(), l.as_raw_fd(), x.launch_cookie) {
+            // the status write may be interposed, and nobody holds the
+            // listener: end without it (the parent sees the socket close)
+            let _ = e;
+            // SAFETY: _exit ends the child at once; nothing to clean up.
+            unsafe { libc::_exit(127) };
         }
         drop(l);
         let e = execve(x.path, x.argv, x.envp);
