@@ -66,6 +66,7 @@ mod tests {
 
     #[test]
     fn a_second_open_waits_then_gives_up() {
+        let _g = crate::test_serial(); // opens fds: not while others count them
         let p = std::env::temp_dir().join(format!("mantle-lock-{}", std::process::id()));
         let a = std::fs::File::create(&p).unwrap();
         let b = std::fs::File::open(&p).unwrap();

@@ -431,6 +431,7 @@ mod tests {
     /// field we name, and the kernel's struct no smaller than ours.
     #[test]
     fn attr_matches_kernel_btf() {
+        let _g = crate::test_serial(); // opens the BTF file: fds are counted elsewhere
         use libbpf_rs::btf::types::{MemberAttr, Struct};
         use libbpf_rs::btf::{Btf, HasSize};
         let Ok(btf) = Btf::from_vmlinux() else {

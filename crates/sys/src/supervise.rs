@@ -574,6 +574,7 @@ mod tests {
 
     #[test]
     fn an_fd_crosses_a_socketpair() {
+        let _g = crate::test_serial(); // opens fds: not while others count them
         let (a, b) = socketpair().unwrap();
         let (r, w) = crate::os::pipe().unwrap();
         send_fd(a.as_fd(), w.as_raw_fd()).unwrap();
