@@ -218,18 +218,7 @@ pub fn spawn_fast(
             "MANTLE_FAST_PATH",
             format!("/proc/{}/fd/{fd}", std::process::id()),
         );
-    // SAFETY: the closure runs in the child between fork and exec and only
-    // makes async-signal-safe system calls (fcntl, prctl).
-    unsafe {
-        c.pre_exec(move || {
-            if libc::fcntl(fd, libc::F_SETFD, 0) != 0
-                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut c, fd);
     let child = c.spawn().map_err(os("start the guest"))?;
     let server = Server::new(region, chain, child.id());
     Ok((child, server))

@@ -38,6 +38,9 @@
 //! path's slots are lock-free (a state word per slot, futex waits); the
 //! `--count` table is atomics.
 
+// Every system call is mantle-sys's (supervise, seccomp, shm, os).
+#![forbid(unsafe_code)]
+
 pub mod agent;
 pub mod agents;
 pub mod executive;

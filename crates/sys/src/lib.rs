@@ -13,6 +13,8 @@
 //!   links, freezing, `BPF_PROG_RUN`, program ids, iterators.
 //! * [`perf`]: perf_event_open(2), the perf ioctls, the mmap'd perf ring.
 //! * [`seccomp`]: seccomp(2) filters and the user-notification fd's ioctls.
+//! * [`shm`]: memfd shared mappings reached only through atomics, and
+//!   shared futexes (the executive's fast path).
 //! * [`sud`]: prctl(PR_SET_SYSCALL_USER_DISPATCH) and the SIGSYS it raises.
 //! * [`supervise`]: a supervisor's calls: process_vm_readv, per-thread
 //!   fsuid/fsgid/groups, SCHED_FIFO, mlockall, SCM_RIGHTS, waitpid, poll.
@@ -37,6 +39,7 @@ pub mod os;
 pub mod perf;
 pub mod probe;
 pub mod seccomp;
+pub mod shm;
 pub mod sud;
 pub mod supervise;
 

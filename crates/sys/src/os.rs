@@ -527,6 +527,14 @@ pub fn errno_in_chain(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
     None
 }
 
+/// The time-stamp counter (x86-64 `rdtsc`): the fast path's guest stub
+/// stamps its traps with it too.
+#[cfg(target_arch = "x86_64")]
+pub fn tsc() -> u64 {
+    // SAFETY: rdtsc has no memory effects; every x86-64 CPU has it.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
 /// 64 random bits from the kernel's CSPRNG (getrandom(2)).
 pub fn random_u64() -> io::Result<u64> {
     let mut b = [0u8; 8];

@@ -558,6 +558,26 @@ pub fn term_requested() -> i32 {
     TERM.load(std::sync::atomic::Ordering::SeqCst)
 }
 
+/// Makes the child `cmd` starts keep fd `fd` open across its exec (clears
+/// FD_CLOEXEC in the child only) and receive SIGKILL when the thread that
+/// spawned it dies (PR_SET_PDEATHSIG): for guests that must not outlive
+/// their executive.
+pub fn inherit_fd_and_die_with_parent(cmd: &mut std::process::Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes async-signal-safe system calls (fcntl, prctl) on integers.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,9 +9,12 @@
 //! [`super::server`]).
 
 use mantle_abi::exec::{self as abi, FastSlot};
+use mantle_sys::shm::SharedMem;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub(crate) use mantle_sys::shm::{futex_wait, futex_wake};
 
 /// Byte offsets of the header words the executive touches.
 pub(crate) mod hdr {
@@ -43,15 +46,9 @@ pub(crate) mod slot {
 
 /// The executive's mapping of the region.
 pub struct Region {
-    fd: OwnedFd,
-    base: *mut u8,
-    len: usize,
+    mem: SharedMem,
     nslots: usize,
 }
-
-// SAFETY: the mapping is shared memory accessed only through atomics; the
-// pointer stays valid until Drop, whichever thread owns the Region.
-unsafe impl Send for Region {}
 
 impl Region {
     /// A new region with `nslots` slots (1..=1024), the header filled in:
@@ -63,36 +60,8 @@ impl Region {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "slot count"));
         }
         let len = abi::region_size(nslots);
-        // SAFETY: a NUL-terminated name and plain flags.
-        let fd = unsafe { libc::memfd_create(c"mantle-fast".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a new fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: ftruncate on our own fd.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh shared mapping of our memfd, of its full size;
-        // no Rust reference to it exists.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         let r = Region {
-            fd,
-            base: p.cast(),
-            len,
+            mem: SharedMem::create(c"mantle-fast", len)?,
             nslots,
         };
         let mut h = abi::FastHdr {
@@ -117,10 +86,10 @@ impl Region {
             }
         }
         use mantle_abi::IntoBytes;
-        let b = h.as_bytes();
-        // SAFETY: the header fits in the mapping (len >= 4096) and no guest
-        // has the fd yet, so nothing else writes it.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), r.base, b.len()) };
+        // no guest has the fd yet: nothing else writes the header
+        if !r.mem.write_bytes(0, h.as_bytes()) {
+            return Err(io::Error::other("the region header does not fit"));
+        }
         Ok(r)
     }
 
@@ -135,26 +104,20 @@ impl Region {
     }
 
     pub fn fd(&self) -> &OwnedFd {
-        &self.fd
+        self.mem.fd()
     }
     pub fn nslots(&self) -> usize {
         self.nslots
     }
 
-    fn at(&self, off: usize) -> *mut u8 {
-        debug_assert!(off < self.len);
-        // SAFETY: callers pass offsets inside the mapping (checked above
-        // in debug builds; all offsets are constants or slot-bounded).
-        unsafe { self.base.add(off) }
-    }
+    // Offsets are the layout's constants and slot indices below nslots:
+    // always inside and aligned (mantle_abi::exec asserts the layout), so
+    // a miss is a bug in this file, not guest input.
     fn u32_at(&self, off: usize) -> &AtomicU32 {
-        // SAFETY: off is 4-aligned and inside the mapping, which lives as
-        // long as self; all access to it is atomic.
-        unsafe { AtomicU32::from_ptr(self.at(off).cast()) }
+        self.mem.u32(off).expect("a u32 of the region layout")
     }
     fn u64_at(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: as u32_at, 8-aligned.
-        unsafe { AtomicU64::from_ptr(self.at(off).cast()) }
+        self.mem.u64(off).expect("a u64 of the region layout")
     }
 
     pub(crate) fn hdr32(&self, off: usize) -> &AtomicU32 {
@@ -201,56 +164,13 @@ impl Region {
             return false;
         }
         let off = abi::paths_off(self.nslots) + i * abi::FAST_PATH_SIZE;
-        for (k, &b) in bytes.iter().chain([0u8].iter()).enumerate() {
-            // SAFETY: off + k < paths_off + (i + 1) * 4096 <= len; a byte
-            // atomic store is the same as a plain byte store on x86 but
-            // keeps the race with the guest defined.
-            unsafe { std::sync::atomic::AtomicU8::from_ptr(self.at(off + k)) }
-                .store(b, Ordering::Relaxed);
-        }
-        true
+        self.mem.write_bytes(off, bytes) && self.mem.write_bytes(off + bytes.len(), &[0])
     }
 
     /// Offset of slot `i`'s path buffer in the region.
     pub(crate) fn path_off(&self, i: usize) -> u64 {
         (abi::paths_off(self.nslots) + i * abi::FAST_PATH_SIZE) as u64
     }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: base/len are our mapping; no reference into it outlives
-        // self (every accessor borrows self).
-        unsafe { libc::munmap(self.base.cast(), self.len) };
-    }
-}
-
-/// FUTEX_WAIT on a shared word while it holds `val`, at most `timeout`;
-/// true if the time ran out.
-pub(crate) fn futex_wait(word: &AtomicU32, val: u32, timeout: std::time::Duration) -> bool {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs() as libc::time_t,
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: word is a valid aligned u32 for the duration of the call; ts
-    // lives on the stack. Shared futex (no PRIVATE flag): the guest is
-    // another process.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            val,
-            &ts as *const libc::timespec,
-        )
-    };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
-}
-
-/// FUTEX_WAKE one waiter of a shared word.
-pub(crate) fn futex_wake(word: &AtomicU32) {
-    // SAFETY: word is a valid aligned u32; FUTEX_WAKE reads nothing else.
-    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1) };
 }
 
 #[cfg(test)]

@@ -78,8 +78,7 @@ pub struct Server {
 
 /// The time-stamp counter (the guest stamps `t_trap` with `rdtsc` too).
 pub fn tsc() -> u64 {
-    // SAFETY: rdtsc has no memory effects; every x86-64 CPU has it.
-    unsafe { core::arch::x86_64::_rdtsc() }
+    mantle_sys::os::tsc()
 }
 
 impl Server {
@@ -433,26 +432,13 @@ impl Guest for FastGuest<'_> {
         if buf.is_empty() {
             return Ok(0);
         }
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        // SAFETY: local describes buf, which we borrow mutably; remote is
-        // only an address in the other process, checked by the kernel.
-        let n = unsafe { libc::process_vm_readv(self.tid as i32, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
+        mantle_sys::supervise::read_memory(self.tid, addr, buf).map_err(|e| {
+            match e.raw_os_error() {
                 Some(libc::EFAULT) => GuestError::Fault(addr),
                 Some(libc::ESRCH) => GuestError::Gone,
                 _ => GuestError::Os(e.to_string()),
-            });
-        }
-        Ok(n as usize)
+            }
+        })
     }
     fn still_pending(&mut self) -> bool {
         let r = self.region;

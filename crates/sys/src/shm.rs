@@ -1,0 +1,194 @@
+//! Memory shared with other processes: a memfd mapped `MAP_SHARED`, whose
+//! fd is handed to them (inherited, or passed over a socket). Used by the
+//! executive's fast path (crates/exec/src/fast) for its slots.
+//!
+//! Invariants: the other side writes the same memory concurrently and is
+//! not trusted, so nothing hands out a reference to plain data in the
+//! mapping: every access is an atomic of one aligned word (or byte), and
+//! an atomic read of garbage is just a wrong value to validate. Accessors
+//! check bounds and alignment and return `None` otherwise.
+//!
+//! No locks.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
+
+/// A shared mapping of a memfd of its own.
+pub struct SharedMem {
+    fd: OwnedFd,
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is valid until Drop and only reached through atomics
+// (see the module doc), so any thread may own or share it.
+unsafe impl Send for SharedMem {}
+unsafe impl Sync for SharedMem {}
+
+impl SharedMem {
+    /// A new memfd of `len` bytes (zeroed, close-on-exec) named `name`
+    /// (shown in /proc/PID/maps), mapped read-write and shared.
+    pub fn create(name: &CStr, len: usize) -> io::Result<SharedMem> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "empty shared memory",
+            ));
+        }
+        // SAFETY: a NUL-terminated name and plain flags.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a new fd that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate on our own fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh shared mapping of our memfd, of its full size; no
+        // Rust reference to it exists.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMem {
+            fd,
+            base: p.cast(),
+            len,
+        })
+    }
+
+    pub fn fd(&self) -> &OwnedFd {
+        &self.fd
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn ptr(&self, off: usize, size: usize) -> Option<*mut u8> {
+        (off.checked_add(size)? <= self.len && off % size == 0)
+            // SAFETY: off + size <= len: inside the mapping.
+            .then(|| unsafe { self.base.add(off) })
+    }
+
+    /// The byte at `off`, if inside.
+    pub fn u8(&self, off: usize) -> Option<&AtomicU8> {
+        // SAFETY: in bounds; valid for the life of &self; every access to
+        // the mapping is atomic.
+        self.ptr(off, 1).map(|p| unsafe { AtomicU8::from_ptr(p) })
+    }
+
+    /// The aligned u32 at `off`, if inside.
+    pub fn u32(&self, off: usize) -> Option<&AtomicU32> {
+        // SAFETY: in bounds and 4-aligned (the mapping is page-aligned);
+        // valid for the life of &self; every access is atomic.
+        self.ptr(off, 4)
+            .map(|p| unsafe { AtomicU32::from_ptr(p.cast()) })
+    }
+
+    /// The aligned u64 at `off`, if inside.
+    pub fn u64(&self, off: usize) -> Option<&AtomicU64> {
+        // SAFETY: as u32, 8-aligned.
+        self.ptr(off, 8)
+            .map(|p| unsafe { AtomicU64::from_ptr(p.cast()) })
+    }
+
+    /// Stores `bytes` at `off` byte by byte (atomically each: another
+    /// process may be reading); false if they do not fit.
+    pub fn write_bytes(&self, off: usize, bytes: &[u8]) -> bool {
+        if off
+            .checked_add(bytes.len())
+            .is_none_or(|end| end > self.len)
+        {
+            return false;
+        }
+        for (k, &b) in bytes.iter().enumerate() {
+            if let Some(a) = self.u8(off + k) {
+                a.store(b, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        true
+    }
+}
+
+impl Drop for SharedMem {
+    fn drop(&mut self) {
+        // SAFETY: base/len are our mapping; no reference into it outlives
+        // self (every accessor borrows self).
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// FUTEX_WAIT on a word shared with other processes while it holds `val`,
+/// at most `timeout`; true if the time ran out.
+pub fn futex_wait(word: &AtomicU32, val: u32, timeout: std::time::Duration) -> bool {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: word is a valid aligned u32 for the duration of the call; ts
+    // lives on the stack. Shared futex (no PRIVATE flag): the other side
+    // is another process.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            val,
+            &ts as *const libc::timespec,
+        )
+    };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
+}
+
+/// FUTEX_WAKE one waiter of a word shared with other processes.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: word is a valid aligned u32; FUTEX_WAKE reads nothing else.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering::Relaxed;
+
+    #[test]
+    fn accessors_check_bounds_and_alignment() {
+        let m = SharedMem::create(c"mantle-test", 4096).unwrap();
+        assert!(m.u64(4088).is_some() && m.u64(4089).is_none() && m.u64(4096).is_none());
+        assert!(m.u32(4092).is_some() && m.u32(2).is_none());
+        assert!(m.u8(4095).is_some() && m.u8(4096).is_none());
+        assert!(m.u64(usize::MAX - 3).is_none());
+        m.u64(8).unwrap().store(7, Relaxed);
+        assert_eq!(m.u32(8).unwrap().load(Relaxed), 7);
+        assert!(m.write_bytes(4090, b"abcdef"));
+        assert!(!m.write_bytes(4091, b"abcdef"));
+        assert_eq!(m.u8(4095).unwrap().load(Relaxed), b'f');
+        assert!(SharedMem::create(c"mantle-test", 0).is_err());
+    }
+
+    #[test]
+    fn futex_wait_times_out_and_returns_on_a_changed_word() {
+        let w = AtomicU32::new(1);
+        assert!(futex_wait(&w, 1, std::time::Duration::from_millis(5)));
+        assert!(!futex_wait(&w, 2, std::time::Duration::from_millis(5)));
+        futex_wake(&w); // nobody waits: harmless
+    }
+}
