@@ -186,6 +186,23 @@ pub fn notify_on_set(nrs: &[u32], launch_cookie: Option<u64>) -> Vec<sock_filter
     f
 }
 
+/// Sets SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on listener `fd` (one ioctl,
+/// no allocation: usable in a probe's forked child). Linux 6.6.
+pub fn set_sync_wake_up_fd(fd: std::os::fd::BorrowedFd<'_>) -> Result<(), Error> {
+    // SAFETY: the flags argument is passed by value (an integer).
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            SECCOMP_IOCTL_NOTIF_SET_FLAGS as _,
+            SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
+        )
+    };
+    if rc < 0 {
+        return Err(Error::SetFlags(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// SECCOMP_IOCTL_NOTIF_SET_FLAGS (linux/seccomp.h, 6.6): _IOW('!', 4, __u64).
 const SECCOMP_IOCTL_NOTIF_SET_FLAGS: libc::c_ulong = 0x4008_2104;
 /// SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP (6.6): wake the supervisor on the
@@ -378,18 +395,7 @@ impl Listener {
     /// (Linux 6.6): the kernel wakes the supervisor synchronously on the
     /// notifying thread's CPU. EINVAL/ENOTTY on older kernels.
     pub fn set_sync_wake_up(&self) -> Result<(), Error> {
-        // SAFETY: the flags argument is passed by value (an integer).
-        let rc = unsafe {
-            libc::ioctl(
-                self.fd.as_raw_fd(),
-                SECCOMP_IOCTL_NOTIF_SET_FLAGS as _,
-                SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP,
-            )
-        };
-        if rc < 0 {
-            return Err(Error::SetFlags(io::Error::last_os_error()));
-        }
-        Ok(())
+        set_sync_wake_up_fd(self.fd.as_fd())
     }
 
     /// SECCOMP_IOCTL_NOTIF_ID_VALID: whether notification `id` is still

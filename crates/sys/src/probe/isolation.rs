@@ -77,6 +77,44 @@ pub(super) fn probe_seccomp_user_notif() -> Feature {
     }
 }
 
+/// Child side of the SYNC_WAKE_UP probe: 0 if the flag could be set on a
+/// fresh listener, else the errno (+100 for an earlier step).
+pub(super) fn sync_wake_up_child() -> i32 {
+    if seccomp::set_no_new_privs().is_err() {
+        return 101;
+    }
+    match seccomp::install_listener_fd(&seccomp::ALLOW_ALL) {
+        Ok(fd) => match seccomp::set_sync_wake_up_fd(std::os::fd::AsFd::as_fd(&fd)) {
+            Ok(()) => 0,
+            Err(e) => code(e.errno()),
+        },
+        Err(_) => 102,
+    }
+}
+
+pub(super) fn probe_seccomp_sync_wake_up() -> Feature {
+    let (available, detail) = match in_child(sync_wake_up_child) {
+        Ok(0) => (
+            true,
+            "set on a listener in a child (the guest and the executive are woken on each other's CPU)".into(),
+        ),
+        Ok(c) if c > 100 => (false, "no seccomp user notification (see above)".into()),
+        Ok(libc::EINVAL) | Ok(libc::ENOTTY) => (
+            false,
+            "SECCOMP_IOCTL_NOTIF_SET_FLAGS refused: needs Linux 6.6 (the executive works without it)".into(),
+        ),
+        Ok(c) => (false, format!("refused: {}", errno_words(c))),
+        Err(e) => (false, e),
+    };
+    Feature {
+        id: "seccomp_sync_wake_up",
+        name: "seccomp notification SYNC_WAKE_UP".into(),
+        available,
+        detail,
+        needed_by: "executive (optional)",
+    }
+}
+
 /// The selector of the SUD probe: it stays on ALLOW, so nothing is
 /// diverted while dispatch is briefly on.
 pub(super) static SUD_SELECTOR: sud::Selector = sud::Selector::new();

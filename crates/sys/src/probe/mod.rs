@@ -54,7 +54,9 @@ pub use report::{Feature, Report};
 
 use caps::{probe_cap, probe_root, Caps, CAPS};
 use fs::{probe_bpffs, probe_btf, probe_cgroup2};
-use isolation::{probe_seccomp_user_notif, probe_syscall_user_dispatch};
+use isolation::{
+    probe_seccomp_sync_wake_up, probe_seccomp_user_notif, probe_syscall_user_dispatch,
+};
 use map::{probe_map_libbpf, probe_mmapable_array};
 use perf::{probe_kprobes, probe_perf_software, probe_pmu_hardware};
 use prog::{
@@ -134,6 +136,7 @@ pub fn probe_all() -> Report {
     run("pmu_hardware", &|| probe_pmu_hardware(&ctx));
     run("perf_software", &|| probe_perf_software(&ctx));
     run("seccomp_user_notif", &probe_seccomp_user_notif);
+    run("seccomp_sync_wake_up", &probe_seccomp_sync_wake_up);
     run("syscall_user_dispatch", &probe_syscall_user_dispatch);
 
     run("root", &probe_root);

@@ -41,6 +41,7 @@ const ALL_IDS: &[&str] = &[
     "pmu_hardware",
     "perf_software",
     "seccomp_user_notif",
+    "seccomp_sync_wake_up",
     "syscall_user_dispatch",
     "root",
     "cap_bpf",
@@ -375,4 +376,17 @@ fn kernel_version_code_matches_release() {
     let rel = kernel_release();
     let major = rel.split('.').next().unwrap().parse::<u32>().unwrap();
     assert_eq!(code >> 16, major);
+}
+
+/// SYNC_WAKE_UP is there exactly where seccomp user notification is and
+/// the kernel is 6.6 or newer (the ioctl came with 6.6); no distribution
+/// backport is known, so a disagreement is worth a look.
+#[test]
+fn sync_wake_up_follows_the_kernel_version() {
+    let _g = serial();
+    let r = probe_all();
+    let notif = r.get("seccomp_user_notif").unwrap().available;
+    let sync = r.get("seccomp_sync_wake_up").unwrap();
+    let new_enough = super::kernel_version_code() >= (6 << 16) | (6 << 8);
+    assert_eq!(sync.available, notif && new_enough, "{}", sync.detail);
 }
