@@ -27,7 +27,9 @@
 //            of include/mantle/exec.h (what libmantle's mantle_rpc_call
 //            does, without linking it).
 //   ggrpcd   the server of ggrpc: receives and answers WARMUP + N requests
-//            (the same -n and -w as its client), then exits; no output.
+//            (the same -n and -w as its client), one MANTLE_RPC_REPLY_RECV
+//            trap per request (reply to the last, wait for the next), then
+//            exits; no output.
 //   null     nothing between the two timestamps: the timer's floor.
 //   sigsys   as getppid, but the guest first installs a seccomp filter
 //            that traps getppid (SECCOMP_RET_TRAP) and a SIGSYS handler
@@ -299,18 +301,21 @@ int main(int argc, char **argv)
 			}
 		}
 	} else if (strcmp(mode, "ggrpcd") == 0) {
-		char c;
+		// one trap per request: reply to the last, receive the next
+		char c = 0;
+		long tok = 0;
 		for (long i = -warm; i < n; i++) {
-			long k = syscall(MANTLE_SYS_EXEC, MANTLE_RPC_RECV, &c, 1L);
+			long k = syscall(MANTLE_SYS_EXEC, MANTLE_RPC_REPLY_RECV, tok, &c,
+					 tok ? 1L : 0L, &c, 1L);
 			if (k < 0) {
-				fprintf(stderr, "guest: ggrpcd receive: errno %d\n", errno);
+				fprintf(stderr, "guest: ggrpcd reply/receive: errno %d\n", errno);
 				return 2;
 			}
-			long tok = k >> MANTLE_RPC_LEN_BITS;
-			if (syscall(MANTLE_SYS_EXEC, MANTLE_RPC_REPLY, tok, &c, 1L) != 0) {
-				fprintf(stderr, "guest: ggrpcd reply: errno %d\n", errno);
-				return 2;
-			}
+			tok = k >> MANTLE_RPC_LEN_BITS;
+		}
+		if (syscall(MANTLE_SYS_EXEC, MANTLE_RPC_REPLY, tok, &c, 1L) != 0) {
+			fprintf(stderr, "guest: ggrpcd reply: errno %d\n", errno);
+			return 2;
 		}
 		return 0;
 	} else {

@@ -15,6 +15,7 @@
  *   MANTLE_RPC_CALL    server id  req      req_len  resp      resp_cap  reply length
  *   MANTLE_RPC_RECV    buf        cap      -        -         -         token << 16 | len
  *   MANTLE_RPC_REPLY   token      buf      len      -         -         0
+ *   MANTLE_RPC_REPLY_RECV token   buf      len      rbuf      rbuf_cap  as RECV
  *
  * A server id is the guest's index in its system: the order of [[guest]]
  * in the `mantle run --system` file, from 0 (`mantle run -- CMD`: 0).
@@ -50,6 +51,7 @@ extern "C" {
 #define MANTLE_RPC_CALL 2
 #define MANTLE_RPC_RECV 3
 #define MANTLE_RPC_REPLY 4
+#define MANTLE_RPC_REPLY_RECV 5 /* reply (token 0: none), then receive */
 #define MANTLE_RPC_MAX 4096
 #define MANTLE_RPC_LEN_BITS 16 /* a raw RECV result: token << 16 | len */
 
@@ -67,6 +69,13 @@ int64_t mantle_rpc_receive(void *buf, size_t cap, uint32_t *token);
 
 /* Answers request `token` with buf; 0 or -errno. */
 int mantle_rpc_reply(uint32_t token, const void *buf, size_t len);
+
+/* A server's loop in one trap per request: answers `token` (0: none)
+ * with resp, then waits for the next request (into buf) as
+ * mantle_rpc_receive; a reply refused for the server's own fault
+ * (-ENOENT, -EMSGSIZE, -EFAULT) is returned without receiving. */
+int64_t mantle_rpc_reply_receive(uint32_t token, const void *resp, size_t len,
+				 void *buf, size_t cap, uint32_t *next);
 
 #ifdef __cplusplus
 }

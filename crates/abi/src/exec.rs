@@ -157,6 +157,7 @@ pub const fn region_size(nslots: usize) -> usize {
 // | [`OP_RPC_CALL`]| server id | req ptr  | req len | resp ptr | resp cap | reply length           |
 // | [`OP_RPC_RECV`]| buf ptr   | buf cap  | —       | —        | —        | `token << 16 \| len`   |
 // | [`OP_RPC_REPLY`]| token    | buf ptr  | len     | —        | —        | 0                      |
+// | [`OP_RPC_REPLY_RECV`]| token | buf ptr | len     | rbuf ptr | rbuf cap | as RECV                |
 //
 // A server id is the guest's index in its system (0-based, the order of
 // `[[guest]]` in the `--system` file; `mantle run -- CMD` has guest 0).
@@ -173,6 +174,11 @@ pub const OP_RPC_CALL: u64 = 2;
 pub const OP_RPC_RECV: u64 = 3;
 /// Answers a received request by its token.
 pub const OP_RPC_REPLY: u64 = 4;
+/// Replies (token 0: none) and waits for the next request in one trap
+/// (a server's loop: one trap per request instead of two). A reply refused
+/// for the server's own fault (ENOENT, EMSGSIZE, EFAULT) is returned
+/// without receiving; a client gone (ESRCH) is not an error here.
+pub const OP_RPC_REPLY_RECV: u64 = 5;
 /// Largest request or reply, in bytes (larger: -EMSGSIZE).
 pub const RPC_MAX: usize = 4096;
 /// Bits of a RECV result that hold the length (the token is above them).

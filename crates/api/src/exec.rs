@@ -13,7 +13,9 @@
 //! buffer); the Rust functions take slices, so those ranges are the
 //! caller's own memory.
 
-use mantle_abi::exec::{rpc_recv_split, OP_PING, OP_RPC_CALL, OP_RPC_RECV, OP_RPC_REPLY, SYS_EXEC};
+use mantle_abi::exec::{
+    rpc_recv_split, OP_PING, OP_RPC_CALL, OP_RPC_RECV, OP_RPC_REPLY, OP_RPC_REPLY_RECV, SYS_EXEC,
+};
 use mantle_sys::supervise::exec_trap;
 use std::ffi::{c_int, c_void};
 
@@ -123,6 +125,29 @@ pub fn rpc_reply(token: Token, resp: &[u8]) -> Result<(), ExecError> {
     check(r).map(|_| ())
 }
 
+/// Answers `token` (None: nothing to answer) with `resp` and waits for
+/// the next request, written into `buf`, in one trap.
+pub fn rpc_reply_receive(
+    token: Option<Token>,
+    resp: &[u8],
+    buf: &mut [u8],
+) -> Result<(Token, usize), ExecError> {
+    let r = trap(
+        OP_RPC_REPLY_RECV,
+        [
+            u64::from(token.map_or(0, |t| t.0)),
+            resp.as_ptr() as u64,
+            resp.len() as u64,
+            buf.as_mut_ptr() as u64,
+            buf.len() as u64,
+        ],
+    );
+    check(r).map(|v| {
+        let (t, n) = rpc_recv_split(v);
+        (Token(t), n)
+    })
+}
+
 // ---- C ABI (include/mantle/exec.h). Pointers are passed to the executive
 // as numbers, never dereferenced here: the executive reads and writes them
 // in the caller with process_vm_readv/writev, within the given lengths.
@@ -171,6 +196,43 @@ pub unsafe extern "C" fn mantle_rpc_receive(buf: *mut c_void, cap: usize, token:
         // SAFETY: exec.h asks for NULL or a pointer to a writable
         // uint32_t; write_unaligned does not assume its alignment.
         unsafe { token.write_unaligned(t) };
+    }
+    n as i64
+}
+
+/// `int64_t mantle_rpc_reply_receive(uint32_t token, const void *resp,
+/// size_t len, void *buf, size_t cap, uint32_t *next)`: answers `token`
+/// (0: none) and waits for the next request; as mantle_rpc_receive.
+///
+/// # Safety
+/// `next` is NULL or points to a writable `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn mantle_rpc_reply_receive(
+    token: u32,
+    resp: *const c_void,
+    len: usize,
+    buf: *mut c_void,
+    cap: usize,
+    next: *mut u32,
+) -> i64 {
+    let r = trap(
+        OP_RPC_REPLY_RECV,
+        [
+            u64::from(token),
+            resp as u64,
+            len as u64,
+            buf as u64,
+            cap as u64,
+        ],
+    );
+    if r < 0 {
+        return r;
+    }
+    let (t, n) = rpc_recv_split(r);
+    if !next.is_null() {
+        // SAFETY: exec.h asks for NULL or a pointer to a writable
+        // uint32_t; write_unaligned does not assume its alignment.
+        unsafe { next.write_unaligned(t) };
     }
     n as i64
 }

@@ -757,6 +757,20 @@ int main(int argc, char **argv) {
         printf("served %ld errs %ld\n", n, errs);
         return 0;
     }
+    if (!strcmp(m, "rserver")) {
+        long n = atol(argv[2]);
+        uint32_t tok = 0;
+        size_t rl = 0;
+        for (long i = 0; i < n; i++) {
+            int64_t k = mantle_rpc_reply_receive(tok, resp, rl, buf, sizeof buf, &tok);
+            if (k < 0) { printf("reply_receive %lld\n", (long long)k); return 3; }
+            memcpy(resp, "ok:", 3);
+            memcpy(resp + 3, buf, (size_t)k);
+            rl = (size_t)k + 3;
+        }
+        printf("rserved %ld last %d\n", n, mantle_rpc_reply(tok, resp, rl));
+        return 0;
+    }
     if (!strcmp(m, "client")) {
         uint32_t s = (uint32_t)atoi(argv[2]);
         long n = atol(argv[3]), bad = 0;
@@ -878,6 +892,26 @@ fn two_guests_exchange_requests_through_the_executive() {
     let out = text(&o.stdout);
     assert!(out.contains(&format!("client ok {n} bad 0")), "{out}");
     assert!(out.contains(&format!("served {n} errs 0")), "{out}");
+}
+
+#[test]
+fn a_server_loop_in_one_trap_per_request() {
+    let p = rpc_prog().to_str().unwrap().to_string();
+    let n = 1000;
+    let o = run_system(
+        "rserver",
+        &[
+            ("server", vec![p.clone(), "rserver".into(), n.to_string()]),
+            (
+                "client",
+                vec![p, "client".into(), "0".into(), n.to_string()],
+            ),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains(&format!("client ok {n} bad 0")), "{out}");
+    assert!(out.contains(&format!("rserved {n} last 0")), "{out}");
 }
 
 #[test]

@@ -33,7 +33,8 @@
 
 pub use mantle_abi::exec::SYS_EXEC;
 use mantle_abi::exec::{
-    rpc_recv_result, OP_PING, OP_RPC_CALL, OP_RPC_RECV, OP_RPC_REPLY, RPC_MAX, RPC_TOKEN_MAX,
+    rpc_recv_result, OP_PING, OP_RPC_CALL, OP_RPC_RECV, OP_RPC_REPLY, OP_RPC_REPLY_RECV, RPC_MAX,
+    RPC_TOKEN_MAX,
 };
 use mantle_sys::seccomp::Listener;
 use mantle_sys::supervise;
@@ -200,6 +201,22 @@ impl Rpc {
                 Err(e) => Err(e),
             },
             OP_RPC_REPLY => self.reply(p, g, tid, &args).map(|()| 0),
+            OP_RPC_REPLY_RECV => {
+                let replied = if args[1] == 0 {
+                    Ok(())
+                } else {
+                    match self.reply(p, g, tid, &[0, args[1], args[2], args[3], 0, 0]) {
+                        Err(libc::ESRCH) => Ok(()),
+                        r => r,
+                    }
+                };
+                match replied
+                    .and_then(|()| self.recv(p, g, id, tid, &[0, args[4], args[5], 0, 0, 0]))
+                {
+                    Ok(()) => return,
+                    Err(e) => Err(e),
+                }
+            }
             _ => Err(libc::EINVAL),
         };
         if r.is_err() {
