@@ -373,8 +373,22 @@ impl Rpc {
             return Err(libc::EMSGSIZE); // still in service: reply shorter
         }
         read_exact(tid, a[2], &mut self.buf[..len])?;
+        let was_full = self.serving.len() >= MAX_SERVING;
         self.serving.swap_remove(k);
         self.stats.replies += 1;
+        let r = self.answer_client(p, &req, len);
+        if was_full {
+            // the reply made room: deliver what waited for it
+            for s in 0..self.queued.len() {
+                self.deliver(p, s);
+            }
+        }
+        r
+    }
+
+    /// Writes the reply (in the buffer, `len` bytes) into `req`'s client
+    /// and answers it; -ESRCH (to the server) if the client is gone.
+    fn answer_client(&mut self, p: &dyn Peers, req: &Req, len: usize) -> Result<(), Errno> {
         let Some(cl) = p.listener(req.client) else {
             return Err(libc::ESRCH);
         };
