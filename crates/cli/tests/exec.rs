@@ -970,3 +970,52 @@ fn corrupted_requests_are_refused_and_the_executive_goes_on() {
         assert!(out.contains(&want), "{want:?} not in {out}");
     }
 }
+
+#[test]
+fn a_killed_client_frees_its_request() {
+    // client A is SIGKILLed while its request waits in the queue (the
+    // server sleeps first); the server's one receive gets client B's
+    let p = rpc_prog().to_str().unwrap().to_string();
+    let o = run_system(
+        "killed",
+        &[
+            (
+                "server",
+                vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("sleep 1; exec {p} server 1"),
+                ],
+            ),
+            (
+                "a",
+                vec![
+                    "timeout".into(),
+                    "-s".into(),
+                    "KILL".into(),
+                    "0.3".into(),
+                    p.clone(),
+                    "client".into(),
+                    "0".into(),
+                    "1".into(),
+                ],
+            ),
+            (
+                "b",
+                vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("sleep 0.6; exec {p} client 0 1"),
+                ],
+            ),
+        ],
+    );
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("client ok 1 bad 0"),
+        "{out}\n{}",
+        text(&o.stderr)
+    );
+    assert!(out.contains("served 1 errs 0"), "{out}");
+    assert!(!out.contains("client ok 0"), "{out}");
+}
