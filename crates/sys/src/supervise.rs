@@ -1,5 +1,6 @@
-//! System calls of a supervisor (the executive of crates/exec): reading a
-//! guest's memory (process_vm_readv), taking a guest's file-system
+//! System calls of a supervisor (the executive of crates/exec): reading and
+//! writing a guest's memory (process_vm_readv/writev), a guest's call to
+//! its executive ([`exec_trap`], used by libmantle), taking a guest's file-system
 //! identity on one thread (setfsuid, setfsgid, setgroups as raw system
 //! calls: the kernel keeps credentials per thread, and glibc's wrappers
 //! would change every thread of the process), real-time scheduling and
