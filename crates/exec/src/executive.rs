@@ -8,16 +8,17 @@
 //! poll(2) over each guest's listener, pidfd and start-status pipe, plus
 //! the opener thread's wake-up pipe (crate::perform). A notification is
 //! received (ENOENT: it vanished: counted, never fatal), made a [`Call`],
-//! decided by the guest's [`Chain`] (except a call to the executive,
-//! mantle_abi::exec::SYS_EXEC, always in the filter and answered first by
-//! crate::rpc: ping and guest ↔ guest RPC, whose held calls are
-//! swept every 100 ms and answered -ECONNRESET at the end), (with a [`ProtectedGuest`] to read
+//! decided by the guest's [`Chain`] (with a [`ProtectedGuest`] to read
 //! memory), and answered: Continue → SECCOMP_USER_NOTIF_FLAG_CONTINUE,
 //! Fail → -errno, Return → the value, Delay → held (the poll timeout is
 //! the next deadline; other guests keep being served) and decided again
 //! when due, Perform → getppid here, the open family on the opener thread,
 //! anything else ENOSYS (said once per call name). Then the chain's
-//! `after` sees the outcome and the times.
+//! `after` sees the outcome and the times. A call to the executive
+//! (mantle_abi::exec::SYS_EXEC, always in the filter) never reaches the
+//! chain: crate::rpc answers it (ping, guest ↔ guest RPC), holding the
+//! calls that wait; they are swept every 100 ms and answered -ECONNRESET
+//! when the executive ends.
 //!
 //! Invariants: a guest's end is final (its listener is polled until it
 //! hangs up, so that its remaining children are still served while
