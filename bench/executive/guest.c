@@ -20,6 +20,16 @@
 //   pipe     a 1-byte round trip to a child over a pair of pipes (the
 //            paper's "RPC between two processes using UNIX pipes"); the
 //            child is pinned to PEER_CPU when -p is given.
+//   ggrpc    a 1-byte round trip to another guest through the executive
+//            (the paper's "RPC between two Hijack guests"): an RPC call to
+//            server 0 (the first guest of the `mantle run --system` file)
+//            that answers with the same byte. Raw syscall() with the numbers
+//            of include/mantle/exec.h (what libmantle's mantle_rpc_call
+//            does, without linking it).
+//   ggrpcd   the server of ggrpc: receives and answers WARMUP + N requests
+//            (the same -n and -w as its client), one MANTLE_RPC_REPLY_RECV
+//            trap per request (reply to the last, wait for the next), then
+//            exits; no output.
 //   null     nothing between the two timestamps: the timer's floor.
 //   sigsys   as getppid, but the guest first installs a seccomp filter
 //            that traps getppid (SECCOMP_RET_TRAP) and a SIGSYS handler
@@ -52,6 +62,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "../../include/mantle/exec.h"
 
 static inline uint64_t now_ns(void)
 {
@@ -165,7 +177,7 @@ static void full_write(int fd, const void *b, size_t n)
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
-		fprintf(stderr, "usage: guest getppid|sigsys|pipe|null [-n N] [-w WARMUP] [-c CPU] [-p PEER_CPU] [-o FILE]\n");
+		fprintf(stderr, "usage: guest getppid|sigsys|pipe|ggrpc|ggrpcd|null [-n N] [-w WARMUP] [-c CPU] [-p PEER_CPU] [-o FILE]\n");
 		return 2;
 	}
 	const char *mode = argv[1];
@@ -271,6 +283,41 @@ int main(int argc, char **argv)
 			fprintf(stderr, "guest: pipe peer failed (status %#x)\n", st);
 			return 2;
 		}
+	} else if (strcmp(mode, "ggrpc") == 0) {
+		char c = 'x', r = 0;
+		for (long i = -warm; i < n; i++) {
+			uint64_t t0 = now_ns();
+			long k = syscall(MANTLE_SYS_EXEC, MANTLE_RPC_CALL, 0L, &c, 1L, &r, 1L);
+			uint64_t t1 = now_ns();
+			if (k != 1 || r != c) {
+				fprintf(stderr, "guest: ggrpc call %ld: %ld (errno %d)\n", i, k,
+					k < 0 ? errno : 0);
+				return 2;
+			}
+			c = (char)(c == 'x' ? 'y' : 'x');
+			if (i >= 0) {
+				uint64_t d = t1 - t0;
+				ns[i] = d > UINT32_MAX ? UINT32_MAX : (uint32_t)d;
+			}
+		}
+	} else if (strcmp(mode, "ggrpcd") == 0) {
+		// one trap per request: reply to the last, receive the next
+		char c = 0;
+		long tok = 0;
+		for (long i = -warm; i < n; i++) {
+			long k = syscall(MANTLE_SYS_EXEC, MANTLE_RPC_REPLY_RECV, tok, &c,
+					 tok ? 1L : 0L, &c, 1L);
+			if (k < 0) {
+				fprintf(stderr, "guest: ggrpcd reply/receive: errno %d\n", errno);
+				return 2;
+			}
+			tok = k >> MANTLE_RPC_LEN_BITS;
+		}
+		if (syscall(MANTLE_SYS_EXEC, MANTLE_RPC_REPLY, tok, &c, 1L) != 0) {
+			fprintf(stderr, "guest: ggrpcd reply: errno %d\n", errno);
+			return 2;
+		}
+		return 0;
 	} else {
 		fprintf(stderr, "guest: unknown mode %s\n", mode);
 		return 2;

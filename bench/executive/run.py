@@ -41,8 +41,12 @@ Rows (ROWS below; the paper's figure in cycles at 2.4 GHz, shown in ns):
                    time in rdi, see guest.c)
   pipe RPC         1-byte round trip over a pair of pipes between two
                    processes         paper: RPC Between Two Processes, Pipes
-  guest<->guest RPC through the executive: not available (needs libmantle's
-                   guest<->guest RPC API)       paper: RPC Between Two Guests
+  guest<->guest RPC through the executive: a 1-byte round trip from one
+                   guest (guest.c ggrpc, the client, on A) to another
+                   (ggrpcd, the server, on B or A) through mantle's
+                   executive: `mantle run --system` with a generated TOML
+                   (server first: server id 0), the executive under
+                   taskset on B (or A)   paper: RPC Between Two Guests
 The "over plain" column (a row's median minus the plain getppid median in
 the same condition) is what compares with the paper's "RPC from Guest to
 Executive & back" row: the interposition cost without the call itself.
@@ -172,8 +176,7 @@ ROWS = [
     Row("pipe", "pipe RPC, 1-byte round trip", "pipe",
         paper=("RPC Between Two Processes Using UNIX Pipes", 14500)),
     Row("ggrpc", "guest<->guest RPC via executive", "ggrpc",
-        unavailable=("not available: needs libmantle's guest<->guest RPC "
-                     "(send/receive/reply through the executive, issue 10), not built yet"),
+        tool=["{mantle}", "run", "--system", "{system}"], needs="{mantle}",
         paper=("RPC Between Two Hijack Guests", 9250)),
 ]
 BARS = [  # (row, against, minimum ratio, how the ratio is formed)
@@ -300,6 +303,17 @@ class Bench:
                  "-c", str(gcpu), "-o", out]
         if row.mode == "pipe":
             guest += ["-p", str(ocpu)]
+        if row.mode == "ggrpc":
+            # two guests of one executive: the server (id 0) on the peer CPU
+            server = [os.path.join(self.a.bin, "guest"), "ggrpcd", "-n", str(n), "-w",
+                      str(warm), "-c", str(ocpu)]
+            system = out + ".system.toml"
+            with open(system, "w") as f:
+                for name, argv in (("server", server), ("client", guest)):
+                    f.write(f"[[guest]]\nname = {json.dumps(name)}\n"
+                            f"command = {json.dumps(argv)}\n\n")
+            s = dict(self.subst, system=system)
+            return ["taskset", "-c", str(ocpu)] + [t.format(**s) for t in row.tool]
         return ["taskset", "-c", str(ocpu)] + self.tool_argv(row, oneway, cond["across"]) + guest
 
     def run_once(self, row, cond, n, warm, tag, timeout):

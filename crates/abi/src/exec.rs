@@ -1,6 +1,9 @@
 //! The executive's shared layouts (executive ↔ guest): the fast path's
-//! region of shared memory. Rust mirror of `crates/exec/stub/fast.h`, the
-//! one C definition (the stub preloaded into guests includes it).
+//! region of shared memory, and the numbers of the calls a guest makes to
+//! its executive ([`SYS_EXEC`]: ping and guest ↔ guest RPC, mirrored in
+//! `include/mantle/exec.h`). The region is the Rust mirror of
+//! `crates/exec/stub/fast.h`, the one C definition (the stub preloaded into
+//! guests includes it).
 //!
 //! One memfd, created by the executive, mapped `MAP_SHARED` by the
 //! executive and by every guest process that loaded the stub:
@@ -138,6 +141,68 @@ pub const fn region_size(nslots: usize) -> usize {
     paths_off(nslots) + nslots * FAST_PATH_SIZE
 }
 
+// ---------------------------------------------------------------------
+// Calls to the executive (guest -> executive, guest <-> guest RPC).
+//
+// A guest reaches its executive with a system call number no kernel has,
+// [`SYS_EXEC`]: `syscall(SYS_EXEC, op, a1, a2, a3, a4, a5)`. The
+// executive's seccomp filter always sends it to the executive (protected
+// path), which answers it itself, before any agent; not under an executive
+// the kernel answers -ENOSYS ("not a guest"). C mirror:
+// `include/mantle/exec.h`.
+//
+// | op             | a1        | a2       | a3      | a4       | a5       | result (>= 0)          |
+// |----------------|-----------|----------|---------|----------|----------|------------------------|
+// | [`OP_PING`]    | —         | —        | —       | —        | —        | the executive's pid    |
+// | [`OP_RPC_CALL`]| server id | req ptr  | req len | resp ptr | resp cap | reply length           |
+// | [`OP_RPC_RECV`]| buf ptr   | buf cap  | —       | —        | —        | `token << 16 \| len`   |
+// | [`OP_RPC_REPLY`]| token    | buf ptr  | len     | —        | —        | 0                      |
+// | [`OP_RPC_REPLY_RECV`]| token | buf ptr | len     | rbuf ptr | rbuf cap | as RECV                |
+//
+// A server id is the guest's index in its system (0-based, the order of
+// `[[guest]]` in the `--system` file; `mantle run -- CMD` has guest 0).
+// Lengths are at most [`RPC_MAX`]. Errors: -errno (see exec.h).
+// ---------------------------------------------------------------------
+
+/// The reserved system call number of calls to the executive ("MA").
+pub const SYS_EXEC: u32 = 0x4d41;
+/// Returns the executive's pid (a guest -> executive -> guest round trip).
+pub const OP_PING: u64 = 1;
+/// Sends a request to a server guest and waits for its reply.
+pub const OP_RPC_CALL: u64 = 2;
+/// Waits for the next request to this guest.
+pub const OP_RPC_RECV: u64 = 3;
+/// Answers a received request by its token.
+pub const OP_RPC_REPLY: u64 = 4;
+/// Replies (token 0: none) and waits for the next request in one trap
+/// (a server's loop: one trap per request instead of two). A reply refused
+/// for the server's own fault (ENOENT, EMSGSIZE, EFAULT) is returned
+/// without receiving; a client gone (ESRCH) is not an error here.
+pub const OP_RPC_REPLY_RECV: u64 = 5;
+/// Largest request or reply, in bytes (larger: -EMSGSIZE).
+pub const RPC_MAX: usize = 4096;
+/// Bits of a RECV result that hold the length (the token is above them).
+pub const RPC_LEN_BITS: u32 = 16;
+/// Tokens are 1..=RPC_TOKEN_MAX (so that a RECV result stays positive).
+pub const RPC_TOKEN_MAX: u32 = 0x7fff_ffff;
+
+const _: () = assert!(SYS_EXEC >= NR_MAX, "never a trapped or real call number");
+const _: () = assert!(RPC_MAX < (1 << RPC_LEN_BITS));
+const _: () = assert!((RPC_TOKEN_MAX as u64) << RPC_LEN_BITS < i64::MAX as u64);
+
+/// Packs a RECV result.
+pub const fn rpc_recv_result(token: u32, len: usize) -> i64 {
+    ((token as i64) << RPC_LEN_BITS) | len as i64
+}
+
+/// Unpacks a RECV result (>= 0) into (token, len).
+pub const fn rpc_recv_split(r: i64) -> (u32, usize) {
+    (
+        (r >> RPC_LEN_BITS) as u32,
+        (r & ((1 << RPC_LEN_BITS) - 1)) as usize,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +213,15 @@ mod tests {
         assert_eq!(paths_off(32), 8192);
         assert_eq!(paths_off(33), 12288);
         assert_eq!(region_size(64), 4096 + 8192 + 64 * 4096);
+    }
+
+    #[test]
+    fn recv_results_round_trip() {
+        for (t, l) in [(1u32, 0usize), (7, 1), (RPC_TOKEN_MAX, RPC_MAX)] {
+            let r = rpc_recv_result(t, l);
+            assert!(r > 0);
+            assert_eq!(rpc_recv_split(r), (t, l));
+        }
     }
 
     #[test]

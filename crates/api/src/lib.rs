@@ -220,3 +220,4 @@ pub fn threads(name: &str) -> Result<Vec<ThreadInfo>, Error> {
 }
 
 pub mod capi;
+pub mod exec;

@@ -1,6 +1,6 @@
-//! The C interface: every function include/mantle/tags.h declares is
-//! exported by libmantle.so and nothing else is, and a C program that uses
-//! the whole header compiles with warnings as errors and links.
+//! The C interface: every function include/mantle/tags.h and exec.h
+//! declare is exported by libmantle.so and nothing else is, and a C program
+//! that uses both headers compiles with warnings as errors and links.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -18,7 +18,10 @@ fn lib_dir() -> PathBuf {
 }
 
 fn declared() -> BTreeSet<String> {
-    let h = std::fs::read_to_string(root().join("include/mantle/tags.h")).unwrap();
+    let h = ["tags.h", "exec.h"]
+        .iter()
+        .map(|f| std::fs::read_to_string(root().join("include/mantle").join(f)).unwrap())
+        .collect::<String>();
     h.lines()
         .filter(|l| !l.trim_start().starts_with('*') && !l.trim_start().starts_with("/*"))
         .filter_map(|l| {
@@ -55,7 +58,7 @@ fn header_matches_exports() {
     );
     assert_eq!(
         declared, exported,
-        "tags.h declarations vs libmantle.so exports"
+        "tags.h + exec.h declarations vs libmantle.so exports"
     );
 }
 
@@ -71,7 +74,7 @@ fn c_program_compiles_and_links() {
     std::fs::write(
         &src,
         format!(
-            "#include <mantle/tags.h>\n#include <stdio.h>\nint main(void) {{\n{calls}    \
+            "#include <mantle/tags.h>\n#include <mantle/exec.h>\n#include <stdio.h>\nint main(void) {{\n{calls}    \
              printf(\"%s\\n\", mantle_strerror(mantle_tag_lookup(\"x\") < 0 ? -19 : 0));\n    return 0;\n}}\n"
         ),
     )

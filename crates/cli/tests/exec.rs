@@ -725,3 +725,297 @@ fn interposing_every_call_still_launches() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert_eq!(text(&o.stdout), "hi\n");
 }
+
+// ---- calls to the executive: ping and guest<->guest RPC (libmantle,
+// include/mantle/exec.h), through `mantle run` and `mantle run --system`
+
+const RPC_C: &str = r#"
+#include <errno.h>
+#include <mantle/exec.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    const char *m = argc > 1 ? argv[1] : "";
+    char buf[MANTLE_RPC_MAX], resp[MANTLE_RPC_MAX];
+    if (!strcmp(m, "ping")) {
+        printf("ping %lld ppid %d\n", (long long)mantle_exec_call(MANTLE_EXEC_PING, 0), getppid());
+        return 0;
+    }
+    if (!strcmp(m, "server")) {
+        long n = atol(argv[2]), errs = 0;
+        for (long i = 0; i < n; i++) {
+            uint32_t tok = 0;
+            int64_t k = mantle_rpc_receive(buf, sizeof buf, &tok);
+            if (k < 0) { printf("receive %lld\n", (long long)k); return 3; }
+            memcpy(resp, "ok:", 3);
+            memcpy(resp + 3, buf, (size_t)k);
+            if (mantle_rpc_reply(tok, resp, (size_t)k + 3) != 0) errs++;
+        }
+        printf("served %ld errs %ld\n", n, errs);
+        return 0;
+    }
+    if (!strcmp(m, "rserver")) {
+        long n = atol(argv[2]);
+        uint32_t tok = 0;
+        size_t rl = 0;
+        for (long i = 0; i < n; i++) {
+            int64_t k = mantle_rpc_reply_receive(tok, resp, rl, buf, sizeof buf, &tok);
+            if (k < 0) { printf("reply_receive %lld\n", (long long)k); return 3; }
+            memcpy(resp, "ok:", 3);
+            memcpy(resp + 3, buf, (size_t)k);
+            rl = (size_t)k + 3;
+        }
+        printf("rserved %ld last %d\n", n, mantle_rpc_reply(tok, resp, rl));
+        return 0;
+    }
+    if (!strcmp(m, "client")) {
+        uint32_t s = (uint32_t)atoi(argv[2]);
+        long n = atol(argv[3]), bad = 0;
+        for (long i = 0; i < n; i++) {
+            int l = snprintf(buf, sizeof buf, "request %ld", i);
+            int64_t k = mantle_rpc_call(s, buf, (size_t)l, resp, sizeof resp);
+            if (k != l + 3 || memcmp(resp, "ok:", 3) || memcmp(resp + 3, buf, (size_t)l)) {
+                if (bad++ < 3) printf("bad %ld: %lld\n", i, (long long)k);
+            }
+        }
+        printf("client ok %ld bad %ld\n", n - bad, bad);
+        return 0;
+    }
+    if (!strcmp(m, "noserver")) {
+        printf("noserver %lld\n", (long long)mantle_rpc_call(7, "x", 1, resp, sizeof resp));
+        return 0;
+    }
+    if (!strcmp(m, "corrupt")) {
+        uint32_t s = (uint32_t)atoi(argv[2]);
+        printf("badreq %lld\n", (long long)mantle_rpc_call(s, (void *)8, 10, resp, 16));
+        printf("huge %lld\n", (long long)mantle_rpc_call(s, buf, 1u << 30, resp, 16));
+        printf("badtoken %d\n", mantle_rpc_reply(12345, buf, 1));
+        printf("badop %lld\n", (long long)mantle_exec_call(99, 0));
+        printf("badresp %lld\n", (long long)mantle_rpc_call(s, "hi", 2, (void *)8, 16));
+        int64_t k = mantle_rpc_call(s, "fine", 4, resp, sizeof resp);
+        printf("after %lld %.*s\n", (long long)k, k > 0 ? (int)k : 0, resp);
+        return 0;
+    }
+    return 2;
+}
+"#;
+
+/// The RPC program, linked with libmantle (rpath to it).
+fn rpc_prog() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let lib = mantle_testsupport::build::libmantle().unwrap_or_else(|e| panic!("{e}"));
+        let lib_dir = lib.parent().unwrap();
+        let dir = std::env::temp_dir().join(format!("mantle-exec-rpc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("rpc.c");
+        std::fs::write(&src, RPC_C).unwrap();
+        let bin = dir.join("rpc");
+        mantle_testsupport::build::run_cc(
+            "the RPC test program",
+            Command::new("cc")
+                .args(["-O1", "-Wall", "-Werror"])
+                .arg(format!(
+                    "-I{}",
+                    mantle_testsupport::build::workspace()
+                        .join("include")
+                        .display()
+                ))
+                .arg(&src)
+                .arg(format!("-L{}", lib_dir.display()))
+                .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+                .arg("-lmantle")
+                .arg("-o")
+                .arg(&bin),
+        );
+        bin
+    })
+}
+
+/// `mantle run --system` with these guests (name, argv).
+fn run_system(tag: &str, guests: &[(&str, Vec<String>)]) -> Output {
+    let d = std::env::temp_dir().join(format!("mantle-rpc-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("sys.toml");
+    let mut t = String::new();
+    for (name, argv) in guests {
+        let q: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+        t += &format!(
+            "[[guest]]\nname = {name:?}\ncommand = [{}]\n\n",
+            q.join(", ")
+        );
+    }
+    std::fs::write(&f, t).unwrap();
+    let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+    let _ = std::fs::remove_dir_all(d);
+    o
+}
+
+#[test]
+fn exec_ping_returns_the_executives_pid_and_outside_is_enosys() {
+    let p = rpc_prog().to_str().unwrap();
+    // the executive forks the guest: its parent is the executive
+    let o = mantle(&["run", "--", p, "ping"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    let w: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(w.len(), 4, "{out}");
+    assert!(w[1].parse::<i64>().unwrap() > 1, "{out}");
+    assert_eq!(w[1], w[3], "ping answers the executive's pid: {out}");
+    // not a guest: the kernel has no such call
+    let o = Command::new(p).arg("ping").output().unwrap();
+    assert!(
+        text(&o.stdout).starts_with(&format!("ping -{} ", libc::ENOSYS)),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn two_guests_exchange_requests_through_the_executive() {
+    let p = rpc_prog().to_str().unwrap().to_string();
+    let n = 2000;
+    let o = run_system(
+        "pair",
+        &[
+            ("server", vec![p.clone(), "server".into(), n.to_string()]),
+            (
+                "client",
+                vec![p.clone(), "client".into(), "0".into(), n.to_string()],
+            ),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains(&format!("client ok {n} bad 0")), "{out}");
+    assert!(out.contains(&format!("served {n} errs 0")), "{out}");
+}
+
+#[test]
+fn a_server_loop_in_one_trap_per_request() {
+    let p = rpc_prog().to_str().unwrap().to_string();
+    let n = 1000;
+    let o = run_system(
+        "rserver",
+        &[
+            ("server", vec![p.clone(), "rserver".into(), n.to_string()]),
+            (
+                "client",
+                vec![p, "client".into(), "0".into(), n.to_string()],
+            ),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains(&format!("client ok {n} bad 0")), "{out}");
+    assert!(out.contains(&format!("rserved {n} last 0")), "{out}");
+}
+
+#[test]
+fn a_client_without_its_server_gets_esrch() {
+    let p = rpc_prog().to_str().unwrap();
+    let o = mantle(&["run", "--", p, "noserver"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), format!("noserver -{}", libc::ESRCH));
+}
+
+#[test]
+fn a_server_that_ends_resets_its_waiting_client() {
+    // the server serves 1 request and exits; the client's second call is
+    // answered -ECONNRESET (or -ESRCH if the server was already gone)
+    let p = rpc_prog().to_str().unwrap().to_string();
+    let o = run_system(
+        "reset",
+        &[
+            ("server", vec![p.clone(), "server".into(), "1".into()]),
+            ("client", vec![p, "client".into(), "0".into(), "2".into()]),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(out.contains("client ok 1 bad 1"), "{out}");
+    assert!(
+        out.contains(&format!("bad 1: -{}", libc::ECONNRESET))
+            || out.contains(&format!("bad 1: -{}", libc::ESRCH)),
+        "{out}"
+    );
+}
+
+#[test]
+fn corrupted_requests_are_refused_and_the_executive_goes_on() {
+    let p = rpc_prog().to_str().unwrap().to_string();
+    // the server serves: the bad response buffer's call, then "fine"
+    let o = run_system(
+        "corrupt",
+        &[
+            ("server", vec![p.clone(), "server".into(), "2".into()]),
+            ("client", vec![p, "corrupt".into(), "0".into()]),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    for want in [
+        format!("badreq -{}", libc::EFAULT),
+        format!("huge -{}", libc::EMSGSIZE),
+        format!("badtoken -{}", libc::ENOENT),
+        format!("badop -{}", libc::EINVAL),
+        format!("badresp -{}", libc::EFAULT),
+        "after 7 ok:fine".to_string(),
+        // the server's reply was delivered; the client's buffer was bad
+        "served 2 errs 0".to_string(),
+    ] {
+        assert!(out.contains(&want), "{want:?} not in {out}");
+    }
+}
+
+#[test]
+fn a_killed_client_frees_its_request() {
+    // client A is SIGKILLed while its request waits in the queue (the
+    // server sleeps first); the server's one receive gets client B's
+    let p = rpc_prog().to_str().unwrap().to_string();
+    let o = run_system(
+        "killed",
+        &[
+            (
+                "server",
+                vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("sleep 1; exec {p} server 1"),
+                ],
+            ),
+            (
+                "a",
+                vec![
+                    "timeout".into(),
+                    "-s".into(),
+                    "KILL".into(),
+                    "0.3".into(),
+                    p.clone(),
+                    "client".into(),
+                    "0".into(),
+                    "1".into(),
+                ],
+            ),
+            (
+                "b",
+                vec![
+                    "sh".into(),
+                    "-c".into(),
+                    format!("sleep 0.6; exec {p} client 0 1"),
+                ],
+            ),
+        ],
+    );
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("client ok 1 bad 0"),
+        "{out}\n{}",
+        text(&o.stderr)
+    );
+    assert!(out.contains("served 1 errs 0"), "{out}");
+    assert!(!out.contains("client ok 0"), "{out}");
+}

@@ -14,7 +14,11 @@
 //! the next deadline; other guests keep being served) and decided again
 //! when due, Perform → getppid here, the open family on the opener thread,
 //! anything else ENOSYS (said once per call name). Then the chain's
-//! `after` sees the outcome and the times.
+//! `after` sees the outcome and the times. A call to the executive
+//! (mantle_abi::exec::SYS_EXEC, always in the filter) never reaches the
+//! chain: crate::rpc answers it (ping, guest ↔ guest RPC), holding the
+//! calls that wait; they are swept every 100 ms and answered -ECONNRESET
+//! when the executive ends.
 //!
 //! Invariants: a guest's end is final (its listener is polled until it
 //! hangs up, so that its remaining children are still served while
@@ -30,6 +34,7 @@ use crate::agent::{Agent, Call, Chain, Decision, Outcome, Times};
 use crate::launch::{self, LaunchError, Prepared};
 use crate::perform::{self, OpenRequest, Opener, Parents};
 use crate::protected::{self, ProtectedGuest};
+use crate::rpc::{self, Peers, Rpc};
 use crate::status::{self, CallStat, ExecStatus, GuestStatus};
 use crate::sysno::Sysno;
 use mantle_sys::seccomp::Listener;
@@ -189,6 +194,22 @@ pub struct Executive {
     started_ms: u64,
     log: Box<dyn FnMut(&str)>,
     pending_opens: usize,
+    rpc: Rpc,
+}
+
+/// The guests as crate::rpc sees them.
+struct GuestPeers<'a>(&'a [G]);
+
+impl Peers for GuestPeers<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn listener(&self, g: usize) -> Option<&Listener> {
+        self.0
+            .get(g)
+            .filter(|x| x.listener_open)
+            .map(|x| &*x.listener)
+    }
 }
 
 impl Executive {
@@ -208,13 +229,16 @@ impl Executive {
                 Ok((s, p))
             })
             .collect::<Result<_, Error>>()?;
+        let n_guests = prepared.len();
         let mut guests = Vec::new();
         let mut filters = Vec::new();
         let mut sync_all = true;
         for (spec, p) in prepared {
             let chain = Chain::new(spec.agents);
             let wants = chain.wants();
-            let nrs: Vec<u32> = wants.iter().map(|s| s.0).collect();
+            let mut nrs: Vec<u32> = wants.iter().map(|s| s.0).collect();
+            // calls to the executive (crate::rpc), whatever the agents
+            nrs.push(rpc::SYS_EXEC);
             let sp = launch::spawn(&p, &nrs, opts.sync_wake).map_err(|e| Error::Launch {
                 name: spec.name.clone(),
                 source: e,
@@ -292,6 +316,7 @@ impl Executive {
             started_ms: status::now_unix_ms(),
             log,
             pending_opens: 0,
+            rpc: Rpc::new(n_guests, std::process::id()),
         })
     }
 
@@ -376,6 +401,7 @@ impl Executive {
                         } else if re & (libc::POLLHUP | libc::POLLERR) != 0 {
                             // no task uses the filter any more
                             self.guests[i].listener_open = false;
+                            self.rpc.sweep(&GuestPeers(&self.guests));
                         }
                     }
                     1 => self.reap(i),
@@ -396,11 +422,13 @@ impl Executive {
             }
             self.expire_held();
             if last_publish.elapsed() >= Duration::from_millis(100) {
+                self.rpc.sweep(&GuestPeers(&self.guests));
                 self.publish();
                 last_publish = Instant::now();
             }
         }
         // held calls of ended guests: answer them (their callers may live on)
+        self.rpc.drain(&GuestPeers(&self.guests));
         let held = std::mem::take(&mut self.held);
         for h in held {
             let g = &mut self.guests[h.guest];
@@ -465,6 +493,12 @@ impl Executive {
                 return;
             }
         };
+        if n.data.nr as u32 == rpc::SYS_EXEC && n.data.arch == mantle_sys::seccomp::AUDIT_ARCH {
+            // a call to the executive: answered here, never by agents
+            self.rpc
+                .handle(&GuestPeers(&self.guests), i, n.id, n.pid, n.data.args);
+            return;
+        }
         let t0 = Instant::now();
         let Some(call) = protected::call_of(&n) else {
             let _ = self.guests[i].listener.reply_error(n.id, libc::ENOSYS);
@@ -713,7 +747,8 @@ impl Executive {
                         })
                         .collect(),
                     vanished: g.vanished,
-                    held: self.held.iter().filter(|h| h.guest == i).count() as u64,
+                    held: self.held.iter().filter(|h| h.guest == i).count() as u64
+                        + self.rpc.held_by(i),
                     executive_ns: g.executive_ns,
                 })
                 .collect(),

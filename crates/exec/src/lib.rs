@@ -21,6 +21,10 @@
 //!   and keeps none of its own state there. Opt-in site rewriting turns a
 //!   trapped `mov $nr,%eax; syscall` into a jump that skips the signal.
 //!   Details and measurements: docs/exec-fast.md.
+//! * **Calls to the executive** ([`rpc`]): a reserved system call number
+//!   (mantle_abi::exec::SYS_EXEC) always in the protected path's filter:
+//!   a ping, and RPC between two guests through the executive
+//!   (libmantle's `mantle_exec_call`, `mantle_rpc_*`). Not on the fast path.
 //! * Both paths feed the same [`agent::Chain`]; the application-kernel mode
 //!   (multicore issue) will reuse the same trap.
 //!
@@ -49,6 +53,7 @@ pub mod launch;
 pub mod perform;
 pub mod protected;
 pub mod reaper;
+pub mod rpc;
 pub mod spec;
 pub mod status;
 pub mod sysno;

@@ -1,5 +1,6 @@
-//! System calls of a supervisor (the executive of crates/exec): reading a
-//! guest's memory (process_vm_readv), taking a guest's file-system
+//! System calls of a supervisor (the executive of crates/exec): reading and
+//! writing a guest's memory (process_vm_readv/writev), a guest's call to
+//! its executive ([`exec_trap`], used by libmantle), taking a guest's file-system
 //! identity on one thread (setfsuid, setfsgid, setgroups as raw system
 //! calls: the kernel keeps credentials per thread, and glibc's wrappers
 //! would change every thread of the process), real-time scheduling and
@@ -36,6 +37,52 @@ pub fn read_memory(tid: u32, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(n as usize)
+}
+
+/// process_vm_writev(2) of one range: writes `buf` at `addr` of process
+/// (or thread) `tid`; returns the bytes written (short at the end of a
+/// mapping). Needs ptrace access to `tid`.
+pub fn write_memory(tid: u32, addr: u64, buf: &[u8]) -> io::Result<usize> {
+    let local = libc::iovec {
+        iov_base: buf.as_ptr() as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as usize as *mut libc::c_void,
+        iov_len: buf.len(),
+    };
+    // SAFETY: `local` describes `buf`, valid for reading buf.len() bytes
+    // (the kernel only reads it); `remote` is only an address in the other
+    // process, which the kernel checks.
+    let n = unsafe { libc::process_vm_writev(tid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// The call a guest makes to its executive: `syscall(nr, op, a1..a5)`,
+/// raw (the result as the kernel or the executive gave it: >= 0 or
+/// -errno). `nr` is mantle_abi::exec::SYS_EXEC; not under an executive
+/// the kernel answers -ENOSYS.
+///
+/// The executive may write to the memory that `op`'s arguments point at
+/// (an RPC's response buffer); callers pass pointers to memory they own
+/// (mantle-api's safe wrappers take slices).
+pub fn exec_trap(nr: u32, op: u64, a: [u64; 5]) -> i64 {
+    // SAFETY: integer arguments; the kernel does not dereference them for
+    // an unknown call number, and the executive writes only within the
+    // (pointer, capacity) pairs the caller passed for that purpose.
+    let r = unsafe { libc::syscall(nr as libc::c_long, op, a[0], a[1], a[2], a[3], a[4]) };
+    if r < 0 {
+        -i64::from(
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        )
+    } else {
+        r
+    }
 }
 
 /// setfsuid(2) on the calling thread only (raw system call); returns the
@@ -590,6 +637,20 @@ mod tests {
         assert_eq!(n, 16);
         assert_eq!(&buf, &src);
         assert!(read_memory(std::process::id(), 8, &mut buf).is_err());
+    }
+
+    #[test]
+    fn writes_own_memory_and_refuses_bad_addresses() {
+        let mut dst = [0u8; 5];
+        let n = write_memory(std::process::id(), dst.as_mut_ptr() as u64, b"guest").unwrap();
+        assert_eq!(n, 5);
+        assert_eq!(&dst, b"guest");
+        assert!(write_memory(std::process::id(), 8, b"x").is_err());
+    }
+
+    #[test]
+    fn the_exec_trap_outside_an_executive_is_enosys() {
+        assert_eq!(exec_trap(0x4d41, 1, [0; 5]), -i64::from(libc::ENOSYS));
     }
 
     #[test]

@@ -1,0 +1,506 @@
+//! Calls from a guest to its executive ([`SYS_EXEC`]): a ping, and RPC
+//! between two guests through the executive (Hijack's guest → executive
+//! RPC and guest ↔ guest RPC, seeds/001 section 3.1).
+//!
+//! Mechanism: the call reaches the executive as a seccomp notification of
+//! the reserved number [`SYS_EXEC`] (always in the filter, answered here
+//! before any agent). A notification the executive does not answer holds
+//! its caller in the kernel, as [`crate::Decision::Delay`] does: a client's
+//! `RPC_CALL` stays unanswered until its server replies, a server's
+//! `RPC_RECV` until a request is there. The bytes go guest → executive →
+//! guest with process_vm_readv/writev through one buffer of [`RPC_MAX`]
+//! bytes; the executive thread never blocks on a guest.
+//!
+//! Per server guest: a queue of requests not yet received and a list of
+//! waiting receivers; in service: requests received and not yet replied
+//! to, each with a token (1..=[`RPC_TOKEN_MAX`], never reused while in
+//! service) and the server guest that received it (only that guest may
+//! reply).
+//!
+//! Trust: every argument is the guest's claim: lengths are bounded, a
+//! short read or write is -EFAULT to the guest whose memory it was,
+//! tokens are checked against the replying guest. Before writing into a
+//! guest, its notification is re-validated (SECCOMP_IOCTL_NOTIF_ID_VALID)
+//! so that the executive writes only into a thread that is still waiting
+//! in this call (a tid recycled between the check and the write remains a
+//! window of a few instructions, the interface's known limit). A vanished
+//! notification (caller killed or interrupted) frees its slot: found when
+//! it is answered, and by [`Rpc::sweep`] (every 100 ms).
+//!
+//! Not allocation-free: queues grow only up to their bounds
+//! ([`MAX_QUEUED`], [`MAX_RECEIVERS`], [`MAX_SERVING`]), preallocated at
+//! start-up.
+
+pub use mantle_abi::exec::SYS_EXEC;
+use mantle_abi::exec::{
+    rpc_recv_result, OP_PING, OP_RPC_CALL, OP_RPC_RECV, OP_RPC_REPLY, OP_RPC_REPLY_RECV, RPC_MAX,
+    RPC_TOKEN_MAX,
+};
+use mantle_sys::seccomp::Listener;
+use mantle_sys::supervise;
+use std::collections::VecDeque;
+
+/// Requests queued per server guest before -EAGAIN.
+pub const MAX_QUEUED: usize = 256;
+/// Threads of one server guest waiting in RECV before -EAGAIN.
+pub const MAX_RECEIVERS: usize = 64;
+/// Requests in service (received, not replied to) before -EAGAIN.
+pub const MAX_SERVING: usize = 1024;
+
+/// The guests as the RPC layer sees them.
+pub trait Peers {
+    /// How many guests the system has.
+    fn count(&self) -> usize;
+    /// Guest `g`'s listener while some task still uses its filter.
+    fn listener(&self, g: usize) -> Option<&Listener>;
+}
+
+/// A request queued for a server.
+#[derive(Clone, Copy, Debug)]
+struct Req {
+    client: usize,
+    id: u64,
+    tid: u32,
+    addr: u64,
+    len: usize,
+    resp: u64,
+    cap: usize,
+}
+
+/// A server thread waiting in RECV.
+#[derive(Clone, Copy, Debug)]
+struct Recv {
+    id: u64,
+    tid: u32,
+    buf: u64,
+    cap: usize,
+}
+
+/// A request received by `server`, waiting for its reply.
+#[derive(Clone, Copy, Debug)]
+struct Serving {
+    token: u32,
+    server: usize,
+    req: Req,
+}
+
+/// Counters for the status and the tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RpcStats {
+    pub pings: u64,
+    pub calls: u64,
+    pub replies: u64,
+    /// Calls refused (bad argument, no server, full queue...).
+    pub refused: u64,
+    /// Notifications found gone (caller killed or interrupted).
+    pub vanished: u64,
+}
+
+/// The executive's RPC state.
+pub struct Rpc {
+    queued: Vec<VecDeque<Req>>,
+    receivers: Vec<Vec<Recv>>,
+    serving: Vec<Serving>,
+    next_token: u32,
+    buf: Vec<u8>,
+    pid: u32,
+    pub stats: RpcStats,
+}
+
+/// Why an op is refused: the errno its caller gets.
+type Errno = i32;
+
+fn answer(l: &Listener, id: u64, r: Result<i64, Errno>) -> bool {
+    match r {
+        Ok(v) => l.reply(id, v).is_ok(),
+        Err(e) => l.reply_error(id, e).is_ok(),
+    }
+}
+
+fn pending(l: &Listener, id: u64) -> bool {
+    l.id_valid(id).unwrap_or(false)
+}
+
+/// Reads exactly `buf.len()` bytes of `tid` at `addr`.
+fn read_exact(tid: u32, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    match supervise::read_memory(tid, addr, buf) {
+        Ok(n) if n == buf.len() => Ok(()),
+        _ => Err(libc::EFAULT),
+    }
+}
+
+/// Writes all of `buf` into `tid` at `addr`.
+fn write_all(tid: u32, addr: u64, buf: &[u8]) -> Result<(), Errno> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    match supervise::write_memory(tid, addr, buf) {
+        Ok(n) if n == buf.len() => Ok(()),
+        _ => Err(libc::EFAULT),
+    }
+}
+
+/// A length argument: at most [`RPC_MAX`].
+fn len_arg(v: u64) -> Result<usize, Errno> {
+    if v > RPC_MAX as u64 {
+        Err(libc::EMSGSIZE)
+    } else {
+        Ok(v as usize)
+    }
+}
+
+impl Rpc {
+    /// State for `guests` guests; `pid` is what a ping answers.
+    pub fn new(guests: usize, pid: u32) -> Rpc {
+        Rpc {
+            queued: (0..guests)
+                .map(|_| VecDeque::with_capacity(MAX_QUEUED))
+                .collect(),
+            receivers: (0..guests)
+                .map(|_| Vec::with_capacity(MAX_RECEIVERS))
+                .collect(),
+            serving: Vec::with_capacity(MAX_SERVING),
+            next_token: 1,
+            buf: vec![0u8; RPC_MAX],
+            pid,
+            stats: RpcStats::default(),
+        }
+    }
+
+    /// Calls held (unanswered) for guest `g`: its queued requests, its
+    /// waiting receivers, its clients' requests in service.
+    pub fn held_by(&self, g: usize) -> u64 {
+        let q = self
+            .queued
+            .iter()
+            .flatten()
+            .filter(|r| r.client == g)
+            .count();
+        let r = self.receivers.get(g).map_or(0, |v| v.len());
+        let s = self.serving.iter().filter(|s| s.req.client == g).count();
+        (q + r + s) as u64
+    }
+
+    /// One [`SYS_EXEC`] notification `id` of guest `g`'s thread `tid`.
+    pub fn handle(&mut self, p: &dyn Peers, g: usize, id: u64, tid: u32, args: [u64; 6]) {
+        let Some(l) = p.listener(g) else { return };
+        let r = match args[0] {
+            OP_PING => {
+                self.stats.pings += 1;
+                Ok(i64::from(self.pid))
+            }
+            OP_RPC_CALL => match self.call(p, g, id, tid, &args) {
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
+            OP_RPC_RECV => match self.recv(p, g, id, tid, &args) {
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
+            OP_RPC_REPLY => self.reply(p, g, tid, &args).map(|()| 0),
+            OP_RPC_REPLY_RECV => {
+                let replied = if args[1] == 0 {
+                    Ok(())
+                } else {
+                    match self.reply(p, g, tid, &[0, args[1], args[2], args[3], 0, 0]) {
+                        Err(libc::ESRCH) => Ok(()),
+                        r => r,
+                    }
+                };
+                match replied
+                    .and_then(|()| self.recv(p, g, id, tid, &[0, args[4], args[5], 0, 0, 0]))
+                {
+                    Ok(()) => return,
+                    Err(e) => Err(e),
+                }
+            }
+            _ => Err(libc::EINVAL),
+        };
+        if r.is_err() {
+            self.stats.refused += 1;
+        }
+        if !answer(l, id, r) {
+            self.stats.vanished += 1;
+        }
+    }
+
+    fn call(
+        &mut self,
+        p: &dyn Peers,
+        g: usize,
+        id: u64,
+        tid: u32,
+        a: &[u64; 6],
+    ) -> Result<(), Errno> {
+        let server = usize::try_from(a[1]).map_err(|_| libc::ESRCH)?;
+        if server >= p.count() || p.listener(server).is_none() {
+            return Err(libc::ESRCH);
+        }
+        let len = len_arg(a[3])?;
+        // a larger capacity is only room the reply will not use
+        let cap = a[5].min(RPC_MAX as u64) as usize;
+        if self.queued[server].len() >= MAX_QUEUED {
+            return Err(libc::EAGAIN);
+        }
+        self.stats.calls += 1;
+        self.queued[server].push_back(Req {
+            client: g,
+            id,
+            tid,
+            addr: a[2],
+            len,
+            resp: a[4],
+            cap,
+        });
+        self.deliver(p, server);
+        Ok(())
+    }
+
+    fn recv(
+        &mut self,
+        p: &dyn Peers,
+        g: usize,
+        id: u64,
+        tid: u32,
+        a: &[u64; 6],
+    ) -> Result<(), Errno> {
+        let cap = a[2].min(RPC_MAX as u64) as usize;
+        if self.receivers[g].len() >= MAX_RECEIVERS {
+            return Err(libc::EAGAIN);
+        }
+        self.receivers[g].push(Recv {
+            id,
+            tid,
+            buf: a[1],
+            cap,
+        });
+        self.deliver(p, g);
+        Ok(())
+    }
+
+    /// Hands server `s`'s queued requests to its waiting receivers.
+    fn deliver(&mut self, p: &dyn Peers, s: usize) {
+        let Some(sl) = p.listener(s) else { return };
+        while !self.queued[s].is_empty() && !self.receivers[s].is_empty() {
+            if self.serving.len() >= MAX_SERVING {
+                return; // held until replies free room
+            }
+            let Some(req) = self.queued[s].pop_front() else {
+                return;
+            };
+            let Some(cl) = p.listener(req.client) else {
+                self.stats.vanished += 1;
+                continue;
+            };
+            let rv = self.receivers[s][0];
+            if req.len > rv.cap {
+                // the client learns its request is too large for the server
+                self.stats.refused += 1;
+                if !answer(cl, req.id, Err(libc::EMSGSIZE)) {
+                    self.stats.vanished += 1;
+                }
+                continue;
+            }
+            let n = req.len;
+            if let Err(e) = read_exact(req.tid, req.addr, &mut self.buf[..n]) {
+                if pending(cl, req.id) {
+                    self.stats.refused += 1;
+                    if !answer(cl, req.id, Err(e)) {
+                        self.stats.vanished += 1;
+                    }
+                } else {
+                    self.stats.vanished += 1;
+                }
+                continue;
+            }
+            // the bytes are the caller's only if it is still in this call
+            if !pending(cl, req.id) {
+                self.stats.vanished += 1;
+                continue;
+            }
+            self.receivers[s].remove(0);
+            if !pending(sl, rv.id) {
+                self.stats.vanished += 1;
+                self.queued[s].push_front(req);
+                continue;
+            }
+            if let Err(e) = write_all(rv.tid, rv.buf, &self.buf[..n]) {
+                self.stats.refused += 1;
+                if !answer(sl, rv.id, Err(e)) {
+                    self.stats.vanished += 1;
+                }
+                self.queued[s].push_front(req);
+                continue;
+            }
+            let token = self.token();
+            if answer(sl, rv.id, Ok(rpc_recv_result(token, n))) {
+                self.serving.push(Serving {
+                    token,
+                    server: s,
+                    req,
+                });
+            } else {
+                // the receiver went away: the next one gets the request
+                self.stats.vanished += 1;
+                self.queued[s].push_front(req);
+            }
+        }
+    }
+
+    fn token(&mut self) -> u32 {
+        loop {
+            let t = self.next_token;
+            self.next_token = if t >= RPC_TOKEN_MAX { 1 } else { t + 1 };
+            if !self.serving.iter().any(|s| s.token == t) {
+                return t;
+            }
+        }
+    }
+
+    fn reply(&mut self, p: &dyn Peers, g: usize, tid: u32, a: &[u64; 6]) -> Result<(), Errno> {
+        let token = u32::try_from(a[1]).map_err(|_| libc::ENOENT)?;
+        let k = self
+            .serving
+            .iter()
+            .position(|s| s.token == token && s.server == g)
+            .ok_or(libc::ENOENT)?;
+        let len = len_arg(a[3])?;
+        let req = self.serving[k].req;
+        if len > req.cap {
+            return Err(libc::EMSGSIZE); // still in service: reply shorter
+        }
+        read_exact(tid, a[2], &mut self.buf[..len])?;
+        let was_full = self.serving.len() >= MAX_SERVING;
+        self.serving.swap_remove(k);
+        self.stats.replies += 1;
+        let r = self.answer_client(p, &req, len);
+        if was_full {
+            // the reply made room: deliver what waited for it
+            for s in 0..self.queued.len() {
+                self.deliver(p, s);
+            }
+        }
+        r
+    }
+
+    /// Writes the reply (in the buffer, `len` bytes) into `req`'s client
+    /// and answers it; -ESRCH (to the server) if the client is gone.
+    fn answer_client(&mut self, p: &dyn Peers, req: &Req, len: usize) -> Result<(), Errno> {
+        let Some(cl) = p.listener(req.client) else {
+            return Err(libc::ESRCH);
+        };
+        if !pending(cl, req.id) {
+            self.stats.vanished += 1;
+            return Err(libc::ESRCH);
+        }
+        let r = write_all(req.tid, req.resp, &self.buf[..len]).map(|()| len as i64);
+        if !answer(cl, req.id, r) {
+            self.stats.vanished += 1;
+            return Err(libc::ESRCH);
+        }
+        Ok(())
+    }
+
+    /// Drops the held calls whose notifications vanished; answers
+    /// -ECONNRESET to the clients of servers whose guest is gone.
+    pub fn sweep(&mut self, p: &dyn Peers) {
+        for s in 0..self.queued.len() {
+            let server_gone = p.listener(s).is_none();
+            let mut q = std::mem::take(&mut self.queued[s]);
+            q.retain(|r| self.keep_held(p, r, server_gone));
+            self.queued[s] = q;
+            match p.listener(s) {
+                Some(sl) => {
+                    let before = self.receivers[s].len();
+                    self.receivers[s].retain(|r| pending(sl, r.id));
+                    self.stats.vanished += (before - self.receivers[s].len()) as u64;
+                }
+                None => self.receivers[s].clear(),
+            }
+        }
+        let mut sv = std::mem::take(&mut self.serving);
+        sv.retain(|s| self.keep_held(p, &s.req, p.listener(s.server).is_none()));
+        self.serving = sv;
+    }
+
+    fn keep_held(&mut self, p: &dyn Peers, r: &Req, server_gone: bool) -> bool {
+        let Some(cl) = p.listener(r.client) else {
+            return false;
+        };
+        if server_gone {
+            if !answer(cl, r.id, Err(libc::ECONNRESET)) {
+                self.stats.vanished += 1;
+            }
+            return false;
+        }
+        if pending(cl, r.id) {
+            true
+        } else {
+            self.stats.vanished += 1;
+            false
+        }
+    }
+
+    /// Answers every held call with -ECONNRESET (the executive is ending).
+    pub fn drain(&mut self, p: &dyn Peers) {
+        let queued: Vec<Req> = self.queued.iter_mut().flat_map(|q| q.drain(..)).collect();
+        let serving: Vec<Req> = self.serving.drain(..).map(|s| s.req).collect();
+        for r in queued.iter().chain(serving.iter()) {
+            if let Some(l) = p.listener(r.client) {
+                let _ = answer(l, r.id, Err(libc::ECONNRESET));
+            }
+        }
+        for (s, rs) in self.receivers.iter_mut().enumerate() {
+            if let Some(l) = p.listener(s) {
+                for r in rs.drain(..) {
+                    let _ = answer(l, r.id, Err(libc::ECONNRESET));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lengths_are_bounded() {
+        assert_eq!(len_arg(0), Ok(0));
+        assert_eq!(len_arg(RPC_MAX as u64), Ok(RPC_MAX));
+        assert_eq!(len_arg(RPC_MAX as u64 + 1), Err(libc::EMSGSIZE));
+        assert_eq!(len_arg(u64::MAX), Err(libc::EMSGSIZE));
+    }
+
+    #[test]
+    fn tokens_skip_those_in_service_and_wrap() {
+        let mut r = Rpc::new(1, 1);
+        r.next_token = RPC_TOKEN_MAX;
+        assert_eq!(r.token(), RPC_TOKEN_MAX);
+        r.serving.push(Serving {
+            token: 1,
+            server: 0,
+            req: Req {
+                client: 0,
+                id: 0,
+                tid: 0,
+                addr: 0,
+                len: 0,
+                resp: 0,
+                cap: 0,
+            },
+        });
+        assert_eq!(r.token(), 2);
+    }
+
+    #[test]
+    fn bad_memory_is_efault() {
+        let mut b = [0u8; 4];
+        assert_eq!(read_exact(std::process::id(), 8, &mut b), Err(libc::EFAULT));
+        assert_eq!(write_all(std::process::id(), 8, &b), Err(libc::EFAULT));
+        assert_eq!(read_exact(std::process::id(), 8, &mut []), Ok(()));
+    }
+}
