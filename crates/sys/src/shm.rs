@@ -83,7 +83,7 @@ impl SharedMem {
     }
 
     fn ptr(&self, off: usize, size: usize) -> Option<*mut u8> {
-        (off.checked_add(size)? <= self.len && off % size == 0)
+        (off.checked_add(size)? <= self.len && off.is_multiple_of(size))
             // SAFETY: off + size <= len: inside the mapping.
             .then(|| unsafe { self.base.add(off) })
     }
