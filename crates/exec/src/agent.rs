@@ -90,6 +90,19 @@ pub enum GuestError {
     Os(String),
 }
 
+impl GuestError {
+    /// The error of reading or writing guest memory at `addr` with
+    /// process_vm_readv/writev: an unmapped address is a fault, a task
+    /// that is gone is `Gone`, anything else keeps its words.
+    pub fn of_memory(e: &std::io::Error, addr: u64) -> GuestError {
+        match e.raw_os_error() {
+            Some(libc::EFAULT) | Some(libc::EIO) => GuestError::Fault(addr),
+            Some(libc::ESRCH) => GuestError::Gone,
+            _ => GuestError::Os(e.to_string()),
+        }
+    }
+}
+
 /// A guest as an agent sees it during one call.
 pub trait Guest {
     /// Reads guest memory at `addr` into `buf`; returns the bytes read

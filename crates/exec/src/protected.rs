@@ -29,14 +29,7 @@ impl Guest for ProtectedGuest<'_> {
         if !self.still_pending() {
             return Err(GuestError::Gone);
         }
-        match r {
-            Ok(n) => Ok(n),
-            Err(e) => match e.raw_os_error() {
-                Some(libc::EFAULT) | Some(libc::EIO) => Err(GuestError::Fault(addr)),
-                Some(libc::ESRCH) => Err(GuestError::Gone),
-                _ => Err(GuestError::Os(e.to_string())),
-            },
-        }
+        r.map_err(|e| GuestError::of_memory(&e, addr))
     }
 
     fn still_pending(&mut self) -> bool {

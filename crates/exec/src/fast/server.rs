@@ -432,13 +432,8 @@ impl Guest for FastGuest<'_> {
         if buf.is_empty() {
             return Ok(0);
         }
-        mantle_sys::supervise::read_memory(self.tid, addr, buf).map_err(|e| {
-            match e.raw_os_error() {
-                Some(libc::EFAULT) => GuestError::Fault(addr),
-                Some(libc::ESRCH) => GuestError::Gone,
-                _ => GuestError::Os(e.to_string()),
-            }
-        })
+        mantle_sys::supervise::read_memory(self.tid, addr, buf)
+            .map_err(|e| GuestError::of_memory(&e, addr))
     }
     fn still_pending(&mut self) -> bool {
         let r = self.region;
