@@ -48,11 +48,20 @@ extern "C" fn after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
 }
 
+/// The hot path's check: one load once open. Opening is out of line
+/// (`open_shared`), so that callers such as `my_vector` stay a few
+/// instructions without the opening's stack frame.
 #[inline]
 fn shared() -> Result<&'static Shared, Error> {
-    if let Some(s) = SHARED.get() {
-        return Ok(s);
+    match SHARED.get() {
+        Some(s) => Ok(s),
+        None => open_shared(),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn open_shared() -> Result<&'static Shared, Error> {
     let s = Shared {
         view: mantle_tags::kernel::map_array::<View>("view", false)?,
         tags: Tags::open()?,
@@ -93,9 +102,13 @@ pub fn open() -> Result<(), Error> {
 #[inline]
 fn my_view(s: &Shared) -> Result<View, Error> {
     let tid = my_tid() as usize;
-    s.view
-        .get::<View>(tid)
-        .ok_or_else(|| Error::Invalid(format!("tid {tid} beyond the view")))
+    s.view.get::<View>(tid).ok_or_else(|| beyond_view(tid))
+}
+
+#[cold]
+#[inline(never)]
+fn beyond_view(tid: usize) -> Error {
+    Error::Invalid(format!("tid {tid} beyond the view"))
 }
 
 /// The calling thread's tag vector: the hot path, no system call once open.
