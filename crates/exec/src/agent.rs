@@ -329,6 +329,47 @@ mod tests {
         assert!(!c.wanted(Sysno(u32::MAX)));
     }
 
+    struct Wants(Vec<Sysno>);
+    impl Agent for Wants {
+        fn name(&self) -> &str {
+            "wants"
+        }
+        fn wants(&self) -> Vec<Sysno> {
+            self.0.clone()
+        }
+        fn before(&mut self, _: &Call, _: &mut dyn Guest) -> Decision {
+            Decision::Return(1)
+        }
+    }
+
+    /// Every call number the bitmap holds, alone and all together: an
+    /// agent is asked for exactly the calls it wants.
+    #[test]
+    fn the_wanted_bitmap_holds_every_number() {
+        let all: Vec<Sysno> = (0..MAX_NR).map(Sysno).collect();
+        let c = Chain::new(vec![Box::new(Wants(all.clone()))]);
+        assert_eq!(c.wants(), all);
+        for nr in 0..MAX_NR {
+            let mut c = Chain::new(vec![Box::new(Wants(vec![Sysno(nr)]))]);
+            assert_eq!(c.wants(), vec![Sysno(nr)]);
+            let mut g = FakeGuest::default();
+            for other in [nr.wrapping_sub(1), nr, nr + 1, nr + 64, MAX_NR] {
+                let call = Call {
+                    tid: 1,
+                    nr: Sysno(other),
+                    args: [0; 6],
+                    ip: 0,
+                };
+                let want = if other == nr {
+                    (Decision::Return(1), Some(0))
+                } else {
+                    (Decision::Continue, None)
+                };
+                assert_eq!(c.before(&call, &mut g), want, "wants {nr}, call {other}");
+            }
+        }
+    }
+
     #[test]
     fn cstr_reads_across_chunks_and_refuses_what_it_cannot_end() {
         let mut g = FakeGuest::default();
