@@ -52,6 +52,11 @@ pub struct RunArgs {
     /// open, openat, creat; others fail with ENOSYS).
     #[arg(long, value_name = "NAME")]
     perform: Vec<String>,
+    /// For benchmarks: the guest puts its CLOCK_MONOTONIC ns in call
+    /// NAME's first argument; write receipt minus that (the one-way trap,
+    /// ns) per call to FILE at the end.
+    #[arg(long, value_name = "NAME=FILE")]
+    stamp: Vec<String>,
     /// SCHED_FIFO priority of the executive thread, 1-99 (default 99 where
     /// allowed; a warning where not); 0 keeps it at SCHED_OTHER.
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..=99))]
@@ -211,6 +216,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 redirect: a.redirect.clone(),
                 delay: a.delay.clone(),
                 perform: a.perform.clone(),
+                stamp: a.stamp.clone(),
                 json: a.json,
                 watch: [&a.trace, &a.count]
                     .into_iter()

@@ -29,6 +29,9 @@ pub struct Call {
     pub args: [u64; 6],
     /// Instruction pointer of the call.
     pub ip: u64,
+    /// CLOCK_MONOTONIC ns when the executive received the call (0: not
+    /// known): the end of the one-way trap (agents::stamp).
+    pub received_ns: u64,
 }
 
 /// What happens to a call.
@@ -296,6 +299,7 @@ mod tests {
             nr: Sysno::from_name(nr).unwrap(),
             args: [0; 6],
             ip: 0,
+            received_ns: 0,
         }
     }
 
@@ -359,6 +363,7 @@ mod tests {
                     nr: Sysno(other),
                     args: [0; 6],
                     ip: 0,
+                    received_ns: 0,
                 };
                 let want = if other == nr {
                     (Decision::Return(1), Some(0))

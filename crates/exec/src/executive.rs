@@ -4,9 +4,10 @@
 //!
 //! Mechanism: guests are started (crate::launch) before anything else;
 //! then the thread takes SCHED_FIFO (priority option, default 99; a
-//! warning when refused) and locks its memory (mlockall), and loops on
-//! poll(2) over each guest's listener, pidfd and start-status pipe, plus
-//! the opener thread's wake-up pipe (crate::perform). A notification is
+//! warning when refused) and locks its memory (mlockall), and waits with
+//! epoll (registered once: a wait costs the same for any number of fds)
+//! on each guest's listener, pidfd and start-status pipe, plus the opener
+//! thread's wake-up pipe (crate::perform). A notification is
 //! received (ENOENT: it vanished: counted, never fatal), made a [`Call`],
 //! decided by the guest's [`Chain`] (with a [`ProtectedGuest`] to read
 //! memory), and answered: Continue → SECCOMP_USER_NOTIF_FLAG_CONTINUE,
@@ -37,9 +38,10 @@ use crate::protected::{self, ProtectedGuest};
 use crate::rpc::{self, Peers, Rpc};
 use crate::status::{self, CallStat, ExecStatus, GuestStatus};
 use crate::sysno::Sysno;
+use mantle_sys::epoll::{Epoll, Ready};
 use mantle_sys::seccomp::Listener;
 use mantle_sys::supervise;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -174,6 +176,13 @@ impl G {
         self.stats.iter_mut().find(|s| s.nr == nr)
     }
 }
+
+// What a ready fd is (Executive::wait_set): guest * 4 + one of these, or
+// the opener's wake-up pipe.
+const TOKEN_LISTENER: u64 = 0;
+const TOKEN_PIDFD: u64 = 1;
+const TOKEN_STATUS: u64 = 2;
+const TOKEN_OPENER: u64 = u64::MAX;
 
 struct Held {
     guest: usize,
@@ -332,9 +341,29 @@ impl Executive {
     /// Serves until every guest's first process has ended; returns how
     /// each ended.
     pub fn run(mut self) -> Vec<GuestEnd> {
-        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3 * self.guests.len() + 1);
-        // what each pollfd is: (guest, 0 listener | 1 pidfd | 2 status | 3 opener)
-        let mut what: Vec<(usize, u8)> = Vec::with_capacity(fds.capacity());
+        // Every fd is registered once; a guest's entries leave the set when
+        // they end (its listener hangs up, its pidfd becomes readable for
+        // good, its status pipe is read). Tokens: guest * 4 + kind.
+        let mut ep = match self.wait_set() {
+            Ok(ep) => ep,
+            Err(e) => {
+                // Nothing can be served: the guests must not run on
+                // unsupervised (the same rule as the executive dying).
+                (self.log)(&format!(
+                    "cannot wait for the guests' calls ({e}): killing them"
+                ));
+                for g in &mut self.guests {
+                    let _ = supervise::kill(g.pid as i32, libc::SIGKILL);
+                    let _ = supervise::wait_child(g.pid as i32, true);
+                    g.end = Some(End::Killed {
+                        signal: libc::SIGKILL,
+                        core: false,
+                    });
+                }
+                return self.finish();
+            }
+        };
+        let mut ready: Vec<Ready> = Vec::with_capacity(3 * self.guests.len() + 1);
         let mut last_publish = Instant::now() - Duration::from_secs(1);
         let mut forwarded_stop = false;
         self.publish();
@@ -344,43 +373,17 @@ impl Executive {
             if self.guests.iter().all(|g| g.end.is_some()) {
                 break;
             }
-            fds.clear();
-            what.clear();
-            for (i, g) in self.guests.iter().enumerate() {
-                let mut add = |fd: i32, k: u8| {
-                    fds.push(libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    });
-                    what.push((i, k));
-                };
-                if g.listener_open {
-                    add(g.listener.as_fd().as_raw_fd(), 0);
+            let timeout = match self.held.iter().map(|h| h.until).min() {
+                None => 100,
+                Some(until) => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    left.as_micros().div_ceil(1000).min(100) as i32
                 }
-                if g.end.is_none() {
-                    add(g.pidfd.as_raw_fd(), 1);
-                }
-                if let Some(s) = &g.status {
-                    add(s.as_raw_fd(), 2);
-                }
-            }
-            if let Some(o) = &self.opener {
-                fds.push(libc::pollfd {
-                    fd: o.wake.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-                what.push((0, 3));
-            }
-            let now = Instant::now();
-            let mut timeout = Duration::from_millis(100);
-            for h in &self.held {
-                timeout = timeout.min(h.until.saturating_duration_since(now));
-            }
-            let ms = timeout.as_micros().div_ceil(1000) as i32;
-            if supervise::poll(&mut fds, ms).is_err() {
-                std::thread::sleep(Duration::from_millis(1));
+            };
+            ready.clear();
+            match ep.wait(timeout) {
+                Ok(r) => ready.extend(r),
+                Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
             if supervise::term_requested() != 0 && !forwarded_stop {
                 forwarded_stop = true;
@@ -388,36 +391,45 @@ impl Executive {
                     let _ = supervise::kill(g.pid as i32, libc::SIGTERM);
                 }
             }
-            for k in 0..fds.len() {
-                let re = fds[k].revents;
-                if re == 0 {
+            for r in &ready {
+                if r.token == TOKEN_OPENER {
+                    self.opens_done();
                     continue;
                 }
-                let (i, kind) = what[k];
-                match kind {
-                    0 => {
-                        if re & libc::POLLIN != 0 {
+                let i = (r.token / 4) as usize;
+                match r.token % 4 {
+                    TOKEN_LISTENER => {
+                        if r.events & libc::EPOLLIN as u32 != 0 {
                             self.serve(i);
-                        } else if re & (libc::POLLHUP | libc::POLLERR) != 0 {
+                        } else if r.events & (libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
                             // no task uses the filter any more
-                            self.guests[i].listener_open = false;
+                            let g = &mut self.guests[i];
+                            g.listener_open = false;
+                            let _ = ep.remove(g.listener.as_fd());
                             self.rpc.sweep(&GuestPeers(&self.guests));
                         }
                     }
-                    1 => self.reap(i),
-                    2 => {
+                    TOKEN_PIDFD => {
+                        self.reap(i);
+                        let g = &self.guests[i];
+                        if g.end.is_some() {
+                            let _ = ep.remove(g.pidfd.as_fd());
+                        }
+                    }
+                    _ => {
                         let g = &mut self.guests[i];
                         if let Some(s) = g.status.take() {
+                            let _ = ep.remove(s.as_fd());
                             if let Some((step, errno)) = launch::read_status(&s) {
                                 g.end = Some(End::NotStarted {
                                     step: launch::step_name(step),
                                     errno,
                                 });
                                 let _ = supervise::wait_child(g.pid as i32, true);
+                                let _ = ep.remove(g.pidfd.as_fd());
                             }
                         }
                     }
-                    _ => self.opens_done(),
                 }
             }
             self.expire_held();
@@ -427,6 +439,11 @@ impl Executive {
                 last_publish = Instant::now();
             }
         }
+        self.finish()
+    }
+
+    /// Answers what is still held and says how each guest ended.
+    fn finish(mut self) -> Vec<GuestEnd> {
         // held calls of ended guests: answer them (their callers may live on)
         self.rpc.drain(&GuestPeers(&self.guests));
         let held = std::mem::take(&mut self.held);
@@ -453,6 +470,24 @@ impl Executive {
                     .collect(),
             })
             .collect()
+    }
+
+    /// The wait set: every guest's listener, pidfd and status pipe, and
+    /// the opener's wake-up pipe, registered once.
+    fn wait_set(&self) -> std::io::Result<Epoll> {
+        let ep = Epoll::new(3 * self.guests.len() + 1)?;
+        for (i, g) in self.guests.iter().enumerate() {
+            let base = i as u64 * 4;
+            ep.add(g.listener.as_fd(), base + TOKEN_LISTENER)?;
+            ep.add(g.pidfd.as_fd(), base + TOKEN_PIDFD)?;
+            if let Some(s) = &g.status {
+                ep.add(s.as_fd(), base + TOKEN_STATUS)?;
+            }
+        }
+        if let Some(o) = &self.opener {
+            ep.add(o.wake.as_fd(), TOKEN_OPENER)?;
+        }
+        Ok(ep)
     }
 
     fn reap(&mut self, i: usize) {
@@ -500,7 +535,7 @@ impl Executive {
             return;
         }
         let t0 = Instant::now();
-        let Some(call) = protected::call_of(&n) else {
+        let Some(call) = protected::call_of(&n, mantle_sys::os::monotonic_ns()) else {
             let _ = self.guests[i].listener.reply_error(n.id, libc::ENOSYS);
             return;
         };

@@ -269,16 +269,33 @@ pub fn open_args(nr: &str, a: &[u64; 6]) -> Option<(i32, u64, i32, u32, usize)> 
 }
 
 /// The guest's parent pid as the executive knows it: the executive itself
-/// for a guest's first process; else /proc/TID/status, cached per tid
-/// (stale if the parent dies and the guest is re-parented: a limit).
+/// for a guest's first process; else PPid of /proc/TID/status, cached per
+/// tid with a pidfd of the caller's thread and of that parent. A cached
+/// answer is used only while neither has exited (one poll of the two
+/// pidfds, no /proc read): when the parent dies the kernel re-parents the
+/// caller (to the reaper, mantle's subreaper), and when the caller's thread
+/// dies its tid may name another task; either way /proc is read again.
 pub struct Parents {
-    cache: Vec<(u32, i32)>,
+    /// The executive's pid, read once (getpid is a system call).
+    me: i32,
+    cache: Vec<Cached>,
 }
+
+struct Cached {
+    tid: u32,
+    ppid: i32,
+    /// The caller's thread and its parent: readable once exited.
+    watch: Option<(OwnedFd, OwnedFd)>,
+}
+
+/// How many callers are remembered (the oldest is forgotten first).
+const PARENTS_CACHED: usize = 256;
 
 impl Default for Parents {
     fn default() -> Self {
         Parents {
-            cache: Vec::with_capacity(256),
+            me: std::process::id() as i32,
+            cache: Vec::with_capacity(PARENTS_CACHED),
         }
     }
 }
@@ -286,30 +303,93 @@ impl Default for Parents {
 impl Parents {
     pub fn of(&mut self, tid: u32, tgid_is_guest_root: bool) -> i32 {
         if tgid_is_guest_root {
-            return std::process::id() as i32;
+            return self.me;
         }
-        if let Some(&(_, p)) = self.cache.iter().find(|(t, _)| *t == tid) {
-            return p;
+        if let Some(k) = self.cache.iter().position(|c| c.tid == tid) {
+            if Self::unchanged(&self.cache[k]) {
+                return self.cache[k].ppid;
+            }
+            self.cache.swap_remove(k);
         }
-        let p = std::fs::read_to_string(format!("/proc/{tid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("PPid:"))
-                    .and_then(|v| v.trim().parse::<i32>().ok())
-            })
-            .unwrap_or(0);
-        if self.cache.len() == self.cache.capacity() {
-            self.cache.remove(0);
+        let ppid = read_ppid(tid).unwrap_or(0);
+        // Watch both; without pidfds (an old kernel) nothing is cached.
+        let watch = mantle_sys::os::pidfd_open(tid, true).ok().and_then(|t| {
+            let p = mantle_sys::os::pidfd_open(ppid as u32, false).ok()?;
+            Some((t, p))
+        });
+        // the parent may have died between the read and its pidfd: the
+        // pidfd then names nothing (ESRCH) and nothing is cached
+        if watch.is_some() && read_ppid(tid) == Some(ppid) {
+            if self.cache.len() == PARENTS_CACHED {
+                self.cache.remove(0);
+            }
+            self.cache.push(Cached { tid, ppid, watch });
         }
-        self.cache.push((tid, p));
-        p
+        ppid
     }
+
+    fn unchanged(c: &Cached) -> bool {
+        let Some((t, p)) = &c.watch else {
+            return false;
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: t.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: p.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        matches!(supervise::poll(&mut fds, 0), Ok(0))
+    }
+}
+
+/// PPid of /proc/TID/status.
+fn read_ppid(tid: u32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse::<i32>().ok())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parents_follow_a_reparented_caller() {
+        use std::io::BufRead;
+        // sh (A) starts sleep (B) and waits: B's parent is A, until A dies
+        let mut a = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(a.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let b: u32 = line.trim().parse().unwrap();
+        let mut parents = Parents::default();
+        assert_eq!(
+            parents.of(b, true),
+            std::process::id() as i32,
+            "a guest's first process"
+        );
+        assert_eq!(parents.of(b, false), a.id() as i32);
+        assert_eq!(parents.of(b, false), a.id() as i32, "cached");
+        assert_eq!(parents.cache.len(), 1);
+        a.kill().unwrap();
+        a.wait().unwrap();
+        let now = read_ppid(b).unwrap();
+        assert_ne!(now, a.id() as i32, "the kernel re-parented B");
+        assert_eq!(parents.of(b, false), now, "the cache noticed");
+        let _ = supervise::kill(b as i32, libc::SIGKILL);
+    }
 
     #[test]
     fn proc_self_is_the_guests() {

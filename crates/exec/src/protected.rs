@@ -39,7 +39,7 @@ impl Guest for ProtectedGuest<'_> {
 
 /// The call a notification carries; None for another architecture's call
 /// (the filter kills those, so this is a kernel surprise, answered ENOSYS).
-pub fn call_of(n: &seccomp_notif) -> Option<Call> {
+pub fn call_of(n: &seccomp_notif, received_ns: u64) -> Option<Call> {
     if n.data.arch != AUDIT_ARCH {
         return None;
     }
@@ -48,5 +48,6 @@ pub fn call_of(n: &seccomp_notif) -> Option<Call> {
         nr: Sysno(n.data.nr as u32),
         args: n.data.args,
         ip: n.data.instruction_pointer,
+        received_ns,
     })
 }

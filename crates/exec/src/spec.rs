@@ -25,6 +25,8 @@ pub struct AgentSpecs {
     pub delay: Vec<String>,
     /// `--perform NAME`, each.
     pub perform: Vec<String>,
+    /// `--stamp NAME=FILE`, each (benchmarks: the one-way trap).
+    pub stamp: Vec<String>,
     /// `--trace=NAME,NAME` / `--count=NAME`: calls trace and count watch
     /// besides those the other agents want (`all` for every call). Empty:
     /// the other agents' calls, or, when there are none, a default set
@@ -43,6 +45,7 @@ impl AgentSpecs {
             && self.redirect.is_empty()
             && self.delay.is_empty()
             && self.perform.is_empty()
+            && self.stamp.is_empty()
     }
 }
 

@@ -49,6 +49,8 @@ struct GuestEntry {
     #[serde(default)]
     perform: Vec<String>,
     #[serde(default)]
+    stamp: Vec<String>,
+    #[serde(default)]
     watch: Vec<String>,
 }
 
@@ -102,6 +104,7 @@ pub fn parse(text: &str) -> Result<Vec<GuestDef>, String> {
                 redirect: g.redirect,
                 delay: g.delay,
                 perform: g.perform,
+                stamp: g.stamp,
                 json: g.json,
                 watch: g.watch,
             },

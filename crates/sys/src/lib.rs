@@ -18,6 +18,7 @@
 //! * [`sud`]: prctl(PR_SET_SYSCALL_USER_DISPATCH) and the SIGSYS it raises.
 //! * [`supervise`]: a supervisor's calls: process_vm_readv, per-thread
 //!   fsuid/fsgid/groups, SCHED_FIFO, mlockall, SCM_RIGHTS, waitpid, poll.
+//! * [`epoll`]: epoll(7) wait sets registered once (the executive's loop).
 //! * [`lock`]: flock(2) with a bounded wait, and who holds a lock.
 //! * [`netns`]: network namespace cookies (SO_NETNS_COOKIE, setns on a
 //!   scoped thread).
@@ -32,6 +33,7 @@
 //! No locks are held in this crate.
 
 pub mod bpf;
+pub mod epoll;
 pub mod layout;
 pub mod lock;
 pub mod netns;

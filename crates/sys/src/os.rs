@@ -527,6 +527,19 @@ pub fn errno_in_chain(e: &(dyn std::error::Error + 'static)) -> Option<i32> {
     None
 }
 
+/// CLOCK_MONOTONIC in ns (the vDSO: no system call): the clock a guest's
+/// own clock_gettime(CLOCK_MONOTONIC) reads, so times taken on either side
+/// of a trap compare.
+pub fn monotonic_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: t is a valid, writable timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
 /// The time-stamp counter (x86-64 `rdtsc`): the fast path's guest stub
 /// stamps its traps with it too.
 #[cfg(target_arch = "x86_64")]

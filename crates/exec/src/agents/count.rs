@@ -258,6 +258,7 @@ mod tests {
             nr: nr(n),
             args: [0; 6],
             ip: 0,
+            received_ns: 0,
         }
     }
 

@@ -137,6 +137,7 @@ mod tests {
             nr: Sysno::from_name(n).unwrap(),
             args: [a0, 0, 0, 0, 0, 0],
             ip: 0x400000,
+            received_ns: 0,
         }
     }
 

@@ -76,6 +76,7 @@ mod tests {
             nr: nr(n),
             args: [0; 6],
             ip: 0,
+            received_ns: 0,
         }
     }
 

@@ -1,10 +1,12 @@
 //! The built-in agents (`mantle run --trace/--count/--deny/--redirect/
-//! --delay/--perform`): pure, unit-tested against a fake guest.
+//! --delay/--perform/--stamp`): pure, unit-tested against a fake guest.
 //!
 //! [`from_specs`] turns what the user wrote ([`AgentSpecs`]) into the
 //! agents of a guest's chain, in this order, for these reasons:
 //!
-//! 1. **trace**: first, because only `before` can read the guest's memory
+//! 0. **stamp** (`--stamp`, benchmarks): before everything, so that it
+//!    sees every call it wants; it only records, and continues.
+//! 1. **trace**: first of the others, because only `before` can read the guest's memory
 //!    (to show paths), and the chain stops at the first agent that does
 //!    not continue; it always continues, and sees the final decision in
 //!    `after` (every agent that wants a call sees how it ended).
@@ -34,6 +36,7 @@ pub mod deny;
 pub mod errno;
 pub mod perform;
 pub mod redirect;
+pub mod stamp;
 pub mod trace;
 
 pub use crate::spec::AgentSpecs;
@@ -268,6 +271,9 @@ pub fn from_specs(
     watch.dedup();
 
     let mut agents: Vec<Box<dyn Agent>> = Vec::new();
+    for s in &specs.stamp {
+        agents.push(Box::new(stamp::Stamp::from_spec(s)?));
+    }
     if specs.trace {
         agents.push(Box::new(trace::Trace::new(
             trace_out,
@@ -494,6 +500,7 @@ mod tests {
             nr: nr("unlink"),
             args: [0x1000, 0, 0, 0, 0, 0],
             ip: 1,
+            received_ns: 0,
         };
         let (d, who) = chain.before(&unlink, &mut g);
         assert_eq!(d, Decision::Delay(std::time::Duration::from_millis(5)));
@@ -515,6 +522,7 @@ mod tests {
             nr: nr("open"),
             args: [0x1000, 0, 0, 0, 0, 0],
             ip: 2,
+            received_ns: 0,
         };
         let (d, who) = chain.before(&open, &mut g);
         assert_eq!(

@@ -492,6 +492,7 @@ mod tests {
             nr: Sysno::from_name(name).unwrap(),
             args,
             ip: 0,
+            received_ns: 0,
         }
     }
 

@@ -275,6 +275,7 @@ mod tests {
             nr: nr("openat"),
             args: [libc::AT_FDCWD as i64 as u64, 0x1000, 0, 0, 0, 0],
             ip: 0,
+            received_ns: 0,
         }
     }
 

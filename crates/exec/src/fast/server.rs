@@ -215,6 +215,7 @@ impl Server {
             self.answer(i, -(libc::EINVAL as i64), 0, None);
             return true;
         }
+        let received_ns = mantle_sys::os::monotonic_ns();
         if self.one_way.len() < self.one_way.capacity() {
             let d = tsc().wrapping_sub(s.t_trap);
             if d < 1 << 40 {
@@ -226,6 +227,7 @@ impl Server {
             nr: Sysno(s.nr),
             args: s.args,
             ip: s.ip,
+            received_ns,
         };
         let t0 = Instant::now();
         let (d, _) = {

@@ -1,0 +1,142 @@
+//! epoll(7): a wait set registered once, for a loop that waits on the same
+//! fds many times.
+//!
+//! Why not poll(2): poll adds the caller to every fd's wait queue and
+//! removes it again on each call, so its cost grows with the number of fds
+//! on every wait. The executive waits once per interposed call over every
+//! guest's listener, pidfd and status pipe: with epoll the registration is
+//! paid once and a wait costs the same for one fd or a hundred (issue 10:
+//! the executive's cost above the bare seccomp-notification round trip).
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// One ready fd: the token given at [`Epoll::add`] and its events
+/// (`libc::EPOLLIN`, `EPOLLHUP`, `EPOLLERR`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ready {
+    pub token: u64,
+    pub events: u32,
+}
+
+/// An epoll instance (close-on-exec) and a buffer of ready events
+/// allocated once.
+#[derive(Debug)]
+pub struct Epoll {
+    fd: OwnedFd,
+    buf: Vec<libc::epoll_event>,
+}
+
+impl Epoll {
+    /// A new instance that returns up to `max_ready` fds per wait.
+    pub fn new(max_ready: usize) -> io::Result<Epoll> {
+        // SAFETY: epoll_create1 takes no pointers.
+        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Epoll {
+            // SAFETY: fd was just returned by the kernel and is ours alone.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            buf: vec![libc::epoll_event { events: 0, u64: 0 }; max_ready.max(1)],
+        })
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+        let mut ev = libc::epoll_event { events, u64: token };
+        // SAFETY: ev is a valid epoll_event for the duration of the call
+        // (ignored by EPOLL_CTL_DEL).
+        let r = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), op, fd, &mut ev) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Watches `fd` for readability (and hang-up, error), reported with
+    /// `token`. The fd must stay open until [`Epoll::remove`]: epoll
+    /// forgets an fd only when its last reference closes.
+    pub fn add(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd.as_raw_fd(),
+            token,
+            libc::EPOLLIN as u32,
+        )
+    }
+
+    /// Stops watching `fd` (ENOENT, not watched, is not an error).
+    pub fn remove(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
+        match self.ctl(libc::EPOLL_CTL_DEL, fd.as_raw_fd(), 0, 0) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+            r => r,
+        }
+    }
+
+    /// Waits up to `timeout_ms` (-1: forever) and returns the ready fds;
+    /// EINTR returns none.
+    pub fn wait(&mut self, timeout_ms: i32) -> io::Result<impl Iterator<Item = Ready> + '_> {
+        // SAFETY: buf holds buf.len() writable epoll_event structs.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                self.buf.as_mut_ptr(),
+                self.buf.len() as i32,
+                timeout_ms,
+            )
+        };
+        let n = if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+            0
+        } else {
+            n as usize
+        };
+        Ok(self.buf[..n].iter().map(|e| Ready {
+            token: e.u64,
+            events: e.events,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn reports_each_ready_fd_by_its_token_and_forgets_removed_ones() {
+        let mut ep = Epoll::new(4).unwrap();
+        let pipes: Vec<(OwnedFd, OwnedFd)> = (0..3)
+            .map(|_| crate::supervise::pipe_nonblock().unwrap())
+            .collect();
+        for (i, (r, _)) in pipes.iter().enumerate() {
+            ep.add(r.as_fd(), 100 + i as u64).unwrap();
+        }
+        assert_eq!(ep.wait(0).unwrap().count(), 0, "nothing written yet");
+        crate::supervise::write_wake(pipes[1].1.as_fd());
+        let ready: Vec<Ready> = ep.wait(1000).unwrap().collect();
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].token, 101);
+        assert_ne!(ready[0].events & libc::EPOLLIN as u32, 0);
+        // level-triggered: still ready until drained
+        assert_eq!(ep.wait(0).unwrap().count(), 1);
+        ep.remove(pipes[1].0.as_fd()).unwrap();
+        assert_eq!(
+            ep.wait(0).unwrap().count(),
+            0,
+            "removed fds are not reported"
+        );
+        ep.remove(pipes[1].0.as_fd()).unwrap();
+        // a hang-up is reported with the token too
+        let mut pipes = pipes;
+        let (_r2, w2) = pipes.pop().unwrap();
+        drop(w2);
+        let ready: Vec<Ready> = ep.wait(1000).unwrap().collect();
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].token, 102);
+        assert_ne!(ready[0].events & libc::EPOLLHUP as u32, 0);
+    }
+}
