@@ -19,7 +19,8 @@
 //            guest's parent, not its own. Mismatches are counted.
 //   pipe     a 1-byte round trip to a child over a pair of pipes (the
 //            paper's "RPC between two processes using UNIX pipes"); the
-//            child is pinned to PEER_CPU when -p is given.
+//            child is pinned to PEER_CPU when -p is given (-p -2: allowed
+//            on every CPU, not the guest's inherited pin).
 //   ggrpc    a 1-byte round trip to another guest through the executive
 //            (the paper's "RPC between two Hijack guests"): an RPC call to
 //            server 0 (the first guest of the `mantle run --system` file)
@@ -89,11 +90,18 @@ static void die(const char *what)
 	exit(2);
 }
 
+// pin(-2): every online CPU (undo an inherited pin: the "free" condition).
 static void pin(int cpu)
 {
 	cpu_set_t set;
 	CPU_ZERO(&set);
-	CPU_SET(cpu, &set);
+	if (cpu == -2) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		for (long c = 0; c < n && c < CPU_SETSIZE; c++)
+			CPU_SET(c, &set);
+	} else {
+		CPU_SET(cpu, &set);
+	}
 	if (sched_setaffinity(0, sizeof set, &set) != 0)
 		die("sched_setaffinity");
 }
@@ -245,7 +253,7 @@ int main(int argc, char **argv)
 		if (child < 0)
 			die("fork");
 		if (child == 0) {
-			if (peer >= 0)
+			if (peer >= 0 || peer == -2)
 				pin(peer);
 			close(to[1]);
 			close(from[0]);

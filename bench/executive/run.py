@@ -36,9 +36,11 @@ Rows (ROWS below; the paper's figure in cycles at 2.4 GHz, shown in ns):
                    SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP set; SIGSYS trap floor:
                    the guest traps its own getppid (seccomp RET_TRAP) and
                    answers in its handler, no executive round trip
-  protected/fast one-way: not measured (needs the executive to timestamp
-                   the receipt of a call: the guest already passes its start
-                   time in rdi, see guest.c)
+  protected/fast one-way  guest about to trap -> executive holding the call:
+                   the guest's CLOCK_MONOTONIC start time (in getppid's rdi)
+                   subtracted from the executive's receipt time, recorded by
+                   `mantle run --stamp getppid=FILE` in the protected and
+                   fast rows' own runs (a clock read and a store per call)
   pipe RPC         1-byte round trip over a pair of pipes between two
                    processes         paper: RPC Between Two Processes, Pipes
   guest<->guest RPC through the executive: a 1-byte round trip from one
@@ -133,8 +135,6 @@ class Row:
 
 
 STRACE = ["strace", "-f", "-qq", "-e", "trace=getppid", "-o", "/dev/null"]
-NOT_MEASURED_ONEWAY = ("not measured: needs the executive to timestamp the receipt of a call "
-                       "(the guest passes its start time in getppid's rdi)")
 # One line per row. The protected and fast rows are live: they run as soon
 # as `mantle run` accepts their command line.
 ROWS = [
@@ -150,10 +150,11 @@ ROWS = [
     Row("strace_seccomp", "getppid, strace -f --seccomp-bpf", "getppid",
         tool=STRACE + ["--seccomp-bpf", "--"], interposed=True, needs="strace"),
     Row("protected", "getppid, mantle protected path", "getppid",
-        tool=["{mantle}", "run", "--perform", "getppid", "--"], interposed=True, needs="{mantle}",
+        tool=["{mantle}", "run", "--stamp", "getppid={oneway}", "--perform", "getppid", "--"], interposed=True, needs="{mantle}",
         paper=("System Call + RPC Guest to Executive & back", 430 + 2900)),
     Row("fast", "getppid, mantle fast path", "getppid",
-        tool=["{mantle}", "run", "--path", "fast", "--spin", "{spin}", "--perform", "getppid", "--"],
+        tool=["{mantle}", "run", "--path", "fast", "--spin", "{spin}",
+              "--stamp", "getppid={oneway}", "--perform", "getppid", "--"],
         interposed=True, needs="{mantle}",
         paper=("System Call + RPC Guest to Executive & back", 430 + 2900)),
     Row("protected_other", "getppid, protected, --priority 0", "getppid",
@@ -169,10 +170,10 @@ ROWS = [
     Row("notif_sync_floor", "ref: notif floor + SYNC_WAKE_UP", "getppid",
         tool=["{notif}", "-s", "--"], interposed=True),
     Row("sigsys_floor", "ref: in-guest SIGSYS trap floor (C)", "sigsys", interposed=True),
-    Row("protected_oneway", "one-way trap, protected path", "getppid",
-        unavailable=NOT_MEASURED_ONEWAY, paper=("Trap from Guest to Executive", 1250)),
-    Row("fast_oneway", "one-way trap, fast path", "getppid",
-        unavailable=NOT_MEASURED_ONEWAY, paper=("Trap from Guest to Executive", 1250)),
+    Row("protected_oneway", "one-way trap, protected path", "getppid", companion_of="protected",
+        paper=("Trap from Guest to Executive", 1250)),
+    Row("fast_oneway", "one-way trap, fast path", "getppid", companion_of="fast",
+        paper=("Trap from Guest to Executive", 1250)),
     Row("pipe", "pipe RPC, 1-byte round trip", "pipe",
         paper=("RPC Between Two Processes Using UNIX Pipes", 14500)),
     Row("ggrpc", "guest<->guest RPC via executive", "ggrpc",
@@ -194,6 +195,23 @@ def pct(sorted_xs, q):
         return float("nan")
     k = max(0, min(len(sorted_xs) - 1, int(round(q / 100.0 * len(sorted_xs) + 0.5)) - 1))
     return sorted_xs[k]
+
+
+def read_oneway(path):
+    """A one-way file: guest.c's format (ptrace_interpose) or `mantle run
+    --stamp`'s text (ns per line, '#' lines are notes)."""
+    with open(path, "rb") as f:
+        head = f.read(1)
+    if head and head not in b"0123456789#":
+        return read_samples(path)  # a header line, then binary
+    xs, notes = [], []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                notes.append(line[1:].strip())
+            elif line.strip():
+                xs.append(int(line))
+    return {"stamp": "; ".join(notes)}, xs
 
 
 def read_samples(path):
@@ -292,21 +310,28 @@ class Bench:
         self.errors = []
 
     def tool_argv(self, row, oneway, across=False):
-        # the fast path spins only where guest and executive have a CPU each
-        s = dict(self.subst, oneway=oneway, spin="on" if across else "off")
+        # the fast path spins only where guest and executive have a CPU
+        # each; unpinned, mantle decides (auto)
+        spin = "auto" if across == "free" else ("on" if across else "off")
+        s = dict(self.subst, oneway=oneway, spin=spin)
         return [t.format(**s) for t in row.tool] if row.tool else []
 
     def command(self, row, cond, n, warm, out, oneway):
         """argv for one run of row in condition cond."""
-        gcpu, ocpu = self.a.cpu_a, (self.a.cpu_b if cond["across"] else self.a.cpu_a)
+        free = cond["across"] == "free"
+        gcpu = self.a.cpu_a
+        # free: the other party may run on either CPU (the scheduler, or a
+        # SYNC_WAKE_UP wake-up, places it); the guest stays on A
+        ocpu = (f"{self.a.cpu_a},{self.a.cpu_b}" if free
+                else self.a.cpu_b if cond["across"] else self.a.cpu_a)
         guest = [os.path.join(self.a.bin, "guest"), row.mode, "-n", str(n), "-w", str(warm),
                  "-c", str(gcpu), "-o", out]
         if row.mode == "pipe":
-            guest += ["-p", str(ocpu)]
+            guest += ["-p", "-2" if free else str(ocpu)]
         if row.mode == "ggrpc":
             # two guests of one executive: the server (id 0) on the peer CPU
             server = [os.path.join(self.a.bin, "guest"), "ggrpcd", "-n", str(n), "-w",
-                      str(warm), "-c", str(ocpu)]
+                      str(warm)] + ([] if free else ["-c", str(ocpu)])
             system = out + ".system.toml"
             with open(system, "w") as f:
                 for name, argv in (("server", server), ("client", guest)):
@@ -335,7 +360,7 @@ class Bench:
         hdr, xs = read_samples(out)
         res = {"header": hdr, "ns": xs, "stderr": r.stderr.strip()[-500:]}
         if os.path.exists(oneway):
-            res["oneway_header"], res["oneway"] = read_samples(oneway)
+            res["oneway_header"], res["oneway"] = read_oneway(oneway)
         return res, None, argv
 
     def probe(self, row):
@@ -409,8 +434,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=None, help="untimed ops per run (default N/10)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions R (default 5)")
     ap.add_argument("--cpus", default="0,1", help="A,B: the guest's CPU and the other CPU (default 0,1)")
-    ap.add_argument("--conditions", default="1cpu,1cpu+dma,2cpu,2cpu+dma",
-                    help="blocks to run, from 1cpu, 1cpu+dma, 2cpu, 2cpu+dma")
+    ap.add_argument("--conditions", default="1cpu,1cpu+dma,2cpu,2cpu+dma,free",
+                    help="blocks to run, from 1cpu, 1cpu+dma, 2cpu, 2cpu+dma, free")
     ap.add_argument("--rows", default=None, help="only these row keys, comma-separated")
     ap.add_argument("--mantle", default=None, help="the mantle binary (default target/release/mantle)")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per run (default 180)")
@@ -433,9 +458,10 @@ def main():
               file=sys.stderr)
     conds = []
     for c in a.conditions.split(","):
-        if c not in ("1cpu", "1cpu+dma", "2cpu", "2cpu+dma"):
+        if c not in ("1cpu", "1cpu+dma", "2cpu", "2cpu+dma", "free"):
             sys.exit(f"run.py: unknown condition {c}")
-        conds.append({"name": c, "across": c.startswith("2"), "dma": c.endswith("+dma")})
+        across = "free" if c == "free" else c.startswith("2")
+        conds.append({"name": c, "across": across, "dma": c.endswith("+dma")})
     rows = [r for r in ROWS if not a.rows or r.key in a.rows.split(",")]
     b = Bench(a)
     os.makedirs(a.out, exist_ok=True)
@@ -573,6 +599,9 @@ def main():
                 "cpu_dma_latency not held",
         "2cpu+dma": f"across CPUs: guest on CPU {a.cpu_a}, tracer/executive/pipe peer on CPU {a.cpu_b}; "
                     "cpu_dma_latency held at 0",
+        "free": f"unpinned peer: guest on CPU {a.cpu_a}, tracer/executive/pipe peer allowed on CPUs "
+                f"{a.cpu_a},{a.cpu_b} (placed by the scheduler; SYNC_WAKE_UP wakes the executive on "
+                "the guest's CPU); cpu_dma_latency not held",
     }
     hdr = (f"{'row':35s} {'paper':>6s} {'mean':>7s} {'median':>7s} {'p99':>7s} {'max':>7s} "
            f"{'rep medians':>15s} {'ptrace/x':>8s} {'-plain':>7s}")

@@ -37,8 +37,11 @@ impl SharedMem {
                 "empty shared memory",
             ));
         }
-        // SAFETY: a NUL-terminated name and plain flags.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: a NUL-terminated name and plain flags. Sealing allowed,
+        // so that an owner may fix the size ([`SharedMem::seal_size`]).
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -68,6 +71,20 @@ impl SharedMem {
             base: p.cast(),
             len,
         })
+    }
+
+    /// Seals the memfd's size for good (F_SEAL_SHRINK, F_SEAL_GROW,
+    /// F_SEAL_SEAL). Why: a process given the fd could otherwise truncate
+    /// it, and the next access to the lost pages through this mapping
+    /// would kill this process with SIGBUS (a guest of the executive's fast
+    /// path holds the fd). Sealed, ftruncate fails with EPERM for everyone.
+    pub fn seal_size(&self) -> io::Result<()> {
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our own fd with integer arguments.
+        if unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     pub fn fd(&self) -> &OwnedFd {
@@ -182,6 +199,26 @@ mod tests {
         assert!(!m.write_bytes(4091, b"abcdef"));
         assert_eq!(m.u8(4095).unwrap().load(Relaxed), b'f');
         assert!(SharedMem::create(c"mantle-test", 0).is_err());
+    }
+
+    #[test]
+    fn a_sealed_size_cannot_be_changed_through_any_fd() {
+        let m = SharedMem::create(c"mantle-test", 8192).unwrap();
+        m.seal_size().unwrap();
+        // another process would open it through /proc: a new file
+        // description, the same seals
+        let path = format!("/proc/self/fd/{}", m.fd().as_raw_fd());
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        for len in [0, 4096, 8191, 8193, 1 << 20] {
+            let e = f.set_len(len).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EPERM), "set_len({len})");
+        }
+        // the seals themselves are sealed
+        // SAFETY: fcntl on a valid fd with integer arguments.
+        let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_WRITE) };
+        assert_eq!(r, -1);
+        m.u64(8184).unwrap().store(1, Relaxed);
+        assert_eq!(m.len(), 8192);
     }
 
     #[test]

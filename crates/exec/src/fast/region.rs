@@ -64,6 +64,9 @@ impl Region {
             mem: SharedMem::create(c"mantle-fast", len)?,
             nslots,
         };
+        // before any guest has the fd: a guest that truncated the region
+        // would make the executive's next access to it a SIGBUS
+        r.mem.seal_size()?;
         let mut h = abi::FastHdr {
             magic: abi::FAST_MAGIC,
             version: abi::FAST_VERSION,

@@ -1,8 +1,12 @@
 /* A fast-path test guest that corrupts the shared region: a slot with a
  * state that is no state, two slots claiming tasks outside the guest
  * (init, a tid that does not exist), a request of its own with a call
- * number out of range and one with a wrong sequence number. Then getppid
- * must still be answered (argv: none; the agent answers 55). */
+ * number out of range and one with a wrong sequence number; and it tries
+ * to shrink and grow the region through its fd (sealed: EPERM; a shrunk
+ * region would kill the executive with SIGBUS on its next access). Then
+ * getppid must still be answered (argv: none; the agent answers 55). */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +70,16 @@ int main(void)
 	CHECK(ask(me, SYS_getppid, me->seq + 7));
 	CHECK(me->result == -22);
 	__atomic_store_n(&me->state, MX_ST_IDLE, __ATOMIC_SEQ_CST);
+
+	/* the region's size is sealed, through our fd and through a new open */
+	CHECK(ftruncate(atoi(e), 0) == -1 && errno == EPERM);
+	CHECK(ftruncate(atoi(e), (off_t)size * 2) == -1 && errno == EPERM);
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", atoi(e));
+	int again = open(path, O_RDWR);
+	CHECK(again >= 0);
+	CHECK(ftruncate(again, 4096) == -1 && errno == EPERM);
+	close(again);
 
 	/* the executive is fine, and so is the honest path */
 	for (int i = 0; i < 100; i++)
