@@ -648,17 +648,38 @@ fn a_guest_cannot_read_the_executives_memory() {
     let dir = probes().0.parent().unwrap();
     let m = dir.join("mantle-mem");
     std::fs::copy(MANTLE, &m).unwrap();
-    // the guest's parent is the executive, same user: its memory stays closed
-    let o = Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
-        .arg(&m)
-        .args(["run", "--deny", "getppid=EACCES", "--", "sh", "-c"])
-        .arg("exec 2>&1; p=$(grep PPid /proc/$$/status | cut -f2); head -c 16 /proc/$p/mem; cat /proc/$p/environ; ls /proc/$p/fd")
-        .env_remove("XDG_RUNTIME_DIR")
-        .output()
-        .unwrap();
-    let out = text(&o.stdout);
-    assert_eq!(out.matches("Permission denied").count(), 3, "{out}");
+    // the fast path's stub, where nobody can read it
+    let stub = dir.join("libmantle-stub.so");
+    std::fs::copy(built_stub(), &stub).unwrap();
+    // the guest's parent is the executive, same user: its memory, its
+    // environment and its fds stay closed, on both paths
+    for path in ["protected", "fast"] {
+        let o = Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+            .arg(&m)
+            .args(["run", "--path", path, "--deny", "getppid=EACCES", "--", "sh", "-c"])
+            .arg("exec 2>&1; p=$(grep PPid /proc/$$/status | cut -f2); head -c 16 /proc/$p/mem; cat /proc/$p/environ; ls /proc/$p/fd")
+            .env_remove("XDG_RUNTIME_DIR")
+            .env("MANTLE_STUB", &stub)
+            .output()
+            .unwrap();
+        let out = text(&o.stdout);
+        assert_eq!(out.matches("Permission denied").count(), 3, "{path}: {out}");
+    }
+}
+
+/// The fast path's stub that the build made for this mantle binary (the
+/// newest under target/*/build/mantle-exec-*/out/).
+fn built_stub() -> PathBuf {
+    let build = Path::new(MANTLE).parent().unwrap().join("build");
+    std::fs::read_dir(&build)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("mantle-exec-"))
+        .map(|e| e.path().join("out/libmantle-stub.so"))
+        .filter(|p| p.is_file())
+        .max_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .expect("libmantle-stub.so built under target/*/build/mantle-exec-*/out")
 }
 
 #[test]

@@ -5,7 +5,8 @@
 //! per guest thread, one path buffer per slot; layout in
 //! [`mantle_abi::exec`]), starts the guest with `LD_PRELOAD` = the stub
 //! (`crates/exec/stub/stub.c`, built into `libmantle-stub.so`) and the
-//! region's fd in `MANTLE_FAST_FD`, and serves it with a [`Server`] until
+//! region's fd in `MANTLE_FAST_FD` (and a [`door::Door`] for processes
+//! that lost it in `MANTLE_FAST_DOOR`), and serves it with a [`Server`] until
 //! the guest exits. The stub turns Syscall User Dispatch on, with its
 //! own code in one excluded page at a fixed address: every other system
 //! call of the guest raises SIGSYS, and the handler forwards the wanted
@@ -29,6 +30,7 @@
 //! again from the inherited fd and arms it. Protocol, validation and
 //! limits: docs/exec-fast.md.
 
+pub mod door;
 pub mod region;
 pub mod server;
 
@@ -204,6 +206,17 @@ pub fn spawn_fast(
         region.set_flags(mantle_abi::exec::HDR_REWRITE);
     }
     let fd = region.fd().as_raw_fd();
+    let door = door::Door::open(
+        region
+            .fd()
+            .try_clone()
+            .map_err(os("duplicate the region's fd"))?,
+    )
+    .map_err(os("open the region's door"))?;
+    // its guests must not read this process's /proc files or ptrace it
+    // (they are its children and the same user): the door, not
+    // /proc/EXEC/fd/N, gives them the region again
+    mantle_sys::supervise::set_not_dumpable().map_err(os("make the executive non-dumpable"))?;
     let mut preload = stub.into_os_string();
     if let Some(old) = std::env::var_os("LD_PRELOAD") {
         preload.push(" ");
@@ -214,13 +227,12 @@ pub fn spawn_fast(
         .args(&cmd[1..])
         .env("LD_PRELOAD", preload)
         .env("MANTLE_FAST_FD", fd.to_string())
-        .env(
-            "MANTLE_FAST_PATH",
-            format!("/proc/{}/fd/{fd}", std::process::id()),
-        );
+        .env("MANTLE_FAST_DOOR", door.path());
     mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut c, fd);
     let child = c.spawn().map_err(os("start the guest"))?;
-    let server = Server::new(region, chain, child.id());
+    door.set_root(child.id());
+    let mut server = Server::new(region, chain, child.id());
+    server.keep_door(door);
     Ok((child, server))
 }
 

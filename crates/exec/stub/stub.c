@@ -7,8 +7,10 @@
  * Mechanism:
  * - The constructor maps the region from the fd in MANTLE_FAST_FD (kept
  *   open, without close-on-exec, so that an exec'd image that loads the
- *   stub again maps the same region; if a program closed it, through the
- *   executive's own fd, MANTLE_FAST_PATH = /proc/EXEC/fd/N), copies the stub's raw-syscall code
+ *   stub again maps the same region; if a program closed it, it asks the
+ *   executive's door again: the unix socket MANTLE_FAST_DOOR, which hands
+ *   the fd to processes of the guest tree only), copies the stub's
+ *   raw-syscall code
  *   into a page at the executive's fixed address (hdr->tramp), installs
  *   the SIGSYS handler (raw rt_sigaction, with a restorer in that page)
  *   and turns on Syscall User Dispatch with that page as the excluded
@@ -58,6 +60,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -569,6 +573,41 @@ static void fail(const char *msg)
 	_exit(127);
 }
 
+/* The region's fd from the executive's door (src/fast/door.rs): connect,
+ * receive one fd by SCM_RIGHTS (inheritable: the next exec passes it on).
+ * -1 if refused (not a process of the guest tree) or anything fails. */
+static int region_from_door(const char *path)
+{
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (!path || strlen(path) >= sizeof a.sun_path)
+		return -1;
+	strcpy(a.sun_path, path);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	int fd = -1;
+	if (connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
+		char byte;
+		struct iovec io = {.iov_base = &byte, .iov_len = 1};
+		union {
+			struct cmsghdr h;
+			char b[CMSG_SPACE(sizeof(int))];
+		} u;
+		struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = u.b,
+				   .msg_controllen = sizeof u.b};
+		ssize_t n;
+		do
+			n = recvmsg(s, &m, 0);
+		while (n < 0 && errno == EINTR);
+		struct cmsghdr *c = n == 1 ? CMSG_FIRSTHDR(&m) : 0;
+		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&fd, CMSG_DATA(c), sizeof fd);
+	}
+	close(s);
+	return fd;
+}
+
 /* The region's size and slot count if fd holds a region of this version. */
 static int region_size_of(int fd, uint64_t *size, uint32_t *n)
 {
@@ -597,12 +636,11 @@ __attribute__((constructor)) static void mx_stub_init(void)
 	uint32_t n;
 	if (region_size_of((int)fd, &size, &n) != 0) {
 		/* the fd was closed (python's subprocess closes every fd) or its
-		 * number reused: open the region again through the executive's
-		 * own fd, and say where it now is for the next exec */
-		const char *p = getenv("MANTLE_FAST_PATH");
-		fd = p ? open(p, O_RDWR) : -1;
+		 * number reused: ask the executive's door for it again, and say
+		 * where it now is for the next exec */
+		fd = region_from_door(getenv("MANTLE_FAST_DOOR"));
 		if (fd < 0 || region_size_of((int)fd, &size, &n) != 0)
-			fail("cannot map the fast-path region (MANTLE_FAST_FD, MANTLE_FAST_PATH)");
+			fail("cannot map the fast-path region (MANTLE_FAST_FD, MANTLE_FAST_DOOR)");
 		char buf[16];
 		snprintf(buf, sizeof buf, "%ld", fd);
 		setenv("MANTLE_FAST_FD", buf, 1);

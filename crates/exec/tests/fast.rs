@@ -480,16 +480,47 @@ fn children_that_lost_the_fd_find_the_region_again() {
         return;
     }
     // python's subprocess closes every fd but 0-2 in the child: the stub
-    // of `sh` reopens the region through /proc/EXEC/fd/N
+    // of `sh` asks the executive's door for the region again
     let script = "import subprocess, sys\n\
         r = subprocess.run(['sh', '-c', 'echo $PPID'], capture_output=True, text=True)\n\
         sys.exit(0 if (r.returncode, r.stdout) == (0, '31\\n') else print(r) or 1)\n";
     let chain = Chain::new(vec![Box::new(Ppid(31))]);
-    let (st, stats) = run_fast(
-        &cmd(&["python3", "-c", script]),
-        chain,
-        &FastOptions::default(),
-    )
-    .unwrap();
+    let opts = FastOptions::default();
+    let (child, mut server) =
+        mantle_exec::fast::spawn_fast(&cmd(&["python3", "-c", script]), chain, &opts).unwrap();
+    // a process outside the guest tree (this test) knocks: nothing given
+    let door = door_path_of(child.id());
+    let mut s = std::os::unix::net::UnixStream::connect(&door).unwrap();
+    let mut b = [0u8; 1];
+    use std::io::Read;
+    assert_eq!(
+        s.read(&mut b).unwrap(),
+        0,
+        "refused: closed with nothing sent"
+    );
+    let (st, stats) = mantle_exec::fast::serve_child(child, &mut server, &opts).unwrap();
     assert!(st.success(), "{st:?} {stats:?}");
+    let (given, refused) = server.door_counts().unwrap();
+    assert!(given >= 1, "the door gave the region ({given}, {refused})");
+    assert!(refused >= 1, "and refused this test ({given}, {refused})");
+    drop(server);
+    assert!(!door.exists(), "the door is removed with the server");
+    assert!(!door.parent().unwrap().exists(), "and its directory");
+}
+
+/// MANTLE_FAST_DOOR of a guest, from its environment.
+fn door_path_of(pid: u32) -> std::path::PathBuf {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    let v = env
+        .split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(b"MANTLE_FAST_DOOR="))
+        .expect("MANTLE_FAST_DOOR in the guest's environment");
+    let p = std::path::PathBuf::from(String::from_utf8(v.to_vec()).unwrap());
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(p.parent().unwrap())
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o700, "the door's directory is private");
+    p
 }

@@ -224,6 +224,32 @@ pub fn send_fd_tagged(sock: BorrowedFd, fd: RawFd, tag: u64) -> io::Result<()> {
     }
 }
 
+/// The pid and uid of the process at the other end of connected unix
+/// socket `sock`, as the kernel recorded them at connect (SO_PEERCRED:
+/// not a claim of the peer's).
+pub fn peer_cred(sock: BorrowedFd) -> io::Result<(u32, u32)> {
+    let mut c = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: c and len are valid for writing, len is c's size.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut c as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((c.pid as u32, c.uid))
+}
+
 /// Receives one fd sent by [`send_fd`] (close-on-exec). End of file (the
 /// sender died before sending) is UnexpectedEof.
 pub fn recv_fd(sock: BorrowedFd) -> io::Result<OwnedFd> {

@@ -74,6 +74,9 @@ pub struct Server {
     one_way: Vec<u64>,
     /// Parents of guest threads, for getppid performed here.
     parents: crate::perform::Parents,
+    /// Where processes that lost the region's fd get it again; closed
+    /// with the server.
+    door: Option<super::door::Door>,
 }
 
 /// The time-stamp counter (the guest stamps `t_trap` with `rdtsc` too).
@@ -100,7 +103,18 @@ impl Server {
             own,
             stats: Stats::default(),
             one_way: Vec::new(),
+            door: None,
         }
+    }
+
+    /// Keeps `door` open as long as this server.
+    pub fn keep_door(&mut self, door: super::door::Door) {
+        self.door = Some(door);
+    }
+
+    /// The door's counts: connections given the region's fd, and refused.
+    pub fn door_counts(&self) -> Option<(u64, u64)> {
+        self.door.as_ref().map(|d| d.counts())
     }
 
     /// Keeps up to `cap` one-way samples: TSC ticks from the guest posting
@@ -392,7 +406,7 @@ impl Server {
 /// Whether `tid` is a live task whose thread group is `root` or descends
 /// from it, or from this process (the executive: a child subreaper adopts
 /// orphaned guests); parent chain through /proc, at most 64 steps.
-fn in_tree(tid: u32, root: u32) -> bool {
+pub(crate) fn in_tree(tid: u32, root: u32) -> bool {
     let me = std::process::id();
     let field = |pid: u32, key: &str| -> Option<u32> {
         let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
