@@ -26,10 +26,10 @@
 //! others run); nothing a guest sends can make this thread panic or stop
 //! (every value from a notification is checked or passed on as a number).
 //!
-//! Not yet allocation-free on the path (docs/exec.md "Limits"):
-//! `Listener::recv` allocates its buffer, agents may allocate, the open
-//! family reads /proc and goes through channels, getppid of a process
-//! other than a guest's first reads /proc once per tid.
+//! Allocation-free on the path for `--perform getppid` (tests/alloc.rs);
+//! not yet in general (docs/exec.md "Limits"): agents may allocate, the
+//! open family reads /proc and goes through channels, getppid of a new
+//! process other than a guest's first reads /proc.
 
 use crate::agent::{Agent, Call, Chain, Decision, Outcome, Times};
 use crate::launch::{self, LaunchError, Prepared};
