@@ -65,7 +65,7 @@ fn ppid_guest() -> PathBuf {
 }
 
 /// Allocations on the executive's thread while it serves `calls` getppid.
-fn allocations_serving(guest: &PathBuf, calls: u32) -> u64 {
+fn allocations_serving(guest: &std::path::Path, calls: u32) -> u64 {
     let specs = AgentSpecs {
         perform: vec!["getppid".into()],
         ..Default::default()
