@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+#
+# bench/dispatch/run.sh: issue 11's dispatch mechanisms measured side by
+# side (dispatch.c's comment says what each is and what is timed): the
+# dispatched guest raised to SCHED_FIFO 1 with the others at SCHED_IDLE,
+# cgroup v2 freeze/thaw, SIGSTOP/SIGCONT. One CPU (--cpu, default 0) holds
+# the executive (SCHED_FIFO 99) and the guests; R repetitions (default 3)
+# of N quanta (default 2000) of Q us (default 1000) with G guests (default
+# 2), mechanisms interleaved in each repetition. Prints per mechanism the
+# dispatch latency (decision -> the chosen guest runs) and the executive's
+# wake-up lateness at quantum end (mean, median, p99, max, and the spread
+# of the repetition medians), rounds where the chosen guest did not run
+# within its quantum, and rounds where the leaving guest kept running.
+#
+#   bash bench/dispatch/run.sh [-c CPU] [-n N] [-q Q] [-g G] [-r R]
+#
+# As root. It creates cgroups under the cgroup v2 mount (removed after)
+# and does not load mantle's kernel side.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+HERE=$ROOT/bench/dispatch
+OUT=$ROOT/bench/results/dispatch
+mkdir -p "$OUT"
+cpu=0 n=2000 q=1000 g=2 r=3
+while getopts "c:n:q:g:r:" o; do
+	case $o in
+	c) cpu=$OPTARG ;; n) n=$OPTARG ;; q) q=$OPTARG ;; g) g=$OPTARG ;; r) r=$OPTARG ;;
+	*) exit 2 ;;
+	esac
+done
+cc -O2 -Wall -Wextra -o "$OUT/dispatch" "$HERE/dispatch.c"
+CGROUP2=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
+export CGROUP2
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+for rep in $(seq 1 "$r"); do
+	for m in prio nice freeze stop; do
+		"$OUT/dispatch" "$m" -c "$cpu" -n "$n" -q "$q" -g "$g" -o "$OUT/$stamp-$m-$rep.txt"
+	done
+done
+python3 "$HERE/report.py" --cmd "bash bench/dispatch/run.sh $*" "$OUT/$stamp"-*.txt | tee "$OUT/$stamp.txt"
