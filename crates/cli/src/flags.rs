@@ -61,7 +61,7 @@ pub enum Cmd {
     /// Run a command as a guest of an executive that interposes on its
     /// system calls (Hijack on Linux).
     #[command(
-        after_help = "Examples:\n  mantle run --deny openat=EACCES -- cat /etc/hostname\n  mantle run --perform getppid -- sh -c 'echo $PPID'\n  mantle run -v --deny connect=ENETUNREACH -- curl -s example.org\n  mantle run --system guests.toml\n  mantle run --fail-open --priority 50 -- ./server\n\nThe exit status is the guest's (128+N if signal N killed it); mantle's own codes when the guest cannot start (5: not found, 4: not executable), 2 for a malformed option, 3 for --path fast (not built yet), 1 if the executive died. No root needed (seccomp user notification); SCHED_FIFO and mlockall need privilege (a warning without)."
+        after_help = "Examples:\n  mantle run --deny openat=EACCES -- cat /etc/hostname\n  mantle run --perform getppid -- sh -c 'echo $PPID'\n  mantle run -v --deny connect=ENETUNREACH -- curl -s example.org\n  mantle run --system guests.toml\n  mantle run --fail-open --priority 50 -- ./server\n  mantle run --sleep --extended=50us --boost 10 -- ./control-loop\n\nThe exit status is the guest's (128+N if signal N killed it); mantle's own codes when the guest cannot start (5: not found, 4: not executable), 2 for a malformed option, 3 when the kernel lacks a mechanism (seccomp user notification; Syscall User Dispatch for --path fast), 1 if the executive died. No root needed (seccomp user notification); SCHED_FIFO and mlockall need privilege (a warning without)."
     )]
     Run(crate::run::RunArgs),
     /// The executives running on this machine (`mantle exec status`).

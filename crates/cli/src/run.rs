@@ -57,6 +57,22 @@ pub struct RunArgs {
     /// ns) per call to FILE at the end.
     #[arg(long, value_name = "NAME=FILE")]
     stamp: Vec<String>,
+    /// The guest's nanosleep and clock_nanosleep are held by the executive
+    /// and answered when due (its timer, its priority).
+    #[arg(long)]
+    sleep: bool,
+    /// Extended mode: busy-wait the last DURATION (default 50us) before a
+    /// held call is due, to answer it below the timer's granularity (costs
+    /// that much CPU per held call).
+    #[arg(long, value_name = "DURATION", num_args = 0..=1, require_equals = true,
+          default_missing_value = "50us", value_parser = mantle_exec::agents::delay::parse_duration)]
+    extended: Option<std::time::Duration>,
+    /// A guest thread whose held call the executive releases (a sleep come
+    /// due, a delay over) runs at SCHED_FIFO N (1-98, below the executive)
+    /// until its next interposed call: it runs before the machine's normal
+    /// tasks and the guests that were not released.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=98))]
+    boost: Option<i32>,
     /// SCHED_FIFO priority of the executive thread, 1-99 (default 99 where
     /// allowed; a warning where not); 0 keeps it at SCHED_OTHER.
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..=99))]
@@ -217,6 +233,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 delay: a.delay.clone(),
                 perform: a.perform.clone(),
                 stamp: a.stamp.clone(),
+                sleep: a.sleep,
                 json: a.json,
                 watch: [&a.trace, &a.count]
                     .into_iter()
@@ -231,6 +248,12 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             },
         }],
     };
+    if a.path == "fast" && (a.extended.is_some() || a.boost.is_some()) {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "--extended and --boost are the protected path's (not yet --path fast)",
+        ));
+    }
     if a.path == "fast" {
         if let Some(code) = run_fast(&a, &defs[0])? {
             std::process::exit(code);
@@ -257,10 +280,28 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         });
     }
     let system = a.system.is_some();
+    if let Some(g) = a.boost {
+        let exec = a.priority.unwrap_or(99);
+        if g >= exec {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "--boost {g} must be below the executive's SCHED_FIFO priority ({})",
+                    if exec == 0 {
+                        "SCHED_OTHER with --priority 0".to_string()
+                    } else {
+                        exec.to_string()
+                    }
+                ),
+            ));
+        }
+    }
     let opts = Options {
         priority: a.priority,
         sync_wake: !a.no_sync_wake_up,
         fail_open: a.fail_open,
+        spin_before: a.extended.unwrap_or_default(),
+        boost: a.boost,
         ..Options::default()
     };
     let verbose = a.verbose;

@@ -60,6 +60,17 @@ pub struct Options {
     /// Take SCHED_FIFO and lock memory (off in tests that embed an
     /// executive in a test process).
     pub realtime: bool,
+    /// Extended mode (`--sleep-spin`): the last stretch before a held call
+    /// is due is busy-waited instead of slept, so it is answered below the
+    /// timer's granularity (Hijack Extended); costs that much CPU per held
+    /// call. Zero: off.
+    pub spin_before: Duration,
+    /// `--boost N`: a guest thread whose held call the executive releases
+    /// (a sleep come due, a delay over) runs at SCHED_FIFO N, below the
+    /// executive, until its next interposed call (then SCHED_OTHER again):
+    /// what the executive releases runs before the machine's normal tasks
+    /// and before guests that were not released. None: no change.
+    pub boost: Option<i32>,
 }
 
 impl Default for Options {
@@ -70,6 +81,8 @@ impl Default for Options {
             fail_open: false,
             status_dir: Some(status::dir()),
             realtime: true,
+            spin_before: Duration::ZERO,
+            boost: None,
         }
     }
 }
@@ -204,6 +217,11 @@ pub struct Executive {
     log: Box<dyn FnMut(&str)>,
     pending_opens: usize,
     rpc: Rpc,
+    /// Guest threads running boosted (`Options::boost`), until their next
+    /// interposed call.
+    boosted: Vec<u32>,
+    /// Writes the status file (None: not asked for, or it failed).
+    publisher: Option<status::Publisher>,
 }
 
 /// The guests as crate::rpc sees them.
@@ -288,6 +306,16 @@ impl Executive {
             what: "start the opener thread",
             source,
         })?;
+        // before SCHED_FIFO: the publisher thread stays at normal priority
+        let publisher = match &opts.status_dir {
+            Some(d) => Some(
+                status::Publisher::start(d.clone()).map_err(|source| Error::Sys {
+                    what: "start the status thread",
+                    source,
+                })?,
+            ),
+            None => None,
+        };
         let priority = opts.priority.unwrap_or(99);
         let (prio, locked) = if !opts.realtime {
             (
@@ -326,6 +354,8 @@ impl Executive {
             log,
             pending_opens: 0,
             rpc: Rpc::new(n_guests, std::process::id()),
+            boosted: Vec::with_capacity(256),
+            publisher,
         })
     }
 
@@ -373,15 +403,16 @@ impl Executive {
             if self.guests.iter().all(|g| g.end.is_some()) {
                 break;
             }
+            let tick = Duration::from_millis(100);
             let timeout = match self.held.iter().map(|h| h.until).min() {
-                None => 100,
-                Some(until) => {
-                    let left = until.saturating_duration_since(Instant::now());
-                    left.as_micros().div_ceil(1000).min(100) as i32
-                }
+                None => tick,
+                Some(until) => until
+                    .saturating_duration_since(Instant::now())
+                    .saturating_sub(self.opts.spin_before)
+                    .min(tick),
             };
             ready.clear();
-            match ep.wait(timeout) {
+            match ep.wait_for(Some(timeout)) {
                 Ok(r) => ready.extend(r),
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
@@ -432,6 +463,7 @@ impl Executive {
                     }
                 }
             }
+            self.spin_to_due();
             self.expire_held();
             if last_publish.elapsed() >= Duration::from_millis(100) {
                 self.rpc.sweep(&GuestPeers(&self.guests));
@@ -452,6 +484,9 @@ impl Executive {
             if g.listener.reply_error(h.id, libc::EINTR).is_err() {
                 g.vanished += 1;
             }
+        }
+        if let Some(p) = self.publisher.take() {
+            let _ = p.finish(); // its last write done before the file goes
         }
         if let Some(d) = &self.opts.status_dir {
             status::unpublish(d, std::process::id());
@@ -535,6 +570,7 @@ impl Executive {
             return;
         }
         let t0 = Instant::now();
+        self.unboost(n.pid);
         let Some(call) = protected::call_of(&n, mantle_sys::os::monotonic_ns()) else {
             let _ = self.guests[i].listener.reply_error(n.id, libc::ENOSYS);
             return;
@@ -569,7 +605,8 @@ impl Executive {
             }
             Decision::Return(v) => listener.reply(id, *v).map(|()| Outcome::Result(*v)),
             Decision::Delay(dur) => {
-                let until = Instant::now() + *dur;
+                // from the call's receipt: a sleep counts from when it was asked
+                let until = t0 + *dur;
                 self.held.push(Held {
                     guest: i,
                     id,
@@ -700,6 +737,41 @@ impl Executive {
         }
     }
 
+    /// Extended mode: busy-waits to the next held call's time if it is
+    /// within `spin_before` (nothing else is served meanwhile: a bounded
+    /// stretch, documented as the mode's cost).
+    fn spin_to_due(&self) {
+        if self.opts.spin_before.is_zero() {
+            return;
+        }
+        let Some(due) = self.held.iter().map(|h| h.until).min() else {
+            return;
+        };
+        if due.saturating_duration_since(Instant::now()) <= self.opts.spin_before {
+            while Instant::now() < due {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn boost(&mut self, tid: u32) {
+        let Some(p) = self.opts.boost else { return };
+        if self.boosted.contains(&tid) || self.boosted.len() == self.boosted.capacity() {
+            return;
+        }
+        if supervise::set_fifo_of(tid, p).is_ok() {
+            self.boosted.push(tid);
+        }
+    }
+
+    /// A boosted thread made its next interposed call: normal again.
+    fn unboost(&mut self, tid: u32) {
+        if let Some(k) = self.boosted.iter().position(|&t| t == tid) {
+            self.boosted.swap_remove(k);
+            let _ = supervise::set_other_of(tid);
+        }
+    }
+
     fn expire_held(&mut self) {
         let now = Instant::now();
         let mut k = 0;
@@ -711,6 +783,8 @@ impl Executive {
                     .id_valid(h.id)
                     .unwrap_or(false)
                 {
+                    // released: boosted before its answer wakes it
+                    self.boost(h.call.tid);
                     self.decide(h.guest, h.id, h.call, h.t0);
                 } else {
                     self.guests[h.guest].vanished += 1;
@@ -721,16 +795,22 @@ impl Executive {
         }
     }
 
+    /// Offers a snapshot to the publisher thread (skipped while it still
+    /// writes the previous one).
     fn publish(&mut self) {
-        let Some(dir) = self.opts.status_dir.clone() else {
+        let Some(p) = &self.publisher else {
             return;
         };
-        let s = self.status();
-        if let Err(e) = status::publish(&dir, &s) {
-            let msg = format!("cannot publish the status in {}: {e}", dir.display());
-            (self.log)(&msg);
-            self.opts.status_dir = None;
+        if p.failed() {
+            if let Some(e) = self.publisher.take().and_then(|p| p.finish()) {
+                let dir = self.opts.status_dir.take().unwrap_or_default();
+                let msg = format!("cannot publish the status in {}: {e}", dir.display());
+                (self.log)(&msg);
+            }
+            return;
         }
+        let s = self.status();
+        p.offer(s);
     }
 
     /// The status as `exec status` shows it.

@@ -27,6 +27,9 @@ pub struct AgentSpecs {
     pub perform: Vec<String>,
     /// `--stamp NAME=FILE`, each (benchmarks: the one-way trap).
     pub stamp: Vec<String>,
+    /// `--sleep`: the guest's nanosleep and clock_nanosleep are held by
+    /// the executive and answered when due.
+    pub sleep: bool,
     /// `--trace=NAME,NAME` / `--count=NAME`: calls trace and count watch
     /// besides those the other agents want (`all` for every call). Empty:
     /// the other agents' calls, or, when there are none, a default set
@@ -46,6 +49,7 @@ impl AgentSpecs {
             && self.delay.is_empty()
             && self.perform.is_empty()
             && self.stamp.is_empty()
+            && !self.sleep
     }
 }
 

@@ -51,6 +51,8 @@ struct GuestEntry {
     #[serde(default)]
     stamp: Vec<String>,
     #[serde(default)]
+    sleep: bool,
+    #[serde(default)]
     watch: Vec<String>,
 }
 
@@ -105,6 +107,7 @@ pub fn parse(text: &str) -> Result<Vec<GuestDef>, String> {
                 delay: g.delay,
                 perform: g.perform,
                 stamp: g.stamp,
+                sleep: g.sleep,
                 json: g.json,
                 watch: g.watch,
             },

@@ -81,6 +81,7 @@ fn allocations_serving(guest: &std::path::Path, calls: u32) -> u64 {
             fail_open: false,
             status_dir: None,
             realtime: false,
+            ..Default::default()
         },
         vec![GuestSpec {
             name: "ppid".into(),

@@ -18,6 +18,7 @@ fn opts() -> Options {
         fail_open: false,
         status_dir: None,
         realtime: false,
+        ..Default::default()
     }
 }
 

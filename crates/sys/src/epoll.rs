@@ -76,13 +76,34 @@ impl Epoll {
     /// Waits up to `timeout_ms` (-1: forever) and returns the ready fds;
     /// EINTR returns none.
     pub fn wait(&mut self, timeout_ms: i32) -> io::Result<impl Iterator<Item = Ready> + '_> {
-        // SAFETY: buf holds buf.len() writable epoll_event structs.
+        let t = (timeout_ms >= 0).then(|| std::time::Duration::from_millis(timeout_ms as u64));
+        self.wait_for(t)
+    }
+
+    /// Waits up to `timeout` (None: forever), to the nanosecond
+    /// (epoll_pwait2, Linux 5.11: a held call is answered when it is due,
+    /// not at the next millisecond), and returns the ready fds; EINTR
+    /// returns none.
+    pub fn wait_for(
+        &mut self,
+        timeout: Option<std::time::Duration>,
+    ) -> io::Result<impl Iterator<Item = Ready> + '_> {
+        let ts = timeout.map(|d| libc::timespec {
+            tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        });
+        let tp = ts
+            .as_ref()
+            .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: buf holds buf.len() writable epoll_event structs; tp is
+        // null or points to ts, alive for the call; no signal mask.
         let n = unsafe {
-            libc::epoll_wait(
+            libc::epoll_pwait2(
                 self.fd.as_raw_fd(),
                 self.buf.as_mut_ptr(),
                 self.buf.len() as i32,
-                timeout_ms,
+                tp,
+                std::ptr::null(),
             )
         };
         let n = if n < 0 {
@@ -137,6 +158,22 @@ mod tests {
         let ready: Vec<Ready> = ep.wait(1000).unwrap().collect();
         assert_eq!(ready.len(), 1);
         assert_eq!(ready[0].token, 102);
+        // a timeout in ns is kept to well under a millisecond's rounding
+        let _ = ep.remove(pipes[0].0.as_fd());
+        drop(pipes);
+        let mut ep = Epoll::new(1).unwrap();
+        let t0 = std::time::Instant::now();
+        assert_eq!(
+            ep.wait_for(Some(std::time::Duration::from_micros(300)))
+                .unwrap()
+                .count(),
+            0
+        );
+        let waited = t0.elapsed();
+        assert!(
+            waited >= std::time::Duration::from_micros(300),
+            "{waited:?}"
+        );
         assert_ne!(ready[0].events & libc::EPOLLHUP as u32, 0);
     }
 }

@@ -124,11 +124,28 @@ pub fn thread_groups() -> io::Result<Vec<u32>> {
 
 /// sched_setscheduler(0, SCHED_FIFO, priority) on the calling thread.
 pub fn set_fifo(priority: i32) -> io::Result<()> {
+    set_fifo_of(0, priority)
+}
+
+/// sched_setscheduler(tid, SCHED_FIFO, priority): thread `tid` (0: the
+/// caller); threads and children it creates later inherit it.
+pub fn set_fifo_of(tid: u32, priority: i32) -> io::Result<()> {
     let p = libc::sched_param {
         sched_priority: priority,
     };
-    // SAFETY: p is a valid sched_param; tid 0 is the calling thread.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } != 0 {
+    // SAFETY: p is a valid sched_param.
+    if unsafe { libc::sched_setscheduler(tid as libc::pid_t, libc::SCHED_FIFO, &p) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// sched_setscheduler(tid, SCHED_OTHER, 0): thread `tid` back to the
+/// normal policy (nice unchanged).
+pub fn set_other_of(tid: u32) -> io::Result<()> {
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: p is a valid sched_param.
+    if unsafe { libc::sched_setscheduler(tid as libc::pid_t, libc::SCHED_OTHER, &p) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

@@ -11,7 +11,10 @@
 //!    not continue; it always continues, and sees the final decision in
 //!    `after` (every agent that wants a call sees how it ended).
 //! 2. **count**: continues; counts in `after`.
-//! 3. **delay**: before the deciding agents, so that a delayed call is
+//! 3. **sleep** (`--sleep`): a guest's nanosleep and clock_nanosleep held
+//!    in the executive's timer queue; first of the deciding agents (a
+//!    sleep is the executive's, whatever else is asked).
+//! 3. **delay**: before the other deciding agents, so that a delayed call is
 //!    then decided as usual (a delayed and denied call is slow *and*
 //!    denied, like a slow server that refuses).
 //! 4. **deny**: before redirect, so that a denied call is denied whatever
@@ -36,6 +39,7 @@ pub mod deny;
 pub mod errno;
 pub mod perform;
 pub mod redirect;
+pub mod sleep;
 pub mod stamp;
 pub mod trace;
 
@@ -233,6 +237,9 @@ pub fn from_specs(
     }
 
     let mut deciding: Vec<Box<dyn Agent>> = Vec::new();
+    if specs.sleep {
+        deciding.push(Box::new(sleep::Sleep::default()));
+    }
     if !dl.is_empty() {
         deciding.push(Box::new(dl));
     }
