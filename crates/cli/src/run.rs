@@ -61,6 +61,10 @@ pub struct RunArgs {
     /// and answered when due (its timer, its priority).
     #[arg(long)]
     sleep: bool,
+    /// The guest's setitimer(ITIMER_REAL) and alarm are kept by the
+    /// executive, which sends SIGALRM at its own priority.
+    #[arg(long)]
+    timers: bool,
     /// Extended mode: busy-wait the last DURATION (default 50us) before a
     /// held call is due, to answer it below the timer's granularity (costs
     /// that much CPU per held call).
@@ -234,6 +238,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 perform: a.perform.clone(),
                 stamp: a.stamp.clone(),
                 sleep: a.sleep,
+                timers: a.timers,
                 json: a.json,
                 watch: [&a.trace, &a.count]
                     .into_iter()

@@ -51,6 +51,21 @@ pub enum Decision {
     /// Hold the call for this long, then decide again (the delay agent;
     /// the scheduler of issue 11 holds calls the same way).
     Delay(Duration),
+    /// The call returns 0 and the executive keeps a timer for the
+    /// caller's thread group instead of the kernel (the timers agent:
+    /// setitimer/alarm), which it fires at its own priority.
+    Timer(Timer),
+}
+
+/// A timer the executive keeps for a guest's thread group: `signal` is
+/// sent `first` after the call's receipt, then every `interval` (zero:
+/// once). One timer per thread group and signal: a new one replaces it;
+/// `first` zero disarms it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timer {
+    pub signal: i32,
+    pub first: Duration,
+    pub interval: Duration,
 }
 
 /// A call to perform on a guest's behalf.

@@ -31,7 +31,7 @@
 //! open family reads /proc and goes through channels, getppid of a new
 //! process other than a guest's first reads /proc.
 
-use crate::agent::{Agent, Call, Chain, Decision, Outcome, Times};
+use crate::agent::{Agent, Call, Chain, Decision, Outcome, Timer, Times};
 use crate::launch::{self, LaunchError, Prepared};
 use crate::perform::{self, OpenRequest, Opener, Parents};
 use crate::protected::{self, ProtectedGuest};
@@ -197,6 +197,21 @@ const TOKEN_PIDFD: u64 = 1;
 const TOKEN_STATUS: u64 = 2;
 const TOKEN_OPENER: u64 = u64::MAX;
 
+/// A timer kept for a guest's thread group (Decision::Timer).
+struct Armed {
+    tgid: u32,
+    /// The thread that armed it (boosted when it fires).
+    tid: u32,
+    signal: i32,
+    /// The thread group, so that a signal never reaches a process that
+    /// reused its pid.
+    pidfd: OwnedFd,
+    next: Instant,
+    interval: Duration,
+    /// Expiries that came while the previous one was not yet sent.
+    overruns: u64,
+}
+
 struct Held {
     guest: usize,
     id: u64,
@@ -217,6 +232,8 @@ pub struct Executive {
     log: Box<dyn FnMut(&str)>,
     pending_opens: usize,
     rpc: Rpc,
+    /// Timers kept for guests (the timers agent).
+    timers: Vec<Armed>,
     /// Guest threads running boosted (`Options::boost`), until their next
     /// interposed call.
     boosted: Vec<u32>,
@@ -355,6 +372,7 @@ impl Executive {
             pending_opens: 0,
             rpc: Rpc::new(n_guests, std::process::id()),
             boosted: Vec::with_capacity(256),
+            timers: Vec::with_capacity(64),
             publisher,
         })
     }
@@ -404,7 +422,7 @@ impl Executive {
                 break;
             }
             let tick = Duration::from_millis(100);
-            let timeout = match self.held.iter().map(|h| h.until).min() {
+            let timeout = match self.next_due() {
                 None => tick,
                 Some(until) => until
                     .saturating_duration_since(Instant::now())
@@ -464,6 +482,7 @@ impl Executive {
                 }
             }
             self.spin_to_due();
+            self.fire_timers();
             self.expire_held();
             if last_publish.elapsed() >= Duration::from_millis(100) {
                 self.rpc.sweep(&GuestPeers(&self.guests));
@@ -604,6 +623,15 @@ impl Executive {
                     .map(|()| Outcome::Result(-i64::from(e)))
             }
             Decision::Return(v) => listener.reply(id, *v).map(|()| Outcome::Result(*v)),
+            Decision::Timer(t) => {
+                let t = *t;
+                match self.arm(call.tid, t, t0) {
+                    Ok(()) => listener.reply(id, 0).map(|()| Outcome::Result(0)),
+                    Err(e) => listener
+                        .reply_error(id, e)
+                        .map(|()| Outcome::Result(-i64::from(e))),
+                }
+            }
             Decision::Delay(dur) => {
                 // from the call's receipt: a sleep counts from when it was asked
                 let until = t0 + *dur;
@@ -744,12 +772,73 @@ impl Executive {
         if self.opts.spin_before.is_zero() {
             return;
         }
-        let Some(due) = self.held.iter().map(|h| h.until).min() else {
+        let Some(due) = self.next_due() else {
             return;
         };
         if due.saturating_duration_since(Instant::now()) <= self.opts.spin_before {
             while Instant::now() < due {
                 std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// The next instant something is due: a held call or a timer.
+    fn next_due(&self) -> Option<Instant> {
+        let held = self.held.iter().map(|h| h.until);
+        held.chain(self.timers.iter().map(|t| t.next)).min()
+    }
+
+    /// Keeps the timer a guest's call asked for (replacing its thread
+    /// group's timer of the same signal; `first` zero disarms).
+    fn arm(&mut self, tid: u32, t: Timer, t0: Instant) -> Result<(), i32> {
+        let tgid = perform::status_field(tid, "Tgid:").ok_or(libc::ESRCH)? as u32;
+        self.timers
+            .retain(|a| !(a.tgid == tgid && a.signal == t.signal));
+        if t.first.is_zero() {
+            return Ok(());
+        }
+        if self.timers.len() == self.timers.capacity() {
+            return Err(libc::EAGAIN);
+        }
+        let pidfd = mantle_sys::os::pidfd_open(tgid, false).map_err(|_| libc::ESRCH)?;
+        self.timers.push(Armed {
+            tgid,
+            tid,
+            signal: t.signal,
+            pidfd,
+            next: t0 + t.first,
+            interval: t.interval,
+            overruns: 0,
+        });
+        Ok(())
+    }
+
+    /// Sends the signals of the timers that are due (at the executive's
+    /// priority: their delivery does not wait for the guests' CPU share).
+    fn fire_timers(&mut self) {
+        let now = Instant::now();
+        let mut k = 0;
+        while k < self.timers.len() {
+            if self.timers[k].next > now {
+                k += 1;
+                continue;
+            }
+            let t = &mut self.timers[k];
+            let sent = mantle_sys::os::pidfd_send_signal(t.pidfd.as_fd(), t.signal).is_ok();
+            let tid = t.tid;
+            let keep = sent && !t.interval.is_zero();
+            if keep {
+                t.next += t.interval;
+                while t.next <= now {
+                    t.next += t.interval;
+                    t.overruns += 1;
+                }
+                k += 1;
+            } else {
+                self.timers.swap_remove(k);
+            }
+            if sent {
+                self.boost(tid);
             }
         }
     }

@@ -350,9 +350,14 @@ impl Parents {
 
 /// PPid of /proc/TID/status.
 fn read_ppid(tid: u32) -> Option<i32> {
+    status_field(tid, "PPid:")
+}
+
+/// A numeric field (`PPid:`, `Tgid:`) of /proc/TID/status.
+pub fn status_field(tid: u32, key: &str) -> Option<i32> {
     let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
     s.lines()
-        .find_map(|l| l.strip_prefix("PPid:"))
+        .find_map(|l| l.strip_prefix(key))
         .and_then(|v| v.trim().parse::<i32>().ok())
 }
 

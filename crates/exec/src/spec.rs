@@ -30,6 +30,9 @@ pub struct AgentSpecs {
     /// `--sleep`: the guest's nanosleep and clock_nanosleep are held by
     /// the executive and answered when due.
     pub sleep: bool,
+    /// `--timers`: the guest's setitimer(ITIMER_REAL) and alarm are kept by
+    /// the executive, which sends the signals.
+    pub timers: bool,
     /// `--trace=NAME,NAME` / `--count=NAME`: calls trace and count watch
     /// besides those the other agents want (`all` for every call). Empty:
     /// the other agents' calls, or, when there are none, a default set
@@ -50,6 +53,7 @@ impl AgentSpecs {
             && self.perform.is_empty()
             && self.stamp.is_empty()
             && !self.sleep
+            && !self.timers
     }
 }
 

@@ -53,6 +53,8 @@ struct GuestEntry {
     #[serde(default)]
     sleep: bool,
     #[serde(default)]
+    timers: bool,
+    #[serde(default)]
     watch: Vec<String>,
 }
 
@@ -108,6 +110,7 @@ pub fn parse(text: &str) -> Result<Vec<GuestDef>, String> {
                 perform: g.perform,
                 stamp: g.stamp,
                 sleep: g.sleep,
+                timers: g.timers,
                 json: g.json,
                 watch: g.watch,
             },

@@ -32,6 +32,27 @@ pub fn pidfd_open(id: u32, thread: bool) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
+/// pidfd_send_signal(2) (Linux 5.1): sends `sig` to the process (or, for
+/// a PIDFD_THREAD pidfd, the thread) the pidfd names. Unlike kill(2) it
+/// cannot reach another process that reused the pid after this one died
+/// (ESRCH then).
+pub fn pidfd_send_signal(pidfd: BorrowedFd, sig: i32) -> io::Result<()> {
+    // SAFETY: plain system call; a null siginfo means "as kill(2)", flags 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// pidfd_getfd(2) (Linux 5.6): a duplicate, close-on-exec, of file
 /// descriptor `fd` of the process `pidfd` names. Needs ptrace access to it
 /// (PTRACE_MODE_ATTACH_REALCREDS).

@@ -1,5 +1,5 @@
 //! The built-in agents (`mantle run --trace/--count/--deny/--redirect/
-//! --delay/--perform/--stamp`): pure, unit-tested against a fake guest.
+//! --delay/--perform/--stamp/--sleep/--timers`): pure, unit-tested against a fake guest.
 //!
 //! [`from_specs`] turns what the user wrote ([`AgentSpecs`]) into the
 //! agents of a guest's chain, in this order, for these reasons:
@@ -13,7 +13,8 @@
 //! 2. **count**: continues; counts in `after`.
 //! 3. **sleep** (`--sleep`): a guest's nanosleep and clock_nanosleep held
 //!    in the executive's timer queue; first of the deciding agents (a
-//!    sleep is the executive's, whatever else is asked).
+//!    sleep is the executive's, whatever else is asked); **timers**
+//!    (`--timers`): setitimer/alarm kept by the executive, likewise.
 //! 3. **delay**: before the other deciding agents, so that a delayed call is
 //!    then decided as usual (a delayed and denied call is slow *and*
 //!    denied, like a slow server that refuses).
@@ -41,6 +42,7 @@ pub mod perform;
 pub mod redirect;
 pub mod sleep;
 pub mod stamp;
+pub mod timers;
 pub mod trace;
 
 pub use crate::spec::AgentSpecs;
@@ -239,6 +241,9 @@ pub fn from_specs(
     let mut deciding: Vec<Box<dyn Agent>> = Vec::new();
     if specs.sleep {
         deciding.push(Box::new(sleep::Sleep::default()));
+    }
+    if specs.timers {
+        deciding.push(Box::new(timers::Timers::default()));
     }
     if !dl.is_empty() {
         deciding.push(Box::new(dl));

@@ -105,6 +105,7 @@ fn decision_name(d: &Decision) -> &'static str {
         Decision::Return(_) => "return",
         Decision::Perform(_) => "perform",
         Decision::Delay(_) => "delay",
+        Decision::Timer(_) => "timer",
     }
 }
 
@@ -134,6 +135,12 @@ pub fn text_line(call: &Call, args: &[String], d: &Decision, o: Outcome, t: Time
         Decision::Continue | Decision::Delay(_) => {}
         Decision::Fail(_) => s.push_str(" (failed)"),
         Decision::Return(_) => s.push_str(" (returned)"),
+        Decision::Timer(t) => s.push_str(&format!(
+            " (executive's timer: {} in {}, every {})",
+            t.signal,
+            fmt_ns(t.first.as_nanos() as u64),
+            fmt_ns(t.interval.as_nanos() as u64)
+        )),
         Decision::Perform(p) => {
             if p.nr != call.nr {
                 s.push_str(&format!(" (performed as {})", p.nr));

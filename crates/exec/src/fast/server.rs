@@ -316,6 +316,12 @@ impl Server {
                     self.chain.after(&call, &d, o, times);
                 }
             }
+            // the fast path keeps no timers (yet): the guest is told so
+            Decision::Timer(_) => {
+                self.answer(i, -(libc::ENOSYS as i64), 0, None);
+                let o = Outcome::Result(-(libc::ENOSYS as i64));
+                self.chain.after(&call, &d, o, times);
+            }
             Decision::Delay(dur) => {
                 self.own[i].hold_until = Some(Instant::now() + *dur);
                 return true;
