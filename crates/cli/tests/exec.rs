@@ -1132,3 +1132,42 @@ command = ["python3", "-c", "import time\nw=[]\nfor i in range(20):\n t=time.mon
         text(&o.stderr)
     );
 }
+
+#[test]
+fn timers_are_kept_and_fired_by_the_executive() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/sleep/alarm.c");
+    let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("alarm-{}", std::process::id()));
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = Command::new(MANTLE)
+        .args(["run", "--timers", "--trace=setitimer", "--"])
+        .arg(&bin)
+        .args(["2000", "20"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    // the executive kept the timer (the kernel never saw it) ...
+    assert!(
+        err.contains("(executive's timer: 14 in 2.0ms, every 2.0ms)"),
+        "{err}"
+    );
+    // ... and its signals came: 20 inter-arrival times near 2 ms
+    let mut xs: Vec<u64> = text(&o.stdout)
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert_eq!(xs.len(), 20);
+    xs.sort();
+    let median = xs[10];
+    assert!(
+        (1_500_000..3_000_000).contains(&median),
+        "median inter-arrival {median} ns: {xs:?}"
+    );
+    let _ = std::fs::remove_file(&bin);
+}
