@@ -61,7 +61,7 @@ impl FixedPriority {
         }
     }
 
-    fn to_tail(&mut self, prio: u8, task: TaskId) {
+    fn move_to_tail(&mut self, prio: u8, task: TaskId) {
         self.dequeue(prio, task);
         self.enqueue(prio, task);
     }
@@ -138,7 +138,7 @@ impl Policy for FixedPriority {
         }
         let (prio, runnable) = (e.prio, e.runnable);
         if runnable {
-            self.to_tail(prio, task);
+            self.move_to_tail(prio, task);
         }
         Ok(())
     }
@@ -148,7 +148,7 @@ impl Policy for FixedPriority {
         let expired = e.slice.as_mut().is_some_and(|s| s.charge(ran_ns));
         let (prio, runnable) = (e.prio, e.runnable);
         if expired && runnable {
-            self.to_tail(prio, task);
+            self.move_to_tail(prio, task);
         }
         Ok(())
     }

@@ -311,9 +311,14 @@ fn is_fair(policy: u32) -> bool {
 fn current_attr(cur: &GuestSched) -> Attr {
     let mut a = Attr {
         policy: cur.policy,
-        flags: u64::from(cur.reset_on_fork) * SCHED_FLAG_RESET_ON_FORK
-            | u64::from(cur.reclaim) * SCHED_FLAG_RECLAIM
-            | u64::from(cur.dl_overrun) * SCHED_FLAG_DL_OVERRUN,
+        flags: [
+            (cur.reset_on_fork, SCHED_FLAG_RESET_ON_FORK),
+            (cur.reclaim, SCHED_FLAG_RECLAIM),
+            (cur.dl_overrun, SCHED_FLAG_DL_OVERRUN),
+        ]
+        .iter()
+        .filter(|(set, _)| *set)
+        .fold(0, |acc, (_, bit)| acc | bit),
         nice: cur.nice.into(),
         util_min: cur.util_min,
         util_max: cur.util_max,
