@@ -201,10 +201,11 @@ impl Edf {
                 // Linux replenish_dl_entity: pay the overrun back from the
                 // following periods, then start afresh if that is still
                 // in the past.
-                while t.q <= 0 {
-                    t.d = t.d.saturating_add(t.period);
-                    t.q += t.budget as i64;
-                }
+                // (`while q <= 0 { d += P; q += C }` in closed form: a
+                // large debt on a small budget must not loop for long.)
+                let periods = t.q.unsigned_abs() / t.budget + 1;
+                t.d = t.d.saturating_add(periods.saturating_mul(t.period));
+                t.q += (periods * t.budget) as i64;
                 t.throttled = false;
                 t.stats.replenishments += 1;
                 if t.d <= now {
@@ -627,6 +628,19 @@ mod tests {
         assert_eq!(p.pick(9 * MS), Dispatch::idle(Some(10 * MS)));
         let d = p.pick(10 * MS);
         assert_eq!(d.task, Some(b), "a is still paying its overrun back");
+    }
+
+    #[test]
+    fn a_huge_overrun_is_paid_back_in_closed_form() {
+        // One hour of overrun on a 1 ns budget: 3.6e12 periods of debt,
+        // settled without looping over them.
+        let mut p = Edf::new(PPB);
+        let a = TaskId(1);
+        p.add(a, edf(10, 1, 10), 0).unwrap();
+        p.charge(a, u64::MAX, u64::MAX / 2).unwrap();
+        assert_eq!(p.deadline_and_budget(a).map(|(_, q)| q), Some(1));
+        assert_eq!(p.pick(u64::MAX / 2).task, Some(a));
+        assert_eq!(p.stats(a).unwrap().received_ns, MAX_TIME_NS);
     }
 
     #[test]
