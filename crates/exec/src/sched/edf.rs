@@ -67,7 +67,7 @@ use super::{MAX_TIME_NS, PPB};
 use std::collections::BTreeMap;
 
 /// Per-task counters, for status displays and tests.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct EdfStats {
     /// CPU time charged in total.
     pub received_ns: u64,

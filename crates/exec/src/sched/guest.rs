@@ -135,7 +135,7 @@ impl GuestSchedError {
 
 /// What a guest thread has set, as it sees it, and the executive's
 /// parameters for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct GuestSched {
     /// The Linux policy number the guest set (0..=7 but 4).
     pub policy: u32,

@@ -47,6 +47,40 @@
 //!   (the paper's example in section 2.2: a `sched_setscheduler` becomes
 //!   the executive's policy).
 //!
+//! Refinements of the first sketch of this interface: `Params::Fixed`
+//! carries an optional quantum (SCHED_RR is fixed priority with round
+//! robin inside a level, not plain round robin), `Params::BestEffort`
+//! carries its nice value, and [`Policy::change`] moves a task to new
+//! parameters (a guest's `sched_setscheduler`), across the levels of a
+//! [`hier::Hier`] if need be.
+//!
+//! The executive's loop, in short:
+//!
+//! ```
+//! use mantle_exec::sched::{Params, Policy, Standard, TaskId, PPB};
+//! const MS: u64 = 1_000_000;
+//! let mut policy = Standard::standard(PPB, 10 * MS);
+//! let (rt, bg) = (TaskId(1), TaskId(2));
+//! let edf = Params::Edf { period_ns: 10 * MS, budget_ns: 2 * MS, deadline_ns: 10 * MS };
+//! policy.add(rt, edf, 0)?;
+//! policy.add(bg, Params::BestEffort { nice: 0 }, 0)?;
+//! // Decide, dispatch the task, wait for `until` or an event...
+//! let d = policy.pick(0);
+//! assert_eq!((d.task, d.until), (Some(rt), Some(2 * MS))); // EDF first, for its budget
+//! // ...then say how long it ran, and decide again.
+//! policy.charge(rt, 2 * MS, 2 * MS)?;
+//! let d = policy.pick(2 * MS);
+//! assert_eq!((d.task, d.until), (Some(bg), Some(10 * MS))); // rt throttled until its next period
+//! policy.charge(bg, 8 * MS, 10 * MS)?;
+//! assert_eq!(policy.pick(10 * MS).task, Some(rt));
+//! // It runs 1 ms, then blocks in the kernel or in a held call: another runs.
+//! policy.charge(rt, MS, 11 * MS)?;
+//! policy.block(rt, 11 * MS)?;
+//! assert_eq!(policy.pick(11 * MS).task, Some(bg));
+//! assert!(policy.take_misses().is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! Invariants shared by every policy:
 //! * A decision only names a task that was added, is runnable and (for
 //!   EDF) has budget; `pick` never returns `until <= now` together with a
@@ -70,7 +104,10 @@ mod sim;
 
 /// A guest thread as the executive knows it (the executive's own
 /// numbering; not necessarily a Linux tid).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct TaskId(pub u32);
 
 impl fmt::Display for TaskId {
@@ -95,7 +132,14 @@ pub const MAX_TIME_NS: u64 = 3_600 * 1_000_000_000;
 pub const PPB: u64 = 1_000_000_000;
 
 /// What a task asks of the executive's scheduler.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Serialized (status JSON, system files) as an object tagged by `kind`:
+/// `{"kind":"edf","period_ns":10000000,"budget_ns":2000000,"deadline_ns":10000000}`,
+/// `{"kind":"fixed","prio":10,"quantum_ns":null}`, `{"kind":"round-robin",
+/// "quantum_ns":1000000}`, `{"kind":"best-effort","nice":0}`. Deserialized
+/// values are claims: [`Params::check`] them (every policy's `add` does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Params {
     /// Round robin with this quantum (handled by [`rr::RoundRobin`]).
     RoundRobin { quantum_ns: u64 },
@@ -327,7 +371,7 @@ impl Slice {
 
 /// An EDF deadline miss: `task`'s absolute deadline `deadline` passed
 /// while it was runnable and still had `remaining_ns` of its reservation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Miss {
     pub task: TaskId,
     pub deadline: u64,
@@ -510,6 +554,41 @@ mod tests {
         for n in NICE_MIN..NICE_MAX {
             assert!(nice_weight(n) > nice_weight(n + 1), "nice {n}");
         }
+    }
+
+    #[test]
+    fn params_json_is_tagged_by_kind() {
+        let all = [
+            Params::Edf {
+                period_ns: 10,
+                budget_ns: 2,
+                deadline_ns: 10,
+            },
+            Params::Fixed {
+                prio: 10,
+                quantum_ns: None,
+            },
+            Params::RoundRobin { quantum_ns: 5 },
+            Params::BestEffort { nice: -3 },
+        ];
+        let json: Vec<String> = all
+            .iter()
+            .map(|p| serde_json::to_string(p).unwrap())
+            .collect();
+        assert_eq!(
+            json,
+            [
+                r#"{"kind":"edf","period_ns":10,"budget_ns":2,"deadline_ns":10}"#,
+                r#"{"kind":"fixed","prio":10,"quantum_ns":null}"#,
+                r#"{"kind":"round-robin","quantum_ns":5}"#,
+                r#"{"kind":"best-effort","nice":-3}"#,
+            ]
+        );
+        for (p, j) in all.iter().zip(&json) {
+            assert_eq!(&serde_json::from_str::<Params>(j).unwrap(), p);
+        }
+        assert!(serde_json::from_str::<Params>(r#"{"kind":"lottery"}"#).is_err());
+        assert_eq!(serde_json::to_string(&TaskId(4)).unwrap(), "4");
     }
 
     #[test]
