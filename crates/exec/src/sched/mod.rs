@@ -89,6 +89,16 @@
 //!   panic; time that goes backwards is treated as `now` (clamped).
 //! * All arithmetic saturates or is done in `u128`: no overflow panics for
 //!   any input that passed [`Params::check`].
+//! * Cost: every event and decision is O(tasks) at worst (linear scans
+//!   of a `BTreeMap` or queue), no allocation in `pick` (but for a level
+//!   queue created by a wake): meant for the tens of guests an executive
+//!   multiplexes on one virtual processor.
+//!
+//! Tests: each policy's decisions on synthetic traces, driven by a small
+//! discrete-event simulator (`sim.rs`, tests only) that plays the
+//! executive's part and measures what ran when independently of the
+//! policies' bookkeeping, with property tests over random parameter sets
+//! from a deterministic PRNG (no dependency).
 
 use std::fmt;
 
