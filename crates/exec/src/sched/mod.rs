@@ -90,9 +90,9 @@
 //! * All arithmetic saturates or is done in `u128`: no overflow panics for
 //!   any input that passed [`Params::check`].
 //! * Cost: every event and decision is O(tasks) at worst (linear scans
-//!   of a `BTreeMap` or queue), no allocation in `pick` (but for a level
-//!   queue created by a wake): meant for the tens of guests an executive
-//!   multiplexes on one virtual processor.
+//!   of a `BTreeMap` or queue); `pick` allocates only to record an EDF
+//!   deadline miss. Meant for the tens of guests an executive multiplexes
+//!   on one virtual processor.
 //!
 //! Tests: each policy's decisions on synthetic traces, driven by a small
 //! discrete-event simulator (`sim.rs`, tests only) that plays the
