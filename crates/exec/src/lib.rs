@@ -54,6 +54,7 @@ pub mod perform;
 pub mod protected;
 pub mod reaper;
 pub mod rpc;
+pub mod sched;
 pub mod spec;
 pub mod status;
 pub mod sysno;
