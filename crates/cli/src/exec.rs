@@ -69,6 +69,14 @@ pub fn run(c: ExecCmd) -> Result<(), Failure> {
                         g.vanished,
                         g.held
                     );
+                    if let Some(p) = &g.sched {
+                        println!(
+                            "    scheduled by the executive: {} ({}), dispatched {:.1} ms",
+                            p.kind(),
+                            serde_json::to_string(p).unwrap_or_default(),
+                            g.dispatched_ns as f64 / 1e6
+                        );
+                    }
                     for c in &g.calls {
                         println!(
                             "    {:<16} {:>10} calls {:>12.1} us executive {:>12.1} us kernel",

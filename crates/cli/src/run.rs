@@ -77,6 +77,14 @@ pub struct RunArgs {
     /// tasks and the guests that were not released.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=98))]
     boost: Option<i32>,
+    /// The executive decides when the guest runs, by these parameters:
+    /// `edf BUDGET/PERIOD[/DEADLINE]`, `fifo PRIO`, `rr PRIO[/QUANTUM]`,
+    /// `other [NICE]` (the guest frozen in a cgroup of its own between its
+    /// turns; root and cgroup v2). Its own sched_setscheduler and the like
+    /// then go to the executive's policy. With --system: a [dispatch]
+    /// table and `sched = ...` per guest.
+    #[arg(long, value_name = "SPEC", value_parser = mantle_exec::system::parse_sched)]
+    sched: Option<mantle_exec::sched::Params>,
     /// SCHED_FIFO priority of the executive thread, 1-99 (default 99 where
     /// allowed; a warning where not); 0 keeps it at SCHED_OTHER.
     #[arg(long, value_parser = clap::value_parser!(i32).range(0..=99))]
@@ -215,48 +223,55 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             "--path fast runs one command; a --system file runs on the protected path",
         ));
     }
-    let defs: Vec<GuestDef> = match &a.system {
+    let (defs, dispatch): (Vec<GuestDef>, _) = match &a.system {
         Some(file) => {
             let text =
                 std::fs::read_to_string(file).map_err(|e| Failure::io("cannot read", file, &e))?;
-            mantle_exec::system::parse(&text)
-                .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {e}", file.display())))?
+            let s = mantle_exec::system::parse(&text)
+                .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {e}", file.display())))?;
+            (s.guests, s.dispatch)
         }
-        None => vec![GuestDef {
-            name: a.command[0]
-                .rsplit('/')
-                .next()
-                .unwrap_or("guest")
-                .to_string(),
-            command: a.command.clone(),
-            agents: AgentSpecs {
-                trace: a.trace.is_some() || a.trace_output.is_some(),
-                count: a.count.is_some(),
-                deny: a.deny.clone(),
-                redirect: a.redirect.clone(),
-                delay: a.delay.clone(),
-                perform: a.perform.clone(),
-                stamp: a.stamp.clone(),
-                sleep: a.sleep,
-                timers: a.timers,
-                json: a.json,
-                watch: [&a.trace, &a.count]
-                    .into_iter()
-                    .flatten()
-                    .filter(|w| !w.is_empty())
-                    .cloned()
-                    .collect(),
-            },
-            trace_out: match &a.trace_output {
-                Some(p) => TraceOut::File(p.clone()),
-                None => TraceOut::Stderr,
-            },
-        }],
+        None => (
+            vec![GuestDef {
+                name: a.command[0]
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or("guest")
+                    .to_string(),
+                command: a.command.clone(),
+                agents: AgentSpecs {
+                    trace: a.trace.is_some() || a.trace_output.is_some(),
+                    count: a.count.is_some(),
+                    deny: a.deny.clone(),
+                    redirect: a.redirect.clone(),
+                    delay: a.delay.clone(),
+                    perform: a.perform.clone(),
+                    stamp: a.stamp.clone(),
+                    sleep: a.sleep,
+                    timers: a.timers,
+                    sched_calls: a.sched.is_some(),
+                    json: a.json,
+                    watch: [&a.trace, &a.count]
+                        .into_iter()
+                        .flatten()
+                        .filter(|w| !w.is_empty())
+                        .cloned()
+                        .collect(),
+                },
+                trace_out: match &a.trace_output {
+                    Some(p) => TraceOut::File(p.clone()),
+                    None => TraceOut::Stderr,
+                },
+                sched: a.sched,
+            }],
+            a.sched
+                .map(|_| mantle_exec::dispatch::DispatchOptions::default()),
+        ),
     };
-    if a.path == "fast" && (a.extended.is_some() || a.boost.is_some()) {
+    if a.path == "fast" && (a.extended.is_some() || a.boost.is_some() || a.sched.is_some()) {
         return Err(Failure::new(
             EXIT_USAGE,
-            "--extended and --boost are the protected path's (not yet --path fast)",
+            "--extended, --boost and --sched are the protected path's (not yet --path fast)",
         ));
     }
     if a.path == "fast" {
@@ -282,6 +297,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             name: d.name.clone(),
             argv: d.command.clone(),
             agents: built.agents,
+            sched: d.sched,
         });
     }
     let system = a.system.is_some();
@@ -307,6 +323,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         fail_open: a.fail_open,
         spin_before: a.extended.unwrap_or_default(),
         boost: a.boost,
+        dispatch,
         ..Options::default()
     };
     let verbose = a.verbose;

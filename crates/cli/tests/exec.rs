@@ -1086,11 +1086,7 @@ fn sleep_holds_the_guests_sleep_in_the_executive() {
 #[ignore = "needs root for SCHED_FIFO (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn a_guests_sleep_wakes_on_time_while_another_guest_spins() {
     mantle_testsupport::require_root("SCHED_FIFO for the executive and the guests");
-    if !mantle_testsupport::have_program("python3") {
-        assert!(!mantle_testsupport::ci(), "CI needs python3");
-        eprintln!("ignored: no python3");
-        return;
-    }
+    mantle_testsupport::require_programs(&[("python3", "python3")]);
     let dir = std::env::temp_dir().join(format!("mantle-sleep-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sys = dir.join("system.toml");
@@ -1170,4 +1166,153 @@ fn timers_are_kept_and_fired_by_the_executive() {
         "median inter-arrival {median} ns: {xs:?}"
     );
     let _ = std::fs::remove_file(&bin);
+}
+
+/// A system file with a [dispatch] table and guests given as (name, sched,
+/// python source) in a temporary directory; the file's path.
+fn dispatched_system(tag: &str, guests: &[(&str, Option<&str>, &str)]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mantle-dispatch-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut toml = String::from("[dispatch]\ncpus = [0]\nquantum = \"10ms\"\n");
+    for (name, sched, src) in guests {
+        toml.push_str(&format!("\n[[guest]]\nname = \"{name}\"\n"));
+        if let Some(s) = sched {
+            toml.push_str(&format!("sched = \"{s}\"\n"));
+        }
+        toml.push_str(&format!(
+            "command = [\"python3\", \"-c\", {}]\n",
+            serde_json::to_string(src).unwrap()
+        ));
+    }
+    let f = dir.join("system.toml");
+    std::fs::write(&f, toml).unwrap();
+    f
+}
+
+/// Spins for `secs` of wall time from its first instruction, then prints
+/// its name, the CPU time it got, and when (CLOCK_MONOTONIC) it started
+/// and ended.
+fn spinner(name: &str, secs: f64) -> String {
+    format!(
+        "import time\nt=time.monotonic()\nwhile time.monotonic()-t<{secs}: pass\n\
+         print('{name}', time.process_time(), t, time.monotonic())"
+    )
+}
+
+/// name → (CPU seconds, start, end), from the guests' output.
+fn cpu_times(out: &str) -> std::collections::HashMap<String, (f64, f64, f64)> {
+    out.lines()
+        .filter_map(|l| {
+            let v: Vec<&str> = l.split_whitespace().collect();
+            let f = |k: usize| v.get(k)?.parse::<f64>().ok();
+            Some((v.first()?.to_string(), (f(1)?, f(2)?, f(3)?)))
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs root for the guests' cgroups (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
+    mantle_testsupport::require_root("cgroups for dispatching");
+    mantle_testsupport::require_programs(&[("python3", "python3")]);
+    // round robin: two CPU-bound guests share CPU 0 evenly
+    let f = dispatched_system(
+        "rr",
+        &[
+            ("a", None, &spinner("a", 2.0)),
+            ("b", None, &spinner("b", 2.0)),
+        ],
+    );
+    let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+    let t = cpu_times(&text(&o.stdout));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let (a, b) = (t["a"].0, t["b"].0);
+    assert!(
+        (a - b).abs() / (a + b) < 0.05,
+        "round robin shares {a} s / {b} s"
+    );
+    // EDF 2 ms every 10 ms next to a best-effort guest: 20% of the CPU
+    // (the host's fair share alone would give each half)
+    let f = dispatched_system(
+        "edf",
+        &[
+            ("rt", Some("edf 2ms/10ms"), &spinner("rt", 2.0)),
+            ("be", None, &spinner("be", 2.0)),
+        ],
+    );
+    let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+    let t = cpu_times(&text(&o.stdout));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let share = t["rt"].0 / (t["rt"].0 + t["be"].0);
+    assert!(
+        (0.15..0.26).contains(&share),
+        "EDF 2ms/10ms got {share:.3} of the CPU: {t:?}"
+    );
+    // fixed priority runs first, to its end: the other waits (frozen
+    // from its start, it runs its first instruction after hi's last)
+    let f = dispatched_system(
+        "fifo",
+        &[
+            ("hi", Some("fifo 10"), &spinner("hi", 1.0)),
+            ("lo", None, &spinner("lo", 1.0)),
+        ],
+    );
+    let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+    let t = cpu_times(&text(&o.stdout));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let (hi, lo) = (t["hi"], t["lo"]);
+    assert!(
+        lo.1 >= hi.2 - 0.005,
+        "lo started at {} before hi ended at {}: {t:?}",
+        lo.1,
+        hi.2
+    );
+    let _ = std::fs::remove_dir_all(f.parent().unwrap());
+    // the cgroups are gone
+    let root = mantle_sys::probe::cgroup2_mount().unwrap();
+    let left = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("mantle-exec."))
+        .count();
+    assert_eq!(left, 0, "cgroups left under {}", root.display());
+}
+
+#[test]
+#[ignore = "needs root for the guests' cgroups (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn a_guests_sched_setscheduler_lands_in_the_executives_policy() {
+    mantle_testsupport::require_root("cgroups for dispatching");
+    mantle_testsupport::require_programs(&[("python3", "python3")]);
+    // the guest asks for SCHED_FIFO 20 and sees it; the kernel never did
+    // (field 41 of /proc/self/stat: the host's policy, 0 = SCHED_OTHER)
+    let src = "import os, time\nos.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(20))\n\
+               pol = os.sched_getscheduler(0)\n\
+               host = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[38]\n\
+               print(pol, host, flush=True)\ntime.sleep(1.5)\n";
+    let f = dispatched_system("setsched", &[("rtprog", None, src)]);
+    let mut c = Command::new(MANTLE)
+        .args(["run", "--system", f.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "1 0", "what the guest and the host see");
+    let front = c.id();
+    let g = mantle_testsupport::poll_until_for(Duration::from_secs(5), || {
+        let o = mantle(&["exec", "status", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+        v.as_array()?
+            .iter()
+            .flat_map(|e| e["guests"].as_array().cloned().unwrap_or_default())
+            .find(|g| g["name"] == "rtprog" && g["sched"]["kind"] == "fixed")
+    })
+    .unwrap_or_else(|| panic!("rtprog with a fixed priority in exec status (mantle {front})"));
+    assert_eq!(g["sched"]["prio"], 20, "{g}");
+    let st = c.wait().unwrap();
+    assert!(st.success());
+    let _ = std::fs::remove_dir_all(f.parent().unwrap());
 }

@@ -55,6 +55,11 @@ pub enum Decision {
     /// caller's thread group instead of the kernel (the timers agent:
     /// setitimer/alarm), which it fires at its own priority.
     Timer(Timer),
+    /// The call (the guest's sched_setscheduler and the like) returns 0
+    /// when the executive's policy takes these parameters for the caller's
+    /// guest, and fails with EBUSY when it refuses them (admission), as
+    /// SCHED_DEADLINE does.
+    Sched(crate::sched::Params),
 }
 
 /// A timer the executive keeps for a guest's thread group: `signal` is

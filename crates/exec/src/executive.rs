@@ -71,6 +71,9 @@ pub struct Options {
     /// what the executive releases runs before the machine's normal tasks
     /// and before guests that were not released. None: no change.
     pub boost: Option<i32>,
+    /// The executive decides which guest runs (crate::dispatch); None:
+    /// the host's scheduler does.
+    pub dispatch: Option<crate::dispatch::DispatchOptions>,
 }
 
 impl Default for Options {
@@ -83,6 +86,7 @@ impl Default for Options {
             realtime: true,
             spin_before: Duration::ZERO,
             boost: None,
+            dispatch: None,
         }
     }
 }
@@ -92,6 +96,9 @@ pub struct GuestSpec {
     pub name: String,
     pub argv: Vec<String>,
     pub agents: Vec<Box<dyn Agent>>,
+    /// How the executive schedules it (with `Options::dispatch`; None:
+    /// best effort).
+    pub sched: Option<crate::sched::Params>,
 }
 
 /// How a guest ended.
@@ -234,6 +241,8 @@ pub struct Executive {
     rpc: Rpc,
     /// Timers kept for guests (the timers agent).
     timers: Vec<Armed>,
+    /// Which guest runs, when the executive decides (Options::dispatch).
+    dispatch: Option<crate::dispatch::Dispatcher>,
     /// Guest threads running boosted (`Options::boost`), until their next
     /// interposed call.
     boosted: Vec<u32>,
@@ -274,16 +283,37 @@ impl Executive {
             })
             .collect::<Result<_, Error>>()?;
         let n_guests = prepared.len();
+        let mut dispatch = match &opts.dispatch {
+            Some(d) => Some(
+                crate::dispatch::Dispatcher::new(d.clone(), n_guests).map_err(|source| {
+                    Error::Sys {
+                        what:
+                            "make the guests' cgroups for dispatching (root and cgroup v2 needed)",
+                        source,
+                    }
+                })?,
+            ),
+            None => None,
+        };
+        let mut sched_params = Vec::with_capacity(n_guests);
         let mut guests = Vec::new();
         let mut filters = Vec::new();
         let mut sync_all = true;
-        for (spec, p) in prepared {
+        for (k, (spec, p)) in prepared.into_iter().enumerate() {
+            sched_params.push(spec.sched);
             let chain = Chain::new(spec.agents);
             let wants = chain.wants();
             let mut nrs: Vec<u32> = wants.iter().map(|s| s.0).collect();
             // calls to the executive (crate::rpc), whatever the agents
             nrs.push(rpc::SYS_EXEC);
-            let sp = launch::spawn(&p, &nrs, opts.sync_wake).map_err(|e| Error::Launch {
+            let place = match &dispatch {
+                Some(d) => launch::Placement {
+                    cgroup_procs: d.procs_fd(k),
+                    cpus: d.cpus(),
+                },
+                None => launch::Placement::default(),
+            };
+            let sp = launch::spawn(&p, &nrs, opts.sync_wake, place).map_err(|e| Error::Launch {
                 name: spec.name.clone(),
                 source: e,
             })?;
@@ -316,6 +346,15 @@ impl Executive {
                 executive_ns: 0,
                 said_enosys: Vec::with_capacity(8),
             });
+        }
+        if let Some(d) = &mut dispatch {
+            d.start(&sched_params).map_err(|(i, e)| Error::Launch {
+                name: guests[i].name.clone(),
+                source: LaunchError::Sys {
+                    what: "admit the guest to the executive's policy",
+                    source: std::io::Error::other(e.to_string()),
+                },
+            })?;
         }
         // a guest of the same user cannot open our /proc files or ptrace us
         let _ = supervise::set_not_dumpable();
@@ -373,6 +412,7 @@ impl Executive {
             rpc: Rpc::new(n_guests, std::process::id()),
             boosted: Vec::with_capacity(256),
             timers: Vec::with_capacity(64),
+            dispatch,
             publisher,
         })
     }
@@ -484,6 +524,9 @@ impl Executive {
             self.spin_to_due();
             self.fire_timers();
             self.expire_held();
+            if let Some(d) = &mut self.dispatch {
+                d.tick();
+            }
             if last_publish.elapsed() >= Duration::from_millis(100) {
                 self.rpc.sweep(&GuestPeers(&self.guests));
                 self.publish();
@@ -547,6 +590,9 @@ impl Executive {
     fn reap(&mut self, i: usize) {
         let g = &mut self.guests[i];
         if let Ok(Some(w)) = supervise::wait_child(g.pid as i32, false) {
+            if let Some(d) = &mut self.dispatch {
+                d.exit(i);
+            }
             g.end = Some(match (w.code, w.signal) {
                 (Some(c), _) => End::Exited(c),
                 (_, Some(s)) => End::Killed {
@@ -623,6 +669,23 @@ impl Executive {
                     .map(|()| Outcome::Result(-i64::from(e)))
             }
             Decision::Return(v) => listener.reply(id, *v).map(|()| Outcome::Result(*v)),
+            Decision::Sched(p) => {
+                let r = match &mut self.dispatch {
+                    Some(d) => match d.change(i, *p) {
+                        Ok(()) => Ok(()),
+                        Err(crate::sched::ChangeError::Refused(_)) => Err(libc::EBUSY),
+                        Err(_) => Err(libc::EINVAL),
+                    },
+                    // nobody to take it: the host's scheduler is not asked
+                    None => Err(libc::ENOSYS),
+                };
+                match r {
+                    Ok(()) => listener.reply(id, 0).map(|()| Outcome::Result(0)),
+                    Err(e) => listener
+                        .reply_error(id, e)
+                        .map(|()| Outcome::Result(-i64::from(e))),
+                }
+            }
             Decision::Timer(t) => {
                 let t = *t;
                 match self.arm(call.tid, t, t0) {
@@ -635,6 +698,9 @@ impl Executive {
             Decision::Delay(dur) => {
                 // from the call's receipt: a sleep counts from when it was asked
                 let until = t0 + *dur;
+                if let Some(d) = &mut self.dispatch {
+                    d.poke(i); // the guest may have nothing else to run
+                }
                 self.held.push(Held {
                     guest: i,
                     id,
@@ -785,7 +851,10 @@ impl Executive {
     /// The next instant something is due: a held call or a timer.
     fn next_due(&self) -> Option<Instant> {
         let held = self.held.iter().map(|h| h.until);
-        held.chain(self.timers.iter().map(|t| t.next)).min()
+        let dispatch = self.dispatch.as_ref().and_then(|d| d.next_due());
+        held.chain(self.timers.iter().map(|t| t.next))
+            .chain(dispatch)
+            .min()
     }
 
     /// Keeps the timer a guest's call asked for (replacing its thread
@@ -874,6 +943,9 @@ impl Executive {
                 {
                     // released: boosted before its answer wakes it
                     self.boost(h.call.tid);
+                    if let Some(d) = &mut self.dispatch {
+                        d.poke(h.guest);
+                    }
                     self.decide(h.guest, h.id, h.call, h.t0);
                 } else {
                     self.guests[h.guest].vanished += 1;
@@ -954,6 +1026,11 @@ impl Executive {
                     held: self.held.iter().filter(|h| h.guest == i).count() as u64
                         + self.rpc.held_by(i),
                     executive_ns: g.executive_ns,
+                    sched: self.dispatch.as_ref().and_then(|d| d.params(i)),
+                    dispatched_ns: self
+                        .dispatch
+                        .as_ref()
+                        .map_or(0, |d| d.stats.ran_ns.get(i).copied().unwrap_or(0)),
                 })
                 .collect(),
         }

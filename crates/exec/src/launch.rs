@@ -136,9 +136,23 @@ pub struct Spawned {
     pub sync_wake_up: bool,
 }
 
+/// Where a guest starts: the cgroup it joins before anything else (its
+/// `cgroup.procs`, opened for writing) and the CPUs it may use (empty:
+/// the executive's).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Placement<'a> {
+    pub cgroup_procs: Option<std::os::fd::RawFd>,
+    pub cpus: &'a [usize],
+}
+
 /// Starts `cmd` with a filter sending the calls `wants` (numbers) to the
 /// listener; `sync_wake` asks for SYNC_WAKE_UP (set when the kernel has it).
-pub fn spawn(cmd: &Prepared, wants: &[u32], sync_wake: bool) -> Result<Spawned, LaunchError> {
+pub fn spawn(
+    cmd: &Prepared,
+    wants: &[u32],
+    sync_wake: bool,
+    place: Placement,
+) -> Result<Spawned, LaunchError> {
     if wants.len() > 1024 {
         return Err(LaunchError::TooManyCalls(wants.len()));
     }
@@ -163,6 +177,8 @@ pub fn spawn(cmd: &Prepared, wants: &[u32], sync_wake: bool) -> Result<Spawned, 
         envp: &envp,
         filter: &filter,
         launch_cookie: cookie,
+        cgroup_procs: place.cgroup_procs,
+        cpus: place.cpus,
     };
     let child = supervise::spawn_filtered(&x, theirs, status_w).map_err(sys("fork"))?;
     let pid = child.pid();
@@ -207,6 +223,8 @@ pub fn step_name(step: u32) -> &'static str {
         supervise::STEP_FILTER => "install the seccomp filter",
         supervise::STEP_SEND_LISTENER => "send the listener",
         supervise::STEP_EXEC => "execve",
+        supervise::STEP_CGROUP => "join the guest's cgroup",
+        supervise::STEP_AFFINITY => "sched_setaffinity",
         _ => "start",
     }
 }

@@ -47,6 +47,7 @@
 
 pub mod agent;
 pub mod agents;
+pub mod dispatch;
 pub mod executive;
 pub mod fast;
 pub mod launch;

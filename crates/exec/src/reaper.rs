@@ -88,7 +88,7 @@ pub fn run(fail_open: bool, executive: impl FnOnce() -> i32) -> Result<ReaperEnd
     }
     if let Some(cg) = &cg {
         for _ in 0..100 {
-            if std::fs::remove_dir(cg).is_ok() {
+            if remove_cgroup(cg).is_ok() {
                 break;
             }
             std::thread::sleep(Duration::from_millis(5));
@@ -128,7 +128,7 @@ fn make_cgroup() -> Option<std::path::PathBuf> {
                 continue;
             };
             if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                let _ = std::fs::remove_dir(e.path());
+                let _ = remove_cgroup(&e.path());
             }
         }
     }
@@ -139,6 +139,19 @@ fn make_cgroup() -> Option<std::path::PathBuf> {
         return None;
     }
     Some(cg)
+}
+
+/// Removes an empty cgroup and the per-guest cgroups below it (the
+/// executive's dispatcher makes them; after a crash they are left).
+fn remove_cgroup(cg: &std::path::Path) -> std::io::Result<()> {
+    if let Ok(rd) = std::fs::read_dir(cg) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
+    }
+    std::fs::remove_dir(cg)
 }
 
 /// cgroup.kill (Linux 5.14): SIGKILL to every process in the cgroup at

@@ -33,6 +33,10 @@ pub struct AgentSpecs {
     /// `--timers`: the guest's setitimer(ITIMER_REAL) and alarm are kept by
     /// the executive, which sends the signals.
     pub timers: bool,
+    /// The guest's own scheduling calls go to the executive's policy (set
+    /// by the executive when it dispatches, not an option of its own).
+    #[serde(skip)]
+    pub sched_calls: bool,
     /// `--trace=NAME,NAME` / `--count=NAME`: calls trace and count watch
     /// besides those the other agents want (`all` for every call). Empty:
     /// the other agents' calls, or, when there are none, a default set

@@ -59,6 +59,13 @@ pub struct GuestStatus {
     pub held: u64,
     /// Total time spent in the executive on this guest's calls, ns.
     pub executive_ns: u64,
+    /// How the executive schedules it, when it dispatches (absent in
+    /// files of older executives).
+    #[serde(default)]
+    pub sched: Option<crate::sched::Params>,
+    /// Time it was dispatched (thawed and runnable), ns.
+    #[serde(default)]
+    pub dispatched_ns: u64,
 }
 
 /// Interposed calls of one name.

@@ -13,10 +13,15 @@
 //! json = false
 //! redirect = []
 //! delay = []
+//! sched = "edf 2ms/10ms"          # with [dispatch]: see parse_sched
+//!
+//! [dispatch]                      # the executive decides who runs
+//! cpus = [0]                      # the CPUs the guests share
+//! quantum = "10ms"                # best effort's round robin quantum
 //! ```
 //!
-//! Scheduling parameters of a guest come with issue 11; unknown keys are
-//! refused so that a typo never silently means "no agent".
+//! Unknown keys are refused so that a typo never silently means "no
+//! agent".
 
 use crate::spec::{AgentSpecs, TraceOut};
 use serde::Deserialize;
@@ -27,6 +32,78 @@ use std::path::PathBuf;
 struct File {
     #[serde(default)]
     guest: Vec<GuestEntry>,
+    dispatch: Option<DispatchEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DispatchEntry {
+    cpus: Option<Vec<usize>>,
+    quantum: Option<String>,
+}
+
+/// A whole system: its guests, and how the executive dispatches them
+/// (None: the host's scheduler does).
+#[derive(Clone, Debug)]
+pub struct System {
+    pub guests: Vec<GuestDef>,
+    pub dispatch: Option<crate::dispatch::DispatchOptions>,
+}
+
+/// A guest's scheduling parameters as written (`--sched`, `sched = ...`):
+/// `edf BUDGET/PERIOD[/DEADLINE]` (a reservation), `fifo PRIO`,
+/// `rr PRIO[/QUANTUM]` (fixed priority, 1-99, FIFO or round robin inside
+/// the level), `other [NICE]` (best effort). Durations as `--delay`'s
+/// (`500us`, `2ms`, `1s`).
+pub fn parse_sched(s: &str) -> Result<crate::sched::Params, String> {
+    use crate::agents::delay::parse_duration;
+    use crate::sched::Params;
+    let ns = |d: &str| parse_duration(d).map(|d| d.as_nanos().min(u128::from(u64::MAX)) as u64);
+    let mut w = s.split_whitespace();
+    let kind = w.next().ok_or("empty scheduling parameters")?;
+    let arg = w.next();
+    if w.next().is_some() {
+        return Err(format!("{s:?}: too many words"));
+    }
+    let p = match (kind, arg) {
+        ("edf", Some(a)) => {
+            let parts: Vec<&str> = a.split('/').collect();
+            let (budget, period, deadline) = match parts[..] {
+                [b, p] => (ns(b)?, ns(p)?, ns(p)?),
+                [b, p, d] => (ns(b)?, ns(p)?, ns(d)?),
+                _ => return Err(format!("{s:?}: edf BUDGET/PERIOD[/DEADLINE]")),
+            };
+            Params::Edf {
+                period_ns: period,
+                budget_ns: budget,
+                deadline_ns: deadline,
+            }
+        }
+        ("fifo" | "rr", Some(a)) => {
+            let (prio, q) = a.split_once('/').map_or((a, None), |(p, q)| (p, Some(q)));
+            let prio: u8 = prio.parse().map_err(|_| format!("{s:?}: priority 1-99"))?;
+            let quantum_ns = match (kind, q) {
+                ("fifo", None) => None,
+                ("rr", None) => Some(100_000_000), // Linux's SCHED_RR default
+                ("rr", Some(q)) => Some(ns(q)?),
+                _ => return Err(format!("{s:?}: fifo PRIO takes no quantum")),
+            };
+            Params::Fixed { prio, quantum_ns }
+        }
+        ("other", n) => Params::BestEffort {
+            nice: n
+                .map(|n| n.parse::<i8>().map_err(|_| format!("{s:?}: nice -20..19")))
+                .transpose()?
+                .unwrap_or(0),
+        },
+        _ => {
+            return Err(format!(
+                "{s:?}: expected edf BUDGET/PERIOD[/DEADLINE], fifo PRIO, rr PRIO[/QUANTUM] or other [NICE]"
+            ))
+        }
+    };
+    p.check().map_err(|e| format!("{s:?}: {e}"))?;
+    Ok(p)
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,6 +133,7 @@ struct GuestEntry {
     timers: bool,
     #[serde(default)]
     watch: Vec<String>,
+    sched: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,10 +151,12 @@ pub struct GuestDef {
     pub agents: AgentSpecs,
     /// Where the trace goes (with `agents.trace`).
     pub trace_out: TraceOut,
+    /// How the executive schedules it (with dispatching).
+    pub sched: Option<crate::sched::Params>,
 }
 
 /// Parses a system file's text.
-pub fn parse(text: &str) -> Result<Vec<GuestDef>, String> {
+pub fn parse(text: &str) -> Result<System, String> {
     let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
     if f.guest.is_empty() {
         return Err("no [[guest]] in the system file".into());
@@ -98,7 +178,17 @@ pub fn parse(text: &str) -> Result<Vec<GuestDef>, String> {
             Some(TraceSetting::On(true)) => (true, TraceOut::Stderr),
             Some(TraceSetting::File(p)) => (true, TraceOut::File(p)),
         };
+        let sched = match &g.sched {
+            Some(s) => Some(parse_sched(s).map_err(|e| format!("guest {name}: sched: {e}"))?),
+            None => None,
+        };
+        if sched.is_some() && f.dispatch.is_none() {
+            return Err(format!(
+                "guest {name}: sched needs a [dispatch] table (the executive then decides who runs)"
+            ));
+        }
         out.push(GuestDef {
+            sched,
             name,
             command: g.command,
             agents: AgentSpecs {
@@ -111,13 +201,35 @@ pub fn parse(text: &str) -> Result<Vec<GuestDef>, String> {
                 stamp: g.stamp,
                 sleep: g.sleep,
                 timers: g.timers,
+                // on when the system is dispatched
+                sched_calls: f.dispatch.is_some(),
                 json: g.json,
                 watch: g.watch,
             },
             trace_out,
         });
     }
-    Ok(out)
+    let dispatch = match f.dispatch {
+        None => None,
+        Some(d) => {
+            let mut o = crate::dispatch::DispatchOptions::default();
+            if let Some(c) = d.cpus {
+                if c.is_empty() {
+                    return Err("[dispatch] cpus: at least one CPU".into());
+                }
+                o.cpus = c;
+            }
+            if let Some(q) = d.quantum {
+                o.quantum = crate::agents::delay::parse_duration(&q)
+                    .map_err(|e| format!("[dispatch] quantum: {e}"))?;
+            }
+            Some(o)
+        }
+    };
+    Ok(System {
+        guests: out,
+        dispatch,
+    })
 }
 
 #[cfg(test)]
@@ -138,6 +250,8 @@ trace = "/tmp/t"
 "#,
         )
         .unwrap();
+        assert!(g.dispatch.is_none());
+        let g = g.guests;
         assert_eq!(g.len(), 2);
         assert_eq!(g[0].name, "cat");
         assert_eq!(g[0].agents.deny, vec!["openat=EACCES".to_string()]);
@@ -147,5 +261,110 @@ trace = "/tmp/t"
         assert!(parse("[[guest]]\ncommand = []\n").is_err());
         assert!(parse("").is_err());
         assert!(parse("[[guest]]\ncommand=[\"a\"]\n[[guest]]\ncommand=[\"a\"]\n").is_err());
+    }
+
+    #[test]
+    fn dispatch_and_sched_parameters() {
+        let s = parse(
+            "[dispatch]\ncpus = [1]\nquantum = \"5ms\"\n\
+             [[guest]]\ncommand = [\"a\"]\nsched = \"edf 2ms/10ms\"\n\
+             [[guest]]\nname = \"b\"\ncommand = [\"b\"]\n",
+        )
+        .unwrap();
+        let d = s.dispatch.unwrap();
+        assert_eq!(
+            (d.cpus, d.quantum),
+            (vec![1], std::time::Duration::from_millis(5))
+        );
+        assert_eq!(
+            s.guests[0].sched,
+            Some(crate::sched::Params::Edf {
+                period_ns: 10_000_000,
+                budget_ns: 2_000_000,
+                deadline_ns: 10_000_000
+            })
+        );
+        assert_eq!(s.guests[1].sched, None);
+        // sched without [dispatch], an empty CPU list, a bad quantum: refused
+        assert!(parse("[[guest]]\ncommand = [\"a\"]\nsched = \"fifo 5\"\n").is_err());
+        assert!(parse("[dispatch]\ncpus = []\n[[guest]]\ncommand = [\"a\"]\n").is_err());
+        assert!(parse("[dispatch]\nquantum = \"x\"\n[[guest]]\ncommand = [\"a\"]\n").is_err());
+        assert!(parse("[dispatch]\nwhat = 1\n[[guest]]\ncommand = [\"a\"]\n").is_err());
+    }
+
+    #[test]
+    fn sched_specs_each_kind_and_the_bad_ones() {
+        use crate::sched::Params;
+        let ms = 1_000_000;
+        for (s, p) in [
+            (
+                "edf 2ms/10ms",
+                Params::Edf {
+                    period_ns: 10 * ms,
+                    budget_ns: 2 * ms,
+                    deadline_ns: 10 * ms,
+                },
+            ),
+            (
+                "edf 1ms/10ms/5ms",
+                Params::Edf {
+                    period_ns: 10 * ms,
+                    budget_ns: ms,
+                    deadline_ns: 5 * ms,
+                },
+            ),
+            (
+                "fifo 1",
+                Params::Fixed {
+                    prio: 1,
+                    quantum_ns: None,
+                },
+            ),
+            (
+                "fifo 99",
+                Params::Fixed {
+                    prio: 99,
+                    quantum_ns: None,
+                },
+            ),
+            (
+                "rr 50",
+                Params::Fixed {
+                    prio: 50,
+                    quantum_ns: Some(100 * ms),
+                },
+            ),
+            (
+                "rr 50/5ms",
+                Params::Fixed {
+                    prio: 50,
+                    quantum_ns: Some(5 * ms),
+                },
+            ),
+            ("other", Params::BestEffort { nice: 0 }),
+            ("other -20", Params::BestEffort { nice: -20 }),
+            ("other 19", Params::BestEffort { nice: 19 }),
+        ] {
+            assert_eq!(parse_sched(s), Ok(p), "{s}");
+        }
+        for bad in [
+            "",
+            "edf",
+            "edf 2ms",
+            "edf 20ms/10ms",
+            "edf 2ms/10ms/20ms",
+            "edf 0ms/10ms",
+            "fifo",
+            "fifo 0",
+            "fifo 100",
+            "fifo 5/1ms",
+            "rr x",
+            "other 20",
+            "other -21",
+            "deadline 1ms/2ms",
+            "fifo 5 6",
+        ] {
+            assert!(parse_sched(bad).is_err(), "{bad:?}");
+        }
     }
 }

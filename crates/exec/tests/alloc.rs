@@ -87,6 +87,7 @@ fn allocations_serving(guest: &std::path::Path, calls: u32) -> u64 {
             name: "ppid".into(),
             argv: vec![guest.display().to_string(), me, calls.to_string()],
             agents,
+            sched: None,
         }],
         Box::new(|m| eprintln!("executive: {m}")),
     )

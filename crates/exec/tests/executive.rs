@@ -31,6 +31,7 @@ fn spec(name: &str, argv: &[&str], agents: Vec<Box<dyn Agent>>) -> GuestSpec {
         name: name.into(),
         argv: argv.iter().map(|s| s.to_string()).collect(),
         agents,
+        sched: None,
     }
 }
 

@@ -522,6 +522,8 @@ pub const STEP_NO_NEW_PRIVS: u32 = 1;
 pub const STEP_FILTER: u32 = 2;
 pub const STEP_SEND_LISTENER: u32 = 3;
 pub const STEP_EXEC: u32 = 4;
+pub const STEP_CGROUP: u32 = 5;
+pub const STEP_AFFINITY: u32 = 6;
 
 /// What a guest child needs, all prepared before the fork (nothing is
 /// allocated in the child).
@@ -534,6 +536,11 @@ pub struct FilteredExec<'a> {
     pub filter: &'a [crate::seccomp::sock_filter],
     /// The filter's launch cookie (see `seccomp::notify_on_set`).
     pub launch_cookie: u64,
+    /// A `cgroup.procs` file opened for writing: the child moves itself
+    /// there before anything else (so it never runs outside it).
+    pub cgroup_procs: Option<RawFd>,
+    /// CPUs the child (and what it starts) may run on; empty: unchanged.
+    pub cpus: &'a [usize],
 }
 
 /// Forks a child that sets no_new_privs, installs `x.filter` with a new
@@ -553,7 +560,35 @@ pub fn spawn_filtered(
         let _ = crate::os::write_all_raw(status.as_fd(), &b);
         127
     };
+    // the CPU set is made before the fork: the child must not allocate
+    // SAFETY: cpu_set_t is plain bits; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in x.cpus {
+        if c < libc::CPU_SETSIZE as usize {
+            // SAFETY: c is within the set's size.
+            unsafe { libc::CPU_SET(c, &mut set) };
+        }
+    }
     let run = || -> i32 {
+        if let Some(fd) = x.cgroup_procs {
+            // SAFETY: a write of two bytes from a static buffer to an fd
+            // opened before the fork.
+            if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
+                return fail(
+                    STEP_CGROUP,
+                    io::Error::last_os_error().raw_os_error().unwrap_or(0),
+                );
+            }
+        }
+        // SAFETY: set is a valid cpu_set_t built before the fork.
+        if !x.cpus.is_empty()
+            && unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0
+        {
+            return fail(
+                STEP_AFFINITY,
+                io::Error::last_os_error().raw_os_error().unwrap_or(0),
+            );
+        }
         if let Err(e) = crate::seccomp::set_no_new_privs() {
             return fail(STEP_NO_NEW_PRIVS, e.errno().unwrap_or(0));
         }

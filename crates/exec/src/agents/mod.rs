@@ -14,7 +14,9 @@
 //! 3. **sleep** (`--sleep`): a guest's nanosleep and clock_nanosleep held
 //!    in the executive's timer queue; first of the deciding agents (a
 //!    sleep is the executive's, whatever else is asked); **timers**
-//!    (`--timers`): setitimer/alarm kept by the executive, likewise.
+//!    (`--timers`): setitimer/alarm kept by the executive, likewise; and
+//!    **sched** (on with dispatching): the guest's sched_setscheduler and
+//!    the like land in the executive's policy.
 //! 3. **delay**: before the other deciding agents, so that a delayed call is
 //!    then decided as usual (a delayed and denied call is slow *and*
 //!    denied, like a slow server that refuses).
@@ -40,6 +42,7 @@ pub mod deny;
 pub mod errno;
 pub mod perform;
 pub mod redirect;
+pub mod schedcalls;
 pub mod sleep;
 pub mod stamp;
 pub mod timers;
@@ -244,6 +247,9 @@ pub fn from_specs(
     }
     if specs.timers {
         deciding.push(Box::new(timers::Timers::default()));
+    }
+    if specs.sched_calls {
+        deciding.push(Box::new(schedcalls::SchedCalls::default()));
     }
     if !dl.is_empty() {
         deciding.push(Box::new(dl));

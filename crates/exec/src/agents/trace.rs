@@ -106,6 +106,7 @@ fn decision_name(d: &Decision) -> &'static str {
         Decision::Perform(_) => "perform",
         Decision::Delay(_) => "delay",
         Decision::Timer(_) => "timer",
+        Decision::Sched(_) => "sched",
     }
 }
 
@@ -135,6 +136,7 @@ pub fn text_line(call: &Call, args: &[String], d: &Decision, o: Outcome, t: Time
         Decision::Continue | Decision::Delay(_) => {}
         Decision::Fail(_) => s.push_str(" (failed)"),
         Decision::Return(_) => s.push_str(" (returned)"),
+        Decision::Sched(p) => s.push_str(&format!(" (executive's policy: {})", p.kind())),
         Decision::Timer(t) => s.push_str(&format!(
             " (executive's timer: {} in {}, every {})",
             t.signal,

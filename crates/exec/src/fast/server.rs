@@ -317,7 +317,7 @@ impl Server {
                 }
             }
             // the fast path keeps no timers (yet): the guest is told so
-            Decision::Timer(_) => {
+            Decision::Timer(_) | Decision::Sched(_) => {
                 self.answer(i, -(libc::ENOSYS as i64), 0, None);
                 let o = Outcome::Result(-(libc::ENOSYS as i64));
                 self.chain.after(&call, &d, o, times);
