@@ -39,3 +39,23 @@ for rep in $(seq 1 "$r"); do
 	done
 done
 python3 "$HERE/report.py" --cmd "bash bench/dispatch/run.sh $*" "$OUT/$stamp"-*.txt | tee "$OUT/$stamp.txt"
+
+# mantle's own executive doing the same: two CPU-bound guests on CPU $cpu,
+# round robin with the quantum above, for 2 s per repetition; its
+# `-v` summary gives the lateness at quantum end and the switch time
+MANTLE=${MANTLE:-$ROOT/target/release/mantle}
+if [[ -x $MANTLE ]]; then
+	sys=$OUT/$stamp-mantle.toml
+	{
+		printf '[dispatch]\ncpus = [%s]\nquantum = "%sus"\n' "$cpu" "$q"
+		for gname in a b; do
+			printf '\n[[guest]]\nname = "%s"\ncommand = ["timeout", "2", "sh", "-c", "while :; do :; done"]\n' "$gname"
+		done
+	} >"$sys"
+	echo "mantle's executive (SCHED_FIFO 99, guests frozen between turns, quantum ${q} us, 2 guests, 2 s):" | tee -a "$OUT/$stamp.txt"
+	for rep in $(seq 1 "$r"); do
+		"$MANTLE" run -v --system "$sys" 2>&1 | grep 'dispatch:' | sed "s/^mantle: /  rep $rep: /" | tee -a "$OUT/$stamp.txt"
+	done
+else
+	echo "no mantle binary at $MANTLE (cargo build --release): its row is not measured" | tee -a "$OUT/$stamp.txt"
+fi

@@ -324,6 +324,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         spin_before: a.extended.unwrap_or_default(),
         boost: a.boost,
         dispatch,
+        verbose: a.verbose,
         ..Options::default()
     };
     let verbose = a.verbose;

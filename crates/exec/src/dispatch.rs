@@ -76,7 +76,19 @@ pub struct DispatchStats {
     pub ran_ns: Vec<u64>,
     /// EDF deadlines missed, per guest.
     pub misses: Vec<u64>,
+    /// Quantum ends (and other policy deadlines) seen, and how late the
+    /// executive acted on each (ns after the policy's `until`): the first
+    /// [`LATENESS_KEPT`] kept, for percentiles.
+    #[serde(skip)]
+    pub lateness_ns: Vec<u64>,
+    /// How long a switch took (the freeze and thaw writes), ns.
+    #[serde(skip)]
+    pub switch_ns: Vec<u64>,
 }
+
+/// Samples of lateness and switch time kept (8 bytes each, reserved at
+/// start: no allocation while dispatching).
+pub const LATENESS_KEPT: usize = 1 << 16;
 
 struct Group {
     dir: PathBuf,
@@ -157,6 +169,8 @@ impl Dispatcher {
             stats: DispatchStats {
                 ran_ns: vec![0; guests],
                 misses: vec![0; guests],
+                lateness_ns: Vec::with_capacity(LATENESS_KEPT),
+                switch_ns: Vec::with_capacity(LATENESS_KEPT),
                 ..Default::default()
             },
             policy: Standard::standard(PPB, opts.quantum.as_nanos() as u64),
@@ -254,6 +268,33 @@ impl Dispatcher {
         self.policy.params(TaskId(i as u32))
     }
 
+    /// A summary of the dispatching: decisions, switches, and the lateness
+    /// at quantum ends and switch times (median, p99, max, ns).
+    pub fn summary(&self) -> String {
+        fn q(xs: &[u64]) -> String {
+            let mut v = xs.to_vec();
+            v.sort_unstable();
+            if v.is_empty() {
+                return "none".into();
+            }
+            let at = |p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
+            format!(
+                "median {} p99 {} max {} ns (n={})",
+                at(0.5),
+                at(0.99),
+                v[v.len() - 1],
+                v.len()
+            )
+        }
+        format!(
+            "{} decisions, {} switches; lateness at quantum end: {}; switch: {}",
+            self.stats.decisions,
+            self.stats.switches,
+            q(&self.stats.lateness_ns),
+            q(&self.stats.switch_ns)
+        )
+    }
+
     /// Which guest is dispatched.
     pub fn current(&self) -> Option<usize> {
         self.current
@@ -267,6 +308,11 @@ impl Dispatcher {
         let due = self.next_due().is_some_and(|t| t <= now_i);
         if !due {
             return;
+        }
+        if let Some(u) = self.until.filter(|&u| u <= now) {
+            if self.stats.lateness_ns.len() < LATENESS_KEPT {
+                self.stats.lateness_ns.push(now - u);
+            }
         }
         self.account(now);
         self.decide(now);
@@ -308,6 +354,7 @@ impl Dispatcher {
         let next = d.task.map(|t| t.0 as usize);
         if next != self.current {
             self.stats.switches += 1;
+            let t0 = Instant::now();
             // the leaving guest: frozen, unless it is blocked (then it may
             // stay thawed: it uses no CPU, and its wake-up must be seen)
             if let Some(c) = self.current {
@@ -319,6 +366,9 @@ impl Dispatcher {
                 self.set_frozen(n, false);
             }
             self.current = next;
+            if self.stats.switch_ns.len() < LATENESS_KEPT {
+                self.stats.switch_ns.push(t0.elapsed().as_nanos() as u64);
+            }
         }
         // runnable guests that are thawed but not picked: frozen
         for i in 0..self.groups.len() {

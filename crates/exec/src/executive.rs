@@ -74,6 +74,8 @@ pub struct Options {
     /// The executive decides which guest runs (crate::dispatch); None:
     /// the host's scheduler does.
     pub dispatch: Option<crate::dispatch::DispatchOptions>,
+    /// Say at the end what dispatching did (decisions, lateness).
+    pub verbose: bool,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
             spin_before: Duration::ZERO,
             boost: None,
             dispatch: None,
+            verbose: false,
         }
     }
 }
@@ -538,6 +541,10 @@ impl Executive {
 
     /// Answers what is still held and says how each guest ended.
     fn finish(mut self) -> Vec<GuestEnd> {
+        if let (Some(d), true) = (&self.dispatch, self.opts.verbose) {
+            let msg = format!("dispatch: {}", d.summary());
+            (self.log)(&msg);
+        }
         // held calls of ended guests: answer them (their callers may live on)
         self.rpc.drain(&GuestPeers(&self.guests));
         let held = std::mem::take(&mut self.held);
