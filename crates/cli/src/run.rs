@@ -223,13 +223,13 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             "--path fast runs one command; a --system file runs on the protected path",
         ));
     }
-    let (defs, dispatch): (Vec<GuestDef>, _) = match &a.system {
+    let (defs, dispatch, qos_period): (Vec<GuestDef>, _, _) = match &a.system {
         Some(file) => {
             let text =
                 std::fs::read_to_string(file).map_err(|e| Failure::io("cannot read", file, &e))?;
             let s = mantle_exec::system::parse(&text)
                 .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {e}", file.display())))?;
-            (s.guests, s.dispatch)
+            (s.guests, s.dispatch, s.qos_period)
         }
         None => (
             vec![GuestDef {
@@ -263,9 +263,11 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                     None => TraceOut::Stderr,
                 },
                 sched: a.sched,
+                qos: None,
             }],
             a.sched
                 .map(|_| mantle_exec::dispatch::DispatchOptions::default()),
+            None,
         ),
     };
     if a.path == "fast" && (a.extended.is_some() || a.boost.is_some() || a.sched.is_some()) {
@@ -298,6 +300,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             argv: d.command.clone(),
             agents: built.agents,
             sched: d.sched,
+            qos: d.qos,
         });
     }
     let system = a.system.is_some();
@@ -325,6 +328,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
         boost: a.boost,
         dispatch,
         verbose: a.verbose,
+        qos_period: qos_period.unwrap_or(std::time::Duration::from_millis(100)),
         ..Options::default()
     };
     let verbose = a.verbose;

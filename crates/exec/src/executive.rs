@@ -76,6 +76,8 @@ pub struct Options {
     pub dispatch: Option<crate::dispatch::DispatchOptions>,
     /// Say at the end what dispatching did (decisions, lateness).
     pub verbose: bool,
+    /// The QoS reader's token period (with guests that have a `qos`).
+    pub qos_period: Duration,
 }
 
 impl Default for Options {
@@ -90,6 +92,7 @@ impl Default for Options {
             boost: None,
             dispatch: None,
             verbose: false,
+            qos_period: Duration::from_millis(100),
         }
     }
 }
@@ -102,6 +105,9 @@ pub struct GuestSpec {
     /// How the executive schedules it (with `Options::dispatch`; None:
     /// best effort).
     pub sched: Option<crate::sched::Params>,
+    /// Its I/O reservation: the executive reads its sockets for it
+    /// (crate::qos). None: it reads them itself.
+    pub qos: Option<crate::qos::Rate>,
 }
 
 /// How a guest ended.
@@ -206,6 +212,7 @@ const TOKEN_LISTENER: u64 = 0;
 const TOKEN_PIDFD: u64 = 1;
 const TOKEN_STATUS: u64 = 2;
 const TOKEN_OPENER: u64 = u64::MAX;
+const TOKEN_QOS: u64 = u64::MAX - 1;
 
 /// A timer kept for a guest's thread group (Decision::Timer).
 struct Armed {
@@ -246,6 +253,8 @@ pub struct Executive {
     timers: Vec<Armed>,
     /// Which guest runs, when the executive decides (Options::dispatch).
     dispatch: Option<crate::dispatch::Dispatcher>,
+    /// Reads sockets for guests with a reservation (GuestSpec::qos).
+    qos: Option<crate::qos::Qos>,
     /// Guest threads running boosted (`Options::boost`), until their next
     /// interposed call.
     boosted: Vec<u32>,
@@ -299,6 +308,15 @@ impl Executive {
             None => None,
         };
         let mut sched_params = Vec::with_capacity(n_guests);
+        let rates: Vec<Option<crate::qos::Rate>> = prepared.iter().map(|(s, _)| s.qos).collect();
+        let qos = if rates.iter().any(Option::is_some) {
+            Some(crate::qos::Qos::new(opts.qos_period, &rates).map_err(|source| Error::Sys {
+                what: "set up the QoS reader",
+                source,
+            })?)
+        } else {
+            None
+        };
         let mut guests = Vec::new();
         let mut filters = Vec::new();
         let mut sync_all = true;
@@ -309,6 +327,11 @@ impl Executive {
             let mut nrs: Vec<u32> = wants.iter().map(|s| s.0).collect();
             // calls to the executive (crate::rpc), whatever the agents
             nrs.push(rpc::SYS_EXEC);
+            if spec.qos.is_some() {
+                nrs.extend(crate::qos::Qos::wants());
+                nrs.sort_unstable();
+                nrs.dedup();
+            }
             let place = match &dispatch {
                 Some(d) => launch::Placement {
                     cgroup_procs: d.procs_fd(k),
@@ -416,6 +439,7 @@ impl Executive {
             boosted: Vec::with_capacity(256),
             timers: Vec::with_capacity(64),
             dispatch,
+            qos,
             publisher,
         })
     }
@@ -488,6 +512,10 @@ impl Executive {
                     self.opens_done();
                     continue;
                 }
+                if r.token == TOKEN_QOS {
+                    self.serve_qos();
+                    continue;
+                }
                 let i = (r.token / 4) as usize;
                 match r.token % 4 {
                     TOKEN_LISTENER => {
@@ -529,6 +557,9 @@ impl Executive {
             self.expire_held();
             if let Some(d) = &mut self.dispatch {
                 d.tick();
+            }
+            if self.qos.as_ref().and_then(|q| q.next_due()).is_some_and(|t| t <= Instant::now()) {
+                self.serve_qos();
             }
             if last_publish.elapsed() >= Duration::from_millis(100) {
                 self.rpc.sweep(&GuestPeers(&self.guests));
@@ -591,6 +622,9 @@ impl Executive {
         if let Some(o) = &self.opener {
             ep.add(o.wake.as_fd(), TOKEN_OPENER)?;
         }
+        if let Some(q) = &self.qos {
+            ep.add(q.fd(), TOKEN_QOS)?;
+        }
         Ok(ep)
     }
 
@@ -599,6 +633,9 @@ impl Executive {
         if let Ok(Some(w)) = supervise::wait_child(g.pid as i32, false) {
             if let Some(d) = &mut self.dispatch {
                 d.exit(i);
+            }
+            if let Some(q) = &mut self.qos {
+                q.exit(i);
             }
             g.end = Some(match (w.code, w.signal) {
                 (Some(c), _) => End::Exited(c),
@@ -643,6 +680,19 @@ impl Executive {
         }
         let t0 = Instant::now();
         self.unboost(n.pid);
+        if self.qos.as_ref().is_some_and(|q| q.has(i))
+            && crate::qos::Qos::wants().contains(&(n.data.nr as u32))
+            && n.data.arch == mantle_sys::seccomp::AUDIT_ARCH
+        {
+            let taken = self
+                .qos
+                .as_mut()
+                .is_some_and(|q| q.take(i, n.id, n.pid, n.data.nr as u32, &n.data.args).is_ok());
+            if taken {
+                self.serve_qos();
+                return;
+            }
+        }
         let Some(call) = protected::call_of(&n, mantle_sys::os::monotonic_ns()) else {
             let _ = self.guests[i].listener.reply_error(n.id, libc::ENOSYS);
             return;
@@ -855,12 +905,27 @@ impl Executive {
         }
     }
 
+    /// Serves the held reads the QoS reader may serve now.
+    fn serve_qos(&mut self) {
+        let guests = &self.guests;
+        if let Some(q) = &mut self.qos {
+            q.serve(|g| {
+                guests
+                    .get(g)
+                    .filter(|x| x.listener_open)
+                    .map(|x| &*x.listener)
+            });
+        }
+    }
+
     /// The next instant something is due: a held call or a timer.
     fn next_due(&self) -> Option<Instant> {
         let held = self.held.iter().map(|h| h.until);
         let dispatch = self.dispatch.as_ref().and_then(|d| d.next_due());
+        let qos = self.qos.as_ref().and_then(|q| q.next_due());
         held.chain(self.timers.iter().map(|t| t.next))
             .chain(dispatch)
+            .chain(qos)
             .min()
     }
 

@@ -52,6 +52,7 @@ pub mod executive;
 pub mod fast;
 pub mod launch;
 pub mod perform;
+pub mod qos;
 pub mod protected;
 pub mod reaper;
 pub mod rpc;

@@ -33,6 +33,13 @@ struct File {
     #[serde(default)]
     guest: Vec<GuestEntry>,
     dispatch: Option<DispatchEntry>,
+    qos: Option<QosEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QosEntry {
+    period: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -48,6 +55,8 @@ struct DispatchEntry {
 pub struct System {
     pub guests: Vec<GuestDef>,
     pub dispatch: Option<crate::dispatch::DispatchOptions>,
+    /// The QoS reader's token period (`[qos] period`, default 100 ms).
+    pub qos_period: Option<std::time::Duration>,
 }
 
 /// A guest's scheduling parameters as written (`--sched`, `sched = ...`):
@@ -134,6 +143,9 @@ struct GuestEntry {
     #[serde(default)]
     watch: Vec<String>,
     sched: Option<String>,
+    /// Items per second, or "best-effort" (the executive reads its
+    /// sockets, Figure 7).
+    qos: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -153,6 +165,8 @@ pub struct GuestDef {
     pub trace_out: TraceOut,
     /// How the executive schedules it (with dispatching).
     pub sched: Option<crate::sched::Params>,
+    /// Its I/O reservation (the executive reads its sockets).
+    pub qos: Option<crate::qos::Rate>,
 }
 
 /// Parses a system file's text.
@@ -187,7 +201,18 @@ pub fn parse(text: &str) -> Result<System, String> {
                 "guest {name}: sched needs a [dispatch] table (the executive then decides who runs)"
             ));
         }
+        let qos = match &g.qos {
+            None => None,
+            Some(toml::Value::Integer(n)) if *n > 0 => Some(crate::qos::Rate::PerSecond(*n as u64)),
+            Some(toml::Value::String(s)) if s == "best-effort" => Some(crate::qos::Rate::BestEffort),
+            Some(v) => {
+                return Err(format!(
+                    "guest {name}: qos: items per second (a positive number) or \"best-effort\", not {v}"
+                ))
+            }
+        };
         out.push(GuestDef {
+            qos,
             sched,
             name,
             command: g.command,
@@ -226,9 +251,16 @@ pub fn parse(text: &str) -> Result<System, String> {
             Some(o)
         }
     };
+    let qos_period = match f.qos.and_then(|q| q.period) {
+        Some(p) => Some(
+            crate::agents::delay::parse_duration(&p).map_err(|e| format!("[qos] period: {e}"))?,
+        ),
+        None => None,
+    };
     Ok(System {
         guests: out,
         dispatch,
+        qos_period,
     })
 }
 

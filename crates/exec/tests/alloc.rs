@@ -88,6 +88,7 @@ fn allocations_serving(guest: &std::path::Path, calls: u32) -> u64 {
             argv: vec![guest.display().to_string(), me, calls.to_string()],
             agents,
             sched: None,
+            qos: None,
         }],
         Box::new(|m| eprintln!("executive: {m}")),
     )

@@ -32,6 +32,7 @@ fn spec(name: &str, argv: &[&str], agents: Vec<Box<dyn Agent>>) -> GuestSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         agents,
         sched: None,
+        qos: None,
     }
 }
 

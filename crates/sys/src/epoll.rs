@@ -27,6 +27,14 @@ pub struct Epoll {
     buf: Vec<libc::epoll_event>,
 }
 
+impl std::os::fd::AsFd for Epoll {
+    /// The epoll instance itself: pollable, so one wait set can hold
+    /// another.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl Epoll {
     /// A new instance that returns up to `max_ready` fds per wait.
     pub fn new(max_ready: usize) -> io::Result<Epoll> {

@@ -61,6 +61,49 @@ pub fn write_memory(tid: u32, addr: u64, buf: &[u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
+/// recv(fd, buf, MSG_DONTWAIT): one datagram (or what a stream has) into
+/// `buf`, never waiting; WouldBlock when there is nothing. For a
+/// supervisor reading on a guest's behalf from a dup of its socket.
+pub fn recv_nonblock(fd: BorrowedFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: buf is valid for writing buf.len() bytes.
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// Whether `fd` is a socket (fstat).
+pub fn is_socket(fd: BorrowedFd) -> io::Result<bool> {
+    // SAFETY: st is plain data the kernel fills.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is valid for writing.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st.st_mode & libc::S_IFMT == libc::S_IFSOCK)
+}
+
+/// kcmp(KCMP_FILE): whether fd `a` of process `pid_a` and fd `b` of
+/// `pid_b` are the same open file (the same file description). Needs
+/// ptrace access to both.
+pub fn same_file(pid_a: u32, a: i32, pid_b: u32, b: i32) -> io::Result<bool> {
+    const KCMP_FILE: libc::c_long = 0;
+    // SAFETY: plain system call with integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_kcmp, pid_a, pid_b, KCMP_FILE, a, b) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r == 0)
+}
+
 /// The call a guest makes to its executive: `syscall(nr, op, a1..a5)`,
 /// raw (the result as the kernel or the executive gave it: >= 0 or
 /// -errno). `nr` is mantle_abi::exec::SYS_EXEC; not under an executive
