@@ -310,10 +310,12 @@ impl Executive {
         let mut sched_params = Vec::with_capacity(n_guests);
         let rates: Vec<Option<crate::qos::Rate>> = prepared.iter().map(|(s, _)| s.qos).collect();
         let qos = if rates.iter().any(Option::is_some) {
-            Some(crate::qos::Qos::new(opts.qos_period, &rates).map_err(|source| Error::Sys {
-                what: "set up the QoS reader",
-                source,
-            })?)
+            Some(
+                crate::qos::Qos::new(opts.qos_period, &rates).map_err(|source| Error::Sys {
+                    what: "set up the QoS reader",
+                    source,
+                })?,
+            )
         } else {
             None
         };
@@ -558,7 +560,12 @@ impl Executive {
             if let Some(d) = &mut self.dispatch {
                 d.tick();
             }
-            if self.qos.as_ref().and_then(|q| q.next_due()).is_some_and(|t| t <= Instant::now()) {
+            if self
+                .qos
+                .as_ref()
+                .and_then(|q| q.next_due())
+                .is_some_and(|t| t <= Instant::now())
+            {
                 self.serve_qos();
             }
             if last_publish.elapsed() >= Duration::from_millis(100) {
@@ -684,10 +691,10 @@ impl Executive {
             && crate::qos::Qos::wants().contains(&(n.data.nr as u32))
             && n.data.arch == mantle_sys::seccomp::AUDIT_ARCH
         {
-            let taken = self
-                .qos
-                .as_mut()
-                .is_some_and(|q| q.take(i, n.id, n.pid, n.data.nr as u32, &n.data.args).is_ok());
+            let taken = self.qos.as_mut().is_some_and(|q| {
+                q.take(i, n.id, n.pid, n.data.nr as u32, &n.data.args)
+                    .is_ok()
+            });
             if taken {
                 self.serve_qos();
                 return;
@@ -905,16 +912,36 @@ impl Executive {
         }
     }
 
-    /// Serves the held reads the QoS reader may serve now.
+    /// Serves the held reads the QoS reader may serve now. A reserved
+    /// guest whose read was answered runs next: at SCHED_FIFO (`--boost`,
+    /// default 1) until its next interposed call.
     fn serve_qos(&mut self) {
         let guests = &self.guests;
+        let mut served = [0u32; 16];
+        let mut n = 0;
         if let Some(q) = &mut self.qos {
-            q.serve(|g| {
-                guests
-                    .get(g)
-                    .filter(|x| x.listener_open)
-                    .map(|x| &*x.listener)
-            });
+            q.serve(
+                |g| {
+                    guests
+                        .get(g)
+                        .filter(|x| x.listener_open)
+                        .map(|x| &*x.listener)
+                },
+                |tid| {
+                    if n < served.len() {
+                        served[n] = tid;
+                        n += 1;
+                    }
+                },
+            );
+        }
+        let prio = self.opts.boost.unwrap_or(1);
+        for &tid in &served[..n] {
+            if !self.boosted.contains(&tid) && self.boosted.len() < self.boosted.capacity() {
+                if supervise::set_fifo_of(tid, prio).is_ok() {
+                    self.boosted.push(tid);
+                }
+            }
         }
     }
 

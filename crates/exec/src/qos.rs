@@ -53,6 +53,9 @@ struct Sock {
     pid: u32,
     fd: i32,
     dup: OwnedFd,
+    /// Its token in the epoll set (oneshot: armed only while a read
+    /// waits on it and it was found empty).
+    token: u64,
     /// Known empty until epoll says otherwise.
     dry: bool,
 }
@@ -91,6 +94,8 @@ pub struct Qos {
     buf: Vec<u8>,
     /// tid → thread group, for the callers seen (checked by kcmp below).
     tgids: Vec<(u32, u32)>,
+    /// This process (kcmp's other side).
+    me: u32,
     pub stats: QosStats,
 }
 
@@ -137,6 +142,7 @@ impl Qos {
             ep: Epoll::new(64)?,
             buf: vec![0u8; 65536],
             tgids: Vec::with_capacity(64),
+            me: std::process::id(),
             stats: QosStats {
                 items: vec![0; rates.len()],
                 passed: 0,
@@ -161,7 +167,11 @@ impl Qos {
 
     /// The next refresh of the tokens.
     pub fn next_due(&self) -> Option<Instant> {
-        if self.guests.iter().all(|g| g.as_ref().is_none_or(|g| g.pending.is_empty())) {
+        if self
+            .guests
+            .iter()
+            .all(|g| g.as_ref().is_none_or(|g| g.pending.is_empty()))
+        {
             return None;
         }
         let since = self.epoch.elapsed().as_nanos() as u64;
@@ -171,7 +181,14 @@ impl Qos {
 
     /// Takes a read of guest `g` (args as the guest made the call): held
     /// until served; `Err(Pass)` when it is not the reader's.
-    pub fn take(&mut self, g: usize, id: u64, tid: u32, nr: u32, a: &[u64; 6]) -> Result<(), NotMine> {
+    pub fn take(
+        &mut self,
+        g: usize,
+        id: u64,
+        tid: u32,
+        nr: u32,
+        a: &[u64; 6],
+    ) -> Result<(), NotMine> {
         let Some(guest) = self.guests.get_mut(g).and_then(|x| x.as_mut()) else {
             return Err(NotMine::Pass);
         };
@@ -197,21 +214,37 @@ impl Qos {
             return Err(NotMine::Pass);
         };
         // the cached duplicate, if the guest's fd is still that file
+        let me = self.me;
         let k = match guest.socks.iter().position(|s| {
-            s.pid == pid && s.fd == fd && supervise::same_file(pid, fd, std::process::id(), s.dup.as_raw_fd()).unwrap_or(false)
+            s.pid == pid
+                && s.fd == fd
+                && supervise::same_file(pid, fd, me, s.dup.as_raw_fd()).unwrap_or(false)
         }) {
             Some(k) => k,
             None => {
                 guest.socks.retain(|s| !(s.pid == pid && s.fd == fd));
                 let pidfd = mantle_sys::os::pidfd_open(pid, false).map_err(|_| NotMine::Pass)?;
-                let dup = mantle_sys::os::pidfd_getfd(pidfd.as_fd(), fd).map_err(|_| NotMine::Pass)?;
-                if !supervise::is_socket(dup.as_fd()).unwrap_or(false) || guest.socks.len() == SOCKETS {
+                let dup =
+                    mantle_sys::os::pidfd_getfd(pidfd.as_fd(), fd).map_err(|_| NotMine::Pass)?;
+                if !supervise::is_socket(dup.as_fd()).unwrap_or(false)
+                    || guest.socks.len() == SOCKETS
+                {
                     self.stats.passed += 1;
                     return Err(NotMine::Pass);
                 }
-                let token = (g as u64) << 8 | guest.socks.len() as u64;
-                self.ep.add(dup.as_fd(), token).map_err(|_| NotMine::Pass)?;
-                guest.socks.push(Sock { pid, fd, dup, dry: false });
+                // the token names the guest and the fd number (stable
+                // while the socket list changes)
+                let token = (g as u64) << 32 | (fd as u32 as u64);
+                self.ep
+                    .add_oneshot(dup.as_fd(), token)
+                    .map_err(|_| NotMine::Pass)?;
+                guest.socks.push(Sock {
+                    pid,
+                    fd,
+                    dup,
+                    token,
+                    dry: false,
+                });
                 guest.socks.len() - 1
             }
         };
@@ -226,19 +259,22 @@ impl Qos {
         Ok(())
     }
 
-    /// Serves what it may (Figure 7), answering through `listener(g)`.
-    pub fn serve<'a>(&mut self, listener: impl Fn(usize) -> Option<&'a Listener>) {
+    /// Serves what it may (Figure 7), answering through `listener(g)`;
+    /// `served(tid)` hears of each read answered for a reserved guest (the
+    /// executive runs that guest next: Figure 7's "execute next").
+    pub fn serve<'a>(
+        &mut self,
+        listener: impl Fn(usize) -> Option<&'a Listener>,
+        mut served: impl FnMut(u32),
+    ) {
         // sockets epoll says have data are no longer dry
         if let Ok(ready) = self.ep.wait(0) {
             for r in ready {
-                let (g, k) = ((r.token >> 8) as usize, (r.token & 0xff) as usize);
-                if let Some(s) = self
-                    .guests
-                    .get_mut(g)
-                    .and_then(|x| x.as_mut())
-                    .and_then(|x| x.socks.get_mut(k))
-                {
-                    s.dry = false;
+                let g = (r.token >> 32) as usize;
+                if let Some(x) = self.guests.get_mut(g).and_then(|x| x.as_mut()) {
+                    for s in x.socks.iter_mut().filter(|s| s.token == r.token) {
+                        s.dry = false;
+                    }
                 }
             }
         }
@@ -261,13 +297,17 @@ impl Qos {
                 break; // the best-effort guest has nothing: idle
             }
             let g = t.0 as usize;
-            if !self.read_one(g, listener(g)) {
-                continue;
+            if let Some(tid) = self.read_one(g, listener(g)) {
+                if !d.best_effort {
+                    served(tid);
+                }
             }
         }
         // held reads that asked not to wait and found nothing
         for g in 0..self.guests.len() {
-            let Some(guest) = self.guests[g].as_mut() else { continue };
+            let Some(guest) = self.guests[g].as_mut() else {
+                continue;
+            };
             let l = listener(g);
             let mut k = 0;
             while k < guest.pending.len() {
@@ -284,45 +324,49 @@ impl Qos {
         }
     }
 
-    /// One datagram for guest `g`'s first held read; false if its socket
-    /// was dry (marked so) or the call is gone.
-    fn read_one(&mut self, g: usize, listener: Option<&Listener>) -> bool {
-        let Some(guest) = self.guests[g].as_mut() else { return false };
-        let Some(p) = guest.pending.front().copied() else { return false };
+    /// One datagram for guest `g`'s first held read: the caller's tid
+    /// when answered with data; None if its socket was dry (marked so) or
+    /// the call is gone or failed.
+    fn read_one(&mut self, g: usize, listener: Option<&Listener>) -> Option<u32> {
+        let guest = self.guests[g].as_mut()?;
+        let p = guest.pending.front().copied()?;
         let Some(sock) = guest.socks.get_mut(p.sock) else {
             guest.pending.pop_front();
-            return false;
+            return None;
         };
         let n = match supervise::recv_nonblock(sock.dup.as_fd(), &mut self.buf) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                // a read waits on it: tell us when data comes
                 sock.dry = true;
-                return false;
+                let _ = self.ep.rearm(sock.dup.as_fd(), sock.token);
+                return None;
             }
             Err(e) => {
                 guest.pending.pop_front();
                 if let Some(l) = listener {
                     let _ = l.reply_error(p.id, e.raw_os_error().unwrap_or(libc::EIO));
                 }
-                return true;
+                return None;
             }
         };
         guest.pending.pop_front();
-        let Some(l) = listener else { return true };
+        let l = listener?;
         let take = n.min(p.len);
-        // the caller is still waiting in this call (its tid is still it)
+        // the caller is still waiting in this call (its tid is still it);
+        // if not, the datagram is lost with the call, as a killed reader's
         if !l.id_valid(p.id).unwrap_or(false) {
-            return true; // the datagram is lost with the call, as a killed reader's would be
+            return None;
         }
         let r = match supervise::write_memory(p.tid, p.buf, &self.buf[..take]) {
-            Ok(w) if w == take => l.reply(p.id, take as i64),
-            _ => l.reply_error(p.id, libc::EFAULT),
+            Ok(w) if w == take => l.reply(p.id, take as i64).map(|()| true),
+            _ => l.reply_error(p.id, libc::EFAULT).map(|()| false),
         };
         if r.is_ok() {
             self.stats.items[g] += 1;
             let _ = self.tokens.consume(TaskId(g as u32));
         }
-        true
+        r.ok().filter(|&ok| ok).map(|_| p.tid)
     }
 
     /// Guest `g` ended: its reads and sockets are forgotten.
@@ -338,6 +382,9 @@ impl Qos {
 
     /// Guest `g`'s reservation.
     pub fn reserve(&self, g: usize) -> Option<Reserve> {
-        self.guests.get(g).and_then(|x| x.as_ref()).map(|x| x.reserve)
+        self.guests
+            .get(g)
+            .and_then(|x| x.as_ref())
+            .map(|x| x.reserve)
     }
 }

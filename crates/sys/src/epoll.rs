@@ -73,6 +73,29 @@ impl Epoll {
         )
     }
 
+    /// Watches `fd` for readability once (EPOLLONESHOT): after one report
+    /// it stays in the set but silent until [`Epoll::rearm`]. For fds that
+    /// stay readable while nobody wants them read (a socket whose reader
+    /// is not waiting): level-triggered, they would wake every wait.
+    pub fn add_oneshot(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        self.ctl(
+            libc::EPOLL_CTL_ADD,
+            fd.as_raw_fd(),
+            token,
+            (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
+        )
+    }
+
+    /// Arms a oneshot fd again.
+    pub fn rearm(&self, fd: BorrowedFd<'_>, token: u64) -> io::Result<()> {
+        self.ctl(
+            libc::EPOLL_CTL_MOD,
+            fd.as_raw_fd(),
+            token,
+            (libc::EPOLLIN | libc::EPOLLONESHOT) as u32,
+        )
+    }
+
     /// Stops watching `fd` (ENOENT, not watched, is not an error).
     pub fn remove(&self, fd: BorrowedFd<'_>) -> io::Result<()> {
         match self.ctl(libc::EPOLL_CTL_DEL, fd.as_raw_fd(), 0, 0) {
