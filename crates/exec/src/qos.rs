@@ -96,6 +96,9 @@ pub struct Qos {
     tgids: Vec<(u32, u32)>,
     /// This process (kcmp's other side).
     me: u32,
+    /// When the tokens are refreshed next (ns since `epoch`), as of the
+    /// last decision.
+    next_refresh: u64,
     pub stats: QosStats,
 }
 
@@ -143,6 +146,7 @@ impl Qos {
             buf: vec![0u8; 65536],
             tgids: Vec::with_capacity(64),
             me: std::process::id(),
+            next_refresh: period.as_nanos() as u64,
             stats: QosStats {
                 items: vec![0; rates.len()],
                 passed: 0,
@@ -165,7 +169,8 @@ impl Qos {
         self.guests.get(g).is_some_and(|x| x.is_some())
     }
 
-    /// The next refresh of the tokens.
+    /// The next refresh of the tokens, while a read waits (a guest out of
+    /// tokens is served then).
     pub fn next_due(&self) -> Option<Instant> {
         if self
             .guests
@@ -174,9 +179,7 @@ impl Qos {
         {
             return None;
         }
-        let since = self.epoch.elapsed().as_nanos() as u64;
-        let p = self.period.as_nanos() as u64;
-        Some(self.epoch + Duration::from_nanos((since / p + 1) * p))
+        Some(self.epoch + Duration::from_nanos(self.next_refresh))
     }
 
     /// Takes a read of guest `g` (args as the guest made the call): held
@@ -279,6 +282,8 @@ impl Qos {
             }
         }
         let now = self.epoch.elapsed().as_nanos() as u64;
+        let p = self.period.as_nanos() as u64;
+        self.next_refresh = (now / p + 1) * p;
         loop {
             let guests = &self.guests;
             let has = |t: TaskId| {
