@@ -937,10 +937,11 @@ impl Executive {
         }
         let prio = self.opts.boost.unwrap_or(1);
         for &tid in &served[..n] {
-            if !self.boosted.contains(&tid) && self.boosted.len() < self.boosted.capacity() {
-                if supervise::set_fifo_of(tid, prio).is_ok() {
-                    self.boosted.push(tid);
-                }
+            if !self.boosted.contains(&tid)
+                && self.boosted.len() < self.boosted.capacity()
+                && supervise::set_fifo_of(tid, prio).is_ok()
+            {
+                self.boosted.push(tid);
             }
         }
     }
