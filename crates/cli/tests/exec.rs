@@ -1189,14 +1189,31 @@ fn dispatched_system(tag: &str, guests: &[(&str, Option<&str>, &str)]) -> PathBu
     f
 }
 
-/// Spins for `secs` of wall time from its first instruction, then prints
-/// its name, the CPU time it got, and when (CLOCK_MONOTONIC) it started
-/// and ended.
-fn spinner(name: &str, secs: f64) -> String {
+/// Sleeps until CLOCK_MONOTONIC `at` (seconds; None: starts at once),
+/// spins for `secs` of wall time, then prints its name, the CPU time it
+/// got while spinning, and when it started and ended. A common `at` makes
+/// the guests compete over the same window, whatever their start-up took.
+fn spinner(name: &str, at: Option<f64>, secs: f64) -> String {
+    let wait = match at {
+        Some(at) => format!("time.sleep(max(0, {at} - time.monotonic()))\n"),
+        None => String::new(),
+    };
     format!(
-        "import time\nt=time.monotonic()\nwhile time.monotonic()-t<{secs}: pass\n\
-         print('{name}', time.process_time(), t, time.monotonic())"
+        "import time\n{wait}c=time.process_time()\nt=time.monotonic()\n\
+         while time.monotonic()-t<{secs}: pass\n\
+         print('{name}', time.process_time()-c, t, time.monotonic())"
     )
+}
+
+/// CLOCK_MONOTONIC now + `secs`, in seconds.
+fn monotonic_in(secs: f64) -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: t is a valid timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9 + secs
 }
 
 /// name → (CPU seconds, start, end), from the guests' output.
@@ -1216,11 +1233,12 @@ fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
     mantle_testsupport::require_root("cgroups for dispatching");
     mantle_testsupport::require_programs(&[("python3", "python3")]);
     // round robin: two CPU-bound guests share CPU 0 evenly
+    let at = Some(monotonic_in(2.0));
     let f = dispatched_system(
         "rr",
         &[
-            ("a", None, &spinner("a", 2.0)),
-            ("b", None, &spinner("b", 2.0)),
+            ("a", None, &spinner("a", at, 2.0)),
+            ("b", None, &spinner("b", at, 2.0)),
         ],
     );
     let o = mantle(&["run", "--system", f.to_str().unwrap()]);
@@ -1232,12 +1250,14 @@ fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
         "round robin shares {a} s / {b} s"
     );
     // EDF 2 ms every 10 ms next to a best-effort guest: 20% of the CPU
-    // (the host's fair share alone would give each half)
+    // (the host's fair share alone would give each half); its start-up
+    // runs at 20% too, so the common start is later
+    let at = Some(monotonic_in(3.0));
     let f = dispatched_system(
         "edf",
         &[
-            ("rt", Some("edf 2ms/10ms"), &spinner("rt", 2.0)),
-            ("be", None, &spinner("be", 2.0)),
+            ("rt", Some("edf 2ms/10ms"), &spinner("rt", at, 2.0)),
+            ("be", None, &spinner("be", at, 2.0)),
         ],
     );
     let o = mantle(&["run", "--system", f.to_str().unwrap()]);
@@ -1253,8 +1273,8 @@ fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
     let f = dispatched_system(
         "fifo",
         &[
-            ("hi", Some("fifo 10"), &spinner("hi", 1.0)),
-            ("lo", None, &spinner("lo", 1.0)),
+            ("hi", Some("fifo 10"), &spinner("hi", None, 1.0)),
+            ("lo", None, &spinner("lo", None, 1.0)),
         ],
     );
     let o = mantle(&["run", "--system", f.to_str().unwrap()]);
