@@ -81,6 +81,31 @@ def prefix(mode, mantle, agent="--sleep"):
     }[mode]
 
 
+class Hogs:
+    """`n` CPU-bound background tasks (hog.c, SCHED_OTHER) on `cpu` while
+    the block runs."""
+
+    def __init__(self, bin_, cpu, n):
+        self.argv, self.n, self.procs = ["taskset", "-c", str(cpu), os.path.join(bin_, "hog")], n, []
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen(self.argv) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.procs:
+            h.kill()
+            h.wait()
+
+
+def measure(argv):
+    """Runs one measured program; its numbers, one per line of its output."""
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        sys.exit(f"run.py: {' '.join(argv)} exited {r.returncode}: {r.stderr[-300:]}")
+    return [int(x) for x in r.stdout.split()]
+
+
 def cyclictest(cpu, loops):
     if not shutil.which("cyclictest"):
         return None, "cyclictest not installed (Debian: rt-tests)"
@@ -98,23 +123,14 @@ def figure5(a, bin_, bgs, modes, stamp, lines):
     periods = [int(x) for x in a.periods.split(",")]
     data = {m: {b: {} for b in bgs} for m in modes}
     for b in bgs:
-        hogs = [subprocess.Popen(["taskset", "-c", str(a.cpu), os.path.join(bin_, "hog")])
-                for _ in range(b)]
-        try:
+        with Hogs(bin_, a.cpu, b):
             for m in modes:
                 for per in periods:
                     n = a.signals if not a.quick else 100
-                    argv = (["taskset", "-c", str(a.cpu)] + prefix(m, a.mantle, "--timers")
-                            + [os.path.join(bin_, "alarm"), str(per), str(n)])
-                    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-                    if r.returncode != 0:
-                        sys.exit(f"run.py: {' '.join(argv)} exited {r.returncode}: {r.stderr[-300:]}")
-                    data[m][b][per] = [int(x) for x in r.stdout.split()]
+                    data[m][b][per] = measure(["taskset", "-c", str(a.cpu)]
+                                              + prefix(m, a.mantle, "--timers")
+                                              + [os.path.join(bin_, "alarm"), str(per), str(n)])
                 print(f"fig5 bg {b} {m:9s} done", file=sys.stderr, flush=True)
-        finally:
-            for h in hogs:
-                h.kill()
-                h.wait()
     lines.append("")
     lines.append("Figure 5: SIGALRM inter-arrival (ns); dev99 = p99 of |x - period| / period")
     lines.append(f"{'mode':9s} {'bg':>3s} {'period':>7s} {'mean':>9s} {'p99':>9s} {'max':>9s} {'dev99':>7s}")
@@ -204,25 +220,15 @@ def main():
     lines.append("")
     lines.append(f"Figure 6: requested ns: {reqs}; sleeps per point: 1 s worth, 10..{a.max_count}")
     for b in bgs:
-        hogs = [subprocess.Popen(["taskset", "-c", str(a.cpu), os.path.join(bin_, "hog")])
-                for _ in range(b)]
-        try:
+        with Hogs(bin_, a.cpu, b):
             c, err = cyclictest(a.cpu, 2000 if not a.quick else 300)
             cyc[b] = c or {"error": err}
             for m in modes:
                 for req in reqs:
                     n = max(10, min(a.max_count, int(1e9 // max(req, 1))))
-                    argv = (["taskset", "-c", str(a.cpu)] + prefix(m, a.mantle)
-                            + [os.path.join(bin_, "sleeper"), str(req), str(n)])
-                    r = subprocess.run(argv, capture_output=True, text=True, timeout=600)
-                    if r.returncode != 0:
-                        sys.exit(f"run.py: {' '.join(argv)} exited {r.returncode}: {r.stderr[-300:]}")
-                    data[m][b][req] = [int(x) for x in r.stdout.split()]
+                    data[m][b][req] = measure(["taskset", "-c", str(a.cpu)] + prefix(m, a.mantle)
+                                              + [os.path.join(bin_, "sleeper"), str(req), str(n)])
                 print(f"bg {b} {m:9s} done", file=sys.stderr, flush=True)
-        finally:
-            for h in hogs:
-                h.kill()
-                h.wait()
     summary = {}
     lines.append("jitter = actual - requested, ns, over every sleep of every requested time")
     lines.append(f"{'mode':9s} {'bg':>3s} {'median':>9s} {'p99':>9s} {'max':>9s}   cyclictest (SCHED_FIFO 80, 1 ms) "
