@@ -63,11 +63,15 @@ executive, the pipe peer: all on CPU --cpus A, default 0) and across CPUs
 (guest on A, tracer/executive/pipe peer on B, default 1), each with
 /dev/cpu_dma_latency not held and held at 0 (the runner opens it, writes 0
 as a 4-byte int and keeps it open for the block; idle CPUs then poll instead
-of halting, see ../shared/platform.md). The tool is started under
-`taskset -c CPU`; the guest pins itself with sched_setaffinity before
-timing. Rows with no second party (timer, getppid) run in every condition
-too, as a check on the noise. Nothing runs at real-time priority except
-what mantle's executive sets for itself.
+of halting, see ../shared/platform.md); and "free": the guest on A, the
+tracer/executive/pipe peer (and the RPC server guest) allowed on A and B,
+placed by the scheduler: the condition where SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP
+can wake the supervisor on the guest's CPU (pinned, there is nothing to
+wake across). The tool is started under `taskset -c CPU` (`A,B` for free);
+the guest pins itself with sched_setaffinity before timing. Rows with no
+second party (timer, getppid) run in every condition too, as a check on
+the noise. Nothing runs at real-time priority except what mantle's
+executive sets for itself.
 
 Repetitions: R (default 5) repetitions; each repetition runs every condition
 block (order alternating ABBA across repetitions) and in each every row
