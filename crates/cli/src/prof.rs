@@ -1,7 +1,8 @@
 //! `mantle prof`: the profiler's commands (crates/prof does the work).
 
 use clap::{Args, Subcommand};
-use mantle_prof::{RecordOpts, ReportOpts, Target, Transport};
+use mantle_prof::model::FlameRoot;
+use mantle_prof::{RecordOpts, ReportOpts, Stacks, Target, Transport};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ pub enum ProfCmd {
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
     #[command(
-        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz"
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --folded out.folded --flame-root tag"
     )]
     Report(ReportArgs),
 }
@@ -65,6 +66,11 @@ pub struct RecordArgs {
     /// Measure the sample path's own cost per sample (eBPF and user space).
     #[arg(long)]
     self_timing: bool,
+    /// Call stacks: walked by the perf core (perf, default), by the sample
+    /// path's helper (bpf), or none (flat profile). User stacks follow frame
+    /// pointers: code built without them shows its caller chain cut short.
+    #[arg(long, default_value = "perf", value_parser = ["perf", "bpf", "none"])]
+    stacks: String,
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
@@ -101,6 +107,18 @@ pub struct ReportArgs {
     /// Also write a gzipped pprof profile (go tool pprof).
     #[arg(long, value_name = "PB_GZ")]
     pprof: Option<PathBuf>,
+    /// Also write the folded stacks (one "root;...;leaf count" per line).
+    #[arg(long, value_name = "FILE")]
+    folded: Option<PathBuf>,
+    /// The flame graph's (and folded stacks') bottom frame.
+    #[arg(long, default_value = "process", value_parser = ["process", "component", "tag", "none"])]
+    flame_root: String,
+    /// Instead of the tables: who called SYMBOL (and SYMBOL's totals).
+    #[arg(long, value_name = "SYMBOL")]
+    callers: Option<String>,
+    /// Instead of the tables: what SYMBOL called.
+    #[arg(long, value_name = "SYMBOL")]
+    callees: Option<String>,
 }
 
 /// `--duration SECS`: a positive, finite number of seconds. (0 recorded
@@ -191,6 +209,11 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 },
                 drain_interval: Duration::from_millis(a.drain_ms.max(10)),
                 self_timing: a.self_timing,
+                stacks: match a.stacks.as_str() {
+                    "bpf" => Stacks::Bpf,
+                    "none" => Stacks::None,
+                    _ => Stacks::Perf,
+                },
                 status: !a.quiet,
                 force: a.force,
                 faults: Default::default(),
@@ -209,6 +232,12 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 pid: a.pid,
                 comm: a.comm,
                 limit: a.limit,
+                flame_root: match a.flame_root.as_str() {
+                    "component" => FlameRoot::Component,
+                    "tag" => FlameRoot::Tag,
+                    "none" => FlameRoot::None,
+                    _ => FlameRoot::Process,
+                },
             };
             let r = mantle_prof::report::report(&a.input, &opts)?;
             if let Some(p) = &a.flame {
@@ -216,6 +245,40 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
             }
             if let Some(p) = &a.pprof {
                 mantle_prof::report::write_pprof(&r, p)?;
+            }
+            if let Some(p) = &a.folded {
+                mantle_prof::report::write_folded(&r, p)?;
+            }
+            if a.callers.is_some() || a.callees.is_some() {
+                if let (Some(x), Some(y)) = (&a.callers, &a.callees) {
+                    if x != y {
+                        return Err(mantle_prof::Error::Invalid(
+                            "--callers and --callees name one symbol (give the same, or one)"
+                                .into(),
+                        ));
+                    }
+                }
+                let sym = a
+                    .callers
+                    .as_ref()
+                    .or(a.callees.as_ref())
+                    .expect("one is set");
+                let g = mantle_prof::model::call_graph(&r, sym).ok_or_else(|| {
+                    mantle_prof::Error::NoMatch {
+                        filter: format!("symbol {sym} in any stack"),
+                        session: a.input.display().to_string(),
+                    }
+                })?;
+                if a.json {
+                    print_json(&g);
+                } else {
+                    out(&mantle_prof::model::render_call_graph(
+                        &g,
+                        a.callers.is_some(),
+                        a.callees.is_some(),
+                    ));
+                }
+                return Ok(());
             }
             if a.json {
                 print_json(&r);

@@ -53,7 +53,7 @@ pub mod session;
 pub mod symbols;
 
 pub use model::{Report, ReportOpts};
-pub use record::{RecordOpts, Summary, Target, Transport};
+pub use record::{RecordOpts, Stacks, Summary, Target, Transport};
 
 /// Errors of the profiler. The CLI maps them to messages and exit codes.
 #[derive(Debug, thiserror::Error)]

@@ -4,7 +4,9 @@
 //! SESSION/
 //!   meta.json        event, rate, duration, CPUs, fallback, lost, throttled
 //!   profile.tsv      the merged profile: one line per
-//!                    (pid, tid, cpu, mode, image, offset, tags) with a count
+//!                    (pid, tid, cpu, mode, image, offset, tags) with a
+//!                    count and a stack index
+//!   stacks.tsv       the stack table (callers, nearest first)
 //!   images.json      image table (index = the image column of profile.tsv)
 //!   processes.json   pid, ppid, comm, exe, exited, mantle
 //!   mappings.tsv     every executable mapping seen while recording
@@ -24,7 +26,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const FORMAT: u32 = 1;
+/// 2: call stacks (stacks.tsv, the stack column of profile.tsv).
+pub const FORMAT: u32 = 2;
 pub const DEFAULT_DIR: &str = "mantle.prof";
 
 /// Largest JSON file or JIT map read from a session.
@@ -176,11 +179,22 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
     json(&dir.join("processes.json"), &procs)?;
     json(&dir.join("tags.json"), d.tags)?;
 
-    let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\n");
+    let mut st = String::from("# id\tframes (image:offset, nearest caller first)\n");
+    for (id, frames) in d.profile.stacks().iter().enumerate().skip(1) {
+        let _ = write!(st, "{id}\t");
+        for (i, f) in frames.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(st, "{sep}{}:{:x}", f.image, f.offset);
+        }
+        st.push('\n');
+    }
+    write(&dir.join("stacks.tsv"), st.as_bytes())?;
+
+    let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\tstack\n");
     for (k, n) in d.profile.sorted_rows() {
         let _ = writeln!(
             s,
-            "{}\t{}\t{}\t{}\t{}\t{:x}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{:x}\t{}\t{}\t{}",
             k.pid,
             k.tid,
             k.cpu,
@@ -191,7 +205,8 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
             k.image,
             k.offset,
             crate::model::tags_hex(&k.tags),
-            n
+            n,
+            k.stack
         );
     }
     write(&dir.join("profile.tsv"), s.as_bytes())?;
@@ -270,9 +285,15 @@ pub fn read_session(dir: &Path) -> Result<Session, Error> {
         .filter(|i| i.kind == ImageKind::Jit)
         .filter_map(|i| i.pid)
         .collect();
+    // format 1 had no stacks: no file, every row stack 0
+    let stacks = match load_optional(dir, "stacks.tsv", TABLE_MAX)? {
+        Some(b) => parse::stacks(&b, images.len()).map_err(corrupt(dir, "stacks.tsv"))?,
+        None => vec![Vec::new()],
+    };
     let profile = parse::profile(
         &load(dir, "profile.tsv", TABLE_MAX)?,
         images,
+        stacks,
         crate::abi::MT_WORDS,
     )
     .map_err(corrupt(dir, "profile.tsv"))?;

@@ -210,7 +210,7 @@ pub struct SessionSymbolizer {
 impl SessionSymbolizer {
     pub fn new(kallsyms: Kallsyms) -> Self {
         SessionSymbolizer {
-            sym: blazesym::symbolize::Symbolizer::new(),
+            sym: new_symbolizer(),
             kallsyms,
             vdso: None,
             jit: HashMap::new(),
@@ -315,7 +315,7 @@ impl SessionSymbolizer {
                 Ok(v) => v
                     .into_iter()
                     .map(|s| match s {
-                        Symbolized::Sym(s) => Some(s.name.into_owned()),
+                        Symbolized::Sym(s) => Some(demangle(s.name.into_owned())),
                         Symbolized::Unknown(_) => None,
                     })
                     .collect(),
@@ -352,7 +352,7 @@ pub fn elf_bytes_info(
     offsets: &[u64],
 ) -> std::io::Result<Result<(Option<String>, Vec<Option<String>>), SymbolizerPanic>> {
     let f = crate::kernel::memfd("mantle-prof-elf", image)?;
-    let sym = blazesym::symbolize::Symbolizer::new();
+    let sym = new_symbolizer();
     Ok(SessionSymbolizer::elf(&sym, &f, offsets, false).map(|names| (build_id_of(&f), names)))
 }
 
@@ -411,4 +411,29 @@ mod tests {
         let m = JitMap::from_entries(vec![(u64::MAX - 1, u64::MAX, "top".into())]);
         assert_eq!(m.lookup(u64::MAX), Some("top"));
     }
+}
+
+/// A blazesym symbolizer that leaves names as they are: its demangler
+/// tries cpp_demangle on every name, which reads a C function called `a`,
+/// `b` or `c` as the mangled types `signed char`, `bool` and `char`
+/// (blazesym 0.2.7, `maybe_demangle_impl`); [`demangle`] is used instead.
+fn new_symbolizer() -> blazesym::symbolize::Symbolizer {
+    blazesym::symbolize::Symbolizer::builder()
+        .enable_demangling(false)
+        .build()
+}
+
+/// Demangles Rust (`_R...`, or legacy `_ZN...E` with a hash) and C++
+/// (`_Z...`) names; any other name is a C name and stays as it is.
+pub fn demangle(name: String) -> String {
+    if !name.starts_with("_Z") && !name.starts_with("_R") {
+        return name;
+    }
+    if let Ok(d) = rustc_demangle::try_demangle(&name) {
+        return format!("{d:#}");
+    }
+    cpp_demangle::Symbol::new(name.as_bytes())
+        .ok()
+        .and_then(|s| s.demangle().ok())
+        .unwrap_or(name)
 }

@@ -16,6 +16,17 @@
  *  - ring: every sample is copied to a BPF ring buffer drained by user
  *    space (no wake-up per sample; the reader polls).
  *
+ * Call stacks (rodata stacks): bpf_get_stackid stores the kernel and the
+ * user stack of the sample in stacks0/stacks1 (STACK_TRACE maps, flipped
+ * with the count maps by `sel`, so user space reads and clears the idle
+ * pair) and the key carries their ids: identical stacks are stored once
+ * per drain interval, in the kernel. Where the stack comes from is the
+ * event's choice: with PERF_SAMPLE_CALLCHAIN in its sample_type the perf
+ * core has walked the stack before this program runs and the helper
+ * (bpf_get_stackid_pe, kernel/bpf/stackmap.c) only slices it; without,
+ * the helper walks it itself (frame pointers for user code, the ORC
+ * unwinder for the kernel). bench/prof measures both.
+ *
  * The program returns 0: the perf core writes nothing to the event's own
  * ring, so the cost of a sample is this program plus the interrupt.
  */
@@ -33,6 +44,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 const volatile __u32 use_ring = 0;
 const volatile __u32 timing = 0; /* measure this program's own run time */
+const volatile __u32 stacks = 0; /* record call stacks */
 __u32 sel = 0;
 
 struct {
@@ -56,6 +68,24 @@ struct {
 	__type(key, struct mp_key);
 	__type(value, __u64);
 } counts1 SEC(".maps");
+
+/* Stack tables (id -> frames, leaf first), one per count map. Without
+ * BPF_F_REUSE_STACKID a stack whose bucket is taken by another is not
+ * stored (-EEXIST, counted in stack_lost): an id never changes meaning
+ * while a key refers to it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MP_MAX_STACK * sizeof(__u64));
+} stacks0 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MP_MAX_STACK * sizeof(__u64));
+} stacks1 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -89,6 +119,19 @@ static __always_inline void bump(void *map, struct mp_key *k, struct mp_stats *s
 
 static __always_inline void take(struct bpf_perf_event_data *ctx, struct mp_stats *s);
 
+/* One stack id, or MP_NO_STACK. -EFAULT is "no such stack" (a user-mode
+ * sample has no kernel stack, a kernel thread no user stack): not a loss. */
+static __always_inline __s32 stack_id(void *ctx, void *map, __u64 flags, struct mp_stats *s)
+{
+	long id = bpf_get_stackid(ctx, map, flags);
+
+	if (id >= 0)
+		return id;
+	if (id != -14 /* EFAULT */)
+		s->stack_lost++;
+	return MP_NO_STACK;
+}
+
 SEC("perf_event")
 int mp_sample(struct bpf_perf_event_data *ctx)
 {
@@ -119,6 +162,7 @@ static __always_inline void take(struct bpf_perf_event_data *ctx, struct mp_stat
 	__u64 pt = bpf_get_current_pid_tgid();
 	struct mp_key k = {};
 	struct mt_view *v;
+	__u32 cur;
 
 	s->samples++;
 	k.pid = pt >> 32;
@@ -126,6 +170,19 @@ static __always_inline void take(struct bpf_perf_event_data *ctx, struct mp_stat
 	k.ip = ctx->regs.ip;
 	k.mode = (ctx->regs.csx & 3) ? MP_MODE_USER : MP_MODE_KERNEL;
 	k.cpu = bpf_get_smp_processor_id();
+	k.kstack = MP_NO_STACK;
+	k.ustack = MP_NO_STACK;
+	/* one read of sel: the stacks and the count go to the same pair */
+	cur = use_ring ? 0 : *(volatile __u32 *)&sel;
+	if (stacks && cur) {
+		if (k.mode == MP_MODE_KERNEL)
+			k.kstack = stack_id(ctx, &stacks1, 0, s);
+		k.ustack = stack_id(ctx, &stacks1, BPF_F_USER_STACK, s);
+	} else if (stacks) {
+		if (k.mode == MP_MODE_KERNEL)
+			k.kstack = stack_id(ctx, &stacks0, 0, s);
+		k.ustack = stack_id(ctx, &stacks0, BPF_F_USER_STACK, s);
+	}
 	v = bpf_map_lookup_elem(&view, &k.tid);
 	if (v) {
 #pragma unroll
@@ -137,7 +194,7 @@ static __always_inline void take(struct bpf_perf_event_data *ctx, struct mp_stat
 			s->ring_full++;
 		return;
 	}
-	if (sel)
+	if (cur)
 		bump(&counts1, &k, s);
 	else
 		bump(&counts0, &k, s);

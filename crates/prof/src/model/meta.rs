@@ -38,9 +38,21 @@ pub struct Meta {
     pub kernel_symbols: bool,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Call stacks: "none", "perf" (PERF_SAMPLE_CALLCHAIN) or "bpf"
+    /// (bpf_get_stackid walks); format 1 sessions have none.
+    #[serde(default = "no_stacks")]
+    pub stacks: String,
+    /// Samples recorded without a stack that had one (stack map bucket
+    /// taken or full).
+    #[serde(default)]
+    pub lost_stacks: u64,
     /// The sample path's own cost, when measured (`record --self-timing`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<SampleCost>,
+}
+
+fn no_stacks() -> String {
+    "none".into()
 }
 
 /// Distribution of a per-sample cost in nanoseconds.
@@ -119,6 +131,12 @@ impl Meta {
             v.push(format!(
                 "{} sample(s) lost in the sample path (count map or ring buffer full)",
                 self.lost_samples
+            ));
+        }
+        if self.lost_stacks > 0 {
+            v.push(format!(
+                "{} stack(s) not stored (stack map bucket taken or full): those samples count for their own function only",
+                self.lost_stacks
             ));
         }
         if self.lost_sideband > 0 {

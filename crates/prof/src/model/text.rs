@@ -3,8 +3,53 @@
 //! form of [`Report`]; flame graphs and pprof are written by
 //! [`crate::report`] and [`crate::pprof`].
 
-use super::report::Report;
+use super::report::{CallGraph, Report, SymRow};
 use std::fmt::Write as _;
+
+/// `--callers` / `--callees`: one function's callers or callees, with
+/// its inclusive and self samples (like `perf report --children`).
+pub fn render_call_graph(g: &CallGraph, callers: bool, callees: bool) -> String {
+    let mut o = String::new();
+    let pct = |n: u64| {
+        if g.total == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / g.total as f64
+        }
+    };
+    let _ = writeln!(
+        o,
+        "{}: {} samples inclusive ({:.2}%), {} self ({:.2}%), of {}",
+        g.symbol,
+        g.inclusive,
+        pct(g.inclusive),
+        g.self_samples,
+        pct(g.self_samples),
+        g.total
+    );
+    let mut table = |title: &str, rows: &[SymRow]| {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "{title}");
+        let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
+        for s in rows {
+            let _ = writeln!(
+                o,
+                "{:>10} {:>9.4}  {:<32} {}",
+                s.samples,
+                s.percent,
+                short(&s.image, 32),
+                s.symbol
+            );
+        }
+    };
+    if callers {
+        table(&format!("Callers of {}:", g.symbol), &g.callers);
+    }
+    if callees {
+        table(&format!("Called by {}:", g.symbol), &g.callees);
+    }
+    o
+}
 
 /// The opreport-style text report.
 pub fn render_text(r: &Report) -> String {
@@ -47,6 +92,21 @@ pub fn render_text(r: &Report) -> String {
             short(&s.image, 32),
             s.symbol
         );
+    }
+    if r.stacks {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "Inclusive (the function or its callees running):");
+        let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
+        for s in &r.inclusive {
+            let _ = writeln!(
+                o,
+                "{:>10} {:>9.4}  {:<32} {}",
+                s.samples,
+                s.percent,
+                short(&s.image, 32),
+                s.symbol
+            );
+        }
     }
     let _ = writeln!(o);
     let _ = writeln!(o, "Per image:");

@@ -12,7 +12,7 @@
 use super::host::{kallsyms_text, max_sample_rate};
 use super::run::Run;
 use super::sideband::SideStats;
-use super::{RecordOpts, Summary, Transport};
+use super::{RecordOpts, Stacks, Summary, Transport};
 use crate::abi::Stats;
 use crate::events::EventDef;
 use crate::kernel;
@@ -169,6 +169,13 @@ pub(super) fn write(
             Transport::Ring => "ring".into(),
         },
         tags_loaded: r.tags_loaded,
+        stacks: match o.stacks {
+            Stacks::None => "none",
+            Stacks::Perf => "perf",
+            Stacks::Bpf => "bpf",
+        }
+        .into(),
+        lost_stacks: st.stack_lost,
         kernel_symbols: ks.is_some(),
         warnings,
         cost,
