@@ -374,6 +374,7 @@ mod tests {
                 image: 0,
                 offset: 0x10,
                 tags: vec![0; mantle_prof::abi::MT_WORDS],
+                stack: 0,
             },
             3,
         )

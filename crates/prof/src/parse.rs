@@ -826,14 +826,14 @@ mod tests {
     #[test]
     fn profile_errors_name_line_and_field() {
         let im = || vec![Image::named("[kernel.kallsyms]", ImageKind::Kernel)];
-        let e = profile(b"# h\n1\t1\t0\tx\t0\t10\t0\t5\n", im(), 1).unwrap_err();
+        let e = profile(b"# h\n1\t1\t0\tx\t0\t10\t0\t5\n", im(), vec![], 1).unwrap_err();
         assert_eq!(e.at, At::Field(2, "mode"));
-        let e = profile(b"1\t1\t0\tu\t1\t10\t0\t5\n", im(), 1).unwrap_err();
+        let e = profile(b"1\t1\t0\tu\t1\t10\t0\t5\n", im(), vec![], 1).unwrap_err();
         assert_eq!(e.at, At::Field(1, "image"));
         // non-ASCII in the tags field was sliced inside a character
-        let e = profile("1\t1\t0\tu\t0\t10\t\u{e9}\t5\n".as_bytes(), im(), 1).unwrap_err();
+        let e = profile("1\t1\t0\tu\t0\t10\t\u{e9}\t5\n".as_bytes(), im(), vec![], 1).unwrap_err();
         assert_eq!(e.at, At::Field(1, "tags"));
-        let e = profile(b"1\t1\t0\tu\t0\t10\t0\t5\n\xff", im(), 1).unwrap_err();
+        let e = profile(b"1\t1\t0\tu\t0\t10\t0\t5\n\xff", im(), vec![], 1).unwrap_err();
         assert_eq!(e.at, At::Line(2));
     }
 
