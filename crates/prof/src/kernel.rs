@@ -49,6 +49,7 @@ pub struct Sampler {
     /// The stack maps paired with `counts` (same `sel` flip).
     stack_maps: [MapHandle; 2],
     stats: MapHandle,
+    cost_hist: MapHandle,
     ring: Option<(libbpf_rs::RingBuffer<'static>, Rc<RefCell<Vec<Key>>>)>,
     links: Vec<libbpf_rs::Link>,
     pub use_ring: bool,
@@ -122,6 +123,7 @@ impl Sampler {
             h(&skel.maps.counts1, "counts1")?,
         ];
         let stats = h(&skel.maps.stats, "stats")?;
+        let cost_hist = h(&skel.maps.cost_hist, "cost_hist")?;
         let stack_maps = [
             h(&skel.maps.stacks0, "stacks0")?,
             h(&skel.maps.stacks1, "stacks1")?,
@@ -151,6 +153,7 @@ impl Sampler {
             counts,
             stack_maps,
             stats,
+            cost_hist,
             ring,
             links: Vec::new(),
             use_ring,
@@ -192,6 +195,25 @@ impl Sampler {
             }
         }
         s
+    }
+
+    /// The self-timing histogram summed over CPUs (`MP_HIST_BUCKETS`
+    /// counts of `MP_HIST_NS` ns steps).
+    pub fn cost_hist(&self) -> Vec<u64> {
+        let n = crate::abi::MP_HIST_BUCKETS;
+        let mut v = vec![0u64; n as usize];
+        for i in 0..n {
+            if let Ok(Some(per_cpu)) = self
+                .cost_hist
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+            {
+                for c in per_cpu {
+                    let x = mantle_abi::read::<u64>(&c, "count").unwrap_or(0);
+                    v[i as usize] = v[i as usize].saturating_add(x);
+                }
+            }
+        }
+        v
     }
 
     /// Aggregation mode: makes the other count map take new samples and

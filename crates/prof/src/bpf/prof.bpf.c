@@ -99,6 +99,14 @@ struct {
 	__type(value, struct mp_stats);
 } stats SEC(".maps");
 
+/* self-timing: run times by MP_HIST_NS buckets (for p99) */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MP_HIST_BUCKETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} cost_hist SEC(".maps");
+
 static __always_inline void bump(void *map, struct mp_key *k, struct mp_stats *s)
 {
 	__u64 one = 1, *c = bpf_map_lookup_elem(map, k);
@@ -137,7 +145,8 @@ int mp_sample(struct bpf_perf_event_data *ctx)
 {
 	__u32 zero = 0;
 	struct mp_stats *s = bpf_map_lookup_elem(&stats, &zero);
-	__u64 t0 = 0, d;
+	__u64 t0 = 0, d, *h;
+	__u32 b;
 
 	if (!s)
 		return 0;
@@ -153,6 +162,10 @@ int mp_sample(struct bpf_perf_event_data *ctx)
 			s->t_max = d;
 		if (s->t_min == 0 || d < s->t_min)
 			s->t_min = d;
+		b = d / MP_HIST_NS < MP_HIST_BUCKETS ? d / MP_HIST_NS : MP_HIST_BUCKETS - 1;
+		h = bpf_map_lookup_elem(&cost_hist, &b);
+		if (h)
+			(*h)++;
 	}
 	return 0;
 }

@@ -20,6 +20,12 @@
 /* Deepest stack kept per sample (frames), the kernel's default
  * perf_event_max_stack; the value size of the stack maps. */
 #define MP_MAX_STACK 127
+/* Self-timing histogram (map cost_hist, per-CPU u64 per bucket): bucket
+ * i counts runs of [i, i+1) * MP_HIST_NS ns; the last one everything
+ * longer. 32 ns steps up to 16 us: percentiles to 32 ns. */
+#define MP_HIST_NS 32
+#define MP_HIST_BUCKETS 512
+
 /* mp_key.kstack / ustack when the sample has no such stack */
 #define MP_NO_STACK (-1)
 

@@ -465,3 +465,16 @@ fn stack_values_and_callers() {
     assert_eq!(p.stack(1), &f);
     assert_eq!(p.stack(7), &[]);
 }
+
+#[test]
+fn histogram_quantiles() {
+    assert_eq!(hist_quantile(&[], 32.0, 0.99), 0.0);
+    assert_eq!(hist_quantile(&[0, 0], 32.0, 0.5), 0.0);
+    let mut h = vec![0u64; 10];
+    h[2] = 98;
+    h[7] = 2;
+    assert_eq!(hist_quantile(&h, 32.0, 0.5), 96.0);
+    assert_eq!(hist_quantile(&h, 32.0, 0.98), 96.0);
+    assert_eq!(hist_quantile(&h, 32.0, 0.99), 256.0);
+    assert_eq!(hist_quantile(&h, 32.0, 1.0), 256.0);
+}

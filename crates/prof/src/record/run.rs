@@ -199,6 +199,8 @@ pub(super) struct Run {
     pub prog_run: (u64, u64),
     /// User-space drain cost per sample, one value per drain.
     pub drain_costs: Vec<f64>,
+    /// The program's self-timing histogram (empty without --self-timing).
+    pub cost_hist: Vec<u64>,
 }
 
 /// Starts sampling, reads until the recording ends, stops and drains.
@@ -220,6 +222,11 @@ pub(super) fn run(
     stop_sampling(fds, path, tracee, command_status, side, sp, &mut d).map(|command_status| {
         let stats = path.sampler.stats();
         let prog_run = path.sampler.prog_run_stats();
+        let cost_hist = if o.self_timing {
+            path.sampler.cost_hist()
+        } else {
+            Vec::new()
+        };
         drop(path.stats_fd.take());
         Run {
             profile: d.profile,
@@ -229,6 +236,7 @@ pub(super) fn run(
             stats,
             prog_run,
             drain_costs: d.costs,
+            cost_hist,
         }
     })
 }
