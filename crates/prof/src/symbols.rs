@@ -394,25 +394,6 @@ impl Symbolizer for SessionSymbolizer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn jit_map() {
-        let (text, dropped) = JitMap::clean("1000 10 foo\n0x2000 0x20 bar baz\nbad line\n");
-        assert_eq!(dropped, 1);
-        let m = crate::parse::jit_map(text.as_bytes()).unwrap();
-        assert_eq!(m.lookup(0x1005), Some("foo"));
-        assert_eq!(m.lookup(0x1010), None);
-        assert_eq!(m.lookup(0x201f), Some("bar baz"));
-        assert_eq!(m.lookup(0x10), None);
-        // an entry ending at the top of the address space (overflowed
-        // in the lookup before)
-        let m = JitMap::from_entries(vec![(u64::MAX - 1, u64::MAX, "top".into())]);
-        assert_eq!(m.lookup(u64::MAX), Some("top"));
-    }
-}
-
 /// A blazesym symbolizer that leaves names as they are: its demangler
 /// tries cpp_demangle on every name, which reads a C function called `a`,
 /// `b` or `c` as the mangled types `signed char`, `bool` and `char`
@@ -436,4 +417,36 @@ pub fn demangle(name: String) -> String {
         .ok()
         .and_then(|s| s.demangle().ok())
         .unwrap_or(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        for c in ["a", "b", "c", "main", "_start", "Z", "lib_work"] {
+            assert_eq!(demangle(c.into()), c);
+        }
+        assert_eq!(demangle("_Z3fooi".into()), "foo(int)");
+        assert_eq!(
+            demangle("_ZN4core9panicking9panic_fmt17h5f1a6fd39197ad62E".into()),
+            "core::panicking::panic_fmt"
+        );
+        assert_eq!(demangle("_Znot valid".into()), "_Znot valid");
+    }
+    #[test]
+    fn jit_map() {
+        let (text, dropped) = JitMap::clean("1000 10 foo\n0x2000 0x20 bar baz\nbad line\n");
+        assert_eq!(dropped, 1);
+        let m = crate::parse::jit_map(text.as_bytes()).unwrap();
+        assert_eq!(m.lookup(0x1005), Some("foo"));
+        assert_eq!(m.lookup(0x1010), None);
+        assert_eq!(m.lookup(0x201f), Some("bar baz"));
+        assert_eq!(m.lookup(0x10), None);
+        // an entry ending at the top of the address space (overflowed
+        // in the lookup before)
+        let m = JitMap::from_entries(vec![(u64::MAX - 1, u64::MAX, "top".into())]);
+        assert_eq!(m.lookup(u64::MAX), Some("top"));
+    }
 }
