@@ -12,6 +12,9 @@
       with stacks walked by the perf core (--stacks perf), by the sample
       path's helper (--stacks bpf), and without stacks; cost per sample
       = (CPU time - CPU time without profiler) / samples
+  bench/prof/stacks.py real     [--rate 1000] [--json OUT]
+      a Python interpreter loop and xz -9: the top-20 exclusive and
+      inclusive shares against perf record -g (frame pointers on both sides)
   bench/prof/stacks.py cost     [--rates 1000,5000] [--json OUT]
       the sample path's self-timed cost per sample (mean, p99, max) for
       each --stacks mode
@@ -137,11 +140,84 @@ def calls(args):
         p, m, b = (c[k]["inclusive_of_main"][f] for k in ("perf-g", "mantle", "mantle-bpf"))
         print(f"| {f} | {t:.1f} | {p:.2f} | {m:.2f} | {b:.2f} | {m - t:+.2f} | {m - p:+.2f} |")
     print(f"\n#### Session size for the same run ({args.rate} Hz)\n")
-    print("| recorder | run (s) | size | per minute | per minute without fixed parts (kallsyms.gz, vdso.so) |")
+    print("| recorder | run (s) | size | of which fixed per session (kallsyms.gz, vdso.so) | growth per minute of sampling |")
     print("| --- | ---: | ---: | ---: | ---: |")
     for k, v in c.items():
-        print(f"| {k} | {v['wall_s']:.1f} | {v['bytes'] / 1e3:.0f} kB | {v['bytes_per_min'] / 1e3:.0f} kB/min | "
+        print(f"| {k} | {v['wall_s']:.1f} | {v['bytes'] / 1e3:.0f} kB | {v['fixed_bytes'] / 1e3:.0f} kB | "
               f"{v['variable_bytes_per_min'] / 1e3:.1f} kB/min |")
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=1)
+
+
+def perf_shares(data, comm, children):
+    """{symbol: %} of comm's samples in perf.data, inclusive or exclusive."""
+    mode = ["--children", "-F", "overhead_children,sym"] if children else ["--no-children", "-F", "overhead,sym"]
+    out = subprocess.run([PERF, "report", "-i", data, "--stdio", "-q", "-g", "none", "--comm", comm,
+                          "--percentage", "relative", "--sort", "sym", "--percent-limit", "0"] + mode,
+                         check=True, capture_output=True, text=True).stdout
+    res = {}
+    for line in out.splitlines():
+        m = re.match(r"^\s*([\d.]+)%\s+\[(.)\]\s+(.+?)\s*$", line)
+        if m:
+            res[m.group(3)] = res.get(m.group(3), 0.0) + float(m.group(1))
+    return res
+
+
+def mantle_shares(session, comm, children):
+    rep = json.loads(subprocess.run([MANTLE, "prof", "report", "--json", "-i", session, "--comm", comm],
+                                    check=True, capture_output=True, text=True).stdout)
+    res = {}
+    for s in rep["inclusive" if children else "symbols"]:
+        res[s["symbol"]] = res.get(s["symbol"], 0.0) + s["percent"]
+    return res
+
+
+def real(args):
+    """Top-20 shares of real programs, mantle against perf record -g (both
+    frame-pointer stacks). Symbols only perf cannot name (addresses) are
+    left out of the comparison and their total is said."""
+    build()
+    os.makedirs(SHM, exist_ok=True)
+    out = tempfile.mkdtemp(dir=SHM)
+    src = f"{WORK}/xz-input"
+    if not os.path.exists(src):
+        sh(["sh", "-c", f"cat /usr/include/*.h /usr/include/*/*.h | head -c 40000000 > {src}"])
+    loads = {
+        "python3": ["python3", "-c", "s = 0\nfor i in range(25_000_000): s += i * i % 7"],
+        "xz": ["xz", "-9", "-T1", "-c", "-k", src],
+    }
+    res = {}
+    with Lock():
+        for name, argv in loads.items():
+            inner = ["taskset", "-c", "1"] + argv
+            sh(profiler("perf-g", args.rate, out) + inner, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            sh(profiler("mantle", args.rate, out) + inner, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for children in (False, True):
+                p = perf_shares(f"{out}/perf.data", name, children)
+                m = mantle_shares(f"{out}/mantle.prof", name, children)
+                named = {k: v for k, v in p.items() if not k.startswith("0x")}
+                top = sorted(named, key=lambda k: -named[k])[:20]
+                rows = [(k, named[k], m.get(k, 0.0)) for k in top]
+                kind = "inclusive" if children else "exclusive"
+                res[f"{name}/{kind}"] = {
+                    "rows": rows,
+                    # with complete stacks every sample of the program is under main
+                    "main_inclusive": (p.get("main", 0.0), m.get("main", 0.0)) if children else None,
+                    "max_abs_diff": max(abs(a - b) for _, a, b in rows),
+                    "perf_unnamed_pct": sum(v for k, v in p.items() if k.startswith("0x")),
+                }
+    shutil.rmtree(out, ignore_errors=True)
+    for k, r in res.items():
+        print(f"\n#### {k}: top 20 of perf record -g (named), % of the program's samples, {args.rate} Hz\n")
+        print(f"max |mantle - perf| = {r['max_abs_diff']:.2f} pt; perf's unnamed addresses: {r['perf_unnamed_pct']:.1f}%")
+        if r["main_inclusive"]:
+            pm, mm = r["main_inclusive"]
+            print(f"samples whose stack reaches main (complete stacks): perf {pm:.1f}%, mantle {mm:.1f}%")
+        print()
+        print("| symbol | perf -g | mantle | diff |")
+        print("| --- | ---: | ---: | ---: |")
+        for s, a, b in r["rows"]:
+            print(f"| {s} | {a:.2f} | {b:.2f} | {b - a:+.2f} |")
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
 
@@ -240,10 +316,13 @@ def main():
     c.add_argument("--rates", default="1000,5000")
     c.add_argument("--rounds", type=int, default=3000)
     c.add_argument("--json")
+    r = sub.add_parser("real")
+    r.add_argument("--rate", type=int, default=1000)
+    r.add_argument("--json")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root")
-    {"calls": calls, "overhead": overhead, "cost": cost}[args.cmd](args)
+    {"calls": calls, "overhead": overhead, "cost": cost, "real": real}[args.cmd](args)
 
 
 if __name__ == "__main__":
