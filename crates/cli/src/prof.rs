@@ -326,6 +326,104 @@ mod tests {
     }
 
     #[test]
+    fn stacks_take_three_values() {
+        assert_eq!(record(&[]).unwrap().stacks, "perf");
+        for v in ["perf", "bpf", "none"] {
+            assert_eq!(record(&["--stacks", v]).unwrap().stacks, v);
+        }
+        let e = record(&["--stacks", "dwarf"]).err().unwrap();
+        assert_eq!(e.exit_code(), crate::EXIT_USAGE as i32);
+    }
+
+    /// `--callers`/`--callees` on a session with stacks: the call graph
+    /// as text and JSON; a symbol in no stack is exit 5; two different
+    /// symbols are a usage error.
+    #[test]
+    fn report_callers_and_callees() {
+        use mantle_prof::model::{Frame, Image, ImageKind, Meta, Mode, Profile, RowKey};
+        use mantle_prof::session::{write_session, SessionData, FORMAT};
+        let d = std::env::temp_dir().join(format!("mantle-cli-prof-cg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let mut p =
+            Profile::with_images(vec![Image::named("[kernel.kallsyms]", ImageKind::Kernel)]);
+        let (a, b, main) = (
+            0xffffffff81000100u64,
+            0xffffffff81000200,
+            0xffffffff81000300,
+        );
+        let f = |offset| Frame { image: 0, offset };
+        for (leaf, callers, n) in [
+            (b, vec![f(a + 1), f(main + 1)], 5),
+            (a, vec![f(main + 1)], 2),
+        ] {
+            let stack = p.stack_id(&callers);
+            p.add_row(
+                RowKey {
+                    pid: 7,
+                    tid: 7,
+                    cpu: 0,
+                    mode: Mode::Kernel,
+                    image: 0,
+                    offset: leaf,
+                    tags: vec![0; mantle_prof::abi::MT_WORDS],
+                    stack,
+                },
+                n,
+            )
+            .unwrap();
+        }
+        let meta = Meta {
+            format: FORMAT,
+            event: "cpu-clock".into(),
+            samples: 7,
+            kernel_symbols: true,
+            ..Default::default()
+        };
+        write_session(
+            &d,
+            &SessionData {
+                meta: &meta,
+                profile: &p,
+                procs: &Default::default(),
+                history: &[],
+                tags: &[],
+                kallsyms_text: Some(
+                    "ffffffff81000100 T fa\nffffffff81000200 T fb\nffffffff81000300 T fmain\nffffffff81000400 T end\n",
+                ),
+                vdso: None,
+                jit_maps: &[],
+            },
+            false,
+        )
+        .unwrap();
+        let run = |args: &[&str]| {
+            let mut argv = vec!["mantle", "prof", "report", "-i", d.to_str().unwrap()];
+            argv.extend(args);
+            crate::run(<crate::Cli as Parser>::try_parse_from(argv).unwrap())
+        };
+        assert!(run(&["--callers", "fb", "--callees", "fb"]).is_ok());
+        assert!(run(&["--callees", "fmain", "--json"]).is_ok());
+        let r = mantle_prof::report::report(&d, &ReportOpts::default()).unwrap();
+        let g = mantle_prof::model::call_graph(&r, "fmain").unwrap();
+        assert_eq!((g.inclusive, g.self_samples), (7, 0));
+        assert_eq!(g.callees.len(), 1);
+        assert_eq!(
+            (g.callees[0].symbol.as_str(), g.callees[0].samples),
+            ("fa", 7)
+        );
+        let f = run(&["--callers", "nosuch"]).expect_err("no such symbol");
+        assert_eq!(f.code, crate::EXIT_NOT_FOUND);
+        let f = run(&["--callers", "fa", "--callees", "fb"]).expect_err("two symbols");
+        assert_eq!(f.code, crate::EXIT_USAGE);
+        // folded stacks: the kernel frames marked, callers first
+        let folded = d.join("out.folded");
+        assert!(run(&["--folded", folded.to_str().unwrap(), "--flame-root", "none"]).is_ok());
+        let text = std::fs::read_to_string(&folded).unwrap();
+        assert!(text.contains("fmain_[k];fa_[k];fb_[k] 5\n"), "{text}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
     fn force_is_a_flag() {
         assert!(!record(&[]).unwrap().force);
         assert!(record(&["--force"]).unwrap().force);
