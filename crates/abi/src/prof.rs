@@ -15,21 +15,20 @@ include!(concat!(env!("OUT_DIR"), "/prof_consts.rs"));
 
 pub use self::{MP_MODE_KERNEL as MODE_KERNEL, MP_MODE_USER as MODE_USER};
 
-/// `MP_NO_STACK` of prof.h (an expression there, so not generated): a
-/// key's stack id when the sample has no such stack.
-pub const MP_NO_STACK: i32 = -1;
+/// `MP_NO_STACK` of prof.h as a key's u64 (generated as u32).
+pub const NO_STACK: u64 = MP_NO_STACK as u64;
 
 /// `struct mp_key`: one sample.
 ///
 /// ```text
 /// 0 pid (tgid; 0: idle)  4 tid  8 ip (u64)  16 cpu  20 mode (MP_MODE_*)
-/// 24 kstack (i32 stack id, MP_NO_STACK: none)  28 ustack (same)
-/// 32 tags[W] (the thread's tag vector)      32+8W end
+/// 24 kstack (u64 stack key, MP_NO_STACK: none)  32 ustack (same)
+/// 40 tags[W] (the thread's tag vector)      40+8W end
 /// ```
 ///
-/// The stack ids index the stack map of the same pair as the count map
-/// (`stacks0`/`stacks1`): `MP_MAX_STACK` u64 frames, leaf first, zero
-/// after the last.
+/// The stack keys (64-bit hashes of the frames) index the stack map of
+/// the same pair as the count map (`stacks0`/`stacks1`), whose values
+/// are [`Stack`]s.
 #[repr(C)]
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, FromBytes, IntoBytes, Immutable, KnownLayout,
@@ -40,12 +39,26 @@ pub struct Key {
     pub ip: u64,
     pub cpu: u32,
     pub mode: u32,
-    pub kstack: i32,
-    pub ustack: i32,
+    pub kstack: u64,
+    pub ustack: u64,
     pub tags: [u64; MT_WORDS],
 }
-offsets!(Key: pid @ 0, tid @ 4, ip @ 8, cpu @ 16, mode @ 20, kstack @ 24, ustack @ 28, tags @ 32);
-const _: () = assert!(size_of::<Key>() == 32 + 8 * MT_WORDS);
+offsets!(Key: pid @ 0, tid @ 4, ip @ 8, cpu @ 16, mode @ 20, kstack @ 24, ustack @ 32, tags @ 40);
+const _: () = assert!(size_of::<Key>() == 40 + 8 * MT_WORDS);
+
+/// `struct mp_stack`: one stored stack, `MP_MAX_STACK` u64 frames, leaf
+/// first, zero after the last.
+///
+/// ```text
+/// 0 ips[MP_MAX_STACK]   8*MP_MAX_STACK end
+/// ```
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct Stack {
+    pub ips: [u64; MP_MAX_STACK as usize],
+}
+offsets!(Stack: ips @ 0);
+const _: () = assert!(size_of::<Stack>() == 8 * MP_MAX_STACK as usize);
 
 /// `struct mp_stats`: per-CPU counters of the sample path (9 × u64).
 #[repr(C)]
@@ -97,7 +110,7 @@ mod tests {
             cpu: 4,
             mode: MODE_KERNEL,
             kstack: 6,
-            ustack: MP_NO_STACK,
+            ustack: NO_STACK,
             tags: [5; MT_WORDS],
         };
         let mut b = Vec::new();
@@ -108,7 +121,7 @@ mod tests {
         for v in [4u32, 1] {
             b.extend_from_slice(&v.to_ne_bytes());
         }
-        for v in [6i32, -1] {
+        for v in [6u64, 0] {
             b.extend_from_slice(&v.to_ne_bytes());
         }
         for _ in 0..MT_WORDS {

@@ -24,6 +24,7 @@ mod layout {
             size_of::<Key>(),
             fields!(Key: pid, tid, ip, cpu, mode, kstack, ustack, tags),
         );
+        check(&btf, "mp_stack", size_of::<Stack>(), fields!(Stack: ips));
         check(
             &btf,
             "mp_stats",

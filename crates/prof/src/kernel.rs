@@ -90,7 +90,7 @@ impl Sampler {
             ro.stacks = stacks as u32;
         }
         if !stacks {
-            // unused: the smallest table (16 MiB each otherwise)
+            // unused (allocated on use anyway): the smallest table
             let _ = open.maps.stacks0.set_max_entries(1);
             let _ = open.maps.stacks1.set_max_entries(1);
         }
@@ -227,7 +227,7 @@ impl Sampler {
     pub fn drain(
         &mut self,
         out: &mut Vec<(Key, u64)>,
-        stacks: &mut HashMap<i32, Vec<u64>>,
+        stacks: &mut HashMap<u64, Vec<u64>>,
     ) -> Result<(), Error> {
         if let Some((rb, buf)) = &self.ring {
             rb.consume().map_err(|e| kerr("consume ring buffer", e))?;
@@ -269,13 +269,13 @@ impl Sampler {
     }
 }
 
-/// Reads the frames of every stack id `keys` name that `stacks` does not
-/// hold yet. A missing id (not expected: ids are only deleted after
+/// Reads the frames of every stack key `keys` name that `stacks` does not
+/// hold yet. A missing key (not expected: stacks are only deleted after
 /// their keys are drained) leaves the sample without that stack.
-fn read_stacks(map: &MapHandle, keys: &[(Key, u64)], stacks: &mut HashMap<i32, Vec<u64>>) {
+fn read_stacks(map: &MapHandle, keys: &[(Key, u64)], stacks: &mut HashMap<u64, Vec<u64>>) {
     for (k, _) in keys {
         for id in [k.kstack, k.ustack] {
-            if id < 0 || stacks.contains_key(&id) {
+            if id == crate::abi::NO_STACK || stacks.contains_key(&id) {
                 continue;
             }
             if let Ok(Some(v)) = map.lookup(&id.to_ne_bytes(), MapFlags::ANY) {

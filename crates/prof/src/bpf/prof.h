@@ -27,7 +27,15 @@
 #define MP_HIST_BUCKETS 512
 
 /* mp_key.kstack / ustack when the sample has no such stack */
-#define MP_NO_STACK (-1)
+#define MP_NO_STACK 0
+/* Stack table size (entries allocated on use, freed every drain) */
+#define MP_STACKS 131072
+
+/* A stack as stored (stacks0/stacks1 value; also the per-CPU scratch
+ * bpf_get_stack writes into): frames leaf first, zero after the last. */
+struct mp_stack {
+	__u64 ips[MP_MAX_STACK];
+};
 
 /*
  * One sample as the sample path sees it. In aggregation mode it is the key
@@ -40,8 +48,8 @@ struct mp_key {
 	__u64 ip;               /* interrupted instruction pointer */
 	__u32 cpu;
 	__u32 mode;             /* MP_MODE_USER / MP_MODE_KERNEL */
-	__s32 kstack;           /* kernel stack id in stacks<sel>, or MP_NO_STACK */
-	__s32 ustack;           /* user stack id in stacks<sel>, or MP_NO_STACK */
+	__u64 kstack;           /* kernel stack's key in stacks<sel>, or MP_NO_STACK */
+	__u64 ustack;           /* user stack's key in stacks<sel>, or MP_NO_STACK */
 	__u64 tags[MT_WORDS];   /* the thread's tag vector (view[tid]) */
 };
 
@@ -52,7 +60,7 @@ struct mp_stats {
 	__u64 ring_full;        /* ring buffer full: sample not recorded */
 	/* self-timing (rodata `timing`): ns from entry to return, per run */
 	__u64 t_n, t_sum, t_sumsq, t_min, t_max;
-	__u64 stack_lost;       /* a stack asked for and not stored (bucket taken, ...) */
+	__u64 stack_lost;       /* a stack asked for and not stored (table full, ...) */
 };
 
 /*
@@ -66,15 +74,17 @@ struct mp_stats {
 #define MP_OFF(s, f, n)                                                        \
 	MP_STATIC_ASSERT(__builtin_offsetof(struct s, f) == (n), "offset of " #s "." #f)
 
-MP_STATIC_ASSERT(sizeof(struct mp_key) == 32 + 8 * MT_WORDS, "mp_key layout"); /* Key */
+MP_STATIC_ASSERT(sizeof(struct mp_key) == 40 + 8 * MT_WORDS, "mp_key layout"); /* Key */
 MP_OFF(mp_key, pid, 0);
 MP_OFF(mp_key, tid, 4);
 MP_OFF(mp_key, ip, 8);
 MP_OFF(mp_key, cpu, 16);
 MP_OFF(mp_key, mode, 20);
 MP_OFF(mp_key, kstack, 24);
-MP_OFF(mp_key, ustack, 28);
-MP_OFF(mp_key, tags, 32);
+MP_OFF(mp_key, ustack, 32);
+MP_OFF(mp_key, tags, 40);
+
+MP_STATIC_ASSERT(sizeof(struct mp_stack) == 8 * MP_MAX_STACK, "mp_stack layout"); /* Stack */
 
 MP_STATIC_ASSERT(sizeof(struct mp_stats) == 72, "mp_stats layout"); /* Stats */
 MP_OFF(mp_stats, samples, 0);

@@ -39,11 +39,11 @@ pub struct Meta {
     #[serde(default)]
     pub warnings: Vec<String>,
     /// Call stacks: "none", "perf" (PERF_SAMPLE_CALLCHAIN) or "bpf"
-    /// (bpf_get_stackid walks); format 1 sessions have none.
+    /// (bpf_get_stack walks); format 1 sessions have none.
     #[serde(default = "no_stacks")]
     pub stacks: String,
-    /// Samples recorded without a stack that had one (stack map bucket
-    /// taken or full).
+    /// Stacks not stored (stack table full, or busy), each one sample
+    /// counted without that stack.
     #[serde(default)]
     pub lost_stacks: u64,
     /// The sample path's own cost, when measured (`record --self-timing`).
@@ -159,7 +159,7 @@ impl Meta {
         }
         if self.lost_stacks > 0 {
             v.push(format!(
-                "{} stack(s) not stored (stack map bucket taken or full): those samples count for their own function only",
+                "{} stack(s) not stored (stack table full, or busy: the sample interrupted an update of it on its CPU): those samples count for their own function only",
                 self.lost_stacks
             ));
         }

@@ -67,10 +67,10 @@ pub enum Stacks {
     /// No stacks: the leaf only (flat profile, the cheapest sample).
     None,
     /// The perf core walks the stack (PERF_SAMPLE_CALLCHAIN in the
-    /// event's sample_type) and the sample path's bpf_get_stackid keeps
+    /// event's sample_type) and the sample path's bpf_get_stack keeps
     /// the walk it made.
     Perf,
-    /// The sample path's bpf_get_stackid walks the stack itself (the
+    /// The sample path's bpf_get_stack walks the stack itself (the
     /// event asks for no callchain).
     Bpf,
 }

@@ -129,9 +129,9 @@ struct Drainer {
     profile: Profile,
     /// Reused buffer of drained (key, count) pairs.
     raw: Vec<(Key, u64)>,
-    /// The frames of the drained stack ids (emptied every drain: the
-    /// ids are only valid for the map pair just drained).
-    frames: HashMap<i32, Vec<u64>>,
+    /// The frames of the drained stack keys (emptied every drain: the
+    /// keys are only valid for the map pair just drained).
+    frames: HashMap<u64, Vec<u64>>,
     /// User-space cost per sample of each drain that had samples (ns).
     costs: Vec<f64>,
     ids: BuildIds,
@@ -157,7 +157,7 @@ impl Drainer {
             }
         };
         // one resolution per (pid, ip, kernel stack, user stack) per drain
-        let mut stacks: HashMap<(u32, u64, i32, i32), u32> = HashMap::new();
+        let mut stacks: HashMap<(u32, u64, u64, u64), u32> = HashMap::new();
         for (k, c) in raw.drain(..) {
             let s = to_raw(&k);
             let mut r = sp.resolve(s.pid, s.ip, s.mode);
@@ -165,7 +165,7 @@ impl Drainer {
             let stack = match stacks.get(&(k.pid, k.ip, k.kstack, k.ustack)) {
                 Some(&id) => id,
                 None => {
-                    let get = |id: i32| frames.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+                    let get = |id: u64| frames.get(&id).map(Vec::as_slice).unwrap_or(&[]);
                     let callers = model::callers(k.ip, get(k.kstack), get(k.ustack));
                     let id = profile.add_stack(sp, k.pid, &callers, &mut fill);
                     stacks.insert((k.pid, k.ip, k.kstack, k.ustack), id);
