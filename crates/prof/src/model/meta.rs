@@ -159,7 +159,7 @@ impl Meta {
         }
         if self.lost_stacks > 0 {
             v.push(format!(
-                "{} stack(s) not stored (stack table full, or busy: the sample interrupted an update of it on its CPU): those samples count for their own function only",
+                "{} stack(s) not stored (stack table full, or no memory at hand in the sample interrupt): those samples count for their own function only",
                 self.lost_stacks
             ));
         }
