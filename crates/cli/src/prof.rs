@@ -325,6 +325,38 @@ mod tests {
         assert!(e.contains("more than 0 seconds"), "{e}");
     }
 
+    /// Writes a session of `p` (cpu-clock) in `d`, with kernel symbols
+    /// when `kallsyms` is given.
+    fn write_test_session(
+        d: &std::path::Path,
+        p: &mantle_prof::model::Profile,
+        kallsyms: Option<&str>,
+    ) {
+        use mantle_prof::session::{write_session, SessionData, FORMAT};
+        let meta = mantle_prof::model::Meta {
+            format: FORMAT,
+            event: "cpu-clock".into(),
+            samples: p.total(),
+            kernel_symbols: kallsyms.is_some(),
+            ..Default::default()
+        };
+        write_session(
+            d,
+            &SessionData {
+                meta: &meta,
+                profile: p,
+                procs: &Default::default(),
+                history: &[],
+                tags: &[],
+                kallsyms_text: kallsyms,
+                vdso: None,
+                jit_maps: &[],
+            },
+            false,
+        )
+        .unwrap();
+    }
+
     #[test]
     fn stacks_take_three_values() {
         assert_eq!(record(&[]).unwrap().stacks, "perf");
@@ -340,8 +372,7 @@ mod tests {
     /// symbols are a usage error.
     #[test]
     fn report_callers_and_callees() {
-        use mantle_prof::model::{Frame, Image, ImageKind, Meta, Mode, Profile, RowKey};
-        use mantle_prof::session::{write_session, SessionData, FORMAT};
+        use mantle_prof::model::{Frame, Image, ImageKind, Mode, Profile, RowKey};
         let d = std::env::temp_dir().join(format!("mantle-cli-prof-cg-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let mut p =
@@ -372,30 +403,11 @@ mod tests {
             )
             .unwrap();
         }
-        let meta = Meta {
-            format: FORMAT,
-            event: "cpu-clock".into(),
-            samples: 7,
-            kernel_symbols: true,
-            ..Default::default()
-        };
-        write_session(
+        write_test_session(
             &d,
-            &SessionData {
-                meta: &meta,
-                profile: &p,
-                procs: &Default::default(),
-                history: &[],
-                tags: &[],
-                kallsyms_text: Some(
-                    "ffffffff81000100 T fa\nffffffff81000200 T fb\nffffffff81000300 T fmain\nffffffff81000400 T end\n",
-                ),
-                vdso: None,
-                jit_maps: &[],
-            },
-            false,
-        )
-        .unwrap();
+            &p,
+            Some("ffffffff81000100 T fa\nffffffff81000200 T fb\nffffffff81000300 T fmain\nffffffff81000400 T end\n"),
+        );
         let run = |args: &[&str]| {
             let mut argv = vec!["mantle", "prof", "report", "-i", d.to_str().unwrap()];
             argv.extend(args);
@@ -457,8 +469,7 @@ mod tests {
     /// message (main prints it on stderr), not empty tables and 0.
     #[test]
     fn report_of_a_pid_without_samples_is_not_found() {
-        use mantle_prof::model::{Image, ImageKind, Meta, Mode, Profile, RowKey};
-        use mantle_prof::session::{write_session, SessionData, FORMAT};
+        use mantle_prof::model::{Image, ImageKind, Mode, Profile, RowKey};
         let d = std::env::temp_dir().join(format!("mantle-cli-prof-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let mut p =
@@ -477,27 +488,7 @@ mod tests {
             3,
         )
         .unwrap();
-        let meta = Meta {
-            format: FORMAT,
-            event: "cpu-clock".into(),
-            samples: 3,
-            ..Default::default()
-        };
-        write_session(
-            &d,
-            &SessionData {
-                meta: &meta,
-                profile: &p,
-                procs: &Default::default(),
-                history: &[],
-                tags: &[],
-                kallsyms_text: None,
-                vdso: None,
-                jit_maps: &[],
-            },
-            false,
-        )
-        .unwrap();
+        write_test_session(&d, &p, None);
         let run = |pid: &str| {
             let cli = <crate::Cli as Parser>::try_parse_from([
                 "mantle",

@@ -55,6 +55,24 @@ fn require_go() -> &'static str {
     go.unwrap()
 }
 
+/// Writes the report as pprof in `dir` and returns what `go tool pprof
+/// FLAG` prints of it (the test fails if go fails).
+fn go_pprof(go: &str, flag: &str, r: &mantle_prof::Report, dir: &Path) -> String {
+    let p = dir.join("p.pb.gz");
+    report::write_pprof(r, &p).unwrap();
+    let out = Command::new(go)
+        .args(["tool", "pprof", flag])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The paper's Multiply workload, built from bench/prof/multiply.c.
 fn multiply(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/multiply.c");
@@ -235,18 +253,7 @@ fn pprof_output_is_read_by_go_tool_pprof() {
     o.duration = Some(Duration::from_secs(30));
     record(&o).expect("record");
     let r = report::report(&d.join("s"), &ReportOpts::default()).unwrap();
-    report::write_pprof(&r, &d.join("p.pb.gz")).unwrap();
-    let out = Command::new(go)
-        .args(["tool", "pprof", "-top"])
-        .arg(d.join("p.pb.gz"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = go_pprof(go, "-top", &r, &d);
     assert!(text.contains("slow_multiply"), "{text}");
     // the top line is slow_multiply
     let first = text
@@ -506,18 +513,7 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
     }
     let r = report::report(&d.join("s"), &ReportOpts::default()).unwrap();
     // pprof: the stacks, read back by go tool pprof -traces
-    report::write_pprof(&r, &d.join("p.pb.gz")).unwrap();
-    let out = Command::new(go)
-        .args(["tool", "pprof", "-traces"])
-        .arg(d.join("p.pb.gz"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = go_pprof(go, "-traces", &r, &d);
     assert!(text.starts_with("File: callgraph"), "{text}");
     let traces: Vec<Vec<&str>> = text
         .split("-----------+")

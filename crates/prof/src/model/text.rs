@@ -27,28 +27,30 @@ pub fn render_call_graph(g: &CallGraph, callers: bool, callees: bool) -> String 
         pct(g.self_samples),
         g.total
     );
-    let mut table = |title: &str, rows: &[SymRow]| {
-        let _ = writeln!(o);
-        let _ = writeln!(o, "{title}");
-        let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
-        for s in rows {
-            let _ = writeln!(
-                o,
-                "{:>10} {:>9.4}  {:<32} {}",
-                s.samples,
-                s.percent,
-                short(&s.image, 32),
-                s.symbol
-            );
-        }
-    };
     if callers {
-        table(&format!("Callers of {}:", g.symbol), &g.callers);
+        let _ = writeln!(o, "\nCallers of {}:", g.symbol);
+        sym_table(&mut o, &g.callers);
     }
     if callees {
-        table(&format!("Called by {}:", g.symbol), &g.callees);
+        let _ = writeln!(o, "\nCalled by {}:", g.symbol);
+        sym_table(&mut o, &g.callees);
     }
     o
+}
+
+/// A symbol table: samples, %, image, symbol.
+fn sym_table(o: &mut String, rows: &[SymRow]) {
+    let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
+    for s in rows {
+        let _ = writeln!(
+            o,
+            "{:>10} {:>9.4}  {:<32} {}",
+            s.samples,
+            s.percent,
+            short(&s.image, 32),
+            s.symbol
+        );
+    }
 }
 
 /// The opreport-style text report.
@@ -82,31 +84,11 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(o, "warning: {c}");
     }
     let _ = writeln!(o);
-    let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
-    for s in &r.symbols {
-        let _ = writeln!(
-            o,
-            "{:>10} {:>9.4}  {:<32} {}",
-            s.samples,
-            s.percent,
-            short(&s.image, 32),
-            s.symbol
-        );
-    }
+    sym_table(&mut o, &r.symbols);
     if r.stacks {
         let _ = writeln!(o);
         let _ = writeln!(o, "Inclusive (the function or its callees running):");
-        let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
-        for s in &r.inclusive {
-            let _ = writeln!(
-                o,
-                "{:>10} {:>9.4}  {:<32} {}",
-                s.samples,
-                s.percent,
-                short(&s.image, 32),
-                s.symbol
-            );
-        }
+        sym_table(&mut o, &r.inclusive);
     }
     let _ = writeln!(o);
     let _ = writeln!(o, "Per image:");
