@@ -530,6 +530,18 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
             "no trace {want:?} in\n{text}"
         );
     }
+    // -tree: b's callers are a and c
+    let tree = go_pprof(go, "-tree", &r, &d);
+    let b_node = tree
+        .split("-------+")
+        .find(|n| n.lines().any(|l| l.trim_end().ends_with("| b")))
+        .unwrap_or_else(|| panic!("no node b in\n{tree}"));
+    for caller in ["|   a", "|   c"] {
+        assert!(
+            b_node.contains(caller),
+            "{caller} not a caller of b in\n{b_node}"
+        );
+    }
     // flame graph: main, a, b stacked (depth > 1)
     report::write_flame(&r, &d.join("f.svg")).unwrap();
     let svg = std::fs::read_to_string(d.join("f.svg")).unwrap();
