@@ -158,6 +158,8 @@ pub(super) struct Placement<'a> {
     pub period: Option<u64>,
     /// Ask the perf core for the callchain (PERF_SAMPLE_CALLCHAIN).
     pub callchain: bool,
+    /// Its depth (`sample_max_stack`).
+    pub max_stack: u16,
 }
 
 /// The sampling events that were opened, and the event they sample.
@@ -210,7 +212,7 @@ pub(super) fn open_sampling(
                         } else {
                             0
                         },
-                    sample_max_stack: crate::abi::MP_MAX_STACK as u16,
+                    sample_max_stack: at.max_stack,
                     flags,
                     ..Default::default()
                 };

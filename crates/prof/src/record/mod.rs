@@ -215,6 +215,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             freq,
             period,
             callchain: o.stacks == Stacks::Perf,
+            max_stack: host::max_stack(),
         },
         &o.faults,
     )?;
