@@ -16,7 +16,7 @@ pub enum ProfCmd {
     },
     /// Sample the system, a process or a command into a session (root).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record -f -o srv.prof -p 1234         # replace the session srv.prof\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record -f -o srv.prof -p 1234         # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
