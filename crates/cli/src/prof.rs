@@ -1,7 +1,8 @@
 //! `mantle prof`: the profiler's commands (crates/prof does the work).
 
 use clap::{Args, Subcommand};
-use mantle_prof::{RecordOpts, ReportOpts, Target, Transport};
+use mantle_prof::model::FlameRoot;
+use mantle_prof::{RecordOpts, ReportOpts, Stacks, Target, Transport};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -15,12 +16,12 @@ pub enum ProfCmd {
     },
     /// Sample the system, a process or a command into a session (root).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record -f -o srv.prof -p 1234         # replace the session srv.prof\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record -f -o srv.prof -p 1234         # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
     #[command(
-        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz"
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --folded out.folded --flame-root tag"
     )]
     Report(ReportArgs),
 }
@@ -65,6 +66,11 @@ pub struct RecordArgs {
     /// Measure the sample path's own cost per sample (eBPF and user space).
     #[arg(long)]
     self_timing: bool,
+    /// Call stacks: walked by the perf core (perf, default), by the sample
+    /// path's helper (bpf), or none (flat profile). User stacks follow frame
+    /// pointers: code built without them shows its caller chain cut short.
+    #[arg(long, default_value = "perf", value_parser = ["perf", "bpf", "none"])]
+    stacks: String,
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
@@ -101,6 +107,18 @@ pub struct ReportArgs {
     /// Also write a gzipped pprof profile (go tool pprof).
     #[arg(long, value_name = "PB_GZ")]
     pprof: Option<PathBuf>,
+    /// Also write the folded stacks (one "root;...;leaf count" per line).
+    #[arg(long, value_name = "FILE")]
+    folded: Option<PathBuf>,
+    /// The flame graph's (and folded stacks') bottom frame.
+    #[arg(long, default_value = "process", value_parser = ["process", "component", "tag", "none"])]
+    flame_root: String,
+    /// Instead of the tables: who called SYMBOL (and SYMBOL's totals).
+    #[arg(long, value_name = "SYMBOL")]
+    callers: Option<String>,
+    /// Instead of the tables: what SYMBOL called.
+    #[arg(long, value_name = "SYMBOL")]
+    callees: Option<String>,
 }
 
 /// `--duration SECS`: a positive, finite number of seconds. (0 recorded
@@ -191,6 +209,11 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 },
                 drain_interval: Duration::from_millis(a.drain_ms.max(10)),
                 self_timing: a.self_timing,
+                stacks: match a.stacks.as_str() {
+                    "bpf" => Stacks::Bpf,
+                    "none" => Stacks::None,
+                    _ => Stacks::Perf,
+                },
                 status: !a.quiet,
                 force: a.force,
                 faults: Default::default(),
@@ -209,6 +232,12 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 pid: a.pid,
                 comm: a.comm,
                 limit: a.limit,
+                flame_root: match a.flame_root.as_str() {
+                    "component" => FlameRoot::Component,
+                    "tag" => FlameRoot::Tag,
+                    "none" => FlameRoot::None,
+                    _ => FlameRoot::Process,
+                },
             };
             let r = mantle_prof::report::report(&a.input, &opts)?;
             if let Some(p) = &a.flame {
@@ -216,6 +245,40 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
             }
             if let Some(p) = &a.pprof {
                 mantle_prof::report::write_pprof(&r, p)?;
+            }
+            if let Some(p) = &a.folded {
+                mantle_prof::report::write_folded(&r, p)?;
+            }
+            if a.callers.is_some() || a.callees.is_some() {
+                if let (Some(x), Some(y)) = (&a.callers, &a.callees) {
+                    if x != y {
+                        return Err(mantle_prof::Error::Invalid(
+                            "--callers and --callees name one symbol (give the same, or one)"
+                                .into(),
+                        ));
+                    }
+                }
+                let sym = a
+                    .callers
+                    .as_ref()
+                    .or(a.callees.as_ref())
+                    .expect("one is set");
+                let g = mantle_prof::model::call_graph(&r, sym).ok_or_else(|| {
+                    mantle_prof::Error::NoMatch {
+                        filter: format!("symbol {sym} in any stack"),
+                        session: a.input.display().to_string(),
+                    }
+                })?;
+                if a.json {
+                    print_json(&g);
+                } else {
+                    out(&mantle_prof::model::render_call_graph(
+                        &g,
+                        a.callers.is_some(),
+                        a.callees.is_some(),
+                    ));
+                }
+                return Ok(());
             }
             if a.json {
                 print_json(&r);
@@ -262,6 +325,116 @@ mod tests {
         assert!(e.contains("more than 0 seconds"), "{e}");
     }
 
+    /// Writes a session of `p` (cpu-clock) in `d`, with kernel symbols
+    /// when `kallsyms` is given.
+    fn write_test_session(
+        d: &std::path::Path,
+        p: &mantle_prof::model::Profile,
+        kallsyms: Option<&str>,
+    ) {
+        use mantle_prof::session::{write_session, SessionData, FORMAT};
+        let meta = mantle_prof::model::Meta {
+            format: FORMAT,
+            event: "cpu-clock".into(),
+            samples: p.total(),
+            kernel_symbols: kallsyms.is_some(),
+            ..Default::default()
+        };
+        write_session(
+            d,
+            &SessionData {
+                meta: &meta,
+                profile: p,
+                procs: &Default::default(),
+                history: &[],
+                tags: &[],
+                kallsyms_text: kallsyms,
+                vdso: None,
+                jit_maps: &[],
+            },
+            false,
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn stacks_take_three_values() {
+        assert_eq!(record(&[]).unwrap().stacks, "perf");
+        for v in ["perf", "bpf", "none"] {
+            assert_eq!(record(&["--stacks", v]).unwrap().stacks, v);
+        }
+        let e = record(&["--stacks", "dwarf"]).err().unwrap();
+        assert_eq!(e.exit_code(), crate::EXIT_USAGE as i32);
+    }
+
+    /// `--callers`/`--callees` on a session with stacks: the call graph
+    /// as text and JSON; a symbol in no stack is exit 5; two different
+    /// symbols are a usage error.
+    #[test]
+    fn report_callers_and_callees() {
+        use mantle_prof::model::{Frame, Image, ImageKind, Mode, Profile, RowKey};
+        let d = std::env::temp_dir().join(format!("mantle-cli-prof-cg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let mut p =
+            Profile::with_images(vec![Image::named("[kernel.kallsyms]", ImageKind::Kernel)]);
+        let (a, b, main) = (
+            0xffffffff81000100u64,
+            0xffffffff81000200,
+            0xffffffff81000300,
+        );
+        let f = |offset| Frame { image: 0, offset };
+        for (leaf, callers, n) in [
+            (b, vec![f(a + 1), f(main + 1)], 5),
+            (a, vec![f(main + 1)], 2),
+        ] {
+            let stack = p.stack_id(&callers);
+            p.add_row(
+                RowKey {
+                    pid: 7,
+                    tid: 7,
+                    cpu: 0,
+                    mode: Mode::Kernel,
+                    image: 0,
+                    offset: leaf,
+                    tags: vec![0; mantle_prof::abi::MT_WORDS],
+                    stack,
+                },
+                n,
+            )
+            .unwrap();
+        }
+        write_test_session(
+            &d,
+            &p,
+            Some("ffffffff81000100 T fa\nffffffff81000200 T fb\nffffffff81000300 T fmain\nffffffff81000400 T end\n"),
+        );
+        let run = |args: &[&str]| {
+            let mut argv = vec!["mantle", "prof", "report", "-i", d.to_str().unwrap()];
+            argv.extend(args);
+            crate::run(<crate::Cli as Parser>::try_parse_from(argv).unwrap())
+        };
+        assert!(run(&["--callers", "fb", "--callees", "fb"]).is_ok());
+        assert!(run(&["--callees", "fmain", "--json"]).is_ok());
+        let r = mantle_prof::report::report(&d, &ReportOpts::default()).unwrap();
+        let g = mantle_prof::model::call_graph(&r, "fmain").unwrap();
+        assert_eq!((g.inclusive, g.self_samples), (7, 0));
+        assert_eq!(g.callees.len(), 1);
+        assert_eq!(
+            (g.callees[0].symbol.as_str(), g.callees[0].samples),
+            ("fa", 7)
+        );
+        let f = run(&["--callers", "nosuch"]).expect_err("no such symbol");
+        assert_eq!(f.code, crate::EXIT_NOT_FOUND);
+        let f = run(&["--callers", "fa", "--callees", "fb"]).expect_err("two symbols");
+        assert_eq!(f.code, crate::EXIT_USAGE);
+        // folded stacks: the kernel frames marked, callers first
+        let folded = d.join("out.folded");
+        assert!(run(&["--folded", folded.to_str().unwrap(), "--flame-root", "none"]).is_ok());
+        let text = std::fs::read_to_string(&folded).unwrap();
+        assert!(text.contains("fmain_[k];fa_[k];fb_[k] 5\n"), "{text}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn force_is_a_flag() {
         assert!(!record(&[]).unwrap().force);
@@ -296,8 +469,7 @@ mod tests {
     /// message (main prints it on stderr), not empty tables and 0.
     #[test]
     fn report_of_a_pid_without_samples_is_not_found() {
-        use mantle_prof::model::{Image, ImageKind, Meta, Mode, Profile, RowKey};
-        use mantle_prof::session::{write_session, SessionData, FORMAT};
+        use mantle_prof::model::{Image, ImageKind, Mode, Profile, RowKey};
         let d = std::env::temp_dir().join(format!("mantle-cli-prof-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         let mut p =
@@ -311,31 +483,12 @@ mod tests {
                 image: 0,
                 offset: 0x10,
                 tags: vec![0; mantle_prof::abi::MT_WORDS],
+                stack: 0,
             },
             3,
         )
         .unwrap();
-        let meta = Meta {
-            format: FORMAT,
-            event: "cpu-clock".into(),
-            samples: 3,
-            ..Default::default()
-        };
-        write_session(
-            &d,
-            &SessionData {
-                meta: &meta,
-                profile: &p,
-                procs: &Default::default(),
-                history: &[],
-                tags: &[],
-                kallsyms_text: None,
-                vdso: None,
-                jit_maps: &[],
-            },
-            false,
-        )
-        .unwrap();
+        write_test_session(&d, &p, None);
         let run = |pid: &str| {
             let cli = <crate::Cli as Parser>::try_parse_from([
                 "mantle",

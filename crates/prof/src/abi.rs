@@ -22,13 +22,14 @@ mod layout {
             &btf,
             "mp_key",
             size_of::<Key>(),
-            fields!(Key: pid, tid, ip, cpu, mode, tags),
+            fields!(Key: pid, tid, ip, cpu, mode, kstack, ustack, tags),
         );
+        check(&btf, "mp_stack", size_of::<Stack>(), fields!(Stack: ips));
         check(
             &btf,
             "mp_stats",
             size_of::<Stats>(),
-            fields!(Stats: samples, dropped, ring_full, t_n, t_sum, t_sumsq, t_min, t_max),
+            fields!(Stats: samples, dropped, ring_full, t_n, t_sum, t_sumsq, t_min, t_max, stack_lost),
         );
     }
 }

@@ -13,6 +13,7 @@ use crate::Error;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
@@ -34,7 +35,8 @@ pub use mantle_sys::perf::{
     PerfRing, PERF_COUNT_SW_DUMMY, PERF_RECORD_COMM, PERF_RECORD_EXIT, PERF_RECORD_FORK,
     PERF_RECORD_LOST, PERF_RECORD_LOST_SAMPLES, PERF_RECORD_MISC_COMM_EXEC,
     PERF_RECORD_MISC_MMAP_BUILD_ID, PERF_RECORD_MMAP2, PERF_RECORD_THROTTLE,
-    PERF_RECORD_UNTHROTTLE, PERF_SAMPLE_IP, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_RECORD_UNTHROTTLE, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_IP, PERF_SAMPLE_TID,
+    PERF_SAMPLE_TIME,
 };
 
 use mantle_sys::os::page_size;
@@ -44,7 +46,10 @@ pub struct Sampler {
     skel: ProfSkel<'static>,
     sel: *mut u32,
     counts: [MapHandle; 2],
+    /// The stack maps paired with `counts` (same `sel` flip).
+    stack_maps: [MapHandle; 2],
     stats: MapHandle,
+    cost_hist: MapHandle,
     ring: Option<(libbpf_rs::RingBuffer<'static>, Rc<RefCell<Vec<Key>>>)>,
     links: Vec<libbpf_rs::Link>,
     pub use_ring: bool,
@@ -66,7 +71,12 @@ pub fn map_geometry(fd: BorrowedFd) -> Option<(u32, u32)> {
 impl Sampler {
     /// Opens, configures and loads prof.bpf.o. `view`: the tags view map
     /// to read tag vectors from (None: a private empty one).
-    pub fn load(use_ring: bool, timing: bool, view: Option<BorrowedFd>) -> Result<Sampler, Error> {
+    pub fn load(
+        use_ring: bool,
+        timing: bool,
+        stacks: bool,
+        view: Option<BorrowedFd>,
+    ) -> Result<Sampler, Error> {
         // The object storage must outlive the skeleton, which lives as long
         // as the recording; one small leak per recording process.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
@@ -77,6 +87,12 @@ impl Sampler {
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.use_ring = use_ring as u32;
             ro.timing = timing as u32;
+            ro.stacks = stacks as u32;
+        }
+        if !stacks {
+            // unused (allocated on use anyway): the smallest table
+            let _ = open.maps.stacks0.set_max_entries(1);
+            let _ = open.maps.stacks1.set_max_entries(1);
         }
         if let Some(v) = view {
             open.maps
@@ -107,6 +123,11 @@ impl Sampler {
             h(&skel.maps.counts1, "counts1")?,
         ];
         let stats = h(&skel.maps.stats, "stats")?;
+        let cost_hist = h(&skel.maps.cost_hist, "cost_hist")?;
+        let stack_maps = [
+            h(&skel.maps.stacks0, "stacks0")?,
+            h(&skel.maps.stacks1, "stacks1")?,
+        ];
         let ring = if use_ring {
             let handle: &'static MapHandle = Box::leak(Box::new(h(&skel.maps.ring, "ring")?));
             let buf: Rc<RefCell<Vec<Key>>> = Rc::new(RefCell::new(Vec::new()));
@@ -130,7 +151,9 @@ impl Sampler {
             skel,
             sel,
             counts,
+            stack_maps,
             stats,
+            cost_hist,
             ring,
             links: Vec::new(),
             use_ring,
@@ -174,12 +197,42 @@ impl Sampler {
         s
     }
 
+    /// The self-timing histogram summed over CPUs (`MP_HIST_BUCKETS`
+    /// counts of `MP_HIST_NS` ns steps).
+    pub fn cost_hist(&self) -> Vec<u64> {
+        let n = crate::abi::MP_HIST_BUCKETS;
+        let mut v = vec![0u64; n as usize];
+        for i in 0..n {
+            if let Ok(Some(per_cpu)) = self
+                .cost_hist
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+            {
+                for c in per_cpu {
+                    let x = mantle_abi::read::<u64>(&c, "count").unwrap_or(0);
+                    v[i as usize] = v[i as usize].saturating_add(x);
+                }
+            }
+        }
+        v
+    }
+
     /// Aggregation mode: makes the other count map take new samples and
-    /// returns (and empties) the one that was taking them.
-    pub fn drain(&mut self, out: &mut Vec<(Key, u64)>) -> Result<(), Error> {
+    /// returns (and empties) the one that was taking them, with the
+    /// frames of every stack id its keys name (`stacks`: id -> frames,
+    /// leaf first), and empties the paired stack map too.
+    ///
+    /// Ring mode: the ring's records, with their stacks from `stacks0`,
+    /// which is never emptied (no flip): when it is full, further new
+    /// stacks are lost and counted.
+    pub fn drain(
+        &mut self,
+        out: &mut Vec<(Key, u64)>,
+        stacks: &mut HashMap<u64, Vec<u64>>,
+    ) -> Result<(), Error> {
         if let Some((rb, buf)) = &self.ring {
             rb.consume().map_err(|e| kerr("consume ring buffer", e))?;
             out.extend(buf.borrow_mut().drain(..).map(|k| (k, 1)));
+            read_stacks(&self.stack_maps[0], out, stacks);
             return Ok(());
         }
         // SAFETY: sel points into the mmapped .bss, alive as long as skel.
@@ -201,12 +254,34 @@ impl Sampler {
             }
             let _ = map.delete(&k);
         }
+        let sm = &self.stack_maps[old as usize];
+        read_stacks(sm, out, stacks);
+        let ids: Vec<Vec<u8>> = sm.keys().collect();
+        for id in ids {
+            let _ = sm.delete(&id);
+        }
         Ok(())
     }
 
     /// run_time_ns and run_cnt of the program (kernel.bpf_stats / BPF_ENABLE_STATS).
     pub fn prog_run_stats(&self) -> (u64, u64) {
         mantle_sys::bpf::prog_run_stats(self.skel.progs.mp_sample.as_fd()).unwrap_or((0, 0))
+    }
+}
+
+/// Reads the frames of every stack key `keys` name that `stacks` does not
+/// hold yet. A missing key (not expected: stacks are only deleted after
+/// their keys are drained) leaves the sample without that stack.
+fn read_stacks(map: &MapHandle, keys: &[(Key, u64)], stacks: &mut HashMap<u64, Vec<u64>>) {
+    for (k, _) in keys {
+        for id in [k.kstack, k.ustack] {
+            if id == crate::abi::NO_STACK || stacks.contains_key(&id) {
+                continue;
+            }
+            if let Ok(Some(v)) = map.lookup(&id.to_ne_bytes(), MapFlags::ANY) {
+                stacks.insert(id, crate::model::stack_frames(&v));
+            }
+        }
     }
 }
 

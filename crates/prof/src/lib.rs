@@ -12,24 +12,32 @@
 //!   ([`events`]); a hardware event on a machine without a PMU is
 //!   [`Error::NoPmu`] unless `--fallback` names another event;
 //! * an eBPF `perf_event` program (`src/bpf/prof.bpf.c`) is the sample
-//!   path: it records (pid, tid, cpu, mode, ip, tag vector) into one of two
-//!   in-kernel hash maps (default) or a ring buffer; user space flips the
-//!   maps and drains the idle one every second;
+//!   path: it records (pid, tid, cpu, mode, ip, tag vector, kernel and
+//!   user stack keys) into one of two in-kernel hash maps (default) or a
+//!   ring buffer, and each distinct call stack once into the stack map
+//!   paired with that count map (keyed by a 64-bit hash of its frames;
+//!   walked by the perf core with PERF_SAMPLE_CALLCHAIN, or by the
+//!   helper); user space flips the pairs and drains the idle one every
+//!   second;
 //! * a per-CPU dummy event with mmap2/comm/task bits and its own ring is
 //!   the side band (mmaps with build IDs, exec, fork, exit); the sampling
 //!   events' own output (throttle records) is redirected into it; with an
 //!   initial /proc snapshot it lets [`model::AddressSpaces`] turn each ip
 //!   into (image, offset) when the samples are drained, so processes that
 //!   exit before the report still resolve;
-//! * a session ([`session`]) is a directory of merged counts plus what the
-//!   report needs later (images with build IDs, kallsyms, vDSO, tag names);
-//! * reports ([`report`]) symbolize with blazesym (ELF + DWARF) and render
-//!   text, JSON, flame graphs (inferno) and pprof.
+//! * a session ([`session`]) is a directory of merged counts and a stack
+//!   table plus what the report needs later (images with build IDs,
+//!   kallsyms, vDSO, tag names);
+//! * reports ([`report`]) symbolize with blazesym (ELF + DWARF; callers at
+//!   their call instruction, unresolved addresses per address) and render
+//!   text (exclusive, inclusive, callers/callees), JSON, flame graphs
+//!   (inferno), folded stacks and pprof with call edges.
 //!
 //! Invariants: the sample path never writes to the perf ring (the program
 //! returns 0), so a sample costs the interrupt plus the program; user space
-//! only deletes from the count map that the program is not writing (the
-//! `sel` flip); the rate is never changed silently: throttling, a change of
+//! only deletes from the count and stack maps that the program is not
+//! writing (the `sel` flip, read once per sample so a sample's count and
+//! stacks go to one pair); the rate is never changed silently: throttling, a change of
 //! `kernel.perf_event_max_sample_rate`, lost samples and a fallback event
 //! are written into the session and shown in every summary and report.
 //! [`model`] is the pure core (no system calls); [`kernel`] holds every
@@ -53,7 +61,7 @@ pub mod session;
 pub mod symbols;
 
 pub use model::{Report, ReportOpts};
-pub use record::{RecordOpts, Summary, Target, Transport};
+pub use record::{RecordOpts, Stacks, Summary, Target, Transport};
 
 /// Errors of the profiler. The CLI maps them to messages and exit codes.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,9 @@
 //! added with checked arithmetic.
 
 use crate::model::{parse_tags_hex, TagName};
-use crate::model::{Image, ImageKind, Kallsyms, Mapping, Meta, Mode, Process, Profile, RowKey};
+use crate::model::{
+    Frame, Image, ImageKind, Kallsyms, Mapping, Meta, Mode, Process, Profile, RowKey,
+};
 use crate::symbols::JitMap;
 use std::collections::HashSet;
 use std::fmt;
@@ -254,19 +256,107 @@ fn data_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
         .filter(|(_, l)| !l.starts_with('#') && !l.trim().is_empty())
 }
 
-/// profile.tsv, the sample file: `pid tid cpu mode image offset tags count`.
-/// `images` is the number of entries of images.json; `words` the tag
-/// vector's width.
-pub fn profile(b: &[u8], images: Vec<Image>, words: usize) -> Result<Profile, ParseError> {
+/// Longest call stack accepted in stacks.tsv (frames): a kernel and a
+/// user stack of `MP_MAX_STACK` each, with room to spare.
+pub const STACK_MAX: usize = 1024;
+
+/// stacks.tsv, the stack table: `id frames`, ids 1, 2, 3, ... in order,
+/// frames `image:offset` (decimal image index, hex offset) separated by
+/// commas, nearest caller first. `n_images` is the number of entries of
+/// images.json. Returns the table with the empty stack at index 0.
+pub fn stacks(b: &[u8], n_images: usize) -> Result<Vec<Vec<Frame>>, ParseError> {
     let text = utf8(b)?;
-    let n_images = images.len();
-    let mut p = Profile::with_images(images);
+    let mut v: Vec<Vec<Frame>> = vec![Vec::new()];
+    let mut seen: HashSet<Vec<Frame>> = HashSet::new();
     for (n, line) in data_lines(text) {
         let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 8 {
+        if f.len() != 2 {
             return Err(ParseError::new(
                 At::Line(n),
-                format!("{} tab-separated fields, 8 expected", f.len()),
+                format!("{} tab-separated fields, 2 expected", f.len()),
+            ));
+        }
+        let id: usize = dec(f[0], At::Field(n, "id"))?;
+        if id != v.len() {
+            return Err(ParseError::new(
+                At::Field(n, "id"),
+                format!(
+                    "{id}: stack {} expected (ids are 1, 2, 3, ... in order)",
+                    v.len()
+                ),
+            ));
+        }
+        let mut frames = Vec::new();
+        for fr in f[1].split(',') {
+            let (i, o) = fr.split_once(':').ok_or_else(|| {
+                ParseError::new(
+                    At::Field(n, "frames"),
+                    format!("{fr:?} is not image:offset"),
+                )
+            })?;
+            let image: u32 = dec(i, At::Field(n, "frames"))?;
+            if image as usize >= n_images {
+                return Err(ParseError::new(
+                    At::Field(n, "frames"),
+                    format!("image {image} is not in images.json ({n_images} images)"),
+                ));
+            }
+            frames.push(Frame {
+                image,
+                offset: hex(o, At::Field(n, "frames"))?,
+            });
+            if frames.len() > STACK_MAX {
+                return Err(ParseError::new(
+                    At::Field(n, "frames"),
+                    format!("more than {STACK_MAX} frames"),
+                ));
+            }
+        }
+        if !seen.insert(frames.clone()) {
+            return Err(ParseError::new(At::Line(n), "the same stack twice"));
+        }
+        v.push(frames);
+    }
+    Ok(v)
+}
+
+/// profile.tsv, the sample file: `pid tid cpu mode image offset tags
+/// count stack` (format 2; format 1 has no stack column: stack 0).
+/// `images` are the entries of images.json, `stacks` the stack table;
+/// `words` the tag vector's width.
+pub fn profile(
+    b: &[u8],
+    images: Vec<Image>,
+    stacks: Vec<Vec<Frame>>,
+    words: usize,
+) -> Result<Profile, ParseError> {
+    let text = utf8(b)?;
+    let n_images = images.len();
+    let n_stacks = stacks.len().max(1);
+    let mut p = Profile::with_images(images);
+    p.set_stacks(stacks);
+    for (n, line) in data_lines(text) {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() != 8 && f.len() != 9 {
+            return Err(ParseError::new(
+                At::Line(n),
+                format!(
+                    "{} tab-separated fields, 9 (or 8, format 1) expected",
+                    f.len()
+                ),
+            ));
+        }
+        let stack: u32 = match f.get(8) {
+            Some(s) => dec(s, At::Field(n, "stack"))?,
+            None => 0,
+        };
+        if stack as usize >= n_stacks {
+            return Err(ParseError::new(
+                At::Field(n, "stack"),
+                format!(
+                    "stack {stack} is not in stacks.tsv ({} stacks)",
+                    n_stacks - 1
+                ),
             ));
         }
         let key = RowKey {
@@ -291,6 +381,7 @@ pub fn profile(b: &[u8], images: Vec<Image>, words: usize) -> Result<Profile, Pa
                     format!("{:?} is not a tag vector of {words} word(s) in hex", f[6]),
                 )
             })?,
+            stack,
         };
         if key.image as usize >= n_images {
             return Err(ParseError::new(
@@ -735,14 +826,14 @@ mod tests {
     #[test]
     fn profile_errors_name_line_and_field() {
         let im = || vec![Image::named("[kernel.kallsyms]", ImageKind::Kernel)];
-        let e = profile(b"# h\n1\t1\t0\tx\t0\t10\t0\t5\n", im(), 1).unwrap_err();
+        let e = profile(b"# h\n1\t1\t0\tx\t0\t10\t0\t5\n", im(), vec![], 1).unwrap_err();
         assert_eq!(e.at, At::Field(2, "mode"));
-        let e = profile(b"1\t1\t0\tu\t1\t10\t0\t5\n", im(), 1).unwrap_err();
+        let e = profile(b"1\t1\t0\tu\t1\t10\t0\t5\n", im(), vec![], 1).unwrap_err();
         assert_eq!(e.at, At::Field(1, "image"));
         // non-ASCII in the tags field was sliced inside a character
-        let e = profile("1\t1\t0\tu\t0\t10\t\u{e9}\t5\n".as_bytes(), im(), 1).unwrap_err();
+        let e = profile("1\t1\t0\tu\t0\t10\t\u{e9}\t5\n".as_bytes(), im(), vec![], 1).unwrap_err();
         assert_eq!(e.at, At::Field(1, "tags"));
-        let e = profile(b"1\t1\t0\tu\t0\t10\t0\t5\n\xff", im(), 1).unwrap_err();
+        let e = profile(b"1\t1\t0\tu\t0\t10\t0\t5\n\xff", im(), vec![], 1).unwrap_err();
         assert_eq!(e.at, At::Line(2));
     }
 

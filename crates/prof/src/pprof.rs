@@ -2,7 +2,7 @@
 //! as hand-written prost messages: no protoc at build time. Written gzipped,
 //! as `go tool pprof` expects.
 
-use crate::model::{Mode, Report};
+use crate::model::{Image, ImageKind, Mode, Report};
 use prost::Message;
 use std::collections::HashMap;
 
@@ -133,9 +133,10 @@ impl Strings {
     }
 }
 
-/// Builds the pprof profile of a report: one location per (image, offset),
-/// one function per (image, symbol), samples labelled with comm, pid, mode
-/// and tags. Values: samples, and the sampled event's amount (ns of CPU
+/// Builds the pprof profile of a report: one mapping per image (the main
+/// binary first), one location per (image, address, symbol), one function
+/// per (image, symbol), a sample per row with its stack (leaf first), labelled
+/// with comm, pid, mode and tags. Values: samples, and the sampled event's amount (ns of CPU
 /// time for the clock events).
 pub fn build(r: &Report) -> Profile {
     let mut st = Strings::new();
@@ -166,66 +167,71 @@ pub fn build(r: &Report) -> Profile {
         unit: st.id(unit_u),
     });
     let mut mappings: Vec<Mapping> = Vec::new();
-    let mut map_ids: HashMap<String, u64> = HashMap::new();
+    let mut map_ids: HashMap<(String, Option<String>), u64> = HashMap::new();
     let mut functions: Vec<Function> = Vec::new();
     let mut fn_ids: HashMap<(String, String), u64> = HashMap::new();
     let mut locations: Vec<Location> = Vec::new();
-    let mut loc_ids: HashMap<(String, u64), u64> = HashMap::new();
+    let mut loc_ids: HashMap<(u64, u64, String), u64> = HashMap::new();
     let mut samples = Vec::new();
     let (k_comm, k_pid, k_mode, k_tag) = (st.id("comm"), st.id("pid"), st.id("mode"), st.id("tag"));
+    // pprof names the first mapping as the profile's main binary ("File:")
+    if let Some(exe) = &r.main_binary {
+        if let Some(im) = r
+            .located
+            .iter()
+            .flat_map(|l| &l.frames)
+            .find(|f| f.image.kind == ImageKind::Elf && f.image.path == *exe)
+        {
+            mapping_id(&mut st, &mut mappings, &mut map_ids, &im.image);
+        }
+    }
     for l in &r.located {
-        let iname = l.image.display();
-        let mid = match map_ids.get(&iname) {
-            Some(&i) => i,
-            None => {
-                let id = mappings.len() as u64 + 1;
-                mappings.push(Mapping {
-                    id,
-                    memory_start: 0,
-                    memory_limit: 0,
-                    file_offset: 0,
-                    filename: st.id(&iname),
-                    build_id: st.id(l.image.build_id.as_deref().unwrap_or("")),
-                    has_functions: true,
-                });
-                map_ids.insert(iname.clone(), id);
-                id
-            }
-        };
-        let fkey = (iname.clone(), l.symbol.clone());
-        let fid = match fn_ids.get(&fkey) {
-            Some(&i) => i,
-            None => {
-                let id = functions.len() as u64 + 1;
-                let name = st.id(&l.symbol);
-                functions.push(Function {
-                    id,
-                    name,
-                    system_name: name,
-                    filename: st.id(&iname),
-                });
-                fn_ids.insert(fkey, id);
-                id
-            }
-        };
-        let lkey = (iname.clone(), l.offset);
-        let lid = match loc_ids.get(&lkey) {
-            Some(&i) => i,
-            None => {
-                let id = locations.len() as u64 + 1;
-                locations.push(Location {
-                    id,
-                    mapping_id: mid,
-                    address: l.offset,
-                    line: vec![Line {
-                        function_id: fid,
-                        line: 0,
-                    }],
-                });
-                loc_ids.insert(lkey, id);
-                id
-            }
-        };
+        let mut ids = Vec::with_capacity(l.frames.len());
+        for (depth, f) in l.frames.iter().enumerate() {
+            let mid = mapping_id(&mut st, &mut mappings, &mut map_ids, &f.image);
+            let iname = f.image.display();
+            let fkey = (iname.clone(), f.symbol.clone());
+            let fid = match fn_ids.get(&fkey) {
+                Some(&i) => i,
+                None => {
+                    let id = functions.len() as u64 + 1;
+                    let name = st.id(&f.symbol);
+                    functions.push(Function {
+                        id,
+                        name,
+                        system_name: name,
+                        filename: st.id(&iname),
+                    });
+                    fn_ids.insert(fkey, id);
+                    id
+                }
+            };
+            // a caller's address is its call instruction's (return - 1)
+            let address = if depth == 0 {
+                f.offset
+            } else {
+                f.offset.saturating_sub(1)
+            };
+            let lkey = (mid, address, f.symbol.clone());
+            let lid = match loc_ids.get(&lkey) {
+                Some(&i) => i,
+                None => {
+                    let id = locations.len() as u64 + 1;
+                    locations.push(Location {
+                        id,
+                        mapping_id: mid,
+                        address,
+                        line: vec![Line {
+                            function_id: fid,
+                            line: 0,
+                        }],
+                    });
+                    loc_ids.insert(lkey, id);
+                    id
+                }
+            };
+            ids.push(lid);
+        }
         let mut label = vec![
             Label {
                 key: k_comm,
@@ -254,7 +260,7 @@ pub fn build(r: &Report) -> Profile {
             });
         }
         samples.push(Sample {
-            location_id: vec![lid],
+            location_id: ids,
             value: vec![l.count as i64, l.count as i64 * per_sample],
             label,
         });
@@ -273,6 +279,31 @@ pub fn build(r: &Report) -> Profile {
         period: per_sample,
         comment,
     }
+}
+
+/// The mapping of an image (one per path and build ID), added if new.
+fn mapping_id(
+    st: &mut Strings,
+    mappings: &mut Vec<Mapping>,
+    ids: &mut HashMap<(String, Option<String>), u64>,
+    image: &Image,
+) -> u64 {
+    let key = (image.display(), image.build_id.clone());
+    if let Some(&i) = ids.get(&key) {
+        return i;
+    }
+    let id = mappings.len() as u64 + 1;
+    mappings.push(Mapping {
+        id,
+        memory_start: 0,
+        memory_limit: 0,
+        file_offset: 0,
+        filename: st.id(&key.0),
+        build_id: st.id(image.build_id.as_deref().unwrap_or("")),
+        has_functions: true,
+    });
+    ids.insert(key, id);
+    id
 }
 
 /// The gzipped protobuf bytes.

@@ -42,13 +42,25 @@ fn werr(out: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Writes a flame graph SVG (frames: process, image, symbol).
-pub fn write_flame(r: &Report, out: &Path) -> Result<(), Error> {
-    let lines: Vec<String> = r
-        .folded
+fn folded_lines(r: &Report) -> Vec<String> {
+    r.folded
         .iter()
         .map(|(stack, n)| format!("{stack} {n}"))
-        .collect();
+        .collect()
+}
+
+/// Writes the folded stacks ("root;caller;...;leaf count" per line, the
+/// format of Brendan Gregg's stackcollapse scripts and inferno).
+pub fn write_folded(r: &Report, out: &Path) -> Result<(), Error> {
+    let mut s = folded_lines(r).join("\n");
+    s.push('\n');
+    std::fs::write(out, s).map_err(werr(out))
+}
+
+/// Writes a flame graph SVG: the root (process, component or tag), then
+/// the call stack, callers at the bottom.
+pub fn write_flame(r: &Report, out: &Path) -> Result<(), Error> {
+    let lines = folded_lines(r);
     let f = std::fs::File::create(out).map_err(werr(out))?;
     let mut o = inferno::flamegraph::Options::default();
     o.title = format!("mantle prof: {} ({} samples)", r.meta.event, r.total);

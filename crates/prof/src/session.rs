@@ -4,7 +4,9 @@
 //! SESSION/
 //!   meta.json        event, rate, duration, CPUs, fallback, lost, throttled
 //!   profile.tsv      the merged profile: one line per
-//!                    (pid, tid, cpu, mode, image, offset, tags) with a count
+//!                    (pid, tid, cpu, mode, image, offset, tags) with a
+//!                    count and a stack index
+//!   stacks.tsv       the stack table (callers, nearest first)
 //!   images.json      image table (index = the image column of profile.tsv)
 //!   processes.json   pid, ppid, comm, exe, exited, mantle
 //!   mappings.tsv     every executable mapping seen while recording
@@ -24,7 +26,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-pub const FORMAT: u32 = 1;
+/// 2: call stacks (stacks.tsv, the stack column of profile.tsv).
+pub const FORMAT: u32 = 2;
 pub const DEFAULT_DIR: &str = "mantle.prof";
 
 /// Largest JSON file or JIT map read from a session.
@@ -176,11 +179,22 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
     json(&dir.join("processes.json"), &procs)?;
     json(&dir.join("tags.json"), d.tags)?;
 
-    let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\n");
+    let mut st = String::from("# id\tframes (image:offset, nearest caller first)\n");
+    for (id, frames) in d.profile.stacks().iter().enumerate().skip(1) {
+        let _ = write!(st, "{id}\t");
+        for (i, f) in frames.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(st, "{sep}{}:{:x}", f.image, f.offset);
+        }
+        st.push('\n');
+    }
+    write(&dir.join("stacks.tsv"), st.as_bytes())?;
+
+    let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\tstack\n");
     for (k, n) in d.profile.sorted_rows() {
         let _ = writeln!(
             s,
-            "{}\t{}\t{}\t{}\t{}\t{:x}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{:x}\t{}\t{}\t{}",
             k.pid,
             k.tid,
             k.cpu,
@@ -191,7 +205,8 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
             k.image,
             k.offset,
             crate::model::tags_hex(&k.tags),
-            n
+            n,
+            k.stack
         );
     }
     write(&dir.join("profile.tsv"), s.as_bytes())?;
@@ -270,9 +285,15 @@ pub fn read_session(dir: &Path) -> Result<Session, Error> {
         .filter(|i| i.kind == ImageKind::Jit)
         .filter_map(|i| i.pid)
         .collect();
+    // format 1 had no stacks: no file, every row stack 0
+    let stacks = match load_optional(dir, "stacks.tsv", TABLE_MAX)? {
+        Some(b) => parse::stacks(&b, images.len()).map_err(corrupt(dir, "stacks.tsv"))?,
+        None => vec![Vec::new()],
+    };
     let profile = parse::profile(
         &load(dir, "profile.tsv", TABLE_MAX)?,
         images,
+        stacks,
         crate::abi::MT_WORDS,
     )
     .map_err(corrupt(dir, "profile.tsv"))?;
@@ -366,19 +387,19 @@ mod tests {
             7,
         )
         .unwrap();
-        p.add(
-            &sp,
-            &RawSample {
-                pid: 5,
-                tid: 5,
-                cpu: 0,
-                mode: Mode::Kernel,
-                ip: 0xffffffff81000000,
-                tags: vec![0; words],
-            },
-            2,
-        )
-        .unwrap();
+        // a kernel sample called from user code: a stack of two images
+        let raw = RawSample {
+            pid: 5,
+            tid: 5,
+            cpu: 0,
+            mode: Mode::Kernel,
+            ip: 0xffffffff81000000,
+            tags: vec![0; words],
+        };
+        let stack = p.add_stack(&sp, 5, &[0xffffffff81000100, 0x1020, 0x3010], &mut |_| {});
+        assert_eq!(stack, 1);
+        let r = sp.resolve(5, raw.ip, raw.mode);
+        p.add_resolved(&raw, &r, stack, 2).unwrap();
         let meta = Meta {
             format: FORMAT,
             event: "cpu-clock".into(),
@@ -427,6 +448,8 @@ mod tests {
         let beside: Vec<_> = std::fs::read_dir(dir.join("a/b")).unwrap().collect();
         assert_eq!(beside.len(), 1);
         assert_eq!(s.profile.total(), 9);
+        assert_eq!(s.profile.stacks(), p.stacks());
+        assert_eq!(s.profile.stack(1).len(), 3);
         assert_eq!(s.profile.counts(), p.counts());
         assert_eq!(s.mappings, sp.history);
         assert_eq!(s.profile.images[0].kind, ImageKind::Elf);
@@ -439,9 +462,46 @@ mod tests {
     }
 
     #[test]
+    fn malformed_stacks() {
+        let ok = parse::stacks(b"# id\tframes\n1\t0:10,1:20\n2\t1:5\n", 2).unwrap();
+        assert_eq!(ok.len(), 3);
+        assert!(ok[0].is_empty());
+        let err = |b: &[u8]| parse::stacks(b, 2).unwrap_err().to_string();
+        assert!(err(b"2\t0:10\n").contains("stack 1 expected"));
+        assert!(err(b"1\t2:10\n").contains("not in images.json"));
+        assert!(err(b"1\t0:10\n2\t0:10\n").contains("the same stack twice"));
+        assert!(err(b"1\t0-10\n").contains("not image:offset"));
+        assert!(err(b"1\t0:zz\n").contains("frames"));
+        assert!(err(b"1\t\n").contains("frames"));
+        let long = format!("1\t{}\n", vec!["0:1"; parse::STACK_MAX + 1].join(","));
+        assert!(err(long.as_bytes()).contains("more than"));
+        // a row naming a stack the table does not have
+        let e = parse::profile(
+            b"1\t1\t0\tu\t0\t10\t0\t5\t1\n",
+            vec![img()],
+            ok[..1].to_vec(),
+            1,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("field stack"), "{e}");
+        let p =
+            parse::profile(b"1\t1\t0\tu\t0\t10\t0\t5\t2\n", vec![img(), img2()], ok, 1).unwrap();
+        assert_eq!(p.counts().keys().next().unwrap().stack, 2);
+    }
+
+    fn img() -> crate::model::Image {
+        crate::model::Image::named("/bin/x", ImageKind::Elf)
+    }
+
+    fn img2() -> crate::model::Image {
+        crate::model::Image::named("/bin/y", ImageKind::Elf)
+    }
+
+    #[test]
     fn malformed_profile() {
-        assert!(parse::profile(b"1\t2\n", vec![], 1).is_err());
-        assert!(parse::profile(b"1\t1\t0\tu\t0\t10\t0\t5\n", vec![], 1).is_err());
+        assert!(parse::profile(b"1\t2\n", vec![], vec![], 1).is_err());
+        assert!(parse::profile(b"1\t1\t0\tu\t0\t10\t0\t5\n", vec![], vec![], 1).is_err());
     }
 
     #[test]

@@ -210,7 +210,7 @@ pub struct SessionSymbolizer {
 impl SessionSymbolizer {
     pub fn new(kallsyms: Kallsyms) -> Self {
         SessionSymbolizer {
-            sym: blazesym::symbolize::Symbolizer::new(),
+            sym: new_symbolizer(),
             kallsyms,
             vdso: None,
             jit: HashMap::new(),
@@ -315,7 +315,7 @@ impl SessionSymbolizer {
                 Ok(v) => v
                     .into_iter()
                     .map(|s| match s {
-                        Symbolized::Sym(s) => Some(s.name.into_owned()),
+                        Symbolized::Sym(s) => Some(demangle(s.name.into_owned())),
                         Symbolized::Unknown(_) => None,
                     })
                     .collect(),
@@ -352,7 +352,7 @@ pub fn elf_bytes_info(
     offsets: &[u64],
 ) -> std::io::Result<Result<(Option<String>, Vec<Option<String>>), SymbolizerPanic>> {
     let f = crate::kernel::memfd("mantle-prof-elf", image)?;
-    let sym = blazesym::symbolize::Symbolizer::new();
+    let sym = new_symbolizer();
     Ok(SessionSymbolizer::elf(&sym, &f, offsets, false).map(|names| (build_id_of(&f), names)))
 }
 
@@ -394,9 +394,47 @@ impl Symbolizer for SessionSymbolizer {
     }
 }
 
+/// A blazesym symbolizer that leaves names as they are: its demangler
+/// tries cpp_demangle on every name, which reads a C function called `a`,
+/// `b` or `c` as the mangled types `signed char`, `bool` and `char`
+/// (blazesym 0.2.7, `maybe_demangle_impl`); [`demangle`] is used instead.
+fn new_symbolizer() -> blazesym::symbolize::Symbolizer {
+    blazesym::symbolize::Symbolizer::builder()
+        .enable_demangling(false)
+        .build()
+}
+
+/// Demangles Rust (`_R...`, or legacy `_ZN...E` with a hash) and C++
+/// (`_Z...`) names; any other name is a C name and stays as it is.
+pub fn demangle(name: String) -> String {
+    if !name.starts_with("_Z") && !name.starts_with("_R") {
+        return name;
+    }
+    if let Ok(d) = rustc_demangle::try_demangle(&name) {
+        return format!("{d:#}");
+    }
+    cpp_demangle::Symbol::new(name.as_bytes())
+        .ok()
+        .and_then(|s| s.demangle().ok())
+        .unwrap_or(name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_mangled_names_are_demangled() {
+        for c in ["a", "b", "c", "main", "_start", "Z", "lib_work"] {
+            assert_eq!(demangle(c.into()), c);
+        }
+        assert_eq!(demangle("_Z3fooi".into()), "foo(int)");
+        assert_eq!(
+            demangle("_ZN4core9panicking9panic_fmt17h5f1a6fd39197ad62E".into()),
+            "core::panicking::panic_fmt"
+        );
+        assert_eq!(demangle("_Znot valid".into()), "_Znot valid");
+    }
     #[test]
     fn jit_map() {
         let (text, dropped) = JitMap::clean("1000 10 foo\n0x2000 0x20 bar baz\nbad line\n");

@@ -38,6 +38,41 @@ fn tmpdir(tag: &str) -> PathBuf {
     d
 }
 
+/// `go` (for `go tool pprof`), or the test fails naming it.
+#[track_caller]
+fn require_go() -> &'static str {
+    let go = ["go", "/usr/local/go/bin/go"].into_iter().find(|g| {
+        Command::new(g)
+            .arg("version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    mantle_testsupport::require(
+        "go (for `go tool pprof`; /usr/local/go/bin/go or on PATH)",
+        go.is_some(),
+        "to read the profile back",
+    );
+    go.unwrap()
+}
+
+/// Writes the report as pprof in `dir` and returns what `go tool pprof
+/// FLAG` prints of it (the test fails if go fails).
+fn go_pprof(go: &str, flag: &str, r: &mantle_prof::Report, dir: &Path) -> String {
+    let p = dir.join("p.pb.gz");
+    report::write_pprof(r, &p).unwrap();
+    let out = Command::new(go)
+        .args(["tool", "pprof", flag])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// The paper's Multiply workload, built from bench/prof/multiply.c.
 fn multiply(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/multiply.c");
@@ -208,17 +243,7 @@ fn rate_above_the_kernel_maximum_is_refused() {
 #[ignore = "needs root, perf_event_open, eBPF and go (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn pprof_output_is_read_by_go_tool_pprof() {
     require_recording();
-    let go = ["go", "/usr/local/go/bin/go"].into_iter().find(|g| {
-        Command::new(g)
-            .arg("version")
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    mantle_testsupport::require(
-        "go (for `go tool pprof`; /usr/local/go/bin/go or on PATH)",
-        go.is_some(),
-        "to read the profile back",
-    );
+    let go = require_go();
     let d = tmpdir("pprof");
     let bin = multiply(&d);
     let mut o = opts(
@@ -228,18 +253,7 @@ fn pprof_output_is_read_by_go_tool_pprof() {
     o.duration = Some(Duration::from_secs(30));
     record(&o).expect("record");
     let r = report::report(&d.join("s"), &ReportOpts::default()).unwrap();
-    report::write_pprof(&r, &d.join("p.pb.gz")).unwrap();
-    let out = Command::new(go.unwrap())
-        .args(["tool", "pprof", "-top"])
-        .arg(d.join("p.pb.gz"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = go_pprof(go, "-top", &r, &d);
     assert!(text.contains("slow_multiply"), "{text}");
     // the top line is slow_multiply
     let first = text
@@ -357,5 +371,192 @@ fn force_replaces_a_whole_session() {
         vec![std::ffi::OsString::from("s")],
         "temporary directories left"
     );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// bench/prof/callgraph.c (main -> a -> b, main -> c -> b) with frame
+/// pointers, calling lib_work of bench/prof/striplib.c built as a stripped
+/// library (libstrip.so, found through the rpath).
+fn callgraph(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof");
+    let lib = dir.join("libstrip.so");
+    mantle_testsupport::build::run_cc(
+        "bench/prof/striplib.c",
+        Command::new("cc")
+            .args([
+                "-O1",
+                "-fno-omit-frame-pointer",
+                "-fno-inline",
+                "-shared",
+                "-fPIC",
+                "-s",
+                "-o",
+            ])
+            .arg(&lib)
+            .arg(src.join("striplib.c")),
+    );
+    let out = dir.join("callgraph");
+    mantle_testsupport::build::run_cc(
+        "bench/prof/callgraph.c",
+        Command::new("cc")
+            .args([
+                "-O1",
+                "-fno-omit-frame-pointer",
+                "-fno-inline",
+                "-g",
+                "-DWITH_LIB",
+                "-o",
+            ])
+            .arg(&out)
+            .arg(src.join("callgraph.c"))
+            .arg(format!("-L{}", dir.display()))
+            .arg(format!("-Wl,-rpath,{}", dir.display()))
+            .arg("-lstrip"),
+    );
+    out
+}
+
+/// The rows of a call graph as (symbol, samples).
+fn rows(v: &[mantle_prof::model::SymRow]) -> Vec<(&str, u64)> {
+    v.iter().map(|s| (s.symbol.as_str(), s.samples)).collect()
+}
+
+#[test]
+#[ignore = "needs root, perf_event_open, eBPF and go (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn stacks_of_a_frame_pointer_program_are_exact() {
+    use mantle_prof::model::call_graph;
+    require_recording();
+    let go = require_go();
+    let d = tmpdir("stacks");
+    let bin = callgraph(&d);
+    for stacks in [mantle_prof::Stacks::Perf, mantle_prof::Stacks::Bpf] {
+        let mut o = opts(
+            &d,
+            Target::Command(vec![bin.display().to_string(), "1500".into()]),
+        );
+        o.freq = Some(2000);
+        o.stacks = stacks;
+        o.force = true;
+        record(&o).expect("record");
+        let r = report::report(
+            &d.join("s"),
+            &ReportOpts {
+                comm: Some("callgraph".into()),
+                ..Default::default()
+            },
+        )
+        .expect("report");
+        let ctx = format!("{stacks:?}\n{}", render_text(&r));
+        assert!(r.stacks, "{ctx}");
+        // a stack or two per run finds the map's allocator cache empty
+        // (docs/prof.md, "Call stacks"): counted, and few
+        assert!(r.meta.lost_stacks * 100 <= r.meta.samples, "{ctx}");
+        // exact: b is called by a and c only, a and c by main only, and
+        // every sample of b is under one of them -- but for the samples
+        // that land in a function's first instructions, before it has
+        // pushed its frame pointer: there the walk skips its caller (perf
+        // -g does the same). Those are a few per thousand.
+        let few = |other: u64, of: u64| other * 100 <= of.max(100);
+        let b = call_graph(&r, "b").expect("b in the stacks");
+        let callers = rows(&b.callers);
+        let n = |v: &[(&str, u64)], s: &str| v.iter().find(|r| r.0 == s).map_or(0, |r| r.1);
+        let (ab, cb) = (n(&callers, "a"), n(&callers, "c"));
+        assert!(few(b.inclusive - ab - cb, b.inclusive), "{callers:?} {ctx}");
+        for f in ["a", "c"] {
+            let g = call_graph(&r, f).unwrap();
+            let main = n(&rows(&g.callers), "main");
+            assert!(
+                few(g.inclusive - main, g.inclusive),
+                "{f}: {:?} {ctx}",
+                g.callers
+            );
+            let callees = rows(&g.callees);
+            let known = n(&callees, "b") + n(&callees, "spin");
+            let all: u64 = callees.iter().map(|c| c.1).sum();
+            assert!(few(all - known, g.inclusive), "{f}: {callees:?}");
+            assert_eq!(g.self_samples + all, g.inclusive);
+        }
+        let lib = call_graph(&r, "lib_work").expect("lib_work in the stacks");
+        let main = n(&rows(&lib.callers), "main");
+        assert!(few(lib.inclusive - main, lib.inclusive), "{ctx}");
+        // the counts: a->b 40%, c->b 30% of a+c's time (callgraph.c); 4/7 of b
+        // from a, within sampling noise (hundreds of samples)
+        let share = ab as f64 / (ab + cb) as f64;
+        assert!(
+            (share - 4.0 / 7.0).abs() < 0.06,
+            "a->b share {share:.3}: {ctx}"
+        );
+        let inc = |s: &str| call_graph(&r, s).map_or(0, |g| g.inclusive) as f64;
+        let (a, c) = (inc("a"), inc("c"));
+        assert!((a / (a + c) - 0.5).abs() < 0.05, "a {a} c {c}: {ctx}");
+        assert!((inc("b") / (a + c) - 0.7).abs() < 0.05, "{ctx}");
+        // the stripped library: its nameless code listed per address
+        let stripped: Vec<&str> = r
+            .symbols
+            .iter()
+            .filter(|s| s.image.ends_with("/libstrip.so"))
+            .map(|s| s.symbol.as_str())
+            .collect();
+        // (lib_work, the one export, keeps its name from .dynsym)
+        let nameless = stripped
+            .iter()
+            .filter(|s| s.starts_with("libstrip.so+0x"))
+            .count();
+        assert!(nameless >= 2, "{stripped:?}: {ctx}");
+        assert!(
+            stripped
+                .iter()
+                .all(|s| s.starts_with("libstrip.so+0x") || *s == "lib_work"),
+            "{stripped:?}"
+        );
+        assert!(!r.symbols.iter().any(|s| s.symbol == "[unknown]"), "{ctx}");
+    }
+    let r = report::report(&d.join("s"), &ReportOpts::default()).unwrap();
+    // pprof: the stacks, read back by go tool pprof -traces
+    let text = go_pprof(go, "-traces", &r, &d);
+    assert!(text.starts_with("File: callgraph"), "{text}");
+    let traces: Vec<Vec<&str>> = text
+        .split("-----------+")
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.contains(':') && !l.starts_with('-') && !l.trim().is_empty())
+                .map(|l| l.split_whitespace().last().unwrap_or(""))
+                .collect()
+        })
+        .collect();
+    for want in [["spin", "b", "a", "main"], ["spin", "b", "c", "main"]] {
+        assert!(
+            traces.iter().any(|t| t.len() >= 4 && t[..4] == want),
+            "no trace {want:?} in\n{text}"
+        );
+    }
+    // -tree: b's callers are a and c
+    let tree = go_pprof(go, "-tree", &r, &d);
+    let b_node = tree
+        .split("-------+")
+        .find(|n| n.lines().any(|l| l.trim_end().ends_with("| b")))
+        .unwrap_or_else(|| panic!("no node b in\n{tree}"));
+    for caller in ["|   a", "|   c"] {
+        assert!(
+            b_node.contains(caller),
+            "{caller} not a caller of b in\n{b_node}"
+        );
+    }
+    // flame graph: main, a, b stacked (depth > 1)
+    report::write_flame(&r, &d.join("f.svg")).unwrap();
+    let svg = std::fs::read_to_string(d.join("f.svg")).unwrap();
+    let depth = r
+        .folded
+        .iter()
+        .map(|(l, _)| l.split(';').count())
+        .max()
+        .unwrap();
+    assert!(depth >= 5, "{:?}", r.folded);
+    for f in ["main", "a", "b", "c", "spin"] {
+        assert!(
+            svg.contains(&format!("<title>{f} (")),
+            "{f} not in the flame graph"
+        );
+    }
     std::fs::remove_dir_all(&d).unwrap();
 }

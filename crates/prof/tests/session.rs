@@ -50,6 +50,7 @@ fn session(dir: &Path, elf: &str, n: u64) {
                 image,
                 offset: 0x10,
                 tags: vec![0; mantle_prof::abi::MT_WORDS],
+                stack: 0,
             },
             n,
         );

@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
             pid: (KINDS[i % KINDS.len()] == ImageKind::Jit).then_some(i as u32),
         })
         .collect();
-    let Ok(p) = parse::profile(file, images, mantle_prof::abi::MT_WORDS) else {
+    let Ok(p) = parse::profile(file, images, vec![], mantle_prof::abi::MT_WORDS) else {
         return;
     };
     let sum = p

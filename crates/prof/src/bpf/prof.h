@@ -17,6 +17,26 @@
 #define MP_MODE_USER 0
 #define MP_MODE_KERNEL 1
 
+/* Deepest stack kept per sample (frames), the kernel's default
+ * perf_event_max_stack; the value size of the stack maps. */
+#define MP_MAX_STACK 127
+/* Self-timing histogram (map cost_hist, per-CPU u64 per bucket): bucket
+ * i counts runs of [i, i+1) * MP_HIST_NS ns; the last one everything
+ * longer. 32 ns steps up to 16 us: percentiles to 32 ns. */
+#define MP_HIST_NS 32
+#define MP_HIST_BUCKETS 512
+
+/* mp_key.kstack / ustack when the sample has no such stack */
+#define MP_NO_STACK 0
+/* Stack table size (entries allocated on use, freed every drain) */
+#define MP_STACKS 131072
+
+/* A stack as stored (stacks0/stacks1 value; also the per-CPU scratch
+ * bpf_get_stack writes into): frames leaf first, zero after the last. */
+struct mp_stack {
+	__u64 ips[MP_MAX_STACK];
+};
+
 /*
  * One sample as the sample path sees it. In aggregation mode it is the key
  * of the count maps (value: __u64 samples); in ring mode it is the record
@@ -28,6 +48,8 @@ struct mp_key {
 	__u64 ip;               /* interrupted instruction pointer */
 	__u32 cpu;
 	__u32 mode;             /* MP_MODE_USER / MP_MODE_KERNEL */
+	__u64 kstack;           /* kernel stack's key in stacks<sel>, or MP_NO_STACK */
+	__u64 ustack;           /* user stack's key in stacks<sel>, or MP_NO_STACK */
 	__u64 tags[MT_WORDS];   /* the thread's tag vector (view[tid]) */
 };
 
@@ -38,6 +60,7 @@ struct mp_stats {
 	__u64 ring_full;        /* ring buffer full: sample not recorded */
 	/* self-timing (rodata `timing`): ns from entry to return, per run */
 	__u64 t_n, t_sum, t_sumsq, t_min, t_max;
+	__u64 stack_lost;       /* a stack not stored (table full, no memory) */
 };
 
 /*
@@ -51,15 +74,19 @@ struct mp_stats {
 #define MP_OFF(s, f, n)                                                        \
 	MP_STATIC_ASSERT(__builtin_offsetof(struct s, f) == (n), "offset of " #s "." #f)
 
-MP_STATIC_ASSERT(sizeof(struct mp_key) == 24 + 8 * MT_WORDS, "mp_key layout"); /* Key */
+MP_STATIC_ASSERT(sizeof(struct mp_key) == 40 + 8 * MT_WORDS, "mp_key layout"); /* Key */
 MP_OFF(mp_key, pid, 0);
 MP_OFF(mp_key, tid, 4);
 MP_OFF(mp_key, ip, 8);
 MP_OFF(mp_key, cpu, 16);
 MP_OFF(mp_key, mode, 20);
-MP_OFF(mp_key, tags, 24);
+MP_OFF(mp_key, kstack, 24);
+MP_OFF(mp_key, ustack, 32);
+MP_OFF(mp_key, tags, 40);
 
-MP_STATIC_ASSERT(sizeof(struct mp_stats) == 64, "mp_stats layout"); /* Stats */
+MP_STATIC_ASSERT(sizeof(struct mp_stack) == 8 * MP_MAX_STACK, "mp_stack layout"); /* Stack */
+
+MP_STATIC_ASSERT(sizeof(struct mp_stats) == 72, "mp_stats layout"); /* Stats */
 MP_OFF(mp_stats, samples, 0);
 MP_OFF(mp_stats, dropped, 8);
 MP_OFF(mp_stats, ring_full, 16);
@@ -68,5 +95,6 @@ MP_OFF(mp_stats, t_sum, 32);
 MP_OFF(mp_stats, t_sumsq, 40);
 MP_OFF(mp_stats, t_min, 48);
 MP_OFF(mp_stats, t_max, 56);
+MP_OFF(mp_stats, stack_lost, 64);
 
 #endif

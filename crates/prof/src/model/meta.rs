@@ -38,9 +38,21 @@ pub struct Meta {
     pub kernel_symbols: bool,
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// Call stacks: "none", "perf" (PERF_SAMPLE_CALLCHAIN) or "bpf"
+    /// (bpf_get_stack walks); format 1 sessions have none.
+    #[serde(default = "no_stacks")]
+    pub stacks: String,
+    /// Stacks not stored (stack table full, or busy), each one sample
+    /// counted without that stack.
+    #[serde(default)]
+    pub lost_stacks: u64,
     /// The sample path's own cost, when measured (`record --self-timing`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<SampleCost>,
+}
+
+fn no_stacks() -> String {
+    "none".into()
 }
 
 /// Distribution of a per-sample cost in nanoseconds.
@@ -90,6 +102,30 @@ pub struct SampleCost {
     pub bpf_stats_runs: u64,
     /// User space: draining + resolving, per sample, one value per drain.
     pub drain_ns_per_sample: Dist,
+    /// Percentiles of the self-timed program (from its histogram of
+    /// `MP_HIST_NS` ns steps: the upper edge of the percentile's step).
+    #[serde(default)]
+    pub bpf_p50_ns: f64,
+    #[serde(default)]
+    pub bpf_p99_ns: f64,
+}
+
+/// The upper edge (ns) of the step holding the `q` quantile of a
+/// histogram of `step` ns steps (0 when it is empty).
+pub fn hist_quantile(hist: &[u64], step: f64, q: f64) -> f64 {
+    let n: u64 = hist.iter().fold(0, |a, &b| a.saturating_add(b));
+    if n == 0 {
+        return 0.0;
+    }
+    let want = (q * n as f64).ceil().max(1.0) as u64;
+    let mut acc = 0u64;
+    for (i, &c) in hist.iter().enumerate() {
+        acc = acc.saturating_add(c);
+        if acc >= want {
+            return (i + 1) as f64 * step;
+        }
+    }
+    hist.len() as f64 * step
 }
 
 impl Meta {
@@ -119,6 +155,12 @@ impl Meta {
             v.push(format!(
                 "{} sample(s) lost in the sample path (count map or ring buffer full)",
                 self.lost_samples
+            ));
+        }
+        if self.lost_stacks > 0 {
+            v.push(format!(
+                "{} stack(s) not stored (stack table full, or no memory at hand in the sample interrupt): those samples count for their own function only",
+                self.lost_stacks
             ));
         }
         if self.lost_sideband > 0 {

@@ -3,12 +3,16 @@
 //! folded stacks for flame graphs and located rows for pprof, ready for
 //! any renderer.
 //!
-//! Mechanism: each (image, offset) is symbolized once, then every row is
-//! summed into each table. Invariant: the sums cannot overflow, because
-//! each table sums a subset of the profile's rows once and the profile's
-//! total fits a u64.
+//! Mechanism: each (image, offset) is symbolized once (a caller's return
+//! address at `offset - 1`, the call instruction, as perf and blazesym's
+//! users do), then every row is summed into each table: exclusive (the
+//! leaf), inclusive (every distinct function of the row's stack, once),
+//! and its stack folded root first. An address no symbol covers is named
+//! per address, `image+0xoffset`, never folded into one `[unknown]`.
+//! Invariant: the sums cannot overflow, because each table sums a subset
+//! of the profile's rows once and the profile's total fits a u64.
 
-use super::image::{Image, ImageKind, Mode, UNKNOWN_SYMBOL};
+use super::image::{Image, ImageKind, Mode};
 use super::meta::Meta;
 use super::profile::{tag_bits, Profile, RowKey};
 use super::space::Process;
@@ -84,25 +88,66 @@ pub struct Report {
     pub components: Vec<CompRow>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by_tag: Option<Vec<TagRow>>,
-    /// Folded lines for flame graphs: "component;image;symbol count".
+    /// The executable of the process with the most samples (idle and
+    /// mantle's own left out): pprof's main binary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub main_binary: Option<String>,
+    /// Whether the session has call stacks (else `inclusive` equals
+    /// `symbols` and flame graphs are one frame deep under the root).
+    pub stacks: bool,
+    /// Inclusive samples per function (the function or anything it
+    /// called was running), like `perf report --children`.
+    pub inclusive: Vec<SymRow>,
+    /// Folded stacks for flame graphs, root first:
+    /// "root;caller;...;leaf count" (the root as [`FlameRoot`] says).
     #[serde(skip)]
     pub folded: Vec<(String, u64)>,
-    /// (image index, offset, symbol) for pprof.
+    /// Rows with their symbolized stacks, for pprof and call graphs.
     #[serde(skip)]
     pub located: Vec<Located>,
 }
 
-/// A sample row with its symbol, for pprof.
-#[derive(Debug, Clone)]
-pub struct Located {
+/// One frame with its symbol.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Loc {
     pub image: Image,
+    /// As recorded: the leaf's offset, or a caller's return address.
     pub offset: u64,
     pub symbol: String,
+}
+
+/// A sample row with its symbolized stack, for pprof and call graphs.
+#[derive(Debug, Clone)]
+pub struct Located {
+    /// Leaf first, then the callers, nearest first.
+    pub frames: Vec<Loc>,
     pub pid: u32,
     pub comm: String,
     pub mode: Mode,
     pub tags: Vec<String>,
     pub count: u64,
+}
+
+/// The bottom frame of each flame-graph stack.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FlameRoot {
+    /// `comm[pid]` (default).
+    #[default]
+    Process,
+    /// The component: `[idle]`, `[kernel]`, `[mantle]` or `comm[pid]`.
+    Component,
+    /// The sample's tags (one stack per tag; `(untagged)`).
+    Tag,
+    /// No root: the stacks alone.
+    None,
+}
+
+/// The name of an address no symbol covers: the image's file name and
+/// the offset, so each address is its own row (perf lists them so).
+pub fn unknown_name(image: &Image, offset: u64) -> String {
+    let p = image.display();
+    let base = p.rsplit('/').next().unwrap_or(&p);
+    format!("{base}+0x{offset:x}")
 }
 
 fn pct(n: u64, total: u64) -> f64 {
@@ -123,6 +168,8 @@ pub struct ReportOpts {
     pub comm: Option<String>,
     /// Longest symbol table (0: all).
     pub limit: usize,
+    /// The flame graph's root frame.
+    pub flame_root: FlameRoot,
 }
 
 /// Names a sample's component: `[idle]`, `[kernel]`, `[mantle]`, or
@@ -209,12 +256,19 @@ pub fn build_report(
                 .as_ref()
                 .is_none_or(|c| *c == proc_name(k.pid, procs))
     };
+    // (image, offset looked up): the leaf exactly, callers at the call
     let mut per_image: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
     for k in profile.counts().keys() {
         if !keep(k) {
             continue;
         }
         per_image.entry(k.image).or_default().push(k.offset);
+        for f in profile.stack(k.stack) {
+            per_image
+                .entry(f.image)
+                .or_default()
+                .push(f.offset.saturating_sub(1));
+        }
     }
     let mut names: HashMap<(u32, u64), String> = HashMap::new();
     for (img, mut offs) in per_image {
@@ -223,9 +277,15 @@ pub fn build_report(
         let image = &profile.images[img as usize];
         let res = sym.symbolize(image, &offs);
         for (o, s) in offs.iter().zip(res) {
-            names.insert((img, *o), s.unwrap_or_else(|| UNKNOWN_SYMBOL.into()));
+            names.insert((img, *o), s.unwrap_or_else(|| unknown_name(image, *o)));
         }
     }
+    let name_of = |img: u32, at: u64| -> String {
+        names
+            .get(&(img, at))
+            .cloned()
+            .unwrap_or_else(|| unknown_name(&profile.images[img as usize], at))
+    };
     let tag_name = |bit: u32| -> String {
         tags.iter()
             .find(|t| t.bit == bit)
@@ -238,7 +298,10 @@ pub fn build_report(
     let mut images: HashMap<u32, u64> = HashMap::new();
     let mut comps: HashMap<String, (u64, u64)> = HashMap::new();
     let mut folded: HashMap<String, u64> = HashMap::new();
+    let mut inclusive: HashMap<(String, String), u64> = HashMap::new();
     let mut located = Vec::new();
+    let mut any_stack = false;
+    let mut per_pid: HashMap<u32, u64> = HashMap::new();
     struct TagAcc {
         n: u64,
         procs: HashMap<String, (u64, u64)>,
@@ -257,10 +320,7 @@ pub fn build_report(
         total += n;
         let image = &profile.images[k.image as usize];
         let iname = image.display();
-        let sname = names
-            .get(&(k.image, k.offset))
-            .cloned()
-            .unwrap_or_else(|| UNKNOWN_SYMBOL.into());
+        let sname = name_of(k.image, k.offset);
         *syms.entry((iname.clone(), sname.clone())).or_insert(0) += n;
         *images.entry(k.image).or_insert(0) += n;
         let comp = component(k.pid, k.mode, procs);
@@ -270,23 +330,70 @@ pub fn build_report(
             Mode::Kernel => e.1 += n,
         }
         let pname = proc_name(k.pid, procs);
-        *folded
-            .entry(format!(
-                "{};{};{}",
-                sanitize_folded(&format!("{pname}[{}]", k.pid)),
-                sanitize_folded(&iname),
-                sanitize_folded(&sname)
-            ))
-            .or_insert(0) += n;
-        let bits = tag_bits(&k.tags);
-        located.push(Located {
+        *per_pid.entry(k.pid).or_insert(0) += n;
+        let callers = profile.stack(k.stack);
+        any_stack |= !callers.is_empty();
+        let mut frames = Vec::with_capacity(1 + callers.len());
+        frames.push(Loc {
             image: image.clone(),
             offset: k.offset,
             symbol: sname.clone(),
+        });
+        for f in callers {
+            frames.push(Loc {
+                image: profile.images[f.image as usize].clone(),
+                offset: f.offset,
+                symbol: name_of(f.image, f.offset.saturating_sub(1)),
+            });
+        }
+        // inclusive: each function of the stack once (recursion counts once)
+        let mut seen: Vec<(String, &str)> = Vec::with_capacity(frames.len());
+        for l in &frames {
+            let key = (l.image.display(), l.symbol.as_str());
+            if !seen.contains(&key) {
+                seen.push(key);
+            }
+        }
+        for (i, sy) in seen {
+            *inclusive.entry((i, sy.to_string())).or_insert(0) += n;
+        }
+        let bits = tag_bits(&k.tags);
+        let tags: Vec<String> = bits.iter().map(|b| tag_name(*b)).collect();
+        let chain: Vec<String> = frames
+            .iter()
+            .rev()
+            .map(|l| {
+                let s = sanitize_folded(&l.symbol);
+                if l.image.kind == ImageKind::Kernel {
+                    // perf's and inferno's mark of a kernel frame
+                    format!("{s}_[k]")
+                } else {
+                    s
+                }
+            })
+            .collect();
+        let chain = chain.join(";");
+        let roots: Vec<String> = match opts.flame_root {
+            FlameRoot::Process => vec![format!("{pname}[{}]", k.pid)],
+            FlameRoot::Component => vec![comp.clone()],
+            FlameRoot::Tag if tags.is_empty() => vec!["(untagged)".into()],
+            FlameRoot::Tag => tags.iter().map(|t| format!("tag {t}")).collect(),
+            FlameRoot::None => vec![],
+        };
+        if roots.is_empty() {
+            *folded.entry(chain.clone()).or_insert(0) += n;
+        }
+        for r in roots {
+            *folded
+                .entry(format!("{};{chain}", sanitize_folded(&r)))
+                .or_insert(0) += n;
+        }
+        located.push(Located {
+            frames,
             pid: k.pid,
             comm: pname.clone(),
             mode: k.mode,
-            tags: bits.iter().map(|b| tag_name(*b)).collect(),
+            tags,
             count: n,
         });
         if opts.by_tag {
@@ -364,7 +471,11 @@ pub fn build_report(
 
     let mut folded: Vec<(String, u64)> = folded.into_iter().collect();
     folded.sort();
-    located.sort_by(|a, b| b.count.cmp(&a.count).then(a.offset.cmp(&b.offset)));
+    located.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(a.frames[0].offset.cmp(&b.frames[0].offset))
+    });
     Report {
         meta: meta.clone(),
         caveats: meta.caveats(),
@@ -373,9 +484,79 @@ pub fn build_report(
         images: image_rows,
         components: comp_rows(comps, total),
         by_tag,
+        main_binary: main_binary(&per_pid, procs),
+        stacks: any_stack,
+        inclusive: sym_rows(inclusive, total, opts.limit),
         folded,
         located,
     }
+}
+
+/// The executable of the process with the most samples (ties: the
+/// lower pid), leaving out idle and mantle's own processes.
+fn main_binary(per_pid: &HashMap<u32, u64>, procs: &HashMap<u32, Process>) -> Option<String> {
+    per_pid
+        .iter()
+        .filter_map(|(pid, n)| {
+            let p = procs.get(pid).filter(|p| *pid != 0 && !p.mantle)?;
+            Some((*n, std::cmp::Reverse(*pid), p.exe.clone()?))
+        })
+        .max()
+        .map(|(_, _, exe)| exe)
+}
+
+/// `--callers`/`--callees` for one function: who called it and what it
+/// called, over the samples whose stack holds it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallGraph {
+    pub symbol: String,
+    /// Samples in the report.
+    pub total: u64,
+    /// Samples whose stack holds the function.
+    pub inclusive: u64,
+    /// Samples in the function itself.
+    #[serde(rename = "self")]
+    pub self_samples: u64,
+    /// Its callers (at its outermost call in each stack; `[root]` when it
+    /// is the bottom frame), summing to `inclusive`; percent of `total`.
+    pub callers: Vec<SymRow>,
+    /// What it called (at the same call), summing to `inclusive - self`.
+    pub callees: Vec<SymRow>,
+}
+
+/// The call graph of `symbol` (matched by name, in any image); None when
+/// no sample's stack holds it.
+pub fn call_graph(r: &Report, symbol: &str) -> Option<CallGraph> {
+    let (mut inc, mut own) = (0u64, 0u64);
+    let mut callers: HashMap<(String, String), u64> = HashMap::new();
+    let mut callees: HashMap<(String, String), u64> = HashMap::new();
+    let key = |l: &Loc| (l.image.display(), l.symbol.clone());
+    for l in &r.located {
+        let Some(i) = l.frames.iter().rposition(|f| f.symbol == symbol) else {
+            continue;
+        };
+        inc += l.count;
+        if l.frames[0].symbol == symbol {
+            own += l.count;
+        }
+        let caller = l
+            .frames
+            .get(i + 1)
+            .map(key)
+            .unwrap_or_else(|| (String::new(), "[root]".into()));
+        *callers.entry(caller).or_insert(0) += l.count;
+        if i > 0 {
+            *callees.entry(key(&l.frames[i - 1])).or_insert(0) += l.count;
+        }
+    }
+    (inc > 0).then(|| CallGraph {
+        symbol: symbol.to_string(),
+        total: r.total,
+        inclusive: inc,
+        self_samples: own,
+        callers: sym_rows(callers, r.total, 0),
+        callees: sym_rows(callees, r.total, 0),
+    })
 }
 
 /// Folded-stack frames may not contain ';' (frame separator) or newlines.

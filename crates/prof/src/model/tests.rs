@@ -257,7 +257,7 @@ fn report_tables() {
     assert!(text.contains("slow"));
     let folded: u64 = r.folded.iter().map(|f| f.1).sum();
     assert_eq!(folded, 100);
-    assert!(r.folded.iter().any(|(l, _)| l == "app[10];/bin/app;slow"));
+    assert!(r.folded.iter().any(|(l, _)| l == "app[10];slow"));
 }
 
 #[test]
@@ -292,4 +292,189 @@ fn caveats_name_fallback_and_throttling() {
     assert!(c.contains("cycles is not available"));
     assert!(c.contains("throttled sampling 2"));
     assert!(c.contains("100000 -> 50000"));
+}
+
+/// /bin/app at 0x400000 (file offset 0x1000): main, a, b, c, 0x100 bytes
+/// each; /lib/libs.so at 0x500000 has no symbols (a stripped library).
+struct StackSym;
+impl Symbolizer for StackSym {
+    fn symbolize(&mut self, image: &Image, offsets: &[u64]) -> Vec<Option<String>> {
+        offsets
+            .iter()
+            .map(|o| match (image.path.as_str(), o) {
+                ("/bin/app", 0x1000..0x1100) => Some("main".into()),
+                ("/bin/app", 0x1100..0x1200) => Some("a".into()),
+                ("/bin/app", 0x1200..0x1300) => Some("b".into()),
+                ("/bin/app", 0x1300..0x1400) => Some("c".into()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// main -> a -> b (40), main -> c -> b (30), a (10), c (20), and two
+/// addresses of a stripped library called from main (3 and 4).
+fn stack_report(root: FlameRoot) -> Report {
+    let mut s = spaces();
+    s.mmap(
+        10,
+        Mapping {
+            start: 0x500000,
+            end: 0x501000,
+            pgoff: 0,
+            path: "/lib/libs.so".into(),
+            build_id: None,
+        },
+    );
+    let mut p = Profile::default();
+    let main_ret = 0x400050;
+    // a's call to b is its last instruction: it returns to b's first byte,
+    // which is symbolized at the call (-1), in a
+    let a_ret = 0x400200;
+    let c_ret = 0x400350;
+    let rows: [(u64, &[u64], u64); 6] = [
+        (0x400210, &[a_ret, main_ret], 40),
+        (0x400220, &[c_ret, main_ret], 30),
+        (0x400110, &[main_ret], 10),
+        (0x400310, &[main_ret], 20),
+        (0x500010, &[main_ret], 3),
+        (0x500020, &[main_ret], 4),
+    ];
+    for (ip, callers, n) in rows {
+        let r = s.resolve(10, ip, Mode::User);
+        let id = p.add_stack(&s, 10, callers, &mut |_| {});
+        p.add_resolved(&raw(10, ip, Mode::User, 0), &r, id, n)
+            .unwrap();
+    }
+    // no stack: counts for itself only
+    p.add(&s, &raw(10, 0x400120, Mode::User, 0), 3).unwrap();
+    build_report(
+        &p,
+        &s.procs,
+        &[],
+        &Meta::default(),
+        &mut StackSym,
+        &ReportOpts {
+            flame_root: root,
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn stacks_give_inclusive_shares_and_call_edges() {
+    let r = stack_report(FlameRoot::Process);
+    assert!(r.stacks);
+    assert_eq!(r.total, 110);
+    let inc = |sym: &str| {
+        r.inclusive
+            .iter()
+            .find(|s| s.symbol == sym)
+            .map(|s| s.samples)
+    };
+    assert_eq!(inc("main"), Some(107));
+    assert_eq!(inc("a"), Some(53));
+    assert_eq!(inc("b"), Some(70));
+    assert_eq!(inc("c"), Some(50));
+    let b = call_graph(&r, "b").unwrap();
+    assert_eq!((b.inclusive, b.self_samples), (70, 70));
+    let callers: Vec<(&str, u64)> = b
+        .callers
+        .iter()
+        .map(|s| (s.symbol.as_str(), s.samples))
+        .collect();
+    assert_eq!(callers, vec![("a", 40), ("c", 30)]);
+    assert!(b.callees.is_empty());
+    let m = call_graph(&r, "main").unwrap();
+    assert_eq!((m.inclusive, m.self_samples), (107, 0));
+    assert_eq!(m.callers[0].symbol, "[root]");
+    let callees: Vec<(&str, u64)> = m
+        .callees
+        .iter()
+        .map(|s| (s.symbol.as_str(), s.samples))
+        .collect();
+    assert_eq!(
+        callees,
+        vec![
+            ("a", 50),
+            ("c", 50),
+            ("libs.so+0x20", 4),
+            ("libs.so+0x10", 3)
+        ]
+    );
+    assert!(call_graph(&r, "nosuch").is_none());
+    let text = render_call_graph(&b, true, true);
+    assert!(text.contains("Callers of b:"), "{text}");
+    assert!(text.contains("b: 70 samples inclusive"), "{text}");
+    // folded: root first, depth > 1, counts kept
+    let f: std::collections::HashMap<&str, u64> =
+        r.folded.iter().map(|(l, n)| (l.as_str(), *n)).collect();
+    assert_eq!(f.get("app[10];main;a;b"), Some(&40));
+    assert_eq!(f.get("app[10];main;c;b"), Some(&30));
+    assert_eq!(f.get("app[10];main;libs.so+0x10"), Some(&3));
+    assert_eq!(f.get("app[10];a"), Some(&3));
+    assert_eq!(r.folded.iter().map(|x| x.1).sum::<u64>(), 110);
+    let text = render_text(&r);
+    assert!(text.contains("Inclusive"), "{text}");
+}
+
+#[test]
+fn unresolved_addresses_are_listed_per_address() {
+    let r = stack_report(FlameRoot::Process);
+    let lib: Vec<(&str, u64)> = r
+        .symbols
+        .iter()
+        .filter(|s| s.image == "/lib/libs.so")
+        .map(|s| (s.symbol.as_str(), s.samples))
+        .collect();
+    assert_eq!(lib, vec![("libs.so+0x20", 4), ("libs.so+0x10", 3)]);
+    assert!(!r.symbols.iter().any(|s| s.symbol == UNKNOWN_SYMBOL));
+}
+
+#[test]
+fn flame_roots() {
+    let none = stack_report(FlameRoot::None);
+    assert!(none.folded.iter().any(|(l, n)| l == "main;a;b" && *n == 40));
+    let comp = stack_report(FlameRoot::Component);
+    assert!(comp.folded.iter().all(|(l, _)| l.starts_with("app[10];")));
+    let tag = stack_report(FlameRoot::Tag);
+    assert!(tag.folded.iter().all(|(l, _)| l.starts_with("(untagged);")));
+}
+
+#[test]
+fn stack_values_and_callers() {
+    let mut v = Vec::new();
+    for a in [0x10u64, PERF_CONTEXT_MAX, 0x20, u64::MAX - 511, 0, 0x30] {
+        v.extend_from_slice(&a.to_ne_bytes());
+    }
+    // markers left out, nothing after the first zero
+    assert_eq!(stack_frames(&v), vec![0x10, 0x20]);
+    assert_eq!(stack_frames(&v[..7]), Vec::<u64>::new());
+    assert_eq!(callers(0x10, &[0x10, 0x11], &[0x20]), vec![0x11, 0x20]);
+    assert_eq!(callers(0x10, &[], &[0x10, 0x20]), vec![0x20]);
+    // a chain that does not start at the ip keeps every frame
+    assert_eq!(callers(0x99, &[], &[0x10, 0x20]), vec![0x10, 0x20]);
+    let mut p = Profile::default();
+    assert_eq!(p.stack_id(&[]), 0);
+    let f = [Frame {
+        image: 0,
+        offset: 1,
+    }];
+    assert_eq!(p.stack_id(&f), 1);
+    assert_eq!(p.stack_id(&f), 1);
+    assert_eq!(p.stack(1), &f);
+    assert_eq!(p.stack(7), &[]);
+}
+
+#[test]
+fn histogram_quantiles() {
+    assert_eq!(hist_quantile(&[], 32.0, 0.99), 0.0);
+    assert_eq!(hist_quantile(&[0, 0], 32.0, 0.5), 0.0);
+    let mut h = vec![0u64; 10];
+    h[2] = 98;
+    h[7] = 2;
+    assert_eq!(hist_quantile(&h, 32.0, 0.5), 96.0);
+    assert_eq!(hist_quantile(&h, 32.0, 0.98), 96.0);
+    assert_eq!(hist_quantile(&h, 32.0, 0.99), 256.0);
+    assert_eq!(hist_quantile(&h, 32.0, 1.0), 256.0);
 }

@@ -3,8 +3,55 @@
 //! form of [`Report`]; flame graphs and pprof are written by
 //! [`crate::report`] and [`crate::pprof`].
 
-use super::report::Report;
+use super::report::{CallGraph, Report, SymRow};
 use std::fmt::Write as _;
+
+/// `--callers` / `--callees`: one function's callers or callees, with
+/// its inclusive and self samples (like `perf report --children`).
+pub fn render_call_graph(g: &CallGraph, callers: bool, callees: bool) -> String {
+    let mut o = String::new();
+    let pct = |n: u64| {
+        if g.total == 0 {
+            0.0
+        } else {
+            100.0 * n as f64 / g.total as f64
+        }
+    };
+    let _ = writeln!(
+        o,
+        "{}: {} samples inclusive ({:.2}%), {} self ({:.2}%), of {}",
+        g.symbol,
+        g.inclusive,
+        pct(g.inclusive),
+        g.self_samples,
+        pct(g.self_samples),
+        g.total
+    );
+    if callers {
+        let _ = writeln!(o, "\nCallers of {}:", g.symbol);
+        sym_table(&mut o, &g.callers);
+    }
+    if callees {
+        let _ = writeln!(o, "\nCalled by {}:", g.symbol);
+        sym_table(&mut o, &g.callees);
+    }
+    o
+}
+
+/// A symbol table: samples, %, image, symbol.
+fn sym_table(o: &mut String, rows: &[SymRow]) {
+    let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
+    for s in rows {
+        let _ = writeln!(
+            o,
+            "{:>10} {:>9.4}  {:<32} {}",
+            s.samples,
+            s.percent,
+            short(&s.image, 32),
+            s.symbol
+        );
+    }
+}
 
 /// The opreport-style text report.
 pub fn render_text(r: &Report) -> String {
@@ -37,16 +84,11 @@ pub fn render_text(r: &Report) -> String {
         let _ = writeln!(o, "warning: {c}");
     }
     let _ = writeln!(o);
-    let _ = writeln!(o, "{:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
-    for s in &r.symbols {
-        let _ = writeln!(
-            o,
-            "{:>10} {:>9.4}  {:<32} {}",
-            s.samples,
-            s.percent,
-            short(&s.image, 32),
-            s.symbol
-        );
+    sym_table(&mut o, &r.symbols);
+    if r.stacks {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "Inclusive (the function or its callees running):");
+        sym_table(&mut o, &r.inclusive);
     }
     let _ = writeln!(o);
     let _ = writeln!(o, "Per image:");

@@ -156,6 +156,10 @@ pub(super) struct Placement<'a> {
     /// A frequency in Hz, else `period` events per sample.
     pub freq: Option<u64>,
     pub period: Option<u64>,
+    /// Ask the perf core for the callchain (PERF_SAMPLE_CALLCHAIN).
+    pub callchain: bool,
+    /// Its depth (`sample_max_stack`).
+    pub max_stack: u16,
 }
 
 /// The sampling events that were opened, and the event they sample.
@@ -201,7 +205,14 @@ pub(super) fn open_sampling(
                     type_: ev.type_,
                     config: ev.config,
                     sample_period,
-                    sample_type: kernel::PERF_SAMPLE_IP | kernel::PERF_SAMPLE_TID,
+                    sample_type: kernel::PERF_SAMPLE_IP
+                        | kernel::PERF_SAMPLE_TID
+                        | if at.callchain {
+                            kernel::PERF_SAMPLE_CALLCHAIN
+                        } else {
+                            0
+                        },
+                    sample_max_stack: at.max_stack,
                     flags,
                     ..Default::default()
                 };

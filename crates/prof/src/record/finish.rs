@@ -12,12 +12,13 @@
 use super::host::{kallsyms_text, max_sample_rate};
 use super::run::Run;
 use super::sideband::SideStats;
-use super::{RecordOpts, Summary, Transport};
+use super::{RecordOpts, Stacks, Summary, Transport};
 use crate::abi::Stats;
 use crate::events::EventDef;
 use crate::kernel;
 use crate::model::{
-    AddressSpaces, Dist, Image, ImageKind, Meta, Profile, RowKey, SampleCost, TagName, JIT_IMAGE,
+    hist_quantile, AddressSpaces, Dist, Image, ImageKind, Meta, Profile, RowKey, SampleCost,
+    TagName, JIT_IMAGE,
 };
 use crate::session::{self, SessionData};
 use crate::Error;
@@ -88,7 +89,13 @@ pub(super) fn jit_maps(
 }
 
 /// The sample path's own cost (`--self-timing`).
-fn sample_cost(st: &Stats, (run_ns, run_cnt): (u64, u64), drain_costs: &[f64]) -> SampleCost {
+fn sample_cost(
+    st: &Stats,
+    (run_ns, run_cnt): (u64, u64),
+    drain_costs: &[f64],
+    hist: &[u64],
+) -> SampleCost {
+    let step = crate::abi::MP_HIST_NS as f64;
     SampleCost {
         bpf_self_ns: Dist::from_moments(
             st.t_n,
@@ -104,6 +111,8 @@ fn sample_cost(st: &Stats, (run_ns, run_cnt): (u64, u64), drain_costs: &[f64]) -
         },
         bpf_stats_runs: run_cnt,
         drain_ns_per_sample: Dist::of(drain_costs),
+        bpf_p50_ns: hist_quantile(hist, step, 0.5),
+        bpf_p99_ns: hist_quantile(hist, step, 0.99),
     }
 }
 
@@ -141,7 +150,7 @@ pub(super) fn write(
     let st = &run.stats;
     let cost = o
         .self_timing
-        .then(|| sample_cost(st, run.prog_run, &run.drain_costs));
+        .then(|| sample_cost(st, run.prog_run, &run.drain_costs, &run.cost_hist));
     let meta = Meta {
         format: session::FORMAT,
         mantle_version: env!("CARGO_PKG_VERSION").into(),
@@ -169,6 +178,13 @@ pub(super) fn write(
             Transport::Ring => "ring".into(),
         },
         tags_loaded: r.tags_loaded,
+        stacks: match o.stacks {
+            Stacks::None => "none",
+            Stacks::Perf => "perf",
+            Stacks::Bpf => "bpf",
+        }
+        .into(),
+        lost_stacks: st.stack_lost,
         kernel_symbols: ks.is_some(),
         warnings,
         cost,

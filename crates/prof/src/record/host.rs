@@ -43,6 +43,15 @@ pub fn max_sample_rate() -> Option<i64> {
     })
 }
 
+/// The deepest callchain to ask the perf core for: `MP_MAX_STACK`, or
+/// less when `kernel.perf_event_max_stack` is lower (perf_event_open
+/// refuses a `sample_max_stack` above it, EINVAL).
+pub(super) fn max_stack() -> u16 {
+    let limit: Option<i64> = mantle_sys::probe::sysctl("perf_event_max_stack");
+    let ours = crate::abi::MP_MAX_STACK as i64;
+    limit.map_or(ours, |l| l.clamp(1, ours)) as u16
+}
+
 /// The process names that count as mantle's own: `mantle` and this
 /// process's name.
 pub(super) fn mantle_comms() -> Vec<String> {

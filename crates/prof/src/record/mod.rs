@@ -60,6 +60,21 @@ pub enum Transport {
     Ring,
 }
 
+/// Whether and how call stacks are taken (bench/prof/RESULTS.md,
+/// "Stacks", measures the two ways).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stacks {
+    /// No stacks: the leaf only (flat profile, the cheapest sample).
+    None,
+    /// The perf core walks the stack (PERF_SAMPLE_CALLCHAIN in the
+    /// event's sample_type) and the sample path's bpf_get_stack keeps
+    /// the walk it made.
+    Perf,
+    /// The sample path's bpf_get_stack walks the stack itself (the
+    /// event asks for no callchain).
+    Bpf,
+}
+
 #[derive(Debug, Clone)]
 pub struct RecordOpts {
     pub target: Target,
@@ -74,6 +89,8 @@ pub struct RecordOpts {
     pub drain_interval: Duration,
     /// Measure the sample path's cost (Table 2).
     pub self_timing: bool,
+    /// Call stacks: none, or who walks them.
+    pub stacks: Stacks,
     /// Live status line (only drawn when stderr is a terminal).
     pub status: bool,
     /// Replace `output` if it holds a session (never anything else).
@@ -104,6 +121,7 @@ impl Default for RecordOpts {
             transport: Transport::Aggregate,
             drain_interval: Duration::from_millis(1000),
             self_timing: false,
+            stacks: Stacks::Perf,
             status: true,
             force: false,
             faults: Faults::default(),
@@ -196,6 +214,8 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             on_exec: tracee.on_exec,
             freq,
             period,
+            callchain: o.stacks == Stacks::Perf,
+            max_stack: host::max_stack(),
         },
         &o.faults,
     )?;

@@ -21,7 +21,7 @@ use super::target::Tracee;
 use super::{RecordOpts, Target, Transport};
 use crate::abi::{Key, Stats, MODE_KERNEL};
 use crate::kernel::{self, PerfRing, Sampler};
-use crate::model::{AddressSpaces, ImageKind, Mode, Profile, RawSample};
+use crate::model::{self, AddressSpaces, ImageKind, Mode, Profile, RawSample, Resolved};
 use crate::Error;
 use std::collections::HashMap;
 use std::io::Write;
@@ -56,6 +56,7 @@ impl SamplePath {
         let sampler = Sampler::load(
             o.transport == Transport::Ring,
             o.self_timing,
+            o.stacks != super::Stacks::None,
             view.as_ref().map(|f| f.as_fd()),
         )?;
         let stats_fd = if o.self_timing {
@@ -128,6 +129,9 @@ struct Drainer {
     profile: Profile,
     /// Reused buffer of drained (key, count) pairs.
     raw: Vec<(Key, u64)>,
+    /// The frames of the drained stack keys (emptied every drain: the
+    /// keys are only valid for the map pair just drained).
+    frames: HashMap<u64, Vec<u64>>,
     /// User-space cost per sample of each drain that had samples (ns).
     costs: Vec<f64>,
     ids: BuildIds,
@@ -136,17 +140,40 @@ struct Drainer {
 impl Drainer {
     fn drain(&mut self, sampler: &mut Sampler, sp: &AddressSpaces) -> Result<(), Error> {
         let t = Instant::now();
-        sampler.drain(&mut self.raw)?;
+        self.frames.clear();
+        sampler.drain(&mut self.raw, &mut self.frames)?;
         // counts read from a BPF map: summed saturating, never a panic
         let n: u64 = self.raw.iter().map(|r| r.1).fold(0, u64::saturating_add);
-        for (k, c) in self.raw.drain(..) {
+        let Drainer {
+            profile,
+            raw,
+            frames,
+            ids,
+            ..
+        } = self;
+        let mut fill = |r: &mut Resolved| {
+            if r.image.kind == ImageKind::Elf && r.image.build_id.is_none() {
+                r.image.build_id = ids.of(&r.image.path);
+            }
+        };
+        // one resolution per (pid, ip, kernel stack, user stack) per drain
+        let mut stacks: HashMap<(u32, u64, u64, u64), u32> = HashMap::new();
+        for (k, c) in raw.drain(..) {
             let s = to_raw(&k);
             let mut r = sp.resolve(s.pid, s.ip, s.mode);
-            if r.image.kind == ImageKind::Elf && r.image.build_id.is_none() {
-                r.image.build_id = self.ids.of(&r.image.path);
-            }
-            self.profile
-                .add_resolved(&s, &r, c)
+            fill(&mut r);
+            let stack = match stacks.get(&(k.pid, k.ip, k.kstack, k.ustack)) {
+                Some(&id) => id,
+                None => {
+                    let get = |id: u64| frames.get(&id).map(Vec::as_slice).unwrap_or(&[]);
+                    let callers = model::callers(k.ip, get(k.kstack), get(k.ustack));
+                    let id = profile.add_stack(sp, k.pid, &callers, &mut fill);
+                    stacks.insert((k.pid, k.ip, k.kstack, k.ustack), id);
+                    id
+                }
+            };
+            profile
+                .add_resolved(&s, &r, stack, c)
                 .map_err(|source| Error::Counts {
                     what: "counts drained from the sample path",
                     source,
@@ -172,6 +199,8 @@ pub(super) struct Run {
     pub prog_run: (u64, u64),
     /// User-space drain cost per sample, one value per drain.
     pub drain_costs: Vec<f64>,
+    /// The program's self-timing histogram (empty without --self-timing).
+    pub cost_hist: Vec<u64>,
 }
 
 /// Starts sampling, reads until the recording ends, stops and drains.
@@ -193,6 +222,11 @@ pub(super) fn run(
     stop_sampling(fds, path, tracee, command_status, side, sp, &mut d).map(|command_status| {
         let stats = path.sampler.stats();
         let prog_run = path.sampler.prog_run_stats();
+        let cost_hist = if o.self_timing {
+            path.sampler.cost_hist()
+        } else {
+            Vec::new()
+        };
         drop(path.stats_fd.take());
         Run {
             profile: d.profile,
@@ -202,6 +236,7 @@ pub(super) fn run(
             stats,
             prog_run,
             drain_costs: d.costs,
+            cost_hist,
         }
     })
 }

@@ -42,9 +42,10 @@ impl Summary {
         }
         if let Some(c) = &m.cost {
             s += &format!(
-                "  sample path: eBPF {:.0} ns mean (sd {:.0}, min {:.0}, max {:.0}, n {}); kernel stats {:.0} ns/run over {} runs; user-space drain {:.0} ns/sample\n",
+                "  sample path: eBPF {:.0} ns mean (sd {:.0}, p99 {:.0}, min {:.0}, max {:.0}, n {}); kernel stats {:.0} ns/run over {} runs; user-space drain {:.0} ns/sample\n",
                 c.bpf_self_ns.mean,
                 c.bpf_self_ns.stddev,
+                c.bpf_p99_ns,
                 c.bpf_self_ns.min,
                 c.bpf_self_ns.max,
                 c.bpf_self_ns.n,
