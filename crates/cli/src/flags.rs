@@ -58,6 +58,9 @@ pub enum Cmd {
         after_help = "Examples:\n  mantle prof events\n  mantle prof record -a --duration 10\n  mantle prof report"
     )]
     Prof(crate::prof::ProfCmd),
+    /// Instrument function entries and exits of x86-64 objects (LOPI).
+    #[command(subcommand)]
+    Instr(crate::instr::InstrCmd),
     /// Run a command as a guest of an executive that interposes on its
     /// system calls (Hijack on Linux).
     #[command(

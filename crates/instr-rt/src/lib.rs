@@ -1,0 +1,322 @@
+//! libmantle-instr: the runtime that functions rewritten by `mantle instr`
+//! (crate `mantle-instr`) call at entry and exit. Built as a static
+//! library, a shared library and an rlib; the C interface is
+//! `include/mantle/instr.h`.
+//!
+//! Mechanism (LOPI, Kågström Paper IV, §5.3, on x86-64):
+//! * a rewritten function starts with `call stub; .long id`. The stub is
+//!   shared by every site with the same overwritten instructions: it pops
+//!   the site address into r11 (scratch at function entry in the SysV ABI),
+//!   calls [`__mantle_instr_enter`], runs the relocated instructions and
+//!   jumps back behind them;
+//! * `__mantle_instr_enter` saves every argument register (rax for varargs,
+//!   r10 for the static chain, xmm0-7), reads the 32-bit id behind the site,
+//!   and, in Rust, pushes a *return frame* on a per-thread stack and
+//!   overwrites the function's return address with the address of the code
+//!   slot of that depth: the exit is instrumented lazily, without patching
+//!   the function's `ret`s (§5.3, Figures 5.4-5.6);
+//! * the code slots are `call __mantle_instr_leave_asm` stubs in this
+//!   library's text (never data made executable: no RWX pages), one per
+//!   depth; the frame's data (id, original return address, time) is in
+//!   thread-local memory, so code and data never share a cache line
+//!   (the paper padded its frames for the same reason);
+//! * the slot's depth says which frame returned: frames above it were
+//!   skipped by `longjmp` and are closed then; a frame whose return
+//!   address lies below the current stack pointer at an entry is dead for
+//!   the same reason and closed. A tail call (`jmp` to an instrumented
+//!   function) sees its return address already pointing at a slot: it
+//!   gets a frame of its own and the two leaves run in order.
+//!
+//! The hooks: by default the built-in tracer (per-function calls,
+//! inclusive and exclusive TSC time, an optional Chrome trace), or the
+//! user's `enter(id)`/`leave(id)` set with `mantle_instr_set_hooks`.
+//! Output is written at exit only when asked for (MANTLE_INSTR_OUT,
+//! MANTLE_INSTR_TRACE), so an instrumented program prints what it printed.
+//!
+//! Invariants: the hooks never unwind (extern "C": a panic aborts); a
+//! thread whose thread-local data is gone (late destructors) runs its
+//! instrumented functions uninstrumented, never with a rewritten return
+//! address it could not restore. Limits: the return address rewrite
+//! defeats the CPU's return predictor (the paper's own finding, §5.5);
+//! C++ exceptions cannot unwind through a slot (the planner refuses
+//! functions of objects that use them); a CET shadow stack would reject the
+//! rewritten return (the planner refuses objects marked for it).
+//!
+//! Lock order: one global mutex ([`GLOBAL`]) taken at thread exit and at
+//! process exit; the enter/leave path takes no lock.
+
+#![allow(clippy::missing_safety_doc)]
+
+mod tracer;
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub use tracer::{write_outputs, GLOBAL};
+
+/// Number of return-frame code slots; frames deeper than `SLOTS - 1`
+/// share the last slot and are closed in stack order.
+pub const SLOTS: usize = 16384;
+/// Bytes per slot (a 5-byte call padded with int3).
+pub const SLOT_SIZE: usize = 8;
+
+/// A user hook: called with the function id at entry or exit.
+pub type Hook = extern "C" fn(u32);
+
+static USER_ENTER: AtomicUsize = AtomicUsize::new(0);
+static USER_LEAVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Replaces the built-in tracer with the user's hooks (NULL for none).
+/// Thread-safe; takes effect for entries after the call.
+#[no_mangle]
+pub extern "C" fn mantle_instr_set_hooks(enter: Option<Hook>, leave: Option<Hook>) {
+    // Leave first, so no entry runs the user's enter without its leave.
+    USER_LEAVE.store(leave.map_or(0, |f| f as usize), Ordering::Release);
+    USER_ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
+}
+
+/// The entry path, called by every stub with r11 = the address of the
+/// site's 32-bit id and, above our own return address, the instrumented
+/// function's return address.
+///
+/// Stack at the call: the function was entered with rsp = 8 mod 16, the
+/// site's call made it 0, the stub's `pop r11` 8, its call 0; nine pushes
+/// (72) and 136 bytes for xmm0-7 bring it back to 0 mod 16 for the call
+/// into Rust, and put the return address at rsp + 216.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn __mantle_instr_enter() {
+    core::arch::naked_asm!(
+        "push rax",
+        "push rcx",
+        "push rdx",
+        "push rsi",
+        "push rdi",
+        "push r8",
+        "push r9",
+        "push r10",
+        "push r11",
+        "sub rsp, 136",
+        "movaps [rsp], xmm0",
+        "movaps [rsp + 16], xmm1",
+        "movaps [rsp + 32], xmm2",
+        "movaps [rsp + 48], xmm3",
+        "movaps [rsp + 64], xmm4",
+        "movaps [rsp + 80], xmm5",
+        "movaps [rsp + 96], xmm6",
+        "movaps [rsp + 112], xmm7",
+        "mov edi, dword ptr [r11]",
+        "lea rsi, [rsp + 216]",
+        "call {enter}",
+        "movaps xmm0, [rsp]",
+        "movaps xmm1, [rsp + 16]",
+        "movaps xmm2, [rsp + 32]",
+        "movaps xmm3, [rsp + 48]",
+        "movaps xmm4, [rsp + 64]",
+        "movaps xmm5, [rsp + 80]",
+        "movaps xmm6, [rsp + 96]",
+        "movaps xmm7, [rsp + 112]",
+        "add rsp, 136",
+        "pop r11",
+        "pop r10",
+        "pop r9",
+        "pop r8",
+        "pop rdi",
+        "pop rsi",
+        "pop rdx",
+        "pop rcx",
+        "pop rax",
+        "ret",
+        enter = sym enter_c,
+    )
+}
+
+/// The return-frame code slots: slot `d` is the return address given to
+/// the function entered at depth `d`.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn __mantle_instr_slots() {
+    core::arch::naked_asm!(
+        ".rept 16384",
+        "call {leave}",
+        "int3",
+        "int3",
+        "int3",
+        ".endr",
+        leave = sym leave_asm,
+    )
+}
+
+/// Reached from a slot after the function returned: rsp = 0 mod 16 at the
+/// function's return, 8 after the slot's call. Saves the return value
+/// registers (rax, rdx, xmm0, xmm1), asks Rust for the original return
+/// address, puts it where the slot's return address was and returns there.
+#[unsafe(naked)]
+unsafe extern "C" fn leave_asm() {
+    core::arch::naked_asm!(
+        "push rax",
+        "push rdx",
+        "sub rsp, 40",
+        "movaps [rsp], xmm0",
+        "movaps [rsp + 16], xmm1",
+        "mov rdi, [rsp + 56]",
+        "call {leave}",
+        "mov [rsp + 56], rax",
+        "movaps xmm0, [rsp]",
+        "movaps xmm1, [rsp + 16]",
+        "add rsp, 40",
+        "pop rdx",
+        "pop rax",
+        "ret",
+        leave = sym leave_c,
+    )
+}
+
+fn slots_base() -> usize {
+    __mantle_instr_slots as unsafe extern "C" fn() as usize
+}
+
+/// The code slot of depth `d`: the return address a function entered at
+/// that depth is given. Its call returns to 5 bytes further.
+fn slot_code(d: usize) -> usize {
+    slots_base() + d.min(SLOTS - 1) * SLOT_SIZE
+}
+
+/// One open instrumented call.
+#[derive(Clone, Copy)]
+pub(crate) struct Frame {
+    pub id: u32,
+    /// The function's own return address, restored at its exit.
+    pub orig: usize,
+    /// Where that return address lives on the stack.
+    pub sp: usize,
+    pub t0: u64,
+    /// TSC ticks spent in instrumented callees (exclusive time).
+    pub child: u64,
+}
+
+pub(crate) struct Thread {
+    pub frames: Vec<Frame>,
+    pub trace: tracer::ThreadTrace,
+}
+
+thread_local! {
+    static THREAD: UnsafeCell<Thread> = UnsafeCell::new(Thread {
+        frames: Vec::with_capacity(64),
+        trace: tracer::ThreadTrace::new(),
+    });
+}
+
+#[inline]
+fn now() -> u64 {
+    // SAFETY: rdtsc has no memory effects; x86-64 always has it.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+fn user(hook: &AtomicUsize) -> Option<Hook> {
+    match hook.load(Ordering::Acquire) {
+        0 => None,
+        // SAFETY: only mantle_instr_set_hooks stores non-zero values, and
+        // they are `Hook` function pointers.
+        f => Some(unsafe { std::mem::transmute::<usize, Hook>(f) }),
+    }
+}
+
+/// Closes the top frame at time `t` (its function returned, or was
+/// skipped by longjmp).
+fn close(th: &mut Thread, t: u64) -> Option<Frame> {
+    let f = th.frames.pop()?;
+    match user(&USER_LEAVE) {
+        Some(h) => h(f.id),
+        None => {
+            let parent = th.frames.last_mut();
+            th.trace.leave(&f, t, parent);
+        }
+    }
+    Some(f)
+}
+
+extern "C" fn enter_c(id: u32, slot: *mut usize) {
+    tracer::init();
+    let _ = THREAD.try_with(|cell| {
+        // SAFETY: the thread's own data; the hooks are not reentrant (the
+        // runtime calls no instrumented code), so no other reference lives.
+        let th = unsafe { &mut *cell.get() };
+        let t = now();
+        let sp = slot as usize;
+        // SAFETY: `slot` is the function's return address on its stack,
+        // computed by __mantle_instr_enter.
+        let ret = unsafe { *slot };
+        // Frames whose return address lies below this one are dead: the
+        // stack was unwound past them (longjmp). At the same address the
+        // frame is alive only if this is a tail call from it.
+        while let Some(top) = th.frames.last() {
+            let d = th.frames.len() - 1;
+            if top.sp < sp || (top.sp == sp && ret != slot_code(d)) {
+                close(th, t);
+            } else {
+                break;
+            }
+        }
+        let d = th.frames.len();
+        th.frames.push(Frame {
+            id,
+            orig: ret,
+            sp,
+            t0: t,
+            child: 0,
+        });
+        // SAFETY: as above.
+        unsafe { *slot = slot_code(d) };
+        match user(&USER_ENTER) {
+            Some(h) => h(id),
+            None => th.trace.enter(id, t),
+        }
+    });
+}
+
+extern "C" fn leave_c(ret: usize) -> usize {
+    let depth = (ret - 5 - slots_base()) / SLOT_SIZE;
+    let r = THREAD.try_with(|cell| {
+        // SAFETY: see enter_c.
+        let th = unsafe { &mut *cell.get() };
+        let t = now();
+        if depth < SLOTS - 1 {
+            // Frames above `depth` were skipped by longjmp.
+            while th.frames.len() > depth + 1 {
+                close(th, t);
+            }
+        }
+        close(th, t).map(|f| f.orig)
+    });
+    match r {
+        Ok(Some(orig)) => orig,
+        _ => {
+            // A slot was reached without its frame: the return address
+            // cannot be restored. Nothing sane is left to do.
+            const MSG: &[u8] = b"libmantle-instr: return frame lost\n";
+            // SAFETY: write(2) of a static buffer, then abort.
+            unsafe {
+                libc::write(2, MSG.as_ptr().cast(), MSG.len());
+                libc::abort()
+            }
+        }
+    }
+}
+
+/// Number of open frames of the calling thread (tests and tools).
+#[no_mangle]
+pub extern "C" fn mantle_instr_depth() -> u32 {
+    THREAD
+        .try_with(|c| {
+            // SAFETY: see enter_c.
+            unsafe { &*c.get() }.frames.len() as u32
+        })
+        .unwrap_or(0)
+}
+
+/// Writes the outputs now (also done at exit).
+#[no_mangle]
+pub extern "C" fn mantle_instr_flush() {
+    write_outputs();
+}

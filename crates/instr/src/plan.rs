@@ -1,0 +1,513 @@
+//! The planner: which functions can be patched, how, and with which
+//! shared stub. Pure: reads the parsed object ([`Object`]), makes no system
+//! call, and is what the unit tests drive.
+//!
+//! A site is the first instructions of a function (after `endbr64`) that
+//! cover [`PATCH_LEN`] bytes: `call rel32` to the stub plus the 32-bit id.
+//! It is refused when patching it is unsafe (Paper IV §5.3 sketched the
+//! first of these; mantle checks them all):
+//! * a branch or a relocation or a symbol targets a byte inside it other
+//!   than its first (the jump would land in the middle of the call);
+//! * the function is shorter than the patch, or has no size;
+//! * an overwritten instruction cannot run elsewhere: a relative branch
+//!   without a relocation, a use of r11 (the stub's scratch register), an
+//!   undecodable byte, or a relocation that straddles instructions;
+//! * the function reads its own return address (`[rsp]` before the frame
+//!   grows, `[rbp+8]` with a frame pointer): the return frame would show;
+//! * the object uses C++ exceptions (`__gxx_personality_v0`): the unwinder
+//!   cannot step through a return frame's code slot.
+//!
+//! RIP-relative operands keep their relocation (a PC-relative relocation
+//! moved with its field computes the same target: its addend is relative
+//! to the field); a RIP-relative operand the assembler resolved inside the
+//! section gets a new relocation against the section.
+
+use crate::report::{Outcome, Refusal};
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, OpKind, Register,
+};
+use object::build::elf::{Builder, SectionData, SectionId, SymbolId};
+use object::build::Id;
+use object::elf;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// `call rel32` (5 bytes) + the function id (4 bytes).
+pub const PATCH_LEN: usize = 9;
+const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// The symbol a moved relocation refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RelSym {
+    Sym(usize),
+    /// The section symbol of this section (added if missing).
+    SectionOf(usize),
+}
+
+/// A relocation of the overwritten instructions, at an offset into them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MovedReloc {
+    pub offset: u64,
+    pub r_type: u32,
+    pub sym: RelSym,
+    pub addend: i64,
+}
+
+/// A stub: the overwritten instructions (with their relocations), shared
+/// by every site whose overwritten instructions are the same.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct StubKey {
+    pub code: Vec<u8>,
+    pub relocs: Vec<MovedReloc>,
+}
+
+/// One patched function entry.
+#[derive(Debug, Clone)]
+pub struct Site {
+    pub section: SectionId,
+    /// Section offset of the patch (after `endbr64`).
+    pub start: u64,
+    /// Bytes overwritten (whole instructions, >= PATCH_LEN).
+    pub covered: usize,
+    pub id: u32,
+    pub stub: usize,
+}
+
+/// The whole rewrite, ready to apply.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub sites: Vec<Site>,
+    pub stubs: Vec<StubKey>,
+    /// One entry per chosen function, in symbol order.
+    pub functions: Vec<crate::report::Function>,
+    /// The object carries a CET (IBT/SHSTK) property that the rewrite must
+    /// clear.
+    pub cet: bool,
+}
+
+/// What the planner reads of a relocatable object.
+pub struct Object<'a, 'd> {
+    pub b: &'a Builder<'d>,
+    /// Relocations per target section, by offset.
+    relocs: HashMap<usize, BTreeMap<u64, (u32, Option<SymbolId>, i64)>>,
+    /// Section offsets targeted by relocations or symbols, per section.
+    targets: HashMap<usize, BTreeSet<u64>>,
+    /// Near-branch targets found by decoding each executable section.
+    branch_targets: HashMap<usize, BTreeSet<u64>>,
+    pub uses_cxx_exceptions: bool,
+}
+
+fn is_pc_relative(t: u32) -> bool {
+    matches!(
+        t,
+        elf::R_X86_64_PC32
+            | elf::R_X86_64_PLT32
+            | elf::R_X86_64_GOTPCREL
+            | elf::R_X86_64_GOTPCRELX
+            | elf::R_X86_64_REX_GOTPCRELX
+            | elf::R_X86_64_PC64
+            | elf::R_X86_64_GOTPC32
+    )
+}
+
+pub(crate) fn section_bytes<'a>(b: &'a Builder<'_>, id: SectionId) -> &'a [u8] {
+    match &b.sections.get(id).data {
+        SectionData::Data(d) => d.as_slice(),
+        _ => &[],
+    }
+}
+
+impl<'a, 'd> Object<'a, 'd> {
+    /// Indexes relocations, symbol and branch targets.
+    pub fn new(b: &'a Builder<'d>) -> Self {
+        let mut relocs: HashMap<usize, BTreeMap<u64, (u32, Option<SymbolId>, i64)>> =
+            HashMap::new();
+        for s in b.sections.iter() {
+            if let (SectionData::Relocation(rs), Some(target)) = (&s.data, s.sh_info_section) {
+                let m = relocs.entry(target.index()).or_default();
+                for r in rs {
+                    m.insert(r.r_offset, (r.r_type, r.symbol, r.r_addend));
+                }
+            }
+        }
+        // Decode each executable section: its branch targets, and where
+        // each instruction ends (to resolve PC-relative relocations).
+        let mut branch_targets = HashMap::new();
+        let mut ends: HashMap<usize, BTreeMap<u64, u64>> = HashMap::new();
+        for s in b.sections.iter() {
+            if s.sh_type == elf::SHT_PROGBITS && s.sh_flags & u64::from(elf::SHF_EXECINSTR) != 0 {
+                let data = section_bytes(b, s.id());
+                let rel = relocs.get(&s.id().index());
+                let mut set = BTreeSet::new();
+                let mut end = BTreeMap::new();
+                let mut dec = Decoder::with_ip(64, data, 0, DecoderOptions::NONE);
+                let mut ins = Instruction::default();
+                while dec.can_decode() {
+                    dec.decode_out(&mut ins);
+                    if ins.is_invalid() {
+                        continue;
+                    }
+                    end.insert(ins.ip(), ins.next_ip());
+                    if is_near_branch(&ins) && !has_reloc_in(rel, ins.ip(), ins.next_ip()) {
+                        set.insert(ins.near_branch_target());
+                    }
+                }
+                branch_targets.insert(s.id().index(), set);
+                ends.insert(s.id().index(), end);
+            }
+        }
+        let mut targets: HashMap<usize, BTreeSet<u64>> = HashMap::new();
+        for (&from, m) in &relocs {
+            for (&off, &(r_type, sym, addend)) in m {
+                let Some(sym) = sym.map(|id| b.symbols.get(id)) else {
+                    continue;
+                };
+                let Some(sec) = sym.section else { continue };
+                // The referenced byte is symbol + addend, except for a
+                // PC-relative field inside an instruction, whose addend
+                // is relative to the field: add the field-to-end distance.
+                let mut t = sym.st_value.wrapping_add(addend as u64);
+                if is_pc_relative(r_type) {
+                    let next = ends.get(&from).and_then(|e| e.range(..=off).next_back());
+                    if let Some((_, &next_ip)) = next.filter(|(_, &n)| n > off) {
+                        t = t.wrapping_add(next_ip - off);
+                    }
+                }
+                targets.entry(sec.index()).or_default().insert(t);
+            }
+        }
+        for sym in b.symbols.iter() {
+            if let Some(sec) = sym.section {
+                if sym.st_type() != elf::STT_SECTION {
+                    targets.entry(sec.index()).or_default().insert(sym.st_value);
+                }
+            }
+        }
+        let uses_cxx_exceptions = b.symbols.iter().any(|s| {
+            let n: &[u8] = &s.name;
+            n == b"__gxx_personality_v0" || n == b"__cxa_throw"
+        });
+        Object {
+            b,
+            relocs,
+            targets,
+            branch_targets,
+            uses_cxx_exceptions,
+        }
+    }
+}
+
+fn has_reloc_in(
+    rel: Option<&BTreeMap<u64, (u32, Option<SymbolId>, i64)>>,
+    from: u64,
+    to: u64,
+) -> bool {
+    rel.is_some_and(|m| m.range(from..to).next().is_some())
+}
+
+fn is_near_branch(ins: &Instruction) -> bool {
+    (0..ins.op_count()).any(|i| {
+        matches!(
+            ins.op_kind(i),
+            OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+        )
+    })
+}
+
+/// A chosen function.
+pub struct Candidate {
+    pub name: String,
+    pub section: SectionId,
+    pub value: u64,
+    pub size: u64,
+}
+
+/// Finds the functions the selection chooses: defined `STT_FUNC` symbols,
+/// one per address (aliases share the first name).
+pub fn candidates(b: &Builder<'_>, sel: &crate::Selection) -> Vec<Candidate> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for s in b.symbols.iter() {
+        let name = String::from_utf8_lossy(&s.name).into_owned();
+        let Some(section) = s.section else { continue };
+        if s.st_type() != elf::STT_FUNC || !sel.matches(&name) {
+            continue;
+        }
+        if seen.insert((section.index(), s.st_value)) {
+            out.push(Candidate {
+                name,
+                section,
+                value: s.st_value,
+                size: s.st_size,
+            });
+        }
+    }
+    out
+}
+
+/// Plans the rewrite of the chosen functions, numbering the instrumented
+/// ones from `first_id`.
+pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32) -> Plan {
+    let mut plan = Plan {
+        cet: crate::rewrite::has_cet(o.b),
+        ..Plan::default()
+    };
+    let mut stub_ids: HashMap<StubKey, usize> = HashMap::new();
+    let mut next_id = first_id;
+    for c in chosen {
+        let sec_name = String::from_utf8_lossy(&o.b.sections.get(c.section).name).into_owned();
+        let outcome = match site(o, c) {
+            Err(r) => Outcome::Refused { reason: r },
+            Ok((start, covered, key)) => {
+                let n = stub_ids.len();
+                let stub = *stub_ids.entry(key.clone()).or_insert_with(|| {
+                    plan.stubs.push(key);
+                    n
+                });
+                let id = next_id;
+                next_id = next_id.wrapping_add(1);
+                plan.sites.push(Site {
+                    section: c.section,
+                    start,
+                    covered,
+                    id,
+                    stub,
+                });
+                Outcome::Instrumented {
+                    id,
+                    stub,
+                    patched_bytes: covered,
+                    endbr64: start != c.value,
+                }
+            }
+        };
+        plan.functions.push(crate::report::Function {
+            name: c.name.clone(),
+            section: sec_name,
+            offset: c.value,
+            size: c.size,
+            outcome,
+        });
+    }
+    plan
+}
+
+/// Checks one function and builds its stub key.
+fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refusal> {
+    if o.uses_cxx_exceptions {
+        return Err(Refusal::CxxExceptions);
+    }
+    if c.size == 0 {
+        return Err(Refusal::NoSize);
+    }
+    let data = section_bytes(o.b, c.section);
+    let end = c
+        .value
+        .checked_add(c.size)
+        .filter(|&e| e <= data.len() as u64);
+    let Some(end) = end else {
+        return Err(Refusal::OutsideSection);
+    };
+    let func = &data[c.value as usize..end as usize];
+    let mut start = c.value;
+    if func.starts_with(&ENDBR64) {
+        start += 4;
+    }
+    if end - start < PATCH_LEN as u64 {
+        return Err(Refusal::TooShort {
+            size: c.size,
+            need: (start - c.value) + PATCH_LEN as u64,
+        });
+    }
+    let rel = o.relocs.get(&c.section.index());
+    // The overwritten instructions.
+    let mut dec = Decoder::with_ip(
+        64,
+        &data[start as usize..end as usize],
+        start,
+        DecoderOptions::NONE,
+    );
+    let mut covered = 0usize;
+    let mut key = StubKey {
+        code: Vec::new(),
+        relocs: Vec::new(),
+    };
+    let mut info = InstructionInfoFactory::new();
+    while covered < PATCH_LEN {
+        if !dec.can_decode() {
+            return Err(Refusal::TooShort {
+                size: c.size,
+                need: (start - c.value) + PATCH_LEN as u64,
+            });
+        }
+        let ins = dec.decode();
+        if ins.is_invalid() {
+            return Err(Refusal::Undecodable {
+                offset: ins.ip() - c.value,
+            });
+        }
+        let text = format!("{ins}");
+        let unreloc = |why: &'static str| Refusal::Unrelocatable {
+            insn: text.clone(),
+            why,
+        };
+        if info
+            .info(&ins)
+            .used_registers()
+            .iter()
+            .any(|u| u.register().full_register() == Register::R11)
+        {
+            return Err(unreloc("uses r11, the stub's scratch register"));
+        }
+        let at = (ins.ip() - start) as usize;
+        let mut bytes = data[ins.ip() as usize..ins.next_ip() as usize].to_vec();
+        let offs = dec.get_constant_offsets(&ins);
+        let mut relocated_field = None;
+        if let Some(m) = rel {
+            for (&off, &(r_type, sym, addend)) in m.range(ins.ip()..ins.next_ip()) {
+                let Some(sym) = sym else {
+                    return Err(unreloc("relocation without a symbol"));
+                };
+                let width =
+                    reloc_width(r_type).ok_or_else(|| unreloc("relocation of an unknown type"))?;
+                if off + width > ins.next_ip() {
+                    return Err(unreloc("relocation crosses the instruction's end"));
+                }
+                relocated_field = Some(off - ins.ip());
+                key.relocs.push(MovedReloc {
+                    offset: (at as u64) + (off - ins.ip()),
+                    r_type,
+                    sym: RelSym::Sym(sym.index()),
+                    addend,
+                });
+            }
+            // A relocation that starts before this instruction and reaches in.
+            if let Some((&off, &(t, ..))) = m.range(..ins.ip()).next_back() {
+                if off + reloc_width(t).unwrap_or(8) > ins.ip() && off >= c.value {
+                    return Err(unreloc("relocation crosses the instruction's start"));
+                }
+            }
+        }
+        if is_near_branch(&ins) && relocated_field.is_none() {
+            return Err(unreloc("relative branch resolved by the assembler"));
+        }
+        if ins.is_ip_rel_memory_operand() && relocated_field.is_none() {
+            // Resolved inside the section: add a relocation against it.
+            if !offs.has_displacement() || offs.displacement_size() != 4 {
+                return Err(unreloc(
+                    "RIP-relative operand without a 32-bit displacement",
+                ));
+            }
+            let d = offs.displacement_offset() as u64;
+            let target = ins.ip_rel_memory_address();
+            let tail = ins.len() as u64 - d;
+            bytes[d as usize..d as usize + 4].fill(0);
+            key.relocs.push(MovedReloc {
+                offset: at as u64 + d,
+                r_type: elf::R_X86_64_PC32,
+                sym: RelSym::SectionOf(c.section.index()),
+                addend: target as i64 - tail as i64,
+            });
+        }
+        key.code.extend_from_slice(&bytes);
+        covered += ins.len();
+    }
+    // Nothing may jump into the patched bytes except at their start.
+    let inside = start + 1..start + covered as u64;
+    let targeted =
+        |set: Option<&BTreeSet<u64>>| set.and_then(|s| s.range(inside.clone()).next().copied());
+    if let Some(t) = targeted(o.branch_targets.get(&c.section.index()))
+        .or(targeted(o.targets.get(&c.section.index())))
+    {
+        return Err(Refusal::BranchTarget {
+            offset: t - c.value,
+        });
+    }
+    if let Some(off) = reads_return_address(&data[c.value as usize..end as usize], c.value) {
+        return Err(Refusal::ReadsReturnAddress {
+            offset: off - c.value,
+        });
+    }
+    Ok((start, covered, key))
+}
+
+/// Bytes a relocation of this type writes.
+fn reloc_width(t: u32) -> Option<u64> {
+    Some(match t {
+        elf::R_X86_64_64 | elf::R_X86_64_PC64 | elf::R_X86_64_GOTOFF64 => 8,
+        elf::R_X86_64_PC32
+        | elf::R_X86_64_PLT32
+        | elf::R_X86_64_32
+        | elf::R_X86_64_32S
+        | elf::R_X86_64_GOTPCREL
+        | elf::R_X86_64_GOTPCRELX
+        | elf::R_X86_64_REX_GOTPCRELX
+        | elf::R_X86_64_GOTPC32
+        | elf::R_X86_64_TLSGD
+        | elf::R_X86_64_TLSLD
+        | elf::R_X86_64_DTPOFF32
+        | elf::R_X86_64_GOTTPOFF
+        | elf::R_X86_64_TPOFF32 => 4,
+        elf::R_X86_64_16 | elf::R_X86_64_PC16 => 2,
+        elf::R_X86_64_8 | elf::R_X86_64_PC8 => 1,
+        _ => return None,
+    })
+}
+
+/// The section offset of an instruction that reads the function's return
+/// address, if one is found: `[rsp + h]` where h is the bytes pushed or
+/// reserved since entry, on the straight line from the entry to the first
+/// branch; `[rbp + 8]`-like once rbp was set from rsp, anywhere.
+/// A heuristic (no control-flow recovery): it finds what compilers emit
+/// for `__builtin_return_address(0)`, not every way to read the slot.
+fn reads_return_address(func: &[u8], base: u64) -> Option<u64> {
+    let mut dec = Decoder::with_ip(64, func, base, DecoderOptions::NONE);
+    let mut height: Option<i64> = Some(0);
+    let mut rbp_at: Option<i64> = None;
+    let mut ins = Instruction::default();
+    while dec.can_decode() {
+        dec.decode_out(&mut ins);
+        if ins.is_invalid() {
+            return None;
+        }
+        for i in 0..ins.op_count() {
+            if ins.op_kind(i) != OpKind::Memory || ins.memory_index() != Register::None {
+                continue;
+            }
+            let disp = ins.memory_displacement64() as i64;
+            let hit = match ins.memory_base() {
+                Register::RSP => height == Some(disp),
+                Register::RBP => rbp_at == Some(disp),
+                _ => false,
+            };
+            if hit {
+                return Some(ins.ip());
+            }
+        }
+        if let Some(h) = height {
+            let mut h = h - i64::from(ins.stack_pointer_increment());
+            let rsp_dst = ins.op_count() == 2
+                && ins.op0_kind() == OpKind::Register
+                && ins.op0_register() == Register::RSP;
+            if rsp_dst && ins.op1_kind() != OpKind::Register {
+                match ins.mnemonic() {
+                    iced_x86::Mnemonic::Sub => h += ins.immediate(1) as i64,
+                    iced_x86::Mnemonic::Add => h -= ins.immediate(1) as i64,
+                    _ => {}
+                }
+            }
+            if ins.mnemonic() == iced_x86::Mnemonic::Mov
+                && ins.op0_kind() == OpKind::Register
+                && ins.op0_register() == Register::RBP
+                && ins.op1_kind() == OpKind::Register
+                && ins.op1_register() == Register::RSP
+            {
+                rbp_at = Some(h);
+            }
+            height = Some(h);
+            if ins.flow_control() != FlowControl::Next {
+                height = None;
+            }
+        }
+    }
+    None
+}

@@ -1,0 +1,264 @@
+//! Applies a [`Plan`] to the parsed object: a new executable section
+//! `.text.mantle_instr` with the stubs and its relocations, the patched
+//! entries, their moved relocations, and the CET property cleared.
+//! Pure (builds bytes in memory).
+
+use crate::plan::{section_bytes, Plan, RelSym};
+use object::build::elf::{Builder, Relocation, SectionData, SectionId, SymbolId};
+use object::build::Id;
+use object::elf;
+use std::collections::HashMap;
+
+/// The entry routine of libmantle-instr every stub calls.
+pub const ENTER_SYMBOL: &[u8] = b"__mantle_instr_enter";
+const STUB_SECTION: &[u8] = b".text.mantle_instr";
+const STUB_ALIGN: usize = 16;
+const INT3: u8 = 0xcc;
+
+/// Stub prologue: `pop r11; call __mantle_instr_enter` (rel32 at +3).
+const STUB_HEAD: [u8; 7] = [0x41, 0x5b, 0xe8, 0, 0, 0, 0];
+const STUB_CALL_FIELD: u64 = 3;
+
+/// The stub tail: `add r11, imm8; jmp r11`, back behind the patch.
+fn stub_tail(covered: usize) -> [u8; 7] {
+    // covered - 5 skips the id and the rest of the overwritten bytes;
+    // covered <= PATCH_LEN + 14 (longest instruction), so it fits in imm8.
+    [0x49, 0x83, 0xc3, (covered - 5) as u8, 0x41, 0xff, 0xe3]
+}
+
+fn section_symbol(b: &mut Builder<'_>, sec: SectionId) -> SymbolId {
+    if let Some(s) = b
+        .symbols
+        .iter()
+        .find(|s| s.section == Some(sec) && s.st_type() == elf::STT_SECTION)
+    {
+        return s.id();
+    }
+    let s = b.symbols.add();
+    s.section = Some(sec);
+    s.set_st_info(elf::STB_LOCAL, elf::STT_SECTION);
+    s.id()
+}
+
+/// The relocation section of `target`, created if it has none.
+fn rela_of(b: &mut Builder<'_>, target: SectionId, symtab: SectionId) -> SectionId {
+    if let Some(s) = b
+        .sections
+        .iter()
+        .find(|s| s.sh_info_section == Some(target) && matches!(s.data, SectionData::Relocation(_)))
+    {
+        return s.id();
+    }
+    let mut name = b".rela".to_vec();
+    name.extend_from_slice(&b.sections.get(target).name);
+    let s = b.sections.add();
+    s.name = name.into();
+    s.sh_type = elf::SHT_RELA;
+    s.sh_flags = u64::from(elf::SHF_INFO_LINK);
+    s.sh_link_section = Some(symtab);
+    s.sh_info_section = Some(target);
+    s.sh_addralign = 8;
+    s.sh_entsize = 24;
+    s.data = SectionData::Relocation(Vec::new());
+    s.id()
+}
+
+fn relocs_mut<'b>(b: &'b mut Builder<'_>, id: SectionId) -> &'b mut Vec<Relocation> {
+    match &mut b.sections.get_mut(id).data {
+        SectionData::Relocation(v) => v,
+        _ => unreachable!("rela_of returns relocation sections"),
+    }
+}
+
+/// Rewrites `b` as planned.
+pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
+    if plan.sites.is_empty() {
+        return Ok(());
+    }
+    let symtab = b
+        .sections
+        .iter()
+        .find(|s| s.sh_type == elf::SHT_SYMTAB)
+        .map(|s| s.id())
+        .ok_or_else(|| crate::Error::Malformed("no symbol table".into()))?;
+    let sym_ids: HashMap<usize, SymbolId> =
+        b.symbols.iter().map(|s| (s.id().index(), s.id())).collect();
+
+    // The stub section and the symbols its code refers to.
+    let stub_sec = {
+        let s = b.sections.add();
+        s.name = STUB_SECTION.into();
+        s.sh_type = elf::SHT_PROGBITS;
+        s.sh_flags = u64::from(elf::SHF_ALLOC | elf::SHF_EXECINSTR);
+        s.sh_addralign = STUB_ALIGN as u64;
+        s.id()
+    };
+    let stub_sym = section_symbol(b, stub_sec);
+    let enter = {
+        let s = b.symbols.add();
+        s.name = ENTER_SYMBOL.into();
+        s.set_st_info(elf::STB_GLOBAL, elf::STT_NOTYPE);
+        s.id()
+    };
+    let mut code = Vec::new();
+    let mut stub_relocs = Vec::new();
+    let mut stub_at = Vec::with_capacity(plan.stubs.len());
+    // Every site of a stub overwrote the same bytes, so they cover the
+    // same length.
+    let mut covered_of = vec![0usize; plan.stubs.len()];
+    for s in &plan.sites {
+        covered_of[s.stub] = s.covered;
+    }
+    for (i, k) in plan.stubs.iter().enumerate() {
+        let at = code.len() as u64;
+        stub_at.push(at);
+        code.extend_from_slice(&STUB_HEAD);
+        stub_relocs.push(Relocation {
+            r_offset: at + STUB_CALL_FIELD,
+            symbol: Some(enter),
+            r_type: elf::R_X86_64_PLT32,
+            r_addend: -4,
+        });
+        let body = code.len() as u64;
+        code.extend_from_slice(&k.code);
+        for r in &k.relocs {
+            let symbol = match r.sym {
+                RelSym::Sym(i) => *sym_ids
+                    .get(&i)
+                    .ok_or_else(|| crate::Error::Malformed("relocation names no symbol".into()))?,
+                RelSym::SectionOf(s) => {
+                    let sec = b
+                        .sections
+                        .iter()
+                        .find(|x| x.id().index() == s)
+                        .map(|x| x.id());
+                    section_symbol(
+                        b,
+                        sec.ok_or_else(|| crate::Error::Malformed("no section".into()))?,
+                    )
+                }
+            };
+            stub_relocs.push(Relocation {
+                r_offset: body + r.offset,
+                symbol: Some(symbol),
+                r_type: r.r_type,
+                r_addend: r.addend,
+            });
+        }
+        code.extend_from_slice(&stub_tail(covered_of[i]));
+        while code.len() % STUB_ALIGN != 0 {
+            code.push(INT3);
+        }
+    }
+    b.sections.get_mut(stub_sec).data = SectionData::Data(code.into());
+    let stub_rela = rela_of(b, stub_sec, symtab);
+    *relocs_mut(b, stub_rela) = stub_relocs;
+
+    // The sites.
+    for s in &plan.sites {
+        let mut data = section_bytes(b, s.section).to_vec();
+        let at = s.start as usize;
+        data[at] = 0xe8;
+        data[at + 1..at + 5].fill(0);
+        data[at + 5..at + 9].copy_from_slice(&s.id.to_le_bytes());
+        data[at + 9..at + s.covered].fill(INT3);
+        b.sections.get_mut(s.section).data = SectionData::Data(data.into());
+        let rela = rela_of(b, s.section, symtab);
+        let end = s.start + s.covered as u64;
+        let rs = relocs_mut(b, rela);
+        rs.retain(|r| r.r_offset < s.start || r.r_offset >= end);
+        rs.push(Relocation {
+            r_offset: s.start + 1,
+            symbol: Some(stub_sym),
+            r_type: elf::R_X86_64_PC32,
+            r_addend: stub_at[s.stub] as i64 - 4,
+        });
+    }
+    for id in b.sections.iter().map(|s| s.id()).collect::<Vec<_>>() {
+        if let SectionData::Relocation(v) = &mut b.sections.get_mut(id).data {
+            v.sort_by_key(|r| r.r_offset);
+        }
+    }
+    if plan.cet {
+        clear_cet(b);
+    }
+    Ok(())
+}
+
+const GNU_PROPERTY_X86_FEATURE_1_AND: u32 = 0xc000_0002;
+const FEATURE_IBT_SHSTK: u32 = 0b11;
+
+/// Visits the x86 feature words of `.note.gnu.property` (offset into the
+/// note data of each 4-byte word).
+fn cet_words(note: &[u8]) -> Vec<usize> {
+    let u32_at = |o: usize| {
+        note.get(o..o + 4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    };
+    let mut out = Vec::new();
+    let mut o = 0usize;
+    while let (Some(namesz), Some(descsz), Some(ty)) = (u32_at(o), u32_at(o + 4), u32_at(o + 8)) {
+        let name_end = o + 12 + (namesz as usize).next_multiple_of(4);
+        let desc_end = name_end.saturating_add(descsz as usize);
+        if desc_end > note.len() {
+            break;
+        }
+        if ty == elf::NT_GNU_PROPERTY_TYPE_0 {
+            let mut p = name_end;
+            while let (Some(pt), Some(sz)) = (u32_at(p), u32_at(p + 4)) {
+                if p + 8 + sz as usize > desc_end {
+                    break;
+                }
+                if pt == GNU_PROPERTY_X86_FEATURE_1_AND && sz >= 4 {
+                    out.push(p + 8);
+                }
+                p += (8 + sz as usize).next_multiple_of(8);
+            }
+        }
+        o = desc_end.next_multiple_of(8);
+    }
+    out
+}
+
+fn gnu_property(b: &Builder<'_>) -> Option<SectionId> {
+    b.sections
+        .iter()
+        .find(|s| s.sh_type == elf::SHT_NOTE && &*s.name == b".note.gnu.property")
+        .map(|s| s.id())
+}
+
+fn note_bytes<'a>(b: &'a Builder<'_>, id: SectionId) -> &'a [u8] {
+    match &b.sections.get(id).data {
+        SectionData::Note(d) | SectionData::Data(d) => d.as_slice(),
+        _ => &[],
+    }
+}
+
+/// Whether the object is marked for IBT or shadow stacks.
+pub fn has_cet(b: &Builder<'_>) -> bool {
+    let Some(id) = gnu_property(b) else {
+        return false;
+    };
+    let note = note_bytes(b, id);
+    cet_words(note).into_iter().any(|w| {
+        u32::from_le_bytes(note[w..w + 4].try_into().unwrap_or_default()) & FEATURE_IBT_SHSTK != 0
+    })
+}
+
+/// Clears IBT and SHSTK: a return frame's `ret` would fault on a shadow
+/// stack and the stub's `jmp r11` lands without `endbr64`. The linker
+/// ANDs the property over all objects, so the program runs without them.
+fn clear_cet(b: &mut Builder<'_>) {
+    let Some(id) = gnu_property(b) else { return };
+    let mut note = note_bytes(b, id).to_vec();
+    for w in cet_words(&note) {
+        let v =
+            u32::from_le_bytes(note[w..w + 4].try_into().unwrap_or_default()) & !FEATURE_IBT_SHSTK;
+        note[w..w + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    let s = b.sections.get_mut(id);
+    s.data = match s.data {
+        SectionData::Note(_) => SectionData::Note(note.into()),
+        _ => SectionData::Data(note.into()),
+    };
+}
