@@ -79,14 +79,20 @@ pub extern "C" fn mantle_instr_set_hooks(enter: Option<Hook>, leave: Option<Hook
 /// site's 32-bit id and, above our own return address, the instrumented
 /// function's return address.
 ///
-/// Stack at the call: the function was entered with rsp = 8 mod 16, the
-/// site's call made it 0, the stub's `pop r11` 8, its call 0; nine pushes
-/// (72) and 136 bytes for xmm0-7 bring it back to 0 mod 16 for the call
-/// into Rust, and put the return address at rsp + 216.
+/// Every caller-saved register is kept, xmm0-15 included: GCC's -fipa-ra
+/// lets a caller keep values in registers a same-unit callee does not
+/// touch (found by the fixtures: a value in r10 across a call).
+/// The stack is aligned here, not assumed: GCC's -fipa-stack-alignment
+/// calls same-unit functions that need no alignment with rsp = 0 mod 16
+/// (found by the threads fixture). rbp keeps the frame: [rbp + 8] is the
+/// stub's return address, [rbp + 16] the function's.
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn __mantle_instr_enter() {
     core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -16",
         "push rax",
         "push rcx",
         "push rdx",
@@ -96,8 +102,8 @@ pub unsafe extern "C" fn __mantle_instr_enter() {
         "push r9",
         "push r10",
         "push r11",
-        "sub rsp, 136",
-        "movaps [rsp], xmm0",
+        "sub rsp, 264",
+        "movaps [rsp + 0], xmm0",
         "movaps [rsp + 16], xmm1",
         "movaps [rsp + 32], xmm2",
         "movaps [rsp + 48], xmm3",
@@ -105,10 +111,18 @@ pub unsafe extern "C" fn __mantle_instr_enter() {
         "movaps [rsp + 80], xmm5",
         "movaps [rsp + 96], xmm6",
         "movaps [rsp + 112], xmm7",
+        "movaps [rsp + 128], xmm8",
+        "movaps [rsp + 144], xmm9",
+        "movaps [rsp + 160], xmm10",
+        "movaps [rsp + 176], xmm11",
+        "movaps [rsp + 192], xmm12",
+        "movaps [rsp + 208], xmm13",
+        "movaps [rsp + 224], xmm14",
+        "movaps [rsp + 240], xmm15",
         "mov edi, dword ptr [r11]",
-        "lea rsi, [rsp + 216]",
+        "lea rsi, [rbp + 16]",
         "call {enter}",
-        "movaps xmm0, [rsp]",
+        "movaps xmm0, [rsp + 0]",
         "movaps xmm1, [rsp + 16]",
         "movaps xmm2, [rsp + 32]",
         "movaps xmm3, [rsp + 48]",
@@ -116,7 +130,15 @@ pub unsafe extern "C" fn __mantle_instr_enter() {
         "movaps xmm5, [rsp + 80]",
         "movaps xmm6, [rsp + 96]",
         "movaps xmm7, [rsp + 112]",
-        "add rsp, 136",
+        "movaps xmm8, [rsp + 128]",
+        "movaps xmm9, [rsp + 144]",
+        "movaps xmm10, [rsp + 160]",
+        "movaps xmm11, [rsp + 176]",
+        "movaps xmm12, [rsp + 192]",
+        "movaps xmm13, [rsp + 208]",
+        "movaps xmm14, [rsp + 224]",
+        "movaps xmm15, [rsp + 240]",
+        "add rsp, 264",
         "pop r11",
         "pop r10",
         "pop r9",
@@ -126,6 +148,8 @@ pub unsafe extern "C" fn __mantle_instr_enter() {
         "pop rdx",
         "pop rcx",
         "pop rax",
+        "mov rsp, rbp",
+        "pop rbp",
         "ret",
         enter = sym enter_c,
     )
@@ -148,25 +172,74 @@ pub unsafe extern "C" fn __mantle_instr_slots() {
 }
 
 /// Reached from a slot after the function returned: rsp = 0 mod 16 at the
-/// function's return, 8 after the slot's call. Saves the return value
-/// registers (rax, rdx, xmm0, xmm1), asks Rust for the original return
-/// address, puts it where the slot's return address was and returns there.
+/// function's return, 8 after the slot's call. Saves every caller-saved
+/// register (return values, and what -fipa-ra callers keep live), asks
+/// Rust for the original return address, puts it where the slot's return
+/// address was ([rbp + 8]) and returns there. Aligns the stack itself,
+/// like the entry path.
 #[unsafe(naked)]
 unsafe extern "C" fn leave_asm() {
     core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -16",
         "push rax",
+        "push rcx",
         "push rdx",
-        "sub rsp, 40",
-        "movaps [rsp], xmm0",
+        "push rsi",
+        "push rdi",
+        "push r8",
+        "push r9",
+        "push r10",
+        "push r11",
+        "sub rsp, 264",
+        "movaps [rsp + 0], xmm0",
         "movaps [rsp + 16], xmm1",
-        "mov rdi, [rsp + 56]",
+        "movaps [rsp + 32], xmm2",
+        "movaps [rsp + 48], xmm3",
+        "movaps [rsp + 64], xmm4",
+        "movaps [rsp + 80], xmm5",
+        "movaps [rsp + 96], xmm6",
+        "movaps [rsp + 112], xmm7",
+        "movaps [rsp + 128], xmm8",
+        "movaps [rsp + 144], xmm9",
+        "movaps [rsp + 160], xmm10",
+        "movaps [rsp + 176], xmm11",
+        "movaps [rsp + 192], xmm12",
+        "movaps [rsp + 208], xmm13",
+        "movaps [rsp + 224], xmm14",
+        "movaps [rsp + 240], xmm15",
+        "mov rdi, [rbp + 8]",
         "call {leave}",
-        "mov [rsp + 56], rax",
-        "movaps xmm0, [rsp]",
+        "mov [rbp + 8], rax",
+        "movaps xmm0, [rsp + 0]",
         "movaps xmm1, [rsp + 16]",
-        "add rsp, 40",
+        "movaps xmm2, [rsp + 32]",
+        "movaps xmm3, [rsp + 48]",
+        "movaps xmm4, [rsp + 64]",
+        "movaps xmm5, [rsp + 80]",
+        "movaps xmm6, [rsp + 96]",
+        "movaps xmm7, [rsp + 112]",
+        "movaps xmm8, [rsp + 128]",
+        "movaps xmm9, [rsp + 144]",
+        "movaps xmm10, [rsp + 160]",
+        "movaps xmm11, [rsp + 176]",
+        "movaps xmm12, [rsp + 192]",
+        "movaps xmm13, [rsp + 208]",
+        "movaps xmm14, [rsp + 224]",
+        "movaps xmm15, [rsp + 240]",
+        "add rsp, 264",
+        "pop r11",
+        "pop r10",
+        "pop r9",
+        "pop r8",
+        "pop rdi",
+        "pop rsi",
         "pop rdx",
+        "pop rcx",
         "pop rax",
+        "mov rsp, rbp",
+        "pop rbp",
         "ret",
         leave = sym leave_c,
     )

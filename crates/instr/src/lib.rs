@@ -60,6 +60,11 @@ pub enum Error {
 
 /// Parses `data` as an x86-64 relocatable object.
 pub fn parse(data: &[u8]) -> Result<Builder<'_>, Error> {
+    if has_groups(data) {
+        return Err(Error::Unsupported(
+            "section groups (COMDAT, as in most C++ objects) are not rewritten yet".into(),
+        ));
+    }
     let b = Builder::read(data).map_err(Error::Elf)?;
     if !b.is_64 || b.endian != object::Endianness::Little {
         return Err(Error::Unsupported("not a 64-bit little-endian file".into()));
@@ -87,6 +92,20 @@ pub fn parse(data: &[u8]) -> Result<Builder<'_>, Error> {
         ));
     }
     Ok(b)
+}
+
+/// Whether the file has SHT_GROUP sections, which object's builder cannot
+/// carry over (its read fails with "Unsupported section type 17").
+fn has_groups(data: &[u8]) -> bool {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let Ok(h) = elf::FileHeader64::<object::Endianness>::parse(data) else {
+        return false;
+    };
+    let Ok(endian) = h.endian() else { return false };
+    let Ok(secs) = h.sections(endian, data) else {
+        return false;
+    };
+    secs.iter().any(|s| s.sh_type(endian) == elf::SHT_GROUP)
 }
 
 /// Plans the rewrite of `data` (named `input` in the report).
