@@ -10,8 +10,9 @@
 //!   than its first (the jump would land in the middle of the call);
 //! * the function is shorter than the patch, or has no size;
 //! * an overwritten instruction cannot run elsewhere: a relative branch
-//!   without a relocation, a use of r11 (the stub's scratch register), an
-//!   undecodable byte, or a relocation that straddles instructions;
+//!   without a relocation, a change of rsp other than push, pop and
+//!   add/sub of a constant, an undecodable byte, or a relocation that
+//!   straddles instructions;
 //! * the function reads its own return address (`[rsp]` before the frame
 //!   grows, `[rbp+8]` with a frame pointer): the return frame would show;
 //! * the object uses C++ exceptions (`__gxx_personality_v0`): the unwinder
@@ -58,6 +59,110 @@ pub struct MovedReloc {
 pub struct StubKey {
     pub code: Vec<u8>,
     pub relocs: Vec<MovedReloc>,
+    /// Bytes the overwritten instructions push or reserve (D).
+    pub depth: u32,
+    /// Where the stub parks the resume address while they run, relative
+    /// to the stack pointer at the function's entry (negative).
+    pub resume_slot: i32,
+}
+
+/// Follows the stack through the overwritten instructions, so the stub
+/// can keep the address to resume at in a stack slot instead of a
+/// register (a register would be clobbered: GCC's -fipa-ra lets callers
+/// keep values in call-clobbered registers the callee does not touch).
+#[derive(Default)]
+struct StackTrack {
+    /// Bytes below the entry stack pointer, before each instruction.
+    heights: Vec<i64>,
+    /// The current height.
+    h: i64,
+    /// rbp = entry rsp - this, once `mov rbp, rsp` ran.
+    rbp: Option<i64>,
+    /// Stack bytes written, as [from, to) relative to the entry rsp.
+    writes: Vec<(i64, i64)>,
+}
+
+impl StackTrack {
+    fn step(
+        &mut self,
+        ins: &Instruction,
+        info: &iced_x86::InstructionInfo,
+    ) -> Result<(), &'static str> {
+        use iced_x86::{Mnemonic as M, OpAccess as A};
+        self.heights.push(self.h);
+        for m in info.used_memory() {
+            if !matches!(
+                m.access(),
+                A::Write | A::CondWrite | A::ReadWrite | A::ReadCondWrite
+            ) {
+                continue;
+            }
+            let base = match (m.base(), m.index()) {
+                (Register::RSP, Register::None) => -self.h,
+                (Register::RBP, Register::None) => match self.rbp {
+                    Some(r) => -r,
+                    // rbp is still the caller's: its frame is above us.
+                    None => continue,
+                },
+                (Register::RSP | Register::RBP, _) => return Err("writes the stack with an index"),
+                _ => continue,
+            };
+            let at = base + m.displacement() as i64;
+            self.writes.push((at, at + m.memory_size().size() as i64));
+        }
+        let writes_rsp = info
+            .used_registers()
+            .iter()
+            .any(|u| u.register() == Register::RSP && !matches!(u.access(), A::Read | A::CondRead));
+        let imm = |ins: &Instruction| {
+            (ins.op_count() == 2
+                && ins.op0_kind() == OpKind::Register
+                && ins.op0_register() == Register::RSP
+                && matches!(
+                    ins.op1_kind(),
+                    OpKind::Immediate8to64 | OpKind::Immediate32to64 | OpKind::Immediate8
+                ))
+            .then(|| ins.immediate(1) as i64)
+        };
+        match ins.mnemonic() {
+            _ if ins.stack_pointer_increment() != 0 => {
+                self.h -= i64::from(ins.stack_pointer_increment())
+            }
+            M::Sub if imm(ins).is_some() => self.h += imm(ins).unwrap_or(0),
+            M::Add if imm(ins).is_some() => self.h -= imm(ins).unwrap_or(0),
+            _ if writes_rsp => return Err("changes rsp in a way the stub cannot follow"),
+            M::Mov
+                if ins.op0_kind() == OpKind::Register
+                    && ins.op0_register() == Register::RBP
+                    && ins.op1_kind() == OpKind::Register
+                    && ins.op1_register() == Register::RSP =>
+            {
+                self.rbp = Some(self.h)
+            }
+            _ => {}
+        }
+        if !(0..=1 << 20).contains(&self.h) {
+            return Err("moves the stack pointer up or too far");
+        }
+        Ok(())
+    }
+
+    /// (D, q): the depth the instructions leave, and an 8-byte slot q
+    /// (relative to the entry rsp) that no overwritten instruction writes
+    /// and that is never more than the 128-byte red zone below rsp, where
+    /// a signal frame could overwrite it.
+    fn resume_slot(&self) -> Option<(u32, i32)> {
+        let mut heights = self.heights.clone();
+        heights.push(self.h);
+        let lowest = heights.iter().copied().max().unwrap_or(0);
+        (1..=lowest / 8 + 1)
+            .map(|k| -8 * k)
+            .find(|&q| {
+                heights.iter().all(|&h| q >= -h - 128)
+                    && self.writes.iter().all(|&(a, b)| b <= q || a >= q + 8)
+            })
+            .map(|q| (self.h as u32, q as i32))
+    }
 }
 
 /// One patched function entry.
@@ -84,11 +189,14 @@ pub struct Plan {
     pub cet: bool,
 }
 
+/// A section's relocations by offset: (type, symbol, addend).
+type Relocs = BTreeMap<u64, (u32, Option<SymbolId>, i64)>;
+
 /// What the planner reads of a relocatable object.
 pub struct Object<'a, 'd> {
     pub b: &'a Builder<'d>,
     /// Relocations per target section, by offset.
-    relocs: HashMap<usize, BTreeMap<u64, (u32, Option<SymbolId>, i64)>>,
+    relocs: HashMap<usize, Relocs>,
     /// Section offsets targeted by relocations or symbols, per section.
     targets: HashMap<usize, BTreeSet<u64>>,
     /// Near-branch targets found by decoding each executable section.
@@ -119,7 +227,7 @@ pub(crate) fn section_bytes<'a>(b: &'a Builder<'_>, id: SectionId) -> &'a [u8] {
 impl<'a, 'd> Object<'a, 'd> {
     /// Indexes relocations, symbol and branch targets.
     pub fn new(b: &'a Builder<'d>) -> Self {
-        let mut relocs: HashMap<usize, BTreeMap<u64, (u32, Option<SymbolId>, i64)>> =
+        let mut relocs: HashMap<usize, Relocs> =
             HashMap::new();
         for s in b.sections.iter() {
             if let (SectionData::Relocation(rs), Some(target)) = (&s.data, s.sh_info_section) {
@@ -197,7 +305,7 @@ impl<'a, 'd> Object<'a, 'd> {
 }
 
 fn has_reloc_in(
-    rel: Option<&BTreeMap<u64, (u32, Option<SymbolId>, i64)>>,
+    rel: Option<&Relocs>,
     from: u64,
     to: u64,
 ) -> bool {
@@ -330,8 +438,11 @@ fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refu
     let mut key = StubKey {
         code: Vec::new(),
         relocs: Vec::new(),
+        depth: 0,
+        resume_slot: 0,
     };
     let mut info = InstructionInfoFactory::new();
+    let mut stack = StackTrack::default();
     while covered < PATCH_LEN {
         if !dec.can_decode() {
             return Err(Refusal::TooShort {
@@ -350,14 +461,7 @@ fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refu
             insn: text.clone(),
             why,
         };
-        if info
-            .info(&ins)
-            .used_registers()
-            .iter()
-            .any(|u| u.register().full_register() == Register::R11)
-        {
-            return Err(unreloc("uses r11, the stub's scratch register"));
-        }
+        stack.step(&ins, info.info(&ins)).map_err(unreloc)?;
         let at = (ins.ip() - start) as usize;
         let mut bytes = data[ins.ip() as usize..ins.next_ip() as usize].to_vec();
         let offs = dec.get_constant_offsets(&ins);
@@ -411,6 +515,10 @@ fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refu
         key.code.extend_from_slice(&bytes);
         covered += ins.len();
     }
+    (key.depth, key.resume_slot) = stack.resume_slot().ok_or(Refusal::Unrelocatable {
+        insn: String::new(),
+        why: "no stack slot for the resume address",
+    })?;
     // Nothing may jump into the patched bytes except at their start.
     let inside = start + 1..start + covered as u64;
     let targeted =
@@ -510,4 +618,42 @@ fn reads_return_address(func: &[u8], base: u64) -> Option<u64> {
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn track(code: &[u8]) -> (Result<(), &'static str>, StackTrack) {
+        let mut t = StackTrack::default();
+        let mut info = InstructionInfoFactory::new();
+        let mut dec = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+        while dec.can_decode() {
+            let ins = dec.decode();
+            if let Err(e) = t.step(&ins, info.info(&ins)) {
+                return (Err(e), t);
+            }
+        }
+        (Ok(()), t)
+    }
+
+    #[test]
+    fn stack_tracking() {
+        // push rbp; mov rbp, rsp; sub rsp, 0x20
+        let (r, t) = track(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x20]);
+        assert!(r.is_ok());
+        assert_eq!((t.h, t.rbp), (40, Some(8)));
+        assert_eq!(t.resume_slot(), Some((40, -16)));
+        // and rsp, -16
+        let (r, _) = track(&[0x48, 0x83, 0xe4, 0xf0]);
+        assert!(r.is_err(), "{r:?}");
+        // mov [rsp-8], rdi then push rbx: the slot must avoid both writes.
+        let (r, t) = track(&[0x48, 0x89, 0x7c, 0x24, 0xf8, 0x53]);
+        assert!(r.is_ok());
+        assert_eq!(t.resume_slot(), Some((8, -16)));
+        // sub rsp, 0x1000 first: the slot stays within the red zone of the
+        // entry rsp, above the final rsp.
+        let (_, t) = track(&[0x48, 0x81, 0xec, 0x00, 0x10, 0x00, 0x00]);
+        assert_eq!(t.resume_slot(), Some((0x1000, -8)));
+    }
 }

@@ -15,15 +15,27 @@ const STUB_SECTION: &[u8] = b".text.mantle_instr";
 const STUB_ALIGN: usize = 16;
 const INT3: u8 = 0xcc;
 
-/// Stub prologue: `pop r11; call __mantle_instr_enter` (rel32 at +3).
-const STUB_HEAD: [u8; 7] = [0x41, 0x5b, 0xe8, 0, 0, 0, 0];
-const STUB_CALL_FIELD: u64 = 3;
+/// A stub, after a 4-byte word with the resume distance (site return
+/// address to the first byte after the patch), which the runtime reads:
+///   call __mantle_instr_enter        ; rewrites the site's return address
+///                                    ; into the resume address
+///   pop qword ptr [rsp + q]          ; parks it in slot q (rsp = entry rsp)
+///   <overwritten instructions>       ; rsp = entry rsp - D
+///   jmp qword ptr [rsp + q + D]      ; back behind the patch
+/// No register is used: every register reaches the function as its caller
+/// left it. `pop m` computes its address after the increment (SDM, POP).
+const STUB_CALL: [u8; 5] = [0xe8, 0, 0, 0, 0];
+const STUB_DATA: u64 = 4;
 
-/// The stub tail: `add r11, imm8; jmp r11`, back behind the patch.
-fn stub_tail(covered: usize) -> [u8; 7] {
-    // covered - 5 skips the id and the rest of the overwritten bytes;
-    // covered <= PATCH_LEN + 14 (longest instruction), so it fits in imm8.
-    [0x49, 0x83, 0xc3, (covered - 5) as u8, 0x41, 0xff, 0xe3]
+fn modrm_rsp(op: u8, reg: u8, disp: i32) -> Vec<u8> {
+    let mut v = vec![op];
+    if i8::try_from(disp).is_ok() {
+        v.extend_from_slice(&[0x44 | reg << 3, 0x24, disp as i8 as u8]);
+    } else {
+        v.extend_from_slice(&[0x84 | reg << 3, 0x24]);
+        v.extend_from_slice(&disp.to_le_bytes());
+    }
+    v
 }
 
 fn section_symbol(b: &mut Builder<'_>, sec: SectionId) -> SymbolId {
@@ -100,7 +112,8 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
         s.set_st_info(elf::STB_GLOBAL, elf::STT_NOTYPE);
         s.id()
     };
-    let mut code = Vec::new();
+    // Stubs start 16-byte aligned, their data word just before.
+    let mut code = vec![INT3; STUB_ALIGN - STUB_DATA as usize];
     let mut stub_relocs = Vec::new();
     let mut stub_at = Vec::with_capacity(plan.stubs.len());
     // Every site of a stub overwrote the same bytes, so they cover the
@@ -110,11 +123,14 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
         covered_of[s.stub] = s.covered;
     }
     for (i, k) in plan.stubs.iter().enumerate() {
+        // covered - 5: from the id behind the site's call to the end.
+        code.extend_from_slice(&((covered_of[i] - 5) as u32).to_le_bytes());
         let at = code.len() as u64;
         stub_at.push(at);
-        code.extend_from_slice(&STUB_HEAD);
+        code.extend_from_slice(&STUB_CALL);
+        code.extend_from_slice(&modrm_rsp(0x8f, 0, k.resume_slot));
         stub_relocs.push(Relocation {
-            r_offset: at + STUB_CALL_FIELD,
+            r_offset: at + 1,
             symbol: Some(enter),
             r_type: elf::R_X86_64_PLT32,
             r_addend: -4,
@@ -145,8 +161,8 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
                 r_addend: r.addend,
             });
         }
-        code.extend_from_slice(&stub_tail(covered_of[i]));
-        while code.len() % STUB_ALIGN != 0 {
+        code.extend_from_slice(&modrm_rsp(0xff, 4, k.resume_slot + k.depth as i32));
+        while !(code.len() as u64 + STUB_DATA).is_multiple_of(STUB_ALIGN as u64) {
             code.push(INT3);
         }
     }
@@ -246,7 +262,7 @@ pub fn has_cet(b: &Builder<'_>) -> bool {
 }
 
 /// Clears IBT and SHSTK: a return frame's `ret` would fault on a shadow
-/// stack and the stub's `jmp r11` lands without `endbr64`. The linker
+/// stack and the stub's indirect `jmp` lands without `endbr64`. The linker
 /// ANDs the property over all objects, so the program runs without them.
 fn clear_cet(b: &mut Builder<'_>) {
     let Some(id) = gnu_property(b) else { return };
