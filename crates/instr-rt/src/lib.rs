@@ -4,11 +4,12 @@
 //! `include/mantle/instr.h`.
 //!
 //! Mechanism (LOPI, Kågström Paper IV, §5.3, on x86-64):
-//! * a rewritten function starts with `call stub; .long id`. The stub is
-//!   shared by every site with the same overwritten instructions: it calls
-//!   [`__mantle_instr_enter`], parks the resume address in a stack slot,
-//!   runs the relocated instructions and jumps back behind them through
-//!   that slot, touching no register;
+//! * a rewritten function starts with `call stub; jmp over; .long id`. The
+//!   stub is shared by every site with the same overwritten instructions:
+//!   it calls [`__mantle_instr_enter`], parks its return address in a
+//!   stack slot, runs the relocated instructions and returns to the site
+//!   through that slot, touching no register, so calls and returns stay
+//!   paired for the return predictor;
 //! * `__mantle_instr_enter` saves every argument register (rax for varargs,
 //!   r10 for the static chain, xmm0-7), reads the 32-bit id behind the site,
 //!   and, in Rust, pushes a *return frame* on a per-thread stack and
@@ -76,9 +77,8 @@ pub extern "C" fn mantle_instr_set_hooks(enter: Option<Hook>, leave: Option<Hook
 }
 
 /// The entry path, called by every stub. Above its return address are the
-/// site's (pointing at the 32-bit id) and the function's; the word before
-/// the stub's code is the distance from the id to the resume address,
-/// which replaces the site's return address for the stub to jump to.
+/// site's (pointing at the site's 2-byte `jmp` over the 32-bit id) and
+/// the function's.
 ///
 /// Every caller-saved register is kept, xmm0-15 included: GCC's -fipa-ra
 /// lets a caller keep values in registers a same-unit callee does not
@@ -121,14 +121,9 @@ pub unsafe extern "C" fn __mantle_instr_enter() {
         "movaps [rsp + 224], xmm14",
         "movaps [rsp + 240], xmm15",
         "mov rax, [rbp + 16]",
-        "mov edi, dword ptr [rax]",
+        "mov edi, dword ptr [rax + 2]",
         "lea rsi, [rbp + 24]",
         "call {enter}",
-        // The site's return address (at the id) becomes the resume address:
-        // + the distance in the word before the stub's code.
-        "mov rax, [rbp + 8]",
-        "mov eax, dword ptr [rax - 9]",
-        "add [rbp + 16], rax",
         "movaps xmm0, [rsp + 0]",
         "movaps xmm1, [rsp + 16]",
         "movaps xmm2, [rsp + 32]",

@@ -6,11 +6,12 @@
 //!
 //! Mechanism, on an ELF relocatable object (`.o`):
 //! * the start of each chosen function (after `endbr64`) is overwritten
-//!   with `call stub; .long id` (9 bytes; a 32-bit id, so no 256-function
-//!   limit as in the paper's prototype). The stub is shared by every site
-//!   whose overwritten instructions, relocations included, are the same
-//!   (§5.3 "code reuse"); it calls the runtime's entry, runs the
-//!   overwritten instructions and jumps back behind them;
+//!   with `call stub; jmp over; .long id` (11 bytes; a 32-bit id, so no
+//!   256-function limit as in the paper's prototype). The stub is shared by
+//!   every site whose overwritten instructions, relocations included, are
+//!   the same (§5.3 "code reuse"); it calls the runtime's entry, runs the
+//!   overwritten instructions and *returns* to the site (the paper jumped
+//!   back, which unbalances the return predictor), using no register;
 //! * instructions are decoded with iced-x86; the ELF file is read and
 //!   written with `object`'s builder, so every section, symbol and
 //!   relocation the rewrite does not touch is kept as it was; the moved

@@ -3,7 +3,8 @@
 //! call, and is what the unit tests drive.
 //!
 //! A site is the first instructions of a function (after `endbr64`) that
-//! cover [`PATCH_LEN`] bytes: `call rel32` to the stub plus the 32-bit id.
+//! cover [`PATCH_LEN`] bytes: `call rel32` to the stub, a `jmp` over the
+//! 32-bit id, the id.
 //! It is refused when patching it is unsafe (Paper IV §5.3 sketched the
 //! first of these; mantle checks them all):
 //! * a branch or a relocation or a symbol targets a byte inside it other
@@ -32,8 +33,8 @@ use object::build::Id;
 use object::elf;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// `call rel32` (5 bytes) + the function id (4 bytes).
-pub const PATCH_LEN: usize = 9;
+/// `call rel32` (5 bytes), `jmp rel8` (2) and the function id (4 bytes).
+pub const PATCH_LEN: usize = crate::rewrite::SITE_LEN;
 const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
 /// The symbol a moved relocation refers to.
@@ -227,8 +228,7 @@ pub(crate) fn section_bytes<'a>(b: &'a Builder<'_>, id: SectionId) -> &'a [u8] {
 impl<'a, 'd> Object<'a, 'd> {
     /// Indexes relocations, symbol and branch targets.
     pub fn new(b: &'a Builder<'d>) -> Self {
-        let mut relocs: HashMap<usize, Relocs> =
-            HashMap::new();
+        let mut relocs: HashMap<usize, Relocs> = HashMap::new();
         for s in b.sections.iter() {
             if let (SectionData::Relocation(rs), Some(target)) = (&s.data, s.sh_info_section) {
                 let m = relocs.entry(target.index()).or_default();
@@ -304,11 +304,7 @@ impl<'a, 'd> Object<'a, 'd> {
     }
 }
 
-fn has_reloc_in(
-    rel: Option<&Relocs>,
-    from: u64,
-    to: u64,
-) -> bool {
+fn has_reloc_in(rel: Option<&Relocs>, from: u64, to: u64) -> bool {
     rel.is_some_and(|m| m.range(from..to).next().is_some())
 }
 

@@ -222,7 +222,7 @@ fn unsafe_sites_are_refused_with_their_reason() {
         reason("loop_in")
     );
     assert!(
-        matches!(reason("tiny"), Some(Refusal::TooShort { need: 9, .. })),
+        matches!(reason("tiny"), Some(Refusal::TooShort { need: 11, .. })),
         "{:?}",
         reason("tiny")
     );
