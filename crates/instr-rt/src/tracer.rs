@@ -11,6 +11,8 @@
 //! * `MANTLE_INSTR_MAP=path`: the sidecar `mantle instr` wrote, mapping ids
 //!   to names (TSV: `id<TAB>name<TAB>object`, `#` comments).
 //!
+//! In a set-id program (AT_SECURE) the environment is ignored: no output.
+//!
 //! Recursion: inclusive time counts only the outermost activation of a
 //! function on a thread, so it never exceeds the run time. Threads merge
 //! their data into [`GLOBAL`] when they exit; threads still running at
@@ -67,7 +69,11 @@ extern "C" fn at_exit() {
 
 pub(crate) fn init() {
     INIT.call_once(|| {
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        // A set-id program must not write files an unprivileged caller
+        // names through the environment (the glibc rule for secure mode).
+        // SAFETY: getauxval has no preconditions.
+        let secure = unsafe { libc::getauxval(libc::AT_SECURE) } != 0;
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty() && !secure);
         let c = Config {
             out: env("MANTLE_INSTR_OUT"),
             trace: env("MANTLE_INSTR_TRACE"),
@@ -280,5 +286,35 @@ pub fn write_outputs() {
         }
         o.push_str("\n]}\n");
         let _ = std::fs::write(path, o);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_are_escaped() {
+        assert_eq!(json_str("a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+        assert_eq!(json_str("fn_ok"), "\"fn_ok\"");
+    }
+
+    #[test]
+    fn map_file_names_ids() {
+        let dir = std::env::temp_dir().join(format!("mantle-instr-rt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("map.tsv");
+        std::fs::write(
+            &p,
+            "# header\n0\tmain\ta.o\n3\tfib\ta.o\nbad line\n99999999999\tx\ty\n",
+        )
+        .unwrap();
+        let n = names(p.to_str());
+        assert_eq!(n.len(), 4);
+        assert_eq!(n[0].as_deref(), Some("main"));
+        assert_eq!(n[3].as_deref(), Some("fib"));
+        assert_eq!(n[1], None);
+        assert!(names(Some("/nonexistent/map")).is_empty());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

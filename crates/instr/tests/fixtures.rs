@@ -283,7 +283,12 @@ fn bad_files_are_errors() {
         let _ = mantle_instr::rewrite_file(&good[..len], "x", &sel, 0);
     }
     let mut x: u64 = 0x9e3779b97f4a7c15;
-    for _ in 0..3000 {
+    // MANTLE_INSTR_FUZZ_ITERS runs longer (docs/instr.md: the run reported).
+    let iters = std::env::var("MANTLE_INSTR_FUZZ_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000u64);
+    for _ in 0..iters {
         let mut d = good.clone();
         for _ in 0..4 {
             x ^= x << 13;
