@@ -12,6 +12,8 @@ in turn), pinned with taskset to one CPU:
   xray        clang -O2 -fxray-instrument, chosen functions always instrumented
   uprobes     base under bpftrace uprobe + uretprobe on the chosen functions
   mantle-o    mantle instr on the .o files, linked with libmantle_instr.a
+              (--exit auto: patched rets where possible, return frames elsewhere)
+  mantle-rf   the same with --exit return-frames (LOPI's design everywhere)
 Every method runs the paper's instrumentation (hooks.c): read a 4-byte
 value at entry, accumulate it at exit. The chosen functions are the ones
 making up 80% of the exclusive time, measured by mantle instr's own
@@ -161,22 +163,28 @@ def main():
     open(xl, "w").write("".join(f"fun:{h}\n" for h in hot))
     xf = ["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1000000", f"-fxray-always-instrument={xl}"]
     exes["xray"] = build("xray", "clang", xf, src, hooks=True, hook_flags=["-DMODE_XRAY"])
-    d = os.path.join(OUT, "mantle-o")
-    os.makedirs(d, exist_ok=True)
-    mp = os.path.join(d, "map.tsv")
-    if os.path.exists(mp):
-        os.remove(mp)
-    objs, stubs, refused = [], 0, []
-    for u in UNITS:
-        o, n = os.path.join(OUT, "base", u + ".o"), os.path.join(d, u + ".o")
-        r = json.loads(sh([mantle, "instr", "rewrite", o, "-o", n, "--functions-from", hotfile, "--map", mp,
-                           "--json"]).stdout)
-        stubs += r["stubs"]
-        refused += [f["name"] for f in r["functions"] if f["status"] == "refused"]
-        objs.append(n)
-    exes["mantle-o"] = build("mantle-o", "gcc", ["-O2"], src, objs=objs, hooks=True,
-                             hook_flags=["-DMODE_MANTLE", f"-I{inc}"], ldflags=[rt])
-    print(f"mantle: {stubs} stubs, refused: {refused or 'none'}; src-lto hook calls left: {lto_calls}")
+    mantle_info = {}
+    for variant, exit_mode in (("mantle-o", "auto"), ("mantle-rf", "return-frames")):
+        d = os.path.join(OUT, variant)
+        os.makedirs(d, exist_ok=True)
+        mp = os.path.join(d, "map.tsv")
+        if os.path.exists(mp):
+            os.remove(mp)
+        objs, stubs, refused, balanced = [], 0, [], []
+        for u in UNITS:
+            o, n = os.path.join(OUT, "base", u + ".o"), os.path.join(d, u + ".o")
+            r = json.loads(sh([mantle, "instr", "rewrite", o, "-o", n, "--functions-from", hotfile, "--map", mp,
+                               "--exit", exit_mode, "--json"]).stdout)
+            stubs += r["stubs"] + r["exit_stubs"]
+            refused += [f["name"] for f in r["functions"] if f["status"] == "refused"]
+            balanced += [f["name"] for f in r["functions"] if f.get("exit") == "balanced"]
+            objs.append(n)
+        exes[variant] = build(variant, "gcc", ["-O2"], src, objs=objs, hooks=True,
+                              hook_flags=["-DMODE_MANTLE", f"-I{inc}"], ldflags=[rt])
+        mantle_info[variant] = dict(stubs=stubs, refused=refused, balanced=balanced)
+        print(f"{variant} (--exit {exit_mode}): {stubs} stubs, refused: {refused or 'none'}, "
+              f"balanced exits: {balanced or 'none'}")
+    print(f"src-lto hook calls left: {lto_calls}")
 
     # Same output everywhere.
     ref = {w: timed([base, *args], path, a.cpu)[1] for w, (args, path) in workloads.items()}
@@ -223,6 +231,8 @@ def main():
                 times[(m, w)].append(t)
         print(f"repetition {rep + 1}/{a.reps} done", file=sys.stderr)
 
+    micro = micro_bench(a, mantle, rt, inc)
+
     rows = []
     print(f"\nbzip2 1.0.8, input {a.mb} MiB of /usr/include (tar), taskset -c {a.cpu}, {a.reps} repetitions, "
           "median [min-max] seconds; ratio to the method's baseline (clang for xray, gcc for the rest)")
@@ -239,11 +249,47 @@ def main():
                              calls=c, ns_per_call=per, times=ts))
             print(f"{w:<11}{m:<10}{med:>10.3f}{min(ts):>8.3f}{max(ts):>8.3f}{med / bmed:>8.3f}"
                   f"{(c or 0):>12}{(f'{per:.1f}' if per is not None else '-'):>9}")
-    res = dict(chosen=hot, stubs=stubs, refused=refused, cpu=a.cpu, reps=a.reps, mb=a.mb,
+    res = dict(micro=micro, chosen=hot, mantle=mantle_info, cpu=a.cpu, reps=a.reps, mb=a.mb,
                src_lto_hook_calls=lto_calls, rows=rows, command="flock /tmp/mantle-bench.lock bench/instr/bench.py "
                + " ".join(sys.argv[1:]))
     json.dump(res, open(os.path.join(HERE, "results.json"), "w"), indent=1)
     plot(res)
+
+
+def micro_bench(a, mantle, rt, inc):
+    """work() called 20M times: uninstrumented, --exit auto (balanced
+    here), --exit return-frames. Returns ns per call over the baseline."""
+    d = os.path.join(OUT, "micro")
+    os.makedirs(d, exist_ok=True)
+    src = os.path.join(HERE, "micro.c")
+    obj = os.path.join(d, "micro.o")
+    sh(["gcc", "-O2", "-c", src, "-o", obj])
+    hooks = os.path.join(d, "hooks.o")
+    sh(["gcc", "-O2", "-DMODE_MANTLE", f"-I{inc}", "-c", os.path.join(HERE, "hooks.c"), "-o", hooks])
+    exes = {"base": os.path.join(d, "base")}
+    sh(["gcc", obj, "-o", exes["base"]])
+    for mode in ("auto", "return-frames"):
+        o = os.path.join(d, f"micro-{mode}.o")
+        r = json.loads(sh([mantle, "instr", "rewrite", obj, "-o", o, "-f", "work", "--exit", mode, "--json"]).stdout)
+        exes[mode] = os.path.join(d, mode)
+        exes[mode + "-exit"] = r["functions"][0].get("exit")
+        sh(["gcc", o, hooks, rt, "-o", exes[mode]])
+    n = 20_000_000
+    times = {m: [] for m in ("base", "auto", "return-frames")}
+    for _ in range(a.reps):
+        for m in times:
+            t0 = time.perf_counter()
+            sh(["taskset", "-c", str(a.cpu), exes[m], str(n)])
+            times[m].append(time.perf_counter() - t0)
+    base = statistics.median(times["base"])
+    out = {}
+    print(f"\nmicro: work() x {n}, taskset -c {a.cpu}, {a.reps} repetitions (median [min-max] s, ns/call over base)")
+    for m, ts in times.items():
+        med = statistics.median(ts)
+        per = (med - base) / n * 1e9
+        out[m] = dict(median=med, min=min(ts), max=max(ts), ns_per_call=per, exit=exes.get(m + "-exit"), times=ts)
+        print(f"  {m:<14} {med:7.3f} [{min(ts):.3f}-{max(ts):.3f}]  {per:6.1f} ns/call  exit: {exes.get(m + '-exit', '-')}")
+    return out
 
 
 def plot(res):

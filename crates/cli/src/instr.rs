@@ -69,6 +69,26 @@ pub struct SelArgs {
     /// Every function of the object.
     #[arg(long)]
     all: bool,
+    /// Exits: `auto` patches the `ret`s of functions whose every exit is a
+    /// patchable `ret` (calls and returns stay paired) and gives the others
+    /// return frames; `return-frames` uses LOPI's return frames everywhere.
+    #[arg(long, value_enum, default_value = "auto")]
+    exit: Exit,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Exit {
+    Auto,
+    ReturnFrames,
+}
+
+impl SelArgs {
+    fn mode(&self) -> mantle_instr::ExitMode {
+        match self.exit {
+            Exit::Auto => mantle_instr::ExitMode::Auto,
+            Exit::ReturnFrames => mantle_instr::ExitMode::ReturnFrames,
+        }
+    }
 }
 
 impl SelArgs {
@@ -123,11 +143,12 @@ fn print(r: &Report, json: bool) {
         return;
     }
     println!(
-        "{}: {} instrumented, {} refused, {} stubs{}",
+        "{}: {} instrumented, {} refused, {} stubs, {} exit stubs{}",
         r.input,
         r.instrumented,
         r.refused,
         r.stubs,
+        r.exit_stubs,
         if r.cet_cleared {
             " (CET property cleared)"
         } else {
@@ -140,13 +161,13 @@ fn print(r: &Report, json: bool) {
                 id,
                 stub,
                 patched_bytes,
+                exit,
+                patched_rets,
                 ..
-            } => {
-                println!(
-                    "  ok      {:<32} id {id} stub {stub} ({patched_bytes} bytes)",
-                    f.name
-                )
-            }
+            } => println!(
+                "  ok      {:<32} id {id} stub {stub} ({patched_bytes} bytes), exit: {exit} ({patched_rets} rets)",
+                f.name
+            ),
             mantle_instr::Outcome::Refused { reason } => {
                 println!("  refused {:<32} {reason}", f.name)
             }
@@ -158,9 +179,14 @@ pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
     match cmd {
         InstrCmd::Plan { input, sel, json } => {
             let data = read(&input)?;
-            let r =
-                mantle_instr::plan_file(&data, &input.display().to_string(), &sel.selection()?, 0)
-                    .map_err(|e| lib_failure(&input, e))?;
+            let r = mantle_instr::plan_file(
+                &data,
+                &input.display().to_string(),
+                &sel.selection()?,
+                0,
+                sel.mode(),
+            )
+            .map_err(|e| lib_failure(&input, e))?;
             print(&r, json);
             Ok(())
         }
@@ -184,6 +210,7 @@ pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
                 &input.display().to_string(),
                 &sel.selection()?,
                 first,
+                sel.mode(),
             )
             .map_err(|e| lib_failure(&input, e))?;
             std::fs::write(&output, bytes).map_err(|e| Failure::io("cannot write", &output, &e))?;

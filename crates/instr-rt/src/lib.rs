@@ -157,6 +157,78 @@ pub unsafe extern "C" fn __mantle_instr_enter() {
     )
 }
 
+/// The entry path of balanced functions (their `ret`s are patched): the
+/// same as [`__mantle_instr_enter`], but the return address stays.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn __mantle_instr_enter_b() {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -16",
+        "push rax",
+        "push rcx",
+        "push rdx",
+        "push rsi",
+        "push rdi",
+        "push r8",
+        "push r9",
+        "push r10",
+        "push r11",
+        "sub rsp, 264",
+        "movaps [rsp + 0], xmm0",
+        "movaps [rsp + 16], xmm1",
+        "movaps [rsp + 32], xmm2",
+        "movaps [rsp + 48], xmm3",
+        "movaps [rsp + 64], xmm4",
+        "movaps [rsp + 80], xmm5",
+        "movaps [rsp + 96], xmm6",
+        "movaps [rsp + 112], xmm7",
+        "movaps [rsp + 128], xmm8",
+        "movaps [rsp + 144], xmm9",
+        "movaps [rsp + 160], xmm10",
+        "movaps [rsp + 176], xmm11",
+        "movaps [rsp + 192], xmm12",
+        "movaps [rsp + 208], xmm13",
+        "movaps [rsp + 224], xmm14",
+        "movaps [rsp + 240], xmm15",
+        "mov rax, [rbp + 16]",
+        "mov edi, dword ptr [rax + 2]",
+        "lea rsi, [rbp + 24]",
+        "call {enter}",
+        "movaps xmm0, [rsp + 0]",
+        "movaps xmm1, [rsp + 16]",
+        "movaps xmm2, [rsp + 32]",
+        "movaps xmm3, [rsp + 48]",
+        "movaps xmm4, [rsp + 64]",
+        "movaps xmm5, [rsp + 80]",
+        "movaps xmm6, [rsp + 96]",
+        "movaps xmm7, [rsp + 112]",
+        "movaps xmm8, [rsp + 128]",
+        "movaps xmm9, [rsp + 144]",
+        "movaps xmm10, [rsp + 160]",
+        "movaps xmm11, [rsp + 176]",
+        "movaps xmm12, [rsp + 192]",
+        "movaps xmm13, [rsp + 208]",
+        "movaps xmm14, [rsp + 224]",
+        "movaps xmm15, [rsp + 240]",
+        "add rsp, 264",
+        "pop r11",
+        "pop r10",
+        "pop r9",
+        "pop r8",
+        "pop rdi",
+        "pop rsi",
+        "pop rdx",
+        "pop rcx",
+        "pop rax",
+        "mov rsp, rbp",
+        "pop rbp",
+        "ret",
+        enter = sym enter_b_c,
+    )
+}
+
 /// The return-frame code slots: slot `d` is the return address given to
 /// the function entered at depth `d`.
 #[unsafe(naked)]
@@ -247,6 +319,77 @@ unsafe extern "C" fn leave_asm() {
     )
 }
 
+/// Called by a balanced function's exit stub just before its `ret`:
+/// [rbp + 16] is the function's return address, whose stack address
+/// identifies the frame. Keeps every register.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn __mantle_instr_leave_b() {
+    core::arch::naked_asm!(
+        "push rbp",
+        "mov rbp, rsp",
+        "and rsp, -16",
+        "push rax",
+        "push rcx",
+        "push rdx",
+        "push rsi",
+        "push rdi",
+        "push r8",
+        "push r9",
+        "push r10",
+        "push r11",
+        "sub rsp, 264",
+        "movaps [rsp + 0], xmm0",
+        "movaps [rsp + 16], xmm1",
+        "movaps [rsp + 32], xmm2",
+        "movaps [rsp + 48], xmm3",
+        "movaps [rsp + 64], xmm4",
+        "movaps [rsp + 80], xmm5",
+        "movaps [rsp + 96], xmm6",
+        "movaps [rsp + 112], xmm7",
+        "movaps [rsp + 128], xmm8",
+        "movaps [rsp + 144], xmm9",
+        "movaps [rsp + 160], xmm10",
+        "movaps [rsp + 176], xmm11",
+        "movaps [rsp + 192], xmm12",
+        "movaps [rsp + 208], xmm13",
+        "movaps [rsp + 224], xmm14",
+        "movaps [rsp + 240], xmm15",
+        "lea rdi, [rbp + 16]",
+        "call {leave}",
+        "movaps xmm0, [rsp + 0]",
+        "movaps xmm1, [rsp + 16]",
+        "movaps xmm2, [rsp + 32]",
+        "movaps xmm3, [rsp + 48]",
+        "movaps xmm4, [rsp + 64]",
+        "movaps xmm5, [rsp + 80]",
+        "movaps xmm6, [rsp + 96]",
+        "movaps xmm7, [rsp + 112]",
+        "movaps xmm8, [rsp + 128]",
+        "movaps xmm9, [rsp + 144]",
+        "movaps xmm10, [rsp + 160]",
+        "movaps xmm11, [rsp + 176]",
+        "movaps xmm12, [rsp + 192]",
+        "movaps xmm13, [rsp + 208]",
+        "movaps xmm14, [rsp + 224]",
+        "movaps xmm15, [rsp + 240]",
+        "add rsp, 264",
+        "pop r11",
+        "pop r10",
+        "pop r9",
+        "pop r8",
+        "pop rdi",
+        "pop rsi",
+        "pop rdx",
+        "pop rcx",
+        "pop rax",
+        "mov rsp, rbp",
+        "pop rbp",
+        "ret",
+        leave = sym leave_b_c,
+    )
+}
+
 fn slots_base() -> usize {
     __mantle_instr_slots as unsafe extern "C" fn() as usize
 }
@@ -312,6 +455,10 @@ fn close(th: &mut Thread, t: u64) -> Option<Frame> {
 }
 
 extern "C" fn enter_c(id: u32, slot: *mut usize) {
+    enter_common(id, slot, true);
+}
+
+fn enter_common(id: u32, slot: *mut usize, return_frame: bool) {
     tracer::init();
     let _ = THREAD.try_with(|cell| {
         // SAFETY: the thread's own data; the hooks are not reentrant (the
@@ -341,11 +488,34 @@ extern "C" fn enter_c(id: u32, slot: *mut usize) {
             t0: t,
             child: 0,
         });
-        // SAFETY: as above.
-        unsafe { *slot = slot_code(d) };
+        if return_frame {
+            // SAFETY: as above.
+            unsafe { *slot = slot_code(d) };
+        }
         match user(&USER_ENTER) {
             Some(h) => h(id),
             None => th.trace.enter(id, t),
+        }
+    });
+}
+
+/// Pushes the frame of a balanced function (its return address stays).
+extern "C" fn enter_b_c(id: u32, slot: *mut usize) {
+    enter_common(id, slot, false);
+}
+
+/// Closes the frame of a balanced function returning from `sp` (the
+/// stack address of its return address), and dead frames above it.
+extern "C" fn leave_b_c(sp: usize) {
+    let _ = THREAD.try_with(|cell| {
+        // SAFETY: see enter_c.
+        let th = unsafe { &mut *cell.get() };
+        let t = now();
+        while th.frames.last().is_some_and(|f| f.sp < sp) {
+            close(th, t);
+        }
+        if th.frames.last().is_some_and(|f| f.sp == sp) {
+            close(th, t);
         }
     });
 }

@@ -16,8 +16,11 @@
 //!   written with `object`'s builder, so every section, symbol and
 //!   relocation the rewrite does not touch is kept as it was; the moved
 //!   instructions take their relocations with them ([`plan`]);
-//! * the exit is instrumented lazily by the runtime: it replaces the return
-//!   address with a per-depth *return frame* (Figures 5.4-5.6);
+//! * exits, chosen per function ([`ExitMode`]): where every way out of the
+//!   function is a `ret` whose window can be moved, each `ret` becomes a
+//!   jump to an exit stub (`...; call leave; ret`): calls and returns stay
+//!   paired. Elsewhere LOPI's lazy *return frame* (Figures 5.4-5.6): the
+//!   runtime replaces the return address with a per-depth code slot;
 //! * a site that cannot be patched safely is refused with a reason
 //!   ([`Refusal`]); the [`Report`] lists every chosen function.
 //!
@@ -25,8 +28,8 @@
 //! little-endian relocatable ELF is an [`Error`], never a panic; planning
 //! ([`plan`]) and rewriting ([`rewrite`]) make no system call; only the
 //! CLI reads and writes files. Not done yet (issue 13): linked executables
-//! and shared libraries, the balanced call/ret exit, choosing functions
-//! from a `mantle prof` session.
+//! and shared libraries, COMDAT groups, choosing functions from a
+//! `mantle prof` session.
 //!
 //! Lock order: no locks.
 
@@ -35,7 +38,7 @@ pub mod report;
 pub mod rewrite;
 pub mod select;
 
-pub use plan::Plan;
+pub use plan::{ExitMode, Plan};
 pub use report::{Function, Outcome, Refusal, Report};
 pub use select::Selection;
 
@@ -115,11 +118,12 @@ pub fn plan_file(
     input: &str,
     sel: &Selection,
     first_id: u32,
+    mode: ExitMode,
 ) -> Result<Report, Error> {
     let b = parse(data)?;
     let o = plan::Object::new(&b);
     let chosen = plan::candidates(&b, sel);
-    let p = plan::plan(&o, &chosen, first_id);
+    let p = plan::plan(&o, &chosen, first_id, mode);
     Ok(Report::new(input, &p))
 }
 
@@ -129,12 +133,13 @@ pub fn rewrite_file(
     input: &str,
     sel: &Selection,
     first_id: u32,
+    mode: ExitMode,
 ) -> Result<(Vec<u8>, Report), Error> {
     let mut b = parse(data)?;
     let p = {
         let o = plan::Object::new(&b);
         let chosen = plan::candidates(&b, sel);
-        plan::plan(&o, &chosen, first_id)
+        plan::plan(&o, &chosen, first_id, mode)
     };
     let report = Report::new(input, &p);
     rewrite::apply(&mut b, &p)?;

@@ -65,6 +65,25 @@ pub struct StubKey {
     /// Where the stub parks the resume address while they run, relative
     /// to the stack pointer at the function's entry (negative).
     pub resume_slot: i32,
+    /// The function's exits are patched (no return frame).
+    pub balanced: bool,
+}
+
+/// An exit stub: the instructions before a `ret`, then the runtime's
+/// leave, then the `ret` (with its pop count).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ExitKey {
+    pub code: Vec<u8>,
+    pub relocs: Vec<MovedReloc>,
+    pub ret_pop: u16,
+}
+
+/// A patched `ret` (with the instructions before it).
+#[derive(Debug, Clone)]
+pub struct ExitSite {
+    pub start: u64,
+    pub covered: usize,
+    pub stub: usize,
 }
 
 /// Follows the stack through the overwritten instructions, so the stub
@@ -176,6 +195,8 @@ pub struct Site {
     pub covered: usize,
     pub id: u32,
     pub stub: usize,
+    /// Patched exits (balanced mode); empty with return frames.
+    pub exits: Vec<ExitSite>,
 }
 
 /// The whole rewrite, ready to apply.
@@ -183,11 +204,13 @@ pub struct Site {
 pub struct Plan {
     pub sites: Vec<Site>,
     pub stubs: Vec<StubKey>,
+    pub exit_stubs: Vec<ExitKey>,
     /// One entry per chosen function, in symbol order.
     pub functions: Vec<crate::report::Function>,
     /// The object carries a CET (IBT/SHSTK) property that the rewrite must
     /// clear.
     pub cet: bool,
+    pub mode: ExitMode,
 }
 
 /// A section's relocations by offset: (type, symbol, addend).
@@ -350,18 +373,34 @@ pub fn candidates(b: &Builder<'_>, sel: &crate::Selection) -> Vec<Candidate> {
 
 /// Plans the rewrite of the chosen functions, numbering the instrumented
 /// ones from `first_id`.
-pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32) -> Plan {
+pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitMode) -> Plan {
     let mut plan = Plan {
         cet: crate::rewrite::has_cet(o.b),
+        mode,
         ..Plan::default()
     };
     let mut stub_ids: HashMap<StubKey, usize> = HashMap::new();
+    let mut exit_ids: HashMap<ExitKey, usize> = HashMap::new();
     let mut next_id = first_id;
     for c in chosen {
         let sec_name = String::from_utf8_lossy(&o.b.sections.get(c.section).name).into_owned();
-        let outcome = match site(o, c) {
+        let outcome = match site(o, c, mode) {
             Err(r) => Outcome::Refused { reason: r },
-            Ok((start, covered, key)) => {
+            Ok((start, covered, key, exit_keys)) => {
+                let balanced = key.balanced;
+                let mut exits = Vec::new();
+                for (start, covered, k) in exit_keys {
+                    let n = exit_ids.len();
+                    let stub = *exit_ids.entry(k.clone()).or_insert_with(|| {
+                        plan.exit_stubs.push(k);
+                        n
+                    });
+                    exits.push(ExitSite {
+                        start,
+                        covered,
+                        stub,
+                    });
+                }
                 let n = stub_ids.len();
                 let stub = *stub_ids.entry(key.clone()).or_insert_with(|| {
                     plan.stubs.push(key);
@@ -369,18 +408,22 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32) -> Plan {
                 });
                 let id = next_id;
                 next_id = next_id.wrapping_add(1);
+                let rets = exits.len();
                 plan.sites.push(Site {
                     section: c.section,
                     start,
                     covered,
                     id,
                     stub,
+                    exits,
                 });
                 Outcome::Instrumented {
                     id,
                     stub,
                     patched_bytes: covered,
                     endbr64: start != c.value,
+                    exit: if balanced { "balanced" } else { "return-frame" },
+                    patched_rets: rets,
                 }
             }
         };
@@ -396,7 +439,21 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32) -> Plan {
 }
 
 /// Checks one function and builds its stub key.
-fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refusal> {
+type Planned = (u64, usize, StubKey, Vec<(u64, usize, ExitKey)>);
+
+/// How exits are instrumented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExitMode {
+    /// Patch the `ret`s where every exit can be patched (calls and returns
+    /// stay paired), return frames elsewhere. The default: faster
+    /// (bench/instr).
+    #[default]
+    Auto,
+    /// LOPI's return frames everywhere.
+    ReturnFrames,
+}
+
+fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Refusal> {
     if o.uses_cxx_exceptions {
         return Err(Refusal::CxxExceptions);
     }
@@ -422,8 +479,63 @@ fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refu
             need: (start - c.value) + PATCH_LEN as u64,
         });
     }
+    let mut stack = StackTrack::default();
+    let (covered, code, relocs) = relocate(o, c, start, end, PATCH_LEN, Some(&mut stack))?;
+    let mut key = StubKey {
+        code,
+        relocs,
+        depth: 0,
+        resume_slot: 0,
+        balanced: false,
+    };
+    (key.depth, key.resume_slot) = stack.resume_slot().ok_or(Refusal::Unrelocatable {
+        insn: String::new(),
+        why: "no stack slot for the resume address",
+    })?;
+    // Nothing may jump into the patched bytes except at their start.
+    if let Some(t) = targeted_inside(o, c.section, start, covered) {
+        return Err(Refusal::BranchTarget {
+            offset: t - c.value,
+        });
+    }
+    let exits = match mode {
+        ExitMode::Auto => balanced_exits(o, c, (start, covered), end),
+        ExitMode::ReturnFrames => None,
+    };
+    // A balanced function's return address is never rewritten.
+    if exits.is_none() {
+        if let Some(off) = reads_return_address(&data[c.value as usize..end as usize], c.value) {
+            return Err(Refusal::ReadsReturnAddress {
+                offset: off - c.value,
+            });
+        }
+    }
+    key.balanced = exits.is_some();
+    Ok((start, covered, key, exits.unwrap_or_default()))
+}
+
+/// A byte strictly inside [start, start + len) that a branch, relocation
+/// or symbol targets.
+fn targeted_inside(o: &Object<'_, '_>, sec: SectionId, start: u64, len: usize) -> Option<u64> {
+    let inside = start + 1..start + len as u64;
+    let targeted =
+        |set: Option<&BTreeSet<u64>>| set.and_then(|s| s.range(inside.clone()).next().copied());
+    targeted(o.branch_targets.get(&sec.index())).or(targeted(o.targets.get(&sec.index())))
+}
+
+/// Decodes whole instructions from `start` until they cover `min_len`
+/// bytes and makes them runnable elsewhere: (bytes covered, code,
+/// relocations relative to the code). Follows the stack if asked.
+fn relocate(
+    o: &Object<'_, '_>,
+    c: &Candidate,
+    start: u64,
+    end: u64,
+    min_len: usize,
+    mut stack: Option<&mut StackTrack>,
+) -> Result<(usize, Vec<u8>, Vec<MovedReloc>), Refusal> {
+    let data = section_bytes(o.b, c.section);
     let rel = o.relocs.get(&c.section.index());
-    // The overwritten instructions.
     let mut dec = Decoder::with_ip(
         64,
         &data[start as usize..end as usize],
@@ -431,19 +543,13 @@ fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refu
         DecoderOptions::NONE,
     );
     let mut covered = 0usize;
-    let mut key = StubKey {
-        code: Vec::new(),
-        relocs: Vec::new(),
-        depth: 0,
-        resume_slot: 0,
-    };
+    let (mut code, mut relocs) = (Vec::new(), Vec::new());
     let mut info = InstructionInfoFactory::new();
-    let mut stack = StackTrack::default();
-    while covered < PATCH_LEN {
+    while covered < min_len {
         if !dec.can_decode() {
             return Err(Refusal::TooShort {
                 size: c.size,
-                need: (start - c.value) + PATCH_LEN as u64,
+                need: (start - c.value) + min_len as u64,
             });
         }
         let ins = dec.decode();
@@ -457,7 +563,9 @@ fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refu
             insn: text.clone(),
             why,
         };
-        stack.step(&ins, info.info(&ins)).map_err(unreloc)?;
+        if let Some(st) = stack.as_deref_mut() {
+            st.step(&ins, info.info(&ins)).map_err(unreloc)?;
+        }
         let at = (ins.ip() - start) as usize;
         let mut bytes = data[ins.ip() as usize..ins.next_ip() as usize].to_vec();
         let offs = dec.get_constant_offsets(&ins);
@@ -473,7 +581,7 @@ fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refu
                     return Err(unreloc("relocation crosses the instruction's end"));
                 }
                 relocated_field = Some(off - ins.ip());
-                key.relocs.push(MovedReloc {
+                relocs.push(MovedReloc {
                     offset: (at as u64) + (off - ins.ip()),
                     r_type,
                     sym: RelSym::Sym(sym.index()),
@@ -501,37 +609,107 @@ fn site(o: &Object<'_, '_>, c: &Candidate) -> Result<(u64, usize, StubKey), Refu
             let target = ins.ip_rel_memory_address();
             let tail = ins.len() as u64 - d;
             bytes[d as usize..d as usize + 4].fill(0);
-            key.relocs.push(MovedReloc {
+            relocs.push(MovedReloc {
                 offset: at as u64 + d,
                 r_type: elf::R_X86_64_PC32,
                 sym: RelSym::SectionOf(c.section.index()),
                 addend: target as i64 - tail as i64,
             });
         }
-        key.code.extend_from_slice(&bytes);
+        code.extend_from_slice(&bytes);
         covered += ins.len();
     }
-    (key.depth, key.resume_slot) = stack.resume_slot().ok_or(Refusal::Unrelocatable {
-        insn: String::new(),
-        why: "no stack slot for the resume address",
-    })?;
-    // Nothing may jump into the patched bytes except at their start.
-    let inside = start + 1..start + covered as u64;
-    let targeted =
-        |set: Option<&BTreeSet<u64>>| set.and_then(|s| s.range(inside.clone()).next().copied());
-    if let Some(t) = targeted(o.branch_targets.get(&c.section.index()))
-        .or(targeted(o.targets.get(&c.section.index())))
-    {
-        return Err(Refusal::BranchTarget {
-            offset: t - c.value,
-        });
+    Ok((covered, code, relocs))
+}
+
+/// `jmp rel32` to the exit stub.
+pub const EXIT_JMP_LEN: usize = 5;
+
+/// The exits of a function whose every exit is a `ret` that can be
+/// patched: for each, (start, bytes covered, stub key). None when the
+/// function must keep the return frame: a `ret` whose window (the `ret`
+/// and the instructions before it, >= 5 bytes) is a branch target or not
+/// relocatable, or any other way out (a jump out of the function, an
+/// indirect jump, which may be a tail call or a switch).
+fn balanced_exits(
+    o: &Object<'_, '_>,
+    c: &Candidate,
+    entry: (u64, usize),
+    end: u64,
+) -> Option<Vec<(u64, usize, ExitKey)>> {
+    let data = section_bytes(o.b, c.section);
+    let rel = o.relocs.get(&c.section.index());
+    let mut dec = Decoder::with_ip(
+        64,
+        &data[c.value as usize..end as usize],
+        c.value,
+        DecoderOptions::NONE,
+    );
+    let mut starts: Vec<u64> = Vec::new();
+    let mut rets = Vec::new();
+    for ins in &mut dec {
+        if ins.is_invalid() {
+            return None;
+        }
+        starts.push(ins.ip());
+        match ins.flow_control() {
+            FlowControl::Return => {
+                if ins.mnemonic() != iced_x86::Mnemonic::Ret {
+                    return None;
+                }
+                rets.push(ins);
+            }
+            FlowControl::IndirectBranch => return None,
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                let t = ins.near_branch_target();
+                if has_reloc_in(rel, ins.ip(), ins.next_ip()) || t < c.value || t >= end {
+                    return None;
+                }
+            }
+            _ => {}
+        }
     }
-    if let Some(off) = reads_return_address(&data[c.value as usize..end as usize], c.value) {
-        return Err(Refusal::ReadsReturnAddress {
-            offset: off - c.value,
-        });
+    let entry_end = entry.0 + entry.1 as u64;
+    let mut out: Vec<(u64, usize, ExitKey)> = Vec::new();
+    for r in rets {
+        // The shortest run of whole instructions ending with this ret.
+        let i = starts.iter().position(|&s| s == r.ip())?;
+        let j = (0..=i)
+            .rev()
+            .find(|&j| r.next_ip() - starts[j] >= EXIT_JMP_LEN as u64)?;
+        let w = starts[j];
+        let len = (r.next_ip() - w) as usize;
+        let prev_end = out.last().map_or(entry_end, |e| e.0 + e.1 as u64);
+        if w < prev_end.max(entry_end) || targeted_inside(o, c.section, w, len).is_some() {
+            return None;
+        }
+        // Relocate all but the ret; the stub adds its own.
+        let body = len - r.len();
+        let (code, relocs) = if body == 0 {
+            (Vec::new(), Vec::new())
+        } else {
+            let (n, code, relocs) = relocate(o, c, w, r.ip(), body, None).ok()?;
+            if n != body {
+                return None;
+            }
+            (code, relocs)
+        };
+        let pop = if r.op_count() == 1 {
+            r.immediate16()
+        } else {
+            0
+        };
+        out.push((
+            w,
+            len,
+            ExitKey {
+                code,
+                relocs,
+                ret_pop: pop,
+            },
+        ));
     }
-    Ok((start, covered, key))
+    Some(out)
 }
 
 /// Bytes a relocation of this type writes.

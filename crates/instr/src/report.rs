@@ -63,6 +63,9 @@ pub enum Outcome {
         stub: usize,
         patched_bytes: usize,
         endbr64: bool,
+        /// "balanced" (its `ret`s patched) or "return-frame".
+        exit: &'static str,
+        patched_rets: usize,
     },
     Refused {
         reason: Refusal,
@@ -90,6 +93,7 @@ pub struct Report {
     pub instrumented: usize,
     pub refused: usize,
     pub stubs: usize,
+    pub exit_stubs: usize,
     /// A CET property (IBT/SHSTK) was cleared from the output.
     pub cet_cleared: bool,
     pub functions: Vec<Function>,
@@ -102,10 +106,15 @@ impl Report {
             schema: "mantle-instr-report/1",
             input: input.to_string(),
             output: None,
-            exit: "return-frames",
+            exit: if plan.mode == crate::plan::ExitMode::Auto {
+                "auto"
+            } else {
+                "return-frames"
+            },
             instrumented,
             refused: plan.functions.len() - instrumented,
             stubs: plan.stubs.len(),
+            exit_stubs: plan.exit_stubs.len(),
             cet_cleared: plan.cet && instrumented > 0,
             functions: plan.functions.clone(),
         }

@@ -9,8 +9,12 @@ use object::build::Id;
 use object::elf;
 use std::collections::HashMap;
 
-/// The entry routine of libmantle-instr every stub calls.
+/// The entry routine of libmantle-instr every return-frame stub calls.
 pub const ENTER_SYMBOL: &[u8] = b"__mantle_instr_enter";
+/// The entry routine of balanced functions (no return address rewrite).
+pub const ENTER_B_SYMBOL: &[u8] = b"__mantle_instr_enter_b";
+/// The exit routine balanced functions' exit stubs call.
+pub const LEAVE_B_SYMBOL: &[u8] = b"__mantle_instr_leave_b";
 const STUB_SECTION: &[u8] = b".text.mantle_instr";
 const STUB_ALIGN: usize = 16;
 const INT3: u8 = 0xcc;
@@ -80,6 +84,31 @@ fn rela_of(b: &mut Builder<'_>, target: SectionId, symtab: SectionId) -> Section
     s.id()
 }
 
+/// The symbol a moved relocation refers to in the output.
+fn moved_symbol(
+    b: &mut Builder<'_>,
+    sym_ids: &HashMap<usize, SymbolId>,
+    sym: RelSym,
+) -> Result<SymbolId, crate::Error> {
+    match sym {
+        RelSym::Sym(i) => sym_ids
+            .get(&i)
+            .copied()
+            .ok_or_else(|| crate::Error::Malformed("relocation names no symbol".into())),
+        RelSym::SectionOf(s) => {
+            let sec = b
+                .sections
+                .iter()
+                .find(|x| x.id().index() == s)
+                .map(|x| x.id());
+            Ok(section_symbol(
+                b,
+                sec.ok_or_else(|| crate::Error::Malformed("no section".into()))?,
+            ))
+        }
+    }
+}
+
 fn relocs_mut<'b>(b: &'b mut Builder<'_>, id: SectionId) -> &'b mut Vec<Relocation> {
     match &mut b.sections.get_mut(id).data {
         SectionData::Relocation(v) => v,
@@ -111,12 +140,15 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
         s.id()
     };
     let stub_sym = section_symbol(b, stub_sec);
-    let enter = {
+    let mut undef = |name: &'static [u8]| {
         let s = b.symbols.add();
-        s.name = ENTER_SYMBOL.into();
+        s.name = name.into();
         s.set_st_info(elf::STB_GLOBAL, elf::STT_NOTYPE);
         s.id()
     };
+    let enter = undef(ENTER_SYMBOL);
+    let enter_b = undef(ENTER_B_SYMBOL);
+    let leave_b = undef(LEAVE_B_SYMBOL);
     let mut code = Vec::new();
     let mut stub_relocs = Vec::new();
     let mut stub_at = Vec::with_capacity(plan.stubs.len());
@@ -127,29 +159,14 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
         code.extend_from_slice(&modrm_rsp(0x8f, 0, k.resume_slot));
         stub_relocs.push(Relocation {
             r_offset: at + 1,
-            symbol: Some(enter),
+            symbol: Some(if k.balanced { enter_b } else { enter }),
             r_type: elf::R_X86_64_PLT32,
             r_addend: -4,
         });
         let body = code.len() as u64;
         code.extend_from_slice(&k.code);
         for r in &k.relocs {
-            let symbol = match r.sym {
-                RelSym::Sym(i) => *sym_ids
-                    .get(&i)
-                    .ok_or_else(|| crate::Error::Malformed("relocation names no symbol".into()))?,
-                RelSym::SectionOf(s) => {
-                    let sec = b
-                        .sections
-                        .iter()
-                        .find(|x| x.id().index() == s)
-                        .map(|x| x.id());
-                    section_symbol(
-                        b,
-                        sec.ok_or_else(|| crate::Error::Malformed("no section".into()))?,
-                    )
-                }
-            };
+            let symbol = moved_symbol(b, &sym_ids, r.sym)?;
             stub_relocs.push(Relocation {
                 r_offset: body + r.offset,
                 symbol: Some(symbol),
@@ -159,6 +176,37 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
         }
         code.extend_from_slice(&modrm_rsp(0xff, 6, k.resume_slot + k.depth as i32));
         code.push(0xc3);
+        while !code.len().is_multiple_of(STUB_ALIGN) {
+            code.push(INT3);
+        }
+    }
+    let mut exit_at = Vec::with_capacity(plan.exit_stubs.len());
+    for k in &plan.exit_stubs {
+        let at = code.len() as u64;
+        exit_at.push(at);
+        code.extend_from_slice(&k.code);
+        for r in &k.relocs {
+            let symbol = moved_symbol(b, &sym_ids, r.sym)?;
+            stub_relocs.push(Relocation {
+                r_offset: at + r.offset,
+                symbol: Some(symbol),
+                r_type: r.r_type,
+                r_addend: r.addend,
+            });
+        }
+        stub_relocs.push(Relocation {
+            r_offset: code.len() as u64 + 1,
+            symbol: Some(leave_b),
+            r_type: elf::R_X86_64_PLT32,
+            r_addend: -4,
+        });
+        code.extend_from_slice(&STUB_CALL);
+        if k.ret_pop == 0 {
+            code.push(0xc3);
+        } else {
+            code.push(0xc2);
+            code.extend_from_slice(&k.ret_pop.to_le_bytes());
+        }
         while !code.len().is_multiple_of(STUB_ALIGN) {
             code.push(INT3);
         }
@@ -186,6 +234,22 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
             r_type: elf::R_X86_64_PC32,
             r_addend: stub_at[s.stub] as i64 - 4,
         });
+        for e in &s.exits {
+            let at = e.start as usize;
+            let mut data = section_bytes(b, s.section).to_vec();
+            data[at..at + 5].copy_from_slice(&[0xe9, 0, 0, 0, 0]);
+            data[at + 5..at + e.covered].fill(INT3);
+            b.sections.get_mut(s.section).data = SectionData::Data(data.into());
+            let end = e.start + e.covered as u64;
+            let rs = relocs_mut(b, rela);
+            rs.retain(|r| r.r_offset < e.start || r.r_offset >= end);
+            rs.push(Relocation {
+                r_offset: e.start + 1,
+                symbol: Some(stub_sym),
+                r_type: elf::R_X86_64_PC32,
+                r_addend: exit_at[e.stub] as i64 - 4,
+            });
+        }
     }
     for id in b.sections.iter().map(|s| s.id()).collect::<Vec<_>>() {
         if let SectionData::Relocation(v) = &mut b.sections.get_mut(id).data {

@@ -4,7 +4,7 @@
 //! equal the counts the program keeps itself. Unsafe sites are refused
 //! with the right reason; C++ objects are refused and still work.
 
-use mantle_instr::{Outcome, Refusal, Selection};
+use mantle_instr::{ExitMode, Outcome, Refusal, Selection};
 use mantle_testsupport::build::{run_cc, workspace};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -108,9 +108,16 @@ fn run(exe: &Path, env: &[(&str, &Path)]) -> Run {
 /// Rewrites, links, runs; returns (original run, rewritten run, profile
 /// calls by name, report).
 fn instrument(b: &Built) -> (Run, Run, BTreeMap<String, u64>, mantle_instr::Report) {
+    instrument_as(b, ExitMode::Auto)
+}
+
+fn instrument_as(
+    b: &Built,
+    mode: ExitMode,
+) -> (Run, Run, BTreeMap<String, u64>, mantle_instr::Report) {
     let data = std::fs::read(&b.obj).unwrap();
     let (bytes, report) =
-        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0).unwrap();
+        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, mode).unwrap();
     let new_obj = b.dir.join("instr.o");
     std::fs::write(&new_obj, bytes).unwrap();
     let map = b.dir.join("map.tsv");
@@ -155,9 +162,35 @@ const C_FLAGS: &[&str] = &[
     "-fno-partial-inlining",
 ];
 
+/// Both exit designs: return frames everywhere, and auto (balanced where
+/// every exit is a patchable ret); auto must balance at least one function.
 fn check_exact(name: &str, flags: &[&str]) {
     let b = compile(name, "cc", flags);
-    let (a, n, calls, report) = instrument(&b);
+    for mode in [ExitMode::ReturnFrames, ExitMode::Auto] {
+        check_mode(name, &b, mode);
+    }
+}
+
+fn check_mode(name: &str, b: &Built, mode: ExitMode) {
+    let (a, n, calls, report) = instrument_as(b, mode);
+    let balanced = report
+        .functions
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.outcome,
+                Outcome::Instrumented {
+                    exit: "balanced",
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(
+        balanced > 0,
+        mode == ExitMode::Auto,
+        "{name} {mode:?}: {balanced} balanced"
+    );
     assert_eq!(report.refused, 0, "{name}: {:#?}", report.functions);
     assert_eq!(a.stdout, n.stdout, "{name}: output differs");
     assert_eq!(a.code, n.code, "{name}: exit status differs");
@@ -167,7 +200,7 @@ fn check_exact(name: &str, flags: &[&str]) {
         assert_eq!(
             calls.get(f),
             Some(c),
-            "{name}: calls of {f}: tracer {calls:?} program {own:?}"
+            "{name} {mode:?}: calls of {f}: tracer {calls:?} program {own:?}"
         );
     }
 }
@@ -268,19 +301,19 @@ fn bad_files_are_errors() {
     let sel = Selection::all();
     let mut arm = good.clone();
     arm[18] = 183; // e_machine = EM_AARCH64
-    let e = mantle_instr::rewrite_file(&arm, "x", &sel, 0).unwrap_err();
+    let e = mantle_instr::rewrite_file(&arm, "x", &sel, 0, ExitMode::Auto).unwrap_err();
     assert!(e.to_string().contains("not x86-64"), "{e}");
     let mut exec = good.clone();
     exec[16] = 2; // e_type = ET_EXEC
     assert!(matches!(
-        mantle_instr::rewrite_file(&exec, "x", &sel, 0),
+        mantle_instr::rewrite_file(&exec, "x", &sel, 0, ExitMode::Auto),
         Err(mantle_instr::Error::Unsupported(_))
     ));
-    assert!(mantle_instr::rewrite_file(b"#!/bin/sh\n", "x", &sel, 0).is_err());
-    assert!(mantle_instr::rewrite_file(&[], "x", &sel, 0).is_err());
+    assert!(mantle_instr::rewrite_file(b"#!/bin/sh\n", "x", &sel, 0, ExitMode::Auto).is_err());
+    assert!(mantle_instr::rewrite_file(&[], "x", &sel, 0, ExitMode::Auto).is_err());
     // Every truncation length, and pseudo-random byte corruptions.
     for len in 0..good.len().min(4096) {
-        let _ = mantle_instr::rewrite_file(&good[..len], "x", &sel, 0);
+        let _ = mantle_instr::rewrite_file(&good[..len], "x", &sel, 0, ExitMode::Auto);
     }
     let mut x: u64 = 0x9e3779b97f4a7c15;
     // MANTLE_INSTR_FUZZ_ITERS runs longer (docs/instr.md: the run reported).
@@ -297,7 +330,7 @@ fn bad_files_are_errors() {
             let i = (x as usize) % d.len();
             d[i] = (x >> 32) as u8;
         }
-        let _ = mantle_instr::rewrite_file(&d, "x", &sel, 0);
+        let _ = mantle_instr::rewrite_file(&d, "x", &sel, 0, ExitMode::Auto);
     }
 }
 
@@ -317,7 +350,13 @@ fn section_groups_are_unsupported() {
             .arg("-o")
             .arg(&obj),
     );
-    let e = mantle_instr::rewrite_file(&std::fs::read(&obj).unwrap(), "g.o", &Selection::all(), 0)
-        .unwrap_err();
+    let e = mantle_instr::rewrite_file(
+        &std::fs::read(&obj).unwrap(),
+        "g.o",
+        &Selection::all(),
+        0,
+        ExitMode::Auto,
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("section groups"), "{e}");
 }
