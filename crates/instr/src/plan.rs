@@ -16,8 +16,10 @@
 //!   straddles instructions;
 //! * the function reads its own return address (`[rsp]` before the frame
 //!   grows, `[rbp+8]` with a frame pointer): the return frame would show;
-//! * the object uses C++ exceptions (`__gxx_personality_v0`): the unwinder
-//!   cannot step through a return frame's code slot.
+//! * the function would need a return frame and the object uses C++
+//!   exceptions (`__gxx_personality_v0`): the unwinder cannot step through
+//!   a return frame's code slot (balanced functions are fine: their
+//!   return address is never rewritten).
 //!
 //! RIP-relative operands keep their relocation (a PC-relative relocation
 //! moved with its field computes the same target: its addend is relative
@@ -454,8 +456,10 @@ pub enum ExitMode {
 }
 
 fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Refusal> {
-    if o.uses_cxx_exceptions {
-        return Err(Refusal::CxxExceptions);
+    // GCC's hot/cold splitting: `f.cold` is reached by a jump from f, not
+    // by a call; its "return address" is f's stack.
+    if c.name.ends_with(".cold") || c.name.contains(".cold.") {
+        return Err(Refusal::NotAnEntry);
     }
     if c.size == 0 {
         return Err(Refusal::NoSize);
@@ -502,7 +506,11 @@ fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Re
         ExitMode::Auto => balanced_exits(o, c, (start, covered), end),
         ExitMode::ReturnFrames => None,
     };
-    // A balanced function's return address is never rewritten.
+    // A balanced function's return address is never rewritten: the
+    // unwinder steps through it, and it may read its return address.
+    if exits.is_none() && o.uses_cxx_exceptions {
+        return Err(Refusal::CxxExceptions);
+    }
     if exits.is_none() {
         if let Some(off) = reads_return_address(&data[c.value as usize..end as usize], c.value) {
             return Err(Refusal::ReadsReturnAddress {

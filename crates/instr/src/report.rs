@@ -23,15 +23,18 @@ pub enum Refusal {
     /// The instruction at this offset reads the return address, which the
     /// return frame replaces.
     ReadsReturnAddress { offset: u64 },
-    /// The object uses C++ exceptions: the unwinder cannot step through a
-    /// return frame.
+    /// The function needs a return frame and the object uses C++
+    /// exceptions: the unwinder cannot step through a return frame.
     CxxExceptions,
+    /// A fragment of another function (`.cold`), entered by a jump.
+    NotAnEntry,
 }
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Refusal::NoSize => write!(f, "symbol has no size"),
+            Refusal::NotAnEntry => write!(f, "a split-off part of a function, entered by a jump"),
             Refusal::OutsideSection => write!(f, "symbol extends beyond its section"),
             Refusal::TooShort { size, need } => {
                 write!(f, "function has {size} bytes, the patch needs {need}")
@@ -47,7 +50,7 @@ impl std::fmt::Display for Refusal {
             Refusal::CxxExceptions => {
                 write!(
                     f,
-                    "object uses C++ exceptions, which cannot unwind through a return frame"
+                    "needs a return frame, and C++ exceptions cannot unwind through one"
                 )
             }
         }

@@ -276,20 +276,62 @@ fn unsafe_sites_are_refused_with_their_reason() {
 }
 
 #[test]
-fn cxx_exceptions_are_refused() {
+fn cxx_exceptions() {
     // Non-PIC: the personality routine is then referenced from .eh_frame
     // directly, without the DW.ref COMDAT group PIC code needs.
     let b = compile("cxx.cpp", "c++", &["-O2", "-fno-pie"]);
-    let (a, n, calls, report) = instrument(&b);
+    // Return frames everywhere: every function refused, the program works.
+    let (a, n, calls, report) = instrument_as(&b, ExitMode::ReturnFrames);
     assert_eq!(report.instrumented, 0);
-    assert!(report.functions.iter().all(|f| matches!(
-        f.outcome,
-        Outcome::Refused {
-            reason: Refusal::CxxExceptions
+    let reason = |name: &str| {
+        let f = report
+            .functions
+            .iter()
+            .find(|f| f.name.contains(name))
+            .unwrap();
+        match &f.outcome {
+            Outcome::Refused { reason } => Some(reason.clone()),
+            _ => None,
         }
-    )));
+    };
+    assert_eq!(reason("middle"), Some(Refusal::CxxExceptions));
+    assert_eq!(reason("throweri.cold"), Some(Refusal::NotAnEntry));
     assert!(calls.is_empty());
-    assert_eq!((a.stdout, a.code), (n.stdout, n.code));
+    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code));
+    // Balanced exits: the exception crosses instrumented `middle`; the
+    // output and every instrumented function's count are exact.
+    let (a, n, calls, report) = instrument_as(&b, ExitMode::Auto);
+    let middle = report
+        .functions
+        .iter()
+        .find(|f| f.name.contains("middle"))
+        .unwrap();
+    assert!(
+        matches!(
+            middle.outcome,
+            Outcome::Instrumented {
+                exit: "balanced",
+                ..
+            }
+        ),
+        "{:?}",
+        middle.outcome
+    );
+    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code));
+    let own = own_counts(&a.stdout);
+    for f in report
+        .functions
+        .iter()
+        .filter(|f| matches!(f.outcome, Outcome::Instrumented { .. }))
+    {
+        let short = own.keys().find(|k| f.name.contains(k.as_str())).unwrap();
+        assert_eq!(
+            calls.get(&f.name),
+            own.get(short),
+            "{}: {calls:?} {own:?}",
+            f.name
+        );
+    }
 }
 
 /// Not x86-64, not relocatable, not ELF, truncated or corrupted: an error,
