@@ -502,6 +502,28 @@ fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Re
             offset: t - c.value,
         });
     }
+    // A jump from inside the function back to its entry (a loop) would
+    // run the entry instrumentation again, with no call behind it.
+    let mut dec = Decoder::with_ip(
+        64,
+        &data[c.value as usize..end as usize],
+        c.value,
+        DecoderOptions::NONE,
+    );
+    for ins in &mut dec {
+        let jump = matches!(
+            ins.flow_control(),
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+        );
+        if jump
+            && is_near_branch(&ins)
+            && (ins.near_branch_target() == c.value || ins.near_branch_target() == start)
+        {
+            return Err(Refusal::BranchTarget {
+                offset: ins.near_branch_target() - c.value,
+            });
+        }
+    }
     let exits = match mode {
         ExitMode::Auto => balanced_exits(o, c, (start, covered), end),
         ExitMode::ReturnFrames => None,
@@ -574,7 +596,7 @@ fn relocate(
         if let Some(st) = stack.as_deref_mut() {
             st.step(&ins, info.info(&ins)).map_err(unreloc)?;
         }
-        let at = (ins.ip() - start) as usize;
+        let at = code.len();
         let mut bytes = data[ins.ip() as usize..ins.next_ip() as usize].to_vec();
         let offs = dec.get_constant_offsets(&ins);
         let mut relocated_field = None;
@@ -604,7 +626,28 @@ fn relocate(
             }
         }
         if is_near_branch(&ins) && relocated_field.is_none() {
-            return Err(unreloc("relative branch resolved by the assembler"));
+            // Resolved by the assembler inside the section: re-encode it
+            // with a 32-bit displacement and a relocation to its target.
+            let (op, rel_at): (Vec<u8>, u64) = match bytes[0] {
+                0x70..=0x7f if bytes.len() == 2 => (vec![0x0f, bytes[0] + 0x10], 2),
+                0x0f if bytes.len() == 6 && (0x80..=0x8f).contains(&bytes[1]) => {
+                    (bytes[..2].to_vec(), 2)
+                }
+                0xeb if bytes.len() == 2 => (vec![0xe9], 1),
+                0xe9 | 0xe8 if bytes.len() == 5 => (vec![bytes[0]], 1),
+                _ => return Err(unreloc("relative branch of a form that cannot be moved")),
+            };
+            let mut enc = op;
+            enc.extend_from_slice(&[0; 4]);
+            relocs.push(MovedReloc {
+                offset: (code.len() as u64) + rel_at,
+                r_type: elf::R_X86_64_PC32,
+                sym: RelSym::SectionOf(c.section.index()),
+                addend: ins.near_branch_target() as i64 - 4,
+            });
+            code.extend_from_slice(&enc);
+            covered += ins.len();
+            continue;
         }
         if ins.is_ip_rel_memory_operand() && relocated_field.is_none() {
             // Resolved inside the section: add a relocation against it.

@@ -264,6 +264,15 @@ fn unsafe_sites_are_refused_with_their_reason() {
         "{:?}",
         reason("realign")
     );
+    assert_eq!(reason("early"), None, "a moved short branch");
+    assert!(
+        matches!(
+            reason("loop_entry"),
+            Some(Refusal::BranchTarget { offset: 0 })
+        ),
+        "{:?}",
+        reason("loop_entry")
+    );
     // r11 is free in the overwritten bytes: the stub uses no register.
     assert_eq!(reason("uses_r11"), None);
     assert!(
