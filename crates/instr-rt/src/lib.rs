@@ -28,6 +28,13 @@
 //!   function) sees its return address already pointing at a slot: it
 //!   gets a frame of its own and the two leaves run in order.
 //!
+//! * functions whose `ret`s the rewriter patched (balanced exits) enter
+//!   through [`__mantle_instr_enter_b`] (no return address rewrite) and
+//!   leave through [`__mantle_instr_leave_b`], called by the exit stub just
+//!   before the `ret`: calls and returns stay paired. Their frames live on
+//!   the same per-thread stack, matched by the stack address of the return
+//!   address.
+//!
 //! The hooks: by default the built-in tracer (per-function calls,
 //! inclusive and exclusive TSC time, an optional Chrome trace), or the
 //! user's `enter(id)`/`leave(id)` set with `mantle_instr_set_hooks`.
@@ -40,7 +47,7 @@
 //! address it could not restore. Limits: the return address rewrite
 //! defeats the CPU's return predictor (the paper's own finding, §5.5);
 //! C++ exceptions cannot unwind through a slot (the planner refuses
-//! functions of objects that use them); a CET shadow stack would reject the
+//! return-frame functions of objects that use them); a CET shadow stack would reject the
 //! rewritten return (the planner refuses objects marked for it).
 //!
 //! Lock order: one global mutex ([`GLOBAL`]) taken at thread exit and at

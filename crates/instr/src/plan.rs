@@ -11,9 +11,11 @@
 //!   than its first (the jump would land in the middle of the call);
 //! * the function is shorter than the patch, or has no size;
 //! * an overwritten instruction cannot run elsewhere: a relative branch
-//!   without a relocation, a change of rsp other than push, pop and
-//!   add/sub of a constant, an undecodable byte, or a relocation that
+//!   other than jcc/jmp/call without a relocation (those are re-encoded
+//!   with rel32 and a relocation), a change of rsp other than push, pop
+//!   and add/sub of a constant, an undecodable byte, or a relocation that
 //!   straddles instructions;
+//! * a jump from inside the function to its entry;
 //! * the function reads its own return address (`[rsp]` before the frame
 //!   grows, `[rbp+8]` with a frame pointer): the return frame would show;
 //! * the function would need a return frame and the object uses C++
