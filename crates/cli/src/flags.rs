@@ -58,6 +58,12 @@ pub enum Cmd {
         after_help = "Examples:\n  mantle prof events\n  mantle prof record -a --duration 10\n  mantle prof report"
     )]
     Prof(crate::prof::ProfCmd),
+    /// Instrument function entries and exits of x86-64 objects (LOPI).
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr verify ./prog ./prog.instr -- args\n\nSee docs/instr.md."
+    )]
+    Instr(crate::instr::InstrCmd),
     /// Run a command as a guest of an executive that interposes on its
     /// system calls (Hijack on Linux).
     #[command(

@@ -14,6 +14,7 @@ mod doctor;
 mod exec;
 mod exit;
 mod flags;
+mod instr;
 mod lifeline;
 mod names;
 mod prof;
@@ -60,5 +61,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Prof(c) => Ok(prof::run(c)?),
         Cmd::Run(a) => run::run(a),
         Cmd::Exec(c) => exec::run(c),
+        Cmd::Instr(c) => instr::run(c),
     }
 }

@@ -1,0 +1,287 @@
+//! `mantle instr`: rewrite x86-64 objects so chosen functions call
+//! libmantle-instr at entry and exit (crate mantle-instr), and compare an
+//! original and a rewritten program.
+
+use crate::exit::{exit_code, Failure, LibError, EXIT_FAILURE, EXIT_USAGE};
+use clap::{Args, Subcommand};
+use mantle_instr::{Report, Selection};
+use std::path::{Path, PathBuf};
+
+#[derive(Subcommand, Debug)]
+pub enum InstrCmd {
+    /// Rewrite an object file: chosen functions call the runtime at entry
+    /// and exit. Link the result with -lmantle_instr.
+    #[command(
+        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 relocatable ELF or a malformed option, 5 no such file, 1 cannot write."
+    )]
+    Rewrite {
+        /// The input object (.o).
+        input: PathBuf,
+        /// Where to write the rewritten object.
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        sel: SelArgs,
+        /// Sidecar map of ids to names: created, or appended to with ids
+        /// continuing after the ones it has (one map per program).
+        #[arg(long)]
+        map: Option<PathBuf>,
+        /// Print the report as JSON (schema mantle-instr-report/1).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Say what `rewrite` would do, without writing anything.
+    #[command(
+        after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle instr plan a.o -f main -f 'parse_*' --json | jq '.functions[] | select(.status==\"refused\")'"
+    )]
+    Plan {
+        input: PathBuf,
+        #[command(flatten)]
+        sel: SelArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run an original and a rewritten program with the same arguments and
+    /// input; compare their output and exit status.
+    #[command(
+        after_help = "Examples:\n  mantle instr verify ./prog ./prog.instr -- -v input.txt\n  mantle instr verify --stdin data.bin ./bzip2 ./bzip2.instr -- -c\n\nExit codes: 0 same behaviour, 1 they differ, 5 a program is missing."
+    )]
+    Verify {
+        original: PathBuf,
+        rewritten: PathBuf,
+        /// A file both programs read as standard input.
+        #[arg(long)]
+        stdin: Option<PathBuf>,
+        /// Arguments given to both programs.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct SelArgs {
+    /// A function name or glob (`*`, `?`); repeatable.
+    #[arg(short = 'f', long = "function")]
+    functions: Vec<String>,
+    /// A file of names or globs, one a line (# comments).
+    #[arg(long)]
+    functions_from: Option<PathBuf>,
+    /// Every function of the object.
+    #[arg(long)]
+    all: bool,
+    /// Exits: `auto` patches the `ret`s of functions whose every exit is a
+    /// patchable `ret` (calls and returns stay paired) and gives the others
+    /// return frames; `return-frames` uses LOPI's return frames everywhere.
+    #[arg(long, value_enum, default_value = "auto")]
+    exit: Exit,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Exit {
+    Auto,
+    ReturnFrames,
+}
+
+impl SelArgs {
+    fn mode(&self) -> mantle_instr::ExitMode {
+        match self.exit {
+            Exit::Auto => mantle_instr::ExitMode::Auto,
+            Exit::ReturnFrames => mantle_instr::ExitMode::ReturnFrames,
+        }
+    }
+}
+
+impl SelArgs {
+    fn selection(&self) -> Result<Selection, Failure> {
+        let mut s = if self.all {
+            Selection::all()
+        } else {
+            Selection::default()
+        };
+        for f in &self.functions {
+            s.add(f);
+        }
+        if let Some(p) = &self.functions_from {
+            let text = std::fs::read_to_string(p).map_err(|e| Failure::io("cannot read", p, &e))?;
+            s.add_list(&text);
+        }
+        if s.is_empty() {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                "choose functions: --all, -f NAME or --functions-from FILE",
+            ));
+        }
+        Ok(s)
+    }
+}
+
+fn lib_failure(path: &Path, e: mantle_instr::Error) -> Failure {
+    let code = match e {
+        mantle_instr::Error::Write(_) => EXIT_FAILURE,
+        _ => EXIT_USAGE,
+    };
+    Failure::new(code, format!("{}: {e}", path.display()))
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| Failure::io("cannot read", path, &e))
+}
+
+/// The first free id of an existing map (0 for a new one).
+fn next_id(map: &str) -> u32 {
+    map.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split('\t').next()?.parse::<u32>().ok())
+        .map(|i| i.saturating_add(1))
+        .max()
+        .unwrap_or(0)
+}
+
+fn print(r: &Report, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r).unwrap_or_default());
+        return;
+    }
+    println!(
+        "{}: {} instrumented, {} refused, {} stubs, {} exit stubs{}",
+        r.input,
+        r.instrumented,
+        r.refused,
+        r.stubs,
+        r.exit_stubs,
+        if r.cet_cleared {
+            " (CET property cleared)"
+        } else {
+            ""
+        }
+    );
+    for f in &r.functions {
+        match &f.outcome {
+            mantle_instr::Outcome::Instrumented {
+                id,
+                stub,
+                patched_bytes,
+                exit,
+                patched_rets,
+                ..
+            } => println!(
+                "  ok      {:<32} id {id} stub {stub} ({patched_bytes} bytes), exit: {exit} ({patched_rets} rets)",
+                f.name
+            ),
+            mantle_instr::Outcome::Refused { reason } => {
+                println!("  refused {:<32} {reason}", f.name)
+            }
+        }
+    }
+}
+
+pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
+    match cmd {
+        InstrCmd::Plan { input, sel, json } => {
+            let data = read(&input)?;
+            let r = mantle_instr::plan_file(
+                &data,
+                &input.display().to_string(),
+                &sel.selection()?,
+                0,
+                sel.mode(),
+            )
+            .map_err(|e| lib_failure(&input, e))?;
+            print(&r, json);
+            Ok(())
+        }
+        InstrCmd::Rewrite {
+            input,
+            output,
+            sel,
+            map,
+            json,
+        } => {
+            let data = read(&input)?;
+            let old_map = match &map {
+                Some(m) if m.exists() => {
+                    std::fs::read_to_string(m).map_err(|e| Failure::io("cannot read", m, &e))?
+                }
+                _ => String::from("# mantle-instr map v1: id\tname\tobject\n"),
+            };
+            let first = next_id(&old_map);
+            let (bytes, mut r) = mantle_instr::rewrite_file(
+                &data,
+                &input.display().to_string(),
+                &sel.selection()?,
+                first,
+                sel.mode(),
+            )
+            .map_err(|e| lib_failure(&input, e))?;
+            std::fs::write(&output, bytes).map_err(|e| Failure::io("cannot write", &output, &e))?;
+            r.output = Some(output.display().to_string());
+            if let Some(m) = &map {
+                let text = old_map + &r.map_lines();
+                std::fs::write(m, text).map_err(|e| Failure::io("cannot write", m, &e))?;
+            }
+            print(&r, json);
+            Ok(())
+        }
+        InstrCmd::Verify {
+            original,
+            rewritten,
+            stdin,
+            args,
+        } => verify(&original, &rewritten, stdin.as_deref(), &args),
+    }
+}
+
+fn verify(a: &Path, b: &Path, stdin: Option<&Path>, args: &[String]) -> Result<(), Failure> {
+    let run = |p: &Path| -> Result<std::process::Output, Failure> {
+        let mut c = std::process::Command::new(p);
+        c.args(args);
+        if let Some(s) = stdin {
+            let f = std::fs::File::open(s).map_err(|e| Failure::io("cannot read", s, &e))?;
+            c.stdin(f);
+        }
+        c.output().map_err(|e| {
+            Failure::new(
+                exit_code(LibError::Io(&e)),
+                format!("cannot run {}: {e}", p.display()),
+            )
+        })
+    };
+    let (x, y) = (run(a)?, run(b)?);
+    let mut diffs = Vec::new();
+    if x.status.code() != y.status.code() || x.status.to_string() != y.status.to_string() {
+        diffs.push(format!("exit status: {} vs {}", x.status, y.status));
+    }
+    if x.stdout != y.stdout {
+        diffs.push(format!(
+            "standard output differs ({} vs {} bytes)",
+            x.stdout.len(),
+            y.stdout.len()
+        ));
+    }
+    if x.stderr != y.stderr {
+        diffs.push(format!(
+            "standard error differs ({} vs {} bytes)",
+            x.stderr.len(),
+            y.stderr.len()
+        ));
+    }
+    if diffs.is_empty() {
+        println!(
+            "same: exit status {}, {} bytes of output",
+            x.status,
+            x.stdout.len()
+        );
+        Ok(())
+    } else {
+        Err(Failure::new(EXIT_FAILURE, diffs.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn next_id_continues_the_map() {
+        assert_eq!(super::next_id("# header\n"), 0);
+        assert_eq!(super::next_id("# h\n0\ta\tx.o\n7\tb\tx.o\n3\tc\ty.o\n"), 8);
+    }
+}

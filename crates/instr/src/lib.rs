@@ -1,0 +1,149 @@
+//! mantle-instr: entry and exit instrumentation of compiled x86-64 code
+//! by rewriting the file, after LOPI (Kågström, Paper IV, chapter 5 of
+//! the thesis in shared/seeds/004): chosen functions call the runtime
+//! (`libmantle-instr`, crate `mantle-instr-rt`) at entry and exit, with
+//! less perturbation than a general instrumenter.
+//!
+//! Mechanism, on an ELF relocatable object (`.o`):
+//! * the start of each chosen function (after `endbr64`) is overwritten
+//!   with `call stub; jmp over; .long id` (11 bytes; a 32-bit id, so no
+//!   256-function limit as in the paper's prototype). The stub is shared by
+//!   every site whose overwritten instructions, relocations included, are
+//!   the same (§5.3 "code reuse"); it calls the runtime's entry, runs the
+//!   overwritten instructions and *returns* to the site (the paper jumped
+//!   back, which unbalances the return predictor), using no register;
+//! * instructions are decoded with iced-x86; the ELF file is read and
+//!   written with `object`'s builder, so every section, symbol and
+//!   relocation the rewrite does not touch is kept as it was; the moved
+//!   instructions take their relocations with them ([`plan`]);
+//! * exits, chosen per function ([`ExitMode`]): where every way out of the
+//!   function is a `ret` whose window can be moved, each `ret` becomes a
+//!   jump to an exit stub (`...; call leave; ret`): calls and returns stay
+//!   paired. Elsewhere LOPI's lazy *return frame* (Figures 5.4-5.6): the
+//!   runtime replaces the return address with a per-depth code slot;
+//! * a site that cannot be patched safely is refused with a reason
+//!   ([`Refusal`]); the [`Report`] lists every chosen function.
+//!
+//! Invariants: the input is a claim: anything but a well-formed x86-64
+//! little-endian relocatable ELF is an [`Error`], never a panic; planning
+//! ([`plan`]) and rewriting ([`rewrite`]) make no system call; only the
+//! CLI reads and writes files. Not done yet (issue 13): linked executables
+//! and shared libraries, COMDAT groups, choosing functions from a
+//! `mantle prof` session.
+//!
+//! Lock order: no locks.
+
+pub mod plan;
+pub mod report;
+pub mod rewrite;
+pub mod select;
+
+pub use plan::{ExitMode, Plan};
+pub use report::{Function, Outcome, Refusal, Report};
+pub use select::Selection;
+
+use object::build::elf::Builder;
+use object::elf;
+
+/// Why a file cannot be rewritten.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Not an ELF file, or its tables do not parse.
+    #[error("not a well-formed ELF file: {0}")]
+    Elf(#[source] object::build::Error),
+    /// A well-formed ELF file of a kind this version does not rewrite.
+    #[error("unsupported ELF file: {0}")]
+    Unsupported(String),
+    /// The ELF file's contents contradict each other.
+    #[error("malformed ELF file: {0}")]
+    Malformed(String),
+    /// The rewritten file could not be laid out.
+    #[error("cannot write the rewritten file: {0}")]
+    Write(#[source] object::build::Error),
+}
+
+/// Parses `data` as an x86-64 relocatable object.
+pub fn parse(data: &[u8]) -> Result<Builder<'_>, Error> {
+    if has_groups(data) {
+        return Err(Error::Unsupported(
+            "section groups (COMDAT, as in most C++ objects) are not rewritten yet".into(),
+        ));
+    }
+    let b = Builder::read(data).map_err(Error::Elf)?;
+    if !b.is_64 || b.endian != object::Endianness::Little {
+        return Err(Error::Unsupported("not a 64-bit little-endian file".into()));
+    }
+    if b.header.e_machine != elf::EM_X86_64 {
+        return Err(Error::Unsupported(format!(
+            "machine {} is not x86-64 ({})",
+            b.header.e_machine,
+            elf::EM_X86_64
+        )));
+    }
+    match b.header.e_type {
+        elf::ET_REL => {}
+        elf::ET_EXEC | elf::ET_DYN => {
+            return Err(Error::Unsupported(
+                "linked executables and shared libraries are not rewritten yet: instrument the .o files"
+                    .into(),
+            ))
+        }
+        t => return Err(Error::Unsupported(format!("ELF type {t}"))),
+    }
+    if b.sections.iter().any(|s| s.sh_type == elf::SHT_REL) {
+        return Err(Error::Unsupported(
+            "REL relocations (x86-64 uses RELA)".into(),
+        ));
+    }
+    Ok(b)
+}
+
+/// Whether the file has SHT_GROUP sections, which object's builder cannot
+/// carry over (its read fails with "Unsupported section type 17").
+fn has_groups(data: &[u8]) -> bool {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let Ok(h) = elf::FileHeader64::<object::Endianness>::parse(data) else {
+        return false;
+    };
+    let Ok(endian) = h.endian() else { return false };
+    let Ok(secs) = h.sections(endian, data) else {
+        return false;
+    };
+    secs.iter().any(|s| s.sh_type(endian) == elf::SHT_GROUP)
+}
+
+/// Plans the rewrite of `data` (named `input` in the report).
+pub fn plan_file(
+    data: &[u8],
+    input: &str,
+    sel: &Selection,
+    first_id: u32,
+    mode: ExitMode,
+) -> Result<Report, Error> {
+    let b = parse(data)?;
+    let o = plan::Object::new(&b);
+    let chosen = plan::candidates(&b, sel);
+    let p = plan::plan(&o, &chosen, first_id, mode);
+    Ok(Report::new(input, &p))
+}
+
+/// Rewrites `data`: the new object's bytes and the report.
+pub fn rewrite_file(
+    data: &[u8],
+    input: &str,
+    sel: &Selection,
+    first_id: u32,
+    mode: ExitMode,
+) -> Result<(Vec<u8>, Report), Error> {
+    let mut b = parse(data)?;
+    let p = {
+        let o = plan::Object::new(&b);
+        let chosen = plan::candidates(&b, sel);
+        plan::plan(&o, &chosen, first_id, mode)
+    };
+    let report = Report::new(input, &p);
+    rewrite::apply(&mut b, &p)?;
+    let mut out = Vec::with_capacity(data.len() + 4096);
+    b.write(&mut out).map_err(Error::Write)?;
+    Ok((out, report))
+}
