@@ -3,13 +3,14 @@
 # clang/LLVM and libbpf headers for the eBPF programs, bpftool (for
 # MANTLE_VMLINUX=running and the benchmarks), libelf/zlib for libbpf, socat for the demo, and the tools the
 # tests and benchmarks drive (tcpdump for tags_net, go for `go tool pprof`, strace
-# and matplotlib for bench/executive:
+# and matplotlib for bench/executive; g++ for the instrumenter's C++ fixture, rt-tests
+# (cyclictest) for bench/sleep:
 # the tests themselves install nothing). Rust comes from the machine's rustup
 # toolchain (mantle needs Rust >= 1.87); Debian's own rustc is too old.
 set -euo pipefail
 need=()
 for p in clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc socat \
-         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump strace; do
+         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump strace g++ rt-tests; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 # go: any install will do (the prof test also looks in /usr/local/go)
