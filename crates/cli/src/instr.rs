@@ -35,9 +35,11 @@ pub enum InstrCmd {
         after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle instr plan a.o -f main -f 'parse_*' --json | jq '.functions[] | select(.status==\"refused\")'"
     )]
     Plan {
+        /// The input object (.o).
         input: PathBuf,
         #[command(flatten)]
         sel: SelArgs,
+        /// Print the plan as JSON (schema mantle-instr-report/1).
         #[arg(long)]
         json: bool,
     },
@@ -47,7 +49,9 @@ pub enum InstrCmd {
         after_help = "Examples:\n  mantle instr verify ./prog ./prog.instr -- -v input.txt\n  mantle instr verify --stdin data.bin ./bzip2 ./bzip2.instr -- -c\n\nExit codes: 0 same behaviour, 1 they differ, 5 a program is missing."
     )]
     Verify {
+        /// The program as built.
         original: PathBuf,
+        /// The program linked from rewritten objects.
         rewritten: PathBuf,
         /// A file both programs read as standard input.
         #[arg(long)]
@@ -69,9 +73,8 @@ pub struct SelArgs {
     /// Every function of the object.
     #[arg(long)]
     all: bool,
-    /// Exits: `auto` patches the `ret`s of functions whose every exit is a
-    /// patchable `ret` (calls and returns stay paired) and gives the others
-    /// return frames; `return-frames` uses LOPI's return frames everywhere.
+    /// Exits: auto (patched rets where safe, else return frames) or
+    /// return-frames (LOPI's everywhere); docs/instr.md "Exits"
     #[arg(long, value_enum, default_value = "auto")]
     exit: Exit,
 }

@@ -269,21 +269,50 @@ fn subcommands(help: &str) -> Vec<String> {
 }
 
 /// Arguments and options whose help line has no description (clap's
-/// `[default: ..]` and `[possible values: ..]` notes do not count).
+/// `[default: ..]` and `[possible values: ..]` notes do not count). Both
+/// of clap's layouts: the description on the argument's line, or (when a
+/// line would be too wide) on the more indented lines below it.
 fn undescribed(help: &str) -> Vec<String> {
+    fn stripped(desc: &str) -> String {
+        let mut desc = desc.trim().to_string();
+        while let Some(i) = desc.rfind(" [").or(desc.starts_with('[').then_some(0)) {
+            if !desc.ends_with(']') {
+                break;
+            }
+            desc.truncate(i);
+        }
+        desc.trim().to_string()
+    }
+    let is_spec = |l: &str| {
+        let t = l.trim_start();
+        let indent = l.len() - t.len();
+        indent <= 6 && (t.starts_with('-') || t.starts_with('<') || t.starts_with('['))
+    };
     let mut bad = Vec::new();
     for title in ["Arguments:", "Options:"] {
-        for l in section(help, title) {
-            let l = l.trim();
-            let (spec, desc) = l.split_once("  ").unwrap_or((l, ""));
-            let mut desc = desc.trim().to_string();
-            while let Some(i) = desc.rfind(" [").or(desc.starts_with('[').then_some(0)) {
-                if !desc.ends_with(']') {
-                    break;
-                }
-                desc.truncate(i);
+        let lines: Vec<&str> = help
+            .lines()
+            .skip_while(|l| *l != title)
+            .skip(1)
+            .take_while(|l| l.starts_with(' ') || l.is_empty())
+            .collect();
+        for (k, l) in lines.iter().enumerate() {
+            if !is_spec(l) {
+                continue;
             }
-            if desc.trim().is_empty() {
+            let t = l.trim();
+            let (spec, desc) = t.split_once("  ").unwrap_or((t, ""));
+            let mut desc = stripped(desc);
+            if desc.is_empty() {
+                // the next-line layout: the description follows, indented
+                if let Some(next) = lines
+                    .get(k + 1)
+                    .filter(|n| !n.trim().is_empty() && !is_spec(n))
+                {
+                    desc = stripped(next);
+                }
+            }
+            if desc.is_empty() {
                 bad.push(spec.to_string());
             }
         }
