@@ -40,6 +40,7 @@
 //!
 //! No locks.
 
+pub mod comp;
 pub mod exec;
 pub mod paths;
 pub mod prof;
