@@ -274,3 +274,66 @@ mod tests {
         }
     }
 }
+
+/// CBUF slab metadata (one memfd per slab, apart from the slab's data
+/// memfd, so buffers cannot overwrite it): `SLAB_OBJS` entries of 16 bytes.
+/// ```text
+/// 0  u32 state_gen  gen << 2 | CB_FREE / CB_ALLOC / CB_REVOKED
+/// 4  u32 pi         PI futex word: the holder's tid while allocated
+/// 8  u32 holder     tid that allocated it
+/// 12 u32 since_ms   CLOCK_MONOTONIC ms (low 32 bits) when allocated
+/// ```
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct CbufMeta {
+    pub state_gen: u32,
+    pub pi: u32,
+    pub holder: u32,
+    pub since_ms: u32,
+}
+pub const CBM_STATE_GEN: usize = 0;
+pub const CBM_PI: usize = 4;
+pub const CBM_HOLDER: usize = 8;
+pub const CBM_SINCE: usize = 12;
+pub const CBM_SIZE: usize = 16;
+pub const CB_FREE: u32 = 0;
+pub const CB_ALLOC: u32 = 1;
+pub const CB_REVOKED: u32 = 2;
+pub const CB_STATE_MASK: u32 = 3;
+pub const CBUF_META_LEN: usize = 4096;
+
+/// A component's CBUF table (the paper's TMEM index, shared with the CBUF
+/// manager): a header, then the 2-level radix table `slab → mapped`.
+/// ```text
+/// 0   u32 magic (CBUF_MAGIC)   4  u32 version
+/// 8   u32 relinquish (REL_CBUF) 12 u32 free_seq (futex, tmem_put)
+/// 16  u32 waiters              20 u32 blocks
+/// 24  u64 block_ns             32..64 reserved
+/// 64  u32 l1[CB_L1]            leaf number + 1, 0 = none (manager writes)
+/// 576 u32 leaves[CB_LEAVES][CB_L2]   1 = slab mapped here, 0 = not
+/// ```
+pub const CB_L1: usize = 128;
+pub const CB_L2: usize = 128;
+pub const CB_LEAVES: usize = 16;
+pub const CBT_RELINQUISH: usize = 8;
+pub const CBT_FREE_SEQ: usize = 12;
+pub const CBT_WAITERS: usize = 16;
+pub const CBT_BLOCKS: usize = 20;
+pub const CBT_BLOCK_NS: usize = 24;
+pub const CBT_L1: usize = 64;
+pub const CBT_LEAVES: usize = CBT_L1 + CB_L1 * 4;
+pub const CBUF_TABLE_LEN: usize = CBT_LEAVES + CB_LEAVES * CB_L2 * 4;
+/// Smallest CBUF size class (bytes); classes are `CB_MIN << k`.
+pub const CB_MIN: usize = 64;
+pub const CB_CLASSES: usize = 11;
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(size_of::<CbufMeta>() == CBM_SIZE);
+    assert!(offset_of!(CbufMeta, pi) == CBM_PI);
+    assert!(offset_of!(CbufMeta, holder) == CBM_HOLDER);
+    assert!(offset_of!(CbufMeta, since_ms) == CBM_SINCE);
+    assert!(SLAB_OBJS * CBM_SIZE <= CBUF_META_LEN);
+    assert!(CB_L1 * CB_L2 == MAX_SLABS as usize);
+    assert!(CBT_LEAVES % 64 == 0 && CBT_BLOCK_NS % 8 == 0);
+};

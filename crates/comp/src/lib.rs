@@ -29,6 +29,7 @@
 //!
 //! Lock order: no locks; blocking happens only on futex words.
 
+pub mod cbuf;
 pub mod manager;
 pub mod policy;
 pub mod region;
@@ -51,6 +52,8 @@ pub enum Error {
     ServerDied(String),
     #[error("the server returned error {0}")]
     Remote(i32),
+    #[error("cbuf: {}", std::io::Error::from_raw_os_error(*.0))]
+    Cbuf(i32),
     #[error("{0} words of arguments (at most 6)")]
     Args(usize),
     #[error("component {0} may not invoke {1}")]

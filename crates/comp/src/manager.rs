@@ -14,17 +14,20 @@
 //! Lock order: the manager is single-threaded; it takes no locks.
 
 use std::collections::BTreeMap;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Child, Command};
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mantle_abi::comp::*;
 use mantle_sys::pifutex;
 
+use crate::cbuf::{CbufCounters, CbufManager};
 use crate::region::{Region, RegionCounters};
-use crate::runtime::{Server, ENV_NAME, ENV_REGION, ENV_SERVERS};
+use crate::runtime::{Server, ENV_CBUF_SOCK, ENV_CBUF_TABLE, ENV_NAME, ENV_REGION, ENV_SERVERS};
 use crate::system::{HoldAction, SystemFile};
 use crate::Error;
 
@@ -39,6 +42,12 @@ pub struct Component {
 pub struct Manager {
     pub spec: SystemFile,
     pub comps: Vec<Component>,
+    pub cbufs: Arc<Mutex<CbufManager>>,
+    /// The manager's ends of the components' CBUF sockets.
+    socks: Arc<Vec<OwnedFd>>,
+    child_socks: Vec<OwnedFd>,
+    stop: Arc<AtomicBool>,
+    service: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Something a tick found.
@@ -55,6 +64,16 @@ pub enum Event {
         slot: u32,
         caller_pid: u32,
     },
+    CbufsReclaimed {
+        component: String,
+        bytes: u64,
+    },
+    CbufHeldPastBound {
+        component: String,
+        cbuf: u32,
+        holder_tid: u32,
+        held_ms: u64,
+    },
     HoldPastBound {
         component: String,
         slot: u32,
@@ -70,7 +89,27 @@ impl Manager {
     /// one's contexts are parked and its initial cache is on its freelist.
     pub fn up(spec: SystemFile) -> Result<Manager, Error> {
         spec.validate()?;
+        let n = spec.components.len();
+        let limits: Vec<usize> = spec
+            .components
+            .iter()
+            .map(|c| c.cbuf_kib as usize * 1024)
+            .collect();
+        let readers = (0..n).map(|i| spec.downstream(i)).collect();
+        let cbufs = CbufManager::new(&limits, readers, spec.limits.cbuf_pages as usize * 4096)?;
+        let mut socks = Vec::new();
+        let mut child_socks = Vec::new();
+        for _ in 0..n {
+            let (a, b) = mantle_sys::supervise::socketpair().map_err(Error::sys("socketpair"))?;
+            socks.push(a);
+            child_socks.push(b);
+        }
         let mut m = Manager {
+            cbufs: Arc::new(Mutex::new(cbufs)),
+            socks: Arc::new(socks),
+            child_socks,
+            stop: Arc::new(AtomicBool::new(false)),
+            service: None,
             comps: spec
                 .components
                 .iter()
@@ -86,6 +125,7 @@ impl Manager {
                 .collect::<Result<_, Error>>()?,
             spec,
         };
+        m.service = Some(m.spawn_service()?);
         for idx in m.spec.start_order() {
             if let Err(e) = m.start(idx) {
                 m.down();
@@ -109,6 +149,17 @@ impl Manager {
             mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, fd);
             servers.push(format!("{t}={fd}"));
         }
+        let sock = self.child_socks[idx].as_raw_fd();
+        let table = self
+            .cbufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .table_fd(idx)
+            .as_raw_fd();
+        mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, sock);
+        mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, table);
+        cmd.env(ENV_CBUF_SOCK, sock.to_string())
+            .env(ENV_CBUF_TABLE, table.to_string());
         cmd.env(ENV_NAME, &cs.name)
             .env(ENV_REGION, own.to_string())
             .env(ENV_SERVERS, servers.join(","));
@@ -138,6 +189,52 @@ impl Manager {
         c.pid = pid;
         self.set_desired(idx, cs.stacks);
         Ok(())
+    }
+
+    /// The CBUF manager's service thread: answers every component's
+    /// requests (new slab, map a passed cbid) on its socket.
+    fn spawn_service(&self) -> Result<std::thread::JoinHandle<()>, Error> {
+        let (socks, cbufs, stop) = (self.socks.clone(), self.cbufs.clone(), self.stop.clone());
+        std::thread::Builder::new()
+            .name("cbuf-manager".into())
+            .spawn(move || {
+                let mut open = vec![true; socks.len()];
+                while !stop.load(Relaxed) {
+                    let mut fds: Vec<libc::pollfd> = socks
+                        .iter()
+                        .zip(&open)
+                        .map(|(s, &o)| libc::pollfd {
+                            fd: if o { s.as_raw_fd() } else { -1 },
+                            events: libc::POLLIN,
+                            revents: 0,
+                        })
+                        .collect();
+                    if mantle_sys::supervise::poll(&mut fds, 50).is_err() {
+                        continue;
+                    }
+                    for (c, p) in fds.iter().enumerate() {
+                        if p.revents == 0 {
+                            continue;
+                        }
+                        let mut cb = cbufs.lock().unwrap_or_else(|e| e.into_inner());
+                        if p.revents & libc::POLLIN == 0 || cb.serve_one(c, &socks[c]).is_err() {
+                            open[c] = false;
+                        }
+                    }
+                }
+            })
+            .map_err(Error::sys("spawn cbuf manager"))
+    }
+
+    /// Reclaims component `name`'s free CBUF slabs now (the manager's
+    /// asynchronous reclaim, G3a); returns the bytes given back.
+    pub fn reclaim_cbufs(&self, name: &str) -> Result<usize, Error> {
+        let i = self.index(name)?;
+        Ok(self
+            .cbufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reclaim(i, false))
     }
 
     pub fn index(&self, name: &str) -> Result<usize, Error> {
@@ -205,6 +302,16 @@ impl Manager {
                 c.exit = Some(st.to_string());
                 c.child = None;
                 mark_dead(&c.region);
+                let i = self.spec.index(&c.name).unwrap_or(usize::MAX);
+                let back = self
+                    .cbufs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .reclaim(i, true);
+                ev.push(Event::CbufsReclaimed {
+                    component: c.name.clone(),
+                    bytes: back as u64,
+                });
                 ev.push(Event::Died {
                     component: c.name.clone(),
                     pid: c.pid,
@@ -262,6 +369,18 @@ impl Manager {
             }
             self.apply(r);
         }
+        let cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, c) in self.comps.iter().enumerate() {
+            for (slab, obj, tid, held_ms) in cb.holders_past(i, bound) {
+                ev.push(Event::CbufHeldPastBound {
+                    component: c.name.clone(),
+                    cbuf: slab << SLAB_SHIFT | obj,
+                    holder_tid: tid,
+                    held_ms,
+                });
+            }
+        }
+        drop(cb);
         for pid in kill {
             let _ = mantle_sys::supervise::kill(pid as i32, libc::SIGKILL);
         }
@@ -279,6 +398,11 @@ impl Manager {
                     alive: c.child.is_some(),
                     exit: c.exit.clone(),
                     stacks: c.region.counters(),
+                    cbufs: self
+                        .cbufs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .counters(self.spec.index(&c.name).unwrap_or(0)),
                 })
                 .collect(),
         }
@@ -306,6 +430,10 @@ impl Manager {
 impl Drop for Manager {
     fn drop(&mut self) {
         self.down();
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.service.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -337,4 +465,5 @@ pub struct ComponentStatus {
     pub alive: bool,
     pub exit: Option<String>,
     pub stacks: RegionCounters,
+    pub cbufs: CbufCounters,
 }

@@ -415,11 +415,14 @@ pub struct Env {
     pub name: String,
     pub own: Arc<Region>,
     pub servers: BTreeMap<String, Server>,
+    pub cbufs: Arc<crate::cbuf::Cbufs>,
 }
 
 pub const ENV_NAME: &str = "MANTLE_COMP_NAME";
 pub const ENV_REGION: &str = "MANTLE_COMP_REGION";
 pub const ENV_SERVERS: &str = "MANTLE_COMP_SERVERS";
+pub const ENV_CBUF_SOCK: &str = "MANTLE_COMP_CBUF_SOCK";
+pub const ENV_CBUF_TABLE: &str = "MANTLE_COMP_CBUF_TABLE";
 
 fn env_fd(v: &str) -> Result<OwnedFd, Error> {
     let fd: i32 = v
@@ -456,7 +459,16 @@ impl Env {
             let r = Arc::new(Region::attach(env_fd(fd)?)?);
             servers.insert(n.to_string(), Server::new(n, r));
         }
-        Ok(Env { name, own, servers })
+        let cbufs = Arc::new(crate::cbuf::Cbufs::new(
+            env_fd(&var(ENV_CBUF_SOCK)?)?,
+            env_fd(&var(ENV_CBUF_TABLE)?)?,
+        )?);
+        Ok(Env {
+            name,
+            own,
+            servers,
+            cbufs,
+        })
     }
 
     pub fn server(&self, name: &str) -> Result<&Server, Error> {

@@ -4,7 +4,7 @@
 //! ```toml
 //! [limits]                 # the global pool, per TMEM type
 //! stacks = 64
-//! cbuf_pages = 256
+//! cbuf_pages = 16384      # 4 KiB pages of CBUF memory in all
 //! hold_bound_ms = 1000     # P2: report holders past this
 //! hold_action = "report"   # or "kill": SIGKILL the holding component (restart: not yet)
 //!
@@ -15,6 +15,7 @@
 //! invokes = ["ip"]
 //! stacks = 4               # contexts in the cache at start (a^j)
 //! max_stacks = 8           # contexts the component may ever have
+//! cbuf_kib = 8192          # CBUF memory it may hold
 //! ```
 //! The invocation graph must be acyclic (TMEM paper §IV-E, deadlock
 //! prevention): a cycle is refused, naming it.
@@ -50,7 +51,7 @@ fn d_stacks() -> u32 {
     256
 }
 fn d_pages() -> u32 {
-    1024
+    16384
 }
 fn d_bound() -> u64 {
     1000
@@ -88,6 +89,13 @@ pub struct ComponentSpec {
     pub stacks: u32,
     #[serde(default)]
     pub max_stacks: Option<u32>,
+    /// CBUF memory the component may hold (KiB).
+    #[serde(default = "d_cbuf_kib")]
+    pub cbuf_kib: u32,
+}
+
+fn d_cbuf_kib() -> u32 {
+    8192
 }
 
 fn d_cstacks() -> u32 {
@@ -239,6 +247,24 @@ impl SystemFile {
         out
     }
 
+    /// The components `i` invokes directly or through others (who may be
+    /// passed i's CBUFs).
+    pub fn downstream(&self, i: usize) -> Vec<usize> {
+        let mut seen = vec![false; self.components.len()];
+        let mut stack = vec![i];
+        while let Some(v) = stack.pop() {
+            for t in &self.components[v].invokes {
+                if let Some(w) = self.index(t) {
+                    if !seen[w] {
+                        seen[w] = true;
+                        stack.push(w);
+                    }
+                }
+            }
+        }
+        (0..seen.len()).filter(|&w| seen[w] && w != i).collect()
+    }
+
     /// Whether `from` may invoke `to` (an edge of the graph).
     pub fn may_invoke(&self, from: &str, to: &str) -> bool {
         self.components
@@ -269,6 +295,8 @@ mod tests {
             .collect();
         assert_eq!(order, ["c", "b", "a"]);
         assert!(s.may_invoke("a", "b") && !s.may_invoke("a", "c"));
+        assert_eq!(s.downstream(0), [1, 2]);
+        assert_eq!(s.downstream(2), Vec::<usize>::new());
     }
 
     #[test]

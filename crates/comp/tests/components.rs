@@ -204,3 +204,102 @@ fn priority_inheritance_is_seen_by_the_kernel() {
     low.join().unwrap();
     assert_eq!(high.join().unwrap(), 1);
 }
+
+fn chain() -> Manager {
+    Manager::up(system(
+        "",
+        &[
+            ("a", "relay b", &["b"], 2),
+            ("b", "relay c", &["c"], 2),
+            ("c", "echo", &[], 2),
+        ],
+    ))
+    .unwrap()
+}
+
+#[test]
+fn a_cbuf_goes_down_a_three_component_chain_and_a_result_comes_back() {
+    let m = chain();
+    let a = m.server("a").unwrap();
+    for n in [8u64, 100, 4096, 65536] {
+        let want: u64 = (0..n).map(|i| i % 251).sum();
+        assert_eq!(a.invoke(5, &[n]).unwrap(), want as i64, "n={n}");
+    }
+    let st = m.status();
+    let ca = &st.components.iter().find(|c| c.name == "a").unwrap().cbufs;
+    assert!(ca.slabs >= 1 && ca.in_use == 0, "{ca:?}");
+}
+
+#[test]
+fn forged_freed_and_foreign_cbids_are_refused() {
+    use mantle_abi::comp::CbufId;
+    let m = chain();
+    let a = m.server("a").unwrap();
+    // a freed cbid, passed down: the leaf refuses it
+    assert_eq!(a.invoke(7, &[]).unwrap(), -(libc::ESTALE as i64));
+    // slab 0 and slabs nobody made
+    assert_eq!(a.invoke(6, &[0]).unwrap(), -(libc::EINVAL as i64));
+    for slab in [1000, mantle_abi::comp::MAX_SLABS - 1] {
+        assert_eq!(
+            a.invoke(6, &[CbufId::new(0, slab, 0).0 as u64]).unwrap(),
+            -(libc::ENOENT as i64)
+        );
+    }
+    // a buffer of c (downstream of a): a may not map it
+    let c = m.server("c").unwrap();
+    let theirs = c.invoke(5, &[]).unwrap();
+    assert!(theirs > 0);
+    assert_eq!(
+        a.invoke(6, &[theirs as u64]).unwrap(),
+        -(libc::EACCES as i64)
+    );
+    // a live cbid with the wrong generation: a forged id
+    let id = CbufId(theirs as u32);
+    let forged = CbufId::new(id.gen() + 1, id.slab(), id.obj());
+    assert_eq!(
+        c.invoke(4, &[forged.0 as u64, 8]).unwrap(),
+        -(libc::ESTALE as i64)
+    );
+}
+
+#[test]
+fn reclaim_punches_the_holes_and_the_memory_returns() {
+    let m = chain();
+    let a = m.server("a").unwrap();
+    let n = 65536u64; // a 4 MiB slab
+    assert!(a.invoke(5, &[n]).unwrap() > 0);
+    let before = m.status().components[0].cbufs;
+    assert!(before.resident >= n, "{before:?}");
+    let back = m.reclaim_cbufs("a").unwrap();
+    assert!(back >= 64 * n as usize);
+    let after = m.status().components[0].cbufs;
+    assert_eq!((after.slabs, after.resident), (0, 0), "{after:?}");
+    // the cache refills on demand
+    assert!(a.invoke(5, &[n]).unwrap() > 0);
+}
+
+#[test]
+fn a_killed_cbuf_holder_is_reclaimed() {
+    let mut m = Manager::up(system("hold_bound_ms = 30", &[("c", "echo", &[], 2)])).unwrap();
+    let c = m.server("c").unwrap();
+    let pid = m.pids()["c"];
+    let t = std::thread::spawn(move || c.invoke(6, &[5000]));
+    std::thread::sleep(Duration::from_millis(100));
+    let ev = m.tick();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::CbufHeldPastBound { component, .. } if component == "c")),
+        "{ev:?}"
+    );
+    assert_eq!(m.status().components[0].cbufs.in_use, 1);
+    mantle_sys::supervise::kill(pid as i32, libc::SIGKILL).unwrap();
+    assert!(matches!(t.join().unwrap(), Err(Error::ServerDied(_))));
+    std::thread::sleep(Duration::from_millis(20));
+    let ev = m.tick();
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::CbufsReclaimed { bytes, .. } if *bytes > 0)),
+        "{ev:?}"
+    );
+    assert_eq!(m.status().components[0].cbufs.slabs, 0);
+}

@@ -109,6 +109,31 @@ impl SharedMem {
         })
     }
 
+    /// Maps `len` bytes of a memfd read-only (shared): for a fd opened
+    /// O_RDONLY, which the kernel refuses to map writable.
+    pub fn map_readonly(fd: OwnedFd, len: usize) -> io::Result<SharedMem> {
+        // SAFETY: a fresh shared read-only mapping; writes through the
+        // atomics would fault, so callers only load.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMem {
+            fd,
+            base: p.cast(),
+            len,
+        })
+    }
+
     /// The mapping's first byte, for memory handed to applications as
     /// buffers (CBUFs): they write it with plain stores, knowing that
     /// another process may too.
