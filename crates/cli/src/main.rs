@@ -8,6 +8,7 @@
 //! initial user namespace), never `euid == 0`: inside `unshare -Ur` a
 //! user is uid 0 and still has no power over the machine's BPF objects.
 
+mod comp;
 mod deadlock;
 mod demo;
 mod doctor;
@@ -60,5 +61,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Prof(c) => Ok(prof::run(c)?),
         Cmd::Run(a) => run::run(a),
         Cmd::Exec(c) => exec::run(c),
+        Cmd::Comp(c) => comp::run(c),
     }
 }

@@ -382,6 +382,11 @@ impl Cbufs {
         Ok(s.ptr(id.obj()))
     }
 
+    /// Threads blocked in the CBUF tmem_get of this component now.
+    pub fn waiters(&self) -> u32 {
+        table_word(&self.table, CBT_WAITERS).load(Acquire)
+    }
+
     pub fn blocks(&self) -> u32 {
         table_word(&self.table, CBT_BLOCKS).load(Relaxed)
     }

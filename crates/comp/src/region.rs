@@ -150,6 +150,11 @@ impl Region {
         (i < self.nctx).then(|| self.s32(i, CTX_TID).load(Acquire))
     }
 
+    /// Threads blocked in tmem_get on this component now.
+    pub fn waiters(&self) -> u32 {
+        self.h32(HDR_WAITERS).load(Acquire)
+    }
+
     pub fn dead(&self) -> bool {
         self.h32(HDR_DEAD).load(Acquire) != 0
     }

@@ -198,6 +198,20 @@ impl Server {
         res
     }
 
+    /// Takes a context for good: the paper's "pre-TMEM" invocation with a
+    /// preallocated context per caller (no freelist on the path), kept
+    /// for comparison (bench/components).
+    pub fn reserve(&self) -> Result<Reserved, Error> {
+        let i = self
+            .region
+            .pop()?
+            .ok_or_else(|| Error::Spec(format!("{}: no free context to reserve", self.name)))?;
+        Ok(Reserved {
+            server: self.clone(),
+            slot: i,
+        })
+    }
+
     fn call_on(&self, i: u32, func: u32, args: &[u64]) -> Result<i64, Error> {
         let r = &*self.region;
         let ctid = r.s32(i, CTX_TID).load(Acquire);
@@ -268,6 +282,30 @@ impl Server {
                     }
                 }
             }
+        }
+    }
+}
+
+/// A context held by one caller (see [`Server::reserve`]); returned to
+/// the freelist on drop.
+pub struct Reserved {
+    server: Server,
+    slot: u32,
+}
+
+impl Reserved {
+    pub fn invoke(&self, func: u32, args: &[u64]) -> Result<i64, Error> {
+        if args.len() > NARGS {
+            return Err(Error::Args(args.len()));
+        }
+        self.server.call_on(self.slot, func, args)
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if !self.server.region.dead() {
+            self.server.region.push(self.slot);
         }
     }
 }

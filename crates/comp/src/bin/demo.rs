@@ -9,7 +9,9 @@
 //!   n bytes and writes that sum into its first 8 bytes (a result back);
 //!   -errno if the cbid is refused;
 //! * f5(): allocates a 64-byte CBUF, keeps it, returns its cbid;
-//! * f6(ms): allocates a CBUF, holds it ms, frees it.
+//! * f6(ms): allocates a CBUF, holds it ms, frees it;
+//! * f7(): spins until a caller blocks on this component's empty cache
+//!   (at most 100 ms): the holder side of the "invocation with PI" bench.
 //!
 //! `relay TARGET` (a link):
 //! * f0(x) = TARGET.f0(x + 1) + 1; f1(ms) = TARGET.f1(ms);
@@ -59,6 +61,7 @@ fn main() {
         }
     };
     let cb = env.cbufs.clone();
+    let own = env.own.clone();
     let iface = match role.as_str() {
         "echo" => {
             let (c4, c5, c6) = (cb.clone(), cb.clone(), cb.clone());
@@ -84,6 +87,13 @@ fn main() {
                         c6.free(p).map_or_else(errno, |_| 0)
                     }
                     Err(e) => errno(e),
+                })
+                .add(move |_| {
+                    let t0 = std::time::Instant::now();
+                    while own.waiters() == 0 && t0.elapsed().as_millis() < 100 {
+                        std::hint::spin_loop();
+                    }
+                    0
                 })
         }
         "relay" => {
