@@ -79,7 +79,7 @@ fn fork_baselines() -> Baselines {
     let shm = SharedMem::create(c"table3-futex", 4096).unwrap();
     // one child per mechanism, each single-threaded
     let child = |f: Box<dyn FnOnce() -> i32>| {
-        std::mem::forget(mantle_sys::supervise::fork_single_threaded(f).unwrap());
+        let _ = mantle_sys::supervise::fork_single_threaded(f).unwrap();
     };
     {
         let b = b.try_clone().unwrap();
@@ -229,13 +229,21 @@ fn main() {
         let s = m.server("s").unwrap();
         {
             let pre = s.reserve().unwrap();
-            rows.push(measure(&format!("pre-TMEM invocation (preallocated context){tag}"), reps, || {
-                pre.invoke(0, &[1, 2, 3, 4, 5, 6]).unwrap();
-            }));
+            rows.push(measure(
+                &format!("pre-TMEM invocation (preallocated context){tag}"),
+                reps,
+                || {
+                    pre.invoke(0, &[1, 2, 3, 4, 5, 6]).unwrap();
+                },
+            ));
         }
-        rows.push(measure(&format!("invocation w/ cached stack{tag}"), reps, || {
-            s.invoke(0, &[1, 2, 3, 4, 5, 6]).unwrap();
-        }));
+        rows.push(measure(
+            &format!("invocation w/ cached stack{tag}"),
+            reps,
+            || {
+                s.invoke(0, &[1, 2, 3, 4, 5, 6]).unwrap();
+            },
+        ));
         // PI: a low-priority caller holds the only context; we (SCHED_FIFO
         // 10 when root) invoke; the holder's function returns as soon as
         // it sees us blocked.
@@ -281,7 +289,11 @@ fn main() {
         rows.push(Row {
             name: format!(
                 "invocation w/ PI (cache empty, holder boosted{}){tag}",
-                if fifo { ", caller FIFO 10" } else { ", NOT root: no FIFO" }
+                if fifo {
+                    ", caller FIFO 10"
+                } else {
+                    ", NOT root: no FIFO"
+                }
             ),
             cycles: cyc,
         });
@@ -299,9 +311,11 @@ fn main() {
         let mgr = Arc::new(std::sync::Mutex::new(mgr));
         for (c, end) in [(0usize, mgr_end), (1, mgr2_end)] {
             let mgr = mgr.clone();
-            std::thread::spawn(move || {
-                while mgr.lock().unwrap().serve_one(c, &end).is_ok() {}
-            });
+            std::thread::spawn(
+                move || {
+                    while mgr.lock().unwrap().serve_one(c, &end).is_ok() {}
+                },
+            );
         }
         // cached alloc: warm the cache with one slab's worth first
         let warm: Vec<_> = (0..64).map(|_| cb.alloc(64).unwrap().0).collect();
@@ -318,8 +332,14 @@ fn main() {
             free.push(t3 - t2);
         }
         eprintln!("table3: cbuf rows");
-        rows.push(Row { name: "cached cbuf_alloc".into(), cycles: alloc });
-        rows.push(Row { name: "cached cbuf_free".into(), cycles: free });
+        rows.push(Row {
+            name: "cached cbuf_alloc".into(),
+            cycles: alloc,
+        });
+        rows.push(Row {
+            name: "cached cbuf_free".into(),
+            cycles: free,
+        });
         let (p, id) = cb.alloc(64).unwrap();
         rows.push(measure("cbuf2buf (cached)", reps, || {
             std::hint::black_box(cb.cbuf2buf(id, 64).unwrap());
@@ -338,7 +358,8 @@ fn main() {
                 for p in held {
                     cb2.free(p as *mut u8).unwrap();
                 }
-                let mut mine: Vec<usize> = (0..64).map(|_| cb2.alloc(64).unwrap().0 as usize).collect();
+                let mut mine: Vec<usize> =
+                    (0..64).map(|_| cb2.alloc(64).unwrap().0 as usize).collect();
                 ready.store(1, Release);
                 while !stop.load(Relaxed) {
                     if cb2.waiters() > 0 {
@@ -355,7 +376,8 @@ fn main() {
                         std::hint::spin_loop();
                     }
                 }
-                mine.into_iter().for_each(|p| cb2.free(p as *mut u8).unwrap());
+                mine.into_iter()
+                    .for_each(|p| cb2.free(p as *mut u8).unwrap());
             })
         };
         while ready.load(Acquire) == 0 {
@@ -380,7 +402,14 @@ fn main() {
         stop.store(true, Relaxed);
         holder.join().unwrap();
         rows.push(Row {
-            name: format!("cbuf_alloc w/ PI (cache empty{})", if fifo { ", caller FIFO 10" } else { ", NOT root" }),
+            name: format!(
+                "cbuf_alloc w/ PI (cache empty{})",
+                if fifo {
+                    ", caller FIFO 10"
+                } else {
+                    ", NOT root"
+                }
+            ),
             cycles: cyc,
         });
     }
@@ -388,7 +417,11 @@ fn main() {
     // --- report -----------------------------------------------------------
     let aff = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Cpus_allowed_list")).map(|l| l.to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Cpus_allowed_list"))
+                .map(|l| l.to_string())
+        })
         .unwrap_or_default();
     println!("# Table III on Linux: {reps} reps (PI rows: fewer), TSC {rate:.3} cycles/ns, caller spin {spin}, {aff}");
     println!("| operation | n | mean ns | sd ns | p99 ns | max ns | mean cyc | sd cyc | p99 cyc | max cyc |");
@@ -408,18 +441,32 @@ fn main() {
             ns(max as f64)
         );
         means.insert(r.name.clone(), ns(m));
-        json.push(serde_json::json!({"op": r.name, "n": n, "mean_ns": ns(m), "sd_ns": ns(sd),
+        json.push(
+            serde_json::json!({"op": r.name, "n": n, "mean_ns": ns(m), "sd_ns": ns(sd),
             "p99_ns": ns(p99 as f64), "max_ns": ns(max as f64), "mean_cycles": m, "sd_cycles": sd,
-            "p99_cycles": p99, "max_cycles": max}));
+            "p99_cycles": p99, "max_cycles": max}),
+        );
     }
     let g = |k: &str| means.get(k).copied().unwrap_or(f64::NAN);
     let cached = g("invocation w/ cached stack");
     let pre = g("pre-TMEM invocation (preallocated context)");
     println!();
-    println!("ratio cached-stack / preallocated invocation: {:.3} (bar <= 1.05)", cached / pre);
-    println!("ratio invocation / unix-socket RPC: {:.3} (bar < 1)", cached / g("RPC unix socket (1 word)"));
-    println!("ratio invocation / pipe RPC: {:.3}", cached / g("RPC pipe pair (1 word)"));
-    println!("ratio invocation / futex RPC: {:.3}", cached / g("RPC futex in shared memory (1 word)"));
+    println!(
+        "ratio cached-stack / preallocated invocation: {:.3} (bar <= 1.05)",
+        cached / pre
+    );
+    println!(
+        "ratio invocation / unix-socket RPC: {:.3} (bar < 1)",
+        cached / g("RPC unix socket (1 word)")
+    );
+    println!(
+        "ratio invocation / pipe RPC: {:.3}",
+        cached / g("RPC pipe pair (1 word)")
+    );
+    println!(
+        "ratio invocation / futex RPC: {:.3}",
+        cached / g("RPC futex in shared memory (1 word)")
+    );
     for k in ["cached cbuf_alloc", "cached cbuf_free", "cbuf2buf (cached)"] {
         println!("{k}: {:.1} ns (bar <= 100)", g(k));
     }

@@ -212,7 +212,9 @@ const _: () = {
     assert!(offset_of!(CtxSlot, used) == CTX_USED);
     assert!(offset_of!(CtxSlot, status) == CTX_STATUS);
     assert!(offset_of!(CtxSlot, caller_pid) == CTX_CALLER_PID);
-    assert!(CTX_CALL % 4 == 0 && CTX_ARGS % 8 == 0 && HDR_FREE_HEAD % 8 == 0);
+    assert!(
+        CTX_CALL.is_multiple_of(4) && CTX_ARGS.is_multiple_of(8) && HDR_FREE_HEAD.is_multiple_of(8)
+    );
     assert!(region_len(MAX_CTX) <= 65536);
 };
 
@@ -335,5 +337,5 @@ const _: () = {
     assert!(offset_of!(CbufMeta, since_ms) == CBM_SINCE);
     assert!(SLAB_OBJS * CBM_SIZE <= CBUF_META_LEN);
     assert!(CB_L1 * CB_L2 == MAX_SLABS as usize);
-    assert!(CBT_LEAVES % 64 == 0 && CBT_BLOCK_NS % 8 == 0);
+    assert!(CBT_LEAVES.is_multiple_of(64) && CBT_BLOCK_NS.is_multiple_of(8));
 };

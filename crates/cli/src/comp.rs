@@ -51,7 +51,9 @@ fn dir() -> PathBuf {
     } else {
         std::env::var_os("XDG_RUNTIME_DIR")
             .map(|d| PathBuf::from(d).join("mantle/comp"))
-            .unwrap_or_else(|| PathBuf::from(format!("/tmp/mantle-comp-{}", mantle_sys::os::geteuid())))
+            .unwrap_or_else(|| {
+                PathBuf::from(format!("/tmp/mantle-comp-{}", mantle_sys::os::geteuid()))
+            })
     }
 }
 
@@ -88,13 +90,17 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     if let Ok(p) = std::fs::read_to_string(&pidf) {
         if let Ok(pid) = p.trim().parse::<i32>() {
             if mantle_sys::supervise::kill(pid, 0).unwrap_or(false) {
-                return Err(Failure::new(EXIT_FAILURE, format!("a system is up already (manager pid {pid}): mantle comp down")));
+                return Err(Failure::new(
+                    EXIT_FAILURE,
+                    format!("a system is up already (manager pid {pid}): mantle comp down"),
+                ));
             }
         }
     }
     mantle_sys::supervise::catch_signals(&[libc::SIGTERM, libc::SIGINT], &[]);
     let mut m = Manager::up(spec).map_err(fail)?;
-    std::fs::write(&pidf, std::process::id().to_string()).map_err(|e| Failure::io("pid file", &pidf, &e))?;
+    std::fs::write(&pidf, std::process::id().to_string())
+        .map_err(|e| Failure::io("pid file", &pidf, &e))?;
     let statf = d.join("status.json");
     let mut events: Vec<serde_json::Value> = Vec::new();
     let mut last = Instant::now() - Duration::from_secs(1);
@@ -139,9 +145,14 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
 
 fn read_status() -> Result<serde_json::Value, Failure> {
     let f = dir().join("status.json");
-    let t = std::fs::read_to_string(&f)
-        .map_err(|_| Failure::new(EXIT_NOT_FOUND, "no system of components is up (for this user)"))?;
-    serde_json::from_str(&t).map_err(|e| Failure::new(EXIT_FAILURE, format!("{}: {e}", f.display())))
+    let t = std::fs::read_to_string(&f).map_err(|_| {
+        Failure::new(
+            EXIT_NOT_FOUND,
+            "no system of components is up (for this user)",
+        )
+    })?;
+    serde_json::from_str(&t)
+        .map_err(|e| Failure::new(EXIT_FAILURE, format!("{}: {e}", f.display())))
 }
 
 fn status(json: bool) -> Result<(), Failure> {
@@ -150,10 +161,25 @@ fn status(json: bool) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());
     }
-    println!("manager {} ({})", v["manager_pid"], v["file"].as_str().unwrap_or(""));
+    println!(
+        "manager {} ({})",
+        v["manager_pid"],
+        v["file"].as_str().unwrap_or("")
+    );
     println!(
         "{:<16} {:>7} {:>5}  {:>5} {:>5} {:>5} {:>7} {:>6} {:>10}  {:>6} {:>7} {:>6}",
-        "component", "pid", "alive", "a^j", "busy", "free", "waiting", "blocks", "block_ms", "slabs", "in_use", "KiB"
+        "component",
+        "pid",
+        "alive",
+        "a^j",
+        "busy",
+        "free",
+        "waiting",
+        "blocks",
+        "block_ms",
+        "slabs",
+        "in_use",
+        "KiB"
     );
     for c in v["components"].as_array().into_iter().flatten() {
         let s = &c["stacks"];
@@ -185,15 +211,28 @@ fn down() -> Result<(), Failure> {
     let pid: i32 = std::fs::read_to_string(&pidf)
         .ok()
         .and_then(|p| p.trim().parse().ok())
-        .ok_or_else(|| Failure::new(EXIT_NOT_FOUND, "no system of components is up (for this user)"))?;
-    if !mantle_sys::supervise::kill(pid, libc::SIGTERM)
-        .map_err(|e| Failure::new(crate::exit::EXIT_PERMISSION, format!("signal manager {pid}: {e}")))?
-    {
+        .ok_or_else(|| {
+            Failure::new(
+                EXIT_NOT_FOUND,
+                "no system of components is up (for this user)",
+            )
+        })?;
+    if !mantle_sys::supervise::kill(pid, libc::SIGTERM).map_err(|e| {
+        Failure::new(
+            crate::exit::EXIT_PERMISSION,
+            format!("signal manager {pid}: {e}"),
+        )
+    })? {
         let _ = std::fs::remove_file(&pidf);
-        return Err(Failure::new(EXIT_NOT_FOUND, format!("manager {pid} is gone (stale pid file removed)")));
+        return Err(Failure::new(
+            EXIT_NOT_FOUND,
+            format!("manager {pid} is gone (stale pid file removed)"),
+        ));
     }
     let t0 = Instant::now();
-    while mantle_sys::supervise::kill(pid, 0).unwrap_or(false) && t0.elapsed() < Duration::from_secs(5) {
+    while mantle_sys::supervise::kill(pid, 0).unwrap_or(false)
+        && t0.elapsed() < Duration::from_secs(5)
+    {
         std::thread::sleep(Duration::from_millis(20));
     }
     Ok(())

@@ -48,7 +48,8 @@ impl Region {
             .metadata()
             .map_err(Error::sys("fstat"))?
             .len() as usize;
-        if len < HDR_SIZE || len > region_len(MAX_CTX) || (len - HDR_SIZE) % CTX_SIZE != 0 {
+        if len < HDR_SIZE || len > region_len(MAX_CTX) || !(len - HDR_SIZE).is_multiple_of(CTX_SIZE)
+        {
             return Err(Error::Corrupt(format!("region of {len} bytes")));
         }
         let mem = SharedMem::map(fd, len).map_err(Error::sys("mmap region"))?;

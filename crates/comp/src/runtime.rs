@@ -382,7 +382,7 @@ impl Interface {
     pub fn new() -> Interface {
         Interface::default()
     }
-    pub fn add(mut self, f: impl Fn(&[u64; NARGS]) -> i64 + Send + Sync + 'static) -> Self {
+    pub fn func(mut self, f: impl Fn(&[u64; NARGS]) -> i64 + Send + Sync + 'static) -> Self {
         self.funcs.push(Arc::new(f));
         self
     }
@@ -558,7 +558,7 @@ mod tests {
         r.h32(HDR_SERVER_PID).store(std::process::id(), Relaxed);
         serve(
             r.clone(),
-            Interface::new().add(|a| (a[0] + a[5]) as i64),
+            Interface::new().func(|a| (a[0] + a[5]) as i64),
             64 * 1024,
         )
         .unwrap();

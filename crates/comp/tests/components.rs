@@ -303,3 +303,39 @@ fn a_killed_cbuf_holder_is_reclaimed() {
     );
     assert_eq!(m.status().components[0].cbufs.slabs, 0);
 }
+
+#[test]
+fn a_c_component_on_libmantle_serves_and_maps_cbufs() {
+    let lib = mantle_testsupport::build::libmantle().unwrap();
+    let ws = mantle_testsupport::build::workspace();
+    let dir = std::env::temp_dir().join(format!("mantle-comp-c-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("ccomp");
+    let libdir = lib.parent().unwrap();
+    mantle_testsupport::build::run_cc(
+        "ccomp",
+        std::process::Command::new("cc")
+            .arg("-Wall")
+            .arg("-Werror")
+            .arg(format!("-I{}", ws.join("include").display()))
+            .arg(ws.join("crates/comp/tests/c/ccomp.c"))
+            .arg(format!("-L{}", libdir.display()))
+            .arg(format!("-Wl,-rpath,{}", libdir.display()))
+            .arg("-lmantle")
+            .arg("-o")
+            .arg(&bin),
+    );
+    let text = format!(
+        "[[component]]\nname='a'\nexec=['{DEMO}','relay','c']\ninvokes=['c']\n\
+         [[component]]\nname='c'\nexec=['{}']\n",
+        bin.display()
+    );
+    let m = Manager::up(SystemFile::parse(&text).unwrap()).unwrap();
+    let a = m.server("a").unwrap();
+    assert_eq!(a.invoke(0, &[40]).unwrap(), 42);
+    let want: u64 = (0..1000u64).map(|i| i % 251).sum();
+    assert_eq!(a.invoke(5, &[1000]).unwrap(), want as i64);
+    assert_eq!(a.invoke(7, &[]).unwrap(), -(libc::ESTALE as i64));
+    drop(m);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,9 +17,9 @@ use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-pub const FUTEX_WAITERS: u32 = libc::FUTEX_WAITERS as u32;
-pub const FUTEX_OWNER_DIED: u32 = libc::FUTEX_OWNER_DIED as u32;
-pub const FUTEX_TID_MASK: u32 = libc::FUTEX_TID_MASK as u32;
+pub const FUTEX_WAITERS: u32 = libc::FUTEX_WAITERS;
+pub const FUTEX_OWNER_DIED: u32 = libc::FUTEX_OWNER_DIED;
+pub const FUTEX_TID_MASK: u32 = libc::FUTEX_TID_MASK;
 
 /// FUTEX_LOCK_PI2 on a shared word: blocks (boosting the owner) until the
 /// lock is ours or `timeout` (CLOCK_MONOTONIC, relative) runs out.

@@ -66,29 +66,29 @@ fn main() {
         "echo" => {
             let (c4, c5, c6) = (cb.clone(), cb.clone(), cb.clone());
             Interface::new()
-                .add(|a| (a[0].wrapping_add(a[5])) as i64)
-                .add(|a| {
+                .func(|a| (a[0].wrapping_add(a[5])) as i64)
+                .func(|a| {
                     std::thread::sleep(std::time::Duration::from_millis(a[0]));
                     0
                 })
-                .add(|_| std::process::abort())
-                .add(|_| {
+                .func(|_| std::process::abort())
+                .func(|_| {
                     mantle_sys::pifutex::self_sched()
                         .map_or(-1, |s| s.policy as i64 * 1000 + s.value as i64)
                 })
-                .add(move |a| sum_of(&c4, a[0], a[1]))
-                .add(move |_| match c5.alloc(64) {
+                .func(move |a| sum_of(&c4, a[0], a[1]))
+                .func(move |_| match c5.alloc(64) {
                     Ok((_, id)) => id.0 as i64,
                     Err(e) => errno(e),
                 })
-                .add(move |a| match c6.alloc(64) {
+                .func(move |a| match c6.alloc(64) {
                     Ok((p, _)) => {
                         std::thread::sleep(std::time::Duration::from_millis(a[0]));
                         c6.free(p).map_or_else(errno, |_| 0)
                     }
                     Err(e) => errno(e),
                 })
-                .add(move |_| {
+                .func(move |_| {
                     let t0 = std::time::Instant::now();
                     while own.waiters() == 0 && t0.elapsed().as_millis() < 100 {
                         std::hint::spin_loop();
@@ -108,17 +108,17 @@ fn main() {
             let (s0, s1, s4, s5, s7) = (s.clone(), s.clone(), s.clone(), s.clone(), s);
             let (c4, c5, c6, c7) = (cb.clone(), cb.clone(), cb.clone(), cb);
             Interface::new()
-                .add(move |a| s0.invoke(0, &[a[0] + 1]).map_or(-1, |v| v + 1))
-                .add(move |a| s1.invoke(1, &[a[0]]).unwrap_or(-1))
-                .add(|_| 0)
-                .add(|_| 0)
-                .add(
+                .func(move |a| s0.invoke(0, &[a[0] + 1]).map_or(-1, |v| v + 1))
+                .func(move |a| s1.invoke(1, &[a[0]]).unwrap_or(-1))
+                .func(|_| 0)
+                .func(|_| 0)
+                .func(
                     move |a| match c4.cbuf2buf(CbufId(a[0] as u32), a[1] as usize) {
                         Ok(_) => s4.invoke(4, &[a[0], a[1]]).unwrap_or_else(errno),
                         Err(e) => errno(e),
                     },
                 )
-                .add(move |a| {
+                .func(move |a| {
                     let n = (a[0] as usize).max(8);
                     let (p, id) = match c5.alloc(n) {
                         Ok(v) => v,
@@ -137,11 +137,11 @@ fn main() {
                     }
                     r
                 })
-                .add(move |a| {
+                .func(move |a| {
                     c6.cbuf2buf(CbufId(a[0] as u32), 8)
                         .map_or_else(errno, |_| 0)
                 })
-                .add(move |_| match c7.alloc(64) {
+                .func(move |_| match c7.alloc(64) {
                     Ok((p, id)) => {
                         let _ = c7.free(p);
                         s7.invoke(4, &[id.0 as u64, 8]).unwrap_or_else(errno)
