@@ -133,6 +133,22 @@ fn fork_baselines() -> Baselines {
     }
 }
 
+/// The calling thread to SCHED_FIFO 10 (true) or left as it is (false:
+/// not root).
+fn fifo_on() -> bool {
+    let ok = mantle_sys::supervise::set_fifo(10).is_ok();
+    mantle_comp::runtime::priority_changed();
+    ok
+}
+
+fn fifo_off() {
+    let _ = mantle_sys::pifutex::set_self_sched(mantle_sys::pifutex::Sched {
+        policy: libc::SCHED_OTHER,
+        value: 0,
+    });
+    mantle_comp::runtime::priority_changed();
+}
+
 fn system(server_cpu: Option<u32>) -> SystemFile {
     let exec = match server_cpu {
         Some(c) => format!("'taskset', '-c', '{c}', '{DEMO}', 'echo'"),
@@ -263,27 +279,25 @@ fn main() {
                 }
             })
         };
-        let fifo = mantle_sys::supervise::set_fifo(10).is_ok();
-        mantle_comp::runtime::priority_changed();
         let pi_reps = (reps / 10).max(200);
         let mut cyc = Vec::with_capacity(pi_reps);
+        let mut fifo = false;
         for _ in 0..pi_reps {
             go.store(1, Release);
             while region.counters().busy == 0 {
                 std::thread::yield_now();
             }
+            // FIFO only around the timed call: a FIFO thread waiting by
+            // sched_yield would starve the SCHED_OTHER holder on one CPU
+            fifo = fifo_on();
             let t = tsc();
             pis.invoke(0, &[1]).unwrap();
             cyc.push(tsc() - t);
+            fifo_off();
             while region.counters().busy != 0 {
                 std::thread::yield_now();
             }
         }
-        let _ = mantle_sys::pifutex::set_self_sched(mantle_sys::pifutex::Sched {
-            policy: libc::SCHED_OTHER,
-            value: 0,
-        });
-        mantle_comp::runtime::priority_changed();
         stop.store(true, Relaxed);
         low.join().unwrap();
         rows.push(Row {
@@ -383,22 +397,20 @@ fn main() {
         while ready.load(Acquire) == 0 {
             std::hint::spin_loop();
         }
-        let fifo = mantle_sys::supervise::set_fifo(10).is_ok();
+        let mut fifo = false;
         let mut cyc = Vec::new();
         for _ in 0..(reps / 10).max(200) {
+            fifo = fifo_on();
             let t = tsc();
             let (p, _) = cb2.alloc(64).unwrap();
             cyc.push(tsc() - t);
+            fifo_off();
             cb2.free(p).unwrap();
             ready.store(2, Release);
             while ready.load(Acquire) != 1 {
                 std::thread::yield_now();
             }
         }
-        let _ = mantle_sys::pifutex::set_self_sched(mantle_sys::pifutex::Sched {
-            policy: libc::SCHED_OTHER,
-            value: 0,
-        });
         stop.store(true, Relaxed);
         holder.join().unwrap();
         rows.push(Row {
