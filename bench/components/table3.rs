@@ -325,11 +325,19 @@ fn main() {
         let mgr = Arc::new(std::sync::Mutex::new(mgr));
         for (c, end) in [(0usize, mgr_end), (1, mgr2_end)] {
             let mgr = mgr.clone();
-            std::thread::spawn(
-                move || {
-                    while mgr.lock().unwrap().serve_one(c, &end).is_ok() {}
-                },
-            );
+            std::thread::spawn(move || loop {
+                // wait for a request before taking the manager's lock
+                let mut p = [libc::pollfd {
+                    fd: std::os::fd::AsRawFd::as_raw_fd(&end),
+                    events: libc::POLLIN,
+                    revents: 0,
+                }];
+                if mantle_sys::supervise::poll(&mut p, -1).is_err()
+                    || mgr.lock().unwrap().serve_one(c, &end).is_err()
+                {
+                    return;
+                }
+            });
         }
         // cached alloc: warm the cache with one slab's worth first
         let warm: Vec<_> = (0..64).map(|_| cb.alloc(64).unwrap().0).collect();
