@@ -42,7 +42,7 @@ use std::sync::{Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use mantle_abi::comp::*;
-use mantle_sys::os::{gettid, read_exact_raw, write_all_raw};
+use mantle_sys::os::{read_exact_raw, write_all_raw};
 use mantle_sys::pifutex;
 use mantle_sys::shm::{futex_wait, SharedMem};
 
@@ -204,7 +204,7 @@ impl Cbufs {
     /// `cbuf_alloc(size, &cbid)`: a buffer of at least `size` bytes.
     pub fn alloc(&self, size: usize) -> Result<(*mut u8, CbufId), Error> {
         let class = class_of(size).ok_or(Error::Cbuf(libc::EINVAL))?;
-        let tid = gettid();
+        let tid = crate::runtime::my_tid();
         loop {
             let key = self.free[class]
                 .lock()
@@ -283,7 +283,7 @@ impl Cbufs {
             match holder {
                 Some(pi) => {
                     if let Ok(true) = pifutex::lock_pi(pi, Some(Duration::from_millis(20))) {
-                        let _ = pifutex::unlock_pi(pi, gettid());
+                        let _ = pifutex::unlock_pi(pi, crate::runtime::my_tid());
                     }
                 }
                 // nobody holds a buffer of this class: none will be freed,
@@ -341,7 +341,7 @@ impl Cbufs {
         }
         let next = (((v >> 2).wrapping_add(1) & ((1 << CBID_GEN_BITS) - 1)) << 2) | CB_FREE;
         w.store(next, Release);
-        let _ = pifutex::unlock_pi(s.word(obj, CBM_PI), gettid());
+        let _ = pifutex::unlock_pi(s.word(obj, CBM_PI), crate::runtime::my_tid());
         self.free[s.class]
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -63,7 +63,7 @@ thread_local! {
     static MY_TID: Cell<u32> = const { Cell::new(0) };
 }
 
-fn my_tid() -> u32 {
+pub(crate) fn my_tid() -> u32 {
     MY_TID.with(|t| {
         if t.get() == 0 {
             t.set(gettid());
