@@ -65,6 +65,7 @@ fn measure(name: &str, reps: usize, mut f: impl FnMut()) -> Row {
 /// socket, a pipe pair, and a futex word in shared memory. Forked before
 /// any thread exists.
 struct Baselines {
+    pids: Vec<u32>,
     sock: std::os::fd::OwnedFd,
     pipe_w: std::os::fd::OwnedFd,
     pipe_r: std::os::fd::OwnedFd,
@@ -78,8 +79,15 @@ fn fork_baselines() -> Baselines {
     let (rep_r, rep_w) = pipe().unwrap();
     let shm = SharedMem::create(c"table3-futex", 4096).unwrap();
     // one child per mechanism, each single-threaded
-    let child = |f: Box<dyn FnOnce() -> i32>| {
-        let _ = mantle_sys::supervise::fork_single_threaded(f).unwrap();
+    // the children inherit every fd (the bench lock's too, from flock):
+    // they are killed at the end of main, never left behind
+    let mut pids = Vec::new();
+    let mut child = |f: Box<dyn FnOnce() -> i32>| {
+        pids.push(
+            mantle_sys::supervise::fork_single_threaded(f)
+                .unwrap()
+                .pid(),
+        );
     };
     {
         let b = b.try_clone().unwrap();
@@ -126,6 +134,7 @@ fn fork_baselines() -> Baselines {
     }
     drop((b, req_r, rep_w));
     Baselines {
+        pids,
         sock: a,
         pipe_w: req_w,
         pipe_r: rep_r,
@@ -274,7 +283,9 @@ fn main() {
                     if go.swap(0, Acquire) == 1 {
                         pis.invoke(7, &[]).unwrap();
                     } else {
-                        std::hint::spin_loop();
+                        // sleep, not spin: a spinning SCHED_OTHER thread on
+                        // the context's CPU delays it by a CFS slice
+                        futex_wait(&go, 0, Duration::from_millis(20));
                     }
                 }
             })
@@ -284,6 +295,7 @@ fn main() {
         let mut fifo = false;
         for _ in 0..pi_reps {
             go.store(1, Release);
+            futex_wake(&go);
             while region.counters().busy == 0 {
                 std::thread::yield_now();
             }
@@ -489,6 +501,10 @@ fn main() {
     );
     for k in ["cached cbuf_alloc", "cached cbuf_free", "cbuf2buf (cached)"] {
         println!("{k}: {:.1} ns (bar <= 100)", g(k));
+    }
+    for &pid in &base.pids {
+        let _ = mantle_sys::supervise::kill(pid as i32, libc::SIGKILL);
+        let _ = mantle_sys::supervise::wait_child(pid as i32, true);
     }
     if let Ok(p) = std::env::var("TABLE3_JSON") {
         std::fs::write(p, serde_json::to_string_pretty(&json).unwrap()).unwrap();
