@@ -36,10 +36,12 @@
 //! | tags: view, ctl, tag table, lifeline, ops, admin, deadlock reports | `crates/tags/src/bpf/tags.h` | [`tags`] |
 //! | profiler: sample key, sample-path counters | `crates/prof/src/bpf/prof.h` | [`prof`] |
 //! | executive ↔ guest: the fast path's region header and per-thread slots | `crates/exec/stub/fast.h` | [`exec`] |
+//! | manager ↔ component: invocation regions, slots, CBUF tables and slab metadata, cbids | — (Rust only; C via libmantle) | [`comp`] |
 //! | pin paths, lock and note files         | —                           | [`paths`]   |
 //!
 //! No locks.
 
+pub mod comp;
 pub mod exec;
 pub mod paths;
 pub mod prof;

@@ -233,4 +233,5 @@ pub fn threads(name: &str) -> Result<Vec<ThreadInfo>, Error> {
 }
 
 pub mod capi;
+pub mod comp;
 pub mod exec;

@@ -76,6 +76,12 @@ pub enum Cmd {
         after_help = "Examples:\n  mantle exec status\n  mantle exec status --json"
     )]
     Exec(crate::exec::ExecCmd),
+    /// Systems of isolated components: start, inspect, stop.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  mantle comp up system.toml &\n  mantle comp status --json\n  mantle comp down"
+    )]
+    Comp(crate::comp::CompCmd),
 }
 
 #[derive(Subcommand)]

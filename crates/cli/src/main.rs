@@ -8,6 +8,7 @@
 //! initial user namespace), never `euid == 0`: inside `unshare -Ur` a
 //! user is uid 0 and still has no power over the machine's BPF objects.
 
+mod comp;
 mod deadlock;
 mod demo;
 mod doctor;
@@ -62,5 +63,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Run(a) => run::run(a),
         Cmd::Exec(c) => exec::run(c),
         Cmd::Instr(c) => instr::run(c),
+        Cmd::Comp(c) => comp::run(c),
     }
 }

@@ -15,6 +15,9 @@
 //! * [`seccomp`]: seccomp(2) filters and the user-notification fd's ioctls.
 //! * [`shm`]: memfd shared mappings reached only through atomics, and
 //!   shared futexes (the executive's fast path).
+//! * [`pifutex`]: PI futexes (FUTEX_LOCK_PI2/UNLOCK_PI), priority-ordered
+//!   wakes, the calling thread's scheduling and the kernel's view of a
+//!   thread's effective priority (the component runtime's TMEM).
 //! * [`sud`]: prctl(PR_SET_SYSCALL_USER_DISPATCH) and the SIGSYS it raises.
 //! * [`supervise`]: a supervisor's calls: process_vm_readv, per-thread
 //!   fsuid/fsgid/groups, SCHED_FIFO, mlockall, SCM_RIGHTS, waitpid, poll.
@@ -39,6 +42,7 @@ pub mod lock;
 pub mod netns;
 pub mod os;
 pub mod perf;
+pub mod pifutex;
 pub mod probe;
 pub mod seccomp;
 pub mod shm;

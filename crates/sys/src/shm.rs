@@ -87,6 +87,107 @@ impl SharedMem {
         Ok(())
     }
 
+    /// Maps `len` bytes of a memfd received from another process (shared,
+    /// read-write). The size is checked against the file: a short file
+    /// would fault (SIGBUS) on access instead of failing here.
+    pub fn map(fd: OwnedFd, len: usize) -> io::Result<SharedMem> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "empty shared memory",
+            ));
+        }
+        let size = std::fs::File::from(fd.try_clone()?).metadata()?.len();
+        if size < len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("shared memory of {size} bytes, {len} expected"),
+            ));
+        }
+        // SAFETY: a fresh shared mapping of a file at least len long; no
+        // Rust reference to it exists.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMem {
+            fd,
+            base: p.cast(),
+            len,
+        })
+    }
+
+    /// Maps `len` bytes of a memfd read-only (shared): for a fd opened
+    /// O_RDONLY, which the kernel refuses to map writable.
+    pub fn map_readonly(fd: OwnedFd, len: usize) -> io::Result<SharedMem> {
+        // SAFETY: a fresh shared read-only mapping; writes through the
+        // atomics would fault, so callers only load.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(SharedMem {
+            fd,
+            base: p.cast(),
+            len,
+        })
+    }
+
+    /// The mapping's first byte, for memory handed to applications as
+    /// buffers (CBUFs): they write it with plain stores, knowing that
+    /// another process may too.
+    pub fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Punches a hole of `len` bytes at `off` in the memfd
+    /// (fallocate PUNCH_HOLE|KEEP_SIZE): the pages go back to the system
+    /// and read as zeros afterwards, in every process mapping them.
+    pub fn punch_hole(&self, off: usize, len: usize) -> io::Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.len) {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: fallocate on our own fd; no memory is passed.
+        let r = unsafe {
+            libc::fallocate(
+                self.fd.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
+    /// Bytes of the memfd backed by memory now (st_blocks × 512).
+    pub fn resident_bytes(&self) -> io::Result<u64> {
+        use std::os::unix::fs::MetadataExt;
+        let f = std::fs::File::from(self.fd.try_clone()?);
+        Ok(f.metadata()?.blocks() * 512)
+    }
+
     pub fn fd(&self) -> &OwnedFd {
         &self.fd
     }

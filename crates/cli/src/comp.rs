@@ -1,0 +1,239 @@
+//! `mantle comp up|status|down`: a system of components (crates/comp,
+//! docs/comp.md). `up` is the manager: it runs in the foreground until
+//! SIGTERM/SIGINT (or `mantle comp down`), ticking the stack and CBUF
+//! managers and writing its status to `<dir>/status.json` (schema
+//! mantle.comp.status/1), where `status` reads it.
+//!
+//! The directory: /run/mantle/comp for root (0755; the status file is
+//! 0644: component names and cache counts, nothing secret), otherwise
+//! $XDG_RUNTIME_DIR/mantle/comp (the user's own 0700 runtime dir).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+use mantle_comp::{Manager, SystemFile};
+
+use crate::exit::{Failure, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_USAGE};
+
+#[derive(Subcommand)]
+pub enum CompCmd {
+    /// Start the system of components FILE describes and manage it (in
+    /// the foreground, until SIGTERM or `mantle comp down`).
+    #[command(
+        after_help = "Examples:\n  mantle comp up system.toml &\n  mantle comp up --json system.toml   # events as JSON lines\n\nA cyclic invocation graph is refused (exit 2) naming the cycle; a component that cannot start is exit 5 (not found) or 1."
+    )]
+    Up {
+        file: PathBuf,
+        /// Print events (deaths, reclaims, holders past their bound) as
+        /// JSON lines instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Components, their caches (stacks and CBUFs: allocated, in use,
+    /// waiters), blocked threads and block times.
+    #[command(
+        after_help = "Examples:\n  mantle comp status\n  mantle comp status --json | jq '.components[].stacks'\n\nExit 5 when no system is up (for this user)."
+    )]
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop the running system (SIGTERM to its manager, which ends every
+    /// component).
+    #[command(after_help = "Examples:\n  mantle comp down")]
+    Down,
+}
+
+fn dir() -> PathBuf {
+    if mantle_sys::os::geteuid() == 0 {
+        PathBuf::from("/run/mantle/comp")
+    } else {
+        std::env::var_os("XDG_RUNTIME_DIR")
+            .map(|d| PathBuf::from(d).join("mantle/comp"))
+            .unwrap_or_else(|| {
+                PathBuf::from(format!("/tmp/mantle-comp-{}", mantle_sys::os::geteuid()))
+            })
+    }
+}
+
+fn fail(e: mantle_comp::Error) -> Failure {
+    use mantle_comp::Error as E;
+    let code = match &e {
+        E::Spec(_) | E::Cycle(_) => EXIT_USAGE,
+        E::Start(_, io) if io.kind() == std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
+        _ => EXIT_FAILURE,
+    };
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg += &format!(": {s}");
+        src = s.source();
+    }
+    Failure::new(code, msg)
+}
+
+pub fn run(c: CompCmd) -> Result<(), Failure> {
+    match c {
+        CompCmd::Up { file, json } => up(&file, json),
+        CompCmd::Status { json } => status(json),
+        CompCmd::Down => down(),
+    }
+}
+
+fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
+    let text = std::fs::read_to_string(file).map_err(|e| Failure::io("system file", file, &e))?;
+    let spec = SystemFile::parse(&text).map_err(fail)?;
+    let d = dir();
+    std::fs::create_dir_all(&d).map_err(|e| Failure::io("directory", &d, &e))?;
+    let pidf = d.join("manager.pid");
+    if let Ok(p) = std::fs::read_to_string(&pidf) {
+        if let Ok(pid) = p.trim().parse::<i32>() {
+            if mantle_sys::supervise::kill(pid, 0).unwrap_or(false) {
+                return Err(Failure::new(
+                    EXIT_FAILURE,
+                    format!("a system is up already (manager pid {pid}): mantle comp down"),
+                ));
+            }
+        }
+    }
+    mantle_sys::supervise::catch_signals(&[libc::SIGTERM, libc::SIGINT], &[]);
+    let mut m = Manager::up(spec).map_err(fail)?;
+    std::fs::write(&pidf, std::process::id().to_string())
+        .map_err(|e| Failure::io("pid file", &pidf, &e))?;
+    let statf = d.join("status.json");
+    let mut events: Vec<serde_json::Value> = Vec::new();
+    let mut last = Instant::now() - Duration::from_secs(1);
+    let write = |m: &Manager, events: &[serde_json::Value]| {
+        let v = serde_json::json!({
+            "schema": "mantle.comp.status/1",
+            "manager_pid": std::process::id(),
+            "file": file.display().to_string(),
+            "components": m.status().components,
+            "events": events,
+        });
+        let tmp = statf.with_extension("tmp");
+        if std::fs::write(&tmp, serde_json::to_vec_pretty(&v).unwrap_or_default()).is_ok() {
+            let _ = std::fs::rename(&tmp, &statf);
+        }
+    };
+    while mantle_sys::supervise::term_requested() == 0 {
+        for e in m.tick() {
+            let v = serde_json::to_value(&e).unwrap_or_default();
+            if json {
+                println!("{v}");
+            } else {
+                eprintln!("mantle comp: {e:?}");
+            }
+            events.push(v);
+            if events.len() > 64 {
+                events.remove(0);
+            }
+        }
+        if last.elapsed() >= Duration::from_millis(200) {
+            write(&m, &events);
+            last = Instant::now();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    m.down();
+    write(&m, &events);
+    let _ = std::fs::remove_file(&pidf);
+    let _ = std::fs::remove_file(&statf);
+    Ok(())
+}
+
+fn read_status() -> Result<serde_json::Value, Failure> {
+    let f = dir().join("status.json");
+    let t = std::fs::read_to_string(&f).map_err(|_| {
+        Failure::new(
+            EXIT_NOT_FOUND,
+            "no system of components is up (for this user)",
+        )
+    })?;
+    serde_json::from_str(&t)
+        .map_err(|e| Failure::new(EXIT_FAILURE, format!("{}: {e}", f.display())))
+}
+
+fn status(json: bool) -> Result<(), Failure> {
+    let v = read_status()?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(());
+    }
+    println!(
+        "manager {} ({})",
+        v["manager_pid"],
+        v["file"].as_str().unwrap_or("")
+    );
+    println!(
+        "{:<16} {:>7} {:>5}  {:>5} {:>5} {:>5} {:>7} {:>6} {:>10}  {:>6} {:>7} {:>6}",
+        "component",
+        "pid",
+        "alive",
+        "a^j",
+        "busy",
+        "free",
+        "waiting",
+        "blocks",
+        "block_ms",
+        "slabs",
+        "in_use",
+        "KiB"
+    );
+    for c in v["components"].as_array().into_iter().flatten() {
+        let s = &c["stacks"];
+        let b = &c["cbufs"];
+        println!(
+            "{:<16} {:>7} {:>5}  {:>5} {:>5} {:>5} {:>7} {:>6} {:>10.3}  {:>6} {:>7} {:>6}",
+            c["name"].as_str().unwrap_or("?"),
+            c["pid"].to_string(),
+            c["alive"].to_string(),
+            s["allocated"].to_string(),
+            s["busy"].to_string(),
+            s["free"].to_string(),
+            s["waiters"].to_string(),
+            s["blocks"].to_string(),
+            s["block_ns"].as_u64().unwrap_or(0) as f64 / 1e6,
+            b["slabs"].to_string(),
+            b["in_use"].to_string(),
+            b["bytes"].as_u64().unwrap_or(0) / 1024
+        );
+    }
+    for e in v["events"].as_array().into_iter().flatten() {
+        println!("event: {e}");
+    }
+    Ok(())
+}
+
+fn down() -> Result<(), Failure> {
+    let pidf = dir().join("manager.pid");
+    let pid: i32 = std::fs::read_to_string(&pidf)
+        .ok()
+        .and_then(|p| p.trim().parse().ok())
+        .ok_or_else(|| {
+            Failure::new(
+                EXIT_NOT_FOUND,
+                "no system of components is up (for this user)",
+            )
+        })?;
+    if !mantle_sys::supervise::kill(pid, libc::SIGTERM).map_err(|e| {
+        Failure::new(
+            crate::exit::EXIT_PERMISSION,
+            format!("signal manager {pid}: {e}"),
+        )
+    })? {
+        let _ = std::fs::remove_file(&pidf);
+        return Err(Failure::new(
+            EXIT_NOT_FOUND,
+            format!("manager {pid} is gone (stale pid file removed)"),
+        ));
+    }
+    let t0 = Instant::now();
+    while mantle_sys::supervise::kill(pid, 0).unwrap_or(false)
+        && t0.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! mantle-comp-demo: components for tests, benchmarks and examples, picked
+//! by the first argument. Each is started by `mantle comp up` (or a
+//! Manager) and finds its regions in the environment.
+//!
+//! `echo` (a leaf):
+//! * f0(a..) = a0 + a5; f1(ms) sleeps ms; f2 aborts (a crash mid-call);
+//!   f3 = policy * 1000 + priority of the context running it;
+//! * f4(cbid, n): maps the passed CBUF (cbuf2buf), returns the sum of its
+//!   n bytes and writes that sum into its first 8 bytes (a result back);
+//!   -errno if the cbid is refused;
+//! * f5(): allocates a 64-byte CBUF, keeps it, returns its cbid;
+//! * f6(ms): allocates a CBUF, holds it ms, frees it;
+//! * f7(): spins until a caller blocks on this component's empty cache
+//!   (at most 100 ms): the holder side of the "invocation with PI" bench.
+//!
+//! `relay TARGET` (a link):
+//! * f0(x) = TARGET.f0(x + 1) + 1; f1(ms) = TARGET.f1(ms);
+//! * f4(cbid, n): maps the CBUF here too, passes it to TARGET.f4;
+//! * f5(n): allocates n bytes, fills byte i with i % 251, calls
+//!   TARGET.f4(cbid, n), checks the result the leaf wrote back, frees;
+//!   returns the sum (or -errno);
+//! * f6(raw): cbuf2buf(raw cbid) here: 0, or -errno when refused;
+//! * f7(): allocates and frees a CBUF, then passes the freed cbid to
+//!   TARGET.f4 (expected: -ESTALE).
+
+use std::sync::Arc;
+
+use mantle_abi::comp::CbufId;
+use mantle_comp::{cbuf::Cbufs, Env, Error, Interface};
+
+fn errno(e: Error) -> i64 {
+    match e {
+        Error::Cbuf(n) | Error::Remote(n) => -(n as i64),
+        _ => -(libc::EIO as i64),
+    }
+}
+
+fn sum_of(cb: &Cbufs, id: u64, n: u64) -> i64 {
+    let n = n as usize;
+    match cb.cbuf2buf(CbufId(id as u32), n.max(8)) {
+        Ok(p) => {
+            // SAFETY: cbuf2buf checked that the buffer holds n.max(8) bytes
+            // and stays mapped; other components write it only around our
+            // call (the invocation protocol).
+            let b = unsafe { std::slice::from_raw_parts_mut(p, n.max(8)) };
+            let s: u64 = b[..n].iter().map(|&x| x as u64).sum();
+            b[..8].copy_from_slice(&s.to_le_bytes());
+            s as i64
+        }
+        Err(e) => errno(e),
+    }
+}
+
+fn main() {
+    let role = std::env::args().nth(1).unwrap_or_default();
+    let env = match Env::from_env() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("mantle-comp-demo: {e}");
+            std::process::exit(2);
+        }
+    };
+    let cb = env.cbufs.clone();
+    let own = env.own.clone();
+    let iface = match role.as_str() {
+        "echo" => {
+            let (c4, c5, c6) = (cb.clone(), cb.clone(), cb.clone());
+            Interface::new()
+                .func(|a| (a[0].wrapping_add(a[5])) as i64)
+                .func(|a| {
+                    std::thread::sleep(std::time::Duration::from_millis(a[0]));
+                    0
+                })
+                .func(|_| std::process::abort())
+                .func(|_| {
+                    mantle_sys::pifutex::self_sched()
+                        .map_or(-1, |s| s.policy as i64 * 1000 + s.value as i64)
+                })
+                .func(move |a| sum_of(&c4, a[0], a[1]))
+                .func(move |_| match c5.alloc(64) {
+                    Ok((_, id)) => id.0 as i64,
+                    Err(e) => errno(e),
+                })
+                .func(move |a| match c6.alloc(64) {
+                    Ok((p, _)) => {
+                        std::thread::sleep(std::time::Duration::from_millis(a[0]));
+                        c6.free(p).map_or_else(errno, |_| 0)
+                    }
+                    Err(e) => errno(e),
+                })
+                .func(move |_| {
+                    let t0 = std::time::Instant::now();
+                    while own.waiters() == 0 && t0.elapsed().as_millis() < 100 {
+                        std::hint::spin_loop();
+                    }
+                    0
+                })
+        }
+        "relay" => {
+            let target = std::env::args().nth(2).unwrap_or_default();
+            let s = match env.server(&target) {
+                Ok(s) => Arc::new(s.clone()),
+                Err(e) => {
+                    eprintln!("mantle-comp-demo: {e}");
+                    std::process::exit(2);
+                }
+            };
+            let (s0, s1, s4, s5, s7) = (s.clone(), s.clone(), s.clone(), s.clone(), s);
+            let (c4, c5, c6, c7) = (cb.clone(), cb.clone(), cb.clone(), cb);
+            Interface::new()
+                .func(move |a| s0.invoke(0, &[a[0] + 1]).map_or(-1, |v| v + 1))
+                .func(move |a| s1.invoke(1, &[a[0]]).unwrap_or(-1))
+                .func(|_| 0)
+                .func(|_| 0)
+                .func(
+                    move |a| match c4.cbuf2buf(CbufId(a[0] as u32), a[1] as usize) {
+                        Ok(_) => s4.invoke(4, &[a[0], a[1]]).unwrap_or_else(errno),
+                        Err(e) => errno(e),
+                    },
+                )
+                .func(move |a| {
+                    let n = (a[0] as usize).max(8);
+                    let (p, id) = match c5.alloc(n) {
+                        Ok(v) => v,
+                        Err(e) => return errno(e),
+                    };
+                    // SAFETY: a buffer of at least n bytes, ours until freed.
+                    let b = unsafe { std::slice::from_raw_parts_mut(p, n) };
+                    for (i, x) in b.iter_mut().enumerate() {
+                        *x = (i % 251) as u8;
+                    }
+                    let r = s5.invoke(4, &[id.0 as u64, n as u64]).unwrap_or_else(errno);
+                    let back = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+                    let _ = c5.free(p);
+                    if r >= 0 && back != r {
+                        return -(libc::EBADMSG as i64);
+                    }
+                    r
+                })
+                .func(move |a| {
+                    c6.cbuf2buf(CbufId(a[0] as u32), 8)
+                        .map_or_else(errno, |_| 0)
+                })
+                .func(move |_| match c7.alloc(64) {
+                    Ok((p, id)) => {
+                        let _ = c7.free(p);
+                        s7.invoke(4, &[id.0 as u64, 8]).unwrap_or_else(errno)
+                    }
+                    Err(e) => errno(e),
+                })
+        }
+        r => {
+            eprintln!("mantle-comp-demo: unknown role {r:?} (echo, relay TARGET)");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = env.serve_forever(iface) {
+        eprintln!("mantle-comp-demo: {e}");
+        std::process::exit(1);
+    }
+}

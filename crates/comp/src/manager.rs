@@ -1,0 +1,469 @@
+//! The manager side (runs inside `mantle comp up`, or a test): starts the
+//! components as supervised processes, owns their invocation regions, and
+//! is the stack manager (TMEM paper §IV-C): it adds and removes contexts
+//! asynchronously (G3a) through the same lock-free freelist the clients
+//! use — a context on the freelist is not in use, so a removal can only
+//! take a free one; a removal that finds none sets the relinquish bit and
+//! completes on a later [`Manager::tick`].
+//!
+//! Each tick also: reaps dead components (their regions are marked dead,
+//! their busy slots set to CALL_DEAD and woken, so callers get an error);
+//! returns contexts held by callers that died (`caller_pid` gone, call
+//! finished); and reports holders past the P2 bound.
+//!
+//! Lock order: the manager is single-threaded; it takes no locks.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::{Child, Command};
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mantle_abi::comp::*;
+use mantle_sys::pifutex;
+
+use crate::cbuf::{CbufCounters, CbufManager};
+use crate::region::{Region, RegionCounters};
+use crate::runtime::{Server, ENV_CBUF_SOCK, ENV_CBUF_TABLE, ENV_NAME, ENV_REGION, ENV_SERVERS};
+use crate::system::{HoldAction, SystemFile};
+use crate::Error;
+
+pub struct Component {
+    pub name: String,
+    pub region: Arc<Region>,
+    child: Option<Child>,
+    pub pid: u32,
+    pub exit: Option<String>,
+}
+
+pub struct Manager {
+    pub spec: SystemFile,
+    pub comps: Vec<Component>,
+    pub cbufs: Arc<Mutex<CbufManager>>,
+    /// The manager's ends of the components' CBUF sockets.
+    socks: Arc<Vec<OwnedFd>>,
+    child_socks: Vec<OwnedFd>,
+    stop: Arc<AtomicBool>,
+    service: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Something a tick found.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    Died {
+        component: String,
+        pid: u32,
+        status: String,
+    },
+    Reclaimed {
+        component: String,
+        slot: u32,
+        caller_pid: u32,
+    },
+    CbufsReclaimed {
+        component: String,
+        bytes: u64,
+    },
+    CbufHeldPastBound {
+        component: String,
+        cbuf: u32,
+        holder_tid: u32,
+        held_ms: u64,
+    },
+    HoldPastBound {
+        component: String,
+        slot: u32,
+        caller_pid: u32,
+        caller_tid: u32,
+        held_ms: u64,
+        action: HoldAction,
+    },
+}
+
+impl Manager {
+    /// Starts every component of `spec`, servers first; returns once each
+    /// one's contexts are parked and its initial cache is on its freelist.
+    pub fn up(spec: SystemFile) -> Result<Manager, Error> {
+        spec.validate()?;
+        let n = spec.components.len();
+        let limits: Vec<usize> = spec
+            .components
+            .iter()
+            .map(|c| c.cbuf_kib as usize * 1024)
+            .collect();
+        let readers = (0..n).map(|i| spec.downstream(i)).collect();
+        let cbufs = CbufManager::new(&limits, readers, spec.limits.cbuf_pages as usize * 4096)?;
+        let mut socks = Vec::new();
+        let mut child_socks = Vec::new();
+        for _ in 0..n {
+            let (a, b) = mantle_sys::supervise::socketpair().map_err(Error::sys("socketpair"))?;
+            socks.push(a);
+            child_socks.push(b);
+        }
+        let mut m = Manager {
+            cbufs: Arc::new(Mutex::new(cbufs)),
+            socks: Arc::new(socks),
+            child_socks,
+            stop: Arc::new(AtomicBool::new(false)),
+            service: None,
+            comps: spec
+                .components
+                .iter()
+                .map(|c| {
+                    Ok(Component {
+                        name: c.name.clone(),
+                        region: Arc::new(Region::create(&c.name, c.max_stacks())?),
+                        child: None,
+                        pid: 0,
+                        exit: None,
+                    })
+                })
+                .collect::<Result<_, Error>>()?,
+            spec,
+        };
+        m.service = Some(m.spawn_service()?);
+        for idx in m.spec.start_order() {
+            if let Err(e) = m.start(idx) {
+                m.down();
+                return Err(e);
+            }
+        }
+        Ok(m)
+    }
+
+    fn start(&mut self, idx: usize) -> Result<(), Error> {
+        let cs = self.spec.components[idx].clone();
+        let region = self.comps[idx].region.clone();
+        let mut cmd = Command::new(&cs.exec[0]);
+        cmd.args(&cs.exec[1..]);
+        let own = region.fd().as_raw_fd();
+        mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, own);
+        let mut servers = Vec::new();
+        for t in &cs.invokes {
+            let j = self.spec.index(t).ok_or_else(|| Error::Spec(t.clone()))?;
+            let fd = self.comps[j].region.fd().as_raw_fd();
+            mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, fd);
+            servers.push(format!("{t}={fd}"));
+        }
+        let sock = self.child_socks[idx].as_raw_fd();
+        let table = self
+            .cbufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .table_fd(idx)
+            .as_raw_fd();
+        mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, sock);
+        mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, table);
+        cmd.env(ENV_CBUF_SOCK, sock.to_string())
+            .env(ENV_CBUF_TABLE, table.to_string());
+        cmd.env(ENV_NAME, &cs.name)
+            .env(ENV_REGION, own.to_string())
+            .env(ENV_SERVERS, servers.join(","));
+        let mut child = cmd.spawn().map_err(|e| Error::Start(cs.name.clone(), e))?;
+        let pid = child.id();
+        region.h32(HDR_SERVER_PID).store(pid, Release);
+        let t0 = Instant::now();
+        while region.h32(HDR_READY).load(Acquire) < region.nctx() {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Err(Error::Start(
+                    cs.name.clone(),
+                    std::io::Error::other(format!("exited during start: {st}")),
+                ));
+            }
+            if t0.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Start(
+                    cs.name.clone(),
+                    std::io::Error::from(std::io::ErrorKind::TimedOut),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let c = &mut self.comps[idx];
+        c.child = Some(child);
+        c.pid = pid;
+        self.set_desired(idx, cs.stacks);
+        Ok(())
+    }
+
+    /// The CBUF manager's service thread: answers every component's
+    /// requests (new slab, map a passed cbid) on its socket.
+    fn spawn_service(&self) -> Result<std::thread::JoinHandle<()>, Error> {
+        let (socks, cbufs, stop) = (self.socks.clone(), self.cbufs.clone(), self.stop.clone());
+        std::thread::Builder::new()
+            .name("cbuf-manager".into())
+            .spawn(move || {
+                let mut open = vec![true; socks.len()];
+                while !stop.load(Relaxed) {
+                    let mut fds: Vec<libc::pollfd> = socks
+                        .iter()
+                        .zip(&open)
+                        .map(|(s, &o)| libc::pollfd {
+                            fd: if o { s.as_raw_fd() } else { -1 },
+                            events: libc::POLLIN,
+                            revents: 0,
+                        })
+                        .collect();
+                    if mantle_sys::supervise::poll(&mut fds, 50).is_err() {
+                        continue;
+                    }
+                    for (c, p) in fds.iter().enumerate() {
+                        if p.revents == 0 {
+                            continue;
+                        }
+                        let mut cb = cbufs.lock().unwrap_or_else(|e| e.into_inner());
+                        if p.revents & libc::POLLIN == 0 || cb.serve_one(c, &socks[c]).is_err() {
+                            open[c] = false;
+                        }
+                    }
+                }
+            })
+            .map_err(Error::sys("spawn cbuf manager"))
+    }
+
+    /// Reclaims component `name`'s free CBUF slabs now (the manager's
+    /// asynchronous reclaim, G3a); returns the bytes given back.
+    pub fn reclaim_cbufs(&self, name: &str) -> Result<usize, Error> {
+        let i = self.index(name)?;
+        Ok(self
+            .cbufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .reclaim(i, false))
+    }
+
+    pub fn index(&self, name: &str) -> Result<usize, Error> {
+        self.spec
+            .index(name)
+            .ok_or_else(|| Error::Spec(format!("no component {name:?}")))
+    }
+
+    /// A handle through which this (the manager's) process invokes a
+    /// component: the entry point of a system.
+    pub fn server(&self, name: &str) -> Result<Server, Error> {
+        let i = self.index(name)?;
+        Ok(Server::new(name, self.comps[i].region.clone()))
+    }
+
+    /// Table II's `set_desired(c, amount)` for stacks: records δ^j and
+    /// moves the cache toward it now, as far as free contexts allow.
+    pub fn set_desired(&self, idx: usize, amount: u32) {
+        let r = &self.comps[idx].region;
+        r.h32(HDR_DESIRED).store(amount.min(r.nctx()), Release);
+        self.apply(r);
+    }
+
+    /// Adds parked contexts or removes free ones until a^j = δ^j; when
+    /// every remaining context is in use, sets the relinquish bit.
+    fn apply(&self, r: &Region) {
+        if r.dead() {
+            return;
+        }
+        let want = r.h32(HDR_DESIRED).load(Acquire);
+        let alloc = r.h32(HDR_ALLOCATED);
+        while alloc.load(Acquire) < want {
+            let Some(i) = (0..r.nctx()).find(|&i| {
+                r.s32(i, CTX_OWN).load(Acquire) == OWN_PARKED
+                    && r.s32(i, CTX_TID).load(Acquire) != 0
+            }) else {
+                break;
+            };
+            alloc.fetch_add(1, AcqRel);
+            r.push(i);
+        }
+        while alloc.load(Acquire) > want {
+            match r.pop() {
+                Ok(Some(i)) => {
+                    r.s32(i, CTX_OWN).store(OWN_PARKED, Release);
+                    alloc.fetch_sub(1, AcqRel);
+                }
+                _ => {
+                    r.h32(HDR_RELINQUISH).fetch_or(REL_STACK, AcqRel);
+                    return;
+                }
+            }
+        }
+        if r.h32(HDR_WAITERS).load(Acquire) == 0 {
+            r.h32(HDR_RELINQUISH).fetch_and(!REL_STACK, AcqRel);
+        }
+    }
+
+    /// One round of supervision (call it every few milliseconds).
+    pub fn tick(&mut self) -> Vec<Event> {
+        let mut ev = Vec::new();
+        for c in &mut self.comps {
+            let Some(ch) = c.child.as_mut() else { continue };
+            if let Ok(Some(st)) = ch.try_wait() {
+                c.exit = Some(st.to_string());
+                c.child = None;
+                mark_dead(&c.region);
+                let i = self.spec.index(&c.name).unwrap_or(usize::MAX);
+                let back = self
+                    .cbufs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .reclaim(i, true);
+                ev.push(Event::CbufsReclaimed {
+                    component: c.name.clone(),
+                    bytes: back as u64,
+                });
+                ev.push(Event::Died {
+                    component: c.name.clone(),
+                    pid: c.pid,
+                    status: st.to_string(),
+                });
+            }
+        }
+        let dead: Vec<u32> = self
+            .comps
+            .iter()
+            .filter(|c| c.exit.is_some())
+            .map(|c| c.pid)
+            .collect();
+        let now = pifutex::monotonic_ns();
+        let bound = self.spec.limits.hold_bound_ms;
+        let mut kill = Vec::new();
+        for c in &self.comps {
+            let r = &c.region;
+            for i in 0..r.nctx() {
+                if r.s32(i, CTX_OWN).load(Acquire) != OWN_BUSY {
+                    continue;
+                }
+                let caller = r.s32(i, CTX_CALLER_PID).load(Relaxed);
+                let call = r.s32(i, CTX_CALL).load(Acquire);
+                let caller_gone = dead.contains(&caller)
+                    || (caller != std::process::id()
+                        && !mantle_sys::supervise::kill(caller as i32, 0).unwrap_or(true));
+                if caller_gone && !r.dead() && call == CALL_DONE {
+                    r.s32(i, CTX_CALL).store(CALL_IDLE, Release);
+                    r.push(i);
+                    crate::runtime::tmem_put(r);
+                    ev.push(Event::Reclaimed {
+                        component: c.name.clone(),
+                        slot: i,
+                        caller_pid: caller,
+                    });
+                    continue;
+                }
+                let since = r.s64(i, CTX_SINCE).load(Relaxed);
+                let held_ms = now.saturating_sub(since) / 1_000_000;
+                if call == CALL_REQ && held_ms > bound {
+                    let action = self.spec.limits.hold_action;
+                    ev.push(Event::HoldPastBound {
+                        component: c.name.clone(),
+                        slot: i,
+                        caller_pid: caller,
+                        caller_tid: r.s32(i, CTX_CALLER_TID).load(Relaxed),
+                        held_ms,
+                        action,
+                    });
+                    if action == HoldAction::Kill && c.child.is_some() {
+                        kill.push(c.pid);
+                    }
+                }
+            }
+            self.apply(r);
+        }
+        let cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, c) in self.comps.iter().enumerate() {
+            for (slab, obj, tid, held_ms) in cb.holders_past(i, bound) {
+                ev.push(Event::CbufHeldPastBound {
+                    component: c.name.clone(),
+                    cbuf: slab << SLAB_SHIFT | obj,
+                    holder_tid: tid,
+                    held_ms,
+                });
+            }
+        }
+        drop(cb);
+        for pid in kill {
+            let _ = mantle_sys::supervise::kill(pid as i32, libc::SIGKILL);
+        }
+        ev
+    }
+
+    pub fn status(&self) -> Status {
+        Status {
+            components: self
+                .comps
+                .iter()
+                .map(|c| ComponentStatus {
+                    name: c.name.clone(),
+                    pid: c.pid,
+                    alive: c.child.is_some(),
+                    exit: c.exit.clone(),
+                    stacks: c.region.counters(),
+                    cbufs: self
+                        .cbufs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .counters(self.spec.index(&c.name).unwrap_or(0)),
+                })
+                .collect(),
+        }
+    }
+
+    /// Stops every component (SIGKILL: components hold no state the
+    /// system keeps) and reaps it.
+    pub fn down(&mut self) {
+        for c in self.comps.iter_mut().rev() {
+            if let Some(mut ch) = c.child.take() {
+                let _ = ch.kill();
+                let st = ch.wait();
+                c.exit = Some(st.map_or_else(|e| e.to_string(), |s| s.to_string()));
+            }
+            mark_dead(&c.region);
+        }
+    }
+
+    /// Map of component names to pids, for tests and status.
+    pub fn pids(&self) -> BTreeMap<String, u32> {
+        self.comps.iter().map(|c| (c.name.clone(), c.pid)).collect()
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        self.down();
+        self.stop.store(true, Relaxed);
+        if let Some(t) = self.service.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Marks a region dead and wakes everybody blocked on it: callers waiting
+/// for a result get CALL_DEAD, callers in tmem_get see `dead`.
+fn mark_dead(r: &Region) {
+    r.h32(HDR_DEAD).store(1, Release);
+    for i in 0..r.nctx() {
+        if r.s32(i, CTX_OWN).load(Acquire) == OWN_BUSY {
+            let _ = r
+                .s32(i, CTX_CALL)
+                .compare_exchange(CALL_REQ, CALL_DEAD, AcqRel, Acquire);
+        }
+        pifutex::wake(r.s32(i, CTX_CALL), i32::MAX);
+    }
+    pifutex::wake(r.h32(HDR_FREE_SEQ), i32::MAX);
+    pifutex::wake(r.h32(HDR_DEAD), i32::MAX);
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Status {
+    pub components: Vec<ComponentStatus>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ComponentStatus {
+    pub name: String,
+    pub pid: u32,
+    pub alive: bool,
+    pub exit: Option<String>,
+    pub stacks: RegionCounters,
+    pub cbufs: CbufCounters,
+}

@@ -1,0 +1,342 @@
+//! The system file (pure core: no system calls): the components, their
+//! interfaces, who may invoke whom, and memory limits per type.
+//!
+//! ```toml
+//! [limits]                 # the global pool, per TMEM type
+//! stacks = 64
+//! cbuf_pages = 16384      # 4 KiB pages of CBUF memory in all
+//! hold_bound_ms = 1000     # P2: report holders past this
+//! hold_action = "report"   # or "kill": SIGKILL the holding component (restart: not yet)
+//!
+//! [[component]]
+//! name = "net"
+//! exec = ["/usr/lib/mantle/net", "--port", "80"]
+//! interface = ["send", "recv"]
+//! invokes = ["ip"]
+//! stacks = 4               # contexts in the cache at start (a^j)
+//! max_stacks = 8           # contexts the component may ever have
+//! cbuf_kib = 8192          # CBUF memory it may hold
+//! ```
+//! The invocation graph must be acyclic (TMEM paper §IV-E, deadlock
+//! prevention): a cycle is refused, naming it.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+use crate::Error;
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SystemFile {
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(rename = "component", default)]
+    pub components: Vec<ComponentSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(default = "d_stacks")]
+    pub stacks: u32,
+    #[serde(default = "d_pages")]
+    pub cbuf_pages: u32,
+    #[serde(default = "d_bound")]
+    pub hold_bound_ms: u64,
+    #[serde(default)]
+    pub hold_action: HoldAction,
+}
+
+fn d_stacks() -> u32 {
+    256
+}
+fn d_pages() -> u32 {
+    16384
+}
+fn d_bound() -> u64 {
+    1000
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            stacks: d_stacks(),
+            cbuf_pages: d_pages(),
+            hold_bound_ms: d_bound(),
+            hold_action: HoldAction::Report,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HoldAction {
+    #[default]
+    Report,
+    Kill,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ComponentSpec {
+    pub name: String,
+    pub exec: Vec<String>,
+    #[serde(default)]
+    pub interface: Vec<String>,
+    #[serde(default)]
+    pub invokes: Vec<String>,
+    #[serde(default = "d_cstacks")]
+    pub stacks: u32,
+    #[serde(default)]
+    pub max_stacks: Option<u32>,
+    /// CBUF memory the component may hold (KiB).
+    #[serde(default = "d_cbuf_kib")]
+    pub cbuf_kib: u32,
+}
+
+fn d_cbuf_kib() -> u32 {
+    8192
+}
+
+fn d_cstacks() -> u32 {
+    2
+}
+
+impl ComponentSpec {
+    pub fn max_stacks(&self) -> u32 {
+        self.max_stacks.unwrap_or(self.stacks)
+    }
+}
+
+impl SystemFile {
+    /// Parses and validates a system file: names unique and well formed,
+    /// every invoked component declared, limits in range, and the
+    /// invocation graph acyclic.
+    pub fn parse(text: &str) -> Result<SystemFile, Error> {
+        let s: SystemFile =
+            toml::from_str(text).map_err(|e| Error::Spec(format!("system file: {e}")))?;
+        s.validate()?;
+        Ok(s)
+    }
+
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::Spec(m));
+        if self.components.is_empty() {
+            return bad("no [[component]] in the system file".into());
+        }
+        let mut seen = BTreeMap::new();
+        for (i, c) in self.components.iter().enumerate() {
+            if c.name.is_empty()
+                || c.name.len() > 32
+                || !c
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            {
+                return bad(format!(
+                    "component name {:?}: 1-32 of [A-Za-z0-9_-]",
+                    c.name
+                ));
+            }
+            if seen.insert(c.name.as_str(), i).is_some() {
+                return bad(format!("component {:?} declared twice", c.name));
+            }
+            if c.exec.is_empty() {
+                return bad(format!("component {:?}: exec is empty", c.name));
+            }
+            let max = c.max_stacks();
+            if c.stacks == 0 || max < c.stacks || max > mantle_abi::comp::MAX_CTX {
+                return bad(format!(
+                    "component {:?}: need 1 <= stacks ({}) <= max_stacks ({max}) <= {}",
+                    c.name,
+                    c.stacks,
+                    mantle_abi::comp::MAX_CTX
+                ));
+            }
+            if c.interface.len() > u32::MAX as usize {
+                return bad(format!("component {:?}: interface too large", c.name));
+            }
+        }
+        for c in &self.components {
+            for t in &c.invokes {
+                if !seen.contains_key(t.as_str()) {
+                    return bad(format!("component {:?} invokes undeclared {t:?}", c.name));
+                }
+            }
+        }
+        let total: u64 = self.components.iter().map(|c| c.stacks as u64).sum();
+        if total > self.limits.stacks as u64 {
+            return bad(format!(
+                "initial stacks ({total}) exceed limits.stacks ({})",
+                self.limits.stacks
+            ));
+        }
+        if let Some(cycle) = self.cycle() {
+            return Err(Error::Cycle(cycle));
+        }
+        Ok(())
+    }
+
+    pub fn index(&self, name: &str) -> Option<usize> {
+        self.components.iter().position(|c| c.name == name)
+    }
+
+    /// A cycle of the invocation graph, as the names along it with the
+    /// first repeated at the end (a → b → a), or None.
+    pub fn cycle(&self) -> Option<Vec<String>> {
+        // colours: 0 unvisited, 1 on the current path, 2 done
+        let n = self.components.len();
+        let mut colour = vec![0u8; n];
+        let mut path = Vec::new();
+        for s in 0..n {
+            if colour[s] == 0 {
+                if let Some(c) = self.dfs(s, &mut colour, &mut path) {
+                    return Some(c);
+                }
+            }
+        }
+        None
+    }
+
+    fn dfs(&self, v: usize, colour: &mut [u8], path: &mut Vec<usize>) -> Option<Vec<String>> {
+        colour[v] = 1;
+        path.push(v);
+        for t in &self.components[v].invokes {
+            let w = self.index(t)?;
+            if colour[w] == 1 {
+                let from = path.iter().position(|&p| p == w).unwrap_or(0);
+                let mut names: Vec<String> = path[from..]
+                    .iter()
+                    .map(|&p| self.components[p].name.clone())
+                    .collect();
+                names.push(self.components[w].name.clone());
+                return Some(names);
+            }
+            if colour[w] == 0 {
+                if let Some(c) = self.dfs(w, colour, path) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        colour[v] = 2;
+        None
+    }
+
+    /// Components in start order: every component after the ones it
+    /// invokes (servers first).
+    pub fn start_order(&self) -> Vec<usize> {
+        let n = self.components.len();
+        let mut done = vec![false; n];
+        let mut out = Vec::with_capacity(n);
+        fn visit(s: &SystemFile, v: usize, done: &mut [bool], out: &mut Vec<usize>) {
+            if done[v] {
+                return;
+            }
+            done[v] = true;
+            for t in &s.components[v].invokes {
+                if let Some(w) = s.index(t) {
+                    visit(s, w, done, out);
+                }
+            }
+            out.push(v);
+        }
+        for v in 0..n {
+            visit(self, v, &mut done, &mut out);
+        }
+        out
+    }
+
+    /// The components `i` invokes directly or through others (who may be
+    /// passed i's CBUFs).
+    pub fn downstream(&self, i: usize) -> Vec<usize> {
+        let mut seen = vec![false; self.components.len()];
+        let mut stack = vec![i];
+        while let Some(v) = stack.pop() {
+            for t in &self.components[v].invokes {
+                if let Some(w) = self.index(t) {
+                    if !seen[w] {
+                        seen[w] = true;
+                        stack.push(w);
+                    }
+                }
+            }
+        }
+        (0..seen.len()).filter(|&w| seen[w] && w != i).collect()
+    }
+
+    /// Whether `from` may invoke `to` (an edge of the graph).
+    pub fn may_invoke(&self, from: &str, to: &str) -> bool {
+        self.components
+            .iter()
+            .any(|c| c.name == from && c.invokes.iter().any(|t| t == to))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(edges: &str) -> String {
+        format!(
+            "[[component]]\nname='a'\nexec=['x']\ninvokes=[{edges}]\n\
+             [[component]]\nname='b'\nexec=['x']\ninvokes=['c']\n\
+             [[component]]\nname='c'\nexec=['x']\ninvokes=[]\n"
+        )
+    }
+
+    #[test]
+    fn a_chain_parses_and_starts_servers_first() {
+        let s = SystemFile::parse(&file("'b'")).unwrap();
+        let order: Vec<&str> = s
+            .start_order()
+            .iter()
+            .map(|&i| s.components[i].name.as_str())
+            .collect();
+        assert_eq!(order, ["c", "b", "a"]);
+        assert!(s.may_invoke("a", "b") && !s.may_invoke("a", "c"));
+        assert_eq!(s.downstream(0), [1, 2]);
+        assert_eq!(s.downstream(2), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn a_cycle_is_refused_and_named() {
+        let text = file("'b'").replace("invokes=[]", "invokes=['a']");
+        match SystemFile::parse(&text) {
+            Err(Error::Cycle(c)) => assert_eq!(c, ["a", "b", "c", "a"]),
+            other => panic!("{other:?}"),
+        }
+        let self_loop = file("'a'");
+        match SystemFile::parse(&self_loop) {
+            Err(Error::Cycle(c)) => assert_eq!(c, ["a", "a"]),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_files_are_refused() {
+        for bad in [
+            "",
+            "[[component]]\nname='a'\nexec=[]\n",
+            "[[component]]\nname='a b'\nexec=['x']\n",
+            "[[component]]\nname='a'\nexec=['x']\ninvokes=['z']\n",
+            "[[component]]\nname='a'\nexec=['x']\n[[component]]\nname='a'\nexec=['x']\n",
+            "[[component]]\nname='a'\nexec=['x']\nstacks=0\n",
+            "[[component]]\nname='a'\nexec=['x']\nstacks=4\nmax_stacks=2\n",
+            "[[component]]\nname='a'\nexec=['x']\nstacks=512\n",
+            "[[component]]\nname='a'\nexec=['x']\nbogus=1\n",
+            "[limits]\nstacks=1\n[[component]]\nname='a'\nexec=['x']\nstacks=2\n",
+        ] {
+            assert!(SystemFile::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_stack_count_in_range_is_accepted() {
+        for n in 1..=mantle_abi::comp::MAX_CTX {
+            let t =
+                format!("[limits]\nstacks=1000\n[[component]]\nname='a'\nexec=['x']\nstacks={n}\n");
+            assert_eq!(SystemFile::parse(&t).unwrap().components[0].stacks, n);
+        }
+    }
+}
