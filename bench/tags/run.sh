@@ -9,6 +9,12 @@
 #
 # What runs. Every case under each condition:
 #   baseline   kernel side not loaded (`mantle tags down`)
+#   floor      kernel side not loaded; instead an *empty* eBPF program on
+#              every hook mantle attaches while a tag exists (sys_exit, the
+#              socket and task tracepoints, sendmsg4/6, sockops with the
+#              TCP option callbacks on: `mantle-tags-floor up`, from
+#              crates/tags/src/bpf/floor.bpf.c): the price of the hooks
+#              themselves, which mantle cannot go below
 #   loaded     `mantle tags up`, no tag exists (only the always-on hooks:
 #              cgroup connect marking and the self-operation uprobe)
 #   bystander  a tag exists (so the tagged hooks are attached machine-wide)
@@ -177,19 +183,22 @@ need bpftool bpftool
 cd "$ROOT"
 if [[ -z $MANTLE_DIR ]]; then
 	MANTLE_DIR=$ROOT/target/release
-	if [[ ! -x $MANTLE_DIR/mantle || ! -f $MANTLE_DIR/libmantle.so ]]; then
+	if [[ ! -x $MANTLE_DIR/mantle || ! -f $MANTLE_DIR/libmantle.so || ! -x $MANTLE_DIR/mantle-tags-floor ]]; then
 		log "building mantle (cargo build --release)"
 		cargo build --release >&2
+		cargo build --release -p mantle-tags --bin mantle-tags-floor >&2
 	fi
 fi
+[[ -x $MANTLE_DIR/mantle-tags-floor ]] || die "no mantle-tags-floor in $MANTLE_DIR (cargo build --release -p mantle-tags --bin mantle-tags-floor)"
 [[ -x $MANTLE_DIR/mantle && -f $MANTLE_DIR/libmantle.so ]] || die "no mantle and libmantle.so in $MANTLE_DIR"
 # Private copies: other people may rebuild target/ while this runs, and the
 # self-operation uprobe is attached to the library file `tags up` is given.
 BIN=$(mktemp -d /tmp/mantle-bench-tags.XXXXXX)
 trap 'rm -rf "$BIN"' EXIT # replaced by restore() once we hold the lock
 trap 'exit 130' INT TERM
-cp "$MANTLE_DIR/mantle" "$MANTLE_DIR/libmantle.so" "$BIN/"
+cp "$MANTLE_DIR/mantle" "$MANTLE_DIR/libmantle.so" "$MANTLE_DIR/mantle-tags-floor" "$BIN/"
 MANTLE=$BIN/mantle
+FLOOR=$BIN/mantle-tags-floor
 cc -O2 -Wall -Wextra -o "$BIN/micro" "$HERE/micro.c" -lrt
 cc -O2 -Wall -Wextra -DWITH_MANTLE -I"$ROOT/include" -o "$BIN/micro_mantle" "$HERE/micro.c" \
 	-L"$BIN" -lmantle -Wl,-rpath,"$BIN" -lrt
@@ -219,7 +228,7 @@ if [[ -n $CASES_ONLY ]]; then # --cases a,b: only these (micro or program)
 	((${#MICRO_CASES[@]})) || DO_MICRO=0
 	((${#PROG_CASES[@]})) || DO_PROGS=0
 fi
-CONDS=(baseline loaded bystander tagged lifeline)
+CONDS=(baseline floor loaded bystander tagged lifeline)
 
 # ------------------------------------------------------------------ data
 DATA_VERSION=1
@@ -327,6 +336,7 @@ restore() {
 	local rc=$?
 	set +e
 	[[ $DMA == 1 ]] && exec 8>&-
+	"$FLOOR" down
 	sysctl -q -w kernel.bpf_stats_enabled="$STATS_BEFORE" >/dev/null
 	is_loaded && "$MANTLE" tags down >/dev/null
 	if [[ $WAS_LOADED == 1 ]]; then
@@ -365,8 +375,19 @@ trap restore EXIT
 # Current state, tracked here (we hold the lock: nobody else changes it).
 CUR_LOADED=$WAS_LOADED
 CUR_TAG=unknown
+CUR_FLOOR=1 # unknown: `down` is harmless when it is not up
 goto() {
 	local cond=$1 want=
+	if [[ $cond == floor ]]; then
+		if [[ $CUR_LOADED == 1 ]]; then "$MANTLE" tags down >/dev/null; fi
+		CUR_LOADED=0 CUR_TAG=
+		[[ $CUR_FLOOR == 1 ]] && "$FLOOR" down
+		"$FLOOR" up
+		CUR_FLOOR=1
+		sleep "$SETTLE"
+		return
+	fi
+	if [[ $CUR_FLOOR == 1 ]]; then "$FLOOR" down; CUR_FLOOR=0; fi
 	case $cond in
 	baseline | loaded) want= ;;
 	bystander | tagged) want=bench_t ;;
@@ -484,12 +505,12 @@ LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 # ------------------------------------------------------------------ profile
 PROF=$BIN/profile.tsv
 : >"$PROF"
-prog_stats() { # name run_cnt run_time_ns, for every mt_* program
+prog_stats() { # name run_cnt run_time_ns, for every mt_* and fl_* program
 	bpftool prog show --json | python3 -c '
 import json, sys
 for p in json.load(sys.stdin):
     n = p.get("name", "")
-    if n.startswith("mt_"):
+    if n.startswith(("mt_", "fl_")):
         print(n, p.get("run_cnt", 0), p.get("run_time_ns", 0))'
 }
 profile_one() { # KIND CASE COND
@@ -518,7 +539,7 @@ profile_one() { # KIND CASE COND
 }
 if [[ $PROFILE == 1 ]]; then
 	sysctl -q -w kernel.bpf_stats_enabled=1 >/dev/null
-	for cond in bystander tagged lifeline; do
+	for cond in floor bystander tagged lifeline; do
 		goto "$cond"
 		log "profile pass (bpf_stats on): $cond"
 		if [[ $DO_MICRO == 1 ]]; then for c in "${MICRO_CASES[@]}"; do profile_one micro "$c" "$cond"; done; fi
