@@ -36,6 +36,12 @@ static __always_inline struct task_struct *cur_task(void)
 	return bpf_get_current_task_btf();
 }
 
+/* A global function's argument the verifier takes as a trusted, non-NULL
+ * kernel pointer (Linux 6.8+; libbpf's bpf_helpers.h has it from 1.4). */
+#ifndef __arg_trusted
+#define __arg_trusted __attribute__((btf_decl_tag("arg:trusted")))
+#endif
+
 static __always_inline __u32 tid_of(struct task_struct *task)
 {
 	return bpf_core_cast(task, struct task_struct)->pid;
@@ -59,6 +65,13 @@ static __always_inline struct mt_ctl *get_ctl(void)
 static __always_inline struct mt_view *view_of(__u32 tid)
 {
 	return bpf_map_lookup_elem(&view, &tid);
+}
+
+/* Some thread is about to hold a tag (see mt_held_any). */
+static __always_inline void mark_held(void)
+{
+	if (!mt_held_any)
+		mt_held_any = 1;
 }
 
 static __always_inline int vec_empty(const __u64 *v)
@@ -269,8 +282,10 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 					__sync_fetch_and_or(&t->spent[w], bit);
 				else if (t->spent[w] & bit)
 					__sync_fetch_and_and(&t->spent[w], ~bit);
-				if (!held)
+				if (!held) {
+					mark_held();
 					__sync_fetch_and_or(&v->vec[w], bit);
+				}
 				cur = nt;
 			}
 			if (rec & bit)

@@ -160,9 +160,8 @@ static __always_inline struct file *msg_chan(struct task_struct *task, int fd, i
  * the reader already took the message (it ran between the send and this
  * hook), hand the tags to that reader now.
  */
-__noinline int mt_on_send(int fd, int mq_only)
+__noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq_only)
 {
-	struct task_struct *task = cur_task();
 	struct mt_chan_key k;
 	struct snap s = {};
 	struct mt_deposit *d;
@@ -195,9 +194,8 @@ __noinline int mt_on_send(int fd, int mq_only)
  * A message received from fd (read/readv, mq_timedreceive), on a channel
  * whose hint bit is set (mt_sys_exit checked: a deposit may exist).
  */
-__noinline int mt_on_recv(int fd, int mq_only)
+__noinline int mt_on_recv(struct task_struct *task __arg_trusted, int fd, int mq_only)
 {
-	struct task_struct *task = cur_task();
 	struct mt_chan_key k;
 	struct mt_deposit *d;
 	struct file *f;
@@ -305,9 +303,8 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
  * Only a channel whose hint bit is set goes on to mt_on_recv. Sockets,
  * regular files and devices return after the inode's type.
  */
-static __always_inline int on_recv(int fd, int mq_only)
+static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only)
 {
-	struct task_struct *task = cur_task();
 	struct mt_chan_key k;
 	__u32 kind;
 
@@ -319,13 +316,13 @@ static __always_inline int on_recv(int fd, int mq_only)
 		if (!chan_hinted(&k))
 			return 0;
 	}
-	return mt_on_recv(fd, mq_only);
+	return mt_on_recv(task, fd, mq_only);
 }
 
-/* Whether the current thread holds tags: one helper call, one array load. */
-static __always_inline int cur_tagged(void)
+/* Whether task holds tags: one array load. */
+static __always_inline int task_tagged(struct task_struct *task)
 {
-	struct mt_view *v = view_of(tid_of(cur_task()));
+	struct mt_view *v = view_of(tid_of(task));
 
 	return v && !vec_empty(v->vec);
 }
@@ -333,22 +330,28 @@ static __always_inline int cur_tagged(void)
 SEC("tp_btf/sys_exit")
 int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 {
+	struct task_struct *task;
 	long nr;
 
-	if (ret < 0)
+	/* nobody holds a tag: nothing to deposit, nothing to take */
+	if (ret < 0 || !mt_held_any)
 		return 0;
 	nr = regs->orig_ax;
 	switch (nr) {
 	case NR_write:
 	case NR_writev:
-		return ret && cur_tagged() ? mt_on_send((int)regs->di, 0) : 0;
+		if (!ret)
+			return 0;
+		task = cur_task();
+		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 0) : 0;
 	case NR_read:
 	case NR_readv:
-		return ret ? on_recv((int)regs->di, 0) : 0;
+		return ret ? on_recv(cur_task(), (int)regs->di, 0) : 0;
 	case NR_mq_timedsend:
-		return cur_tagged() ? mt_on_send((int)regs->di, 1) : 0;
+		task = cur_task();
+		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 1) : 0;
 	case NR_mq_timedreceive:
-		return on_recv((int)regs->di, 1);
+		return on_recv(cur_task(), (int)regs->di, 1);
 	case NR_memfd_create:
 		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
 	case NR_open:

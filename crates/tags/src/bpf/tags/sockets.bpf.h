@@ -200,7 +200,8 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	struct sock *tx = 0;
 	__u32 kind, rx_pid = 0;
 
-	if (sk->__sk_common.skc_family != AF_UNIX || sk->__sk_common.skc_state == TCP_LISTEN)
+	if (!mt_held_any || sk->__sk_common.skc_family != AF_UNIX ||
+	    sk->__sk_common.skc_state == TCP_LISTEN)
 		return 0;
 	if (!self_tagged() || !take_snapshot(&s, &c))
 		return 0;
@@ -247,7 +248,7 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 	struct mt_deposit *d;
 	__u16 family;
 
-	if (ret <= 0)
+	if (ret <= 0 || !mt_held_any)
 		return 0;
 	family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
@@ -289,6 +290,8 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		return 0;
 	family = sk->__sk_common.skc_family;
 	if (family == AF_UNIX) {
+		if (!mt_held_any)
+			return 0;
 		/* data on the connect() side of a connection: a reply (the
 		 * socket-storage lookup only for threads in a call chain) */
 		if (holds_answerable(0) && sk->sk_type != SOCK_DGRAM && role_is_client(sk))
