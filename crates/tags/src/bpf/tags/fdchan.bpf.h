@@ -190,44 +190,6 @@ __noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq
 	return 0;
 }
 
-/*
- * A message received from fd (read/readv, mq_timedreceive), on a channel
- * whose hint bit is set (mt_sys_exit checked: a deposit may exist).
- */
-__noinline int mt_on_recv(struct task_struct *task __arg_trusted, int fd, int mq_only)
-{
-	struct mt_chan_key k;
-	struct mt_deposit *d;
-	struct file *f;
-	__u32 kind;
-
-	f = msg_chan(task, fd, mq_only, &k, &kind);
-	if (!f)
-		return 0;
-	d = chan_find(&k);
-	if (!d) {
-		/* the sender's hook may not have run yet: leave a note, then
-		 * look again (see note_reader) */
-		note_reader(&k, tid_of(task));
-		d = chan_find(&k);
-		if (!d)
-			return 0;
-	}
-	if (vec_empty(d->vec)) {
-		__u32 tid = tid_of(task);
-
-		/* as in note_reader: publish, then look again, so that a
-		 * sender depositing now either sees this reader or is seen */
-		if (d->last_reader == tid)
-			return 0;
-		__sync_lock_test_and_set(&d->last_reader, tid);
-		if (vec_empty(d->vec))
-			return 0;
-	}
-	mt_receive(d, chan_drained(f, kind));
-	return 0;
-}
-
 /* Key of a shared-memory object: its inode (memfd, /dev/shm, a file), or
  * a SysV segment's id in the caller's IPC namespace. */
 static __always_inline void shm_key(struct mt_chan_key *k, struct file *f, long sysv_id)
@@ -297,26 +259,48 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 }
 
 /*
- * The common case of a read, inline and without a call: a thread reading
- * from a channel that has never had a deposit (its hint bit is clear)
- * leaves its note (one load, a store only when it changed) and returns.
- * Only a channel whose hint bit is set goes on to mt_on_recv. Sockets,
- * regular files and devices return after the inode's type.
+ * A message received from fd (read/readv, mq_timedreceive), inline: the
+ * common case, a channel that has never had a deposit (its hint bit is
+ * clear), leaves the reader's note (one load, a store only when it
+ * changed) and returns; sockets, regular files and devices return after
+ * the inode's type. Only taking a deposit is a call (mt_receive).
  */
 static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only)
 {
 	struct mt_chan_key k;
-	__u32 kind;
+	struct mt_deposit *d;
+	struct file *f;
+	__u32 kind, tid = tid_of(task);
 
-	if (!msg_chan(task, fd, mq_only, &k, &kind))
+	f = msg_chan(task, fd, mq_only, &k, &kind);
+	if (!f)
 		return 0;
 	if (!chan_hinted(&k)) {
 		/* a sender depositing now sees this note, or is seen below */
-		note_reader(&k, tid_of(task));
+		note_reader(&k, tid);
 		if (!chan_hinted(&k))
 			return 0;
 	}
-	return mt_on_recv(task, fd, mq_only);
+	d = bpf_map_lookup_elem(&chan_dep, &k);
+	if (!d) {
+		/* the sender's hook may not have run yet: leave a note, then
+		 * look again (see note_reader) */
+		note_reader(&k, tid);
+		d = bpf_map_lookup_elem(&chan_dep, &k);
+		if (!d)
+			return 0;
+	}
+	if (vec_empty(d->vec)) {
+		/* as in note_reader: publish, then look again, so that a
+		 * sender depositing now either sees this reader or is seen */
+		if (d->last_reader == tid)
+			return 0;
+		__sync_lock_test_and_set(&d->last_reader, tid);
+		if (vec_empty(d->vec))
+			return 0;
+	}
+	mt_receive(d, chan_drained(f, kind));
+	return 0;
 }
 
 /* Whether task holds tags: one array load. */
