@@ -49,13 +49,17 @@
  * socket that never called connect() and has no address (socketpair, or a
  * client connected before mantle was loaded) sends requests too.
  *
- * Cost when untagged: every send hook starts with one array load of the
- * sender's own vector and returns if it is empty; receivers return after a
- * storage lookup, or, for chan_dep channels, after a per-type count of
- * deposits and a hint bitmap (readers of pipes, eventfd and queues have no
- * count to skip on: they leave a note in chan_reader even before the first
- * deposit). The hooks are attached only while a tag exists (loader);
- * sys_exit can be left out for a whole load.
+ * Cost when untagged: until some thread has held a tag (mt_held_any),
+ * every hook returns after one load. Then every send hook starts with one
+ * array load of the sender's own vector and returns if it is empty;
+ * receivers return after a storage lookup, or, for chan_dep channels,
+ * after a per-type count of deposits and a hint bitmap (readers of pipes,
+ * eventfd and queues have no count to skip on: they leave a note in
+ * chan_reader even before the first deposit). Each helper or BPF-to-BPF
+ * call costs ~20 ns here (docs/tags.md, "What each step of the hot path
+ * costs"), so a hook fetches the current task once. The hooks are
+ * attached only while a tag exists (loader); sys_exit can be left out for
+ * a whole load.
  *
  * Locking: none. Deposits and vectors change only with atomic OR/AND/XCHG
  * (a deposit's TTLs are written before its bits are published), so

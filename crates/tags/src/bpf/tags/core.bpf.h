@@ -21,7 +21,31 @@ struct snap {
 	__u8 ttl[MT_TAGS];
 	__u64 lamport; /* sender's clock at the send */
 	__u32 host;    /* sender's host */
+	__u32 tid, pid; /* sender (0 when it is not the current task: sockops) */
 };
+
+/*
+ * The current task, and its tid without a second helper call. On the hot
+ * paths every call costs: a helper or a BPF-to-BPF call returns through
+ * the kernel's return thunk (SRSO "Safe RET" on the CI machines' AMD CPUs),
+ * ~10-15 ns each by bpf_stats (docs/tags.md, "Cost"), so a hook fetches
+ * the task once and reads pid/tgid from it with plain loads.
+ */
+static __always_inline struct task_struct *cur_task(void)
+{
+	return bpf_get_current_task_btf();
+}
+
+/* A global function's argument the verifier takes as a trusted, non-NULL
+ * kernel pointer (Linux 6.8+; libbpf's bpf_helpers.h has it from 1.4). */
+#ifndef __arg_trusted
+#define __arg_trusted __attribute__((btf_decl_tag("arg:trusted")))
+#endif
+
+static __always_inline __u32 tid_of(struct task_struct *task)
+{
+	return bpf_core_cast(task, struct task_struct)->pid;
+}
 
 static __always_inline struct mt_ctl *get_ctl(void)
 {
@@ -41,6 +65,13 @@ static __always_inline struct mt_ctl *get_ctl(void)
 static __always_inline struct mt_view *view_of(__u32 tid)
 {
 	return bpf_map_lookup_elem(&view, &tid);
+}
+
+/* Some thread is about to hold a tag (see mt_held_any). */
+static __always_inline void mark_held(void)
+{
+	if (!mt_held_any)
+		mt_held_any = 1;
 }
 
 static __always_inline int vec_empty(const __u64 *v)
@@ -106,9 +137,11 @@ static __always_inline int task_is_system(struct task_struct *task, struct mt_th
  * the TTLs of the set bits only. Returns 0, after one array load, when the
  * thread holds nothing.
  */
-static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
+static __always_inline int take_snapshot_of(struct task_struct *task, struct snap *s,
+					    struct mt_ctl **cp)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct task_struct *tk = bpf_core_cast(task, struct task_struct);
+	__u32 tid = tk->pid;
 	struct mt_view *v = view_of(tid);
 	struct mt_thread *t;
 	struct mt_ctl *c;
@@ -119,7 +152,7 @@ static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 	c = get_ctl();
 	if (!c)
 		return 0;
-	t = bpf_task_storage_get(&threads, bpf_get_current_task_btf(), 0, 0);
+	t = bpf_task_storage_get(&threads, task, 0, 0);
 	if (!t)
 		return 0;
 #pragma unroll
@@ -133,9 +166,16 @@ static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 	if (!any)
 		return 0;
 	s->lamport = ++t->lamport; /* a send is an event of the sender */
-	s->host = host_of(c, bpf_get_current_task_btf());
+	s->host = host_of(c, task);
+	s->tid = tid;
+	s->pid = tk->tgid;
 	*cp = c;
 	return 1;
+}
+
+static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
+{
+	return take_snapshot_of(cur_task(), s, cp);
 }
 
 /* Whether the current thread holds any passable tag (cheap pre-check). */
@@ -242,8 +282,10 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 					__sync_fetch_and_or(&t->spent[w], bit);
 				else if (t->spent[w] & bit)
 					__sync_fetch_and_and(&t->spent[w], ~bit);
-				if (!held)
+				if (!held) {
+					mark_held();
 					__sync_fetch_and_or(&v->vec[w], bit);
+				}
 				cur = nt;
 			}
 			if (rec & bit)
@@ -260,7 +302,6 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 kind, __u32 epoch,
 				    __u64 seq_start, __u64 seq_end)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	int was_empty = vec_empty(d->vec);
 
 #pragma unroll
@@ -285,8 +326,8 @@ static __always_inline void deposit(struct mt_deposit *d, struct snap *s, __u32 
 		d->lamport = s->lamport;
 	d->tx_host = s->host;
 	d->kind = kind;
-	d->tx_tid = (__u32)id;
-	d->tx_pid = id >> 32;
+	d->tx_tid = s->tid;
+	d->tx_pid = s->pid;
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++)
 		if ((d->vec[w] & s->vec[w]) != s->vec[w])
@@ -352,14 +393,14 @@ __noinline int mt_receive(struct mt_deposit *d, int clear)
 {
 	struct snap s = {};
 	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct task_struct *task = cur_task();
 	struct mt_ctl *c;
 
-	if (!d || !take(d, &s, &epoch, &tx_tid, &tx_pid, tid, clear))
+	if (!d || !take(d, &s, &epoch, &tx_tid, &tx_pid, tid_of(task), clear))
 		return 0;
 	c = get_ctl();
 	if (!c)
 		return 0;
-	deliver(c, bpf_get_current_task_btf(), &s, epoch, d->kind, tx_tid, tx_pid, 1);
+	deliver(c, task, &s, epoch, d->kind, tx_tid, tx_pid, 1);
 	return 0;
 }

@@ -46,14 +46,14 @@
 #define MT_IPC_CREAT 01000
 
 /*
- * The file behind fd of the current task, or 0. One load for the fd array
- * (an array of pointers, which BTF cannot walk: a read-only cast, or a
- * helper call in compat mode); the rest are direct loads through a
+ * The file behind fd of task (the current one), or 0. One load for the fd
+ * array (an array of pointers, which BTF cannot walk: a read-only cast, or
+ * a helper call in compat mode); the rest are direct loads through a
  * read-only cast.
  */
-static __always_inline struct file *fd_file(int fd)
+static __always_inline struct file *fd_file_of(struct task_struct *cur, int fd)
 {
-	struct task_struct *task = bpf_core_cast(bpf_get_current_task_btf(), struct task_struct);
+	struct task_struct *task = bpf_core_cast(cur, struct task_struct);
 	struct fdtable *fdt = task->files->fdt;
 	struct file *f = 0;
 
@@ -68,6 +68,11 @@ static __always_inline struct file *fd_file(int fd)
 		bpf_probe_read_kernel(&f, sizeof(f), &fdt->fd[fd]);
 	}
 	return f ? bpf_core_cast(f, struct file) : 0;
+}
+
+static __always_inline struct file *fd_file(int fd)
+{
+	return fd_file_of(cur_task(), fd);
 }
 
 /* "[eventfd]": the name of every eventfd's anonymous-inode file. */
@@ -136,9 +141,10 @@ static __always_inline int chan_drained(struct file *f, __u32 kind)
 
 /* The message channel behind fd and its key, if it is one the system call
  * serves (mq_only: mq_timedsend/receive, else read/write); else 0. */
-static __always_inline struct file *msg_chan(int fd, int mq_only, struct mt_chan_key *k, __u32 *kind)
+static __always_inline struct file *msg_chan(struct task_struct *task, int fd, int mq_only,
+					     struct mt_chan_key *k, __u32 *kind)
 {
-	struct file *f = fd_file(fd);
+	struct file *f = fd_file_of(task, fd);
 
 	if (!f)
 		return 0;
@@ -149,11 +155,12 @@ static __always_inline struct file *msg_chan(int fd, int mq_only, struct mt_chan
 }
 
 /*
- * A request sent on fd (write/writev, mq_timedsend): deposit the sender's
- * tags on the channel; if the reader already took the message (it ran
- * between the send and this hook), hand the tags to that reader now.
+ * A request sent on fd (write/writev, mq_timedsend) by a thread that holds
+ * tags (mt_sys_exit checked): deposit the sender's tags on the channel; if
+ * the reader already took the message (it ran between the send and this
+ * hook), hand the tags to that reader now.
  */
-__noinline int mt_on_send(int fd, int mq_only)
+__noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq_only)
 {
 	struct mt_chan_key k;
 	struct snap s = {};
@@ -162,12 +169,10 @@ __noinline int mt_on_send(int fd, int mq_only)
 	struct file *f;
 	__u32 kind;
 
-	if (!self_tagged())
-		return 0;
-	f = msg_chan(fd, mq_only, &k, &kind);
+	f = msg_chan(task, fd, mq_only, &k, &kind);
 	if (!f)
 		return 0;
-	if (!take_snapshot(&s, &c))
+	if (!take_snapshot_of(task, &s, &c))
 		return 0;
 	d = chan_get(c, &k);
 	if (!d)
@@ -182,44 +187,6 @@ __noinline int mt_on_send(int fd, int mq_only)
 			d->last_reader = chan_reader_of(&k);
 		deliver_late(c, d);
 	}
-	return 0;
-}
-
-/* A message received from fd (read/readv, mq_timedreceive). */
-__noinline int mt_on_recv(int fd, int mq_only)
-{
-	struct mt_chan_key k;
-	struct mt_deposit *d;
-	struct mt_ctl *c = get_ctl();
-	struct file *f;
-	__u32 kind;
-
-	if (!c)
-		return 0;
-	f = msg_chan(fd, mq_only, &k, &kind);
-	if (!f)
-		return 0;
-	d = chan_find(&k);
-	if (!d) {
-		/* the sender's hook may not have run yet: leave a note, then
-		 * look again (see note_reader) */
-		note_reader(&k);
-		d = chan_find(&k);
-		if (!d)
-			return 0;
-	}
-	if (vec_empty(d->vec)) {
-		__u32 tid = (__u32)bpf_get_current_pid_tgid();
-
-		/* as in note_reader: publish, then look again, so that a
-		 * sender depositing now either sees this reader or is seen */
-		if (d->last_reader == tid)
-			return 0;
-		__sync_lock_test_and_set(&d->last_reader, tid);
-		if (vec_empty(d->vec))
-			return 0;
-	}
-	mt_receive(d, chan_drained(f, kind));
 	return 0;
 }
 
@@ -285,31 +252,90 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 	if (!c || !c->n_obj_deps)
 		return 0;
 	d = chan_find(&k);
-	if (!d || vec_empty(d->vec) || d->tx_tid == (__u32)bpf_get_current_pid_tgid())
+	if (!d || vec_empty(d->vec) || d->tx_tid == tid_of(cur_task()))
 		return 0;
 	mt_receive(d, 0);
 	return 0;
 }
 
+/*
+ * A message received from fd (read/readv, mq_timedreceive), inline: the
+ * common case, a channel that has never had a deposit (its hint bit is
+ * clear), leaves the reader's note (one load, a store only when it
+ * changed) and returns; sockets, regular files and devices return after
+ * the inode's type. Only taking a deposit is a call (mt_receive).
+ */
+static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only)
+{
+	struct mt_chan_key k;
+	struct mt_deposit *d;
+	struct file *f;
+	__u32 kind, tid = tid_of(task);
+
+	f = msg_chan(task, fd, mq_only, &k, &kind);
+	if (!f)
+		return 0;
+	if (!chan_hinted(&k)) {
+		/* a sender depositing now sees this note, or is seen below */
+		note_reader(&k, tid);
+		if (!chan_hinted(&k))
+			return 0;
+	}
+	d = bpf_map_lookup_elem(&chan_dep, &k);
+	if (!d) {
+		/* the sender's hook may not have run yet: leave a note, then
+		 * look again (see note_reader) */
+		note_reader(&k, tid);
+		d = bpf_map_lookup_elem(&chan_dep, &k);
+		if (!d)
+			return 0;
+	}
+	if (vec_empty(d->vec)) {
+		/* as in note_reader: publish, then look again, so that a
+		 * sender depositing now either sees this reader or is seen */
+		if (d->last_reader == tid)
+			return 0;
+		__sync_lock_test_and_set(&d->last_reader, tid);
+		if (vec_empty(d->vec))
+			return 0;
+	}
+	mt_receive(d, chan_drained(f, kind));
+	return 0;
+}
+
+/* Whether task holds tags: one array load. */
+static __always_inline int task_tagged(struct task_struct *task)
+{
+	struct mt_view *v = view_of(tid_of(task));
+
+	return v && !vec_empty(v->vec);
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 {
+	struct task_struct *task;
 	long nr;
 
-	if (ret < 0)
+	/* nobody holds a tag: nothing to deposit, nothing to take */
+	if (ret < 0 || !mt_held_any)
 		return 0;
 	nr = regs->orig_ax;
 	switch (nr) {
 	case NR_write:
 	case NR_writev:
-		return ret ? mt_on_send((int)regs->di, 0) : 0;
+		if (!ret)
+			return 0;
+		task = cur_task();
+		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 0) : 0;
 	case NR_read:
 	case NR_readv:
-		return ret ? mt_on_recv((int)regs->di, 0) : 0;
+		return ret ? on_recv(cur_task(), (int)regs->di, 0) : 0;
 	case NR_mq_timedsend:
-		return mt_on_send((int)regs->di, 1);
+		task = cur_task();
+		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 1) : 0;
 	case NR_mq_timedreceive:
-		return mt_on_recv((int)regs->di, 1);
+		return on_recv(cur_task(), (int)regs->di, 1);
 	case NR_memfd_create:
 		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
 	case NR_open:

@@ -26,7 +26,8 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	struct mt_netsnap *ns;
 	__u64 g = 0;
 
-	if (self_tagged() && take_snapshot(&s, &c) && (role_is_client(sk) || replies_only(c, &s))) {
+	if (mt_held_any && self_tagged() && take_snapshot(&s, &c) &&
+	    (role_is_client(sk) || replies_only(c, &s))) {
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		struct mt_chan_key k;
 		struct mt_deposit *d;
@@ -190,6 +191,7 @@ int mt_sockops(struct bpf_sock_ops *skops)
 		d = bpf_sk_storage_get(&sk_rdep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!d)
 			return 1;
+		mark_held(); /* its reader will hold these */
 		deposit(d, &s, MT_K_TCP, c->epoch, seq, seq + payload);
 		d->tx_tid = 0;
 		d->tx_pid = bpf_ntohl(o.pid);

@@ -180,6 +180,18 @@ struct mt_btf_anchor {
 };
 const volatile struct mt_btf_anchor mt_btf_anchor SEC(".rodata") = {};
 
+/*
+ * 0 until some thread of this load holds a tag, then 1 for good (set by
+ * mark_held() before the first bit of any view is set). While it is 0 no
+ * deposit can exist and no send can be tagged, so the hooks of untagged
+ * traffic return after this one load (a global variable: one load from a
+ * fixed address, no lookup, no helper). It is set before the holder can
+ * send, and its sends reach readers through the channel's own locking,
+ * so a reader that checks it after taking data from a tagged send sees 1.
+ * Never cleared: a stale 1 only costs the checks it saves.
+ */
+__u32 mt_held_any;
+
 /* 1: load a task's fd array through bpf_rdonly_cast(ptr, 0) (Linux 6.13+);
  * 0: bpf_probe_read_kernel. The loader retries with 0 where 1 is refused;
  * the verifier prunes the branch not taken, so the other never loads. */

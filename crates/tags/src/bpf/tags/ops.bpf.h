@@ -212,6 +212,7 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 			__sync_fetch_and_or(&t->spent[w], bit);
 		else
 			__sync_fetch_and_and(&t->spent[w], ~bit);
+		mark_held();
 		__sync_fetch_and_or(&v->vec[w], bit);
 		t->origin[w] |= bit;
 		t->lamport++;

@@ -104,11 +104,11 @@ static __always_inline __u32 hint_bit(const struct mt_chan_key *k)
  * deposit followed by its load of this slot (chan_reader_of) one of the
  * two sees the other: the reader re-checks for a deposit after this.
  */
-static __always_inline void note_reader(const struct mt_chan_key *k)
+static __always_inline void note_reader(const struct mt_chan_key *k, __u32 tid)
 {
 	__u64 h = key_hash(k);
 	__u32 b = (__u32)(h >> 48);
-	__u64 v = h << 32 | (__u32)bpf_get_current_pid_tgid();
+	__u64 v = h << 32 | tid;
 	__u64 *r = bpf_map_lookup_elem(&chan_reader, &b);
 
 	if (r && *r != v)
@@ -126,13 +126,19 @@ static __always_inline __u32 chan_reader_of(const struct mt_chan_key *k)
 	return v >> 32 == (__u32)h ? (__u32)v : 0;
 }
 
-/* The deposit for k if one may exist (hint bit set), else 0. */
-static __always_inline struct mt_deposit *chan_find(const struct mt_chan_key *k)
+/* Whether a deposit may exist for k: its hint bit (one array load). */
+static __always_inline int chan_hinted(const struct mt_chan_key *k)
 {
 	__u32 b = hint_bit(k), w = b / 64;
 	__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
 
-	if (!h || !(*h & (1ULL << (b % 64))))
+	return h && (*h & (1ULL << (b % 64)));
+}
+
+/* The deposit for k if one may exist (hint bit set), else 0. */
+static __always_inline struct mt_deposit *chan_find(const struct mt_chan_key *k)
+{
+	if (!chan_hinted(k))
 		return 0;
 	return bpf_map_lookup_elem(&chan_dep, k);
 }
@@ -194,7 +200,8 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	struct sock *tx = 0;
 	__u32 kind, rx_pid = 0;
 
-	if (sk->__sk_common.skc_family != AF_UNIX || sk->__sk_common.skc_state == TCP_LISTEN)
+	if (!mt_held_any || sk->__sk_common.skc_family != AF_UNIX ||
+	    sk->__sk_common.skc_state == TCP_LISTEN)
 		return 0;
 	if (!self_tagged() || !take_snapshot(&s, &c))
 		return 0;
@@ -241,7 +248,7 @@ int BPF_PROG(mt_sock_send, struct sock *sk, int ret, int flags)
 	struct mt_deposit *d;
 	__u16 family;
 
-	if (ret <= 0)
+	if (ret <= 0 || !mt_held_any)
 		return 0;
 	family = sk->__sk_common.skc_family;
 	if (family != AF_INET && family != AF_INET6)
@@ -283,6 +290,8 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		return 0;
 	family = sk->__sk_common.skc_family;
 	if (family == AF_UNIX) {
+		if (!mt_held_any)
+			return 0;
 		/* data on the connect() side of a connection: a reply (the
 		 * socket-storage lookup only for threads in a call chain) */
 		if (holds_answerable(0) && sk->sk_type != SOCK_DGRAM && role_is_client(sk))

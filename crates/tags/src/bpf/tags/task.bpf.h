@@ -47,6 +47,8 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = pv->vec[w] & c->live[w];
+		if (m)
+			mark_held();
 		cv->vec[w] = m;
 		m &= c->lifeline[w];
 		for (int i = 0; i < 64 && m; i++) {
@@ -85,7 +87,7 @@ int BPF_PROG(mt_signal, int sig, struct kernel_siginfo *info, struct task_struct
 	struct mt_ctl *c;
 	__u64 id;
 
-	if (result == TRACE_SIGNAL_IGNORED || result == TRACE_SIGNAL_OVERFLOW_FAIL)
+	if (!mt_held_any || result == TRACE_SIGNAL_IGNORED || result == TRACE_SIGNAL_OVERFLOW_FAIL)
 		return 0;
 	if (!take_snapshot(&s, &c))
 		return 0;
