@@ -1,6 +1,7 @@
-//! The C interface: every function include/mantle/tags.h and exec.h
-//! declare is exported by libmantle.so and nothing else is, and a C program
-//! that uses both headers compiles with warnings as errors and links.
+//! The C interface: every function include/mantle/tags.h, exec.h and
+//! comp.h declare is exported by libmantle.so and nothing else is, and a C
+//! program that uses all three headers compiles with warnings as errors and
+//! links. (include/mantle/instr.h is libmantle-instr's, tested there.)
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -17,8 +18,11 @@ fn lib_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// libmantle's headers.
+const HEADERS: [&str; 3] = ["tags.h", "exec.h", "comp.h"];
+
 fn declared() -> BTreeSet<String> {
-    let h = ["tags.h", "exec.h"]
+    let h = HEADERS
         .iter()
         .map(|f| std::fs::read_to_string(root().join("include/mantle").join(f)).unwrap())
         .collect::<String>();
@@ -58,7 +62,7 @@ fn header_matches_exports() {
     );
     assert_eq!(
         declared, exported,
-        "tags.h + exec.h declarations vs libmantle.so exports"
+        "tags.h + exec.h + comp.h declarations vs libmantle.so exports"
     );
 }
 
@@ -74,13 +78,13 @@ fn c_program_compiles_and_links() {
     std::fs::write(
         &src,
         format!(
-            "#include <mantle/tags.h>\n#include <mantle/exec.h>\n#include <stdio.h>\nint main(void) {{\n{calls}    \
+            "#include <mantle/tags.h>\n#include <mantle/exec.h>\n#include <mantle/comp.h>\n#include <stdio.h>\nint main(void) {{\n{calls}    \
              printf(\"%s\\n\", mantle_strerror(mantle_tag_lookup(\"x\") < 0 ? -19 : 0));\n    return 0;\n}}\n"
         ),
     )
     .unwrap();
     mantle_testsupport::build::run_cc(
-        "a C program using all of tags.h",
+        "a C program using all of libmantle's headers",
         Command::new("cc")
             .args([
                 "-std=c11",

@@ -24,6 +24,8 @@ pub enum CompCmd {
         after_help = "Examples:\n  mantle comp up system.toml &\n  mantle comp up --json system.toml   # events as JSON lines\n\nA cyclic invocation graph is refused (exit 2) naming the cycle; a component that cannot start is exit 5 (not found) or 1."
     )]
     Up {
+        /// The system file (TOML: components, interfaces, who may invoke
+        /// whom, memory limits; docs/comp.md).
         file: PathBuf,
         /// Print events (deaths, reclaims, holders past their bound) as
         /// JSON lines instead of text.
@@ -36,6 +38,7 @@ pub enum CompCmd {
         after_help = "Examples:\n  mantle comp status\n  mantle comp status --json | jq '.components[].stacks'\n\nExit 5 when no system is up (for this user)."
     )]
     Status {
+        /// Print the status as JSON (schema in docs/comp.md).
         #[arg(long)]
         json: bool,
     },
