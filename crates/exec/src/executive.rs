@@ -5,9 +5,11 @@
 //! Mechanism: guests are started (crate::launch) before anything else;
 //! then the thread takes SCHED_FIFO (priority option, default 99; a
 //! warning when refused) and locks its memory (mlockall), and waits with
-//! epoll (registered once: a wait costs the same for any number of fds)
-//! on each guest's listener, pidfd and start-status pipe, plus the opener
-//! thread's wake-up pipe (crate::perform). A notification is
+//! ppoll on a set kept between waits (mantle_sys::epoll::PollSet: poll,
+//! not epoll, so that SYNC_WAKE_UP's wake-up on the guest's CPU reaches
+//! the executive) on each guest's listener, pidfd and start-status pipe,
+//! plus the opener thread's wake-up pipe (crate::perform) and the QoS
+//! reader's epoll set. A notification is
 //! received (ENOENT: it vanished: counted, never fatal), made a [`Call`],
 //! decided by the guest's [`Chain`] (with a [`ProtectedGuest`] to read
 //! memory), and answered: Continue → SECCOMP_USER_NOTIF_FLAG_CONTINUE,
@@ -38,7 +40,7 @@ use crate::protected::{self, ProtectedGuest};
 use crate::rpc::{self, Peers, Rpc};
 use crate::status::{self, CallStat, ExecStatus, GuestStatus};
 use crate::sysno::Sysno;
-use mantle_sys::epoll::{Epoll, Ready};
+use mantle_sys::epoll::{PollSet, Ready};
 use mantle_sys::seccomp::Listener;
 use mantle_sys::supervise;
 use std::os::fd::{AsFd, OwnedFd};
@@ -616,8 +618,10 @@ impl Executive {
 
     /// The wait set: every guest's listener, pidfd and status pipe, and
     /// the opener's wake-up pipe, registered once.
-    fn wait_set(&self) -> std::io::Result<Epoll> {
-        let ep = Epoll::new(3 * self.guests.len() + 1)?;
+    fn wait_set(&self) -> std::io::Result<PollSet> {
+        // ppoll, not epoll: a poll waiter gets SYNC_WAKE_UP's wake-up on
+        // the guest's CPU; epoll's callback drops it (mantle_sys::epoll)
+        let mut ep = PollSet::new(3 * self.guests.len() + 2);
         for (i, g) in self.guests.iter().enumerate() {
             let base = i as u64 * 4;
             ep.add(g.listener.as_fd(), base + TOKEN_LISTENER)?;
