@@ -166,7 +166,7 @@ def figure5(a, bin_, bgs, modes, stamp, lines):
             for m in modes:
                 ax.errorbar(bgs, [st.mean(data[m][b][per]) / 1e3 for b in bgs],
                             yerr=[[0 for _ in bgs],
-                                  [(pct(sorted(data[m][b][per]), 99) - st.mean(data[m][b][per])) / 1e3
+                                  [max(0, pct(sorted(data[m][b][per]), 99) - st.mean(data[m][b][per])) / 1e3
                                    for b in bgs]], marker="o", capsize=3, label=m)
             ax.axhline(per, color="grey", lw=0.5)
             ax.set_title(f"period {per} us")
