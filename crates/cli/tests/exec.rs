@@ -115,6 +115,14 @@ fn mantle(args: &[&str]) -> Output {
         .expect("run mantle")
 }
 
+/// Tests whose figures are times (sleeps, timers, shares of a CPU, packet
+/// rates) take this, so that they do not run at the same time as each
+/// other: each loads CPU 0 with spinning or real-time guests.
+fn timing() -> std::sync::MutexGuard<'static, ()> {
+    static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -1043,6 +1051,7 @@ fn a_killed_client_frees_its_request() {
 
 #[test]
 fn sleep_holds_the_guests_sleep_in_the_executive() {
+    let _serial = timing();
     // the executive holds `sleep`'s clock_nanosleep for its time: --count
     // shows the call, with the time held counted as the executive's
     let t0 = std::time::Instant::now();
@@ -1085,6 +1094,7 @@ fn sleep_holds_the_guests_sleep_in_the_executive() {
 #[test]
 #[ignore = "needs root for SCHED_FIFO (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn a_guests_sleep_wakes_on_time_while_another_guest_spins() {
+    let _serial = timing();
     mantle_testsupport::require_root("SCHED_FIFO for the executive and the guests");
     mantle_testsupport::require_programs(&[("python3", "python3")]);
     let dir = std::env::temp_dir().join(format!("mantle-sleep-{}", std::process::id()));
@@ -1131,6 +1141,7 @@ command = ["python3", "-c", "import time\nw=[]\nfor i in range(20):\n t=time.mon
 
 #[test]
 fn timers_are_kept_and_fired_by_the_executive() {
+    let _serial = timing();
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/sleep/alarm.c");
     let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("alarm-{}", std::process::id()));
     let st = Command::new("cc")
@@ -1230,6 +1241,7 @@ fn cpu_times(out: &str) -> std::collections::HashMap<String, (f64, f64, f64)> {
 #[test]
 #[ignore = "needs root for the guests' cgroups (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
+    let _serial = timing();
     mantle_testsupport::require_root("cgroups for dispatching");
     mantle_testsupport::require_programs(&[("python3", "python3")]);
     // round robin: two CPU-bound guests share CPU 0 evenly
@@ -1301,6 +1313,7 @@ fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
 #[test]
 #[ignore = "needs root for the guests' cgroups (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn a_guests_sched_setscheduler_lands_in_the_executives_policy() {
+    let _serial = timing();
     mantle_testsupport::require_root("cgroups for dispatching");
     mantle_testsupport::require_programs(&[("python3", "python3")]);
     // the guest asks for SCHED_FIFO 20 and sees it; the kernel never did
@@ -1340,6 +1353,7 @@ fn a_guests_sched_setscheduler_lands_in_the_executives_policy() {
 #[test]
 #[ignore = "needs root for pidfd_getfd of the guests' sockets with SCHED_FIFO (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn the_token_scheduler_delivers_in_proportion_to_tokens() {
+    let _serial = timing();
     mantle_testsupport::require_root("the executive reading the guests' sockets");
     let dir = std::env::temp_dir().join(format!("mantle-qos-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
