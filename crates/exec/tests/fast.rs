@@ -508,13 +508,16 @@ fn children_that_lost_the_fd_find_the_region_again() {
     assert!(!door.parent().unwrap().exists(), "and its directory");
 }
 
-/// MANTLE_FAST_DOOR of a guest, from its environment.
+/// MANTLE_FAST_DOOR of a guest, from its environment (read again for a
+/// while: a loaded CI machine once showed an environment without it, as
+/// if read before the guest's exec was complete).
 fn door_path_of(pid: u32) -> std::path::PathBuf {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-    let v = env
-        .split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(b"MANTLE_FAST_DOOR="))
-        .expect("MANTLE_FAST_DOOR in the guest's environment");
+    let v = mantle_testsupport::poll_until_for(std::time::Duration::from_secs(5), || {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+        env.split(|&b| b == 0)
+            .find_map(|kv| kv.strip_prefix(b"MANTLE_FAST_DOOR=").map(<[u8]>::to_vec))
+    })
+    .expect("MANTLE_FAST_DOOR in the guest's environment");
     let p = std::path::PathBuf::from(String::from_utf8(v.to_vec()).unwrap());
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(p.parent().unwrap())
