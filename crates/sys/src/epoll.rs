@@ -11,6 +11,14 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
+/// A timeout as the kernel takes it.
+fn timespec(d: std::time::Duration) -> libc::timespec {
+    libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    }
+}
+
 /// One ready fd: the token given at [`Epoll::add`] and its events
 /// (`libc::EPOLLIN`, `EPOLLHUP`, `EPOLLERR`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -119,10 +127,7 @@ impl Epoll {
         &mut self,
         timeout: Option<std::time::Duration>,
     ) -> io::Result<impl Iterator<Item = Ready> + '_> {
-        let ts = timeout.map(|d| libc::timespec {
-            tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: d.subsec_nanos() as libc::c_long,
-        });
+        let ts = timeout.map(timespec);
         let tp = ts
             .as_ref()
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);
@@ -210,10 +215,7 @@ impl PollSet {
         &mut self,
         timeout: Option<std::time::Duration>,
     ) -> io::Result<impl Iterator<Item = Ready> + '_> {
-        let ts = timeout.map(|d| libc::timespec {
-            tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: d.subsec_nanos() as libc::c_long,
-        });
+        let ts = timeout.map(timespec);
         let tp = ts
             .as_ref()
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);

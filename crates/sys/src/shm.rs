@@ -51,13 +51,19 @@ impl SharedMem {
         if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        // SAFETY: a fresh shared mapping of our memfd, of its full size; no
-        // Rust reference to it exists.
+        // a fresh shared mapping of our memfd, of its full size
+        SharedMem::mapped(fd, len, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    /// `len` bytes of `fd` mapped shared with `prot`, owned from now on.
+    fn mapped(fd: OwnedFd, len: usize, prot: i32) -> io::Result<SharedMem> {
+        // SAFETY: a fresh shared mapping of len bytes of fd (the callers
+        // checked the file is that long); no Rust reference to it exists.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
+                prot,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
@@ -104,51 +110,15 @@ impl SharedMem {
                 format!("shared memory of {size} bytes, {len} expected"),
             ));
         }
-        // SAFETY: a fresh shared mapping of a file at least len long; no
-        // Rust reference to it exists.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedMem {
-            fd,
-            base: p.cast(),
-            len,
-        })
+        // a file at least len long
+        SharedMem::mapped(fd, len, libc::PROT_READ | libc::PROT_WRITE)
     }
 
     /// Maps `len` bytes of a memfd read-only (shared): for a fd opened
     /// O_RDONLY, which the kernel refuses to map writable.
     pub fn map_readonly(fd: OwnedFd, len: usize) -> io::Result<SharedMem> {
-        // SAFETY: a fresh shared read-only mapping; writes through the
-        // atomics would fault, so callers only load.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SharedMem {
-            fd,
-            base: p.cast(),
-            len,
-        })
+        // writes through the atomics would fault, so callers only load
+        SharedMem::mapped(fd, len, libc::PROT_READ)
     }
 
     /// The mapping's first byte, for memory handed to applications as
