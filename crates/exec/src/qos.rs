@@ -225,13 +225,18 @@ impl Qos {
         }) {
             Some(k) => k,
             None => {
-                guest.socks.retain(|s| !(s.pid == pid && s.fd == fd));
+                // a stale entry for this (pid, fd) (the guest closed the
+                // socket and reused the number) is replaced where it is:
+                // held reads name sockets by their index
+                let stale = guest.socks.iter().position(|s| s.pid == pid && s.fd == fd);
+                if stale.is_none() && guest.socks.len() == SOCKETS {
+                    self.stats.passed += 1;
+                    return Err(NotMine::Pass);
+                }
                 let pidfd = mantle_sys::os::pidfd_open(pid, false).map_err(|_| NotMine::Pass)?;
                 let dup =
                     mantle_sys::os::pidfd_getfd(pidfd.as_fd(), fd).map_err(|_| NotMine::Pass)?;
-                if !supervise::is_socket(dup.as_fd()).unwrap_or(false)
-                    || guest.socks.len() == SOCKETS
-                {
+                if !supervise::is_socket(dup.as_fd()).unwrap_or(false) {
                     self.stats.passed += 1;
                     return Err(NotMine::Pass);
                 }
@@ -241,14 +246,24 @@ impl Qos {
                 self.ep
                     .add_oneshot(dup.as_fd(), token)
                     .map_err(|_| NotMine::Pass)?;
-                guest.socks.push(Sock {
+                let sock = Sock {
                     pid,
                     fd,
                     dup,
                     token,
                     dry: false,
-                });
-                guest.socks.len() - 1
+                };
+                match stale {
+                    Some(j) => {
+                        let _ = self.ep.remove(guest.socks[j].dup.as_fd());
+                        guest.socks[j] = sock;
+                        j
+                    }
+                    None => {
+                        guest.socks.push(sock);
+                        guest.socks.len() - 1
+                    }
+                }
             }
         };
         guest.pending.push_back(Pending {

@@ -19,6 +19,20 @@ fn timespec(d: std::time::Duration) -> libc::timespec {
     }
 }
 
+/// How many fds a wait reported: EINTR (a signal) is none, other errors
+/// are errors.
+fn waited(n: libc::c_int) -> io::Result<usize> {
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let e = io::Error::last_os_error();
+    if e.kind() == io::ErrorKind::Interrupted {
+        Ok(0)
+    } else {
+        Err(e)
+    }
+}
+
 /// One ready fd: the token given at [`Epoll::add`] and its events
 /// (`libc::EPOLLIN`, `EPOLLHUP`, `EPOLLERR`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -142,15 +156,7 @@ impl Epoll {
                 std::ptr::null(),
             )
         };
-        let n = if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-            0
-        } else {
-            n as usize
-        };
+        let n = waited(n)?;
         Ok(self.buf[..n].iter().map(|e| Ready {
             token: e.u64,
             events: e.events,
@@ -230,12 +236,7 @@ impl PollSet {
             )
         };
         self.ready.clear();
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        } else {
+        if waited(n)? > 0 {
             for (p, &t) in self.fds.iter().zip(&self.tokens) {
                 if p.revents != 0 {
                     self.ready.push(Ready {
