@@ -38,7 +38,7 @@
 //! | FREE    | —         | no owner (`tid` 0)                                  |
 //! | IDLE    | guest     | claimed (`tid` = owner, by CAS 0 → tid)             |
 //! | REQUEST | guest     | `seq`+1, `nr`, `args`, `ip`, `t_trap` written; waits |
-//! | ANSWER  | executive | `result`, `flags` (and changed `nr`/`args`) written |
+//! | ANSWER  | executive | `result`, `flags` (and changed `nr`/`args`; with UNTIL the TSC deadline in `args[0]`) written |
 //! | DONE    | guest     | `CONTINUE` call performed: `report_seq`/`report_result` |
 //!
 //! Trust: every byte is writable by the guest. The executive copies a slot
@@ -74,6 +74,13 @@ pub const HDR_REWRITE: u32 = 1;
 /// Answer flag: perform `nr`/`args` (as the executive left them) in the
 /// guest and report the result (`MX_ANS_CONTINUE`).
 pub const ANS_CONTINUE: u32 = 1;
+
+/// Answer flag: return `result`, but not before the guest's TSC reaches
+/// `args[0]`: the guest busy-waits the last stretch of a sleep itself
+/// (`MX_ANS_UNTIL`, the fast path's extended mode: the executive answers
+/// early, then sleeps, so that on a shared CPU the guest, not the
+/// executive, spins).
+pub const ANS_UNTIL: u32 = 2;
 
 /// `struct mx_fast_hdr`.
 #[repr(C)]

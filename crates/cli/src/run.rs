@@ -178,6 +178,9 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
     let chain = mantle_exec::Chain::new(built.agents);
     let mut opts = FastOptions {
         rewrite: a.rewrite_sites,
+        extended: a.extended.unwrap_or_default(),
+        boost: a.boost,
+        priority: a.priority,
         ..FastOptions::default()
     };
     match a.spin.as_str() {
@@ -270,10 +273,10 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             None,
         ),
     };
-    if a.path == "fast" && (a.extended.is_some() || a.boost.is_some() || a.sched.is_some()) {
+    if a.path == "fast" && a.sched.is_some() {
         return Err(Failure::new(
             EXIT_USAGE,
-            "--extended, --boost and --sched are the protected path's (not yet --path fast)",
+            "--sched is the protected path's (not yet --path fast)",
         ));
     }
     if a.path == "fast" {

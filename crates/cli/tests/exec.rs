@@ -1139,6 +1139,64 @@ command = ["python3", "-c", "import time\nw=[]\nfor i in range(20):\n t=time.mon
     );
 }
 
+/// The fast path holds sleeps too, counted from the guest's own trap
+/// stamp; in extended mode the guest spins the last stretch itself
+/// (ANS_UNTIL). Whatever the mode, a sleep never ends early.
+#[test]
+fn fast_path_sleeps_are_held_and_never_end_early() {
+    let _serial = timing();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/sleep/sleeper.c");
+    let bin =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sleeper-{}", std::process::id()));
+    let st = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    for extended in [None, Some("--extended=300us")] {
+        let mut args = vec!["run", "--path", "fast", "--sleep", "--count", "--json"];
+        args.extend(extended);
+        let o = Command::new(MANTLE)
+            .args(&args)
+            .arg("--")
+            .arg(&bin)
+            .args(["2000000", "40"])
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{extended:?}: {err}");
+        let mut xs: Vec<i64> = text(&o.stdout)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(xs.len(), 40, "{extended:?}");
+        xs.sort();
+        // never early: a sleep is at least what was asked
+        assert!(
+            xs[0] >= 0,
+            "{extended:?}: a sleep ended {} ns early",
+            -xs[0]
+        );
+        // each answered by the executive (returned, never left to the
+        // kernel: no kernel time), 40 + 3 warm-up sleeps
+        let row = err
+            .lines()
+            .filter(|l| l.contains("\"count\""))
+            .find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let rows = v["count"]["rows"].as_array().cloned().unwrap_or_default();
+                rows.into_iter().find(|r| r["call"] == "clock_nanosleep")
+            })
+            .unwrap_or_else(|| panic!("{extended:?}: no clock_nanosleep row: {err}"));
+        assert_eq!(row["calls"], 43, "{extended:?}: {row}");
+        assert_eq!(row["errors"], 0, "{extended:?}: {row}");
+        assert_eq!(row["kernel_ns"], 0, "{extended:?}: {row}");
+    }
+    let _ = std::fs::remove_file(&bin);
+}
+
 #[test]
 fn timers_are_kept_and_fired_by_the_executive() {
     let _serial = timing();

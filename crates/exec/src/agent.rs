@@ -32,7 +32,18 @@ pub struct Call {
     /// CLOCK_MONOTONIC ns when the executive received the call (0: not
     /// known): the end of the one-way trap (agents::stamp).
     pub received_ns: u64,
+    /// CLOCK_MONOTONIC ns when the guest made the call, as near as known
+    /// (0: not known): the receipt on the protected path (the kernel says
+    /// nothing earlier); on the fast path the guest's own stamp at its
+    /// trap, a claim the executive keeps between the receipt and
+    /// [`START_SLACK_NS`] before it (a guest that lies can only shorten its
+    /// own sleeps, which it could do by not sleeping). Timing agents count
+    /// from it, so that the trap is not added to a sleep.
+    pub start_ns: u64,
 }
+
+/// How much earlier than its receipt a call's [`Call::start_ns`] may be.
+pub const START_SLACK_NS: u64 = 1_000_000;
 
 /// What happens to a call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -320,6 +331,7 @@ mod tests {
             args: [0; 6],
             ip: 0,
             received_ns: 0,
+            start_ns: 0,
         }
     }
 
@@ -384,6 +396,7 @@ mod tests {
                     args: [0; 6],
                     ip: 0,
                     received_ns: 0,
+                    start_ns: 0,
                 };
                 let want = if other == nr {
                     (Decision::Return(1), Some(0))

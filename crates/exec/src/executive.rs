@@ -460,6 +460,11 @@ impl Executive {
     /// Serves until every guest's first process has ended; returns how
     /// each ended.
     pub fn run(mut self) -> Vec<GuestEnd> {
+        // the executive keeps the guests' time: its timed waits end on time
+        // (ppoll has no slack at SCHED_FIFO, 50 us at SCHED_OTHER)
+        if let Err(e) = supervise::set_timer_slack_ns(1) {
+            (self.log)(&format!("timer slack stays the default ({e})"));
+        }
         // Every fd is registered once; a guest's entries leave the set when
         // they end (its listener hangs up, its pidfd becomes readable for
         // good, its status pipe is read). Tokens: guest * 4 + kind.

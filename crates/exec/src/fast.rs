@@ -67,6 +67,16 @@ pub struct FastOptions {
     /// jumps (no signal for later calls from that site; single-threaded
     /// processes only). Off by default: it patches the guest's code.
     pub rewrite: bool,
+    /// Extended mode's last stretch ([`Server::set_extended`]); zero: off.
+    pub extended: Duration,
+    /// SCHED_FIFO priority of a guest thread whose held call was answered,
+    /// until its next call ([`Server::set_boost`]).
+    pub boost: Option<i32>,
+    /// SCHED_FIFO priority of the executive (this thread) while it serves,
+    /// memory locked; None or 0: left as it is (the fast path's default:
+    /// a real-time executive costs a class switch per call on a shared
+    /// CPU, docs/exec.md).
+    pub priority: Option<i32>,
 }
 
 impl Default for FastOptions {
@@ -80,6 +90,9 @@ impl Default for FastOptions {
             stub: None,
             tramp: TRAMP_ADDR,
             rewrite: false,
+            extended: Duration::ZERO,
+            boost: None,
+            priority: None,
         }
     }
 }
@@ -178,6 +191,14 @@ pub fn run_fast(
     opts: &FastOptions,
 ) -> Result<(ExitStatus, Stats), FastError> {
     let (child, mut server) = spawn_fast(cmd, chain, opts)?;
+    // the executive keeps the guests' time: its timed waits end on time
+    // (after the spawn: the guest keeps its own)
+    mantle_sys::supervise::set_timer_slack_ns(1).map_err(os("set the timer slack"))?;
+    // after the spawn: the guest must not inherit it
+    if let Some(p) = opts.priority.filter(|&p| p > 0) {
+        mantle_sys::supervise::set_fifo(p).map_err(os("make the executive SCHED_FIFO"))?;
+        mantle_sys::supervise::lock_memory().map_err(os("lock the executive's memory"))?;
+    }
     serve_child(child, &mut server, opts)
 }
 
@@ -233,6 +254,8 @@ pub fn spawn_fast(
     door.set_root(child.id());
     let mut server = Server::new(region, chain, child.id());
     server.keep_door(door);
+    server.set_extended(opts.extended);
+    server.set_boost(opts.boost);
     Ok((child, server))
 }
 

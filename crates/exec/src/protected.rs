@@ -49,5 +49,6 @@ pub fn call_of(n: &seccomp_notif, received_ns: u64) -> Option<Call> {
         args: n.data.args,
         ip: n.data.instruction_pointer,
         received_ns,
+        start_ns: received_ns,
     })
 }

@@ -41,6 +41,7 @@ enum mx_fast_state {
 
 /* answer flags (mx_fast_slot.flags, written by the executive) */
 #define MX_ANS_CONTINUE 1 /* perform nr/args (possibly changed) yourself and report */
+#define MX_ANS_UNTIL 2    /* return result once the TSC reaches args[0] (spin until then) */
 
 struct mx_fast_hdr {
 	uint32_t magic;         /* 0 */

@@ -365,7 +365,18 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 		return -EIO; /* the region was corrupted under us */
 	if (!(s->flags & MX_ANS_CONTINUE)) {
 		long r = s->result;
+		uint32_t fl = s->flags;
+		uint64_t until = s->args[0];
 		st32(&s->state, MX_ST_IDLE);
+		/* the last stretch of a sleep, below the timer's granularity: the
+		 * executive answered early and sleeps; bounded (2^34 ticks, some
+		 * seconds) against a deadline corrupted in the region */
+		if (fl & MX_ANS_UNTIL) {
+			uint64_t t = rdtsc();
+			if (until > t && until - t < (1ull << 34))
+				while ((int64_t)(until - rdtsc()) > 0)
+					__builtin_ia32_pause();
+		}
 		return r;
 	}
 	uint64_t b[6];

@@ -569,6 +569,58 @@ pub fn tsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// The TSC's rate in CLOCK_MONOTONIC terms: the fast path's guest stamps
+/// with the TSC (no system call, no vDSO in a signal handler), the
+/// executive counts in monotonic ns. Only differences of a few
+/// milliseconds are converted, each next to a fresh reading of both
+/// clocks, so NTP's slewing of CLOCK_MONOTONIC (up to 500 ppm) and the
+/// rate's own error stay in the nanoseconds. Assumes an invariant TSC, the
+/// same on every CPU (what Linux itself uses as clocksource where it can).
+#[derive(Clone, Copy, Debug)]
+pub struct TscRate {
+    ticks_per_ns: f64,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl TscRate {
+    /// Measures the rate over about `over` (busy). Each end is the reading
+    /// of CLOCK_MONOTONIC with the narrowest TSC bracket of a few tries, so
+    /// that a preemption between the two readings does not skew it.
+    pub fn calibrate(over: std::time::Duration) -> TscRate {
+        fn pair() -> (u64, u64) {
+            let mut best = (u64::MAX, 0, 0);
+            for _ in 0..16 {
+                let a = tsc();
+                let ns = monotonic_ns();
+                let b = tsc();
+                if b.wrapping_sub(a) < best.0 {
+                    best = (b.wrapping_sub(a), ns, a + b.wrapping_sub(a) / 2);
+                }
+            }
+            (best.1, best.2)
+        }
+        let (ns0, t0) = pair();
+        let end = ns0 + (over.as_nanos() as u64).max(1000);
+        while monotonic_ns() < end {
+            std::hint::spin_loop();
+        }
+        let (ns1, t1) = pair();
+        TscRate {
+            ticks_per_ns: (t1.wrapping_sub(t0) as f64 / (ns1 - ns0).max(1) as f64).max(1e-3),
+        }
+    }
+
+    /// Nanoseconds in `ticks`.
+    pub fn ns(&self, ticks: u64) -> u64 {
+        (ticks as f64 / self.ticks_per_ns) as u64
+    }
+
+    /// Ticks in `ns` nanoseconds.
+    pub fn ticks(&self, ns: u64) -> u64 {
+        (ns as f64 * self.ticks_per_ns) as u64
+    }
+}
+
 /// 64 random bits from the kernel's CSPRNG (getrandom(2)).
 pub fn random_u64() -> io::Result<u64> {
     let mut b = [0u8; 8];

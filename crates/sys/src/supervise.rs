@@ -535,6 +535,19 @@ pub fn set_not_dumpable() -> io::Result<()> {
     Ok(())
 }
 
+/// prctl(PR_SET_TIMERSLACK, ns) for the calling thread: how much later
+/// than asked the kernel may end its timed waits, to merge wake-ups. The
+/// default is 50 µs for SCHED_OTHER threads; futex waits take it even at
+/// SCHED_FIFO. An executive that keeps time sets 1 ns (0 would mean "the
+/// default").
+pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// write(2) of a few bytes, ignoring EAGAIN (a wake-up byte on a pipe).
 pub fn write_wake(fd: BorrowedFd) {
     // SAFETY: one byte from a live buffer.

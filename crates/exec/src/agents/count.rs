@@ -259,6 +259,7 @@ mod tests {
             args: [0; 6],
             ip: 0,
             received_ns: 0,
+            start_ns: 0,
         }
     }
 

@@ -138,6 +138,7 @@ mod tests {
             args: [a0, 0, 0, 0, 0, 0],
             ip: 0x400000,
             received_ns: 0,
+            start_ns: 0,
         }
     }
 

@@ -519,6 +519,7 @@ mod tests {
             args: [0x1000, 0, 0, 0, 0, 0],
             ip: 1,
             received_ns: 0,
+            start_ns: 0,
         };
         let (d, who) = chain.before(&unlink, &mut g);
         assert_eq!(d, Decision::Delay(std::time::Duration::from_millis(5)));
@@ -541,6 +542,7 @@ mod tests {
             args: [0x1000, 0, 0, 0, 0, 0],
             ip: 2,
             received_ns: 0,
+            start_ns: 0,
         };
         let (d, who) = chain.before(&open, &mut g);
         assert_eq!(

@@ -71,6 +71,7 @@ mod tests {
             args: [1, 2, 3, 4, 5, 6],
             ip: 9,
             received_ns: 0,
+            start_ns: 0,
         };
         let mut g = FakeGuest::default();
         assert_eq!(

@@ -493,6 +493,7 @@ mod tests {
             args,
             ip: 0,
             received_ns: 0,
+            start_ns: 0,
         }
     }
 

@@ -149,6 +149,7 @@ mod tests {
             args,
             ip: 0,
             received_ns: 7,
+            start_ns: 7,
         }
     }
 

@@ -10,7 +10,9 @@
 //! `struct timespec` (16 bytes, a claim: `tv_nsec` outside 0..1e9 or a
 //! negative `tv_sec` fails with EINVAL as the kernel would, an unreadable
 //! one with EFAULT) and answers [`Decision::Delay`] with what is left of it
-//! counted from the call's receipt ([`Call::received_ns`]); when the
+//! at the call's receipt ([`Call::received_ns`]), counted from when the
+//! guest made it ([`Call::start_ns`]: the receipt on the protected path,
+//! the guest's trap stamp on the fast path); when the
 //! executive decides the held call again (the same call: same tid, same
 //! receipt), it answers 0. Absolute sleeps on CLOCK_MONOTONIC are converted
 //! with the receipt time (same clock); a time already past answers 0 at
@@ -98,7 +100,13 @@ impl Sleep {
             Err(e) => return Ask::Fail(e),
         };
         let d = if rel {
-            t
+            // counted from the guest's call where the path knows it (the
+            // fast path's trap stamp), so the trap is not slept twice
+            let start = match call.start_ns {
+                s if s == 0 || s > call.received_ns => call.received_ns,
+                s => s,
+            };
+            t.saturating_sub(Duration::from_nanos(call.received_ns - start))
         } else {
             // absolute CLOCK_MONOTONIC: the receipt is on the same clock
             let abs = t.as_nanos().min(u128::from(u64::MAX)) as u64;
@@ -162,6 +170,7 @@ mod tests {
             args,
             ip: 0,
             received_ns,
+            start_ns: received_ns,
         }
     }
 
@@ -187,6 +196,31 @@ mod tests {
         let c3 = call(libc::SYS_nanosleep, [0x1000, 0, 0, 0, 0, 0], 7, 9_000_000);
         assert!(matches!(s.before(&c3, &mut g), Decision::Delay(_)));
         assert!(s.asleep.len() == 1);
+    }
+
+    #[test]
+    fn a_relative_sleep_counts_from_the_guests_call_when_known() {
+        let mut g = FakeGuest::default();
+        g.mem.insert(0x1000, ts(0, 1_000_000));
+        let mut s = Sleep::default();
+        let nr = libc::SYS_nanosleep;
+        // the trap took 30 us: 970 us are left at the receipt
+        let mut c = call(nr, [0x1000, 0, 0, 0, 0, 0], 7, 5_030_000);
+        c.start_ns = 5_000_000;
+        let left = Duration::from_micros(970);
+        assert_eq!(s.before(&c, &mut g), Decision::Delay(left));
+        assert_eq!(s.before(&c, &mut g), Decision::Return(0));
+        // a start after the receipt, or unknown, is the receipt
+        for (k, start) in [0, 5_030_001, u64::MAX].into_iter().enumerate() {
+            c.start_ns = start;
+            c.tid = 8 + k as u32; // each its own sleep
+            let full = Duration::from_millis(1);
+            assert_eq!(s.before(&c, &mut g), Decision::Delay(full), "{start}");
+        }
+        // a trap longer than the sleep: due at once
+        let mut c = call(nr, [0x1000, 0, 0, 0, 0, 0], 20, 9_000_000);
+        c.start_ns = 7_000_000;
+        assert_eq!(s.before(&c, &mut g), Decision::Return(0));
     }
 
     #[test]

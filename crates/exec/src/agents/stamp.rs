@@ -138,6 +138,7 @@ mod tests {
             args: [a0, 0, 0, 0, 0, 0],
             ip: 0,
             received_ns,
+            start_ns: received_ns,
         }
     }
 

@@ -109,6 +109,7 @@ mod tests {
             args,
             ip: 0,
             received_ns: 1,
+            start_ns: 1,
         }
     }
 

@@ -285,6 +285,7 @@ mod tests {
             args: [libc::AT_FDCWD as i64 as u64, 0x1000, 0, 0, 0, 0],
             ip: 0,
             received_ns: 0,
+            start_ns: 0,
         }
     }
 

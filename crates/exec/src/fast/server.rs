@@ -58,6 +58,16 @@ struct Own {
     pending: Option<(u64, Call, Decision, u64)>,
     /// A delayed request: decide again at this instant.
     hold_until: Option<Instant>,
+    /// The held request's (receipt, start) ns, the same when decided again
+    /// (agents know a held call by them).
+    held: Option<(u64, u64)>,
+    /// Extended mode: the held request's due time, `extended` after
+    /// `hold_until`; a `Return` decided before it is answered with
+    /// [`abi::ANS_UNTIL`] (the guest spins the rest).
+    due: Option<Instant>,
+    /// The owner runs boosted (`--boost`) since its held call was answered,
+    /// until its next request.
+    boosted: bool,
     /// The last bad (state, tid) seen, so garbage is counted once.
     bad: (u32, u32),
 }
@@ -77,6 +87,12 @@ pub struct Server {
     /// Where processes that lost the region's fd get it again; closed
     /// with the server.
     door: Option<super::door::Door>,
+    /// The guests' trap stamps (TSC) in monotonic ns, and back.
+    rate: mantle_sys::os::TscRate,
+    /// Extended mode's last stretch (see [`Server::set_extended`]).
+    extended: Duration,
+    /// SCHED_FIFO priority of a guest thread whose held call was answered.
+    boost: Option<i32>,
 }
 
 /// The time-stamp counter (the guest stamps `t_trap` with `rdtsc` too).
@@ -104,7 +120,28 @@ impl Server {
             stats: Stats::default(),
             one_way: Vec::new(),
             door: None,
+            rate: mantle_sys::os::TscRate::calibrate(Duration::from_millis(2)),
+            extended: Duration::ZERO,
+            boost: None,
         }
+    }
+
+    /// Extended mode: a held call (a sleep) is decided again `window`
+    /// before it is due; if it then returns a value, the answer tells the
+    /// guest to busy-wait to the due time itself ([`abi::ANS_UNTIL`]), so
+    /// its wake-up is inside the window and it returns below the timer's
+    /// granularity; other decisions are answered when due, the executive
+    /// spinning the rest. Costs up to `window` of the guest's CPU per held
+    /// call.
+    pub fn set_extended(&mut self, window: Duration) {
+        self.extended = window;
+    }
+
+    /// A guest thread whose held call is answered runs at SCHED_FIFO
+    /// `priority` until its next request (as the protected path's
+    /// `Options::boost`).
+    pub fn set_boost(&mut self, priority: Option<i32>) {
+        self.boost = priority;
     }
 
     /// Keeps `door` open as long as this server.
@@ -229,19 +266,34 @@ impl Server {
             self.answer(i, -(libc::EINVAL as i64), 0, None);
             return true;
         }
-        let received_ns = mantle_sys::os::monotonic_ns();
-        if self.one_way.len() < self.one_way.capacity() {
-            let d = tsc().wrapping_sub(s.t_trap);
-            if d < 1 << 40 {
-                self.one_way.push(d);
+        let released = self.own[i].held.is_some();
+        let (received_ns, start_ns) = match self.own[i].held.take() {
+            Some(h) => h,
+            None => {
+                if self.own[i].boosted {
+                    self.own[i].boosted = false;
+                    let _ = mantle_sys::supervise::set_other_of(s.tid);
+                }
+                let received_ns = mantle_sys::os::monotonic_ns();
+                let trap = tsc().wrapping_sub(s.t_trap);
+                if self.one_way.len() < self.one_way.capacity() && trap < 1 << 40 {
+                    self.one_way.push(trap);
+                }
+                // the guest's stamp, a claim: kept between the receipt and
+                // START_SLACK_NS before it (a stamp in the future wraps
+                // to a huge age: the slack)
+                let age = self.rate.ns(trap).min(crate::agent::START_SLACK_NS);
+                (received_ns, received_ns.saturating_sub(age))
             }
-        }
+        };
+        let due = self.own[i].due.take();
         let call = Call {
             tid: s.tid,
             nr: Sysno(s.nr),
             args: s.args,
             ip: s.ip,
             received_ns,
+            start_ns,
         };
         let t0 = Instant::now();
         let (d, _) = {
@@ -255,6 +307,22 @@ impl Server {
         };
         let ns = t0.elapsed().as_nanos() as u64;
         self.own[i].hold_until = None;
+        if released && !matches!(d, Decision::Delay(_)) {
+            // answered after a hold: boosted before the answer wakes it
+            if let Some(p) = self.boost {
+                if mantle_sys::supervise::set_fifo_of(s.tid, p).is_ok() {
+                    self.own[i].boosted = true;
+                }
+            }
+            // extended mode: what is left of the hold
+            if let Some(due) = due {
+                if !matches!(d, Decision::Return(_)) {
+                    while Instant::now() < due {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        }
         let times = Times {
             executive_ns: ns,
             kernel_ns: 0,
@@ -275,7 +343,18 @@ impl Server {
                     .after(&call, &d, Outcome::Result(-(e as i64)), times);
             }
             Decision::Return(v) => {
-                self.answer(i, *v, 0, None);
+                let now = Instant::now();
+                match due.filter(|&t| t > now) {
+                    // the guest spins to the due time itself
+                    Some(t) => {
+                        let left = t.duration_since(now).as_nanos() as u64;
+                        let until = tsc().wrapping_add(self.rate.ticks(left));
+                        let mut args = s.args;
+                        args[0] = until;
+                        self.answer(i, *v, abi::ANS_UNTIL, Some((s.nr, args)));
+                    }
+                    None => self.answer(i, *v, 0, None),
+                }
                 self.chain.after(&call, &d, Outcome::Result(*v), times);
             }
             // getppid on the guest's behalf: the executive answers with the
@@ -323,7 +402,16 @@ impl Server {
                 self.chain.after(&call, &d, o, times);
             }
             Decision::Delay(dur) => {
-                self.own[i].hold_until = Some(Instant::now() + *dur);
+                let now = Instant::now();
+                let due = now + *dur;
+                self.own[i].held = Some((received_ns, start_ns));
+                if self.extended.is_zero() {
+                    self.own[i].hold_until = Some(due);
+                } else {
+                    let early = due.checked_sub(self.extended).unwrap_or(now);
+                    self.own[i].hold_until = Some(early.max(now));
+                    self.own[i].due = Some(due);
+                }
                 return true;
             }
         }
@@ -582,5 +670,87 @@ mod tests {
         });
         let a = s.region().snapshot(0);
         assert_eq!((a.state, a.result), (abi::ST_ANSWER, 9));
+    }
+
+    /// Extended mode: a held call that then returns is answered `window`
+    /// early with ANS_UNTIL and its due time as a TSC deadline; one that
+    /// continues is answered when due (the executive spins the rest); the
+    /// held call keeps its receipt when decided again.
+    #[test]
+    fn extended_mode_answers_early_with_a_deadline_for_the_guest() {
+        struct Hold(Vec<Decision>, Vec<(u64, u64)>);
+        impl Agent for Hold {
+            fn name(&self) -> &str {
+                "hold"
+            }
+            fn wants(&self) -> Vec<Sysno> {
+                vec![Sysno(110)]
+            }
+            fn before(&mut self, c: &Call, _: &mut dyn Guest) -> Decision {
+                // decided again: the same receipt and start
+                if let Some(&(r, st)) = self.1.first() {
+                    assert_eq!((r, st), (c.received_ns, c.start_ns));
+                }
+                assert!(c.start_ns <= c.received_ns);
+                self.1.push((c.received_ns, c.start_ns));
+                self.0.remove(0)
+            }
+        }
+        let me = mantle_sys::os::gettid();
+        let hold = Duration::from_millis(20);
+        let window = Duration::from_millis(8);
+        let mut early = 0;
+        for then in [
+            Decision::Return(5),
+            Decision::Return(5),
+            Decision::Return(5),
+            Decision::Continue,
+        ] {
+            let d = vec![Decision::Delay(hold), then.clone()];
+            let r = Region::create(4, &[110], 0, 0).unwrap();
+            let chain = Chain::new(vec![Box::new(Hold(d, vec![]))]);
+            let mut s = Server::new(r, chain, std::process::id());
+            s.set_extended(window);
+            request(&s, 0, me, 1, 110);
+            s.region().s64(0, slot::T_TRAP).store(tsc(), SeqCst);
+            let (t0, tsc0) = (Instant::now(), tsc());
+            s.poll();
+            assert_eq!(s.region().snapshot(0).state, abi::ST_REQUEST);
+            while s.region().snapshot(0).state == abi::ST_REQUEST {
+                s.poll();
+                assert!(t0.elapsed() < Duration::from_secs(2), "never answered");
+            }
+            let (answered, tsc1) = (t0.elapsed(), tsc());
+            let a = s.region().snapshot(0);
+            let what = format!("{then:?} {a:?} after {answered:?}");
+            if then == Decision::Continue {
+                assert_eq!(a.flags, abi::ANS_CONTINUE, "{what}");
+                assert!(answered >= hold, "{what}");
+                continue;
+            }
+            assert_eq!(a.result, 5, "{what}");
+            if a.flags == 0 {
+                // this thread lost the CPU past the due time (a loaded
+                // machine): answered plainly, and never early
+                assert!(answered >= hold, "{what}");
+                continue;
+            }
+            assert_eq!(a.flags, abi::ANS_UNTIL, "{what}");
+            early += 1;
+            // answered at most `window` early ...
+            assert!(answered >= hold - window, "{what}");
+            // ... with the due time as the guest's deadline: not before it,
+            // at most `window` after the answer (a loaded machine may
+            // delay this thread anywhere, so no tighter bounds)
+            let deadline = a.args[0];
+            let after_start = s.rate.ns(deadline.wrapping_sub(tsc0));
+            assert!(after_start >= hold.as_nanos() as u64 - 1000, "{what}");
+            let after_answer = deadline.wrapping_sub(tsc1) as i64;
+            assert!(
+                after_answer <= 0 || s.rate.ns(after_answer as u64) <= window.as_nanos() as u64,
+                "{what}"
+            );
+        }
+        assert!(early > 0, "never answered early in three tries");
     }
 }
