@@ -1296,6 +1296,41 @@ fn cpu_times(out: &str) -> std::collections::HashMap<String, (f64, f64, f64)> {
         .collect()
 }
 
+/// A guest's sched_yield gives its turn away in the executive's policy:
+/// a guest that yields in a loop gets a sliver of the CPU next to one that
+/// spins (the kernel's yield, with only one guest thawed at a time, would
+/// change nothing: round robin would split the CPU evenly).
+#[test]
+#[ignore = "needs root for the guests' cgroups (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn a_guests_sched_yield_gives_its_turn_to_the_other() {
+    let _serial = timing();
+    mantle_testsupport::require_root("cgroups for dispatching");
+    mantle_testsupport::require_programs(&[("python3", "python3")]);
+    let at = monotonic_in(2.0);
+    let yielder = format!(
+        "import os, time\ntime.sleep(max(0, {at} - time.monotonic()))\n\
+         c=time.process_time()\nt=time.monotonic()\n\
+         while time.monotonic()-t<2.0: os.sched_yield()\n\
+         print('y', time.process_time()-c, t, time.monotonic())"
+    );
+    let f = dispatched_system(
+        "yield",
+        &[
+            ("y", None, &yielder),
+            ("s", None, &spinner("s", Some(at), 2.0)),
+        ],
+    );
+    let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+    let t = cpu_times(&text(&o.stdout));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let share = t["y"].0 / (t["y"].0 + t["s"].0);
+    assert!(
+        share < 0.2,
+        "the yielding guest got {share:.3} of the CPU: {t:?}"
+    );
+    let _ = std::fs::remove_dir_all(f.parent().unwrap());
+}
+
 #[test]
 #[ignore = "needs root for the guests' cgroups (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
@@ -1376,10 +1411,17 @@ fn a_guests_sched_setscheduler_lands_in_the_executives_policy() {
     mantle_testsupport::require_programs(&[("python3", "python3")]);
     // the guest asks for SCHED_FIFO 20 and sees it; the kernel never did
     // (field 41 of /proc/self/stat: the host's policy, 0 = SCHED_OTHER)
+    // and its getters answer what it set (sched_getparam writes it into
+    // the guest's memory), a yield is the executive's, nice is remembered
     let src = "import os, time\nos.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(20))\n\
                pol = os.sched_getscheduler(0)\n\
                host = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[38]\n\
-               print(pol, host, flush=True)\ntime.sleep(1.5)\n";
+               prio = os.sched_getparam(0).sched_priority\n\
+               os.sched_yield()\n\
+               os.setpriority(os.PRIO_PROCESS, 0, 7)\n\
+               nice = os.getpriority(os.PRIO_PROCESS, 0)\n\
+               hnice = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[16]\n\
+               print(pol, host, prio, nice, hnice, flush=True)\ntime.sleep(1.5)\n";
     let f = dispatched_system("setsched", &[("rtprog", None, src)]);
     let mut c = Command::new(MANTLE)
         .args(["run", "--system", f.to_str().unwrap()])
@@ -1391,7 +1433,11 @@ fn a_guests_sched_setscheduler_lands_in_the_executives_policy() {
     BufReader::new(c.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    assert_eq!(line.trim(), "1 0", "what the guest and the host see");
+    assert_eq!(
+        line.trim(),
+        "1 0 20 7 0",
+        "what the guest and the host see: policy, host policy, priority, nice, host nice"
+    );
     let front = c.id();
     let g = mantle_testsupport::poll_until_for(Duration::from_secs(5), || {
         let o = mantle(&["exec", "status", "--json"]);

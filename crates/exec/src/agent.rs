@@ -71,6 +71,9 @@ pub enum Decision {
     /// guest, and fails with EBUSY when it refuses them (admission), as
     /// SCHED_DEADLINE does.
     Sched(crate::sched::Params),
+    /// The caller's guest gives up the rest of its turn (the guest's
+    /// `sched_yield`, to the executive's policy); the call returns 0.
+    Yield,
 }
 
 /// A timer the executive keeps for a guest's thread group: `signal` is
@@ -146,6 +149,13 @@ pub trait Guest {
     /// agent that acts on what it read asks this (a recycled tid could
     /// otherwise make the executive read another process's memory).
     fn still_pending(&mut self) -> bool;
+
+    /// Writes `buf` into guest memory at `addr` (an answer the kernel
+    /// would have written, e.g. `sched_getparam`'s); returns the bytes
+    /// written. Only while the call is pending: a path checks that first.
+    fn write(&mut self, _addr: u64, _buf: &[u8]) -> Result<usize, GuestError> {
+        Err(GuestError::Unsupported("write guest memory"))
+    }
 
     /// Reads a NUL-terminated string of at most `max` bytes (without the
     /// NUL).
@@ -302,6 +312,22 @@ pub(crate) mod fake {
         }
         fn still_pending(&mut self) -> bool {
             !self.gone
+        }
+        fn write(&mut self, addr: u64, buf: &[u8]) -> Result<usize, GuestError> {
+            if self.gone {
+                return Err(GuestError::Gone);
+            }
+            let (&base, bytes) = self
+                .mem
+                .range_mut(..=addr)
+                .next_back()
+                .ok_or(GuestError::Fault(addr))?;
+            let off = (addr - base) as usize;
+            if off + buf.len() > bytes.len() {
+                return Err(GuestError::Fault(addr));
+            }
+            bytes[off..off + buf.len()].copy_from_slice(buf);
+            Ok(buf.len())
         }
     }
 }

@@ -263,6 +263,15 @@ impl Dispatcher {
         r
     }
 
+    /// Guest `i` gives up the rest of its turn (its `sched_yield`): the
+    /// policy's yield, then a new decision.
+    pub fn yield_now(&mut self, i: usize) {
+        let now = self.ns(Instant::now());
+        self.account(now);
+        let _ = self.policy.yield_now(TaskId(i as u32), now);
+        self.decide(now);
+    }
+
     /// The parameters guest `i` is scheduled with.
     pub fn params(&self, i: usize) -> Option<Params> {
         self.policy.params(TaskId(i as u32))

@@ -759,6 +759,12 @@ impl Executive {
                         .map(|()| Outcome::Result(-i64::from(e))),
                 }
             }
+            Decision::Yield => {
+                if let Some(d) = &mut self.dispatch {
+                    d.yield_now(i);
+                }
+                listener.reply(id, 0).map(|()| Outcome::Result(0))
+            }
             Decision::Timer(t) => {
                 let t = *t;
                 match self.arm(call.tid, t, t0) {

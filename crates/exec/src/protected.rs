@@ -35,6 +35,18 @@ impl Guest for ProtectedGuest<'_> {
     fn still_pending(&mut self) -> bool {
         self.listener.id_valid(self.id).unwrap_or(false)
     }
+
+    fn write(&mut self, addr: u64, buf: &[u8]) -> Result<usize, GuestError> {
+        // before the write: the tid still names the caller of this call
+        // (what is left is the microseconds between this check and the
+        // write, in which the caller would have to die and its tid be
+        // given to a new task: the same rule as the QoS reader's writes)
+        if !self.still_pending() {
+            return Err(GuestError::Gone);
+        }
+        mantle_sys::supervise::write_memory(self.tid, addr, buf)
+            .map_err(|e| GuestError::of_memory(&e, addr))
+    }
 }
 
 /// The call a notification carries; None for another architecture's call

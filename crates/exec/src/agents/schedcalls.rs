@@ -11,14 +11,16 @@
 //! or fails the call with EBUSY when its policy refuses them (EDF
 //! admission), as SCHED_DEADLINE does. What the guest set is remembered per
 //! thread (only once the executive took it), so `sched_getscheduler` and
-//! `getpriority` answer what it believes. `setpriority(PRIO_PROCESS, 0 or
-//! self)` (glibc's `nice`) likewise.
+//! `getpriority` answer what it believes, and `sched_getparam` and
+//! `sched_getattr` write it into the guest's memory as the kernel would
+//! (after checking the call is still pending). `setpriority(PRIO_PROCESS,
+//! 0 or self)` (glibc's `nice`) likewise. `sched_yield` gives up the rest
+//! of the guest's turn in the executive's policy ([`Decision::Yield`]).
 //!
 //! Left to the kernel: calls about another task (pid not the caller),
-//! `sched_getparam`/`sched_getattr` (they write guest memory, which the
-//! protected path does not), `sched_yield`. Not done: the E2BIG answer
-//! to a too-large `sched_attr` does not write the known size back into the
-//! guest's `attr->size`.
+//! `sched_get_priority_min/max` (the same answer). Not done: the E2BIG
+//! answer to a too-large `sched_attr` does not write the known size back
+//! into the guest's `attr->size`.
 
 use crate::agent::{Agent, Call, Decision, Guest, Outcome, Times};
 use crate::sched::guest::{self as g, GuestSched};
@@ -29,7 +31,7 @@ const THREADS: usize = 1024;
 
 /// Maps a guest's scheduling calls onto the executive's policy.
 pub struct SchedCalls {
-    nr: [Sysno; 5],
+    nr: [Sysno; 9],
     /// What each thread set (tid → state), once the executive took it.
     set: Vec<(u32, GuestSched)>,
     /// What the call being decided would set, until its outcome is known.
@@ -41,6 +43,10 @@ const SETPARAM: usize = 1;
 const SETATTR: usize = 2;
 const GETSCHEDULER: usize = 3;
 const SETPRIORITY: usize = 4;
+const GETPARAM: usize = 5;
+const GETATTR: usize = 6;
+const GETPRIORITY: usize = 7;
+const YIELD: usize = 8;
 
 impl Default for SchedCalls {
     fn default() -> Self {
@@ -51,6 +57,10 @@ impl Default for SchedCalls {
                 Sysno(libc::SYS_sched_setattr as u32),
                 Sysno(libc::SYS_sched_getscheduler as u32),
                 Sysno(libc::SYS_setpriority as u32),
+                Sysno(libc::SYS_sched_getparam as u32),
+                Sysno(libc::SYS_sched_getattr as u32),
+                Sysno(libc::SYS_getpriority as u32),
+                Sysno(libc::SYS_sched_yield as u32),
             ],
             set: Vec::with_capacity(64),
             pending: None,
@@ -62,6 +72,15 @@ fn read_i32(gst: &mut dyn Guest, addr: u64) -> Result<i32, i32> {
     let mut b = [0u8; 4];
     match gst.read(addr, &mut b) {
         Ok(4) => Ok(i32::from_ne_bytes(b)),
+        _ => Err(libc::EFAULT),
+    }
+}
+
+/// Writes an answer into the guest: all of it, or EFAULT (a guest gone
+/// meanwhile gets EFAULT too: nobody is there to read it).
+fn put(gst: &mut dyn Guest, addr: u64, b: &[u8]) -> Result<(), i32> {
+    match gst.write(addr, b) {
+        Ok(n) if n == b.len() => Ok(()),
         _ => Err(libc::EFAULT),
     }
 }
@@ -94,6 +113,22 @@ impl SchedCalls {
                 g::setattr(&cur, &bytes, a[2] as u32)
             }
             GETSCHEDULER if me(a[0]) => return Ok(Decision::Return(g::getscheduler(&cur).into())),
+            GETPRIORITY if a[0] as u32 == libc::PRIO_PROCESS && me(a[1]) => {
+                return Ok(Decision::Return(g::getpriority(&cur).into()))
+            }
+            // the kernel: EINVAL for a NULL pointer, EFAULT for a bad one
+            GETPARAM if me(a[0]) && a[1] == 0 => return Err(libc::EINVAL),
+            GETPARAM if me(a[0]) => {
+                put(gst, a[1], &g::getparam(&cur).to_ne_bytes())?;
+                return Ok(Decision::Return(0));
+            }
+            GETATTR if me(a[0]) && a[1] == 0 => return Err(libc::EINVAL),
+            GETATTR if me(a[0]) => {
+                let bytes = g::getattr(&cur, a[2] as u32, a[3] as u32).map_err(|e| e.errno())?;
+                put(gst, a[1], &bytes)?;
+                return Ok(Decision::Return(0));
+            }
+            YIELD => return Ok(Decision::Yield),
             SETPRIORITY if a[0] as u32 == libc::PRIO_PROCESS && me(a[1]) => {
                 g::setpriority(&cur, a[0] as i32, a[2] as i32)
             }
@@ -219,7 +254,7 @@ mod tests {
     }
 
     #[test]
-    fn other_tasks_and_getters_that_write_memory_are_the_kernels() {
+    fn other_tasks_are_the_kernels() {
         let mut gst = FakeGuest::default();
         gst.mem.insert(0x100, 10i32.to_ne_bytes().to_vec());
         let mut s = SchedCalls::default();
@@ -231,6 +266,16 @@ mod tests {
                 [u64::from(libc::PRIO_PGRP), 0, 5, 0, 0, 0],
             ),
             call(libc::SYS_sched_getscheduler, [77, 0, 0, 0, 0, 0]),
+            call(libc::SYS_sched_getparam, [77, 0x100, 0, 0, 0, 0]),
+            call(libc::SYS_sched_getattr, [77, 0x100, 56, 0, 0, 0]),
+            call(
+                libc::SYS_getpriority,
+                [u64::from(libc::PRIO_USER), 0, 0, 0, 0, 0],
+            ),
+            call(
+                libc::SYS_getpriority,
+                [u64::from(libc::PRIO_PROCESS), 77, 0, 0, 0, 0],
+            ),
         ] {
             assert_eq!(s.before(&c, &mut gst), Decision::Continue, "{:?}", c.nr);
         }
@@ -252,5 +297,108 @@ mod tests {
             s.before(&c, &mut gst),
             Decision::Sched(Params::BestEffort { nice: 5 })
         );
+    }
+
+    /// Takes `c` (as the executive would) and returns what it set.
+    fn take(s: &mut SchedCalls, gst: &mut FakeGuest, c: &Call) {
+        let d = s.before(c, gst);
+        assert!(matches!(d, Decision::Sched(_)), "{d:?}");
+        s.after(c, &d, Outcome::Result(0), Times::default());
+    }
+
+    #[test]
+    fn getters_answer_what_the_guest_set_into_its_memory() {
+        let mut gst = FakeGuest::default();
+        gst.mem.insert(0x100, 50i32.to_ne_bytes().to_vec());
+        gst.mem.insert(0x200, vec![0xaa; 4]);
+        let mut s = SchedCalls::default();
+        let getparam = call(libc::SYS_sched_getparam, [0, 0x200, 0, 0, 0, 0]);
+        // before anything is set: priority 0, nice 0 (20 - nice)
+        assert_eq!(s.before(&getparam, &mut gst), Decision::Return(0));
+        assert_eq!(gst.mem[&0x200], 0i32.to_ne_bytes());
+        let getprio = call(
+            libc::SYS_getpriority,
+            [u64::from(libc::PRIO_PROCESS), 0, 0, 0, 0, 0],
+        );
+        assert_eq!(s.before(&getprio, &mut gst), Decision::Return(20));
+        take(
+            &mut s,
+            &mut gst,
+            &call(
+                libc::SYS_sched_setscheduler,
+                [0, libc::SCHED_FIFO as u64, 0x100, 0, 0, 0],
+            ),
+        );
+        assert_eq!(s.before(&getparam, &mut gst), Decision::Return(0));
+        assert_eq!(gst.mem[&0x200], 50i32.to_ne_bytes());
+        // on its own tid too; NULL is EINVAL, a bad pointer EFAULT
+        let c = call(libc::SYS_sched_getparam, [42, 0x200, 0, 0, 0, 0]);
+        assert_eq!(s.before(&c, &mut gst), Decision::Return(0));
+        let c = call(libc::SYS_sched_getparam, [0, 0, 0, 0, 0, 0]);
+        assert_eq!(s.before(&c, &mut gst), Decision::Fail(libc::EINVAL));
+        let c = call(libc::SYS_sched_getparam, [0, 0xdead_0000, 0, 0, 0, 0]);
+        assert_eq!(s.before(&c, &mut gst), Decision::Fail(libc::EFAULT));
+        // nice 5 through setpriority: getpriority says 15
+        take(
+            &mut s,
+            &mut gst,
+            &call(
+                libc::SYS_setpriority,
+                [u64::from(libc::PRIO_PROCESS), 0, 5, 0, 0, 0],
+            ),
+        );
+        assert_eq!(s.before(&getprio, &mut gst), Decision::Return(15));
+        // a guest gone meanwhile: nothing written, EFAULT
+        gst.gone = true;
+        assert_eq!(s.before(&getparam, &mut gst), Decision::Fail(libc::EFAULT));
+    }
+
+    /// sched_getattr at every size from 0 to one past the kernel's limit:
+    /// below the first version and above a page EINVAL, else min(size, 56)
+    /// bytes written with that size in the size field; flags must be 0.
+    #[test]
+    fn getattr_every_size_and_the_deadline_it_set() {
+        let mut gst = FakeGuest::default();
+        let mut b = Vec::new();
+        b.extend_from_slice(&48u32.to_ne_bytes());
+        b.extend_from_slice(&(libc::SCHED_DEADLINE as u32).to_ne_bytes());
+        b.extend_from_slice(&[0; 16]);
+        for v in [2_000_000u64, 10_000_000, 10_000_000] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        gst.mem.insert(0x200, b);
+        let mut s = SchedCalls::default();
+        take(
+            &mut s,
+            &mut gst,
+            &call(libc::SYS_sched_setattr, [0, 0x200, 0, 0, 0, 0]),
+        );
+        for size in 0..=4097u64 {
+            gst.mem.insert(0x10000, vec![0xee; 4096]);
+            let c = call(libc::SYS_sched_getattr, [0, 0x10000, size, 0, 0, 0]);
+            let d = s.before(&c, &mut gst);
+            if !(48..=4096).contains(&size) {
+                assert_eq!(d, Decision::Fail(libc::EINVAL), "{size}");
+                assert!(gst.mem[&0x10000].iter().all(|&x| x == 0xee), "{size}");
+                continue;
+            }
+            assert_eq!(d, Decision::Return(0), "{size}");
+            let m = &gst.mem[&0x10000];
+            let n = size.min(56) as usize;
+            assert_eq!(u32::from_ne_bytes(m[0..4].try_into().unwrap()), n as u32);
+            let policy = u32::from_ne_bytes(m[4..8].try_into().unwrap());
+            assert_eq!(policy, libc::SCHED_DEADLINE as u32, "{size}");
+            let runtime = u64::from_ne_bytes(m[24..32].try_into().unwrap());
+            let period = u64::from_ne_bytes(m[40..48].try_into().unwrap());
+            assert_eq!((runtime, period), (2_000_000, 10_000_000), "{size}");
+            assert!(m[n..].iter().all(|&x| x == 0xee), "{size}: wrote past {n}");
+        }
+        let c = call(libc::SYS_sched_getattr, [0, 0x10000, 56, 1, 0, 0]);
+        assert_eq!(s.before(&c, &mut gst), Decision::Fail(libc::EINVAL));
+        let c = call(libc::SYS_sched_getattr, [0, 0, 56, 0, 0, 0]);
+        assert_eq!(s.before(&c, &mut gst), Decision::Fail(libc::EINVAL));
+        // sched_yield: the executive's
+        let c = call(libc::SYS_sched_yield, [0; 6]);
+        assert_eq!(s.before(&c, &mut gst), Decision::Yield);
     }
 }

@@ -107,6 +107,7 @@ fn decision_name(d: &Decision) -> &'static str {
         Decision::Delay(_) => "delay",
         Decision::Timer(_) => "timer",
         Decision::Sched(_) => "sched",
+        Decision::Yield => "yield",
     }
 }
 
@@ -137,6 +138,7 @@ pub fn text_line(call: &Call, args: &[String], d: &Decision, o: Outcome, t: Time
         Decision::Fail(_) => s.push_str(" (failed)"),
         Decision::Return(_) => s.push_str(" (returned)"),
         Decision::Sched(p) => s.push_str(&format!(" (executive's policy: {})", p.kind())),
+        Decision::Yield => s.push_str(" (yielded to the executive's policy)"),
         Decision::Timer(t) => s.push_str(&format!(
             " (executive's timer: {} in {}, every {})",
             t.signal,

@@ -328,7 +328,8 @@ impl Server {
             kernel_ns: 0,
         };
         match &d {
-            Decision::Continue => {
+            // the fast path does not dispatch: a yield is the kernel's
+            Decision::Continue | Decision::Yield => {
                 self.own[i].pending = Some((s.seq, call, d.clone(), ns));
                 self.answer(i, 0, abi::ANS_CONTINUE, None);
             }
@@ -550,6 +551,13 @@ impl Guest for FastGuest<'_> {
         r.s32(self.slot, slot::STATE).load(Acquire) == abi::ST_REQUEST
             && r.s32(self.slot, slot::TID).load(Acquire) == self.tid
             && r.s64(self.slot, slot::SEQ).load(Acquire) == self.seq
+    }
+    fn write(&mut self, addr: u64, buf: &[u8]) -> Result<usize, GuestError> {
+        if !self.still_pending() {
+            return Err(GuestError::Gone);
+        }
+        mantle_sys::supervise::write_memory(self.tid, addr, buf)
+            .map_err(|e| GuestError::of_memory(&e, addr))
     }
 }
 
