@@ -71,10 +71,11 @@ pub fn run(c: ExecCmd) -> Result<(), Failure> {
                     );
                     if let Some(p) = &g.sched {
                         println!(
-                            "    scheduled by the executive: {} ({}), dispatched {:.1} ms",
+                            "    scheduled by the executive: {} ({}), dispatched {:.1} ms{}",
                             p.kind(),
                             serde_json::to_string(p).unwrap_or_default(),
-                            g.dispatched_ns as f64 / 1e6
+                            g.dispatched_ns as f64 / 1e6,
+                            g.cpu.map(|c| format!(" on CPU {c}")).unwrap_or_default()
                         );
                     }
                     for c in &g.calls {

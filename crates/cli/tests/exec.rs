@@ -1296,6 +1296,73 @@ fn cpu_times(out: &str) -> std::collections::HashMap<String, (f64, f64, f64)> {
         .collect()
 }
 
+/// Two CPUs, four CPU-bound best-effort guests: partitioned two per CPU
+/// (each guest's affinity one CPU), two running at once, round robin on
+/// each: every guest gets about half a CPU.
+#[test]
+#[ignore = "needs root for the guests' cgroups (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn the_executive_dispatches_two_cpus_partitioned() {
+    let _serial = timing();
+    mantle_testsupport::require_root("cgroups for dispatching");
+    mantle_testsupport::require_programs(&[("python3", "python3")]);
+    mantle_testsupport::require(
+        "a second CPU",
+        std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2,
+        "to dispatch two CPUs",
+    );
+    let at = Some(monotonic_in(2.0));
+    let names = ["a", "b", "c", "d"];
+    let guests: Vec<(&str, Option<&str>, String)> = names
+        .iter()
+        .map(|n| {
+            let spin = spinner(n, at, 2.0).replace(
+                "print('",
+                &format!(
+                    "import os, sys\nprint('{n}', *os.sched_getaffinity(0), file=sys.stderr)\nprint('"
+                ),
+            );
+            (*n, None, spin)
+        })
+        .collect();
+    let refs: Vec<(&str, Option<&str>, &str)> = guests
+        .iter()
+        .map(|(n, s, src)| (*n, *s, src.as_str()))
+        .collect();
+    let f = dispatched_system("twocpu", &refs);
+    let toml = std::fs::read_to_string(&f)
+        .unwrap()
+        .replace("cpus = [0]", "cpus = [0, 1]");
+    std::fs::write(&f, toml).unwrap();
+    let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let t = cpu_times(&text(&o.stdout));
+    // two guests on each CPU, each pinned to one (its line on stderr:
+    // "NAME CPU")
+    let mut on: [Vec<&str>; 2] = [vec![], vec![]];
+    for l in err.lines() {
+        if let Some((n, c)) = l.split_once(' ') {
+            if let (Some(n), Ok(c)) = (names.iter().find(|x| **x == n), c.trim().parse::<usize>()) {
+                on[c.min(1)].push(n);
+            }
+        }
+    }
+    assert_eq!((on[0].len(), on[1].len()), (2, 2), "guests per CPU: {err}");
+    let cpu = |n: &str| t[n].0;
+    let total: f64 = names.iter().map(|n| cpu(n)).sum();
+    // more than one CPU's worth over 2 s: two ran at once
+    assert!(total > 1.2 * 2.0, "CPU time {t:?} (sum {total:.2} s)");
+    // round robin on each CPU: its two guests even
+    for pair in &on {
+        let (a, b) = (cpu(pair[0]), cpu(pair[1]));
+        assert!(
+            (a - b).abs() / (a + b) < 0.05,
+            "{pair:?}: {a:.3} s / {b:.3} s"
+        );
+    }
+    let _ = std::fs::remove_dir_all(f.parent().unwrap());
+}
+
 /// A guest's sched_yield gives its turn away in the executive's policy:
 /// a guest that yields in a loop gets a sliver of the CPU next to one that
 /// spins (the kernel's yield, with only one guest thawed at a time, would

@@ -29,15 +29,22 @@
 //! (it uses no CPU) so that its wake-up can be seen, and is frozen again
 //! when it becomes runnable and is not picked.
 //!
-//! Invariants: at most one guest thawed and runnable at a time; a guest
-//! that ended is never picked; the cgroups are removed when the
-//! dispatcher is dropped (the reaper removes what is left after a crash).
+//! Several CPUs (`cpus = [0, 1]`): partitioned, each guest on one CPU
+//! (its threads' affinity, set before it execs) with a policy of that
+//! CPU's own ([`crate::sched::partition`]: reservations spread densest
+//! first, each CPU admits by the uniprocessor test; the others balance the
+//! count). So one guest runs per CPU at a time, never migrating.
 //!
-//! Not yet: per-thread dispatch inside a guest; more than one CPU (the
-//! guests share the `cpus` they are given, one guest at a time); a guest's
-//! wake-up from a kernel block is seen up to `check` late, and runs
-//! meanwhile.
+//! Invariants: at most one guest thawed and runnable per CPU at a time; a
+//! guest that ended is never picked; the cgroups are removed when the
+//! dispatcher is dropped (the reaper removes what is left after a crash).
+//! Guest `i` is `TaskId(i)` in the policy of its CPU, and only there.
+//!
+//! Not yet: per-thread dispatch inside a guest; global (migrating)
+//! multiprocessor scheduling; a guest's wake-up from a kernel block is
+//! seen up to `check` late, and runs meanwhile.
 
+use crate::sched::partition::{partition, PartitionError};
 use crate::sched::{AdmitError, ChangeError, Params, Policy, Standard, TaskId, PPB};
 use std::fs::File;
 use std::io::{self, Write};
@@ -100,16 +107,35 @@ struct Group {
     ended: bool,
 }
 
-/// The guests' cgroups and the policy over them.
-pub struct Dispatcher {
-    opts: DispatchOptions,
-    groups: Vec<Group>,
+/// One CPU of the system: its policy over its guests, and who runs.
+struct Part {
     policy: Standard,
-    epoch: Instant,
     current: Option<usize>,
+    /// Since when `current` runs (ns since epoch).
     since: u64,
     /// The policy's next decision instant (ns since epoch).
     until: Option<u64>,
+}
+
+/// Why dispatching could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    /// The guests' cgroups (root and cgroup v2 needed).
+    #[error("make the guests' cgroups for dispatching (root and cgroup v2 needed)")]
+    Cgroup(#[source] io::Error),
+    /// The guests' reservations do not fit the CPUs.
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+}
+
+/// The guests' cgroups and the policies over them.
+pub struct Dispatcher {
+    opts: DispatchOptions,
+    groups: Vec<Group>,
+    parts: Vec<Part>,
+    /// Guest → its part (index into `opts.cpus` and `parts`).
+    part_of: Vec<usize>,
+    epoch: Instant,
     next_check: Option<u64>,
     pub stats: DispatchStats,
 }
@@ -143,19 +169,34 @@ fn any_runnable(dir: &Path) -> bool {
 }
 
 impl Dispatcher {
-    /// Makes one cgroup per guest below this process's own (root and
-    /// cgroup v2 needed), thawed until [`Dispatcher::start`].
-    pub fn new(opts: DispatchOptions, guests: usize) -> io::Result<Dispatcher> {
-        let base = own_cgroup()?;
+    /// Gives each guest (its parameters; None: best effort) a CPU of
+    /// `opts.cpus` and makes one cgroup per guest below this process's own
+    /// (root and cgroup v2 needed), thawed until [`Dispatcher::start`].
+    pub fn new(
+        opts: DispatchOptions,
+        params: &[Option<Params>],
+    ) -> Result<Dispatcher, DispatchError> {
+        let guests = params.len();
+        let ps: Vec<Params> = params
+            .iter()
+            .map(|p| p.unwrap_or(Params::BestEffort { nice: 0 }))
+            .collect();
+        let part_of = partition(&ps, opts.cpus.len(), PPB)?;
+        let base = own_cgroup().map_err(DispatchError::Cgroup)?;
         let mut groups = Vec::with_capacity(guests);
         for i in 0..guests {
             let dir = base.join(format!("g{i}"));
             match std::fs::create_dir(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
+                Err(e) => return Err(DispatchError::Cgroup(e)),
             }
-            let open = |f: &str| std::fs::OpenOptions::new().write(true).open(dir.join(f));
+            let open = |f: &str| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join(f))
+                    .map_err(DispatchError::Cgroup)
+            };
             groups.push(Group {
                 procs: open("cgroup.procs")?,
                 freeze: open("cgroup.freeze")?,
@@ -165,6 +206,16 @@ impl Dispatcher {
                 ended: false,
             });
         }
+        let parts = opts
+            .cpus
+            .iter()
+            .map(|_| Part {
+                policy: Standard::standard(PPB, opts.quantum.as_nanos() as u64),
+                current: None,
+                since: 0,
+                until: None,
+            })
+            .collect();
         Ok(Dispatcher {
             stats: DispatchStats {
                 ran_ns: vec![0; guests],
@@ -173,13 +224,11 @@ impl Dispatcher {
                 switch_ns: Vec::with_capacity(LATENESS_KEPT),
                 ..Default::default()
             },
-            policy: Standard::standard(PPB, opts.quantum.as_nanos() as u64),
+            parts,
+            part_of,
             opts,
             groups,
             epoch: Instant::now(),
-            current: None,
-            since: 0,
-            until: None,
             next_check: None,
         })
     }
@@ -189,9 +238,12 @@ impl Dispatcher {
         self.groups.get(i).map(|g| g.procs.as_raw_fd())
     }
 
-    /// The CPUs the guests share.
-    pub fn cpus(&self) -> &[usize] {
-        &self.opts.cpus
+    /// The CPUs guest `i` runs on (its part's one CPU).
+    pub fn cpus_of(&self, i: usize) -> &[usize] {
+        match self.part_of.get(i) {
+            Some(&p) => std::slice::from_ref(&self.opts.cpus[p]),
+            None => &[],
+        }
     }
 
     fn ns(&self, t: Instant) -> u64 {
@@ -214,7 +266,9 @@ impl Dispatcher {
         let now = self.ns(Instant::now());
         for (i, p) in params.iter().enumerate() {
             let p = p.unwrap_or(Params::BestEffort { nice: 0 });
-            self.policy
+            let part = self.part_of.get(i).copied().unwrap_or(0);
+            self.parts[part]
+                .policy
                 .add(TaskId(i as u32), p, now)
                 .map_err(|e| (i, e))?;
         }
@@ -227,10 +281,12 @@ impl Dispatcher {
 
     /// The next instant the executive must call [`Dispatcher::tick`].
     pub fn next_due(&self) -> Option<Instant> {
-        let at = match (self.until, self.next_check) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let at = self
+            .parts
+            .iter()
+            .filter_map(|p| p.until)
+            .chain(self.next_check)
+            .min();
         at.map(|ns| self.epoch + Duration::from_nanos(ns))
     }
 
@@ -246,9 +302,14 @@ impl Dispatcher {
         if let Some(g) = self.groups.get_mut(i) {
             g.ended = true;
         }
-        let _ = self.policy.remove(TaskId(i as u32), now);
-        if self.current == Some(i) {
-            self.current = None;
+        let Some(&p) = self.part_of.get(i) else {
+            return;
+        };
+        self.account(now);
+        let part = &mut self.parts[p];
+        let _ = part.policy.remove(TaskId(i as u32), now);
+        if part.current == Some(i) {
+            part.current = None;
         }
         self.decide(now);
     }
@@ -258,7 +319,8 @@ impl Dispatcher {
     pub fn change(&mut self, i: usize, p: Params) -> Result<(), ChangeError> {
         let now = self.ns(Instant::now());
         self.account(now);
-        let r = self.policy.change(TaskId(i as u32), p, now);
+        let part = self.part_of.get(i).copied().unwrap_or(0);
+        let r = self.parts[part].policy.change(TaskId(i as u32), p, now);
         self.decide(now);
         r
     }
@@ -268,13 +330,21 @@ impl Dispatcher {
     pub fn yield_now(&mut self, i: usize) {
         let now = self.ns(Instant::now());
         self.account(now);
-        let _ = self.policy.yield_now(TaskId(i as u32), now);
+        if let Some(&p) = self.part_of.get(i) {
+            let _ = self.parts[p].policy.yield_now(TaskId(i as u32), now);
+        }
         self.decide(now);
     }
 
     /// The parameters guest `i` is scheduled with.
     pub fn params(&self, i: usize) -> Option<Params> {
-        self.policy.params(TaskId(i as u32))
+        let p = self.part_of.get(i)?;
+        self.parts[*p].policy.params(TaskId(i as u32))
+    }
+
+    /// The CPU guest `i` is dispatched on.
+    pub fn cpu_of(&self, i: usize) -> Option<usize> {
+        self.part_of.get(i).map(|&p| self.opts.cpus[p])
     }
 
     /// A summary of the dispatching: decisions, switches, and the lateness
@@ -304,9 +374,9 @@ impl Dispatcher {
         )
     }
 
-    /// Which guest is dispatched.
-    pub fn current(&self) -> Option<usize> {
-        self.current
+    /// Which guest is dispatched on each CPU (in `cpus` order).
+    pub fn current(&self) -> Vec<Option<usize>> {
+        self.parts.iter().map(|p| p.current).collect()
     }
 
     /// Decides when due (or when poked): charges the guest that ran,
@@ -318,9 +388,11 @@ impl Dispatcher {
         if !due {
             return;
         }
-        if let Some(u) = self.until.filter(|&u| u <= now) {
-            if self.stats.lateness_ns.len() < LATENESS_KEPT {
-                self.stats.lateness_ns.push(now - u);
+        for p in &self.parts {
+            if let Some(u) = p.until.filter(|&u| u <= now) {
+                if self.stats.lateness_ns.len() < LATENESS_KEPT {
+                    self.stats.lateness_ns.push(now - u);
+                }
             }
         }
         self.account(now);
@@ -328,12 +400,14 @@ impl Dispatcher {
     }
 
     fn account(&mut self, now: u64) {
-        if let Some(c) = self.current {
-            let ran = now.saturating_sub(self.since);
-            self.stats.ran_ns[c] += ran;
-            let _ = self.policy.charge(TaskId(c as u32), ran, now);
+        for part in &mut self.parts {
+            if let Some(c) = part.current {
+                let ran = now.saturating_sub(part.since);
+                self.stats.ran_ns[c] += ran;
+                let _ = part.policy.charge(TaskId(c as u32), ran, now);
+            }
+            part.since = now;
         }
-        self.since = now;
         // who is runnable: the dispatched guest and the thawed blocked ones
         for i in 0..self.groups.len() {
             let g = &self.groups[i];
@@ -342,31 +416,46 @@ impl Dispatcher {
             }
             let runnable = any_runnable(&g.dir);
             let t = TaskId(i as u32);
+            let policy = &mut self.parts[self.part_of[i]].policy;
             if runnable && self.groups[i].blocked {
                 self.groups[i].blocked = false;
-                let _ = self.policy.wake(t, now);
+                let _ = policy.wake(t, now);
             } else if !runnable && !self.groups[i].blocked {
                 self.groups[i].blocked = true;
-                let _ = self.policy.block(t, now);
+                let _ = policy.block(t, now);
             }
         }
-        for m in self.policy.take_misses() {
-            if let Some(x) = self.stats.misses.get_mut(m.task.0 as usize) {
-                *x += 1;
+        for part in &mut self.parts {
+            for m in part.policy.take_misses() {
+                if let Some(x) = self.stats.misses.get_mut(m.task.0 as usize) {
+                    *x += 1;
+                }
             }
         }
     }
 
     fn decide(&mut self, now: u64) {
-        let d = self.policy.pick(now);
+        for p in 0..self.parts.len() {
+            self.decide_part(p, now);
+        }
+        // check the dispatched guests (they may block) and the thawed
+        // blocked ones (they may wake)
+        let watch = self.parts.iter().any(|p| p.current.is_some())
+            || self.groups.iter().any(|g| g.blocked && !g.ended);
+        self.next_check = watch.then(|| now + self.opts.check.as_nanos() as u64);
+    }
+
+    fn decide_part(&mut self, p: usize, now: u64) {
+        let d = self.parts[p].policy.pick(now);
         self.stats.decisions += 1;
         let next = d.task.map(|t| t.0 as usize);
-        if next != self.current {
+        let current = self.parts[p].current;
+        if next != current {
             self.stats.switches += 1;
             let t0 = Instant::now();
             // the leaving guest: frozen, unless it is blocked (then it may
             // stay thawed: it uses no CPU, and its wake-up must be seen)
-            if let Some(c) = self.current {
+            if let Some(c) = current {
                 if !self.groups[c].blocked {
                     self.set_frozen(c, true);
                 }
@@ -374,23 +463,19 @@ impl Dispatcher {
             if let Some(n) = next {
                 self.set_frozen(n, false);
             }
-            self.current = next;
+            self.parts[p].current = next;
             if self.stats.switch_ns.len() < LATENESS_KEPT {
                 self.stats.switch_ns.push(t0.elapsed().as_nanos() as u64);
             }
         }
-        // runnable guests that are thawed but not picked: frozen
+        // this CPU's runnable guests that are thawed but not picked: frozen
         for i in 0..self.groups.len() {
-            if Some(i) != next && !self.groups[i].blocked {
+            if self.part_of[i] == p && Some(i) != next && !self.groups[i].blocked {
                 self.set_frozen(i, true);
             }
         }
-        self.since = now;
-        self.until = d.until;
-        // check the dispatched guest (it may block) and the thawed
-        // blocked ones (they may wake)
-        let watch = next.is_some() || self.groups.iter().any(|g| g.blocked && !g.ended);
-        self.next_check = watch.then(|| now + self.opts.check.as_nanos() as u64);
+        self.parts[p].since = now;
+        self.parts[p].until = d.until;
     }
 }
 

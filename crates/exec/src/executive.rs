@@ -298,15 +298,33 @@ impl Executive {
             .collect::<Result<_, Error>>()?;
         let n_guests = prepared.len();
         let mut dispatch = match &opts.dispatch {
-            Some(d) => Some(
-                crate::dispatch::Dispatcher::new(d.clone(), n_guests).map_err(|source| {
-                    Error::Sys {
-                        what:
-                            "make the guests' cgroups for dispatching (root and cgroup v2 needed)",
-                        source,
-                    }
-                })?,
-            ),
+            Some(d) => {
+                let params: Vec<_> = prepared.iter().map(|(s, _)| s.sched).collect();
+                Some(
+                    crate::dispatch::Dispatcher::new(d.clone(), &params).map_err(|e| match e {
+                        crate::dispatch::DispatchError::Cgroup(source) => Error::Sys {
+                            what:
+                                "make the guests' cgroups for dispatching (root and cgroup v2 needed)",
+                            source,
+                        },
+                        crate::dispatch::DispatchError::Partition(p) => {
+                            let name = match p {
+                                crate::sched::partition::PartitionError::NoRoom {
+                                    guest, ..
+                                } => prepared.get(guest).map(|(s, _)| s.name.clone()),
+                                _ => None,
+                            };
+                            Error::Launch {
+                                name: name.unwrap_or_default(),
+                                source: LaunchError::Sys {
+                                    what: "give the guest a CPU of the system's",
+                                    source: std::io::Error::other(p.to_string()),
+                                },
+                            }
+                        }
+                    })?,
+                )
+            }
             None => None,
         };
         let mut sched_params = Vec::with_capacity(n_guests);
@@ -339,7 +357,7 @@ impl Executive {
             let place = match &dispatch {
                 Some(d) => launch::Placement {
                     cgroup_procs: d.procs_fd(k),
-                    cpus: d.cpus(),
+                    cpus: d.cpus_of(k),
                 },
                 None => launch::Placement::default(),
             };
@@ -1146,6 +1164,7 @@ impl Executive {
                         .dispatch
                         .as_ref()
                         .map_or(0, |d| d.stats.ran_ns.get(i).copied().unwrap_or(0)),
+                    cpu: self.dispatch.as_ref().and_then(|d| d.cpu_of(i)),
                 })
                 .collect(),
         }

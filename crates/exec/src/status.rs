@@ -66,6 +66,9 @@ pub struct GuestStatus {
     /// Time it was dispatched (thawed and runnable), ns.
     #[serde(default)]
     pub dispatched_ns: u64,
+    /// The CPU it is dispatched on, when the executive dispatches.
+    #[serde(default)]
+    pub cpu: Option<usize>,
 }
 
 /// Interposed calls of one name.

@@ -106,6 +106,7 @@ pub mod edf;
 pub mod fixed;
 pub mod guest;
 pub mod hier;
+pub mod partition;
 pub mod rr;
 pub mod tokens;
 
