@@ -29,6 +29,7 @@
 //!
 //! Lock order: no locks; blocking happens only on futex words.
 
+mod blocks;
 pub mod cbuf;
 pub mod manager;
 pub mod policy;
