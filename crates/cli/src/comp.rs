@@ -2,7 +2,7 @@
 //! docs/comp.md). `up` is the manager: it runs in the foreground until
 //! SIGTERM/SIGINT (or `mantle comp down`), ticking the stack and CBUF
 //! managers and writing its status to `<dir>/status.json` (schema
-//! mantle.comp.status/1), where `status` reads it.
+//! mantle.comp.status/2, docs/comp.md), where `status` reads it.
 //!
 //! The directory: /run/mantle/comp for root (0755; the status file is
 //! 0644: component names and cache counts, nothing secret), otherwise
@@ -32,10 +32,11 @@ pub enum CompCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Components, their caches (stacks and CBUFs: allocated, in use,
-    /// waiters), blocked threads and block times.
+    /// Components, their caches (stacks and CBUFs: allocated a^j, in use,
+    /// waiters, desired δ^j, estimated requests r^j), blocked threads and
+    /// their block counts and times.
     #[command(
-        after_help = "Examples:\n  mantle comp status\n  mantle comp status --json | jq '.components[].stacks'\n\nExit 5 when no system is up (for this user)."
+        after_help = "Examples:\n  mantle comp status\n  mantle comp status --json | jq '.components[].tmem'\n\nExit 5 when no system is up (for this user)."
     )]
     Status {
         /// Print the status as JSON (schema in docs/comp.md).
@@ -108,11 +109,13 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     let mut events: Vec<serde_json::Value> = Vec::new();
     let mut last = Instant::now() - Duration::from_secs(1);
     let write = |m: &Manager, events: &[serde_json::Value]| {
+        let st = m.status();
         let v = serde_json::json!({
-            "schema": "mantle.comp.status/1",
+            "schema": "mantle.comp.status/2",
             "manager_pid": std::process::id(),
             "file": file.display().to_string(),
-            "components": m.status().components,
+            "policy": st.policy,
+            "components": st.components,
             "events": events,
         });
         let tmp = statf.with_extension("tmp");
@@ -202,6 +205,45 @@ fn status(json: bool) -> Result<(), Failure> {
             b["in_use"].to_string(),
             b["bytes"].as_u64().unwrap_or(0) / 1024
         );
+    }
+    println!(
+        "\npolicy {} every {} ms, {} runs (Table II at the last run; pages of 4 KiB for cbufs)",
+        v["policy"]["name"].as_str().unwrap_or("?"),
+        v["policy"]["period_ms"],
+        v["policy"]["runs"]
+    );
+    println!(
+        "{:<16} {:<5} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}  blocked threads (tid: count, ms since last run)",
+        "component", "kind", "a^j", "in_use", "used", "blocked", "delta", "r^j"
+    );
+    for c in v["components"].as_array().into_iter().flatten() {
+        for t in c["tmem"].as_array().into_iter().flatten() {
+            let threads: Vec<String> = t["per_thread"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| {
+                    format!(
+                        "{}: {}, {:.3}",
+                        b["tid"],
+                        b["blocks"],
+                        b["block_ns"].as_u64().unwrap_or(0) as f64 / 1e6
+                    )
+                })
+                .collect();
+            println!(
+                "{:<16} {:<5} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}  {}",
+                c["name"].as_str().unwrap_or("?"),
+                t["kind"].as_str().unwrap_or("?"),
+                t["allocated"].to_string(),
+                t["in_use"].to_string(),
+                t["used_since"].to_string(),
+                t["blocked"].to_string(),
+                t["desired"].to_string(),
+                t["estimated_requests"].to_string(),
+                threads.join("; ")
+            );
+        }
     }
     for e in v["events"].as_array().into_iter().flatten() {
         println!("event: {e}");
