@@ -525,6 +525,15 @@ impl CbufManager {
         // punched hole keeps the size and is still allowed
         data.seal_size().map_err(|_| libc::EIO)?;
         meta.seal_size().map_err(|_| libc::EIO)?;
+        // The components a cbid is passed to get the metadata O_RDONLY;
+        // a memfd's inode is 0777, so without this any of them could
+        // reopen /proc/self/fd/N read-write and forge states. 0400: a
+        // reopen for writing needs CAP_DAC_OVERRIDE (a component running
+        // as root still has it: docs/comp.md, Security).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::File::from(meta.fd().try_clone().map_err(|_| libc::EMFILE)?)
+            .set_permissions(std::fs::Permissions::from_mode(0o400))
+            .map_err(|_| libc::EIO)?;
         if !radix_set(&self.comps[c].table, slab, true) {
             return Err(libc::ENOSPC);
         }
@@ -791,6 +800,27 @@ mod tests {
             assert!(size <= class_size(k) && (k == 0 || size > class_size(k - 1)));
         }
         assert_eq!(class_of((CB_MIN << (CB_CLASSES - 1)) + 1), None);
+    }
+
+    #[test]
+    #[ignore = "needs root (setpriv to nobody)"]
+    fn a_receiver_cannot_reopen_the_metadata_for_writing() {
+        mantle_testsupport::require_root("setpriv");
+        // component 1 may map component 0's slabs
+        let mut m = CbufManager::new(&[1 << 20, 1 << 20], vec![vec![1], vec![]], 4 << 20).unwrap();
+        let (slab, _data, _meta) = m.new_slab(0, 0).unwrap();
+        let (_, _, ro) = m.map(1, slab).unwrap();
+        let probe = |mode: &str| {
+            let mut cmd = std::process::Command::new("setpriv");
+            cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "sh", "-c"])
+                .arg(format!("exec 4{mode}/proc/self/fd/3 && echo OPENED"));
+            mantle_testsupport::actor::pass_fds(&mut cmd, &[(ro.as_raw_fd(), 3)]);
+            let out = cmd.output().unwrap();
+            String::from_utf8_lossy(&out.stdout).contains("OPENED")
+        };
+        // the fd it holds reads; a reopen for writing (or at all) fails
+        assert!(!probe("<>"), "reopened the metadata read-write");
+        assert!(!probe(">"), "reopened the metadata for writing");
     }
 
     #[test]
