@@ -6,7 +6,9 @@
 //!   flock /tmp/mantle-bench.lock taskset -c 0 cargo bench -p mantle-comp --bench table3
 //! Environment: TABLE3_REPS (default 20000), TABLE3_CROSS=1 adds rows
 //! with the server pinned to CPU 1 (the callers stay where taskset put
-//! them), TABLE3_JSON=path writes the rows as JSON.
+//! them), TABLE3_JSON=path writes the rows as JSON, TABLE3_SPIN sets the
+//! caller's spin for the main rows (default 0) and TABLE3_SPIN_N the spin
+//! of the extra "caller spin" rows (default 20000 iterations).
 //!
 //! Every row: mean, standard deviation, p99 and max of one operation, in
 //! ns and in TSC cycles (TSC rate calibrated against CLOCK_MONOTONIC).
@@ -323,6 +325,34 @@ fn main() {
             ),
             cycles: cyc,
         });
+        drop(m);
+    }
+
+    // --- handoff choice: the caller spins before it sleeps ---------------
+    // (docs/comp.md "Handoff"): the same invocation with the caller
+    // spinning up to TABLE3_SPIN_N iterations on its slot, same CPU and,
+    // with TABLE3_CROSS, server on CPU 1.
+    let spin_n: u32 = std::env::var("TABLE3_SPIN_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20000);
+    let mut spin_configs = vec![(None, format!(" [caller spin {spin_n}]"))];
+    if std::env::var("TABLE3_CROSS").is_ok_and(|v| v == "1") {
+        spin_configs.push((Some(1), format!(" [server on CPU 1, caller spin {spin_n}]")));
+    }
+    for (cpu, tag) in spin_configs {
+        eprintln!("table3: invocations{tag}");
+        let m = Manager::up(system(cpu)).unwrap();
+        let s = m.server("s").unwrap();
+        mantle_comp::runtime::set_spin(spin_n);
+        rows.push(measure(
+            &format!("invocation w/ cached stack{tag}"),
+            reps,
+            || {
+                s.invoke(0, &[1, 2, 3, 4, 5, 6]).unwrap();
+            },
+        ));
+        mantle_comp::runtime::set_spin(spin);
         drop(m);
     }
 
