@@ -596,10 +596,22 @@ fn main() {
     let cached = iv("invocation w/ cached stack");
     println!();
     for (what, other, bar) in [
-        ("cached-stack / preallocated invocation", "pre-TMEM invocation (preallocated context)", " (bar <= 1.05)"),
-        ("invocation / unix-socket RPC", "RPC unix socket (1 word)", " (bar < 1)"),
+        (
+            "cached-stack / preallocated invocation",
+            "pre-TMEM invocation (preallocated context)",
+            " (bar <= 1.05)",
+        ),
+        (
+            "invocation / unix-socket RPC",
+            "RPC unix socket (1 word)",
+            " (bar < 1)",
+        ),
         ("invocation / pipe RPC", "RPC pipe pair (1 word)", ""),
-        ("invocation / futex RPC", "RPC futex in shared memory (1 word)", ""),
+        (
+            "invocation / futex RPC",
+            "RPC futex in shared memory (1 word)",
+            "",
+        ),
     ] {
         println!(
             "ratio {what}: median {:.3}, mean {:.3}{bar} [interleaved rows]",

@@ -9,7 +9,11 @@ use std::time::{Duration, Instant};
 const MANTLE: &str = env!("CARGO_BIN_EXE_mantle");
 
 fn mantle(args: &[&str]) -> std::process::Output {
-    Command::new(MANTLE).args(args).stdin(Stdio::null()).output().unwrap()
+    Command::new(MANTLE)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -123,7 +127,10 @@ fn a_running_system_shows_table_ii_and_nobody_cannot_touch_it() {
     assert!(a["stacks"]["threads"].is_array());
     let text = mantle(&["comp", "status"]);
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("r^j") && text.contains("policy fixed"), "{text}");
+    assert!(
+        text.contains("r^j") && text.contains("policy fixed"),
+        "{text}"
+    );
 
     // what nobody can do: read the status (0644, root's), not write it,
     // not stop the system
@@ -143,13 +150,19 @@ fn a_running_system_shows_table_ii_and_nobody_cannot_touch_it() {
     assert_eq!(o.status.code(), Some(5), "{o:?}");
     let o = as_nobody(MANTLE, &["comp", "status"]);
     assert_eq!(o.status.code(), Some(5), "{o:?}");
-    assert!(up.try_wait().unwrap().is_none(), "nobody stopped the system");
+    assert!(
+        up.try_wait().unwrap().is_none(),
+        "nobody stopped the system"
+    );
 
     let o = mantle(&["comp", "down"]);
     assert!(o.status.success(), "{o:?}");
     let t0 = Instant::now();
     while up.try_wait().unwrap().is_none() {
-        assert!(t0.elapsed() < Duration::from_secs(10), "comp up did not stop");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "comp up did not stop"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(mantle(&["comp", "status"]).status.code(), Some(5));

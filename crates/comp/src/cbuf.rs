@@ -812,8 +812,14 @@ mod tests {
         let (_, _, ro) = m.map(1, slab).unwrap();
         let probe = |mode: &str| {
             let mut cmd = std::process::Command::new("setpriv");
-            cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "sh", "-c"])
-                .arg(format!("exec 4{mode}/proc/self/fd/3 && echo OPENED"));
+            cmd.args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "sh",
+                "-c",
+            ])
+            .arg(format!("exec 4{mode}/proc/self/fd/3 && echo OPENED"));
             mantle_testsupport::actor::pass_fds(&mut cmd, &[(ro.as_raw_fd(), 3)]);
             let out = cmd.output().unwrap();
             String::from_utf8_lossy(&out.stdout).contains("OPENED")

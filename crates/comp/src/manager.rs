@@ -593,9 +593,8 @@ impl Manager {
                 ev.push(self.restart(idx));
             }
         }
-        if self.policy.is_some()
-            && self.last_policy.elapsed() >= Duration::from_millis(self.spec.policy.period_ms)
-        {
+        // without a policy the run still takes the snapshot (status)
+        if self.last_policy.elapsed() >= Duration::from_millis(self.spec.policy.period_ms) {
             ev.extend(self.run_policy());
         }
         ev

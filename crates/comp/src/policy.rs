@@ -118,7 +118,7 @@ pub struct Decision {
 }
 
 /// A TMEM scheduling policy: data in, decisions out, no system calls.
-pub trait Policy: Send {
+pub trait Policy: Send + Sync {
     fn name(&self) -> &'static str;
     fn run(&mut self, s: &Snapshot) -> Vec<Decision>;
 }
@@ -129,8 +129,11 @@ pub trait Policy: Send {
 /// decision keep their δ^j; a decision that does not fit gets what is
 /// left, never below the minimum).
 pub fn enforce(s: &Snapshot, decisions: Vec<Decision>) -> Vec<Decision> {
-    let mut want: BTreeMap<(String, Kind), u32> =
-        s.caches.iter().map(|(k, v)| (k.clone(), v.desired)).collect();
+    let mut want: BTreeMap<(String, Kind), u32> = s
+        .caches
+        .iter()
+        .map(|(k, v)| (k.clone(), v.desired))
+        .collect();
     let mut out = Vec::new();
     for d in decisions {
         let key = (d.component.clone(), d.kind);
@@ -144,11 +147,7 @@ pub fn enforce(s: &Snapshot, decisions: Vec<Decision>) -> Vec<Decision> {
             .map(|(_, &n)| n as u64)
             .sum();
         let room = pool.saturating_sub(others).min(u32::MAX as u64) as u32;
-        let n = d
-            .desired
-            .min(v.max)
-            .min(room)
-            .max(s.minimum.min(v.max));
+        let n = d.desired.min(v.max).min(room).max(s.minimum.min(v.max));
         want.insert(key, n);
         out.push(Decision { desired: n, ..d });
     }
@@ -280,17 +279,11 @@ mod tests {
             assert_eq!(d, [dec("a", Kind::Stack, want.clamp(1, 6))], "want {want}");
         }
         // decisions are checked in order against the ones before
-        let d = enforce(
-            &s,
-            vec![dec("a", Kind::Stack, 8), dec("b", Kind::Stack, 8)],
-        );
+        let d = enforce(&s, vec![dec("a", Kind::Stack, 8), dec("b", Kind::Stack, 8)]);
         assert_eq!(d, [dec("a", Kind::Stack, 6), dec("b", Kind::Stack, 4)]);
         // unknown caches and kinds are dropped; the minimum survives a
         // full pool
-        let d = enforce(
-            &s,
-            vec![dec("z", Kind::Stack, 1), dec("a", Kind::Cbuf, 1)],
-        );
+        let d = enforce(&s, vec![dec("z", Kind::Stack, 1), dec("a", Kind::Cbuf, 1)]);
         assert!(d.is_empty());
         let full = snap(Kind::Stack, 4, &[("a", 1, 8), ("b", 4, 8)]);
         assert_eq!(

@@ -434,7 +434,11 @@ mod tests {
             assert_eq!(s.policy.name, PolicyName::None);
             let c = &s.components[0];
             assert_eq!(
-                (c.desired_stacks(), c.max_cbuf_pages(), c.desired_cbuf_pages()),
+                (
+                    c.desired_stacks(),
+                    c.max_cbuf_pages(),
+                    c.desired_cbuf_pages()
+                ),
                 (5, 2, 2)
             );
         }

@@ -420,14 +420,25 @@ fn the_policy_loop_moves_caches_toward_desired_while_the_system_runs() {
     assert!(max_blocked >= 1, "no policy run saw a blocked caller");
     // the blocked callers, by tid, from the table in shared memory
     assert!(blocked_tids.len() >= 2, "{blocked_tids:?}");
-    assert!(blocked_tids.iter().all(|t| tids.contains(t)), "{blocked_tids:?} {tids:?}");
+    assert!(
+        blocked_tids.iter().all(|t| tids.contains(t)),
+        "{blocked_tids:?} {tids:?}"
+    );
     let st = m.status();
     let sa = &st.components[0];
     // the loop added two contexts and reclaimed the 4 MiB slab
-    assert_eq!((sa.stacks.allocated, sa.stacks.desired), (3, 3), "{:?}", sa.stacks);
+    assert_eq!(
+        (sa.stacks.allocated, sa.stacks.desired),
+        (3, 3),
+        "{:?}",
+        sa.stacks
+    );
     assert_eq!((sa.cbufs.bytes, sa.cbufs.desired_pages), (2 << 20, 1024));
     let from_shm: Vec<u32> = sa.stacks.threads.iter().map(|b| b.tid).collect();
-    assert!(blocked_tids.iter().all(|t| from_shm.contains(t)), "{from_shm:?}");
+    assert!(
+        blocked_tids.iter().all(|t| from_shm.contains(t)),
+        "{from_shm:?}"
+    );
     assert_eq!(st.policy.name, "fixed");
     assert!(st.policy.runs >= 2);
     // within δ^j the cache serves; beyond it (2 MiB cached + a new
@@ -461,15 +472,28 @@ fn a_holder_past_its_bound_is_restarted_and_its_memory_reclaimed() {
         ev.iter().any(|e| matches!(e, Event::Restarted { .. }))
     });
     assert!(
-        ev.iter().any(|e| matches!(e, Event::HoldPastBound { action: HoldAction::Restart, .. })),
+        ev.iter().any(|e| matches!(
+            e,
+            Event::HoldPastBound {
+                action: HoldAction::Restart,
+                ..
+            }
+        )),
         "{ev:?}"
     );
     assert!(
-        ev.iter().any(|e| matches!(e, Event::CbufHeldPastBound { action: HoldAction::Restart, .. })),
+        ev.iter().any(|e| matches!(
+            e,
+            Event::CbufHeldPastBound {
+                action: HoldAction::Restart,
+                ..
+            }
+        )),
         "{ev:?}"
     );
     assert!(
-        ev.iter().any(|e| matches!(e, Event::CbufsReclaimed { bytes, .. } if *bytes > 0)),
+        ev.iter()
+            .any(|e| matches!(e, Event::CbufsReclaimed { bytes, .. } if *bytes > 0)),
         "{ev:?}"
     );
     let Some(Event::Restarted { pid, epoch, .. }) =
@@ -483,7 +507,10 @@ fn a_holder_past_its_bound_is_restarted_and_its_memory_reclaimed() {
     assert!(matches!(hog.join().unwrap(), Err(Error::ServerDied(_))));
     let st = m.status().components[0].clone();
     assert!(st.alive && st.pid == *pid, "{st:?}");
-    assert_eq!((st.stacks.allocated, st.stacks.free, st.stacks.epoch), (2, 2, 1));
+    assert_eq!(
+        (st.stacks.allocated, st.stacks.free, st.stacks.epoch),
+        (2, 2, 1)
+    );
     assert_eq!((st.cbufs.slabs, st.cbufs.in_use), (0, 0), "{:?}", st.cbufs);
     // the same handle reaches the new instance, CBUFs included
     assert_eq!(s.invoke(0, &[1, 0, 0, 0, 0, 2]).unwrap(), 3);
@@ -522,14 +549,20 @@ fn nobody_cannot_reach_the_shared_memory_of_a_system() {
     pids.push(std::process::id());
     let mut paths = Vec::new();
     for pid in pids {
-        for e in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap().flatten() {
+        for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+        {
             let l = std::fs::read_link(e.path()).unwrap_or_default();
             let l = l.to_string_lossy();
             if l.starts_with("/memfd:mantle") || l.starts_with("socket:") {
                 paths.push(e.path());
             }
         }
-        for e in std::fs::read_dir(format!("/proc/{pid}/map_files")).unwrap().flatten() {
+        for e in std::fs::read_dir(format!("/proc/{pid}/map_files"))
+            .unwrap()
+            .flatten()
+        {
             let l = std::fs::read_link(e.path()).unwrap_or_default();
             if l.to_string_lossy().starts_with("/memfd:mantle") {
                 paths.push(e.path());
@@ -540,18 +573,33 @@ fn nobody_cannot_reach_the_shared_memory_of_a_system() {
     for p in &paths {
         for mode in ["<", "<>"] {
             let out = std::process::Command::new("setpriv")
-                .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "sh", "-c"])
+                .args([
+                    "--reuid=nobody",
+                    "--regid=nogroup",
+                    "--clear-groups",
+                    "sh",
+                    "-c",
+                ])
                 .arg(format!("exec 3{mode}'{}' && echo OPENED", p.display()))
                 .output()
                 .unwrap();
             let o = String::from_utf8_lossy(&out.stdout);
-            assert!(!o.contains("OPENED") && !out.status.success(), "nobody opened {p:?} ({mode})");
+            assert!(
+                !o.contains("OPENED") && !out.status.success(),
+                "nobody opened {p:?} ({mode})"
+            );
         }
     }
     // nor can nobody signal or trace the components
     for pid in m.pids().values() {
         let out = std::process::Command::new("setpriv")
-            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "kill", "-0"])
+            .args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "kill",
+                "-0",
+            ])
             .arg(pid.to_string())
             .output()
             .unwrap();

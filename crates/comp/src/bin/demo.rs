@@ -57,10 +57,14 @@ fn sum_of(cb: &Cbufs, id: u64, n: u64) -> i64 {
 /// f8: every memfd this process holds, shrunk to 0 and grown by a page.
 fn truncate_attack() -> i64 {
     let (mut tried, mut done) = (0i64, 0i64);
-    for e in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
+    for e in std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let p = e.path();
-        let is_memfd = std::fs::read_link(&p)
-            .is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:mantle"));
+        let is_memfd =
+            std::fs::read_link(&p).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:mantle"));
         if !is_memfd {
             continue;
         }
