@@ -607,3 +607,34 @@ fn nobody_cannot_reach_the_shared_memory_of_a_system() {
     }
     assert_eq!(a.invoke(0, &[1]).unwrap(), 5);
 }
+
+#[test]
+fn cbuf_removal_never_takes_a_buffer_in_use() {
+    let mut m = Manager::up(system("[policy]\nname='none'", &[("c", "echo", &[], 2)])).unwrap();
+    let c = m.server("c").unwrap();
+    // c allocates a 64-byte CBUF (a 4 KiB slab) and holds it 300 ms
+    let hold = {
+        let c = c.clone();
+        std::thread::spawn(move || c.invoke(6, &[300]))
+    };
+    let t0 = Instant::now();
+    while m.status().components[0].cbufs.in_use == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(2), "never allocated");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // the manager asks for everything back, twice over: nothing in use goes
+    assert_eq!(m.reclaim_cbufs("c").unwrap(), 0);
+    assert_eq!(m.set_desired_cbufs(0, 0), 0);
+    m.tick();
+    let k = m.status().components[0].cbufs.clone();
+    assert_eq!((k.slabs, k.in_use, k.bytes), (1, 1, 4096), "{k:?}");
+    // the holder frees its buffer normally, then the slab goes
+    assert_eq!(hold.join().unwrap().unwrap(), 0);
+    let t0 = Instant::now();
+    while m.status().components[0].cbufs.slabs != 0 && t0.elapsed() < Duration::from_secs(2) {
+        m.tick();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let k = m.status().components[0].cbufs.clone();
+    assert_eq!((k.slabs, k.in_use, k.bytes), (0, 0, 0), "{k:?}");
+}
