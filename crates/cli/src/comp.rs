@@ -6,7 +6,9 @@
 //!
 //! The directory: /run/mantle/comp for root (0755; the status file is
 //! 0644: component names and cache counts, nothing secret), otherwise
-//! $XDG_RUNTIME_DIR/mantle/comp (the user's own 0700 runtime dir).
+//! $XDG_RUNTIME_DIR/mantle/comp (the user's own 0700 runtime dir), or
+//! /tmp/mantle-comp-UID (0700) without one. Every command first checks
+//! the directory is ours and writable by nobody else ([`dir`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use clap::Subcommand;
 use mantle_comp::{Manager, SystemFile};
 
-use crate::exit::{Failure, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_USAGE};
+use crate::exit::{Failure, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_PERMISSION, EXIT_USAGE};
 
 #[derive(Subcommand)]
 pub enum CompCmd {
@@ -49,7 +51,7 @@ pub enum CompCmd {
     Down,
 }
 
-fn dir() -> PathBuf {
+fn dir_path() -> PathBuf {
     if mantle_sys::os::geteuid() == 0 {
         PathBuf::from("/run/mantle/comp")
     } else {
@@ -59,6 +61,32 @@ fn dir() -> PathBuf {
                 PathBuf::from(format!("/tmp/mantle-comp-{}", mantle_sys::os::geteuid()))
             })
     }
+}
+
+/// The state directory, checked before anything in it is believed: a
+/// real directory (not a symlink) of ours, writable by nobody else.
+/// Why: without XDG_RUNTIME_DIR the path is a guessable name in /tmp,
+/// which another user could create first and fill with a status to show
+/// or a pid for `down` to signal.
+fn dir() -> Result<PathBuf, Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let d = dir_path();
+    let md = match std::fs::symlink_metadata(&d) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(d),
+        Err(e) => return Err(Failure::io("directory", &d, &e)),
+    };
+    if !md.is_dir() || md.uid() != mantle_sys::os::geteuid() || md.mode() & 0o022 != 0 {
+        return Err(Failure::new(
+            EXIT_PERMISSION,
+            format!(
+                "{} is not a directory owned by uid {} and writable only by it: refusing to use it",
+                d.display(),
+                mantle_sys::os::geteuid()
+            ),
+        ));
+    }
+    Ok(d)
 }
 
 fn fail(e: mantle_comp::Error) -> Failure {
@@ -88,8 +116,22 @@ pub fn run(c: CompCmd) -> Result<(), Failure> {
 fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     let text = std::fs::read_to_string(file).map_err(|e| Failure::io("system file", file, &e))?;
     let spec = SystemFile::parse(&text).map_err(fail)?;
-    let d = dir();
-    std::fs::create_dir_all(&d).map_err(|e| Failure::io("directory", &d, &e))?;
+    let d = dir()?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        // 0755 for root (status is world-readable), 0700 for a user
+        let mode = if mantle_sys::os::geteuid() == 0 {
+            0o755
+        } else {
+            0o700
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(&d)
+            .map_err(|e| Failure::io("directory", &d, &e))?;
+    }
+    let d = dir()?;
     let pidf = d.join("manager.pid");
     if let Ok(p) = std::fs::read_to_string(&pidf) {
         if let Ok(pid) = p.trim().parse::<i32>() {
@@ -150,7 +192,7 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
 }
 
 fn read_status() -> Result<serde_json::Value, Failure> {
-    let f = dir().join("status.json");
+    let f = dir()?.join("status.json");
     let t = std::fs::read_to_string(&f).map_err(|_| {
         Failure::new(
             EXIT_NOT_FOUND,
@@ -252,7 +294,7 @@ fn status(json: bool) -> Result<(), Failure> {
 }
 
 fn down() -> Result<(), Failure> {
-    let pidf = dir().join("manager.pid");
+    let pidf = dir()?.join("manager.pid");
     let pid: i32 = std::fs::read_to_string(&pidf)
         .ok()
         .and_then(|p| p.trim().parse().ok())
@@ -262,12 +304,9 @@ fn down() -> Result<(), Failure> {
                 "no system of components is up (for this user)",
             )
         })?;
-    if !mantle_sys::supervise::kill(pid, libc::SIGTERM).map_err(|e| {
-        Failure::new(
-            crate::exit::EXIT_PERMISSION,
-            format!("signal manager {pid}: {e}"),
-        )
-    })? {
+    if !mantle_sys::supervise::kill(pid, libc::SIGTERM)
+        .map_err(|e| Failure::new(EXIT_PERMISSION, format!("signal manager {pid}: {e}")))?
+    {
         let _ = std::fs::remove_file(&pidf);
         return Err(Failure::new(
             EXIT_NOT_FOUND,

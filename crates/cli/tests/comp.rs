@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 
 const MANTLE: &str = env!("CARGO_BIN_EXE_mantle");
 
+/// Both root tests run commands as nobody, whose state directory one of
+/// them plants: not at the same time.
+static NOBODY_DIR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn mantle(args: &[&str]) -> std::process::Output {
     Command::new(MANTLE)
         .args(args)
@@ -68,6 +72,7 @@ fn as_nobody(prog: &str, args: &[&str]) -> std::process::Output {
 fn a_running_system_shows_table_ii_and_nobody_cannot_touch_it() {
     use std::os::unix::fs::MetadataExt;
     mantle_testsupport::require_root("/run/mantle/comp");
+    let _g = NOBODY_DIR.lock().unwrap_or_else(|e| e.into_inner());
     let d = tmp("up");
     let f = d.join("sys.toml");
     let demo = demo();
@@ -167,4 +172,40 @@ fn a_running_system_shows_table_ii_and_nobody_cannot_touch_it() {
     }
     assert_eq!(mantle(&["comp", "status"]).status.code(), Some(5));
     let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+#[ignore = "needs root (plants a directory for nobody)"]
+fn a_state_directory_planted_by_another_user_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    mantle_testsupport::require_root("chown a directory");
+    let _g = NOBODY_DIR.lock().unwrap_or_else(|e| e.into_inner());
+    // nobody without XDG_RUNTIME_DIR uses /tmp/mantle-comp-UID: plant it
+    // as root, world-writable, with a pid for `down` to signal
+    let uid = String::from_utf8(
+        Command::new("id")
+            .args(["-u", "nobody"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let d = PathBuf::from(format!("/tmp/mantle-comp-{}", uid.trim()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::write(d.join("manager.pid"), "1").unwrap();
+    std::fs::write(d.join("status.json"), "{}").unwrap();
+    for cmd in ["down", "status"] {
+        let o = Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .args(["env", "-u", "XDG_RUNTIME_DIR", MANTLE, "comp", cmd])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(4), "{cmd}: {o:?}");
+        assert!(err.contains("refusing to use it"), "{cmd}: {err}");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
 }
