@@ -111,6 +111,9 @@ pub enum Event {
         kind: Kind,
         desired: u32,
     },
+    /// `action` is what the manager did: `report` for a holder that is
+    /// itself waiting on a call into another component (the innermost
+    /// holder of a chain is the one acted on).
     HoldPastBound {
         component: String,
         slot: u32,
@@ -521,7 +524,37 @@ impl Manager {
         let now = pifutex::monotonic_ns();
         let bound = self.spec.limits.hold_bound_ms;
         let mut kill = Vec::new();
-        let action = self.spec.limits.hold_action;
+        // Threads waiting now on a call into a component: a hold past the
+        // bound by one of them is explained by its callee's (the paper's
+        // P2 is per invocation), so only the innermost holder of a chain
+        // is acted on; the others are reported.
+        let waiting: std::collections::HashSet<(u32, u32)> = self
+            .comps
+            .iter()
+            .flat_map(|c| {
+                let r = &c.region;
+                (0..r.nctx())
+                    .filter(|&i| {
+                        r.s32(i, CTX_OWN).load(Acquire) == OWN_BUSY
+                            && r.s32(i, CTX_CALL).load(Acquire) == CALL_REQ
+                    })
+                    .map(|i| {
+                        (
+                            r.s32(i, CTX_CALLER_PID).load(Relaxed),
+                            r.s32(i, CTX_CALLER_TID).load(Relaxed),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let act = |c: &Component, tid: u32| {
+            let a = self.spec.limits.hold_action;
+            if c.child.is_none() || waiting.contains(&(c.pid, tid)) {
+                HoldAction::Report
+            } else {
+                a
+            }
+        };
         for (idx, c) in self.comps.iter().enumerate() {
             let r = &c.region;
             for i in 0..r.nctx() {
@@ -547,6 +580,7 @@ impl Manager {
                 let since = r.s64(i, CTX_SINCE).load(Relaxed);
                 let held_ms = now.saturating_sub(since) / 1_000_000;
                 if call == CALL_REQ && held_ms > bound {
+                    let action = act(c, r.s32(i, CTX_TID).load(Relaxed));
                     ev.push(Event::HoldPastBound {
                         component: c.name.clone(),
                         slot: i,
@@ -555,8 +589,8 @@ impl Manager {
                         held_ms,
                         action,
                     });
-                    if action != HoldAction::Report && c.child.is_some() {
-                        kill.push(idx);
+                    if action != HoldAction::Report {
+                        kill.push((idx, action));
                     }
                 }
             }
@@ -566,6 +600,7 @@ impl Manager {
         for (i, c) in self.comps.iter().enumerate() {
             cb.apply(i);
             for (slab, obj, tid, held_ms) in cb.holders_past(i, bound) {
+                let action = act(c, tid);
                 ev.push(Event::CbufHeldPastBound {
                     component: c.name.clone(),
                     cbuf: slab << SLAB_SHIFT | obj,
@@ -573,14 +608,15 @@ impl Manager {
                     held_ms,
                     action,
                 });
-                if action != HoldAction::Report && c.child.is_some() {
-                    kill.push(i);
+                if action != HoldAction::Report {
+                    kill.push((i, action));
                 }
             }
         }
         drop(cb);
-        kill.dedup();
-        for idx in kill {
+        kill.sort_by_key(|k| k.0);
+        kill.dedup_by_key(|k| k.0);
+        for (idx, action) in kill {
             // the child is not reaped yet (child.is_some()): its pid is
             // still ours to signal
             self.restart_wanted[idx] = action == HoldAction::Restart;

@@ -458,63 +458,84 @@ fn the_policy_loop_moves_caches_toward_desired_while_the_system_runs() {
 fn a_holder_past_its_bound_is_restarted_and_its_memory_reclaimed() {
     let mut m = Manager::up(system(
         "hold_bound_ms = 60\nhold_action = 'restart'\n[policy]\nname='none'",
-        &[("s", "echo", &[], 2)],
+        &[("a", "relay s", &["s"], 1), ("s", "echo", &[], 2)],
     ))
     .unwrap();
-    let s = m.server("s").unwrap();
-    let pid0 = m.pids()["s"];
-    // a context and a CBUF held for 5 s: past the bound
+    let (a, s) = (m.server("a").unwrap(), m.server("s").unwrap());
+    let (pa, ps0) = (m.pids()["a"], m.pids()["s"]);
+    let restarted = |ev: &[Event]| ev.iter().any(|e| matches!(e, Event::Restarted { .. }));
+
+    // 1. a context of s held 5 s by a call from a: s is the innermost
+    // holder and is restarted; a, waiting on s, is only reported
     let hog = {
-        let s = s.clone();
-        std::thread::spawn(move || s.invoke(6, &[5000]))
+        let a = a.clone();
+        std::thread::spawn(move || a.invoke(1, &[5000]))
     };
-    let ev = tick_until(&mut m, Duration::from_secs(3), |ev| {
-        ev.iter().any(|e| matches!(e, Event::Restarted { .. }))
-    });
+    let ev = tick_until(&mut m, Duration::from_secs(3), restarted);
+    let held = |comp: &str, act: HoldAction| {
+        ev.iter().any(|e| {
+            matches!(e, Event::HoldPastBound { component, action, .. }
+                if component == comp && *action == act)
+        })
+    };
+    assert!(held("s", HoldAction::Restart), "{ev:?}");
+    assert!(held("a", HoldAction::Report), "{ev:?}");
+    assert!(!held("a", HoldAction::Restart), "{ev:?}");
+    let Some(Event::Restarted {
+        component,
+        pid,
+        epoch,
+    }) = ev.iter().find(|e| matches!(e, Event::Restarted { .. }))
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((component.as_str(), *epoch), ("s", 1));
+    assert_ne!(*pid, ps0);
+    // a's call into the dead instance failed (the relay returns -1), a
+    // itself lives on
+    assert_eq!(hog.join().unwrap().unwrap(), -1);
+    assert_eq!(m.pids()["a"], pa);
+    let st = m.status();
+    let ss = st.components.iter().find(|c| c.name == "s").unwrap();
+    assert!(ss.alive && ss.pid == *pid, "{ss:?}");
+    assert_eq!(
+        (ss.stacks.allocated, ss.stacks.free, ss.stacks.epoch),
+        (2, 2, 1)
+    );
+    // the same handles reach the new instance, from the manager and
+    // from component a (its view of s's liveness follows the epoch)
+    assert_eq!(s.invoke(0, &[1, 0, 0, 0, 0, 2]).unwrap(), 3);
+    assert_eq!(a.invoke(0, &[1]).unwrap(), 3);
+
+    // 2. a CBUF of s kept past the bound (f5 allocates and keeps it): s
+    // is restarted again and the CBUF memory reclaimed
+    let id = s.invoke(5, &[]).unwrap();
+    assert!(id > 0);
+    let ev = tick_until(&mut m, Duration::from_secs(3), restarted);
     assert!(
-        ev.iter().any(|e| matches!(
-            e,
-            Event::HoldPastBound {
-                action: HoldAction::Restart,
-                ..
-            }
-        )),
+        ev.iter().any(|e| matches!(e, Event::CbufHeldPastBound { component, action: HoldAction::Restart, .. } if component == "s")),
         "{ev:?}"
     );
     assert!(
-        ev.iter().any(|e| matches!(
-            e,
-            Event::CbufHeldPastBound {
-                action: HoldAction::Restart,
-                ..
-            }
-        )),
+        ev.iter().any(|e| matches!(e, Event::CbufsReclaimed { component, bytes } if component == "s" && *bytes > 0)),
         "{ev:?}"
     );
     assert!(
         ev.iter()
-            .any(|e| matches!(e, Event::CbufsReclaimed { bytes, .. } if *bytes > 0)),
+            .any(|e| matches!(e, Event::Restarted { epoch: 2, .. })),
         "{ev:?}"
     );
-    let Some(Event::Restarted { pid, epoch, .. }) =
-        ev.iter().find(|e| matches!(e, Event::Restarted { .. }))
-    else {
-        panic!("{ev:?}")
-    };
-    assert_ne!(*pid, pid0);
-    assert_eq!(*epoch, 1);
-    // the caller of the dead instance got an error, not a hang
-    assert!(matches!(hog.join().unwrap(), Err(Error::ServerDied(_))));
-    let st = m.status().components[0].clone();
-    assert!(st.alive && st.pid == *pid, "{st:?}");
+    let st = m.status();
+    let ss = st.components.iter().find(|c| c.name == "s").unwrap();
+    assert_eq!((ss.cbufs.slabs, ss.cbufs.in_use), (0, 0), "{:?}", ss.cbufs);
+    // the old cbid names reclaimed memory: refused, not mapped
     assert_eq!(
-        (st.stacks.allocated, st.stacks.free, st.stacks.epoch),
-        (2, 2, 1)
+        s.invoke(4, &[id as u64, 8]).unwrap(),
+        -(libc::ENOENT as i64)
     );
-    assert_eq!((st.cbufs.slabs, st.cbufs.in_use), (0, 0), "{:?}", st.cbufs);
-    // the same handle reaches the new instance, CBUFs included
-    assert_eq!(s.invoke(0, &[1, 0, 0, 0, 0, 2]).unwrap(), 3);
-    assert!(s.invoke(5, &[]).unwrap() > 0);
+    // CBUFs work in the new instance (its socket holds no stale reply)
+    let want: u64 = (0..100u64).map(|i| i % 251).sum();
+    assert_eq!(a.invoke(5, &[100]).unwrap(), want as i64);
     assert_eq!(s.invoke(3, &[]).unwrap() / 1000, libc::SCHED_OTHER as i64);
 }
 
