@@ -534,9 +534,11 @@ impl Manager {
             .flat_map(|c| {
                 let r = &c.region;
                 (0..r.nctx())
+                    // DEAD too: a caller of a dead server may not have
+                    // seen it yet, it is still waiting on that call
                     .filter(|&i| {
                         r.s32(i, CTX_OWN).load(Acquire) == OWN_BUSY
-                            && r.s32(i, CTX_CALL).load(Acquire) == CALL_REQ
+                            && matches!(r.s32(i, CTX_CALL).load(Acquire), CALL_REQ | CALL_DEAD)
                     })
                     .map(|i| {
                         (
