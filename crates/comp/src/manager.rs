@@ -312,7 +312,22 @@ impl Manager {
                             continue;
                         }
                         let mut cb = cbufs.lock().unwrap_or_else(|e| e.into_inner());
-                        if p.revents & libc::POLLIN == 0 || cb.serve_one(c, &socks[c]).is_err() {
+                        if p.revents & libc::POLLIN == 0 {
+                            open[c] = false;
+                            continue;
+                        }
+                        // still readable under the lock? A restart drains
+                        // a dead instance's requests under this lock, and
+                        // a read of nothing would block with it held
+                        let mut again = [libc::pollfd {
+                            fd: socks[c].as_raw_fd(),
+                            events: libc::POLLIN,
+                            revents: 0,
+                        }];
+                        if !matches!(mantle_sys::supervise::poll(&mut again, 0), Ok(n) if n > 0) {
+                            continue;
+                        }
+                        if cb.serve_one(c, &socks[c]).is_err() {
                             open[c] = false;
                         }
                     }
