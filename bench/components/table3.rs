@@ -6,7 +6,9 @@
 //!   flock /tmp/mantle-bench.lock taskset -c 0 cargo bench -p mantle-comp --bench table3
 //! Environment: TABLE3_REPS (default 20000), TABLE3_CROSS=1 adds rows
 //! with the server pinned to CPU 1 (the callers stay where taskset put
-//! them), TABLE3_JSON=path writes the rows as JSON.
+//! them), TABLE3_JSON=path writes the rows as JSON, TABLE3_SPIN sets the
+//! caller's spin for the main rows (default 0) and TABLE3_SPIN_N the spin
+//! of the extra "caller spin" rows (default 20000 iterations).
 //!
 //! Every row: mean, standard deviation, p99 and max of one operation, in
 //! ns and in TSC cycles (TSC rate calibrated against CLOCK_MONOTONIC).
@@ -29,13 +31,45 @@ struct Row {
     cycles: Vec<u64>,
 }
 
-fn stats(v: &mut [u64]) -> (f64, f64, u64, u64) {
+/// (mean, sd, median, p99, max) of cycles.
+fn stats(v: &mut [u64]) -> (f64, f64, u64, u64, u64) {
     v.sort_unstable();
     let n = v.len() as f64;
     let mean = v.iter().sum::<u64>() as f64 / n;
     let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
-    let p99 = v[((v.len() as f64 * 0.99) as usize).min(v.len() - 1)];
-    (mean, var.sqrt(), p99, *v.last().unwrap_or(&0))
+    let q = |f: f64| v[((v.len() as f64 * f) as usize).min(v.len() - 1)];
+    (mean, var.sqrt(), q(0.5), q(0.99), *v.last().unwrap_or(&0))
+}
+
+/// Several operations measured side by side: `rounds` rounds, each
+/// running every operation `reps / rounds` times in turn, so that a
+/// change of load on the shared machine hits all of them alike (the
+/// ratios come from these rows).
+fn interleaved(reps: usize, ops: &mut [(&str, &mut dyn FnMut())]) -> Vec<Row> {
+    let rounds = 20;
+    let per = (reps / rounds).max(1);
+    let mut rows: Vec<Row> = ops
+        .iter()
+        .map(|(n, _)| Row {
+            name: format!("{n} [interleaved]"),
+            cycles: Vec::with_capacity(per * rounds),
+        })
+        .collect();
+    for (_, f) in ops.iter_mut() {
+        for _ in 0..per {
+            f();
+        }
+    }
+    for _ in 0..rounds {
+        for (k, (_, f)) in ops.iter_mut().enumerate() {
+            for _ in 0..per {
+                let t = tsc();
+                f();
+                rows[k].cycles.push(tsc() - t);
+            }
+        }
+    }
+    rows
 }
 
 fn tsc_per_ns() -> f64 {
@@ -205,8 +239,6 @@ fn main() {
             }
             w.store(0, Relaxed);
         }));
-        w.store(3, Release);
-        futex_wake(w);
     }
 
     // --- thread block/wakeup (two threads, one futex word each way) -----
@@ -323,6 +355,80 @@ fn main() {
             ),
             cycles: cyc,
         });
+        drop(m);
+    }
+
+    // --- the ratios' rows: baselines and invocations side by side ---------
+    {
+        use mantle_sys::os::{read_exact_raw, write_all_raw};
+        eprintln!("table3: interleaved");
+        let m = Manager::up(system(None)).unwrap();
+        let s = m.server("s").unwrap();
+        let pre = s.reserve().unwrap();
+        let w = base.shm.u32(0).unwrap();
+        let mut buf = [0u8; 8];
+        let mut unix = || {
+            write_all_raw(base.sock.as_fd(), &7u64.to_ne_bytes()).unwrap();
+            read_exact_raw(base.sock.as_fd(), &mut buf).unwrap();
+        };
+        let mut buf2 = [0u8; 8];
+        let mut pipe = || {
+            write_all_raw(base.pipe_w.as_fd(), &7u64.to_ne_bytes()).unwrap();
+            read_exact_raw(base.pipe_r.as_fd(), &mut buf2).unwrap();
+        };
+        let mut futex = || {
+            w.store(1, Release);
+            futex_wake(w);
+            while w.load(Acquire) != 2 {
+                futex_wait(w, 1, Duration::from_millis(100));
+            }
+            w.store(0, Relaxed);
+        };
+        let mut prealloc = || {
+            pre.invoke(0, &[1, 2, 3, 4, 5, 6]).unwrap();
+        };
+        let mut cached = || {
+            s.invoke(0, &[1, 2, 3, 4, 5, 6]).unwrap();
+        };
+        rows.extend(interleaved(
+            reps,
+            &mut [
+                ("RPC unix socket (1 word)", &mut unix),
+                ("RPC pipe pair (1 word)", &mut pipe),
+                ("RPC futex in shared memory (1 word)", &mut futex),
+                ("pre-TMEM invocation (preallocated context)", &mut prealloc),
+                ("invocation w/ cached stack", &mut cached),
+            ],
+        ));
+        drop(pre);
+        drop(m);
+    }
+
+    // --- handoff choice: the caller spins before it sleeps ---------------
+    // (docs/comp.md "Handoff"): the same invocation with the caller
+    // spinning up to TABLE3_SPIN_N iterations on its slot, same CPU and,
+    // with TABLE3_CROSS, server on CPU 1.
+    let spin_n: u32 = std::env::var("TABLE3_SPIN_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20000);
+    let mut spin_configs = vec![(None, format!(" [caller spin {spin_n}]"))];
+    if std::env::var("TABLE3_CROSS").is_ok_and(|v| v == "1") {
+        spin_configs.push((Some(1), format!(" [server on CPU 1, caller spin {spin_n}]")));
+    }
+    for (cpu, tag) in spin_configs {
+        eprintln!("table3: invocations{tag}");
+        let m = Manager::up(system(cpu)).unwrap();
+        let s = m.server("s").unwrap();
+        mantle_comp::runtime::set_spin(spin_n);
+        rows.push(measure(
+            &format!("invocation w/ cached stack{tag}"),
+            reps,
+            || {
+                s.invoke(0, &[1, 2, 3, 4, 5, 6]).unwrap();
+            },
+        ));
+        mantle_comp::runtime::set_spin(spin);
         drop(m);
     }
 
@@ -456,49 +562,63 @@ fn main() {
         })
         .unwrap_or_default();
     println!("# Table III on Linux: {reps} reps (PI rows: fewer), TSC {rate:.3} cycles/ns, caller spin {spin}, {aff}");
-    println!("| operation | n | mean ns | sd ns | p99 ns | max ns | mean cyc | sd cyc | p99 cyc | max cyc |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| operation | n | mean ns | sd ns | median ns | p99 ns | max ns | mean cyc | sd cyc | median cyc | p99 cyc | max cyc |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut json = Vec::new();
     let mut means = std::collections::BTreeMap::new();
+    let mut medians = std::collections::BTreeMap::new();
     for r in &mut rows {
         let n = r.cycles.len();
-        let (m, sd, p99, max) = stats(&mut r.cycles);
+        let (m, sd, med, p99, max) = stats(&mut r.cycles);
         let ns = |c: f64| c / rate;
         println!(
-            "| {} | {n} | {:.0} | {:.0} | {:.0} | {:.0} | {m:.0} | {sd:.0} | {p99} | {max} |",
+            "| {} | {n} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {m:.0} | {sd:.0} | {med} | {p99} | {max} |",
             r.name,
             ns(m),
             ns(sd),
+            ns(med as f64),
             ns(p99 as f64),
             ns(max as f64)
         );
         means.insert(r.name.clone(), ns(m));
+        medians.insert(r.name.clone(), ns(med as f64));
         json.push(
             serde_json::json!({"op": r.name, "n": n, "mean_ns": ns(m), "sd_ns": ns(sd),
-            "p99_ns": ns(p99 as f64), "max_ns": ns(max as f64), "mean_cycles": m, "sd_cycles": sd,
+            "median_ns": ns(med as f64), "p99_ns": ns(p99 as f64), "max_ns": ns(max as f64),
+            "mean_cycles": m, "sd_cycles": sd, "median_cycles": med,
             "p99_cycles": p99, "max_cycles": max}),
         );
     }
     let g = |k: &str| means.get(k).copied().unwrap_or(f64::NAN);
-    let cached = g("invocation w/ cached stack");
-    let pre = g("pre-TMEM invocation (preallocated context)");
+    let gm = |k: &str| medians.get(k).copied().unwrap_or(f64::NAN);
+    // the ratios: from the interleaved rows (side by side in time)
+    let iv = |k: &str| format!("{k} [interleaved]");
+    let cached = iv("invocation w/ cached stack");
     println!();
-    println!(
-        "ratio cached-stack / preallocated invocation: {:.3} (bar <= 1.05)",
-        cached / pre
-    );
-    println!(
-        "ratio invocation / unix-socket RPC: {:.3} (bar < 1)",
-        cached / g("RPC unix socket (1 word)")
-    );
-    println!(
-        "ratio invocation / pipe RPC: {:.3}",
-        cached / g("RPC pipe pair (1 word)")
-    );
-    println!(
-        "ratio invocation / futex RPC: {:.3}",
-        cached / g("RPC futex in shared memory (1 word)")
-    );
+    for (what, other, bar) in [
+        (
+            "cached-stack / preallocated invocation",
+            "pre-TMEM invocation (preallocated context)",
+            " (bar <= 1.05)",
+        ),
+        (
+            "invocation / unix-socket RPC",
+            "RPC unix socket (1 word)",
+            " (bar < 1)",
+        ),
+        ("invocation / pipe RPC", "RPC pipe pair (1 word)", ""),
+        (
+            "invocation / futex RPC",
+            "RPC futex in shared memory (1 word)",
+            "",
+        ),
+    ] {
+        println!(
+            "ratio {what}: median {:.3}, mean {:.3}{bar} [interleaved rows]",
+            gm(&cached) / gm(&iv(other)),
+            g(&cached) / g(&iv(other))
+        );
+    }
     for k in ["cached cbuf_alloc", "cached cbuf_free", "cbuf2buf (cached)"] {
         println!("{k}: {:.1} ns (bar <= 100)", g(k));
     }

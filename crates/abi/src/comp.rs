@@ -15,7 +15,14 @@
 //! 0       128   RegionHeader
 //! 128     128   CtxSlot[0]
 //! 256     128   CtxSlot[1] ... up to nctx (≤ MAX_CTX)
+//! 128+nctx*128  BLK_LEN  BlockEntry[BLK_ENTRIES]: per-thread block stats
 //! ```
+//! `BlockEntry` (16 bytes, Table II's per-thread data, written by the
+//! thread that blocked in `tmem_get`, read by the manager):
+//! `u32 tid` (claimed with a CAS from 0; the last entry is shared by every
+//! thread past the first `BLK_ENTRIES - 1`, tid `BLK_OTHERS`), `u32 count`
+//! (times blocked), `u64 ns` (total time blocked). Cumulative: the manager
+//! takes differences between policy runs.
 //! `RegionHeader`:
 //! ```text
 //! 0  u32 magic (REGION_MAGIC)      4  u32 version (ABI_VERSION)
@@ -29,7 +36,9 @@
 //! 44 u32 desired (δ^j, set by the policy through the manager)
 //! 48 u32 ready (contexts whose thread started)   52 u32 blocks (tmem_get count)
 //! 56 u64 block_ns (total time callers spent in tmem_get)
-//! 64..128 reserved
+//! 64 u32 epoch (bumped by the manager when it restarts the component: a
+//!    caller that started a call in another epoch gets an error)
+//! 68..128 reserved
 //! ```
 //! `CtxSlot` (one execution context: a thread with its own stack in the
 //! server):
@@ -65,7 +74,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 pub const REGION_MAGIC: u32 = 0x4d43_5452; // "MCTR"
 pub const CBUF_MAGIC: u32 = 0x4d43_4246; // "MCBF"
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 /// Contexts per component (slot indices fit in the freelist's 32 bits
 /// many times over; the bound keeps a region at most 64 KiB + header).
 pub const MAX_CTX: u32 = 511;
@@ -115,8 +124,26 @@ pub struct RegionHeader {
     pub ready: u32,
     pub blocks: u32,
     pub block_ns: u64,
-    pub reserved: [u64; 8],
+    pub epoch: u32,
+    pub reserved: [u32; 15],
 }
+
+/// One thread's block statistics (see the module doc).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct BlockEntry {
+    pub tid: u32,
+    pub count: u32,
+    pub ns: u64,
+}
+pub const BLK_TID: usize = 0;
+pub const BLK_COUNT: usize = 4;
+pub const BLK_NS: usize = 8;
+pub const BLK_SIZE: usize = 16;
+pub const BLK_ENTRIES: usize = 32;
+pub const BLK_LEN: usize = BLK_ENTRIES * BLK_SIZE;
+/// The tid of the last, shared entry.
+pub const BLK_OTHERS: u32 = u32::MAX;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -152,6 +179,7 @@ pub const HDR_DESIRED: usize = 44;
 pub const HDR_READY: usize = 48;
 pub const HDR_BLOCKS: usize = 52;
 pub const HDR_BLOCK_NS: usize = 56;
+pub const HDR_EPOCH: usize = 64;
 pub const HDR_SIZE: usize = 128;
 
 pub const CTX_CALL: usize = 0;
@@ -172,6 +200,11 @@ pub const CTX_SIZE: usize = 128;
 
 /// Bytes of an invocation region with `nctx` slots.
 pub const fn region_len(nctx: u32) -> usize {
+    region_blk_off(nctx) + BLK_LEN
+}
+
+/// Offset of the block table of a region with `nctx` slots.
+pub const fn region_blk_off(nctx: u32) -> usize {
     HDR_SIZE + nctx as usize * CTX_SIZE
 }
 
@@ -197,6 +230,11 @@ const _: () = {
     assert!(offset_of!(RegionHeader, ready) == HDR_READY);
     assert!(offset_of!(RegionHeader, blocks) == HDR_BLOCKS);
     assert!(offset_of!(RegionHeader, block_ns) == HDR_BLOCK_NS);
+    assert!(offset_of!(RegionHeader, epoch) == HDR_EPOCH);
+    assert!(size_of::<BlockEntry>() == BLK_SIZE);
+    assert!(offset_of!(BlockEntry, tid) == BLK_TID);
+    assert!(offset_of!(BlockEntry, count) == BLK_COUNT);
+    assert!(offset_of!(BlockEntry, ns) == BLK_NS);
     assert!(size_of::<CtxSlot>() == CTX_SIZE);
     assert!(offset_of!(CtxSlot, call) == CTX_CALL);
     assert!(offset_of!(CtxSlot, pi) == CTX_PI);
@@ -215,7 +253,7 @@ const _: () = {
     assert!(
         CTX_CALL.is_multiple_of(4) && CTX_ARGS.is_multiple_of(8) && HDR_FREE_HEAD.is_multiple_of(8)
     );
-    assert!(region_len(MAX_CTX) <= 65536);
+    assert!(region_len(MAX_CTX) <= 65536 + BLK_LEN);
 };
 
 /// A CBUF id as it travels between components: `gen:12 | slab:14 | obj:6`.
@@ -282,7 +320,9 @@ mod tests {
 /// ```text
 /// 0  u32 state_gen  gen << 2 | CB_FREE / CB_ALLOC / CB_REVOKED
 /// 4  u32 pi         PI futex word: the holder's tid while allocated
-/// 8  u32 holder     tid that allocated it
+/// 8  u32 holder     tid that allocated it (low 31 bits; pid_max ≤ 2^22)
+///                   | CBM_USED: set on every allocation, cleared by the
+///                   manager's policy run (Table II's used bits)
 /// 12 u32 since_ms   CLOCK_MONOTONIC ms (low 32 bits) when allocated
 /// ```
 #[repr(C)]
@@ -298,6 +338,7 @@ pub const CBM_PI: usize = 4;
 pub const CBM_HOLDER: usize = 8;
 pub const CBM_SINCE: usize = 12;
 pub const CBM_SIZE: usize = 16;
+pub const CBM_USED: u32 = 1 << 31;
 pub const CB_FREE: u32 = 0;
 pub const CB_ALLOC: u32 = 1;
 pub const CB_REVOKED: u32 = 2;
@@ -313,6 +354,7 @@ pub const CBUF_META_LEN: usize = 4096;
 /// 24  u64 block_ns             32..64 reserved
 /// 64  u32 l1[CB_L1]            leaf number + 1, 0 = none (manager writes)
 /// 576 u32 leaves[CB_LEAVES][CB_L2]   1 = slab mapped here, 0 = not
+/// 8768 BlockEntry[BLK_ENTRIES]  per-thread block stats (component writes)
 /// ```
 pub const CB_L1: usize = 128;
 pub const CB_L2: usize = 128;
@@ -324,7 +366,8 @@ pub const CBT_BLOCKS: usize = 20;
 pub const CBT_BLOCK_NS: usize = 24;
 pub const CBT_L1: usize = 64;
 pub const CBT_LEAVES: usize = CBT_L1 + CB_L1 * 4;
-pub const CBUF_TABLE_LEN: usize = CBT_LEAVES + CB_LEAVES * CB_L2 * 4;
+pub const CBT_BLK: usize = CBT_LEAVES + CB_LEAVES * CB_L2 * 4;
+pub const CBUF_TABLE_LEN: usize = CBT_BLK + BLK_LEN;
 /// Smallest CBUF size class (bytes); classes are `CB_MIN << k`.
 pub const CB_MIN: usize = 64;
 pub const CB_CLASSES: usize = 11;
@@ -338,4 +381,5 @@ const _: () = {
     assert!(SLAB_OBJS * CBM_SIZE <= CBUF_META_LEN);
     assert!(CB_L1 * CB_L2 == MAX_SLABS as usize);
     assert!(CBT_LEAVES.is_multiple_of(64) && CBT_BLOCK_NS.is_multiple_of(8));
+    assert!(CBT_BLK == 8768 && CBT_BLK.is_multiple_of(64));
 };

@@ -2,11 +2,13 @@
 //! docs/comp.md). `up` is the manager: it runs in the foreground until
 //! SIGTERM/SIGINT (or `mantle comp down`), ticking the stack and CBUF
 //! managers and writing its status to `<dir>/status.json` (schema
-//! mantle.comp.status/1), where `status` reads it.
+//! mantle.comp.status/2, docs/comp.md), where `status` reads it.
 //!
 //! The directory: /run/mantle/comp for root (0755; the status file is
 //! 0644: component names and cache counts, nothing secret), otherwise
-//! $XDG_RUNTIME_DIR/mantle/comp (the user's own 0700 runtime dir).
+//! $XDG_RUNTIME_DIR/mantle/comp (the user's own 0700 runtime dir), or
+//! /tmp/mantle-comp-UID (0700) without one. Every command first checks
+//! the directory is ours and writable by nobody else ([`dir`]).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -14,7 +16,7 @@ use std::time::{Duration, Instant};
 use clap::Subcommand;
 use mantle_comp::{Manager, SystemFile};
 
-use crate::exit::{Failure, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_USAGE};
+use crate::exit::{Failure, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_PERMISSION, EXIT_USAGE};
 
 #[derive(Subcommand)]
 pub enum CompCmd {
@@ -32,10 +34,11 @@ pub enum CompCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Components, their caches (stacks and CBUFs: allocated, in use,
-    /// waiters), blocked threads and block times.
+    /// Components, their caches (stacks and CBUFs: allocated a^j, in use,
+    /// waiters, desired δ^j, estimated requests r^j), blocked threads and
+    /// their block counts and times.
     #[command(
-        after_help = "Examples:\n  mantle comp status\n  mantle comp status --json | jq '.components[].stacks'\n\nExit 5 when no system is up (for this user)."
+        after_help = "Examples:\n  mantle comp status\n  mantle comp status --json | jq '.components[].tmem'\n\nExit 5 when no system is up (for this user)."
     )]
     Status {
         /// Print the status as JSON (schema in docs/comp.md).
@@ -48,7 +51,7 @@ pub enum CompCmd {
     Down,
 }
 
-fn dir() -> PathBuf {
+fn dir_path() -> PathBuf {
     if mantle_sys::os::geteuid() == 0 {
         PathBuf::from("/run/mantle/comp")
     } else {
@@ -58,6 +61,32 @@ fn dir() -> PathBuf {
                 PathBuf::from(format!("/tmp/mantle-comp-{}", mantle_sys::os::geteuid()))
             })
     }
+}
+
+/// The state directory, checked before anything in it is believed: a
+/// real directory (not a symlink) of ours, writable by nobody else.
+/// Why: without XDG_RUNTIME_DIR the path is a guessable name in /tmp,
+/// which another user could create first and fill with a status to show
+/// or a pid for `down` to signal.
+fn dir() -> Result<PathBuf, Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let d = dir_path();
+    let md = match std::fs::symlink_metadata(&d) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(d),
+        Err(e) => return Err(Failure::io("directory", &d, &e)),
+    };
+    if !md.is_dir() || md.uid() != mantle_sys::os::geteuid() || md.mode() & 0o022 != 0 {
+        return Err(Failure::new(
+            EXIT_PERMISSION,
+            format!(
+                "{} is not a directory owned by uid {} and writable only by it: refusing to use it",
+                d.display(),
+                mantle_sys::os::geteuid()
+            ),
+        ));
+    }
+    Ok(d)
 }
 
 fn fail(e: mantle_comp::Error) -> Failure {
@@ -87,8 +116,22 @@ pub fn run(c: CompCmd) -> Result<(), Failure> {
 fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     let text = std::fs::read_to_string(file).map_err(|e| Failure::io("system file", file, &e))?;
     let spec = SystemFile::parse(&text).map_err(fail)?;
-    let d = dir();
-    std::fs::create_dir_all(&d).map_err(|e| Failure::io("directory", &d, &e))?;
+    let d = dir()?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        // 0755 for root (status is world-readable), 0700 for a user
+        let mode = if mantle_sys::os::geteuid() == 0 {
+            0o755
+        } else {
+            0o700
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(mode)
+            .create(&d)
+            .map_err(|e| Failure::io("directory", &d, &e))?;
+    }
+    let d = dir()?;
     let pidf = d.join("manager.pid");
     if let Ok(p) = std::fs::read_to_string(&pidf) {
         if let Ok(pid) = p.trim().parse::<i32>() {
@@ -108,11 +151,13 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     let mut events: Vec<serde_json::Value> = Vec::new();
     let mut last = Instant::now() - Duration::from_secs(1);
     let write = |m: &Manager, events: &[serde_json::Value]| {
+        let st = m.status();
         let v = serde_json::json!({
-            "schema": "mantle.comp.status/1",
+            "schema": "mantle.comp.status/2",
             "manager_pid": std::process::id(),
             "file": file.display().to_string(),
-            "components": m.status().components,
+            "policy": st.policy,
+            "components": st.components,
             "events": events,
         });
         let tmp = statf.with_extension("tmp");
@@ -147,7 +192,7 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
 }
 
 fn read_status() -> Result<serde_json::Value, Failure> {
-    let f = dir().join("status.json");
+    let f = dir()?.join("status.json");
     let t = std::fs::read_to_string(&f).map_err(|_| {
         Failure::new(
             EXIT_NOT_FOUND,
@@ -203,6 +248,45 @@ fn status(json: bool) -> Result<(), Failure> {
             b["bytes"].as_u64().unwrap_or(0) / 1024
         );
     }
+    println!(
+        "\npolicy {} every {} ms, {} runs (Table II at the last run; pages of 4 KiB for cbufs)",
+        v["policy"]["name"].as_str().unwrap_or("?"),
+        v["policy"]["period_ms"],
+        v["policy"]["runs"]
+    );
+    println!(
+        "{:<16} {:<5} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}  blocked threads (tid: count, ms since last run)",
+        "component", "kind", "a^j", "in_use", "used", "blocked", "delta", "r^j"
+    );
+    for c in v["components"].as_array().into_iter().flatten() {
+        for t in c["tmem"].as_array().into_iter().flatten() {
+            let threads: Vec<String> = t["per_thread"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| {
+                    format!(
+                        "{}: {}, {:.3}",
+                        b["tid"],
+                        b["blocks"],
+                        b["block_ns"].as_u64().unwrap_or(0) as f64 / 1e6
+                    )
+                })
+                .collect();
+            println!(
+                "{:<16} {:<5} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}  {}",
+                c["name"].as_str().unwrap_or("?"),
+                t["kind"].as_str().unwrap_or("?"),
+                t["allocated"].to_string(),
+                t["in_use"].to_string(),
+                t["used_since"].to_string(),
+                t["blocked"].to_string(),
+                t["desired"].to_string(),
+                t["estimated_requests"].to_string(),
+                threads.join("; ")
+            );
+        }
+    }
     for e in v["events"].as_array().into_iter().flatten() {
         println!("event: {e}");
     }
@@ -210,7 +294,7 @@ fn status(json: bool) -> Result<(), Failure> {
 }
 
 fn down() -> Result<(), Failure> {
-    let pidf = dir().join("manager.pid");
+    let pidf = dir()?.join("manager.pid");
     let pid: i32 = std::fs::read_to_string(&pidf)
         .ok()
         .and_then(|p| p.trim().parse().ok())
@@ -220,12 +304,9 @@ fn down() -> Result<(), Failure> {
                 "no system of components is up (for this user)",
             )
         })?;
-    if !mantle_sys::supervise::kill(pid, libc::SIGTERM).map_err(|e| {
-        Failure::new(
-            crate::exit::EXIT_PERMISSION,
-            format!("signal manager {pid}: {e}"),
-        )
-    })? {
+    if !mantle_sys::supervise::kill(pid, libc::SIGTERM)
+        .map_err(|e| Failure::new(EXIT_PERMISSION, format!("signal manager {pid}: {e}")))?
+    {
         let _ = std::fs::remove_file(&pidf);
         return Err(Failure::new(
             EXIT_NOT_FOUND,

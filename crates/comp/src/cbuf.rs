@@ -226,7 +226,8 @@ impl Cbufs {
             {
                 continue; // revoked by the manager: drop it from the cache
             }
-            s.word(obj, CBM_HOLDER).store(tid, Relaxed);
+            // the used bit rides on the holder word (tids fit 22 bits)
+            s.word(obj, CBM_HOLDER).store(tid | CBM_USED, Relaxed);
             s.word(obj, CBM_SINCE).store(now_ms(), Relaxed);
             let _ = s
                 .word(obj, CBM_PI)
@@ -306,8 +307,9 @@ impl Cbufs {
         if table_word(t, CBT_WAITERS).fetch_sub(1, AcqRel) == 1 {
             table_word(t, CBT_RELINQUISH).fetch_and(!REL_CBUF, AcqRel);
         }
-        t.u64(CBT_BLOCK_NS)
-            .map(|w| w.fetch_add(pifutex::monotonic_ns() - t0, Relaxed));
+        let ns = pifutex::monotonic_ns().saturating_sub(t0);
+        t.u64(CBT_BLOCK_NS).map(|w| w.fetch_add(ns, Relaxed));
+        crate::blocks::record(t, CBT_BLK, crate::runtime::my_tid(), ns);
     }
 
     /// `cbuf_free(ptr)`: ptr must be a buffer this component allocated.
@@ -403,7 +405,10 @@ struct SlabRec {
 struct CompRec {
     table: SharedMem,
     bytes: usize,
+    /// δ^j in bytes: what the component may hold now (≤ `max`).
     limit: usize,
+    /// The system file's bound (`cbuf_kib`).
+    max: usize,
     /// Components allowed to map this component's slabs (downstream).
     readers: Vec<usize>,
 }
@@ -416,14 +421,18 @@ pub struct CbufManager {
     used: usize,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CbufCounters {
+    /// δ^j (pages of 4 KiB).
+    pub desired_pages: u32,
     pub slabs: u32,
     pub bytes: u64,
     pub resident: u64,
     pub in_use: u32,
     pub waiters: u32,
     pub blocks: u32,
+    /// Per-thread block count and time on this cache, cumulative.
+    pub threads: Vec<crate::policy::ThreadBlock>,
 }
 
 impl CbufManager {
@@ -440,12 +449,16 @@ impl CbufManager {
             .map(|(&limit, readers)| {
                 let t = SharedMem::create(c"mantle-cbuf-table", CBUF_TABLE_LEN)
                     .map_err(Error::sys("memfd"))?;
+                // the component maps it read-write: sealed, it cannot
+                // shrink it under the manager (SIGBUS)
+                t.seal_size().map_err(Error::sys("seal cbuf table"))?;
                 table_word(&t, 4).store(ABI_VERSION, Relaxed);
                 table_word(&t, 0).store(CBUF_MAGIC, Release);
                 Ok(CompRec {
                     table: t,
                     bytes: 0,
                     limit,
+                    max: limit,
                     readers,
                 })
             })
@@ -506,6 +519,21 @@ impl CbufManager {
         let data = SharedMem::create(c"mantle-cbuf", len).map_err(|_| libc::ENOMEM)?;
         let meta =
             SharedMem::create(c"mantle-cbuf-meta", CBUF_META_LEN).map_err(|_| libc::ENOMEM)?;
+        // every component the slab reaches maps the data read-write (and
+        // the owner the metadata): sealed sizes, so none of them can
+        // truncate either under the manager or the others (SIGBUS); a
+        // punched hole keeps the size and is still allowed
+        data.seal_size().map_err(|_| libc::EIO)?;
+        meta.seal_size().map_err(|_| libc::EIO)?;
+        // The components a cbid is passed to get the metadata O_RDONLY;
+        // a memfd's inode is 0777, so without this any of them could
+        // reopen /proc/self/fd/N read-write and forge states. 0400: a
+        // reopen for writing needs CAP_DAC_OVERRIDE (a component running
+        // as root still has it: docs/comp.md, Security).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::File::from(meta.fd().try_clone().map_err(|_| libc::EMFILE)?)
+            .set_permissions(std::fs::Permissions::from_mode(0o400))
+            .map_err(|_| libc::EIO)?;
         if !radix_set(&self.comps[c].table, slab, true) {
             return Err(libc::ENOSPC);
         }
@@ -553,8 +581,119 @@ impl CbufManager {
     /// of them, `force`, when `c` died): revoke, unmap from every table,
     /// punch the hole. Returns the bytes given back.
     pub fn reclaim(&mut self, c: usize, force: bool) -> usize {
+        self.reclaim_down_to(c, force, 0)
+    }
+
+    /// `set_desired(c, pages)` for CBUFs: the component may hold that
+    /// much from now on (never more than its `cbuf_kib`); free slabs above
+    /// it are reclaimed now, and the rest as their buffers come free (the
+    /// manager calls [`CbufManager::apply`] every tick). Returns δ^j as set.
+    pub fn set_desired(&mut self, c: usize, pages: u32) -> u32 {
+        let Some(comp) = self.comps.get_mut(c) else {
+            return 0;
+        };
+        comp.limit = (pages as usize * 4096).min(comp.max);
+        self.apply(c);
+        (self.comps[c].limit / 4096) as u32
+    }
+
+    /// Moves component `c` toward δ^j by reclaiming free slabs while it
+    /// holds more (G3a: asynchronous, never a buffer in use).
+    pub fn apply(&mut self, c: usize) -> usize {
+        let Some(comp) = self.comps.get(c) else {
+            return 0;
+        };
+        if comp.bytes <= comp.limit {
+            return 0;
+        }
+        self.reclaim_down_to(c, false, comp.limit)
+    }
+
+    /// δ^j, a^j (pages) and the bound of component `c`.
+    pub fn desired_pages(&self, c: usize) -> u32 {
+        self.comps.get(c).map_or(0, |k| (k.limit / 4096) as u32)
+    }
+
+    /// Table II's view of component `c`'s CBUF cache (pages), clearing
+    /// the used bits; the caller adds δ^j, per-thread deltas and r^j.
+    pub fn view(&self, c: usize) -> crate::policy::CacheView {
+        let Some(comp) = self.comps.get(c) else {
+            return Default::default();
+        };
+        let (mut in_use, mut used) = (0usize, 0usize);
+        for s in self.slabs.iter().flatten().filter(|s| s.owner == c) {
+            let size = class_size(s.class);
+            for o in 0..SLAB_OBJS {
+                let w = |off| s.meta.u32(o * CBM_SIZE + off);
+                if w(CBM_STATE_GEN).is_some_and(|w| w.load(Relaxed) & CB_STATE_MASK == CB_ALLOC) {
+                    in_use += size;
+                }
+                if w(CBM_HOLDER).is_some_and(|w| w.fetch_and(!CBM_USED, AcqRel) & CBM_USED != 0) {
+                    used += size;
+                }
+            }
+        }
+        crate::policy::CacheView {
+            allocated: comp.bytes.div_ceil(4096) as u32,
+            in_use: in_use.div_ceil(4096) as u32,
+            used_since: used.div_ceil(4096) as u32,
+            blocked: table_word(&comp.table, CBT_WAITERS).load(Relaxed),
+            desired: (comp.limit / 4096) as u32,
+            max: comp.max.div_ceil(4096) as u32,
+            ..Default::default()
+        }
+    }
+
+    /// Per-thread block statistics of component `c`'s CBUF cache.
+    pub fn thread_blocks(&self, c: usize) -> Vec<crate::policy::ThreadBlock> {
+        self.comps
+            .get(c)
+            .map_or_else(Vec::new, |k| crate::blocks::read(&k.table, CBT_BLK))
+    }
+
+    /// Before a restarted component runs: its table's counters belong to
+    /// threads of the dead instance (its own), so they start over; the
+    /// requests and replies the dead instance left in its socket
+    /// (`mine`: the manager's end, `theirs`: the component's) are
+    /// dropped, so the new instance never reads an old reply.
+    pub fn reset(&mut self, c: usize, mine: &OwnedFd, theirs: &OwnedFd) {
+        if let Some(k) = self.comps.get(c) {
+            for off in [CBT_RELINQUISH, CBT_WAITERS, CBT_BLOCKS] {
+                table_word(&k.table, off).store(0, Release);
+            }
+            if let Some(w) = k.table.u64(CBT_BLOCK_NS) {
+                w.store(0, Relaxed);
+            }
+            crate::blocks::clear(&k.table, CBT_BLK);
+        }
+        for s in [mine, theirs] {
+            let mut p = [libc::pollfd {
+                fd: s.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            while matches!(mantle_sys::supervise::poll(&mut p, 0), Ok(n) if n > 0)
+                && p[0].revents & libc::POLLIN != 0
+            {
+                // one message each (data or fd: a received fd is closed)
+                if let Err(e) = mantle_sys::supervise::recv_fd(s.as_fd()) {
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn reclaim_down_to(&mut self, c: usize, force: bool, keep: usize) -> usize {
         let mut back = 0;
+        if c >= self.comps.len() {
+            return 0;
+        }
         for n in 0..self.slabs.len() {
+            if self.comps[c].bytes <= keep {
+                break;
+            }
             let Some(s) = self.slabs[n].as_ref() else {
                 continue;
             };
@@ -601,6 +740,8 @@ impl CbufManager {
     pub fn counters(&self, c: usize) -> CbufCounters {
         let t = &self.comps[c].table;
         let mut k = CbufCounters {
+            desired_pages: (self.comps[c].limit / 4096) as u32,
+            threads: crate::blocks::read(t, CBT_BLK),
             waiters: table_word(t, CBT_WAITERS).load(Relaxed),
             blocks: table_word(t, CBT_BLOCKS).load(Relaxed),
             ..Default::default()
@@ -638,7 +779,7 @@ impl CbufManager {
                 if w(CBM_STATE_GEN) & CB_STATE_MASK == CB_ALLOC {
                     let held = now.wrapping_sub(w(CBM_SINCE)) as u64;
                     if held > bound_ms {
-                        out.push((n as u32, o as u32, w(CBM_HOLDER), held));
+                        out.push((n as u32, o as u32, w(CBM_HOLDER) & !CBM_USED, held));
                     }
                 }
             }
@@ -659,6 +800,33 @@ mod tests {
             assert!(size <= class_size(k) && (k == 0 || size > class_size(k - 1)));
         }
         assert_eq!(class_of((CB_MIN << (CB_CLASSES - 1)) + 1), None);
+    }
+
+    #[test]
+    #[ignore = "needs root (setpriv to nobody)"]
+    fn a_receiver_cannot_reopen_the_metadata_for_writing() {
+        mantle_testsupport::require_root("setpriv");
+        // component 1 may map component 0's slabs
+        let mut m = CbufManager::new(&[1 << 20, 1 << 20], vec![vec![1], vec![]], 4 << 20).unwrap();
+        let (slab, _data, _meta) = m.new_slab(0, 0).unwrap();
+        let (_, _, ro) = m.map(1, slab).unwrap();
+        let probe = |mode: &str| {
+            let mut cmd = std::process::Command::new("setpriv");
+            cmd.args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "sh",
+                "-c",
+            ])
+            .arg(format!("exec 4{mode}/proc/self/fd/3 && echo OPENED"));
+            mantle_testsupport::actor::pass_fds(&mut cmd, &[(ro.as_raw_fd(), 3)]);
+            let out = cmd.output().unwrap();
+            String::from_utf8_lossy(&out.stdout).contains("OPENED")
+        };
+        // the fd it holds reads; a reopen for writing (or at all) fails
+        assert!(!probe("<>"), "reopened the metadata read-write");
+        assert!(!probe(">"), "reopened the metadata for writing");
     }
 
     #[test]

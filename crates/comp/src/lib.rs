@@ -1,7 +1,8 @@
 //! mantle-comp: a runtime of isolated components that call each other
 //! synchronously, with per-component caches of transient memory
-//! (execution contexts now; CBUFs next) managed by TMEM managers — the
-//! TMEM paper (seeds/003, §III, §IV) on Linux.
+//! (execution contexts and CBUFs) managed by TMEM managers, and the
+//! managers' policy interface (Table II) driven by a policy loop — the
+//! TMEM paper (seeds/003, §III–§V) on Linux.
 //!
 //! The mechanism in a few lines: a component is a process started by the
 //! [`manager`] from a [`system`] file. Each component has an invocation
@@ -13,7 +14,10 @@
 //! context, and sleeps until it answers; the context runs the function at
 //! the caller's priority (thread migration). An empty freelist goes to
 //! [`runtime::tmem_get`]: relinquish bit, FUTEX_LOCK_PI on a holder's PI
-//! word (the kernel boosts the holder), sleep until `tmem_put`.
+//! word (the kernel boosts the holder), sleep until `tmem_put`; the
+//! blocked thread then adds its block time to its entry of the cache's
+//! block table in shared memory ([`blocks`]), which the manager's policy
+//! run reads ([`manager::Manager::run_policy`], [`policy`]).
 //!
 //! Invariants:
 //! * everything read from a region is validated (indices, states): a
@@ -22,13 +26,21 @@
 //! * a context on the freelist is not in use; only the holder of a popped
 //!   context writes its arguments;
 //! * a caller never waits forever on a dead server: the manager marks the
-//!   region dead, and the caller re-checks the server's pid by itself.
+//!   region dead, and the caller re-checks the server's pid by itself;
+//! * a restarted server gets the same region with a new epoch: a call
+//!   that spans two epochs is an error and never returns its context;
+//! * every memfd handed to a component is size-sealed (no SIGBUS by
+//!   truncation); δ^j decisions are held to the bounds and the pool
+//!   partition ([`policy::enforce`]) whatever the policy says.
 //!
 //! Pure cores: [`system`] (file, graph) and [`policy`] (Table II) make no
 //! system calls.
 //!
-//! Lock order: no locks; blocking happens only on futex words.
+//! Lock order: the runtime takes no locks across blocking (it blocks only
+//! on futex words); in the manager process, `Manager::cbufs` is the only
+//! lock and is taken alone (see [`manager`]).
 
+mod blocks;
 pub mod cbuf;
 pub mod manager;
 pub mod policy;

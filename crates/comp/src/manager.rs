@@ -9,9 +9,15 @@
 //! Each tick also: reaps dead components (their regions are marked dead,
 //! their busy slots set to CALL_DEAD and woken, so callers get an error);
 //! returns contexts held by callers that died (`caller_pid` gone, call
-//! finished); and reports holders past the P2 bound.
+//! finished); reports holders past the P2 bound and acts on them
+//! (`hold_action`: report, kill, or restart: kill, reclaim, and start the
+//! component again in the same region with a new epoch once its callers
+//! had [`RESTART_GRACE`] to see the death); and, every
+//! `policy.period_ms`, runs the TMEM policy ([`Manager::run_policy`]:
+//! Table II's snapshot in, `set_desired` out, [`policy::enforce`]d).
 //!
-//! Lock order: the manager is single-threaded; it takes no locks.
+//! Lock order: the manager's thread takes `cbufs` alone; the CBUF service
+//! thread takes `cbufs` alone. No other locks.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -26,9 +32,15 @@ use mantle_abi::comp::*;
 use mantle_sys::pifutex;
 
 use crate::cbuf::{CbufCounters, CbufManager};
+use crate::policy::{self, CacheView, Kind, Policy, Snapshot, ThreadBlock};
 use crate::region::{Region, RegionCounters};
 use crate::runtime::{Server, ENV_CBUF_SOCK, ENV_CBUF_TABLE, ENV_NAME, ENV_REGION, ENV_SERVERS};
-use crate::system::{HoldAction, SystemFile};
+use crate::system::{HoldAction, PolicyName, SystemFile};
+
+/// How long a restarted component stays down: callers of the dead
+/// instance see CALL_DEAD at once, and a caller between its pop and its
+/// request notices the dead region within [`crate::runtime::LIVENESS_CHECK`].
+pub const RESTART_GRACE: Duration = Duration::from_millis(100);
 use crate::Error;
 
 pub struct Component {
@@ -48,6 +60,15 @@ pub struct Manager {
     child_socks: Vec<OwnedFd>,
     stop: Arc<AtomicBool>,
     service: Option<std::thread::JoinHandle<()>>,
+    policy: Option<Box<dyn Policy>>,
+    last_policy: Instant,
+    policy_runs: u64,
+    /// Cumulative block tables at the last policy run, per cache.
+    prev_blocks: BTreeMap<(usize, Kind), Vec<ThreadBlock>>,
+    last_snapshot: Snapshot,
+    /// Per component: restart wanted (hold_action), and when it is due.
+    restart_wanted: Vec<bool>,
+    restart_at: Vec<Option<Instant>>,
 }
 
 /// Something a tick found.
@@ -73,7 +94,26 @@ pub enum Event {
         cbuf: u32,
         holder_tid: u32,
         held_ms: u64,
+        action: HoldAction,
     },
+    Restarted {
+        component: String,
+        pid: u32,
+        epoch: u32,
+    },
+    RestartFailed {
+        component: String,
+        error: String,
+    },
+    /// The policy set δ^j of a cache.
+    Desired {
+        component: String,
+        kind: Kind,
+        desired: u32,
+    },
+    /// `action` is what the manager did: `report` for a holder that is
+    /// itself waiting on a call into another component (the innermost
+    /// holder of a chain is the one acted on).
     HoldPastBound {
         component: String,
         slot: u32,
@@ -104,7 +144,29 @@ impl Manager {
             socks.push(a);
             child_socks.push(b);
         }
+        let policy: Option<Box<dyn Policy>> = match spec.policy.name {
+            PolicyName::None => None,
+            PolicyName::Fixed => Some(Box::new(policy::Fixed {
+                initial: spec
+                    .components
+                    .iter()
+                    .flat_map(|c| {
+                        [
+                            ((c.name.clone(), Kind::Stack), c.desired_stacks()),
+                            ((c.name.clone(), Kind::Cbuf), c.desired_cbuf_pages()),
+                        ]
+                    })
+                    .collect(),
+            })),
+        };
         let mut m = Manager {
+            policy,
+            last_policy: Instant::now(),
+            policy_runs: 0,
+            prev_blocks: BTreeMap::new(),
+            last_snapshot: Snapshot::default(),
+            restart_wanted: vec![false; n],
+            restart_at: vec![None; n],
             cbufs: Arc::new(Mutex::new(cbufs)),
             socks: Arc::new(socks),
             child_socks,
@@ -127,7 +189,8 @@ impl Manager {
         };
         m.service = Some(m.spawn_service()?);
         for idx in m.spec.start_order() {
-            if let Err(e) = m.start(idx) {
+            let stacks = m.spec.components[idx].stacks;
+            if let Err(e) = m.start(idx, stacks) {
                 m.down();
                 return Err(e);
             }
@@ -135,7 +198,7 @@ impl Manager {
         Ok(m)
     }
 
-    fn start(&mut self, idx: usize) -> Result<(), Error> {
+    fn start(&mut self, idx: usize, stacks: u32) -> Result<(), Error> {
         let cs = self.spec.components[idx].clone();
         let region = self.comps[idx].region.clone();
         let mut cmd = Command::new(&cs.exec[0]);
@@ -187,8 +250,40 @@ impl Manager {
         let c = &mut self.comps[idx];
         c.child = Some(child);
         c.pid = pid;
-        self.set_desired(idx, cs.stacks);
+        c.exit = None;
+        self.set_desired(idx, stacks);
         Ok(())
+    }
+
+    /// Starts component `idx` again after it died (hold_action restart):
+    /// its CBUF memory was reclaimed when it died; its region becomes new
+    /// (a new epoch: callers of the dead instance got an error) and keeps
+    /// its δ^j.
+    fn restart(&mut self, idx: usize) -> Event {
+        let name = self.comps[idx].name.clone();
+        let r = self.comps[idx].region.clone();
+        let desired = r.h32(HDR_DESIRED).load(Acquire).max(1);
+        r.reset();
+        self.cbufs.lock().unwrap_or_else(|e| e.into_inner()).reset(
+            idx,
+            &self.socks[idx],
+            &self.child_socks[idx],
+        );
+        match self.start(idx, desired) {
+            Ok(()) => Event::Restarted {
+                component: name,
+                pid: self.comps[idx].pid,
+                epoch: r.epoch(),
+            },
+            Err(e) => {
+                mark_dead(&r);
+                self.comps[idx].exit = Some(format!("restart failed: {e}"));
+                Event::RestartFailed {
+                    component: name,
+                    error: e.to_string(),
+                }
+            }
+        }
     }
 
     /// The CBUF manager's service thread: answers every component's
@@ -217,7 +312,22 @@ impl Manager {
                             continue;
                         }
                         let mut cb = cbufs.lock().unwrap_or_else(|e| e.into_inner());
-                        if p.revents & libc::POLLIN == 0 || cb.serve_one(c, &socks[c]).is_err() {
+                        if p.revents & libc::POLLIN == 0 {
+                            open[c] = false;
+                            continue;
+                        }
+                        // still readable under the lock? A restart drains
+                        // a dead instance's requests under this lock, and
+                        // a read of nothing would block with it held
+                        let mut again = [libc::pollfd {
+                            fd: socks[c].as_raw_fd(),
+                            events: libc::POLLIN,
+                            revents: 0,
+                        }];
+                        if !matches!(mantle_sys::supervise::poll(&mut again, 0), Ok(n) if n > 0) {
+                            continue;
+                        }
+                        if cb.serve_one(c, &socks[c]).is_err() {
                             open[c] = false;
                         }
                     }
@@ -258,6 +368,104 @@ impl Manager {
         self.apply(r);
     }
 
+    /// Table II's `set_desired(c, pages)` for CBUFs (see
+    /// [`CbufManager::set_desired`]); returns δ^j as set.
+    pub fn set_desired_cbufs(&self, idx: usize, pages: u32) -> u32 {
+        self.cbufs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_desired(idx, pages)
+    }
+
+    /// One run of the TMEM policy now: the snapshot of every cache (used
+    /// bits counted and cleared, per-thread blocks since the last run),
+    /// the policy's decisions held to the bounds and the pools, and
+    /// `set_desired` for each. Without a policy (`name = "none"`) the
+    /// snapshot is still taken (for status).
+    pub fn run_policy(&mut self) -> Vec<Event> {
+        let snap = self.snapshot();
+        let decisions = match self.policy.as_mut() {
+            Some(p) => policy::enforce(&snap, p.run(&snap)),
+            None => Vec::new(),
+        };
+        let mut ev = Vec::new();
+        for d in decisions {
+            let Some(idx) = self.spec.index(&d.component) else {
+                continue;
+            };
+            let desired = match d.kind {
+                Kind::Stack => {
+                    self.set_desired(idx, d.desired);
+                    self.comps[idx].region.h32(HDR_DESIRED).load(Acquire)
+                }
+                Kind::Cbuf => self.set_desired_cbufs(idx, d.desired),
+            };
+            ev.push(Event::Desired {
+                component: d.component,
+                kind: d.kind,
+                desired,
+            });
+        }
+        // status shows δ^j as set by this run
+        let mut snap = snap;
+        for ((c, k), v) in snap.caches.iter_mut() {
+            if let Some(idx) = self.spec.index(c) {
+                v.desired = match k {
+                    Kind::Stack => self.comps[idx].region.h32(HDR_DESIRED).load(Acquire),
+                    Kind::Cbuf => self
+                        .cbufs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .desired_pages(idx),
+                };
+            }
+        }
+        self.last_snapshot = snap;
+        self.policy_runs += 1;
+        self.last_policy = Instant::now();
+        ev
+    }
+
+    /// Table II's data for every (component, kind), since the last run.
+    fn snapshot(&mut self) -> Snapshot {
+        let mut s = Snapshot {
+            pool: [
+                (Kind::Stack, self.spec.limits.stacks),
+                (Kind::Cbuf, self.spec.limits.cbuf_pages),
+            ]
+            .into(),
+            minimum: 1,
+            ..Default::default()
+        };
+        for (idx, c) in self.comps.iter().enumerate() {
+            let r = &c.region;
+            let k = r.counters();
+            let stacks = CacheView {
+                allocated: k.allocated,
+                in_use: k.busy,
+                used_since: r.take_used(),
+                blocked: k.waiters,
+                desired: k.desired,
+                max: k.nctx,
+                ..Default::default()
+            };
+            let (cbufs, cb_threads) = {
+                let cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
+                (cb.view(idx), cb.thread_blocks(idx))
+            };
+            for (kind, mut v, now) in [
+                (Kind::Stack, stacks, k.threads),
+                (Kind::Cbuf, cbufs, cb_threads),
+            ] {
+                let prev = self.prev_blocks.insert((idx, kind), now.clone());
+                v.per_thread = policy::deltas(prev.as_deref().unwrap_or(&[]), &now);
+                v.estimated_requests = v.estimated_requests();
+                s.caches.insert((c.name.clone(), kind), v);
+            }
+        }
+        s
+    }
+
     /// Adds parked contexts or removes free ones until a^j = δ^j; when
     /// every remaining context is in use, sets the relinquish bit.
     fn apply(&self, r: &Region) {
@@ -296,9 +504,12 @@ impl Manager {
     /// One round of supervision (call it every few milliseconds).
     pub fn tick(&mut self) -> Vec<Event> {
         let mut ev = Vec::new();
-        for c in &mut self.comps {
+        for (idx, c) in self.comps.iter_mut().enumerate() {
             let Some(ch) = c.child.as_mut() else { continue };
             if let Ok(Some(st)) = ch.try_wait() {
+                if self.restart_wanted[idx] {
+                    self.restart_at[idx] = Some(Instant::now() + RESTART_GRACE);
+                }
                 c.exit = Some(st.to_string());
                 c.child = None;
                 mark_dead(&c.region);
@@ -328,7 +539,40 @@ impl Manager {
         let now = pifutex::monotonic_ns();
         let bound = self.spec.limits.hold_bound_ms;
         let mut kill = Vec::new();
-        for c in &self.comps {
+        // Threads waiting now on a call into a component: a hold past the
+        // bound by one of them is explained by its callee's (the paper's
+        // P2 is per invocation), so only the innermost holder of a chain
+        // is acted on; the others are reported.
+        let waiting: std::collections::HashSet<(u32, u32)> = self
+            .comps
+            .iter()
+            .flat_map(|c| {
+                let r = &c.region;
+                (0..r.nctx())
+                    // DEAD too: a caller of a dead server may not have
+                    // seen it yet, it is still waiting on that call
+                    .filter(|&i| {
+                        r.s32(i, CTX_OWN).load(Acquire) == OWN_BUSY
+                            && matches!(r.s32(i, CTX_CALL).load(Acquire), CALL_REQ | CALL_DEAD)
+                    })
+                    .map(|i| {
+                        (
+                            r.s32(i, CTX_CALLER_PID).load(Relaxed),
+                            r.s32(i, CTX_CALLER_TID).load(Relaxed),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let act = |c: &Component, tid: u32| {
+            let a = self.spec.limits.hold_action;
+            if c.child.is_none() || waiting.contains(&(c.pid, tid)) {
+                HoldAction::Report
+            } else {
+                a
+            }
+        };
+        for (idx, c) in self.comps.iter().enumerate() {
             let r = &c.region;
             for i in 0..r.nctx() {
                 if r.s32(i, CTX_OWN).load(Acquire) != OWN_BUSY {
@@ -353,7 +597,7 @@ impl Manager {
                 let since = r.s64(i, CTX_SINCE).load(Relaxed);
                 let held_ms = now.saturating_sub(since) / 1_000_000;
                 if call == CALL_REQ && held_ms > bound {
-                    let action = self.spec.limits.hold_action;
+                    let action = act(c, r.s32(i, CTX_TID).load(Relaxed));
                     ev.push(Event::HoldPastBound {
                         component: c.name.clone(),
                         slot: i,
@@ -362,33 +606,60 @@ impl Manager {
                         held_ms,
                         action,
                     });
-                    if action == HoldAction::Kill && c.child.is_some() {
-                        kill.push(c.pid);
+                    if action != HoldAction::Report {
+                        kill.push((idx, action));
                     }
                 }
             }
             self.apply(r);
         }
-        let cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
         for (i, c) in self.comps.iter().enumerate() {
+            cb.apply(i);
             for (slab, obj, tid, held_ms) in cb.holders_past(i, bound) {
+                let action = act(c, tid);
                 ev.push(Event::CbufHeldPastBound {
                     component: c.name.clone(),
                     cbuf: slab << SLAB_SHIFT | obj,
                     holder_tid: tid,
                     held_ms,
+                    action,
                 });
+                if action != HoldAction::Report {
+                    kill.push((i, action));
+                }
             }
         }
         drop(cb);
-        for pid in kill {
-            let _ = mantle_sys::supervise::kill(pid as i32, libc::SIGKILL);
+        kill.sort_by_key(|k| k.0);
+        kill.dedup_by_key(|k| k.0);
+        for (idx, action) in kill {
+            // the child is not reaped yet (child.is_some()): its pid is
+            // still ours to signal
+            self.restart_wanted[idx] = action == HoldAction::Restart;
+            let _ = mantle_sys::supervise::kill(self.comps[idx].pid as i32, libc::SIGKILL);
+        }
+        for idx in 0..self.comps.len() {
+            if self.restart_at[idx].is_some_and(|t| Instant::now() >= t) {
+                self.restart_at[idx] = None;
+                self.restart_wanted[idx] = false;
+                ev.push(self.restart(idx));
+            }
+        }
+        // without a policy the run still takes the snapshot (status)
+        if self.last_policy.elapsed() >= Duration::from_millis(self.spec.policy.period_ms) {
+            ev.extend(self.run_policy());
         }
         ev
     }
 
     pub fn status(&self) -> Status {
         Status {
+            policy: PolicyStatus {
+                name: self.policy.as_ref().map_or("none", |p| p.name()),
+                period_ms: self.spec.policy.period_ms,
+                runs: self.policy_runs,
+            },
             components: self
                 .comps
                 .iter()
@@ -403,9 +674,24 @@ impl Manager {
                         .lock()
                         .unwrap_or_else(|e| e.into_inner())
                         .counters(self.spec.index(&c.name).unwrap_or(0)),
+                    tmem: [Kind::Stack, Kind::Cbuf]
+                        .into_iter()
+                        .filter_map(|kind| {
+                            let v = self.last_snapshot.caches.get(&(c.name.clone(), kind))?;
+                            Some(TmemStatus {
+                                kind,
+                                view: v.clone(),
+                            })
+                        })
+                        .collect(),
                 })
                 .collect(),
         }
+    }
+
+    /// The snapshot of the last policy run (Table II's data).
+    pub fn last_snapshot(&self) -> &Snapshot {
+        &self.last_snapshot
     }
 
     /// Stops every component (SIGKILL: components hold no state the
@@ -455,7 +741,26 @@ fn mark_dead(r: &Region) {
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Status {
+    pub policy: PolicyStatus,
     pub components: Vec<ComponentStatus>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PolicyStatus {
+    pub name: &'static str,
+    pub period_ms: u64,
+    /// Policy runs so far.
+    pub runs: u64,
+}
+
+/// One cache as the last policy run saw it: a^j, in use, used since the
+/// run before, blocked, per-thread block time and count since the run
+/// before, δ^j, r^j.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TmemStatus {
+    pub kind: Kind,
+    #[serde(flatten)]
+    pub view: CacheView,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -466,4 +771,6 @@ pub struct ComponentStatus {
     pub exit: Option<String>,
     pub stacks: RegionCounters,
     pub cbufs: CbufCounters,
+    /// Table II per TMEM kind, from the last policy run (empty before).
+    pub tmem: Vec<TmemStatus>,
 }

@@ -1,17 +1,36 @@
 //! The interface between the TMEM scheduling policy and the managers
-//! (paper §V-A, Table II), as a pure core: the managers produce a
-//! [`Snapshot`] per policy run, the policy returns [`Decision`]s
-//! (`set_desired`). No system calls here; the policy of a later issue
-//! (Algorithm 1) plugs in as another [`Policy`].
+//! (paper §V-A, Table II), as a pure core: at each policy run (every
+//! `[policy] period_ms`, the paper's quarter second by default) the
+//! manager builds a [`Snapshot`] — per (component, kind) a^j, units in
+//! use, units whose *used* bit was set since the last run (the manager
+//! clears them), threads blocked now, per-thread block time and count
+//! since the last run (from the tables in shared memory), δ^j — and the
+//! policy returns [`Decision`]s, Table II's `set_desired(c, amount)`.
+//! [`enforce`] then holds the decisions to each cache's bounds and to
+//! the partition of the global pool between the managers (the stack
+//! manager's `limits.stacks` contexts, the CBUF manager's
+//! `limits.cbuf_pages` pages). No system calls here; the policy of a
+//! later issue (Algorithm 1) plugs in as another [`Policy`].
+//!
+//! Units: contexts for [`Kind::Stack`], 4 KiB pages for [`Kind::Cbuf`].
 
 use std::collections::BTreeMap;
 
 /// The TMEM types (the paper's two; "virtual components" are
 /// (component, type) pairs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Kind {
     Stack,
     Cbuf,
+}
+
+/// One thread's blocking on one cache: b_i^j and the block count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ThreadBlock {
+    pub tid: u32,
+    pub blocks: u32,
+    pub block_ns: u64,
 }
 
 /// One component's view for one TMEM type since the last run.
@@ -25,10 +44,15 @@ pub struct CacheView {
     pub used_since: u32,
     /// Threads blocked in tmem_get now.
     pub blocked: u32,
-    /// Per thread: (block time ns b_i^j, block count).
-    pub per_thread: BTreeMap<u32, (u64, u32)>,
+    /// Per thread, since the last run (threads that did not block are
+    /// absent), sorted by tid.
+    pub per_thread: Vec<ThreadBlock>,
     /// δ^j currently set.
     pub desired: u32,
+    /// The most this cache may ever hold (the system file's bound).
+    pub max: u32,
+    /// r^j as [`CacheView::estimated_requests`] computes it (for status).
+    pub estimated_requests: u32,
 }
 
 impl CacheView {
@@ -37,26 +61,49 @@ impl CacheView {
     /// last run (used bits), so an idle cache estimates below a^j.
     pub fn estimated_requests(&self) -> u32 {
         if self.blocked > 0 {
-            self.allocated + self.blocked
+            self.allocated.saturating_add(self.blocked)
         } else {
             self.used_since.max(self.in_use)
         }
     }
-    /// `get_thd_blk_time(c, t)`.
+    fn thread(&self, tid: u32) -> Option<&ThreadBlock> {
+        self.per_thread.iter().find(|b| b.tid == tid)
+    }
+    /// `get_thd_blk_time(c, t)` in ns, since the last run.
     pub fn thd_blk_time(&self, tid: u32) -> u64 {
-        self.per_thread.get(&tid).map_or(0, |v| v.0)
+        self.thread(tid).map_or(0, |b| b.block_ns)
     }
-    /// `get_thd_blk_cnt(c, t)`.
+    /// `get_thd_blk_cnt(c, t)`, since the last run.
     pub fn thd_blk_cnt(&self, tid: u32) -> u32 {
-        self.per_thread.get(&tid).map_or(0, |v| v.1)
+        self.thread(tid).map_or(0, |b| b.blocks)
     }
+}
+
+/// Per-thread activity since the last run, from two cumulative readings
+/// of a block table (both sorted by tid). A counter that went backwards
+/// (the table was cleared, a restarted component) counts from zero.
+pub fn deltas(prev: &[ThreadBlock], now: &[ThreadBlock]) -> Vec<ThreadBlock> {
+    now.iter()
+        .filter_map(|n| {
+            let p = prev.iter().find(|p| p.tid == n.tid).copied();
+            let d = match p {
+                Some(p) if p.blocks <= n.blocks && p.block_ns <= n.block_ns => ThreadBlock {
+                    tid: n.tid,
+                    blocks: n.blocks - p.blocks,
+                    block_ns: n.block_ns - p.block_ns,
+                },
+                _ => *n,
+            };
+            (d.blocks > 0 || d.block_ns > 0).then_some(d)
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct Snapshot {
     /// (component, kind) → view.
     pub caches: BTreeMap<(String, Kind), CacheView>,
-    /// The global pool per kind, partitioned between the managers.
+    /// The global pool per kind: its partition between the managers.
     pub pool: BTreeMap<Kind, u32>,
     /// The least each cache may hold (P3: one maximal allocation).
     pub minimum: u32,
@@ -70,18 +117,55 @@ pub struct Decision {
     pub desired: u32,
 }
 
-pub trait Policy {
+/// A TMEM scheduling policy: data in, decisions out, no system calls.
+pub trait Policy: Send + Sync {
+    fn name(&self) -> &'static str;
     fn run(&mut self, s: &Snapshot) -> Vec<Decision>;
 }
 
-/// The trivial fixed policy: every cache keeps the amount it was given at
-/// start, clamped to the minimum and to what the pool of its kind allows
-/// (shares scaled down when the pool is smaller than their sum).
+/// Holds decisions to the rules the managers keep whatever the policy:
+/// each cache between `minimum` and its `max`, unknown caches dropped,
+/// and the sum of δ^j per kind within the pool (caches without a
+/// decision keep their δ^j; a decision that does not fit gets what is
+/// left, never below the minimum).
+pub fn enforce(s: &Snapshot, decisions: Vec<Decision>) -> Vec<Decision> {
+    let mut want: BTreeMap<(String, Kind), u32> = s
+        .caches
+        .iter()
+        .map(|(k, v)| (k.clone(), v.desired))
+        .collect();
+    let mut out = Vec::new();
+    for d in decisions {
+        let key = (d.component.clone(), d.kind);
+        let Some(v) = s.caches.get(&key) else {
+            continue;
+        };
+        let pool = s.pool.get(&d.kind).copied().unwrap_or(0) as u64;
+        let others: u64 = want
+            .iter()
+            .filter(|((c, k), _)| *k == d.kind && *c != d.component)
+            .map(|(_, &n)| n as u64)
+            .sum();
+        let room = pool.saturating_sub(others).min(u32::MAX as u64) as u32;
+        let n = d.desired.min(v.max).min(room).max(s.minimum.min(v.max));
+        want.insert(key, n);
+        out.push(Decision { desired: n, ..d });
+    }
+    out
+}
+
+/// The trivial fixed policy: every cache keeps the amount the system file
+/// gives it, clamped to the minimum and to what the pool of its kind
+/// allows (shares scaled down when the pool is smaller than their sum).
+/// It decides only when a cache's δ^j differs from its amount.
 pub struct Fixed {
     pub initial: BTreeMap<(String, Kind), u32>,
 }
 
 impl Policy for Fixed {
+    fn name(&self) -> &'static str {
+        "fixed"
+    }
     fn run(&mut self, s: &Snapshot) -> Vec<Decision> {
         let mut out = Vec::new();
         for (kind, &pool) in &s.pool {
@@ -115,6 +199,14 @@ impl Policy for Fixed {
 mod tests {
     use super::*;
 
+    fn tb(tid: u32, blocks: u32, block_ns: u64) -> ThreadBlock {
+        ThreadBlock {
+            tid,
+            blocks,
+            block_ns,
+        }
+    }
+
     #[test]
     fn estimated_requests_follow_blocking_and_used_bits() {
         let mut v = CacheView {
@@ -124,12 +216,79 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(v.estimated_requests(), 2);
+        v.used_since = 0;
+        assert_eq!(v.estimated_requests(), 1, "in use counts when no bit");
         v.blocked = 3;
         assert_eq!(v.estimated_requests(), 7);
-        v.per_thread.insert(9, (500, 2));
+        v.allocated = u32::MAX;
+        assert_eq!(v.estimated_requests(), u32::MAX);
+        v.per_thread.push(tb(9, 2, 500));
         assert_eq!(
             (v.thd_blk_time(9), v.thd_blk_cnt(9), v.thd_blk_time(1)),
             (500, 2, 0)
+        );
+    }
+
+    #[test]
+    fn deltas_count_since_the_last_run_and_survive_a_reset() {
+        let prev = [tb(1, 3, 300), tb(2, 1, 100), tb(5, 4, 40)];
+        let now = [tb(1, 5, 700), tb(2, 1, 100), tb(3, 1, 9), tb(5, 1, 10)];
+        assert_eq!(
+            deltas(&prev, &now),
+            [tb(1, 2, 400), tb(3, 1, 9), tb(5, 1, 10)]
+        );
+        assert!(deltas(&now, &now).is_empty());
+        assert_eq!(deltas(&[], &now), now.to_vec());
+    }
+
+    fn snap(kind: Kind, pool: u32, caches: &[(&str, u32, u32)]) -> Snapshot {
+        Snapshot {
+            pool: [(kind, pool)].into(),
+            minimum: 1,
+            caches: caches
+                .iter()
+                .map(|&(n, desired, max)| {
+                    (
+                        (n.to_string(), kind),
+                        CacheView {
+                            desired,
+                            max,
+                            ..Default::default()
+                        },
+                    )
+                })
+                .collect(),
+        }
+    }
+
+    fn dec(c: &str, kind: Kind, desired: u32) -> Decision {
+        Decision {
+            component: c.into(),
+            kind,
+            desired,
+        }
+    }
+
+    #[test]
+    fn enforce_keeps_every_decision_within_bounds_and_the_pool() {
+        // every requested amount 0..=20 for "a" beside "b" holding 4 of a
+        // pool of 10, "a" at most 8
+        let s = snap(Kind::Stack, 10, &[("a", 2, 8), ("b", 4, 8)]);
+        for want in 0..=20 {
+            let d = enforce(&s, vec![dec("a", Kind::Stack, want)]);
+            assert_eq!(d, [dec("a", Kind::Stack, want.clamp(1, 6))], "want {want}");
+        }
+        // decisions are checked in order against the ones before
+        let d = enforce(&s, vec![dec("a", Kind::Stack, 8), dec("b", Kind::Stack, 8)]);
+        assert_eq!(d, [dec("a", Kind::Stack, 6), dec("b", Kind::Stack, 4)]);
+        // unknown caches and kinds are dropped; the minimum survives a
+        // full pool
+        let d = enforce(&s, vec![dec("z", Kind::Stack, 1), dec("a", Kind::Cbuf, 1)]);
+        assert!(d.is_empty());
+        let full = snap(Kind::Stack, 4, &[("a", 1, 8), ("b", 4, 8)]);
+        assert_eq!(
+            enforce(&full, vec![dec("a", Kind::Stack, 3)]),
+            [dec("a", Kind::Stack, 1)]
         );
     }
 
@@ -149,16 +308,15 @@ mod tests {
         };
         let d = p.run(&s);
         assert_eq!(d.iter().map(|d| d.desired).collect::<Vec<_>>(), [4, 4]);
-        s.pool.insert(Kind::Stack, 4);
-        assert_eq!(
-            p.run(&s).iter().map(|d| d.desired).collect::<Vec<_>>(),
-            [2, 2]
-        );
-        s.pool.insert(Kind::Stack, 0);
-        assert_eq!(
-            p.run(&s).iter().map(|d| d.desired).collect::<Vec<_>>(),
-            [1, 1]
-        );
+        for pool in 0..=8u32 {
+            s.pool.insert(Kind::Stack, pool);
+            let want = (pool / 2).max(1);
+            assert_eq!(
+                p.run(&s).iter().map(|d| d.desired).collect::<Vec<_>>(),
+                [want, want],
+                "pool {pool}"
+            );
+        }
         for (name, n) in [("a", 4), ("b", 4)] {
             s.caches.insert(
                 (name.into(), Kind::Stack),

@@ -35,6 +35,9 @@ impl Region {
         let cname = std::ffi::CString::new(format!("mantle-comp-{name}"))
             .map_err(|_| Error::Spec(format!("bad name {name:?}")))?;
         let mem = SharedMem::create(&cname, region_len(nctx)).map_err(Error::sys("memfd"))?;
+        // Every client maps the region read-write from this memfd: sealed,
+        // none of them can shrink it under the others (SIGBUS).
+        mem.seal_size().map_err(Error::sys("seal region"))?;
         let r = Region { mem, nctx };
         r.h32(HDR_VERSION).store(ABI_VERSION, Relaxed);
         r.h32(HDR_NCTX).store(nctx, Relaxed);
@@ -48,12 +51,14 @@ impl Region {
             .metadata()
             .map_err(Error::sys("fstat"))?
             .len() as usize;
-        if len < HDR_SIZE || len > region_len(MAX_CTX) || !(len - HDR_SIZE).is_multiple_of(CTX_SIZE)
+        if len < region_len(0)
+            || len > region_len(MAX_CTX)
+            || !(len - region_len(0)).is_multiple_of(CTX_SIZE)
         {
             return Err(Error::Corrupt(format!("region of {len} bytes")));
         }
         let mem = SharedMem::map(fd, len).map_err(Error::sys("mmap region"))?;
-        let nctx = ((len - HDR_SIZE) / CTX_SIZE) as u32;
+        let nctx = ((len - region_len(0)) / CTX_SIZE) as u32;
         let r = Region { mem, nctx };
         let (m, v, n) = (
             r.h32(HDR_MAGIC).load(Acquire),
@@ -164,6 +169,52 @@ impl Region {
         self.h32(HDR_SERVER_PID).load(Relaxed)
     }
 
+    /// The instance of the server (bumped at each restart).
+    pub fn epoch(&self) -> u32 {
+        self.h32(HDR_EPOCH).load(Acquire)
+    }
+
+    /// A thread of a client blocked `ns` in tmem_get on this region.
+    pub(crate) fn record_block(&self, tid: u32, ns: u64) {
+        crate::blocks::record(&self.mem, region_blk_off(self.nctx), tid, ns);
+    }
+
+    /// Per-thread block statistics, cumulative (Table II).
+    pub fn thread_blocks(&self) -> Vec<crate::policy::ThreadBlock> {
+        crate::blocks::read(&self.mem, region_blk_off(self.nctx))
+    }
+
+    /// Counts the contexts whose used bit is set and clears the bits (the
+    /// manager's policy run).
+    pub(crate) fn take_used(&self) -> u32 {
+        (0..self.nctx)
+            .filter(|&i| self.s32(i, CTX_USED).swap(0, AcqRel) != 0)
+            .count() as u32
+    }
+
+    /// Makes a dead region new for a restarted server (the manager): the
+    /// epoch moves on (callers of the old instance get an error), every
+    /// context is parked without a thread, the freelist is empty, and the
+    /// block table is cleared. The caller has reaped the old server and
+    /// waited for its callers to leave.
+    pub(crate) fn reset(&self) {
+        self.h32(HDR_EPOCH).fetch_add(1, AcqRel);
+        self.h64(HDR_FREE_HEAD).store(0, Release);
+        for i in 0..self.nctx {
+            for off in [CTX_PI, CTX_TID, CTX_NEXT, CTX_USED, CTX_CALLER_PID] {
+                self.s32(i, off).store(0, Relaxed);
+            }
+            self.s32(i, CTX_OWN).store(OWN_PARKED, Relaxed);
+            self.s32(i, CTX_CALL).store(CALL_IDLE, Release);
+        }
+        crate::blocks::clear(&self.mem, region_blk_off(self.nctx));
+        for off in [HDR_ALLOCATED, HDR_READY, HDR_SERVER_PID, HDR_BLOCKS] {
+            self.h32(off).store(0, Relaxed);
+        }
+        self.h64(HDR_BLOCK_NS).store(0, Relaxed);
+        self.h32(HDR_DEAD).store(0, Release);
+    }
+
     /// Counters of the header, for status.
     pub fn counters(&self) -> RegionCounters {
         let mut busy = 0;
@@ -187,11 +238,13 @@ impl Region {
             block_ns: self.h64(HDR_BLOCK_NS).load(Relaxed),
             ready: self.h32(HDR_READY).load(Relaxed),
             dead: self.dead(),
+            epoch: self.epoch(),
+            threads: self.thread_blocks(),
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct RegionCounters {
     pub nctx: u32,
     pub allocated: u32,
@@ -204,6 +257,10 @@ pub struct RegionCounters {
     pub block_ns: u64,
     pub ready: u32,
     pub dead: bool,
+    /// Restarts of the server so far.
+    pub epoch: u32,
+    /// Per-thread block count and time on this cache, cumulative.
+    pub threads: Vec<crate::policy::ThreadBlock>,
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use std::collections::BTreeMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use mantle_abi::comp::*;
@@ -126,10 +126,11 @@ fn running(pidfd: &OwnedFd) -> bool {
     !matches!(mantle_sys::supervise::poll(&mut p, 0), Ok(n) if n > 0 && p[0].revents != 0)
 }
 
-/// The server's liveness, from a pidfd opened once (so a reused pid is
-/// never mistaken for the server).
+/// The server's liveness, from a pidfd opened once per instance (so a
+/// reused pid is never mistaken for the server; a restarted server has a
+/// new epoch and a new pid).
 struct Liveness {
-    pidfd: OnceLock<Option<OwnedFd>>,
+    pidfd: Mutex<Option<(u32, Option<OwnedFd>)>>,
 }
 
 impl Liveness {
@@ -137,13 +138,16 @@ impl Liveness {
         if r.dead() {
             return false;
         }
-        let fd = self.pidfd.get_or_init(|| {
+        let epoch = r.epoch();
+        let mut g = self.pidfd.lock().unwrap_or_else(|e| e.into_inner());
+        if g.as_ref().is_none_or(|(e, fd)| *e != epoch || fd.is_none()) {
             let pid = r.server_pid();
-            (pid != 0)
+            let fd = (pid != 0)
                 .then(|| mantle_sys::os::pidfd_open(pid, false).ok())
-                .flatten()
-        });
-        match fd {
+                .flatten();
+            *g = Some((epoch, fd));
+        }
+        match g.as_ref().and_then(|(_, fd)| fd.as_ref()) {
             Some(fd) => running(fd),
             // no pidfd: the pid is gone already, or not set yet
             None => {
@@ -168,7 +172,7 @@ impl Server {
             name: name.to_string(),
             region,
             live: Arc::new(Liveness {
-                pidfd: OnceLock::new(),
+                pidfd: Mutex::new(None),
             }),
         }
     }
@@ -184,11 +188,17 @@ impl Server {
             return Err(Error::Args(args.len()));
         }
         let r = &*self.region;
+        let epoch = r.epoch();
         let i = match r.pop()? {
             Some(i) => i,
             None => tmem_get(r, &|| self.live.alive(r))?,
         };
-        let res = self.call_on(i, func, args);
+        let mut res = self.call_on(i, func, args);
+        if r.epoch() != epoch {
+            // the server was restarted under this call: its context
+            // belongs to the new instance now, never push it back
+            res = Err(Error::ServerDied(self.name.clone()));
+        }
         if !matches!(res, Err(Error::ServerDied(_))) {
             r.push(i);
             if r.h32(HDR_RELINQUISH).load(Acquire) & REL_STACK != 0 {
@@ -214,6 +224,9 @@ impl Server {
 
     fn call_on(&self, i: u32, func: u32, args: &[u64]) -> Result<i64, Error> {
         let r = &*self.region;
+        if r.dead() {
+            return Err(Error::ServerDied(self.name.clone()));
+        }
         let ctid = r.s32(i, CTX_TID).load(Acquire);
         if ctid == 0 {
             return Err(Error::Corrupt(format!(
@@ -315,6 +328,9 @@ impl Drop for Reserved {
 /// component, and returns a context once one is free.
 /// `alive` says whether the server still runs.
 pub fn tmem_get(r: &Region, alive: &dyn Fn() -> bool) -> Result<u32, Error> {
+    if r.dead() {
+        return Err(Error::ServerDied(format!("pid {}", r.server_pid())));
+    }
     let t0 = pifutex::monotonic_ns();
     r.h32(HDR_WAITERS).fetch_add(1, AcqRel);
     r.h32(HDR_BLOCKS).fetch_add(1, Relaxed);
@@ -347,8 +363,9 @@ pub fn tmem_get(r: &Region, alive: &dyn Fn() -> bool) -> Result<u32, Error> {
     if r.h32(HDR_WAITERS).fetch_sub(1, AcqRel) == 1 {
         r.h32(HDR_RELINQUISH).fetch_and(!REL_STACK, AcqRel);
     }
-    r.h64(HDR_BLOCK_NS)
-        .fetch_add(pifutex::monotonic_ns() - t0, Relaxed);
+    let ns = pifutex::monotonic_ns().saturating_sub(t0);
+    r.h64(HDR_BLOCK_NS).fetch_add(ns, Relaxed);
+    r.record_block(my_tid(), ns);
     res
 }
 

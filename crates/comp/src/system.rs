@@ -6,7 +6,11 @@
 //! stacks = 64
 //! cbuf_pages = 16384      # 4 KiB pages of CBUF memory in all
 //! hold_bound_ms = 1000     # P2: report holders past this
-//! hold_action = "report"   # or "kill": SIGKILL the holding component (restart: not yet)
+//! hold_action = "report"   # or "kill" (SIGKILL the holder) or "restart"
+//!
+//! [policy]                 # the TMEM policy loop (Table II)
+//! name = "fixed"           # or "none" (δ^j only moved by hand)
+//! period_ms = 250          # the paper's quarter second
 //!
 //! [[component]]
 //! name = "net"
@@ -16,6 +20,8 @@
 //! stacks = 4               # contexts in the cache at start (a^j)
 //! max_stacks = 8           # contexts the component may ever have
 //! cbuf_kib = 8192          # CBUF memory it may hold
+//! desired_stacks = 4       # δ^j of the fixed policy (default: stacks)
+//! desired_cbuf_kib = 4096  # δ^j of the fixed policy (default: cbuf_kib)
 //! ```
 //! The invocation graph must be acyclic (TMEM paper §IV-E, deadlock
 //! prevention): a cycle is refused, naming it.
@@ -30,8 +36,40 @@ use crate::Error;
 pub struct SystemFile {
     #[serde(default)]
     pub limits: Limits,
+    #[serde(default)]
+    pub policy: PolicySpec,
     #[serde(rename = "component", default)]
     pub components: Vec<ComponentSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySpec {
+    #[serde(default)]
+    pub name: PolicyName,
+    #[serde(default = "d_period")]
+    pub period_ms: u64,
+}
+
+fn d_period() -> u64 {
+    250
+}
+
+impl Default for PolicySpec {
+    fn default() -> Self {
+        PolicySpec {
+            name: PolicyName::Fixed,
+            period_ms: d_period(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyName {
+    #[default]
+    Fixed,
+    None,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -74,6 +112,8 @@ pub enum HoldAction {
     #[default]
     Report,
     Kill,
+    /// Kill the holder, reclaim its transient memory, start it again.
+    Restart,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -92,6 +132,12 @@ pub struct ComponentSpec {
     /// CBUF memory the component may hold (KiB).
     #[serde(default = "d_cbuf_kib")]
     pub cbuf_kib: u32,
+    /// δ^j for stacks under the fixed policy (default: `stacks`).
+    #[serde(default)]
+    pub desired_stacks: Option<u32>,
+    /// δ^j for CBUFs under the fixed policy, KiB (default: `cbuf_kib`).
+    #[serde(default)]
+    pub desired_cbuf_kib: Option<u32>,
 }
 
 fn d_cbuf_kib() -> u32 {
@@ -105,6 +151,16 @@ fn d_cstacks() -> u32 {
 impl ComponentSpec {
     pub fn max_stacks(&self) -> u32 {
         self.max_stacks.unwrap_or(self.stacks)
+    }
+    pub fn desired_stacks(&self) -> u32 {
+        self.desired_stacks.unwrap_or(self.stacks)
+    }
+    /// CBUF pages (4 KiB) the component may hold at most.
+    pub fn max_cbuf_pages(&self) -> u32 {
+        self.cbuf_kib.div_ceil(4)
+    }
+    pub fn desired_cbuf_pages(&self) -> u32 {
+        self.desired_cbuf_kib.unwrap_or(self.cbuf_kib).div_ceil(4)
     }
 }
 
@@ -153,6 +209,19 @@ impl SystemFile {
                     mantle_abi::comp::MAX_CTX
                 ));
             }
+            if !(1..=max).contains(&c.desired_stacks()) {
+                return bad(format!(
+                    "component {:?}: need 1 <= desired_stacks ({}) <= max_stacks ({max})",
+                    c.name,
+                    c.desired_stacks()
+                ));
+            }
+            if c.desired_cbuf_kib.unwrap_or(0) > c.cbuf_kib {
+                return bad(format!(
+                    "component {:?}: desired_cbuf_kib above cbuf_kib ({})",
+                    c.name, c.cbuf_kib
+                ));
+            }
             if c.interface.len() > u32::MAX as usize {
                 return bad(format!("component {:?}: interface too large", c.name));
             }
@@ -169,6 +238,12 @@ impl SystemFile {
             return bad(format!(
                 "initial stacks ({total}) exceed limits.stacks ({})",
                 self.limits.stacks
+            ));
+        }
+        if !(1..=60_000).contains(&self.policy.period_ms) {
+            return bad(format!(
+                "policy.period_ms {}: 1..=60000",
+                self.policy.period_ms
             ));
         }
         if let Some(cycle) = self.cycle() {
@@ -326,8 +401,46 @@ mod tests {
             "[[component]]\nname='a'\nexec=['x']\nstacks=512\n",
             "[[component]]\nname='a'\nexec=['x']\nbogus=1\n",
             "[limits]\nstacks=1\n[[component]]\nname='a'\nexec=['x']\nstacks=2\n",
+            "[[component]]\nname='a'\nexec=['x']\nstacks=2\ndesired_stacks=3\n",
+            "[[component]]\nname='a'\nexec=['x']\ndesired_stacks=0\n",
+            "[[component]]\nname='a'\nexec=['x']\ncbuf_kib=8\ndesired_cbuf_kib=9\n",
+            "[policy]\nperiod_ms=0\n[[component]]\nname='a'\nexec=['x']\n",
+            "[policy]\nname='magic'\n[[component]]\nname='a'\nexec=['x']\n",
+            "[limits]\nhold_action='ignore'\n[[component]]\nname='a'\nexec=['x']\n",
         ] {
             assert!(SystemFile::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn policy_and_hold_action_parse_with_defaults() {
+        let s = SystemFile::parse("[[component]]\nname='a'\nexec=['x']\n").unwrap();
+        assert_eq!(s.policy, PolicySpec::default());
+        assert_eq!(s.limits.hold_action, HoldAction::Report);
+        let c = &s.components[0];
+        assert_eq!((c.desired_stacks(), c.desired_cbuf_pages()), (2, 2048));
+        for (t, want) in [
+            ("report", HoldAction::Report),
+            ("kill", HoldAction::Kill),
+            ("restart", HoldAction::Restart),
+        ] {
+            let s = SystemFile::parse(&format!(
+                "[limits]\nhold_action='{t}'\n[policy]\nname='none'\nperiod_ms=60000\n\
+                 [[component]]\nname='a'\nexec=['x']\nmax_stacks=5\ndesired_stacks=5\n\
+                 cbuf_kib=6\ndesired_cbuf_kib=5\n"
+            ))
+            .unwrap();
+            assert_eq!(s.limits.hold_action, want);
+            assert_eq!(s.policy.name, PolicyName::None);
+            let c = &s.components[0];
+            assert_eq!(
+                (
+                    c.desired_stacks(),
+                    c.max_cbuf_pages(),
+                    c.desired_cbuf_pages()
+                ),
+                (5, 2, 2)
+            );
         }
     }
 

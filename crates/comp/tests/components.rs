@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mantle_comp::manager::Event;
+use mantle_comp::system::HoldAction;
 use mantle_comp::{Error, Manager, SystemFile};
 
 const DEMO: &str = env!("CARGO_BIN_EXE_mantle-comp-demo");
@@ -64,7 +65,7 @@ fn concurrency_beyond_the_cache_blocks_and_completes() {
         "{:?}",
         t0.elapsed()
     );
-    let c = m.status().components[0].stacks;
+    let c = m.status().components[0].stacks.clone();
     assert!(c.blocks >= 3 && c.block_ns > 0, "{c:?}");
     assert_eq!((c.waiters, c.busy, c.free), (0, 0, 1));
 }
@@ -89,7 +90,8 @@ fn a_server_crash_is_an_error_for_the_caller_not_a_hang() {
 
 #[test]
 fn asynchronous_removal_never_takes_a_context_in_use() {
-    let mut m = Manager::up(system("", &[("s", "echo", &[], 4)])).unwrap();
+    // no policy loop: δ^j moves only by hand here
+    let mut m = Manager::up(system("[policy]\nname='none'", &[("s", "echo", &[], 4)])).unwrap();
     let s = m.server("s").unwrap();
     let ts: Vec<_> = (0..4)
         .map(|_| {
@@ -99,7 +101,7 @@ fn asynchronous_removal_never_takes_a_context_in_use() {
         .collect();
     std::thread::sleep(Duration::from_millis(50));
     m.set_desired(0, 1);
-    let c = m.status().components[0].stacks;
+    let c = m.status().components[0].stacks.clone();
     assert_eq!(
         (c.allocated, c.busy),
         (4, 4),
@@ -110,7 +112,7 @@ fn asynchronous_removal_never_takes_a_context_in_use() {
         assert_eq!(t.join().unwrap(), 0);
     }
     m.tick();
-    let c = m.status().components[0].stacks;
+    let c = m.status().components[0].stacks.clone();
     assert_eq!((c.allocated, c.free, c.busy), (1, 1, 0), "{c:?}");
     assert_eq!(s.invoke(0, &[1, 0, 0, 0, 0, 2]).unwrap(), 3);
     m.set_desired(0, 4);
@@ -268,11 +270,11 @@ fn reclaim_punches_the_holes_and_the_memory_returns() {
     let a = m.server("a").unwrap();
     let n = 65536u64; // a 4 MiB slab
     assert!(a.invoke(5, &[n]).unwrap() > 0);
-    let before = m.status().components[0].cbufs;
+    let before = m.status().components[0].cbufs.clone();
     assert!(before.resident >= n, "{before:?}");
     let back = m.reclaim_cbufs("a").unwrap();
     assert!(back >= 64 * n as usize);
-    let after = m.status().components[0].cbufs;
+    let after = m.status().components[0].cbufs.clone();
     assert_eq!((after.slabs, after.resident), (0, 0), "{after:?}");
     // the cache refills on demand
     assert!(a.invoke(5, &[n]).unwrap() > 0);
@@ -338,4 +340,322 @@ fn a_c_component_on_libmantle_serves_and_maps_cbufs() {
     assert_eq!(a.invoke(7, &[]).unwrap(), -(libc::ESTALE as i64));
     drop(m);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Ticks the manager every 5 ms for at most `limit`, until `done` says so
+/// from the events so far; returns them.
+fn tick_until(m: &mut Manager, limit: Duration, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+    let mut ev = Vec::new();
+    let t0 = Instant::now();
+    while !done(&ev) && t0.elapsed() < limit {
+        ev.extend(m.tick());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    ev
+}
+
+#[test]
+fn the_policy_loop_moves_caches_toward_desired_while_the_system_runs() {
+    use mantle_comp::policy::Kind;
+    let text = format!(
+        "[policy]\nname='fixed'\nperiod_ms=300\n\
+         [[component]]\nname='a'\nexec=['{DEMO}','relay','c']\ninvokes=['c']\n\
+         stacks=1\nmax_stacks=4\ndesired_stacks=3\ncbuf_kib=16384\ndesired_cbuf_kib=4096\n\
+         [[component]]\nname='c'\nexec=['{DEMO}','echo']\nstacks=2\n"
+    );
+    let mut m = Manager::up(SystemFile::parse(&text).unwrap()).unwrap();
+    let a = m.server("a").unwrap();
+    // a's CBUF cache: a 4 MiB and a 2 MiB slab (1536 pages), free again
+    for n in [65536u64, 32768] {
+        assert!(a.invoke(5, &[n]).unwrap() > 0);
+    }
+    assert_eq!(m.status().components[0].cbufs.bytes, 6 << 20);
+    // three callers of a 250 ms function on one context: two block
+    let ts: Vec<_> = (0..3)
+        .map(|_| {
+            let a = a.clone();
+            std::thread::spawn(move || (mantle_sys::os::gettid(), a.invoke(1, &[250])))
+        })
+        .collect();
+    let mut max_blocked = 0;
+    let mut blocked_tids = std::collections::BTreeSet::new();
+    let mut ev = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(3) {
+        ev.extend(m.tick());
+        if let Some(v) = m.last_snapshot().caches.get(&("a".into(), Kind::Stack)) {
+            max_blocked = max_blocked.max(v.blocked);
+            if v.blocked > 0 {
+                assert_eq!(v.estimated_requests, v.allocated + v.blocked, "{v:?}");
+            }
+            for b in &v.per_thread {
+                assert!(b.blocks >= 1 && b.block_ns > 0, "{b:?}");
+                blocked_tids.insert(b.tid);
+            }
+        }
+        if blocked_tids.len() >= 2 && ts.iter().all(|t| t.is_finished()) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let desired = |c: &str, k: Kind| {
+        ev.iter().find_map(|e| match e {
+            Event::Desired {
+                component,
+                kind,
+                desired,
+            } if component == c && *kind == k => Some(*desired),
+            _ => None,
+        })
+    };
+    assert_eq!(desired("a", Kind::Stack), Some(3), "{ev:?}");
+    assert_eq!(desired("a", Kind::Cbuf), Some(1024), "{ev:?}");
+    assert_eq!(desired("c", Kind::Stack), None, "c is at its amount");
+    let mut tids = Vec::new();
+    for t in ts {
+        let (tid, r) = t.join().unwrap();
+        assert_eq!(r.unwrap(), 0);
+        tids.push(tid);
+    }
+    assert!(max_blocked >= 1, "no policy run saw a blocked caller");
+    // the blocked callers, by tid, from the table in shared memory
+    assert!(blocked_tids.len() >= 2, "{blocked_tids:?}");
+    assert!(
+        blocked_tids.iter().all(|t| tids.contains(t)),
+        "{blocked_tids:?} {tids:?}"
+    );
+    let st = m.status();
+    let sa = &st.components[0];
+    // the loop added two contexts and reclaimed the 4 MiB slab
+    assert_eq!(
+        (sa.stacks.allocated, sa.stacks.desired),
+        (3, 3),
+        "{:?}",
+        sa.stacks
+    );
+    assert_eq!((sa.cbufs.bytes, sa.cbufs.desired_pages), (2 << 20, 1024));
+    let from_shm: Vec<u32> = sa.stacks.threads.iter().map(|b| b.tid).collect();
+    assert!(
+        blocked_tids.iter().all(|t| from_shm.contains(t)),
+        "{from_shm:?}"
+    );
+    assert_eq!(st.policy.name, "fixed");
+    assert!(st.policy.runs >= 2);
+    // within δ^j the cache serves; beyond it (2 MiB cached + a new
+    // 4 MiB slab > 1024 pages, and no holder to wait for) it refuses
+    assert!(a.invoke(5, &[32768]).unwrap() > 0);
+    assert_eq!(a.invoke(5, &[65536]).unwrap(), -(libc::ENOMEM as i64));
+    // and a second policy-driven change: δ^j set by hand is undone
+    m.set_desired(0, 1);
+    let ev = tick_until(&mut m, Duration::from_secs(2), |ev| {
+        ev.iter().any(|e| matches!(e, Event::Desired { component, kind: Kind::Stack, desired: 3 } if component == "a"))
+    });
+    assert!(!ev.is_empty());
+    assert_eq!(m.status().components[0].stacks.allocated, 3);
+}
+
+#[test]
+fn a_holder_past_its_bound_is_restarted_and_its_memory_reclaimed() {
+    let mut m = Manager::up(system(
+        "hold_bound_ms = 60\nhold_action = 'restart'\n[policy]\nname='none'",
+        &[("a", "relay s", &["s"], 1), ("s", "echo", &[], 2)],
+    ))
+    .unwrap();
+    let (a, s) = (m.server("a").unwrap(), m.server("s").unwrap());
+    let (pa, ps0) = (m.pids()["a"], m.pids()["s"]);
+    let restarted = |ev: &[Event]| ev.iter().any(|e| matches!(e, Event::Restarted { .. }));
+
+    // 1. a context of s held 5 s by a call from a: s is the innermost
+    // holder and is restarted; a, waiting on s, is only reported
+    let hog = {
+        let a = a.clone();
+        std::thread::spawn(move || a.invoke(1, &[5000]))
+    };
+    let ev = tick_until(&mut m, Duration::from_secs(3), restarted);
+    let held = |comp: &str, act: HoldAction| {
+        ev.iter().any(|e| {
+            matches!(e, Event::HoldPastBound { component, action, .. }
+                if component == comp && *action == act)
+        })
+    };
+    assert!(held("s", HoldAction::Restart), "{ev:?}");
+    assert!(held("a", HoldAction::Report), "{ev:?}");
+    assert!(!held("a", HoldAction::Restart), "{ev:?}");
+    let Some(Event::Restarted {
+        component,
+        pid,
+        epoch,
+    }) = ev.iter().find(|e| matches!(e, Event::Restarted { .. }))
+    else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((component.as_str(), *epoch), ("s", 1));
+    assert_ne!(*pid, ps0);
+    // a's call into the dead instance failed (the relay returns -1), a
+    // itself lives on
+    assert_eq!(hog.join().unwrap().unwrap(), -1);
+    assert_eq!(m.pids()["a"], pa);
+    let st = m.status();
+    let ss = st.components.iter().find(|c| c.name == "s").unwrap();
+    assert!(ss.alive && ss.pid == *pid, "{ss:?}");
+    assert_eq!(
+        (ss.stacks.allocated, ss.stacks.free, ss.stacks.epoch),
+        (2, 2, 1)
+    );
+    // the same handles reach the new instance, from the manager and
+    // from component a (its view of s's liveness follows the epoch)
+    assert_eq!(s.invoke(0, &[1, 0, 0, 0, 0, 2]).unwrap(), 3);
+    assert_eq!(a.invoke(0, &[1]).unwrap(), 3);
+
+    // 2. a CBUF of s kept past the bound (f5 allocates and keeps it): s
+    // is restarted again and the CBUF memory reclaimed
+    let id = s.invoke(5, &[]).unwrap();
+    assert!(id > 0);
+    let ev = tick_until(&mut m, Duration::from_secs(3), restarted);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::CbufHeldPastBound { component, action: HoldAction::Restart, .. } if component == "s")),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::CbufsReclaimed { component, bytes } if component == "s" && *bytes > 0)),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Restarted { epoch: 2, .. })),
+        "{ev:?}"
+    );
+    let st = m.status();
+    let ss = st.components.iter().find(|c| c.name == "s").unwrap();
+    assert_eq!((ss.cbufs.slabs, ss.cbufs.in_use), (0, 0), "{:?}", ss.cbufs);
+    // the old cbid names reclaimed memory: refused, not mapped
+    assert_eq!(
+        s.invoke(4, &[id as u64, 8]).unwrap(),
+        -(libc::ENOENT as i64)
+    );
+    // CBUFs work in the new instance (its socket holds no stale reply)
+    let want: u64 = (0..100u64).map(|i| i % 251).sum();
+    assert_eq!(a.invoke(5, &[100]).unwrap(), want as i64);
+    assert_eq!(s.invoke(3, &[]).unwrap() / 1000, libc::SCHED_OTHER as i64);
+}
+
+#[test]
+fn shared_memfds_are_sealed_against_truncation() {
+    let m = chain();
+    let a = m.server("a").unwrap();
+    let c = m.server("c").unwrap();
+    let want: u64 = (0..100u64).map(|i| i % 251).sum();
+    assert_eq!(a.invoke(5, &[100]).unwrap(), want as i64);
+    // a holds its region, c's region, its table and its slab (data and
+    // metadata); c its region, table and a's slab (mapped by cbuf2buf)
+    for (who, s, least) in [("a", &a, 5), ("c", &c, 4)] {
+        let r = s.invoke(8, &[]).unwrap();
+        let (tried, done) = (r >> 16, r & 0xffff);
+        assert!(tried >= least, "{who}: tried {tried} memfds");
+        assert_eq!(done, 0, "{who} truncated {done} of {tried} memfds");
+    }
+    // and the system still works: nothing shrank under anybody
+    assert_eq!(a.invoke(5, &[100]).unwrap(), want as i64);
+    assert_eq!(a.invoke(0, &[1]).unwrap(), 5);
+}
+
+#[test]
+#[ignore = "needs root (components run as root; nobody probes them)"]
+fn nobody_cannot_reach_the_shared_memory_of_a_system() {
+    mantle_testsupport::require_root("setpriv to nobody");
+    let m = chain();
+    let a = m.server("a").unwrap();
+    assert!(a.invoke(5, &[100]).unwrap() > 0);
+    let mut pids: Vec<u32> = m.pids().values().copied().collect();
+    pids.push(std::process::id());
+    let mut paths = Vec::new();
+    for pid in pids {
+        for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .flatten()
+        {
+            let l = std::fs::read_link(e.path()).unwrap_or_default();
+            let l = l.to_string_lossy();
+            if l.starts_with("/memfd:mantle") || l.starts_with("socket:") {
+                paths.push(e.path());
+            }
+        }
+        for e in std::fs::read_dir(format!("/proc/{pid}/map_files"))
+            .unwrap()
+            .flatten()
+        {
+            let l = std::fs::read_link(e.path()).unwrap_or_default();
+            if l.to_string_lossy().starts_with("/memfd:mantle") {
+                paths.push(e.path());
+            }
+        }
+    }
+    assert!(paths.len() >= 10, "{paths:?}");
+    for p in &paths {
+        for mode in ["<", "<>"] {
+            let out = std::process::Command::new("setpriv")
+                .args([
+                    "--reuid=nobody",
+                    "--regid=nogroup",
+                    "--clear-groups",
+                    "sh",
+                    "-c",
+                ])
+                .arg(format!("exec 3{mode}'{}' && echo OPENED", p.display()))
+                .output()
+                .unwrap();
+            let o = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                !o.contains("OPENED") && !out.status.success(),
+                "nobody opened {p:?} ({mode})"
+            );
+        }
+    }
+    // nor can nobody signal or trace the components
+    for pid in m.pids().values() {
+        let out = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "kill",
+                "-0",
+            ])
+            .arg(pid.to_string())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "nobody may signal component {pid}");
+    }
+    assert_eq!(a.invoke(0, &[1]).unwrap(), 5);
+}
+
+#[test]
+fn cbuf_removal_never_takes_a_buffer_in_use() {
+    let mut m = Manager::up(system("[policy]\nname='none'", &[("c", "echo", &[], 2)])).unwrap();
+    let c = m.server("c").unwrap();
+    // c allocates a 64-byte CBUF (a 4 KiB slab) and holds it 300 ms
+    let hold = {
+        let c = c.clone();
+        std::thread::spawn(move || c.invoke(6, &[300]))
+    };
+    let t0 = Instant::now();
+    while m.status().components[0].cbufs.in_use == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(2), "never allocated");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // the manager asks for everything back, twice over: nothing in use goes
+    assert_eq!(m.reclaim_cbufs("c").unwrap(), 0);
+    assert_eq!(m.set_desired_cbufs(0, 0), 0);
+    m.tick();
+    let k = m.status().components[0].cbufs.clone();
+    assert_eq!((k.slabs, k.in_use, k.bytes), (1, 1, 4096), "{k:?}");
+    // the holder frees its buffer normally, then the slab goes
+    assert_eq!(hold.join().unwrap().unwrap(), 0);
+    let t0 = Instant::now();
+    while m.status().components[0].cbufs.slabs != 0 && t0.elapsed() < Duration::from_secs(2) {
+        m.tick();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let k = m.status().components[0].cbufs.clone();
+    assert_eq!((k.slabs, k.in_use, k.bytes), (0, 0, 0), "{k:?}");
 }

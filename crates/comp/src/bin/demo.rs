@@ -11,7 +11,10 @@
 //! * f5(): allocates a 64-byte CBUF, keeps it, returns its cbid;
 //! * f6(ms): allocates a CBUF, holds it ms, frees it;
 //! * f7(): spins until a caller blocks on this component's empty cache
-//!   (at most 100 ms): the holder side of the "invocation with PI" bench.
+//!   (at most 100 ms): the holder side of the "invocation with PI" bench;
+//! * f8(): the truncation attack (both roles): tries to shrink and to
+//!   grow every memfd it holds (regions, CBUF table, slabs), reopened
+//!   writable through /proc/self/fd; returns `tried << 16 | succeeded`.
 //!
 //! `relay TARGET` (a link):
 //! * f0(x) = TARGET.f0(x + 1) + 1; f1(ms) = TARGET.f1(ms);
@@ -49,6 +52,31 @@ fn sum_of(cb: &Cbufs, id: u64, n: u64) -> i64 {
         }
         Err(e) => errno(e),
     }
+}
+
+/// f8: every memfd this process holds, shrunk to 0 and grown by a page.
+fn truncate_attack() -> i64 {
+    let (mut tried, mut done) = (0i64, 0i64);
+    for e in std::fs::read_dir("/proc/self/fd")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let p = e.path();
+        let is_memfd =
+            std::fs::read_link(&p).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:mantle"));
+        if !is_memfd {
+            continue;
+        }
+        tried += 1;
+        if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&p) {
+            let len = f.metadata().map_or(0, |m| m.len());
+            if f.set_len(0).is_ok() || f.set_len(len + 4096).is_ok() {
+                done += 1;
+            }
+        }
+    }
+    tried << 16 | done
 }
 
 fn main() {
@@ -95,6 +123,7 @@ fn main() {
                     }
                     0
                 })
+                .func(|_| truncate_attack())
         }
         "relay" => {
             let target = std::env::args().nth(2).unwrap_or_default();
@@ -148,6 +177,7 @@ fn main() {
                     }
                     Err(e) => errno(e),
                 })
+                .func(|_| truncate_attack())
         }
         r => {
             eprintln!("mantle-comp-demo: unknown role {r:?} (echo, relay TARGET)");
