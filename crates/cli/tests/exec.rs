@@ -1363,6 +1363,94 @@ fn the_executive_dispatches_two_cpus_partitioned() {
     let _ = std::fs::remove_dir_all(f.parent().unwrap());
 }
 
+/// Per thread (`per = "thread"`): the thread of a guest that asks for
+/// SCHED_FIFO runs before its sibling thread, which gets (almost) nothing
+/// while it runs; per guest the two share the guest's turns by the host's
+/// fair share. The threads spin over the same second of wall time and
+/// report their own CPU time.
+#[test]
+#[ignore = "needs root for the guests' cgroups (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn per_thread_dispatch_runs_a_threads_own_fifo_before_its_sibling() {
+    let _serial = timing();
+    mantle_testsupport::require_root("cgroups for dispatching");
+    let dir = std::env::temp_dir().join(format!("mantle-perthread-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("two.c");
+    std::fs::write(
+        &src,
+        r#"#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <time.h>
+static double now(clockid_t c) { struct timespec t; clock_gettime(c, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+static double end;
+static void *run(void *fifo) {
+    if (fifo) { struct sched_param p = { .sched_priority = 10 }; if (sched_setscheduler(0, SCHED_FIFO, &p)) perror("setscheduler"); }
+    while (now(CLOCK_MONOTONIC) < end) ;
+    printf("%s %.3f\n", fifo ? "fifo" : "other", now(CLOCK_THREAD_CPUTIME_ID));
+    return 0;
+}
+int main(void) {
+    pthread_t a, b;
+    end = now(CLOCK_MONOTONIC) + 1.0;
+    pthread_create(&b, 0, run, 0);
+    pthread_create(&a, 0, run, (void *)1);
+    pthread_join(a, 0); pthread_join(b, 0);
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let bin = dir.join("two");
+    let st = Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let run = |per: &str| {
+        let sys = dir.join(format!("{per}.toml"));
+        std::fs::write(
+            &sys,
+            format!(
+                "[dispatch]\ncpus = [0]\nper = \"{per}\"\n\n[[guest]]\nname = \"two\"\ncommand = [\"{}\"]\n",
+                bin.display()
+            ),
+        )
+        .unwrap();
+        let o = mantle(&["run", "--system", sys.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{per}: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        let get = |k: &str| -> f64 {
+            out.lines()
+                .find_map(|l| l.strip_prefix(k)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{per}: no {k} in {out}"))
+        };
+        (get("fifo "), get("other "))
+    };
+    let (fifo, other) = run("thread");
+    assert!(
+        other < 0.1 * (fifo + other),
+        "per thread: the sibling ran {other} s beside the FIFO thread's {fifo} s"
+    );
+    let (fifo, other) = run("guest");
+    assert!(
+        other > 0.3 * (fifo + other),
+        "per guest: the sibling ran {other} s beside {fifo} s (should share)"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    // the threads' cgroups and the guests' are gone
+    let root = mantle_sys::probe::cgroup2_mount().unwrap();
+    let left = std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("mantle-exec."))
+        .count();
+    assert_eq!(left, 0, "cgroups left under {}", root.display());
+}
+
 /// A guest's sched_yield gives its turn away in the executive's policy:
 /// a guest that yields in a loop gets a sliver of the CPU next to one that
 /// spins (the kernel's yield, with only one guest thawed at a time, would

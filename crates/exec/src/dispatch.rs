@@ -35,22 +35,42 @@
 //! first, each CPU admits by the uniprocessor test; the others balance the
 //! count). So one guest runs per CPU at a time, never migrating.
 //!
-//! Invariants: at most one guest thawed and runnable per CPU at a time; a
-//! guest that ended is never picked; the cgroups are removed when the
-//! dispatcher is dropped (the reaper removes what is left after a crash).
-//! Guest `i` is `TaskId(i)` in the policy of its CPU, and only there.
+//! Invariants: at most one task (guest, or thread) thawed and runnable per
+//! CPU at a time; a task that ended is never picked; the cgroups are
+//! removed when the dispatcher is dropped (the reaper removes what is left
+//! after a crash). Task `k` is `TaskId(k)` in the policy of its guest's
+//! CPU, and only there; per guest, task `i` is guest `i`.
 //!
-//! Not yet: per-thread dispatch inside a guest; global (migrating)
-//! multiprocessor scheduling; a guest's wake-up from a kernel block is
-//! seen up to `check` late, and runs meanwhile.
+//! Per thread (`[dispatch] per = "thread"`): each thread of a guest is a
+//! task of its own, in a threaded cgroup of its own below the guest's
+//! (`gN/tTID`, frozen and thawed alone: the cgroup v2 freezer works on
+//! threaded cgroups). A new thread starts in its creator's cgroup and is
+//! moved to one of its own at the next check (until then it shares its
+//! creator's turns); a thread's own sched_setscheduler and sched_yield
+//! are its own, as on Linux. Per guest (the default) a guest's threads
+//! share its turns by the host's fair share.
+//!
+//! Not yet: global (migrating) multiprocessor scheduling; a guest's
+//! wake-up from a kernel block is seen up to `check` late, and runs
+//! meanwhile.
 
 use crate::sched::partition::{partition, PartitionError};
-use crate::sched::{AdmitError, ChangeError, Params, Policy, Standard, TaskId, PPB};
+use crate::sched::{AdmitError, ChangeError, Params, Policy, Standard, TaskId, UnknownTask, PPB};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
+
+/// What the executive dispatches: whole guests, or each guest thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Unit {
+    /// A guest (its process tree) is one task.
+    #[default]
+    Guest,
+    /// Every thread of every guest is a task.
+    Thread,
+}
 
 /// How guests are dispatched.
 #[derive(Clone, Debug)]
@@ -61,6 +81,8 @@ pub struct DispatchOptions {
     pub quantum: Duration,
     /// How often the dispatched guest's state is checked.
     pub check: Duration,
+    /// Whole guests or threads.
+    pub per: Unit,
 }
 
 impl Default for DispatchOptions {
@@ -69,6 +91,7 @@ impl Default for DispatchOptions {
             cpus: vec![0],
             quantum: Duration::from_millis(10),
             check: Duration::from_millis(1),
+            per: Unit::Guest,
         }
     }
 }
@@ -76,13 +99,16 @@ impl Default for DispatchOptions {
 /// What dispatching counted (for `exec status` and the benchmark).
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct DispatchStats {
-    /// Decisions taken, and those that switched guests.
+    /// Decisions taken, and those that switched tasks.
     pub decisions: u64,
     pub switches: u64,
-    /// ns each guest was dispatched (thawed and runnable).
+    /// ns each guest was dispatched (thawed and runnable; per thread, the
+    /// sum over its threads).
     pub ran_ns: Vec<u64>,
     /// EDF deadlines missed, per guest.
     pub misses: Vec<u64>,
+    /// Threads dispatched as tasks of their own so far, per guest.
+    pub threads: Vec<u64>,
     /// Quantum ends (and other policy deadlines) seen, and how late the
     /// executive acted on each (ns after the policy's `until`): the first
     /// [`LATENESS_KEPT`] kept, for percentiles.
@@ -97,9 +123,23 @@ pub struct DispatchStats {
 /// start: no allocation while dispatching).
 pub const LATENESS_KEPT: usize = 1 << 16;
 
-struct Group {
+/// A guest's own cgroup (`gN`), which its processes join before they exec.
+struct GuestCg {
     dir: PathBuf,
     procs: File,
+    /// What its tasks start with.
+    params: Params,
+    /// Its CPU (index into `opts.cpus` and `parts`).
+    part: usize,
+    ended: bool,
+}
+
+/// What the policy schedules: a guest's cgroup, or one thread's.
+struct Task {
+    guest: usize,
+    /// The thread (per thread), 0 per guest.
+    tid: u32,
+    dir: PathBuf,
     freeze: File,
     frozen: bool,
     /// Not runnable (every thread asleep), as last seen.
@@ -107,7 +147,7 @@ struct Group {
     ended: bool,
 }
 
-/// One CPU of the system: its policy over its guests, and who runs.
+/// One CPU of the system: its policy over its tasks, and who runs.
 struct Part {
     policy: Standard,
     current: Option<usize>,
@@ -131,10 +171,10 @@ pub enum DispatchError {
 /// The guests' cgroups and the policies over them.
 pub struct Dispatcher {
     opts: DispatchOptions,
-    groups: Vec<Group>,
+    guests: Vec<GuestCg>,
+    /// Indices are the policies' TaskIds; an ended task's index is reused.
+    tasks: Vec<Task>,
     parts: Vec<Part>,
-    /// Guest → its part (index into `opts.cpus` and `parts`).
-    part_of: Vec<usize>,
     epoch: Instant,
     next_check: Option<u64>,
     pub stats: DispatchStats,
@@ -168,6 +208,18 @@ fn any_runnable(dir: &Path) -> bool {
     })
 }
 
+/// The thread ids listed in a cgroup's `cgroup.threads` (none if it is
+/// gone).
+fn threads_of(dir: &Path) -> Vec<u32> {
+    std::fs::read_to_string(dir.join("cgroup.threads"))
+        .map(|s| s.lines().filter_map(|t| t.trim().parse().ok()).collect())
+        .unwrap_or_default()
+}
+
+fn open_write(dir: &Path, f: &str) -> io::Result<File> {
+    std::fs::OpenOptions::new().write(true).open(dir.join(f))
+}
+
 impl Dispatcher {
     /// Gives each guest (its parameters; None: best effort) a CPU of
     /// `opts.cpus` and makes one cgroup per guest below this process's own
@@ -176,33 +228,39 @@ impl Dispatcher {
         opts: DispatchOptions,
         params: &[Option<Params>],
     ) -> Result<Dispatcher, DispatchError> {
-        let guests = params.len();
+        let n = params.len();
         let ps: Vec<Params> = params
             .iter()
             .map(|p| p.unwrap_or(Params::BestEffort { nice: 0 }))
             .collect();
         let part_of = partition(&ps, opts.cpus.len(), PPB)?;
         let base = own_cgroup().map_err(DispatchError::Cgroup)?;
-        let mut groups = Vec::with_capacity(guests);
-        for i in 0..guests {
+        let mut guests = Vec::with_capacity(n);
+        let mut tasks = Vec::with_capacity(n);
+        for (i, &params) in ps.iter().enumerate() {
             let dir = base.join(format!("g{i}"));
             match std::fs::create_dir(&dir) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(DispatchError::Cgroup(e)),
             }
-            let open = |f: &str| {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(dir.join(f))
-                    .map_err(DispatchError::Cgroup)
-            };
-            groups.push(Group {
-                procs: open("cgroup.procs")?,
-                freeze: open("cgroup.freeze")?,
+            let procs = open_write(&dir, "cgroup.procs").map_err(DispatchError::Cgroup)?;
+            if opts.per == Unit::Guest {
+                tasks.push(Task {
+                    guest: i,
+                    tid: 0,
+                    freeze: open_write(&dir, "cgroup.freeze").map_err(DispatchError::Cgroup)?,
+                    dir: dir.clone(),
+                    frozen: false,
+                    blocked: false,
+                    ended: false,
+                });
+            }
+            guests.push(GuestCg {
                 dir,
-                frozen: false,
-                blocked: false,
+                procs,
+                params,
+                part: part_of[i],
                 ended: false,
             });
         }
@@ -218,16 +276,17 @@ impl Dispatcher {
             .collect();
         Ok(Dispatcher {
             stats: DispatchStats {
-                ran_ns: vec![0; guests],
-                misses: vec![0; guests],
+                ran_ns: vec![0; n],
+                misses: vec![0; n],
+                threads: vec![0; n],
                 lateness_ns: Vec::with_capacity(LATENESS_KEPT),
                 switch_ns: Vec::with_capacity(LATENESS_KEPT),
                 ..Default::default()
             },
             parts,
-            part_of,
             opts,
-            groups,
+            guests,
+            tasks,
             epoch: Instant::now(),
             next_check: None,
         })
@@ -235,48 +294,178 @@ impl Dispatcher {
 
     /// Guest `i`'s `cgroup.procs`, for the child to join before it execs.
     pub fn procs_fd(&self, i: usize) -> Option<RawFd> {
-        self.groups.get(i).map(|g| g.procs.as_raw_fd())
+        self.guests.get(i).map(|g| g.procs.as_raw_fd())
     }
 
     /// The CPUs guest `i` runs on (its part's one CPU).
     pub fn cpus_of(&self, i: usize) -> &[usize] {
-        match self.part_of.get(i) {
-            Some(&p) => std::slice::from_ref(&self.opts.cpus[p]),
+        match self.guests.get(i) {
+            Some(g) => std::slice::from_ref(&self.opts.cpus[g.part]),
             None => &[],
         }
+    }
+
+    /// The CPU guest `i` is dispatched on.
+    pub fn cpu_of(&self, i: usize) -> Option<usize> {
+        self.guests.get(i).map(|g| self.opts.cpus[g.part])
     }
 
     fn ns(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.epoch).as_nanos() as u64
     }
 
-    fn set_frozen(&mut self, i: usize, frozen: bool) {
-        let g = &mut self.groups[i];
-        if g.frozen != frozen && !g.ended {
-            // a failed write leaves the state as it was (the guest ended)
-            if g.freeze.write_all(if frozen { b"1" } else { b"0" }).is_ok() {
-                g.frozen = frozen;
+    fn part_of(&self, k: usize) -> usize {
+        self.guests[self.tasks[k].guest].part
+    }
+
+    fn set_frozen(&mut self, k: usize, frozen: bool) {
+        let t = &mut self.tasks[k];
+        if t.frozen != frozen && !t.ended {
+            // a failed write leaves the state as it was (the task ended)
+            if t.freeze.write_all(if frozen { b"1" } else { b"0" }).is_ok() {
+                t.frozen = frozen;
             }
         }
     }
 
-    /// Admits every guest with its parameters (None: best effort) and
-    /// takes the first decision; every guest but the one picked is frozen.
-    pub fn start(&mut self, params: &[Option<Params>]) -> Result<(), (usize, AdmitError)> {
+    /// Admits every guest (per thread: every thread there is now) with its
+    /// parameters and takes the first decision; every task but those
+    /// picked is frozen.
+    pub fn start(&mut self) -> Result<(), (usize, AdmitError)> {
         let now = self.ns(Instant::now());
-        for (i, p) in params.iter().enumerate() {
-            let p = p.unwrap_or(Params::BestEffort { nice: 0 });
-            let part = self.part_of.get(i).copied().unwrap_or(0);
-            self.parts[part]
-                .policy
-                .add(TaskId(i as u32), p, now)
-                .map_err(|e| (i, e))?;
+        if self.opts.per == Unit::Guest {
+            for k in 0..self.tasks.len() {
+                let (g, part) = (self.tasks[k].guest, self.part_of(k));
+                let p = self.guests[g].params;
+                self.parts[part]
+                    .policy
+                    .add(TaskId(k as u32), p, now)
+                    .map_err(|e| (g, e))?;
+            }
+        } else {
+            self.discover(now);
         }
-        for i in 0..self.groups.len() {
-            self.set_frozen(i, true);
+        for k in 0..self.tasks.len() {
+            self.set_frozen(k, true);
         }
         self.decide(now);
         Ok(())
+    }
+
+    /// Per thread: gives every thread of the guests not yet a task a
+    /// threaded cgroup of its own and adds it to its guest's CPU's policy
+    /// with the guest's parameters; a task whose thread is gone ends.
+    /// Threads are found in the guest's cgroup (not yet moved: the first
+    /// thread of each process) and in each task's (born there).
+    fn discover(&mut self, now: u64) {
+        if self.opts.per != Unit::Thread {
+            return;
+        }
+        for g in 0..self.guests.len() {
+            if self.guests[g].ended {
+                continue;
+            }
+            let mut found = threads_of(&self.guests[g].dir);
+            for t in self.tasks.iter().filter(|t| t.guest == g && !t.ended) {
+                found.extend(threads_of(&t.dir).into_iter().filter(|&x| x != t.tid));
+            }
+            for tid in found {
+                if !self.tasks.iter().any(|t| !t.ended && t.tid == tid) {
+                    let _ = self.adopt(g, tid, now);
+                }
+            }
+        }
+        for k in 0..self.tasks.len() {
+            let t = &self.tasks[k];
+            if !t.ended && threads_of(&t.dir).is_empty() {
+                self.end_task(k, now);
+            }
+        }
+    }
+
+    /// Moves thread `tid` of guest `g` into a threaded cgroup of its own
+    /// and makes it a task (thawed: the next decision freezes it unless
+    /// picked).
+    fn adopt(&mut self, g: usize, tid: u32, now: u64) -> io::Result<usize> {
+        let dir = self.guests[g].dir.join(format!("t{tid}"));
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let setup = || -> io::Result<File> {
+            open_write(&dir, "cgroup.type")?.write_all(b"threaded")?;
+            open_write(&dir, "cgroup.threads")?.write_all(tid.to_string().as_bytes())?;
+            open_write(&dir, "cgroup.freeze")
+        };
+        let freeze = match setup() {
+            Ok(f) => f,
+            Err(e) => {
+                // the thread ended meanwhile, most likely
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        };
+        let task = Task {
+            guest: g,
+            tid,
+            dir,
+            freeze,
+            frozen: false,
+            blocked: false,
+            ended: false,
+        };
+        let k = match self.tasks.iter().position(|t| t.ended) {
+            Some(k) => {
+                self.tasks[k] = task;
+                k
+            }
+            None => {
+                self.tasks.push(task);
+                self.tasks.len() - 1
+            }
+        };
+        let part = self.guests[g].part;
+        let p = self.guests[g].params;
+        if let Err(e) = self.parts[part].policy.add(TaskId(k as u32), p, now) {
+            // an EDF thread beyond the CPU's bound: it runs in the
+            // guest's cgroup by fair share, frozen with nobody's turn...
+            // so it is best effort instead
+            let _ = e;
+            let be = Params::BestEffort { nice: 0 };
+            let _ = self.parts[part].policy.add(TaskId(k as u32), be, now);
+        }
+        self.stats.threads[g] += 1;
+        Ok(k)
+    }
+
+    fn end_task(&mut self, k: usize, now: u64) {
+        let part = self.part_of(k);
+        let t = &mut self.tasks[k];
+        if t.ended {
+            return;
+        }
+        t.ended = true;
+        let _ = self.parts[part].policy.remove(TaskId(k as u32), now);
+        if self.parts[part].current == Some(k) {
+            self.parts[part].current = None;
+        }
+        if t.tid != 0 {
+            let _ = std::fs::remove_dir(&t.dir);
+        }
+    }
+
+    /// The task of guest `i`'s thread `tid`: per guest the guest's, per
+    /// thread the thread's (adopted now if not yet).
+    fn task_of(&mut self, i: usize, tid: u32, now: u64) -> Option<usize> {
+        match self.opts.per {
+            Unit::Guest => (i < self.tasks.len()).then_some(i),
+            Unit::Thread => self
+                .tasks
+                .iter()
+                .position(|t| !t.ended && t.tid == tid)
+                .or_else(|| self.adopt(i, tid, now).ok()),
+        }
     }
 
     /// The next instant the executive must call [`Dispatcher::tick`].
@@ -296,55 +485,60 @@ impl Dispatcher {
         self.next_check = Some(0);
     }
 
-    /// Guest `i` ended: never picked again.
+    /// Guest `i` ended: its tasks are never picked again.
     pub fn exit(&mut self, i: usize) {
         let now = self.ns(Instant::now());
-        if let Some(g) = self.groups.get_mut(i) {
-            g.ended = true;
-        }
-        let Some(&p) = self.part_of.get(i) else {
+        let Some(g) = self.guests.get_mut(i) else {
             return;
         };
+        g.ended = true;
         self.account(now);
-        let part = &mut self.parts[p];
-        let _ = part.policy.remove(TaskId(i as u32), now);
-        if part.current == Some(i) {
-            part.current = None;
+        for k in 0..self.tasks.len() {
+            if self.tasks[k].guest == i {
+                self.end_task(k, now);
+            }
         }
         self.decide(now);
     }
 
-    /// Guest `i` asks for new parameters (its sched_setscheduler and the
-    /// like, mapped by crate::sched::guest).
-    pub fn change(&mut self, i: usize, p: Params) -> Result<(), ChangeError> {
+    /// Guest `i`'s thread `tid` asks for new parameters (its
+    /// sched_setscheduler and the like, mapped by crate::sched::guest):
+    /// per guest they are the whole guest's, per thread the thread's.
+    pub fn change(&mut self, i: usize, tid: u32, p: Params) -> Result<(), ChangeError> {
         let now = self.ns(Instant::now());
         self.account(now);
-        let part = self.part_of.get(i).copied().unwrap_or(0);
-        let r = self.parts[part].policy.change(TaskId(i as u32), p, now);
+        let r = match self.task_of(i, tid, now) {
+            Some(k) => {
+                let part = self.part_of(k);
+                self.parts[part].policy.change(TaskId(k as u32), p, now)
+            }
+            None => Err(ChangeError::Unknown(UnknownTask(TaskId(u32::MAX)))),
+        };
         self.decide(now);
         r
     }
 
-    /// Guest `i` gives up the rest of its turn (its `sched_yield`): the
-    /// policy's yield, then a new decision.
-    pub fn yield_now(&mut self, i: usize) {
+    /// Guest `i`'s thread `tid` gives up the rest of its turn (its
+    /// `sched_yield`): the policy's yield, then a new decision.
+    pub fn yield_now(&mut self, i: usize, tid: u32) {
         let now = self.ns(Instant::now());
         self.account(now);
-        if let Some(&p) = self.part_of.get(i) {
-            let _ = self.parts[p].policy.yield_now(TaskId(i as u32), now);
+        if let Some(k) = self.task_of(i, tid, now) {
+            let part = self.part_of(k);
+            let _ = self.parts[part].policy.yield_now(TaskId(k as u32), now);
         }
         self.decide(now);
     }
 
-    /// The parameters guest `i` is scheduled with.
+    /// The parameters guest `i` is scheduled with (per thread: its first
+    /// thread's, or what its threads start with).
     pub fn params(&self, i: usize) -> Option<Params> {
-        let p = self.part_of.get(i)?;
-        self.parts[*p].policy.params(TaskId(i as u32))
-    }
-
-    /// The CPU guest `i` is dispatched on.
-    pub fn cpu_of(&self, i: usize) -> Option<usize> {
-        self.part_of.get(i).map(|&p| self.opts.cpus[p])
+        let g = self.guests.get(i)?;
+        let k = self.tasks.iter().position(|t| t.guest == i && !t.ended);
+        match k {
+            Some(k) => self.parts[g.part].policy.params(TaskId(k as u32)),
+            None => Some(g.params),
+        }
     }
 
     /// A summary of the dispatching: decisions, switches, and the lateness
@@ -374,13 +568,18 @@ impl Dispatcher {
         )
     }
 
-    /// Which guest is dispatched on each CPU (in `cpus` order).
-    pub fn current(&self) -> Vec<Option<usize>> {
-        self.parts.iter().map(|p| p.current).collect()
+    /// Which task is dispatched on each CPU (in `cpus` order): the guest,
+    /// and the thread per thread (0 per guest).
+    pub fn current(&self) -> Vec<Option<(usize, u32)>> {
+        self.parts
+            .iter()
+            .map(|p| p.current.map(|k| (self.tasks[k].guest, self.tasks[k].tid)))
+            .collect()
     }
 
-    /// Decides when due (or when poked): charges the guest that ran,
-    /// updates who is blocked, picks, and freezes and thaws accordingly.
+    /// Decides when due (or when poked): charges the tasks that ran,
+    /// updates who is blocked (and, per thread, which threads there are),
+    /// picks, and freezes and thaws accordingly.
     pub fn tick(&mut self) {
         let now_i = Instant::now();
         let now = self.ns(now_i);
@@ -403,31 +602,34 @@ impl Dispatcher {
         for part in &mut self.parts {
             if let Some(c) = part.current {
                 let ran = now.saturating_sub(part.since);
-                self.stats.ran_ns[c] += ran;
+                self.stats.ran_ns[self.tasks[c].guest] += ran;
                 let _ = part.policy.charge(TaskId(c as u32), ran, now);
             }
             part.since = now;
         }
-        // who is runnable: the dispatched guest and the thawed blocked ones
-        for i in 0..self.groups.len() {
-            let g = &self.groups[i];
-            if g.ended || (g.frozen && !g.blocked) {
+        self.discover(now);
+        // who is runnable: the dispatched tasks and the thawed blocked ones
+        for k in 0..self.tasks.len() {
+            let t = &self.tasks[k];
+            if t.ended || (t.frozen && !t.blocked) {
                 continue;
             }
-            let runnable = any_runnable(&g.dir);
-            let t = TaskId(i as u32);
-            let policy = &mut self.parts[self.part_of[i]].policy;
-            if runnable && self.groups[i].blocked {
-                self.groups[i].blocked = false;
-                let _ = policy.wake(t, now);
-            } else if !runnable && !self.groups[i].blocked {
-                self.groups[i].blocked = true;
-                let _ = policy.block(t, now);
+            let runnable = any_runnable(&t.dir);
+            let id = TaskId(k as u32);
+            let part = self.part_of(k);
+            let policy = &mut self.parts[part].policy;
+            if runnable && self.tasks[k].blocked {
+                self.tasks[k].blocked = false;
+                let _ = policy.wake(id, now);
+            } else if !runnable && !self.tasks[k].blocked {
+                self.tasks[k].blocked = true;
+                let _ = policy.block(id, now);
             }
         }
         for part in &mut self.parts {
             for m in part.policy.take_misses() {
-                if let Some(x) = self.stats.misses.get_mut(m.task.0 as usize) {
+                let g = self.tasks.get(m.task.0 as usize).map(|t| t.guest);
+                if let Some(x) = g.and_then(|g| self.stats.misses.get_mut(g)) {
                     *x += 1;
                 }
             }
@@ -438,10 +640,11 @@ impl Dispatcher {
         for p in 0..self.parts.len() {
             self.decide_part(p, now);
         }
-        // check the dispatched guests (they may block) and the thawed
-        // blocked ones (they may wake)
+        // check the dispatched tasks (they may block), the thawed blocked
+        // ones (they may wake), and per thread for new threads
         let watch = self.parts.iter().any(|p| p.current.is_some())
-            || self.groups.iter().any(|g| g.blocked && !g.ended);
+            || self.tasks.iter().any(|t| t.blocked && !t.ended)
+            || (self.opts.per == Unit::Thread && self.guests.iter().any(|g| !g.ended));
         self.next_check = watch.then(|| now + self.opts.check.as_nanos() as u64);
     }
 
@@ -453,10 +656,10 @@ impl Dispatcher {
         if next != current {
             self.stats.switches += 1;
             let t0 = Instant::now();
-            // the leaving guest: frozen, unless it is blocked (then it may
+            // the leaving task: frozen, unless it is blocked (then it may
             // stay thawed: it uses no CPU, and its wake-up must be seen)
             if let Some(c) = current {
-                if !self.groups[c].blocked {
+                if !self.tasks[c].blocked {
                     self.set_frozen(c, true);
                 }
             }
@@ -468,10 +671,10 @@ impl Dispatcher {
                 self.stats.switch_ns.push(t0.elapsed().as_nanos() as u64);
             }
         }
-        // this CPU's runnable guests that are thawed but not picked: frozen
-        for i in 0..self.groups.len() {
-            if self.part_of[i] == p && Some(i) != next && !self.groups[i].blocked {
-                self.set_frozen(i, true);
+        // this CPU's runnable tasks that are thawed but not picked: frozen
+        for k in 0..self.tasks.len() {
+            if self.part_of(k) == p && Some(k) != next && !self.tasks[k].blocked {
+                self.set_frozen(k, true);
             }
         }
         self.parts[p].since = now;
@@ -481,9 +684,15 @@ impl Dispatcher {
 
 impl Drop for Dispatcher {
     fn drop(&mut self) {
-        for g in &self.groups {
-            // thawed, so that whatever is left runs to its end
-            let _ = (&g.freeze).write_all(b"0");
+        // thawed, so that whatever is left runs to its end; threads'
+        // cgroups first (a guest's cgroup goes once they are gone)
+        for t in &self.tasks {
+            let _ = (&t.freeze).write_all(b"0");
+            if t.tid != 0 {
+                let _ = std::fs::remove_dir(&t.dir);
+            }
+        }
+        for g in &self.guests {
             let _ = std::fs::remove_dir(&g.dir);
         }
     }

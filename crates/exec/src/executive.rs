@@ -327,7 +327,6 @@ impl Executive {
             }
             None => None,
         };
-        let mut sched_params = Vec::with_capacity(n_guests);
         let rates: Vec<Option<crate::qos::Rate>> = prepared.iter().map(|(s, _)| s.qos).collect();
         let qos = if rates.iter().any(Option::is_some) {
             Some(
@@ -343,7 +342,6 @@ impl Executive {
         let mut filters = Vec::new();
         let mut sync_all = true;
         for (k, (spec, p)) in prepared.into_iter().enumerate() {
-            sched_params.push(spec.sched);
             let chain = Chain::new(spec.agents);
             let wants = chain.wants();
             let mut nrs: Vec<u32> = wants.iter().map(|s| s.0).collect();
@@ -396,7 +394,7 @@ impl Executive {
             });
         }
         if let Some(d) = &mut dispatch {
-            d.start(&sched_params).map_err(|(i, e)| Error::Launch {
+            d.start().map_err(|(i, e)| Error::Launch {
                 name: guests[i].name.clone(),
                 source: LaunchError::Sys {
                     what: "admit the guest to the executive's policy",
@@ -762,7 +760,7 @@ impl Executive {
             Decision::Return(v) => listener.reply(id, *v).map(|()| Outcome::Result(*v)),
             Decision::Sched(p) => {
                 let r = match &mut self.dispatch {
-                    Some(d) => match d.change(i, *p) {
+                    Some(d) => match d.change(i, call.tid, *p) {
                         Ok(()) => Ok(()),
                         Err(crate::sched::ChangeError::Refused(_)) => Err(libc::EBUSY),
                         Err(_) => Err(libc::EINVAL),
@@ -779,7 +777,7 @@ impl Executive {
             }
             Decision::Yield => {
                 if let Some(d) = &mut self.dispatch {
-                    d.yield_now(i);
+                    d.yield_now(i, call.tid);
                 }
                 listener.reply(id, 0).map(|()| Outcome::Result(0))
             }

@@ -16,8 +16,10 @@
 //! sched = "edf 2ms/10ms"          # with [dispatch]: see parse_sched
 //!
 //! [dispatch]                      # the executive decides who runs
-//! cpus = [0]                      # the CPUs the guests share
+//! cpus = [0]                      # the CPUs the guests share (more:
+//!                                 # partitioned, a CPU per guest)
 //! quantum = "10ms"                # best effort's round robin quantum
+//! per = "guest"                   # or "thread": each thread a task
 //! ```
 //!
 //! Unknown keys are refused so that a typo never silently means "no
@@ -47,6 +49,7 @@ struct QosEntry {
 struct DispatchEntry {
     cpus: Option<Vec<usize>>,
     quantum: Option<String>,
+    per: Option<String>,
 }
 
 /// A whole system: its guests, and how the executive dispatches them
@@ -248,6 +251,15 @@ pub fn parse(text: &str) -> Result<System, String> {
                 o.quantum = crate::agents::delay::parse_duration(&q)
                     .map_err(|e| format!("[dispatch] quantum: {e}"))?;
             }
+            o.per = match d.per.as_deref() {
+                None | Some("guest") => crate::dispatch::Unit::Guest,
+                Some("thread") => crate::dispatch::Unit::Thread,
+                Some(x) => {
+                    return Err(format!(
+                        "[dispatch] per: \"{x}\" is neither \"guest\" nor \"thread\""
+                    ))
+                }
+            };
             Some(o)
         }
     };
@@ -322,6 +334,19 @@ trace = "/tmp/t"
         assert!(parse("[dispatch]\ncpus = []\n[[guest]]\ncommand = [\"a\"]\n").is_err());
         assert!(parse("[dispatch]\nquantum = \"x\"\n[[guest]]\ncommand = [\"a\"]\n").is_err());
         assert!(parse("[dispatch]\nwhat = 1\n[[guest]]\ncommand = [\"a\"]\n").is_err());
+        // per: both units, and nothing else
+        use crate::dispatch::Unit;
+        for (v, u) in [
+            ("guest", Some(Unit::Guest)),
+            ("thread", Some(Unit::Thread)),
+            ("x", None),
+        ] {
+            let r = parse(&format!(
+                "[dispatch]\nper = \"{v}\"\n[[guest]]\ncommand = [\"a\"]\n"
+            ));
+            assert_eq!(r.ok().and_then(|s| s.dispatch).map(|d| d.per), u, "{v}");
+        }
+        assert_eq!(d.per, Unit::Guest);
     }
 
     #[test]
