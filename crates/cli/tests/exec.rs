@@ -1442,13 +1442,7 @@ int main(void) {
     );
     let _ = std::fs::remove_dir_all(&dir);
     // the threads' cgroups and the guests' are gone
-    let root = mantle_sys::probe::cgroup2_mount().unwrap();
-    let left = std::fs::read_dir(&root)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("mantle-exec."))
-        .count();
-    assert_eq!(left, 0, "cgroups left under {}", root.display());
+    assert_no_cgroups_left();
 }
 
 /// A guest's sched_yield gives its turn away in the executive's policy:
@@ -1548,7 +1542,12 @@ fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
         hi.2
     );
     let _ = std::fs::remove_dir_all(f.parent().unwrap());
-    // the cgroups are gone
+    assert_no_cgroups_left();
+}
+
+/// No executive's cgroup (`mantle-exec.PID`, with its guests' and threads'
+/// below) is left at the cgroup v2 root.
+fn assert_no_cgroups_left() {
     let root = mantle_sys::probe::cgroup2_mount().unwrap();
     let left = std::fs::read_dir(&root)
         .unwrap()
