@@ -67,7 +67,8 @@ pub struct RunArgs {
     timers: bool,
     /// Extended mode: busy-wait the last DURATION (default 50us) before a
     /// held call is due, to answer it below the timer's granularity (costs
-    /// that much CPU per held call).
+    /// that much CPU per held call). On --path fast the guest spins it
+    /// itself: the executive answers early with the due time.
     #[arg(long, value_name = "DURATION", num_args = 0..=1, require_equals = true,
           default_missing_value = "50us", value_parser = mantle_exec::agents::delay::parse_duration)]
     extended: Option<std::time::Duration>,
