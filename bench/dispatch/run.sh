@@ -15,6 +15,9 @@
 #
 #   bash bench/dispatch/run.sh [-c CPU] [-n N] [-q Q] [-g G] [-r R]
 #
+# Then the same with mantle's executive: per guest, per thread (one guest
+# of two spinning threads) and on two CPUs (four guests, partitioned).
+#
 # As root. It creates cgroups under the cgroup v2 mount (removed after)
 # and does not load mantle's kernel side.
 set -euo pipefail
@@ -56,6 +59,35 @@ if [[ -x $MANTLE ]]; then
 	for rep in $(seq 1 "$r"); do
 		"$MANTLE" run -v --system "$sys" 2>&1 | grep 'dispatch:' | sed "s/^mantle: /  rep $rep: /" | tee -a "$OUT/$stamp.txt"
 	done
+	# per thread: one guest of two CPU-bound threads (each thread a task
+	# in a threaded cgroup of its own), the same quantum
+	printf '#include <pthread.h>\nstatic void *spin(void *a) { for (;;) ; return a; }\nint main(void) { pthread_t t; pthread_create(&t, 0, spin, 0); spin(0); }\n' >"$OUT/spin2.c"
+	cc -O2 -pthread -o "$OUT/spin2" "$OUT/spin2.c"
+	tsys=$OUT/$stamp-mantle-threads.toml
+	{
+		printf '[dispatch]\ncpus = [%s]\nquantum = "%sus"\nper = "thread"\n' "$cpu" "$q"
+		printf '\n[[guest]]\nname = "two"\ncommand = ["timeout", "2", "%s"]\n' "$OUT/spin2"
+	} >"$tsys"
+	echo "mantle's executive per thread (one guest, two CPU-bound threads, quantum ${q} us, 2 s):" | tee -a "$OUT/$stamp.txt"
+	for rep in $(seq 1 "$r"); do
+		"$MANTLE" run -v --system "$tsys" 2>&1 | grep 'dispatch:' | sed "s/^mantle: /  rep $rep: /" | tee -a "$OUT/$stamp.txt"
+	done
+	# two CPUs (when there are): four CPU-bound guests, partitioned two
+	# per CPU
+	if (($(nproc) >= 2)); then
+		other=$(( cpu == 0 ? 1 : 0 ))
+		csys=$OUT/$stamp-mantle-2cpu.toml
+		{
+			printf '[dispatch]\ncpus = [%s, %s]\nquantum = "%sus"\n' "$cpu" "$other" "$q"
+			for gname in a b c d; do
+				printf '\n[[guest]]\nname = "%s"\ncommand = ["timeout", "2", "sh", "-c", "while :; do :; done"]\n' "$gname"
+			done
+		} >"$csys"
+		echo "mantle's executive on CPUs $cpu and $other (four guests, two per CPU, quantum ${q} us, 2 s):" | tee -a "$OUT/$stamp.txt"
+		for rep in $(seq 1 "$r"); do
+			"$MANTLE" run -v --system "$csys" 2>&1 | grep 'dispatch:' | sed "s/^mantle: /  rep $rep: /" | tee -a "$OUT/$stamp.txt"
+		done
+	fi
 else
 	echo "no mantle binary at $MANTLE (cargo build --release): its row is not measured" | tee -a "$OUT/$stamp.txt"
 fi
