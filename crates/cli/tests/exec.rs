@@ -1511,17 +1511,28 @@ fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
         "edf",
         &[
             ("rt", Some("edf 2ms/10ms"), &spinner("rt", at, 2.0)),
+            ("rt2", Some("edf 3ms/20ms"), &spinner("rt2", at, 2.0)),
             ("be", None, &spinner("be", at, 2.0)),
         ],
     );
-    let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+    let o = mantle(&["run", "-v", "--system", f.to_str().unwrap()]);
     let t = cpu_times(&text(&o.stdout));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let share = t["rt"].0 / (t["rt"].0 + t["be"].0);
+    let all = t["rt"].0 + t["rt2"].0 + t["be"].0;
+    let (share, share2) = (t["rt"].0 / all, t["rt2"].0 / all);
     assert!(
         (0.15..0.26).contains(&share),
         "EDF 2ms/10ms got {share:.3} of the CPU: {t:?}"
     );
+    assert!(
+        (0.10..0.20).contains(&share2),
+        "EDF 3ms/20ms got {share2:.3} of the CPU: {t:?}"
+    );
+    // the overrunning reservations were throttled (20% and 15%, not the
+    // third fair share would give) and met every deadline of their
+    // feasible set
+    let err = text(&o.stderr);
+    assert!(err.contains(", 0 deadline misses;"), "{err}");
     // fixed priority runs first, to its end: the other waits (frozen
     // from its start, it runs its first instruction after hi's last)
     let f = dispatched_system(

@@ -560,9 +560,10 @@ impl Dispatcher {
             )
         }
         format!(
-            "{} decisions, {} switches; lateness at quantum end: {}; switch: {}",
+            "{} decisions, {} switches, {} deadline misses; lateness at quantum end: {}; switch: {}",
             self.stats.decisions,
             self.stats.switches,
+            self.stats.misses.iter().sum::<u64>(),
             q(&self.stats.lateness_ns),
             q(&self.stats.switch_ns)
         )
