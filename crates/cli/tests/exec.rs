@@ -1518,6 +1518,7 @@ fn the_executive_dispatches_round_robin_and_edf_with_budgets() {
     let o = mantle(&["run", "-v", "--system", f.to_str().unwrap()]);
     let t = cpu_times(&text(&o.stdout));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(t.len(), 3, "{}\n{}", text(&o.stdout), text(&o.stderr));
     let all = t["rt"].0 + t["rt2"].0 + t["be"].0;
     let (share, share2) = (t["rt"].0 / all, t["rt2"].0 / all);
     assert!(
