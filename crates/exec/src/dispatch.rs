@@ -559,13 +559,20 @@ impl Dispatcher {
                 v.len()
             )
         }
+        let ran: Vec<String> = self
+            .stats
+            .ran_ns
+            .iter()
+            .map(|ns| format!("{:.3}", *ns as f64 / 1e9))
+            .collect();
         format!(
-            "{} decisions, {} switches, {} deadline misses; lateness at quantum end: {}; switch: {}",
+            "{} decisions, {} switches, {} deadline misses; lateness at quantum end: {}; switch: {}; dispatched s per guest: {}",
             self.stats.decisions,
             self.stats.switches,
             self.stats.misses.iter().sum::<u64>(),
             q(&self.stats.lateness_ns),
-            q(&self.stats.switch_ns)
+            q(&self.stats.switch_ns),
+            ran.join(" ")
         )
     }
 
