@@ -29,6 +29,11 @@ pub enum InstrCmd {
         /// Print the report as JSON (schema mantle-instr-report/1).
         #[arg(long)]
         json: bool,
+        /// Linked input only: the libmantle_instr.so the rewritten file
+        /// loads (a DT_NEEDED by absolute path). Default: the one beside
+        /// this mantle binary.
+        #[arg(long)]
+        runtime: Option<PathBuf>,
     },
     /// Say what `rewrite` would do, without writing anything.
     #[command(
@@ -199,6 +204,7 @@ pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
             sel,
             map,
             json,
+            runtime,
         } => {
             let data = read(&input)?;
             let old_map = match &map {
@@ -208,15 +214,31 @@ pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
                 _ => String::from("# mantle-instr map v1: id\tname\tobject\n"),
             };
             let first = next_id(&old_map);
-            let (bytes, mut r) = mantle_instr::rewrite_file(
-                &data,
-                &input.display().to_string(),
-                &sel.selection()?,
-                first,
-                sel.mode(),
-            )
+            let linked = mantle_instr::linked::is_linked(&data);
+            let (bytes, mut r) = if linked {
+                let rt = linked_runtime(runtime.as_deref())?;
+                mantle_instr::linked::rewrite_file(
+                    &data,
+                    &input.display().to_string(),
+                    &sel.selection()?,
+                    first,
+                    sel.mode(),
+                    &rt,
+                )
+            } else {
+                mantle_instr::rewrite_file(
+                    &data,
+                    &input.display().to_string(),
+                    &sel.selection()?,
+                    first,
+                    sel.mode(),
+                )
+            }
             .map_err(|e| lib_failure(&input, e))?;
             std::fs::write(&output, bytes).map_err(|e| Failure::io("cannot write", &output, &e))?;
+            if linked {
+                keep_mode(&input, &output)?;
+            }
             r.output = Some(output.display().to_string());
             if let Some(m) = &map {
                 let text = old_map + &r.map_lines();
@@ -232,6 +254,57 @@ pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
             args,
         } => verify(&original, &rewritten, stdin.as_deref(), &args),
     }
+}
+
+/// The runtime a rewritten linked file loads, by absolute path. Refused
+/// when someone else could replace it: the loader runs whatever that path
+/// names inside every run of the rewritten program, set-id ones included
+/// (an absolute DT_NEEDED is not subject to AT_SECURE's rules).
+fn linked_runtime(given: Option<&Path>) -> Result<String, Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let path = match given {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| Some(e.parent()?.join("libmantle_instr.so")))
+            .filter(|p| p.exists())
+            .ok_or_else(|| {
+                Failure::new(
+                    EXIT_USAGE,
+                    "no libmantle_instr.so beside mantle: give --runtime PATH",
+                )
+            })?,
+    };
+    let path = path
+        .canonicalize()
+        .map_err(|e| Failure::io("cannot find", &path, &e))?;
+    let mut p = Some(path.as_path());
+    while let Some(at) = p {
+        let m = std::fs::metadata(at).map_err(|e| Failure::io("cannot stat", at, &e))?;
+        let sticky_dir = m.is_dir() && m.mode() & 0o1000 != 0;
+        if m.mode() & 0o022 != 0 && !sticky_dir {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "{}: writable by group or others, so they could replace the runtime the rewritten program loads",
+                    at.display()
+                ),
+            ));
+        }
+        p = at.parent();
+    }
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| Failure::new(EXIT_USAGE, format!("{}: not UTF-8", path.display())))
+}
+
+/// Gives a rewritten program its original's permission bits, set-id bits
+/// excepted (like cp without -p).
+fn keep_mode(from: &Path, to: &Path) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(from).map_err(|e| Failure::io("cannot stat", from, &e))?;
+    let perm = std::fs::Permissions::from_mode(m.permissions().mode() & 0o777);
+    std::fs::set_permissions(to, perm).map_err(|e| Failure::io("cannot chmod", to, &e))
 }
 
 fn verify(a: &Path, b: &Path, stdin: Option<&Path>, args: &[String]) -> Result<(), Failure> {
