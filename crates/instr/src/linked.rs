@@ -103,7 +103,24 @@ fn plan_image(
         let n: &[u8] = &s.name;
         n == b"__gxx_personality_v0" || n == b"__cxa_throw"
     });
-    let chosen = plan::candidates(&b, sel);
+    let mut chosen = plan::candidates(&b, sel);
+    // One function, several names (GCC's `f.localalias` before `f` in a
+    // shared library): the report and map say the exported one.
+    let mut exported = std::collections::HashMap::new();
+    for s in b.symbols.iter() {
+        if let (Some(sec), elf::STB_GLOBAL | elf::STB_WEAK) = (s.section, s.st_bind()) {
+            if s.st_type() == elf::STT_FUNC {
+                exported
+                    .entry((sec.index(), s.st_value))
+                    .or_insert_with(|| String::from_utf8_lossy(&s.name).into_owned());
+            }
+        }
+    }
+    for c in &mut chosen {
+        if let Some(n) = exported.get(&(c.section.index(), c.value)) {
+            c.name.clone_from(n);
+        }
+    }
     // e_entry is entered by the kernel (a shared library may have one
     // too, e.g. libc.so run as a program).
     let is_entry = |c: &plan::Candidate| {
