@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
 pub enum InstrCmd {
-    /// Rewrite an object file: chosen functions call the runtime at entry
-    /// and exit. Link the result with -lmantle_instr.
+    /// Rewrite an object file, executable or shared library: chosen
+    /// functions call the runtime at entry and exit. Link a rewritten
+    /// object with -lmantle_instr; a rewritten linked file loads
+    /// libmantle_instr.so itself.
     #[command(
-        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 relocatable ELF or a malformed option, 5 no such file, 1 cannot write."
+        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite ./prog -o prog.instr --all --map prog.map       # linked: PIE, non-PIE\n  mantle instr rewrite libfoo.so -o out/libfoo.so -f 'foo_*' --runtime /usr/local/lib/libmantle_instr.so\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 ELF object, executable or shared library, a runtime others can write, or a malformed option, 5 no such file, 1 cannot write."
     )]
     Rewrite {
-        /// The input object (.o).
+        /// The input: an object (.o), executable or shared library.
         input: PathBuf,
         /// Where to write the rewritten object.
         #[arg(short, long)]
@@ -40,7 +42,7 @@ pub enum InstrCmd {
         after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle instr plan a.o -f main -f 'parse_*' --json | jq '.functions[] | select(.status==\"refused\")'"
     )]
     Plan {
-        /// The input object (.o).
+        /// The input: an object (.o), executable or shared library.
         input: PathBuf,
         #[command(flatten)]
         sel: SelArgs,
