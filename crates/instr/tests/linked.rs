@@ -567,3 +567,108 @@ fn bad_linked_files_are_errors() {
         let _ = rw(&d);
     }
 }
+
+/// A call among the overwritten instructions is refused: the callee's
+/// frame would overwrite the stub's parked resume address (found on
+/// Debian's libsqlite3, whose sqlite3MallocZero hung before the fix).
+#[test]
+fn call_in_patched_bytes_is_refused() {
+    let dir = tmpdir("call");
+    std::fs::write(
+        dir.join("call.c"),
+        r#"#include <stdio.h>
+__attribute__((noinline)) long helper(long x) { __asm__ volatile(""); return x * 3; }
+__asm__(".text\n.globl calls_early\n.type calls_early,@function\ncalls_early:\n"
+        "  push %rbx\n  mov %rdi, %rbx\n  call helper\n  add %rbx, %rax\n  pop %rbx\n  ret\n"
+        ".size calls_early, .-calls_early\n");
+long calls_early(long);
+int main(void) { printf("%ld\n", calls_early(5)); return 0; }
+"#,
+    )
+    .unwrap();
+    let orig = cc(&dir, "cc", &["-O2", "call.c"], "orig");
+    let new = dir.join("instr");
+    let r = rewrite(&orig, &new, 0, ExitMode::Auto);
+    match outcome(&r, "calls_early") {
+        Outcome::Refused {
+            reason: Refusal::Unrelocatable { why, .. },
+        } => assert!(why.contains("calls a function"), "{why}"),
+        o => panic!("calls_early: {o:?}"),
+    }
+    assert!(matches!(outcome(&r, "main"), Outcome::Instrumented { .. }));
+    let (a, n) = (run(&orig, &[]), run(&new, &[]));
+    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{}", n.stderr);
+}
+
+/// A shared library nobody here wrote: Debian's libsqlite3 (scripts/
+/// setup.sh installs sqlite3), every function chosen, under the sqlite3
+/// shell on a deterministic workload: the same output; and both exit
+/// designs count the same calls.
+#[test]
+fn debian_libsqlite3() {
+    let lib = Path::new("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0");
+    let have = lib.exists() && mantle_testsupport::have_program("sqlite3");
+    if !have {
+        assert!(
+            !mantle_testsupport::ci(),
+            "sqlite3 and libsqlite3 are missing (scripts/setup.sh installs them)"
+        );
+        eprintln!("ignored: sqlite3 or {} missing", lib.display());
+        return;
+    }
+    let sql = "create table t(a integer primary key, b text);\n\
+        with recursive c(x) as (select 1 union all select x+1 from c where x<5000) \
+        insert into t select x, hex((x*2654435761) % 1000003) from c;\n\
+        select count(*), sum(length(b)), max(a) from t where a % 7 = 3;\n\
+        create index ib on t(b);\n\
+        select count(*), min(b) from t where b > '7';\n";
+    let run_sql = |libdir: Option<&Path>, env: &[(&str, &Path)]| {
+        use std::io::Write;
+        let mut c = Command::new("sqlite3");
+        c.arg(":memory:")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        if let Some(d) = libdir {
+            c.env("LD_LIBRARY_PATH", d);
+        }
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut ch = c.spawn().unwrap();
+        ch.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+        ch.wait_with_output().unwrap()
+    };
+    let want = run_sql(None, &[]);
+    assert!(want.status.success());
+    let mut counts = Vec::new();
+    for mode in [ExitMode::Auto, ExitMode::ReturnFrames] {
+        let dir = tmpdir(&format!("sqlite-{mode:?}"));
+        let r = rewrite(lib, &dir.join("libsqlite3.so.0"), 0, mode);
+        assert!(r.instrumented > 1000, "{} instrumented", r.instrumented);
+        let map = dir.join("map.tsv");
+        std::fs::write(&map, r.map_lines()).unwrap();
+        let prof = dir.join("prof.json");
+        let got = run_sql(
+            Some(&dir),
+            &[("MANTLE_INSTR_OUT", &prof), ("MANTLE_INSTR_MAP", &map)],
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&want.stdout),
+            String::from_utf8_lossy(&got.stdout),
+            "{mode:?}: {}",
+            String::from_utf8_lossy(&got.stderr)
+        );
+        assert_eq!(want.status.code(), got.status.code());
+        let calls = traced(&prof);
+        assert!(
+            calls.get("sqlite3_prepare_v2").is_some_and(|&c| c > 0),
+            "{calls:?}"
+        );
+        counts.push(calls);
+    }
+    assert_eq!(
+        counts[0], counts[1],
+        "the exit designs disagree on call counts"
+    );
+}
