@@ -27,9 +27,9 @@
 //! Invariants: the input is a claim: anything but a well-formed x86-64
 //! little-endian relocatable ELF is an [`Error`], never a panic; planning
 //! ([`plan`]) and rewriting ([`rewrite`]) make no system call; only the
-//! CLI reads and writes files. Not done yet (issue 13): linked executables
-//! and shared libraries, COMDAT groups, choosing functions from a
-//! `mantle prof` session.
+//! CLI reads and writes files. Linked executables and shared libraries:
+//! [`linked`]. Not done yet (issue 13): COMDAT groups, choosing functions
+//! from a `mantle prof` session.
 //!
 //! Lock order: no locks.
 
