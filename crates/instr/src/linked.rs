@@ -183,6 +183,11 @@ pub fn rewrite_file(
     let img = Image::parse(data)?;
     let (p, secs) = plan_image(&img, sel, first_id, mode)?;
     let report = Report::new(input, &p);
+    if p.sites.is_empty() {
+        // Nothing to call the runtime: the file as it was, without a
+        // dependency on it.
+        return Ok((data.to_vec(), report));
+    }
     let out = emit::emit(&img, &p, &secs, runtime.as_bytes())?;
     Ok((out, report))
 }

@@ -671,3 +671,21 @@ fn debian_libsqlite3() {
         "the exit designs disagree on call counts"
     );
 }
+
+/// Nothing chosen can be patched: the output is the input, with no
+/// dependency on the runtime.
+#[test]
+fn nothing_instrumented_is_the_input() {
+    let dir = tmpdir("none");
+    let src = c_dir().join("basic.c");
+    let orig = cc(&dir, "cc", &["-O2", src.to_str().unwrap()], "orig");
+    let data = std::fs::read(&orig).unwrap();
+    let mut sel = Selection::default();
+    sel.add("_start");
+    sel.add("no_such_function");
+    let (out, r) =
+        linked::rewrite_file(&data, "orig", &sel, 0, ExitMode::Auto, &runtime_so()).unwrap();
+    assert_eq!(r.instrumented, 0);
+    assert_eq!(r.refused, 1);
+    assert!(out == data);
+}

@@ -56,14 +56,16 @@ fn rel32(from_end: u64, to: u64) -> Result<[u8; 4], Error> {
         .map_err(|_| Error::Unsupported(format!("{to:#x} is out of 32-bit reach of {from_end:#x}")))
 }
 
-/// Stub code placed at `base`, the slots at `slots`; the entry stubs'
-/// and exit stubs' addresses. Its length does not depend on the addresses.
-fn stubs(
-    plan: &Plan,
-    secs: &Sections,
-    base: u64,
-    slots: [u64; 3],
-) -> Result<(Vec<u8>, Vec<u64>, Vec<u64>), Error> {
+/// The stub code and the addresses of the entry and exit stubs.
+struct Stubs {
+    code: Vec<u8>,
+    entry: Vec<u64>,
+    exit: Vec<u64>,
+}
+
+/// Stub code placed at `base`, the slots at `slots`. Its length does not
+/// depend on the addresses.
+fn stubs(plan: &Plan, secs: &Sections, base: u64, slots: [u64; 3]) -> Result<Stubs, Error> {
     let mut code: Vec<u8> = Vec::new();
     let call_slot = |code: &mut Vec<u8>, slot: u64| -> Result<(), Error> {
         let end = base + code.len() as u64 + 6;
@@ -125,7 +127,11 @@ fn stubs(
             code.push(INT3);
         }
     }
-    Ok((code, stub_at, exit_at))
+    Ok(Stubs {
+        code,
+        entry: stub_at,
+        exit: exit_at,
+    })
 }
 
 /// Offsets (into the R segment) and sizes of the copied tables.
@@ -329,15 +335,19 @@ pub(crate) fn emit(
     let v_x = v_r + (f_x - f_r);
 
     // R+X: the stubs (their size first, to place R+W behind them).
-    let (code, ..) = stubs(plan, secs, v_x, [0; 3])?;
-    let f_w = f_x + align_up(code.len().max(1) as u64, PAGE);
+    let size = stubs(plan, secs, v_x, [0; 3])?.code.len();
+    let f_w = f_x + align_up(size.max(1) as u64, PAGE);
     let v_w = v_r + (f_w - f_r);
     let mut rw = dynamic(img, &t, v_r);
     let dyn_len = rw.len() as u64;
     pad(&mut rw, 8);
     let slots: [u64; 3] = std::array::from_fn(|i| v_w + rw.len() as u64 + 8 * i as u64);
     rw.extend_from_slice(&[0; 8 * HOOKS.len()]);
-    let (code, stub_at, exit_at) = stubs(plan, secs, v_x, slots)?;
+    let Stubs {
+        code,
+        entry: stub_at,
+        exit: exit_at,
+    } = stubs(plan, secs, v_x, slots)?;
 
     // The GLOB_DAT relocations that fill the slots.
     let first_new = (t.rela + t.relasz) as usize - RELA_SIZE as usize * HOOKS.len();
