@@ -52,6 +52,15 @@ use object::elf;
 /// the loader's search path (LD_LIBRARY_PATH, ld.so.cache).
 pub const DEFAULT_RUNTIME: &str = "libmantle_instr.so";
 
+/// Libraries the runtime itself calls into (`ldd libmantle_instr.so`):
+/// instrumented, they would enter the runtime from inside the runtime.
+const RUNTIME_DEPENDS_ON: &[&[u8]] = &[
+    b"libc.so.6",
+    b"libgcc_s.so.1",
+    b"ld-linux-x86-64.so.2",
+    b"libmantle_instr.so",
+];
+
 /// Plans the rewrite of the linked file `img`: the plan and where the
 /// builder's sections lie.
 fn plan_image(
@@ -60,6 +69,12 @@ fn plan_image(
     first_id: u32,
     mode: ExitMode,
 ) -> Result<(Plan, Sections), Error> {
+    if let Some(name) = img.soname().filter(|n| RUNTIME_DEPENDS_ON.contains(n)) {
+        return Err(Error::Unsupported(format!(
+            "{} is used by libmantle-instr itself: instrumented, it would call the runtime from inside the runtime",
+            String::from_utf8_lossy(name)
+        )));
+    }
     let mut b = Builder::read(img.data).map_err(Error::Elf)?;
     // --emit-relocs leaves the static relocations: they are already
     // applied, and the planner must see resolved operands as such.

@@ -689,3 +689,29 @@ fn nothing_instrumented_is_the_input() {
     assert_eq!(r.refused, 1);
     assert!(out == data);
 }
+
+/// The libraries the runtime uses (libc, libgcc_s, the loader) are
+/// refused by name: instrumented, the runtime would re-enter itself.
+#[test]
+fn runtime_dependencies_are_refused() {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    assert!(libc.exists(), "no {}", libc.display());
+    let data = std::fs::read(libc).unwrap();
+    let e = linked::rewrite_file(
+        &data,
+        "libc",
+        &Selection::all(),
+        0,
+        ExitMode::Auto,
+        &runtime_so(),
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("libc.so.6 is used by libmantle-instr"),
+        "{e}"
+    );
+    let e =
+        mantle_instr::plan_file(&data, "libc", &Selection::all(), 0, ExitMode::Auto).unwrap_err();
+    assert!(matches!(e, mantle_instr::Error::Unsupported(_)), "{e}");
+}

@@ -238,6 +238,16 @@ impl<'d> Image<'d> {
         bytes_at(self.data, self.offset_of(v, len)?, len)
     }
 
+    /// The DT_SONAME of a shared library.
+    pub(crate) fn soname(&self) -> Option<&'d [u8]> {
+        let strtab = self.dyn_val(elf::DT_STRTAB)?;
+        let strsz = self.dyn_val(elf::DT_STRSZ)?;
+        let at = self.dyn_val(elf::DT_SONAME)?;
+        let tab = self.bytes_at_addr(strtab, strsz).ok()?;
+        let s = tab.get(usize::try_from(at).ok()?..)?;
+        Some(&s[..s.iter().position(|&b| b == 0)?])
+    }
+
     /// The section header at this address and of this type, if any.
     pub(crate) fn section_at(&self, sh_type: u32, addr: u64) -> Option<&Shdr> {
         self.shdrs
