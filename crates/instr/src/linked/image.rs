@@ -188,7 +188,7 @@ impl<'d> Image<'d> {
             .find(|p| p.p_type == elf::PT_DYNAMIC)
             .ok_or_else(|| {
                 Error::Unsupported(
-                    "no dynamic table (a static executable): the runtime cannot be loaded".into(),
+                    "a static executable (no dynamic table): no loader to bring the runtime".into(),
                 )
             })?;
         let raw = bytes_at(data, dynp.p_offset, dynp.p_filesz)?;
@@ -201,13 +201,23 @@ impl<'d> Image<'d> {
             }
             dynamic.push((tag, val));
         }
-        Ok(Image {
+        let img = Image {
             data,
             e_entry,
             phdrs,
             shdrs,
             dynamic,
-        })
+        };
+        // A static PIE has a dynamic table but no loader: it relocates
+        // itself and ignores DT_NEEDED, so the stubs' slots would stay 0.
+        let program = e_type == elf::ET_EXEC
+            || img.dyn_val(elf::DT_FLAGS_1).unwrap_or(0) & u64::from(elf::DF_1_PIE) != 0;
+        if program && !img.phdrs.iter().any(|p| p.p_type == elf::PT_INTERP) {
+            return Err(Error::Unsupported(
+                "a static executable (no PT_INTERP): no loader to bring the runtime".into(),
+            ));
+        }
+        Ok(img)
     }
 
     /// The value of the first dynamic entry with this tag.
