@@ -544,13 +544,28 @@ fn bad_linked_files_are_errors() {
     for len in (0..good.len().min(4096)).chain((4096..good.len()).step_by(97)) {
         let _ = rw(&good[..len]);
     }
+    // The corpus: this PIE, the same program non-PIE, a shared library
+    // with a DT_HASH table (each takes its own paths through the tables).
+    let mut np = args.clone();
+    np.push("-no-pie");
+    std::fs::write(dir.join("lib.c"), LIB_C).unwrap();
+    let mut lib = C_FLAGS.to_vec();
+    lib.extend(["-fPIC", "-shared", "-Wl,--hash-style=both", "lib.c"]);
+    let corpus = [
+        good.clone(),
+        std::fs::read(cc(&dir, "cc", &np, "nopie")).unwrap(),
+        std::fs::read(cc(&dir, "cc", &lib, "lib.so")).unwrap(),
+    ];
+    for c in &corpus {
+        assert!(rw(c).is_ok());
+    }
     let mut x: u64 = 0x2545f4914f6cdd1d;
     let iters = std::env::var("MANTLE_INSTR_FUZZ_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1500u64);
     for i in 0..iters {
-        let mut d = good.clone();
+        let mut d = corpus[(i / 2 % 3) as usize].clone();
         for _ in 0..4 {
             x ^= x << 13;
             x ^= x >> 7;
