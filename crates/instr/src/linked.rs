@@ -34,6 +34,7 @@
 //!
 //! Lock order: no locks.
 
+mod applied;
 mod emit;
 mod image;
 
@@ -63,12 +64,12 @@ const RUNTIME_DEPENDS_ON: &[&[u8]] = &[
 
 /// Plans the rewrite of the linked file `img`: the plan and where the
 /// builder's sections lie.
-fn plan_image(
-    img: &Image<'_>,
+fn plan_image<'d>(
+    img: &Image<'d>,
     sel: &Selection,
     first_id: u32,
     mode: ExitMode,
-) -> Result<(Plan, Sections), Error> {
+) -> Result<(Builder<'d>, Plan, Sections), Error> {
     if let Some(name) = img.soname().filter(|n| RUNTIME_DEPENDS_ON.contains(n)) {
         return Err(Error::Unsupported(format!(
             "{} is used by libmantle-instr itself: instrumented, it would call the runtime from inside the runtime",
@@ -113,6 +114,13 @@ fn plan_image(
             s.st_value = s.st_value.wrapping_sub(addr);
         }
     }
+    // The object rewriter adds its relocations beside the symbol table;
+    // a stripped file has none (it is never written: any will do).
+    if !b.sections.iter().any(|s| s.sh_type == elf::SHT_SYMTAB) {
+        let s = b.sections.add();
+        s.sh_type = elf::SHT_SYMTAB;
+        s.data = SectionData::Symbol;
+    }
     let mut o = plan::Object::new(&b);
     o.uses_cxx_exceptions |= b.dynamic_symbols.iter().any(|s| {
         let n: &[u8] = &s.name;
@@ -146,6 +154,7 @@ fn plan_image(
     };
     let (entry, rest): (Vec<_>, Vec<_>) = chosen.into_iter().partition(|c| is_entry(c));
     let mut p = plan::plan(&o, &rest, first_id, mode);
+    drop(o);
     for c in entry {
         let at = p
             .functions
@@ -165,7 +174,7 @@ fn plan_image(
             },
         );
     }
-    Ok((p, secs))
+    Ok((b, p, secs))
 }
 
 /// Plans the rewrite of a linked file (named `input` in the report).
@@ -177,7 +186,7 @@ pub fn plan_file(
     mode: ExitMode,
 ) -> Result<Report, Error> {
     let img = Image::parse(data)?;
-    let (p, _) = plan_image(&img, sel, first_id, mode)?;
+    let (_, p, _) = plan_image(&img, sel, first_id, mode)?;
     Ok(Report::new(input, &p))
 }
 
@@ -196,13 +205,19 @@ pub fn rewrite_file(
         return Err(Error::Unsupported(format!("runtime name {runtime:?}")));
     }
     let img = Image::parse(data)?;
-    let (p, secs) = plan_image(&img, sel, first_id, mode)?;
+    let (mut b, p, secs) = plan_image(&img, sel, first_id, mode)?;
     let report = Report::new(input, &p);
     if p.sites.is_empty() {
         // Nothing to call the runtime: the file as it was, without a
         // dependency on it.
         return Ok((data.to_vec(), report));
     }
-    let out = emit::emit(&img, &p, &secs, runtime.as_bytes())?;
+    // The object rewriter makes the stubs and patches the sites in the
+    // builder, relocations and all; the linked file places and resolves
+    // them.
+    let cet = crate::rewrite::has_cet(&b);
+    crate::rewrite::apply(&mut b, &p)?;
+    let ap = applied::collect(&b, &secs, cet)?;
+    let out = emit::emit(&img, &ap, &secs, runtime.as_bytes())?;
     Ok((out, report))
 }

@@ -16,7 +16,7 @@ pub const ENTER_B_SYMBOL: &[u8] = b"__mantle_instr_enter_b";
 /// The exit routine balanced functions' exit stubs call.
 pub const LEAVE_B_SYMBOL: &[u8] = b"__mantle_instr_leave_b";
 const STUB_SECTION: &[u8] = b".text.mantle_instr";
-pub(crate) const STUB_ALIGN: usize = 16;
+const STUB_ALIGN: usize = 16;
 pub(crate) const INT3: u8 = 0xcc;
 
 /// A site: `call stub; jmp short over; .long id; int3...`. The stub
@@ -36,7 +36,7 @@ pub const SITE_LEN: usize = 11;
 /// left it. `pop m` computes its address after the increment (SDM, POP).
 const STUB_CALL: [u8; 5] = [0xe8, 0, 0, 0, 0];
 
-pub(crate) fn modrm_rsp(op: u8, reg: u8, disp: i32) -> Vec<u8> {
+fn modrm_rsp(op: u8, reg: u8, disp: i32) -> Vec<u8> {
     let mut v = vec![op];
     if i8::try_from(disp).is_ok() {
         v.extend_from_slice(&[0x44 | reg << 3, 0x24, disp as i8 as u8]);

@@ -3,13 +3,17 @@
 //! bytes in memory).
 //!
 //! ```text
-//! R   new program header table (old + 3), .dynstr + 4 names, .dynsym + 3
-//!     undefined symbols, .gnu.version + 3, .hash (nchain + 3),
-//!     .rela.dyn + 3 R_X86_64_GLOB_DAT
-//! R+X entry and exit stubs (16-byte aligned)
-//! R+W new .dynamic (a DT_NEEDED on libmantle-instr added), 3 slots that
-//!     the GLOB_DATs fill with __mantle_instr_enter, _enter_b, _leave_b
+//! R   new program header table (old + 3), .dynstr + the runtime's path
+//!     and n routine names, .dynsym + n undefined symbols, .gnu.version
+//!     + n, .hash (nchain + n), .rela.dyn + n R_X86_64_GLOB_DAT
+//! R+X the object rewriter's stub section, then n thunks `jmp [rip+slot]`
+//! R+W new .dynamic (a DT_NEEDED on libmantle-instr added), n slots that
+//!     the GLOB_DATs fill with the runtime's routines
 //! ```
+//!
+//! The stubs call the runtime through the thunks with the same 5-byte
+//! `call rel32` as in an object (the runtime may rely on the layout
+//! around its return address), like a PLT.
 //!
 //! The old tables stay where they were (unused); PT_PHDR, PT_DYNAMIC,
 //! e_phoff and the section headers of the moved tables point at the new
@@ -17,23 +21,16 @@
 //! slots itself: no LD_PRELOAD, no code that runs before main, and a
 //! dlopen()ed rewritten library works like one loaded at start.
 
+use super::applied::{Applied, Rel, Target};
 use super::image::{bytes_at, u32_at, Image, Phdr, DYN_SIZE, PHDR_SIZE, RELA_SIZE, SYM_SIZE};
-use crate::plan::{Plan, RelSym};
-use crate::rewrite::{
-    cet_words, modrm_rsp, ENTER_B_SYMBOL, ENTER_SYMBOL, FEATURE_IBT_SHSTK, INT3, LEAVE_B_SYMBOL,
-    STUB_ALIGN,
-};
+use crate::rewrite::{cet_words, FEATURE_IBT_SHSTK, INT3};
 use crate::Error;
-use object::build::Id;
 use object::elf;
 use std::collections::HashMap;
 
 const PAGE: u64 = 4096;
-/// The runtime routines the stubs call, in slot order.
-const HOOKS: [&[u8]; 3] = [ENTER_SYMBOL, ENTER_B_SYMBOL, LEAVE_B_SYMBOL];
-const SLOT_ENTER: usize = 0;
-const SLOT_ENTER_B: usize = 1;
-const SLOT_LEAVE_B: usize = 2;
+/// A thunk: `jmp qword ptr [rip + slot]`, padded to 8 bytes.
+const THUNK: u64 = 8;
 
 /// Where each section of the planning builder lies: (sh_addr, sh_offset)
 /// by builder section index.
@@ -56,82 +53,46 @@ fn rel32(from_end: u64, to: u64) -> Result<[u8; 4], Error> {
         .map_err(|_| Error::Unsupported(format!("{to:#x} is out of 32-bit reach of {from_end:#x}")))
 }
 
-/// The stub code and the addresses of the entry and exit stubs.
-struct Stubs {
-    code: Vec<u8>,
-    entry: Vec<u64>,
-    exit: Vec<u64>,
+/// Addresses the relocations resolve against.
+struct Place<'a> {
+    secs: &'a Sections,
+    stubs: u64,
+    thunks: u64,
 }
 
-/// Stub code placed at `base`, the slots at `slots`. Its length does not
-/// depend on the addresses.
-fn stubs(plan: &Plan, secs: &Sections, base: u64, slots: [u64; 3]) -> Result<Stubs, Error> {
-    let mut code: Vec<u8> = Vec::new();
-    let call_slot = |code: &mut Vec<u8>, slot: u64| -> Result<(), Error> {
-        let end = base + code.len() as u64 + 6;
-        code.extend_from_slice(&[0xff, 0x15]);
-        code.extend_from_slice(&rel32(end, slot)?);
-        Ok(())
-    };
-    // The moved instructions, their PC-relative fields resolved: S + A - P.
-    let moved = |code: &mut Vec<u8>, bytes: &[u8], relocs: &[crate::plan::MovedReloc]| {
-        let at = code.len();
-        code.extend_from_slice(bytes);
-        for r in relocs {
-            let RelSym::SectionOf(s) = r.sym else {
-                return Err(Error::Unsupported(
-                    "a symbol relocation in linked code".into(),
-                ));
-            };
-            if r.r_type != elf::R_X86_64_PC32 && r.r_type != elf::R_X86_64_PLT32 {
-                return Err(Error::Unsupported(format!("relocation type {}", r.r_type)));
+impl Place<'_> {
+    fn addr(&self, t: Target) -> Result<u64, Error> {
+        Ok(match t {
+            Target::Section(s, v) => {
+                let &(a, _) = self
+                    .secs
+                    .get(&s)
+                    .ok_or_else(|| Error::Malformed("relocation against no section".into()))?;
+                a.wrapping_add(v)
             }
-            let &(s_addr, _) = secs
-                .get(&s)
-                .ok_or_else(|| Error::Malformed("relocation against no section".into()))?;
-            let field = at + r.offset as usize;
-            let p = base + field as u64;
-            let v = s_addr.wrapping_add(r.addend as u64).wrapping_sub(p) as i64;
+            Target::Stubs(v) => self.stubs + v,
+            Target::Import(i) => self.thunks + THUNK * i as u64,
+        })
+    }
+
+    /// Applies `rels` to `code` placed at `base`: S + A - P, 32 bits.
+    fn resolve(&self, code: &mut [u8], base: u64, rels: &[Rel]) -> Result<(), Error> {
+        for r in rels {
+            let p = base + r.offset;
+            let v = self
+                .addr(r.target)?
+                .wrapping_add(r.addend as u64)
+                .wrapping_sub(p) as i64;
             let v = i32::try_from(v).map_err(|_| {
-                Error::Unsupported(format!("moved operand at {p:#x} is out of 32-bit reach"))
+                Error::Unsupported(format!("a field at {p:#x} is out of 32-bit reach"))
             })?;
-            code[field..field + 4].copy_from_slice(&v.to_le_bytes());
+            let at = r.offset as usize;
+            code.get_mut(at..at + 4)
+                .ok_or_else(|| Error::Malformed("relocation beyond its section".into()))?
+                .copy_from_slice(&v.to_le_bytes());
         }
         Ok(())
-    };
-    let mut stub_at = Vec::with_capacity(plan.stubs.len());
-    for k in &plan.stubs {
-        stub_at.push(base + code.len() as u64);
-        let hook = if k.balanced { SLOT_ENTER_B } else { SLOT_ENTER };
-        call_slot(&mut code, slots[hook])?;
-        code.extend_from_slice(&modrm_rsp(0x8f, 0, k.resume_slot));
-        moved(&mut code, &k.code, &k.relocs)?;
-        code.extend_from_slice(&modrm_rsp(0xff, 6, k.resume_slot + k.depth as i32));
-        code.push(0xc3);
-        while !code.len().is_multiple_of(STUB_ALIGN) {
-            code.push(INT3);
-        }
     }
-    let mut exit_at = Vec::with_capacity(plan.exit_stubs.len());
-    for k in &plan.exit_stubs {
-        exit_at.push(base + code.len() as u64);
-        moved(&mut code, &k.code, &k.relocs)?;
-        call_slot(&mut code, slots[SLOT_LEAVE_B])?;
-        if k.ret_pop == 0 {
-            code.push(0xc3);
-        } else {
-            code.push(0xc2);
-            code.extend_from_slice(&k.ret_pop.to_le_bytes());
-        }
-        while !code.len().is_multiple_of(STUB_ALIGN) {
-            code.push(INT3);
-        }
-    }
-    Ok(Stubs {
-        code,
-        entry: stub_at,
-        exit: exit_at,
-    })
 }
 
 /// Offsets (into the R segment) and sizes of the copied tables.
@@ -146,8 +107,8 @@ struct Tables {
     hash: Option<u64>,
     rela: u64,
     relasz: u64,
-    /// String offsets of the runtime's path and of the three hooks.
-    names: [u64; 4],
+    /// String offsets of the runtime's path and of the imports.
+    names: Vec<u64>,
 }
 
 fn need(img: &Image<'_>, tag: u32, what: &str) -> Result<u64, Error> {
@@ -157,7 +118,12 @@ fn need(img: &Image<'_>, tag: u32, what: &str) -> Result<u64, Error> {
 
 /// Copies the dynamic string, symbol, version, hash and relocation tables
 /// into `r`, each grown by the runtime's entries.
-fn copy_tables(img: &Image<'_>, r: &mut Vec<u8>, runtime: &[u8]) -> Result<Tables, Error> {
+fn copy_tables(
+    img: &Image<'_>,
+    r: &mut Vec<u8>,
+    runtime: &[u8],
+    imports: &[Vec<u8>],
+) -> Result<Tables, Error> {
     let mut t = Tables::default();
     let strtab = need(img, elf::DT_STRTAB, "DT_STRTAB")?;
     let strsz = need(img, elf::DT_STRSZ, "DT_STRSZ")?;
@@ -165,8 +131,8 @@ fn copy_tables(img: &Image<'_>, r: &mut Vec<u8>, runtime: &[u8]) -> Result<Table
     t.strtab = r.len() as u64;
     r.extend_from_slice(img.bytes_at_addr(strtab, strsz)?);
     r.push(0);
-    for (i, name) in std::iter::once(runtime).chain(HOOKS).enumerate() {
-        t.names[i] = r.len() as u64 - t.strtab;
+    for name in std::iter::once(runtime).chain(imports.iter().map(Vec::as_slice)) {
+        t.names.push(r.len() as u64 - t.strtab);
         r.extend_from_slice(name);
         r.push(0);
     }
@@ -199,7 +165,7 @@ fn copy_tables(img: &Image<'_>, r: &mut Vec<u8>, runtime: &[u8]) -> Result<Table
         pad(r, 8);
         t.versym = Some(r.len() as u64);
         r.extend_from_slice(img.bytes_at_addr(v, t.nsyms * 2)?);
-        for _ in HOOKS {
+        for _ in imports {
             r.extend_from_slice(&elf::VER_NDX_GLOBAL.to_le_bytes());
         }
     }
@@ -216,8 +182,9 @@ fn copy_tables(img: &Image<'_>, r: &mut Vec<u8>, runtime: &[u8]) -> Result<Table
         t.hash = Some(r.len() as u64);
         let at = r.len();
         r.extend_from_slice(img.bytes_at_addr(h, (2 + nbucket + nchain) * 4)?);
-        r[at + 4..at + 8].copy_from_slice(&((nchain + HOOKS.len() as u64) as u32).to_le_bytes());
-        r.extend_from_slice(&[0; 4 * HOOKS.len()]); // chains end at STN_UNDEF
+        let n = imports.len();
+        r[at + 4..at + 8].copy_from_slice(&((nchain + n as u64) as u32).to_le_bytes());
+        r.resize(r.len() + 4 * n, 0); // chains end at STN_UNDEF
     }
     pad(r, 8);
     t.rela = r.len() as u64;
@@ -236,7 +203,7 @@ fn copy_tables(img: &Image<'_>, r: &mut Vec<u8>, runtime: &[u8]) -> Result<Table
         }
         r.extend_from_slice(img.bytes_at_addr(rela, sz)?);
     }
-    r.extend_from_slice(&[0; (RELA_SIZE as usize) * HOOKS.len()]); // filled in later
+    r.resize(r.len() + RELA_SIZE as usize * imports.len(), 0); // filled in later
     t.relasz = r.len() as u64 - t.rela;
     Ok(t)
 }
@@ -296,7 +263,7 @@ fn put(out: &mut [u8], at: u64, bytes: &[u8]) -> Result<(), Error> {
 /// The rewritten file. `runtime` is the DT_NEEDED name of libmantle-instr.
 pub(crate) fn emit(
     img: &Image<'_>,
-    plan: &Plan,
+    ap: &Applied,
     secs: &Sections,
     runtime: &[u8],
 ) -> Result<Vec<u8>, Error> {
@@ -330,27 +297,38 @@ pub(crate) fn emit(
 
     // R: the program headers (written last), then the tables.
     let mut r = vec![0u8; n_ph * PHDR_SIZE as usize];
-    let t = copy_tables(img, &mut r, runtime)?;
+    let n = ap.imports.len();
+    let t = copy_tables(img, &mut r, runtime, &ap.imports)?;
     let f_x = f_r + align_up(r.len() as u64, PAGE);
     let v_x = v_r + (f_x - f_r);
 
-    // R+X: the stubs (their size first, to place R+W behind them).
-    let size = stubs(plan, secs, v_x, [0; 3])?.code.len();
-    let f_w = f_x + align_up(size.max(1) as u64, PAGE);
+    // R+X: the stubs, then the thunks.
+    let mut code = ap.code.clone();
+    pad(&mut code, 16);
+    let place = Place {
+        secs,
+        stubs: v_x,
+        thunks: v_x + code.len() as u64,
+    };
+    let f_w = f_x + align_up(code.len() as u64 + THUNK * n as u64, PAGE);
     let v_w = v_r + (f_w - f_r);
     let mut rw = dynamic(img, &t, v_r);
     let dyn_len = rw.len() as u64;
     pad(&mut rw, 8);
-    let slots: [u64; 3] = std::array::from_fn(|i| v_w + rw.len() as u64 + 8 * i as u64);
-    rw.extend_from_slice(&[0; 8 * HOOKS.len()]);
-    let Stubs {
-        code,
-        entry: stub_at,
-        exit: exit_at,
-    } = stubs(plan, secs, v_x, slots)?;
+    let slots: Vec<u64> = (0..n)
+        .map(|i| v_w + rw.len() as u64 + 8 * i as u64)
+        .collect();
+    rw.resize(rw.len() + 8 * n, 0);
+    for slot in &slots {
+        let end = v_x + code.len() as u64 + 6;
+        code.extend_from_slice(&[0xff, 0x25]);
+        code.extend_from_slice(&rel32(end, *slot)?);
+        code.extend_from_slice(&[INT3, INT3]);
+    }
+    place.resolve(&mut code, v_x, &ap.code_relocs)?;
 
     // The GLOB_DAT relocations that fill the slots.
-    let first_new = (t.rela + t.relasz) as usize - RELA_SIZE as usize * HOOKS.len();
+    let first_new = (t.rela + t.relasz) as usize - RELA_SIZE as usize * n;
     for (i, slot) in slots.iter().enumerate() {
         let at = first_new + i * RELA_SIZE as usize;
         let info = ((t.nsyms + i as u64) << 32) | u64::from(elf::R_X86_64_GLOB_DAT);
@@ -399,27 +377,16 @@ pub(crate) fn emit(
     r[..ph.len()].copy_from_slice(&ph);
 
     let mut out = img.data.to_vec();
-    // The sites.
-    for s in &plan.sites {
+    // The patched sections: the sites and exits, their fields resolved.
+    for (sec, bytes, rels) in &ap.patched {
         let &(addr, off) = secs
-            .get(&s.section.index())
-            .ok_or_else(|| Error::Malformed("site in no section".into()))?;
-        let (v, o) = (addr + s.start, off + s.start);
-        let mut site = vec![0xe8];
-        site.extend_from_slice(&rel32(v + 5, stub_at[s.stub])?);
-        // covered <= SITE_LEN + 14 (longest instruction): rel8 reaches.
-        site.extend_from_slice(&[0xeb, (s.covered - 7) as u8]);
-        site.extend_from_slice(&s.id.to_le_bytes());
-        site.resize(s.covered, INT3);
-        put(&mut out, o, &site)?;
-        for e in &s.exits {
-            let mut jmp = vec![0xe9];
-            jmp.extend_from_slice(&rel32(addr + e.start + 5, exit_at[e.stub])?);
-            jmp.resize(e.covered, INT3);
-            put(&mut out, off + e.start, &jmp)?;
-        }
+            .get(sec)
+            .ok_or_else(|| Error::Malformed("patch in no section".into()))?;
+        let mut bytes = bytes.clone();
+        place.resolve(&mut bytes, addr, rels)?;
+        put(&mut out, off, &bytes)?;
     }
-    if plan.cet && !plan.sites.is_empty() {
+    if ap.cet_cleared {
         clear_cet(img, &mut out)?;
     }
     // The header and the section headers of the moved tables.
@@ -440,12 +407,17 @@ pub(crate) fn emit(
         (
             elf::SHT_DYNSYM,
             img.dyn_val(elf::DT_SYMTAB),
-            Some((f_r + t.symtab, v_r + t.symtab, (t.nsyms + 3) * SYM_SIZE)),
+            Some((
+                f_r + t.symtab,
+                v_r + t.symtab,
+                (t.nsyms + n as u64) * SYM_SIZE,
+            )),
         ),
         (
             elf::SHT_GNU_VERSYM,
             img.dyn_val(elf::DT_VERSYM),
-            t.versym.map(|o| (f_r + o, v_r + o, (t.nsyms + 3) * 2)),
+            t.versym
+                .map(|o| (f_r + o, v_r + o, (t.nsyms + n as u64) * 2)),
         ),
         (
             elf::SHT_HASH,
@@ -464,7 +436,7 @@ pub(crate) fn emit(
         };
         if let Some(sh) = img.section_at(ty, old) {
             let size = if ty == elf::SHT_HASH {
-                sh.sh_size + 4 * HOOKS.len() as u64
+                sh.sh_size + 4 * n as u64
             } else {
                 size
             };
