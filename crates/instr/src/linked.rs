@@ -12,14 +12,18 @@
 //!   same reasons (a branch target found by decoding every executable
 //!   section linearly, a function shorter than the patch, an instruction
 //!   that cannot move, ...). The program's entry point is refused too;
-//! * the moved instructions' PC-relative fields are resolved to final
-//!   addresses (S + A - P) in the stubs, which live in a new R+X PT_LOAD
-//!   behind the file's last segment ([`emit`]);
+//! * the object rewriter ([`crate::rewrite::apply`]) then patches the
+//!   builder as it patches an object: a stub section and the sites, with
+//!   relocations. This module places that code in a new R+X PT_LOAD behind
+//!   the file's last segment and resolves the relocations to final
+//!   addresses (S + A - P): a small static link ([`applied`], [`emit`]),
+//!   so linked files get whatever sites and stubs objects get;
 //! * the runtime is reached without LD_PRELOAD and without code that runs
 //!   before `main`: the dynamic table is copied into a new R+W segment
 //!   with a DT_NEEDED on libmantle-instr (by absolute path, as given),
-//!   and three undefined dynamic symbols with R_X86_64_GLOB_DAT
-//!   relocations let ld.so fill the stubs' call slots, as it fills a GOT.
+//!   and one undefined dynamic symbol per runtime routine the stubs name,
+//!   with an R_X86_64_GLOB_DAT relocation, lets ld.so fill a slot that a
+//!   PLT-like thunk (`jmp [rip+slot]`) jumps through, as it fills a GOT.
 //!   Why not an init routine or LD_PRELOAD: either needs code that finds
 //!   the runtime before the first instrumented call (constructors of
 //!   other libraries run first) and a dlopen()ed library would need it
