@@ -209,18 +209,14 @@ fn check_program(src: &str, kind: &str, mode: ExitMode) -> Report {
     r
 }
 
-fn balanced(r: &Report) -> usize {
+/// Functions whose exit keeps calls and returns paired (anything but a
+/// return frame: patched rets, or whatever the object rewriter offers).
+fn paired(r: &Report) -> usize {
     r.functions
         .iter()
-        .filter(|f| {
-            matches!(
-                f.outcome,
-                Outcome::Instrumented {
-                    exit: "balanced",
-                    ..
-                }
-            )
-        })
+        .filter(
+            |f| matches!(f.outcome, Outcome::Instrumented { exit, .. } if exit != "return-frame"),
+        )
         .count()
 }
 
@@ -231,9 +227,9 @@ fn programs_pie_and_non_pie_both_exit_designs() {
     for src in ["basic.c", "jmp.c", "threads.c"] {
         for kind in ["pie", "no-pie"] {
             let r = check_program(src, kind, ExitMode::ReturnFrames);
-            assert_eq!(balanced(&r), 0);
+            assert_eq!(paired(&r), 0);
             let r = check_program(src, kind, ExitMode::Auto);
-            assert!(balanced(&r) > 0, "{src} {kind}: nothing balanced");
+            assert!(paired(&r) > 0, "{src} {kind}: every exit a return frame");
         }
     }
 }
@@ -339,12 +335,23 @@ fn shared_library_linked_and_dlopened() {
     let lib_s = lib.to_str().unwrap();
     let keep_s = keep.to_str().unwrap();
     let a = Command::new(&dl).arg(keep_s).output().unwrap();
-    let n = Command::new(&dl)
-        .arg(lib_s)
-        .env("MANTLE_INSTR_OUT", &prof)
-        .env("MANTLE_INSTR_MAP", &map)
-        .output()
-        .unwrap();
+    let dl_run = |tunables: Option<&str>| {
+        let mut c = Command::new(&dl);
+        c.arg(lib_s)
+            .env("MANTLE_INSTR_OUT", &prof)
+            .env("MANTLE_INSTR_MAP", &map);
+        if let Some(t) = tunables {
+            c.env("GLIBC_TUNABLES", t);
+        }
+        c.output().unwrap()
+    };
+    let mut n = dl_run(None);
+    if String::from_utf8_lossy(&n.stdout).contains("static TLS") {
+        // A runtime with initial-exec TLS needs static TLS room when the
+        // loader meets it only at dlopen() (docs/instr.md): give it some.
+        eprintln!("the runtime needs static TLS: dlopen() with more reserved");
+        n = dl_run(Some("glibc.rtld.optional_static_tls=1048576"));
+    }
     assert_eq!(a.stdout, n.stdout, "{}", String::from_utf8_lossy(&n.stderr));
     assert_eq!(a.status.code(), n.status.code());
     let own = own_counts(&String::from_utf8_lossy(&a.stdout));
@@ -474,15 +481,24 @@ fn cet_marked_program() {
     };
     assert!(notes(&orig).contains("IBT"), "{}", notes(&orig));
     let new = dir.join("instr");
-    let r = rewrite(&orig, &new, 0, ExitMode::Auto);
-    assert!(r.cet_cleared);
-    assert!(matches!(
-        outcome(&r, "fib"),
-        Outcome::Instrumented { endbr64: true, .. }
-    ));
-    assert!(!notes(&new).contains("IBT"), "{}", notes(&new));
-    let (a, n) = (run(&orig, &[]), run(&new, &[]));
-    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{}", n.stderr);
+    // Return frames break a shadow stack's pairing: the property goes.
+    // Other designs may keep it; the file says what the report says.
+    for mode in [ExitMode::ReturnFrames, ExitMode::Auto] {
+        let r = rewrite(&orig, &new, 0, mode);
+        assert!(r.cet_cleared || mode == ExitMode::Auto, "{mode:?}");
+        assert!(matches!(
+            outcome(&r, "fib"),
+            Outcome::Instrumented { endbr64: true, .. }
+        ));
+        assert_eq!(
+            !notes(&new).contains("IBT"),
+            r.cet_cleared,
+            "{}",
+            notes(&new)
+        );
+        let (a, n) = (run(&orig, &[]), run(&new, &[]));
+        assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{}", n.stderr);
+    }
 }
 
 /// Not x86-64, not ELF, static, truncated or corrupted: an error, never a
@@ -608,15 +624,22 @@ int main(void) { printf("%ld\n", calls_early(5)); return 0; }
     .unwrap();
     let orig = cc(&dir, "cc", &["-O2", "call.c"], "orig");
     let new = dir.join("instr");
-    let r = rewrite(&orig, &new, 0, ExitMode::Auto);
-    match outcome(&r, "calls_early") {
-        Outcome::Refused {
-            reason: Refusal::Unrelocatable { why, .. },
-        } => assert!(why.contains("calls a function"), "{why}"),
-        o => panic!("calls_early: {o:?}"),
+    // With stubs that park the resume address (return frames): refused.
+    // Another exit design may take it; the program must run the same.
+    for mode in [ExitMode::ReturnFrames, ExitMode::Auto] {
+        let r = rewrite(&orig, &new, 0, mode);
+        match outcome(&r, "calls_early") {
+            Outcome::Refused {
+                reason: Refusal::Unrelocatable { why, .. },
+            } => assert!(why.contains("calls a function"), "{why}"),
+            Outcome::Instrumented { exit, .. } if mode == ExitMode::Auto => {
+                assert!(*exit != "return-frame", "{exit}")
+            }
+            o => panic!("calls_early {mode:?}: {o:?}"),
+        }
+        let (a, n) = (run(&orig, &[]), run(&new, &[]));
+        assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{}", n.stderr);
     }
-    let (a, n) = (run(&orig, &[]), run(&new, &[]));
-    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{}", n.stderr);
 }
 
 /// A shared library nobody here wrote: Debian's libsqlite3 (scripts/
@@ -684,12 +707,24 @@ fn debian_libsqlite3() {
             calls.get("sqlite3_prepare_v2").is_some_and(|&c| c > 0),
             "{calls:?}"
         );
-        counts.push(calls);
+        let instrumented: std::collections::BTreeSet<String> = r
+            .functions
+            .iter()
+            .filter(|f| matches!(f.outcome, Outcome::Instrumented { .. }))
+            .map(|f| f.name.clone())
+            .collect();
+        counts.push((calls, instrumented));
     }
-    assert_eq!(
-        counts[0], counts[1],
-        "the exit designs disagree on call counts"
-    );
+    // Over the functions both designs instrument (their refusals differ).
+    let both: Vec<&String> = counts[0].1.intersection(&counts[1].1).collect();
+    assert!(both.len() > 1000, "{} in both", both.len());
+    for f in both {
+        assert_eq!(
+            counts[0].0.get(f),
+            counts[1].0.get(f),
+            "{f}: the exit designs disagree on its calls"
+        );
+    }
 }
 
 /// Nothing chosen can be patched: the output is the input, with no
