@@ -265,3 +265,105 @@ impl<'d> Image<'d> {
             .find(|s| s.sh_type == sh_type && s.sh_addr == addr)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal linked file: header, PT_INTERP, PT_LOAD over everything,
+    /// PT_DYNAMIC with DT_STRTAB and DT_NULL.
+    fn tiny(e_type: u16, machine: u16) -> Vec<u8> {
+        let mut d = vec![0u8; 0x200];
+        d[..4].copy_from_slice(&elf::ELFMAG);
+        d[4] = elf::ELFCLASS64;
+        d[5] = elf::ELFDATA2LSB;
+        d[6] = 1;
+        d[16..18].copy_from_slice(&e_type.to_le_bytes());
+        d[18..20].copy_from_slice(&machine.to_le_bytes());
+        d[32..40].copy_from_slice(&64u64.to_le_bytes()); // e_phoff
+        d[54..56].copy_from_slice(&56u16.to_le_bytes());
+        d[56..58].copy_from_slice(&3u16.to_le_bytes());
+        let ph = |p_type: u32, off: u64, size: u64| Phdr {
+            p_type,
+            p_flags: elf::PF_R,
+            p_offset: off,
+            p_vaddr: off,
+            p_paddr: off,
+            p_filesz: size,
+            p_memsz: size,
+            p_align: 8,
+        };
+        let mut v = Vec::new();
+        ph(elf::PT_INTERP, 0x100, 8).write(&mut v);
+        ph(elf::PT_LOAD, 0, 0x200).write(&mut v);
+        ph(elf::PT_DYNAMIC, 0x180, 32).write(&mut v);
+        d[64..64 + v.len()].copy_from_slice(&v);
+        d[0x180..0x188].copy_from_slice(&i64::from(elf::DT_STRTAB).to_le_bytes());
+        d[0x188..0x190].copy_from_slice(&0x100u64.to_le_bytes());
+        d
+    }
+
+    #[test]
+    fn every_type_and_machine() {
+        for t in 0..=u16::MAX {
+            let ok = Image::parse(&tiny(t, elf::EM_X86_64)).is_ok();
+            assert_eq!(ok, t == elf::ET_EXEC || t == elf::ET_DYN, "e_type {t}");
+            assert_eq!(is_linked(&tiny(t, 0)), ok, "e_type {t}");
+        }
+        for m in 0..=u16::MAX {
+            let ok = Image::parse(&tiny(elf::ET_DYN, m)).is_ok();
+            assert_eq!(ok, m == elf::EM_X86_64, "e_machine {m}");
+        }
+    }
+
+    #[test]
+    fn dynamic_table_and_addresses() {
+        let d = tiny(elf::ET_DYN, elf::EM_X86_64);
+        let img = Image::parse(&d).unwrap();
+        assert_eq!(img.dynamic, vec![(i64::from(elf::DT_STRTAB), 0x100)]);
+        assert_eq!(img.dyn_val(elf::DT_STRTAB), Some(0x100));
+        assert_eq!(img.dyn_val(elf::DT_SYMTAB), None);
+        // Every address and length against the one 0x200-byte segment.
+        for v in 0..0x210u64 {
+            for len in [0, 1, 8, 0x200] {
+                assert_eq!(
+                    img.offset_of(v, len).is_ok(),
+                    v + len <= 0x200,
+                    "{v:#x}+{len}"
+                );
+            }
+        }
+        assert!(img.offset_of(u64::MAX, 2).is_err());
+    }
+
+    #[test]
+    fn malformed_headers_are_errors() {
+        let good = tiny(elf::ET_EXEC, elf::EM_X86_64);
+        let with = |at: usize, bytes: &[u8]| {
+            let mut d = good.clone();
+            d[at..at + bytes.len()].copy_from_slice(bytes);
+            Image::parse(&d).err().map(|e| e.to_string())
+        };
+        assert!(with(54, &55u16.to_le_bytes()).is_some(), "e_phentsize");
+        assert!(
+            with(56, &0u16.to_le_bytes()).is_some(),
+            "no program headers"
+        );
+        assert!(
+            with(56, &100u16.to_le_bytes()).is_some(),
+            "headers beyond the file"
+        );
+        assert!(with(32, &u64::MAX.to_le_bytes()).is_some(), "e_phoff");
+        // PT_LOAD with p_filesz > p_memsz.
+        assert!(with(64 + 56 + 32, &0x300u64.to_le_bytes()).is_some());
+        // No PT_INTERP: a static PIE/executable.
+        let e = with(64, &elf::PT_NOTE.to_le_bytes()).unwrap();
+        assert!(e.contains("static executable"), "{e}");
+        // No PT_DYNAMIC.
+        let e = with(64 + 112, &elf::PT_NOTE.to_le_bytes()).unwrap();
+        assert!(e.contains("static executable"), "{e}");
+        for len in 0..good.len() {
+            let _ = Image::parse(&good[..len]);
+        }
+    }
+}
