@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
 pub enum InstrCmd {
-    /// Rewrite an object file: chosen functions call the runtime at entry
-    /// and exit. Link the result with -lmantle_instr.
+    /// Rewrite an object file, executable or shared library: chosen
+    /// functions call the runtime at entry and exit. Link a rewritten
+    /// object with -lmantle_instr; a rewritten linked file loads
+    /// libmantle_instr.so itself.
     #[command(
-        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 relocatable ELF or a malformed option, 5 no such file, 1 cannot write."
+        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite ./prog -o prog.instr --all --map prog.map       # linked: PIE, non-PIE\n  mantle instr rewrite libfoo.so -o out/libfoo.so -f 'foo_*' --runtime /usr/local/lib/libmantle_instr.so\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 ELF object, executable or shared library, a runtime others can write, or a malformed option, 5 no such file, 1 cannot write."
     )]
     Rewrite {
-        /// The input object (.o).
+        /// The input: an object (.o), executable or shared library.
         input: PathBuf,
         /// Where to write the rewritten object.
         #[arg(short, long)]
@@ -29,13 +31,18 @@ pub enum InstrCmd {
         /// Print the report as JSON (schema mantle-instr-report/1).
         #[arg(long)]
         json: bool,
+        /// Linked input only: the libmantle_instr.so the rewritten file
+        /// loads (a DT_NEEDED by absolute path). Default: the one beside
+        /// this mantle binary.
+        #[arg(long)]
+        runtime: Option<PathBuf>,
     },
     /// Say what `rewrite` would do, without writing anything.
     #[command(
         after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle instr plan a.o -f main -f 'parse_*' --json | jq '.functions[] | select(.status==\"refused\")'"
     )]
     Plan {
-        /// The input object (.o).
+        /// The input: an object (.o), executable or shared library.
         input: PathBuf,
         #[command(flatten)]
         sel: SelArgs,
@@ -199,6 +206,7 @@ pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
             sel,
             map,
             json,
+            runtime,
         } => {
             let data = read(&input)?;
             let old_map = match &map {
@@ -208,15 +216,31 @@ pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
                 _ => String::from("# mantle-instr map v1: id\tname\tobject\n"),
             };
             let first = next_id(&old_map);
-            let (bytes, mut r) = mantle_instr::rewrite_file(
-                &data,
-                &input.display().to_string(),
-                &sel.selection()?,
-                first,
-                sel.mode(),
-            )
+            let linked = mantle_instr::linked::is_linked(&data);
+            let (bytes, mut r) = if linked {
+                let rt = linked_runtime(runtime.as_deref())?;
+                mantle_instr::linked::rewrite_file(
+                    &data,
+                    &input.display().to_string(),
+                    &sel.selection()?,
+                    first,
+                    sel.mode(),
+                    &rt,
+                )
+            } else {
+                mantle_instr::rewrite_file(
+                    &data,
+                    &input.display().to_string(),
+                    &sel.selection()?,
+                    first,
+                    sel.mode(),
+                )
+            }
             .map_err(|e| lib_failure(&input, e))?;
             std::fs::write(&output, bytes).map_err(|e| Failure::io("cannot write", &output, &e))?;
+            if linked {
+                keep_mode(&input, &output)?;
+            }
             r.output = Some(output.display().to_string());
             if let Some(m) = &map {
                 let text = old_map + &r.map_lines();
@@ -232,6 +256,57 @@ pub fn run(cmd: InstrCmd) -> Result<(), Failure> {
             args,
         } => verify(&original, &rewritten, stdin.as_deref(), &args),
     }
+}
+
+/// The runtime a rewritten linked file loads, by absolute path. Refused
+/// when someone else could replace it: the loader runs whatever that path
+/// names inside every run of the rewritten program, set-id ones included
+/// (an absolute DT_NEEDED is not subject to AT_SECURE's rules).
+fn linked_runtime(given: Option<&Path>) -> Result<String, Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let path = match given {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|e| Some(e.parent()?.join("libmantle_instr.so")))
+            .filter(|p| p.exists())
+            .ok_or_else(|| {
+                Failure::new(
+                    EXIT_USAGE,
+                    "no libmantle_instr.so beside mantle: give --runtime PATH",
+                )
+            })?,
+    };
+    let path = path
+        .canonicalize()
+        .map_err(|e| Failure::io("cannot find", &path, &e))?;
+    let mut p = Some(path.as_path());
+    while let Some(at) = p {
+        let m = std::fs::metadata(at).map_err(|e| Failure::io("cannot stat", at, &e))?;
+        let sticky_dir = m.is_dir() && m.mode() & 0o1000 != 0;
+        if m.mode() & 0o022 != 0 && !sticky_dir {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "{}: writable by group or others, so they could replace the runtime the rewritten program loads",
+                    at.display()
+                ),
+            ));
+        }
+        p = at.parent();
+    }
+    path.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| Failure::new(EXIT_USAGE, format!("{}: not UTF-8", path.display())))
+}
+
+/// Gives a rewritten program its original's permission bits, set-id bits
+/// excepted (like cp without -p).
+fn keep_mode(from: &Path, to: &Path) -> Result<(), Failure> {
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(from).map_err(|e| Failure::io("cannot stat", from, &e))?;
+    let perm = std::fs::Permissions::from_mode(m.permissions().mode() & 0o777);
+    std::fs::set_permissions(to, perm).map_err(|e| Failure::io("cannot chmod", to, &e))
 }
 
 fn verify(a: &Path, b: &Path, stdin: Option<&Path>, args: &[String]) -> Result<(), Failure> {

@@ -27,12 +27,13 @@
 //! Invariants: the input is a claim: anything but a well-formed x86-64
 //! little-endian relocatable ELF is an [`Error`], never a panic; planning
 //! ([`plan`]) and rewriting ([`rewrite`]) make no system call; only the
-//! CLI reads and writes files. Not done yet (issue 13): linked executables
-//! and shared libraries, COMDAT groups, choosing functions from a
-//! `mantle prof` session.
+//! CLI reads and writes files. Linked executables and shared libraries:
+//! [`linked`]. Not done yet (issue 13): COMDAT groups, choosing functions
+//! from a `mantle prof` session.
 //!
 //! Lock order: no locks.
 
+pub mod linked;
 pub mod plan;
 pub mod report;
 pub mod rewrite;
@@ -84,8 +85,7 @@ pub fn parse(data: &[u8]) -> Result<Builder<'_>, Error> {
         elf::ET_REL => {}
         elf::ET_EXEC | elf::ET_DYN => {
             return Err(Error::Unsupported(
-                "linked executables and shared libraries are not rewritten yet: instrument the .o files"
-                    .into(),
+                "a linked executable or shared library: see mantle_instr::linked".into(),
             ))
         }
         t => return Err(Error::Unsupported(format!("ELF type {t}"))),
@@ -120,6 +120,9 @@ pub fn plan_file(
     first_id: u32,
     mode: ExitMode,
 ) -> Result<Report, Error> {
+    if linked::is_linked(data) {
+        return linked::plan_file(data, input, sel, first_id, mode);
+    }
     let b = parse(data)?;
     let o = plan::Object::new(&b);
     let chosen = plan::candidates(&b, sel);

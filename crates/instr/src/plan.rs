@@ -113,6 +113,15 @@ impl StackTrack {
         info: &iced_x86::InstructionInfo,
     ) -> Result<(), &'static str> {
         use iced_x86::{Mnemonic as M, OpAccess as A};
+        // The callee's frame would overwrite the parked resume address
+        // below rsp (found on Debian's libsqlite3: `push rbx; mov rbx,
+        // rdi; call sqlite3Malloc` in sqlite3MallocZero's first 11 bytes).
+        if matches!(
+            ins.flow_control(),
+            FlowControl::Call | FlowControl::IndirectCall
+        ) {
+            return Err("calls a function, whose frame would overwrite the stub's stack slot");
+        }
         self.heights.push(self.h);
         for m in info.used_memory() {
             if !matches!(

@@ -28,6 +28,9 @@ pub enum Refusal {
     CxxExceptions,
     /// A fragment of another function (`.cold`), entered by a jump.
     NotAnEntry,
+    /// The program's entry point (`_start`): entered by the kernel with
+    /// no return address, never called.
+    ProgramEntry,
 }
 
 impl std::fmt::Display for Refusal {
@@ -35,6 +38,7 @@ impl std::fmt::Display for Refusal {
         match self {
             Refusal::NoSize => write!(f, "symbol has no size"),
             Refusal::NotAnEntry => write!(f, "a split-off part of a function, entered by a jump"),
+            Refusal::ProgramEntry => write!(f, "the program's entry point, entered by the kernel"),
             Refusal::OutsideSection => write!(f, "symbol extends beyond its section"),
             Refusal::TooShort { size, need } => {
                 write!(f, "function has {size} bytes, the patch needs {need}")

@@ -17,7 +17,7 @@ pub const ENTER_B_SYMBOL: &[u8] = b"__mantle_instr_enter_b";
 pub const LEAVE_B_SYMBOL: &[u8] = b"__mantle_instr_leave_b";
 const STUB_SECTION: &[u8] = b".text.mantle_instr";
 const STUB_ALIGN: usize = 16;
-const INT3: u8 = 0xcc;
+pub(crate) const INT3: u8 = 0xcc;
 
 /// A site: `call stub; jmp short over; .long id; int3...`. The stub
 /// returns to the `jmp` behind the call, so every call has its `ret` and
@@ -263,11 +263,11 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
 }
 
 const GNU_PROPERTY_X86_FEATURE_1_AND: u32 = 0xc000_0002;
-const FEATURE_IBT_SHSTK: u32 = 0b11;
+pub(crate) const FEATURE_IBT_SHSTK: u32 = 0b11;
 
 /// Visits the x86 feature words of `.note.gnu.property` (offset into the
 /// note data of each 4-byte word).
-fn cet_words(note: &[u8]) -> Vec<usize> {
+pub(crate) fn cet_words(note: &[u8]) -> Vec<usize> {
     let u32_at = |o: usize| {
         note.get(o..o + 4)
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))

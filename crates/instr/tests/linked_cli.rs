@@ -1,0 +1,195 @@
+//! `mantle instr` on linked files, through the CLI: rewrite (runtime
+//! found beside the mantle binary), verify, plan --json, the runtime
+//! path check, bad input, and a rewritten program run as `nobody`.
+
+use mantle_testsupport::build::{run_cc, workspace};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn profile() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// The mantle binary and libmantle_instr.so beside it, built by cargo.
+fn mantle() -> PathBuf {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "mantle-cli", "-p", "mantle-instr-rt"])
+            .current_dir(workspace());
+        if !profile().ends_with("debug") {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().unwrap().success(), "cargo build mantle");
+    });
+    profile().join("mantle")
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "mantle-instr-linked-cli-{}-{name}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn mantle_run(args: &[&Path]) -> Output {
+    Command::new(mantle()).args(args).output().unwrap()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn build(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let prog = dir.join("prog");
+    run_cc(
+        "basic.c",
+        Command::new("cc")
+            .args(["-O2", "-fno-inline", "-I"])
+            .arg(&src)
+            .arg(src.join("basic.c"))
+            .arg("-o")
+            .arg(&prog),
+    );
+    prog
+}
+
+#[test]
+fn rewrite_verify_plan() {
+    let dir = tmpdir("rvp");
+    let prog = build(&dir);
+    let out = dir.join("prog.instr");
+    let map = dir.join("prog.map");
+    let p = Path::new;
+    let o = mantle_run(&[
+        p("instr"),
+        p("rewrite"),
+        &prog,
+        p("-o"),
+        &out,
+        p("--all"),
+        p("--map"),
+        &map,
+    ]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(text(&o).contains("ok      fib"), "{}", text(&o));
+    // Executable like its original; needs nothing in the environment.
+    let o = mantle_run(&[p("instr"), p("verify"), &prog, &out]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    assert!(text(&o).contains("same: exit status"), "{}", text(&o));
+    let prof = dir.join("prof.json");
+    let r = Command::new(&out)
+        .env("MANTLE_INSTR_MAP", &map)
+        .env("MANTLE_INSTR_OUT", &prof)
+        .output()
+        .unwrap();
+    assert_eq!(r.status.code(), Some(7));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&prof).unwrap()).unwrap();
+    let fib = v["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "fib")
+        .unwrap();
+    assert_eq!(fib["calls"], 8361);
+    // verify tells programs apart.
+    let o = mantle_run(&[p("instr"), p("verify"), &out, p("/bin/true")]);
+    assert_eq!(code(&o), 1, "{}", text(&o));
+    // plan --json on the linked file.
+    let o = mantle_run(&[p("instr"), p("plan"), &prog, p("-f"), p("fib"), p("--json")]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["schema"], "mantle-instr-report/1");
+    assert_eq!(v["functions"][0]["name"], "fib");
+    assert_eq!(v["functions"][0]["status"], "instrumented");
+}
+
+#[test]
+fn bad_input_and_unsafe_runtime_are_refused() {
+    let dir = tmpdir("bad");
+    let prog = build(&dir);
+    let p = Path::new;
+    let out = dir.join("x");
+    // A runtime in a directory anyone can write to could be replaced.
+    let open_dir = dir.join("open");
+    std::fs::create_dir_all(&open_dir).unwrap();
+    let rt = open_dir.join("libmantle_instr.so");
+    std::fs::copy(profile().join("libmantle_instr.so"), &rt).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = mantle_run(&[
+        p("instr"),
+        p("rewrite"),
+        &prog,
+        p("-o"),
+        &out,
+        p("--all"),
+        p("--runtime"),
+        &rt,
+    ]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(
+        text(&o).contains("writable by group or others"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.exists());
+    // A corrupted program header table.
+    let mut data = std::fs::read(&prog).unwrap();
+    data[56] = 0xff; // e_phnum
+    data[57] = 0x7f;
+    let bad = dir.join("bad");
+    std::fs::write(&bad, &data).unwrap();
+    let o = mantle_run(&[p("instr"), p("rewrite"), &bad, p("-o"), &out, p("--all")]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("malformed ELF"), "{}", text(&o));
+}
+
+/// What `nobody` gets: the rewritten program (written with the caller's
+/// umask, like cc's output) runs as nobody with the same output, loading
+/// the runtime root owns; nobody cannot change that runtime.
+#[test]
+#[ignore = "needs root (setpriv to nobody)"]
+fn rewritten_program_as_nobody() {
+    mantle_testsupport::require_root("setpriv");
+    let dir = tmpdir("nobody");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let prog = build(&dir);
+    let out = dir.join("prog.instr");
+    let p = Path::new;
+    let o = mantle_run(&[p("instr"), p("rewrite"), &prog, p("-o"), &out, p("--all")]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    let as_nobody = |exe: &Path| {
+        Command::new("setpriv")
+            .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+            .arg(exe)
+            .output()
+            .unwrap()
+    };
+    let (a, b) = (as_nobody(&prog), as_nobody(&out));
+    assert_eq!(a.stdout, b.stdout, "{}", String::from_utf8_lossy(&b.stderr));
+    assert_eq!(a.status.code(), b.status.code());
+    let rt = profile().join("libmantle_instr.so");
+    let w = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .args(["sh", "-c", "echo x >> \"$0\""])
+        .arg(&rt)
+        .output()
+        .unwrap();
+    assert!(!w.status.success(), "nobody could write {}", rt.display());
+}
