@@ -73,8 +73,10 @@ pub struct SelArgs {
     /// Every function of the object.
     #[arg(long)]
     all: bool,
-    /// Exits: auto (patched rets where safe, else return frames) or
-    /// return-frames (LOPI's everywhere); docs/instr.md "Exits"
+    /// Exits: auto (a call-through trampoline; patched rets in objects
+    /// using C++ exceptions), patched-rets (where every exit is a movable
+    /// ret, else return frames) or return-frames (LOPI's everywhere);
+    /// docs/instr.md "How it works"
     #[arg(long, value_enum, default_value = "auto")]
     exit: Exit,
 }
@@ -82,6 +84,7 @@ pub struct SelArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum Exit {
     Auto,
+    PatchedRets,
     ReturnFrames,
 }
 
@@ -89,6 +92,7 @@ impl SelArgs {
     fn mode(&self) -> mantle_instr::ExitMode {
         match self.exit {
             Exit::Auto => mantle_instr::ExitMode::Auto,
+            Exit::PatchedRets => mantle_instr::ExitMode::PatchedRets,
             Exit::ReturnFrames => mantle_instr::ExitMode::ReturnFrames,
         }
     }
