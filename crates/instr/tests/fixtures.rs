@@ -107,10 +107,6 @@ fn run(exe: &Path, env: &[(&str, &Path)]) -> Run {
 
 /// Rewrites, links, runs; returns (original run, rewritten run, profile
 /// calls by name, report).
-fn instrument(b: &Built) -> (Run, Run, BTreeMap<String, u64>, mantle_instr::Report) {
-    instrument_as(b, ExitMode::Auto)
-}
-
 fn instrument_as(
     b: &Built,
     mode: ExitMode,
@@ -162,35 +158,32 @@ const C_FLAGS: &[&str] = &[
     "-fno-partial-inlining",
 ];
 
-/// Both exit designs: return frames everywhere, and auto (balanced where
-/// every exit is a patchable ret); auto must balance at least one function.
+/// Every exit design: return frames everywhere; patched rets where every
+/// exit is a patchable ret (at least one function must get them); auto,
+/// call-through trampolines for every function.
 fn check_exact(name: &str, flags: &[&str]) {
     let b = compile(name, "cc", flags);
-    for mode in [ExitMode::ReturnFrames, ExitMode::Auto] {
+    for mode in [ExitMode::ReturnFrames, ExitMode::PatchedRets, ExitMode::Auto] {
         check_mode(name, &b, mode);
     }
 }
 
-fn check_mode(name: &str, b: &Built, mode: ExitMode) {
-    let (a, n, calls, report) = instrument_as(b, mode);
-    let balanced = report
+/// How many instrumented functions got the exit `kind`.
+fn exits(report: &mantle_instr::Report, kind: &str) -> usize {
+    report
         .functions
         .iter()
-        .filter(|f| {
-            matches!(
-                f.outcome,
-                Outcome::Instrumented {
-                    exit: "balanced",
-                    ..
-                }
-            )
-        })
-        .count();
-    assert_eq!(
-        balanced > 0,
-        mode == ExitMode::Auto,
-        "{name} {mode:?}: {balanced} balanced"
-    );
+        .filter(|f| matches!(f.outcome, Outcome::Instrumented { exit, .. } if exit == kind))
+        .count()
+}
+
+fn check_mode(name: &str, b: &Built, mode: ExitMode) {
+    let (a, n, calls, report) = instrument_as(b, mode);
+    match mode {
+        ExitMode::ReturnFrames => assert_eq!(exits(&report, "return-frame"), report.instrumented),
+        ExitMode::PatchedRets => assert!(exits(&report, "balanced") > 0, "{name}: none balanced"),
+        ExitMode::Auto => assert_eq!(exits(&report, "trampoline"), report.instrumented),
+    }
     assert_eq!(report.refused, 0, "{name}: {:#?}", report.functions);
     assert_eq!(a.stdout, n.stdout, "{name}: output differs");
     assert_eq!(a.code, n.code, "{name}: exit status differs");
@@ -215,13 +208,17 @@ fn basic_with_endbr64() {
     let mut f = C_FLAGS.to_vec();
     f.push("-fcf-protection=full");
     let b = compile("basic.c", "cc", &f);
-    let (a, n, _, report) = instrument(&b);
-    assert!(report.cet_cleared, "the CET property must be cleared");
-    assert!(report
-        .functions
-        .iter()
-        .all(|f| matches!(f.outcome, Outcome::Instrumented { endbr64: true, .. })));
-    assert_eq!((a.stdout, a.code), (n.stdout, n.code));
+    // A return frame's ret would fault on a shadow stack: the property is
+    // cleared. Trampolines keep every call paired with its ret: kept.
+    for (mode, cleared) in [(ExitMode::ReturnFrames, true), (ExitMode::Auto, false)] {
+        let (a, n, _, report) = instrument_as(&b, mode);
+        assert_eq!(report.cet_cleared, cleared, "{mode:?}");
+        assert!(report
+            .functions
+            .iter()
+            .all(|f| matches!(f.outcome, Outcome::Instrumented { endbr64: true, .. })));
+        assert_eq!((&a.stdout, a.code), (&n.stdout, n.code));
+    }
 }
 
 #[test]
@@ -237,7 +234,16 @@ fn threads() {
 #[test]
 fn unsafe_sites_are_refused_with_their_reason() {
     let b = compile("unsafe.c", "cc", &["-O2", "-fno-inline"]);
-    let (a, n, _, report) = instrument(&b);
+    for mode in [ExitMode::Auto, ExitMode::PatchedRets] {
+        refusals(&b, mode);
+    }
+}
+
+/// The refusals of unsafe.c under `mode`: a trampoline patches 5 bytes
+/// and moves its instructions without following the stack, a stub 11 and
+/// follows it.
+fn refusals(b: &Built, mode: ExitMode) {
+    let (a, n, _, report) = instrument_as(b, mode);
     assert_eq!((&a.stdout, a.code), (&n.stdout, n.code));
     let reason = |f: &str| match &report
         .functions
@@ -255,15 +261,19 @@ fn unsafe_sites_are_refused_with_their_reason() {
         reason("loop_in")
     );
     assert!(
-        matches!(reason("tiny"), Some(Refusal::TooShort { need: 11, .. })),
+        matches!(reason("tiny"), Some(Refusal::TooShort { need, .. }) if need == if mode == ExitMode::Auto { 5 } else { 11 }),
         "{:?}",
         reason("tiny")
     );
-    assert!(
-        matches!(reason("realign"), Some(Refusal::Unrelocatable { why, .. }) if why.contains("rsp")),
-        "{:?}",
-        reason("realign")
-    );
+    if mode == ExitMode::Auto {
+        assert_eq!(reason("realign"), None, "a trampoline's body may realign");
+    } else {
+        assert!(
+            matches!(reason("realign"), Some(Refusal::Unrelocatable { why, .. }) if why.contains("rsp")),
+            "{:?}",
+            reason("realign")
+        );
+    }
     assert_eq!(reason("early"), None, "a moved short branch");
     assert!(
         matches!(
