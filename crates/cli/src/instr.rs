@@ -32,7 +32,7 @@ pub enum InstrCmd {
     },
     /// Say what `rewrite` would do, without writing anything.
     #[command(
-        after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle instr plan a.o -f main -f 'parse_*' --json | jq '.functions[] | select(.status==\"refused\")'"
+        after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle prof record -o run.prof -- ./prog input && mantle instr plan a.o --from-prof run.prof --share 80\n  mantle instr plan a.o -f main -f 'parse_*' --json | jq '.functions[] | select(.status==\"refused\")'"
     )]
     Plan {
         /// The input object (.o).
@@ -73,6 +73,18 @@ pub struct SelArgs {
     /// Every function of the object.
     #[arg(long)]
     all: bool,
+    /// A `mantle prof` session: choose the fewest functions that make up
+    /// --share percent of its samples in the program (the paper chose by
+    /// gprof).
+    #[arg(long, value_name = "SESSION")]
+    from_prof: Option<PathBuf>,
+    /// Percent of the session's samples the chosen functions make up.
+    #[arg(long, default_value_t = 80.0, requires = "from_prof")]
+    share: f64,
+    /// Whose samples count: images whose path contains this (default: the
+    /// session's main binary, the executable with the most samples).
+    #[arg(long, requires = "from_prof")]
+    prof_image: Option<String>,
     /// Exits: auto (a call-through trampoline; patched rets in objects
     /// using C++ exceptions), patched-rets (where every exit is a movable
     /// ret, else return frames) or return-frames (LOPI's everywhere);
@@ -112,13 +124,51 @@ impl SelArgs {
             let text = std::fs::read_to_string(p).map_err(|e| Failure::io("cannot read", p, &e))?;
             s.add_list(&text);
         }
+        if let Some(dir) = &self.from_prof {
+            for name in self.from_prof(dir)? {
+                s.add_exact(&name);
+            }
+        }
         if s.is_empty() {
             return Err(Failure::new(
                 EXIT_USAGE,
-                "choose functions: --all, -f NAME or --functions-from FILE",
+                "choose functions: --all, -f NAME, --functions-from FILE or --from-prof SESSION",
             ));
         }
         Ok(s)
+    }
+}
+
+impl SelArgs {
+    /// The hottest functions of a `mantle prof` session (exclusive
+    /// samples), said on standard error.
+    fn from_prof(&self, dir: &Path) -> Result<Vec<String>, Failure> {
+        let r = mantle_prof::report::report(dir, &mantle_prof::ReportOpts::default())?;
+        let image = match (&self.prof_image, &r.main_binary) {
+            (Some(i), _) => i.clone(),
+            (None, Some(m)) => m.clone(),
+            (None, None) => {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!("{}: no main binary; name one with --prof-image", dir.display()),
+                ))
+            }
+        };
+        let rows: Vec<(String, u64)> = r
+            .symbols
+            .iter()
+            .filter(|s| s.image.contains(&image))
+            .map(|s| (s.symbol.clone(), s.samples))
+            .collect();
+        let (names, got) = mantle_instr::select::hottest(&rows, self.share)
+            .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {image}: {e}", dir.display())))?;
+        eprintln!(
+            "{}: {} functions make up {got:.1}% of the {} samples in {image}",
+            dir.display(),
+            names.len(),
+            rows.iter().map(|r| r.1).sum::<u64>()
+        );
+        Ok(names)
     }
 }
 

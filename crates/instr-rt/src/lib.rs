@@ -73,11 +73,17 @@ pub type Hook = extern "C" fn(u32);
 
 static USER_ENTER: AtomicUsize = AtomicUsize::new(0);
 static USER_LEAVE: AtomicUsize = AtomicUsize::new(0);
+/// Hooks that save every register they use themselves
+/// (`mantle_instr_set_fast_hooks`); read by the trampolines' assembly.
+static FAST_ENTER: AtomicUsize = AtomicUsize::new(0);
+static FAST_LEAVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Replaces the built-in tracer with the user's hooks (NULL for none).
 /// Thread-safe; takes effect for entries after the call.
 #[no_mangle]
 pub extern "C" fn mantle_instr_set_hooks(enter: Option<Hook>, leave: Option<Hook>) {
+    FAST_ENTER.store(0, Ordering::Release);
+    FAST_LEAVE.store(0, Ordering::Release);
     // Leave first, so no entry runs the user's enter without its leave.
     USER_LEAVE.store(leave.map_or(0, |f| f as usize), Ordering::Release);
     USER_ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
@@ -159,6 +165,19 @@ macro_rules! saving_all {
     };
 }
 
+/// Like [`mantle_instr_set_hooks`], for hooks that keep every register
+/// but the flags (GCC and clang: `__attribute__((no_caller_saved_registers))`,
+/// compiled with `-mgeneral-regs-only`, which the attribute requires for
+/// SSE state): trampolines then call them without saving registers first
+/// (bench/instr/RESULTS.md measures the difference). They also serve as
+/// the ordinary hooks of the other exit designs.
+#[no_mangle]
+pub extern "C" fn mantle_instr_set_fast_hooks(enter: Option<Hook>, leave: Option<Hook>) {
+    mantle_instr_set_hooks(enter, leave);
+    FAST_LEAVE.store(leave.map_or(0, |f| f as usize), Ordering::Release);
+    FAST_ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
+}
+
 /// The entry path, called by every stub. Above its return address are the
 /// site's (pointing at the site's 2-byte `jmp` over the 32-bit id) and
 /// the function's.
@@ -199,10 +218,43 @@ pub unsafe extern "C" fn __mantle_instr_enter_b() {
 /// same number).
 pub const TRAMP_RET_OFFSET: usize = 16;
 
+/// Entries of the per-thread stack of trampoline frames (`__mantle_instr_xs`): a
+/// trampoline nested deeper aborts (the limit is documented).
+pub const XS_LEN: usize = 4096;
+const XS_ENTRY: usize = 32;
+
+// The per-thread stack of trampoline frames, in assembly so the fast path
+// reaches it without calling into Rust (which would make it save every
+// register): `len: u64, pad: u64`, then `XS_LEN` entries of
+// `{ sp, caller's return address, body return address (R2), id }`.
+// Initial-exec TLS (one `fs:` access; relaxed to local-exec in an
+// executable): the shared library must be loaded at start-up (DT_NEEDED),
+// not by dlopen.
+core::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".p2align 4",
+    ".globl __mantle_instr_xs",
+    ".hidden __mantle_instr_xs",
+    ".type __mantle_instr_xs,@object",
+    ".size __mantle_instr_xs, {size}",
+    "__mantle_instr_xs:",
+    ".zero {size}",
+    ".text",
+    size = const 16 + XS_LEN * XS_ENTRY,
+);
+
+/// Calls the hook in rax with rsp aligned (flags are dead here: no
+/// caller keeps them across a call).
+macro_rules! aligned_call_rax {
+    () => {
+        "push rbp\n mov rbp, rsp\n and rsp, -16\n call rax\n mov rsp, rbp\n pop rbp"
+    };
+}
+
 /// The entry of a call-through trampoline (the default exit design):
 ///
 /// ```text
-/// tramp:  call __mantle_instr_enter_t   ; saves the caller's return address X
+/// tramp:  call __mantle_instr_enter_t   ; keeps the caller's return address X
 ///         jmp  short body_call ; .long id
 ///         lea  rsp, [rsp + 8]           ; drop X (kept in the thread's frame)
 ///         call body                     ; the function runs with its own
@@ -214,11 +266,100 @@ pub const TRAMP_RET_OFFSET: usize = 16;
 ///
 /// Every `call` has its `ret`, so the return predictor stays right (the
 /// caller's own `call` pairs with the trampoline's final `ret`), and the
-/// function's stack arguments are where they were (no shift by 8). Here
-/// [rbp + 8] is R1 (the id is at R1 + 2) and [rbp + 16] holds X.
+/// function's stack arguments are where they were (no shift by 8).
+///
+/// Fast path, in assembly: pushes `{E, X, R2, id}` on `__mantle_instr_xs` (after
+/// popping frames below E, skipped by longjmp, or at E but not the tail
+/// caller: X is not their R2), and calls a fast enter hook directly with
+/// five scratch registers saved (such a hook saves what it uses itself:
+/// `mantle_instr_set_fast_hooks`). Otherwise it continues in
+/// [`enter_t_slow`] (every register saved, Rust frames for the tracer or
+/// the ordinary hooks).
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn __mantle_instr_enter_t() {
+    core::arch::naked_asm!(
+        // [rsp] = R1 (the id is at R1 + 2), [rsp + 8] = X, E = rsp + 8.
+        "push rax",
+        "push rcx",
+        "push rdx",
+        "push rsi",
+        "push rdi",
+        // Now R1 = [rsp + 40], X = [rsp + 48], E = rsp + 48.
+        "mov rcx, qword ptr [rip + __mantle_instr_xs@GOTTPOFF]",
+        "add rcx, qword ptr fs:[0]",
+        "lea rdx, [rsp + 48]",
+        "mov rax, [rsp + 48]",
+        "2:",
+        "mov rsi, [rcx]",
+        "test rsi, rsi",
+        "jz 4f",
+        "shl rsi, 5",
+        "lea rsi, [rcx + rsi - 16]",
+        "cmp [rsi], rdx",
+        "ja 4f",
+        "jb 3f",
+        "cmp [rsi + 16], rax",
+        "je 4f",
+        // Dead: skipped by longjmp. Its leave, if a fast hook runs.
+        "3:",
+        "dec qword ptr [rcx]",
+        "mov rdi, [rsi + 24]",
+        "mov rax, qword ptr [rip + {fast_leave}]",
+        "test rax, rax",
+        "jz 5f",
+        aligned_call_rax!(),
+        "5:",
+        "mov rax, [rsp + 48]",
+        "jmp 2b",
+        "4:",
+        "mov rsi, [rcx]",
+        "cmp rsi, {n}",
+        "jae 9f",
+        "inc qword ptr [rcx]",
+        "shl rsi, 5",
+        "lea rsi, [rcx + rsi + 16]",
+        "mov [rsi], rdx",
+        "mov [rsi + 8], rax",
+        "mov rax, [rsp + 40]",
+        "lea rdi, [rax + {off}]",
+        "mov [rsi + 16], rdi",
+        "mov edi, dword ptr [rax + 2]",
+        "mov [rsi + 24], rdi",
+        "mov rax, qword ptr [rip + {fast_enter}]",
+        "test rax, rax",
+        "jz 6f",
+        aligned_call_rax!(),
+        "pop rdi",
+        "pop rsi",
+        "pop rdx",
+        "pop rcx",
+        "pop rax",
+        "ret",
+        "6:",
+        "pop rdi",
+        "pop rsi",
+        "pop rdx",
+        "pop rcx",
+        "pop rax",
+        "jmp {slow}",
+        "9:",
+        "and rsp, -16",
+        "call {deep}",
+        "ud2",
+        n = const XS_LEN,
+        off = const TRAMP_RET_OFFSET,
+        fast_enter = sym FAST_ENTER,
+        fast_leave = sym FAST_LEAVE,
+        slow = sym enter_t_slow,
+        deep = sym too_deep,
+    )
+}
+
+/// The entry of a trampoline when no fast hook is set: the Rust frame for
+/// the tracer or the ordinary hooks. [rbp + 8] is R1, [rbp + 16] holds X.
+#[unsafe(naked)]
+unsafe extern "C" fn enter_t_slow() {
     saving_all!(
         "mov rax, [rbp + 8]",
         "mov edi, dword ptr [rax + 2]",
@@ -230,18 +371,89 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
     )
 }
 
-/// The exit of a call-through trampoline: [rbp + 16] is the stack word
-/// where the function's return address was; the caller's is written back
-/// there for the trampoline's `ret`.
+/// The exit of a call-through trampoline: [rsp + 8] is the stack word
+/// where the function's return address was; the caller's (X) is written
+/// back there for the trampoline's `ret`. Pops frames above (skipped by
+/// longjmp); a frame that is not there means the stack was corrupted:
+/// abort rather than return anywhere.
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn __mantle_instr_leave_t() {
+    core::arch::naked_asm!(
+        "push rax",
+        "push rcx",
+        "push rdx",
+        "push rsi",
+        "push rdi",
+        // [rsp + 40] = R3, E = rsp + 48.
+        "mov rcx, qword ptr [rip + __mantle_instr_xs@GOTTPOFF]",
+        "add rcx, qword ptr fs:[0]",
+        "lea rdx, [rsp + 48]",
+        "2:",
+        "mov rsi, [rcx]",
+        "test rsi, rsi",
+        "jz 9f",
+        "shl rsi, 5",
+        "lea rsi, [rcx + rsi - 16]",
+        "cmp [rsi], rdx",
+        "je 4f",
+        "ja 9f",
+        "dec qword ptr [rcx]",
+        "mov rdi, [rsi + 24]",
+        "mov rax, qword ptr [rip + {fast_leave}]",
+        "test rax, rax",
+        "jz 2b",
+        aligned_call_rax!(),
+        "jmp 2b",
+        "4:",
+        "dec qword ptr [rcx]",
+        "mov rax, [rsi + 8]",
+        "mov [rdx], rax",
+        "mov rdi, [rsi + 24]",
+        "mov rax, qword ptr [rip + {fast_leave}]",
+        "test rax, rax",
+        "jz 6f",
+        aligned_call_rax!(),
+        "pop rdi",
+        "pop rsi",
+        "pop rdx",
+        "pop rcx",
+        "pop rax",
+        "ret",
+        "6:",
+        "pop rdi",
+        "pop rsi",
+        "pop rdx",
+        "pop rcx",
+        "pop rax",
+        "jmp {slow}",
+        "9:",
+        "and rsp, -16",
+        "call {lost}",
+        "ud2",
+        fast_leave = sym FAST_LEAVE,
+        slow = sym leave_t_slow,
+        lost = sym tramp_lost,
+    )
+}
+
+/// The exit of a trampoline when no fast hook is set: closes the Rust
+/// frame whose return address lived at [rbp + 16].
+#[unsafe(naked)]
+unsafe extern "C" fn leave_t_slow() {
     saving_all!(
         "lea rdi, [rbp + 16]",
-        "call {leave}",
-        "mov [rbp + 16], rax";
-        leave = sym leave_t_c
+        "call {leave}";
+        leave = sym leave_b_c
     )
+}
+
+extern "C" fn tramp_lost() -> ! {
+    lost(b"libmantle-instr: trampoline frame lost\n")
+}
+
+extern "C" fn too_deep() -> ! {
+    lost(b"libmantle-instr: more than 4096 nested trampolines (use --exit patched-rets or return-frames)\n")
 }
 
 /// The return-frame code slots: slot `d` is the return address given to
@@ -330,23 +542,6 @@ thread_local! {
     });
 }
 
-/// Return addresses trampolines keep for a thread whose [`THREAD`] is gone
-/// (functions run by TLS destructors or at exit after them): a trampoline
-/// has already taken the caller's return address off the stack and must
-/// get it back. No destructor, so it is always there.
-const SPARE_LEN: usize = 256;
-struct Spare {
-    len: usize,
-    /// (stack address, caller's return address).
-    frames: [(usize, usize); SPARE_LEN],
-}
-
-thread_local! {
-    static SPARE: UnsafeCell<Spare> = const {
-        UnsafeCell::new(Spare { len: 0, frames: [(0, 0); SPARE_LEN] })
-    };
-}
-
 #[inline]
 fn now() -> u64 {
     // SAFETY: rdtsc has no memory effects; x86-64 always has it.
@@ -407,34 +602,15 @@ extern "C" fn enter_b_c(id: u32, slot: *mut usize) {
     enter_common(id, slot, Entry::Patched);
 }
 
-/// Pushes the frame of a trampoline's function: `slot` holds the caller's
-/// return address, which the trampoline drops from the stack next.
+/// Pushes the Rust frame of a trampoline's function (its return address
+/// is kept by the assembly fast path, in `__mantle_instr_xs`).
 extern "C" fn enter_t_c(id: u32, slot: *mut usize, body_ret: usize) {
-    if enter_common(id, slot, Entry::Trampoline(body_ret)) {
-        return;
-    }
-    // SAFETY: as in enter_common; SPARE has no destructor, so `with`
-    // cannot fail.
-    let kept = SPARE.with(|c| {
-        let sp = unsafe { &mut *c.get() };
-        // Entries below this one were skipped by longjmp.
-        while sp.len > 0 && sp.frames[sp.len - 1].0 < slot as usize {
-            sp.len -= 1;
-        }
-        let ok = sp.len < SPARE_LEN;
-        if ok {
-            sp.frames[sp.len] = (slot as usize, unsafe { *slot });
-            sp.len += 1;
-        }
-        ok
-    });
-    if !kept {
-        lost(b"libmantle-instr: too many instrumented calls after thread exit\n");
-    }
+    enter_common(id, slot, Entry::Trampoline(body_ret));
 }
 
-/// Pushes a frame; false if the thread's data is gone (nothing pushed).
-fn enter_common(id: u32, slot: *mut usize, how: Entry) -> bool {
+/// Pushes a frame (none if the thread's data is gone: the function then
+/// runs uninstrumented, its return address untouched).
+fn enter_common(id: u32, slot: *mut usize, how: Entry) {
     tracer::init();
     THREAD
         .try_with(|cell| {
@@ -480,7 +656,7 @@ fn enter_common(id: u32, slot: *mut usize, how: Entry) -> bool {
                 None => th.trace.enter(id, t),
             }
         })
-        .is_ok()
+        .ok();
 }
 
 /// Closes the frames above the one whose return address lives at `sp`
@@ -508,26 +684,6 @@ fn close_at(sp: usize) -> Option<usize> {
 /// stack address of its return address), and dead frames above it.
 extern "C" fn leave_b_c(sp: usize) {
     close_at(sp);
-}
-
-/// The caller's return address for the trampoline whose function's return
-/// address lived at `sp`.
-extern "C" fn leave_t_c(sp: usize) -> usize {
-    // SAFETY: SPARE is this thread's, without destructor; see enter_t_c.
-    let spare = SPARE.with(|c| {
-        let s = unsafe { &mut *c.get() };
-        while s.len > 0 && s.frames[s.len - 1].0 < sp {
-            s.len -= 1;
-        }
-        (s.len > 0 && s.frames[s.len - 1].0 == sp).then(|| {
-            s.len -= 1;
-            s.frames[s.len].1
-        })
-    });
-    match spare.or_else(|| close_at(sp)) {
-        Some(orig) => orig,
-        None => lost(b"libmantle-instr: trampoline frame lost\n"),
-    }
 }
 
 extern "C" fn leave_c(ret: usize) -> usize {
