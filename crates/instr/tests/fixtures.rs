@@ -166,6 +166,61 @@ fn check_exact(name: &str, flags: &[&str]) {
     for mode in [ExitMode::ReturnFrames, ExitMode::PatchedRets, ExitMode::Auto] {
         check_mode(name, &b, mode);
     }
+    check_fast(name, &b);
+}
+
+/// Trampolines with fast hooks (the assembly path, no Rust frames): same
+/// output, every entry counted, and every function but `main` (still
+/// running when the counts are written) left as often as entered.
+fn check_fast(name: &str, b: &Built) {
+    let data = std::fs::read(&b.obj).unwrap();
+    let (bytes, report) =
+        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
+    let new_obj = b.dir.join("fast.o");
+    std::fs::write(&new_obj, bytes).unwrap();
+    let hooks = b.dir.join("fast_hooks.o");
+    let inc = workspace().join("crates/instr-rt/include");
+    run_cc(
+        "fast_hooks.c",
+        Command::new("cc")
+            .args(["-O2", "-mgeneral-regs-only", "-c", "-I"])
+            .arg(&inc)
+            .arg(src("fast_hooks.c"))
+            .arg("-o")
+            .arg(&hooks),
+    );
+    let exe = b.dir.join("fast");
+    let mut c = Command::new(b.cc);
+    c.arg(&new_obj).arg(&hooks).arg("-o").arg(&exe);
+    if b.no_pie {
+        c.arg("-no-pie");
+    }
+    run_cc("fast", c.arg(runtime()).arg("-lpthread"));
+    let counts = b.dir.join("fast.txt");
+    let a = run(&b.dir.join("orig"), &[]);
+    let n = run(&exe, &[("MANTLE_TEST_FAST_OUT", &counts)]);
+    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{name} fast hooks");
+    let mut by_id = BTreeMap::new();
+    for l in std::fs::read_to_string(&counts).unwrap().lines() {
+        let v: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+        by_id.insert(v[0] as u32, (v[1], v[2]));
+    }
+    let own = own_counts(&a.stdout);
+    let mut checked = 0;
+    for f in &report.functions {
+        let Outcome::Instrumented { id, .. } = f.outcome else {
+            continue;
+        };
+        checked += usize::from(own.contains_key(&f.name));
+        let (enters, leaves) = by_id.get(&id).copied().unwrap_or((0, 0));
+        if let Some(c) = own.get(&f.name) {
+            assert_eq!(enters, *c, "{name} fast hooks: entries of {}", f.name);
+        }
+        if f.name != "main" {
+            assert_eq!(leaves, enters, "{name} fast hooks: exits of {}", f.name);
+        }
+    }
+    assert_eq!(checked, own.len(), "{name}: every counted function instrumented");
 }
 
 /// How many instrumented functions got the exit `kind`.
