@@ -251,6 +251,41 @@ macro_rules! aligned_call_rax {
     };
 }
 
+/// Calls the hook of `$fast` (directly) or else of `$user` (through
+/// [`hook_saving_all`]) with the id in rdi; neither: falls through.
+/// Clobbers rax and the flags only (a fast hook keeps the rest itself).
+/// Labels 7 and 8 are local to each use.
+macro_rules! call_hook {
+    ($fast:literal, $user:literal) => {
+        concat!(
+            "mov rax, qword ptr [rip + {", $fast, "}]\n",
+            "test rax, rax\n",
+            "jz 7f\n",
+            aligned_call_rax!(), "\n",
+            "jmp 8f\n",
+            "7:\n",
+            "mov rax, qword ptr [rip + {", $user, "}]\n",
+            "test rax, rax\n",
+            "jz 8f\n",
+            "call {saving}\n",
+            "8:"
+        )
+    };
+}
+
+/// Calls the hook in rax with the id in rdi, keeping every register (an
+/// ordinary C hook, called from the trampolines' assembly).
+#[unsafe(naked)]
+unsafe extern "C" fn hook_saving_all() {
+    // After saving_all's pushes (rax first, rdi fifth) and 264 bytes of
+    // xmm: rax at [rsp + 328], rdi at [rsp + 296].
+    saving_all!(
+        "mov rax, [rsp + 328]",
+        "mov rdi, [rsp + 296]",
+        "call rax";
+    )
+}
+
 /// The entry of a call-through trampoline (the default exit design):
 ///
 /// ```text
@@ -301,15 +336,12 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         "jb 3f",
         "cmp [rsi + 16], rax",
         "je 4f",
-        // Dead: skipped by longjmp. Its leave, if a fast hook runs.
+        // Dead: skipped by longjmp. Its leave, if a hook runs (the
+        // tracer's frames are Rust's, closed there).
         "3:",
         "dec qword ptr [rcx]",
         "mov rdi, [rsi + 24]",
-        "mov rax, qword ptr [rip + {fast_leave}]",
-        "test rax, rax",
-        "jz 5f",
-        aligned_call_rax!(),
-        "5:",
+        call_hook!("fast_leave", "user_leave"),
         "mov rax, [rsp + 48]",
         "jmp 2b",
         "4:",
@@ -327,9 +359,9 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         "mov edi, dword ptr [rax + 2]",
         "mov [rsi + 24], rdi",
         "mov rax, qword ptr [rip + {fast_enter}]",
-        "test rax, rax",
+        "or rax, qword ptr [rip + {user_enter}]",
         "jz 6f",
-        aligned_call_rax!(),
+        call_hook!("fast_enter", "user_enter"),
         "pop rdi",
         "pop rsi",
         "pop rdx",
@@ -351,6 +383,9 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         off = const TRAMP_RET_OFFSET,
         fast_enter = sym FAST_ENTER,
         fast_leave = sym FAST_LEAVE,
+        user_enter = sym USER_ENTER,
+        user_leave = sym USER_LEAVE,
+        saving = sym hook_saving_all,
         slow = sym enter_t_slow,
         deep = sym too_deep,
     )
@@ -400,10 +435,7 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         "ja 9f",
         "dec qword ptr [rcx]",
         "mov rdi, [rsi + 24]",
-        "mov rax, qword ptr [rip + {fast_leave}]",
-        "test rax, rax",
-        "jz 2b",
-        aligned_call_rax!(),
+        call_hook!("fast_leave", "user_leave"),
         "jmp 2b",
         "4:",
         "dec qword ptr [rcx]",
@@ -411,9 +443,9 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         "mov [rdx], rax",
         "mov rdi, [rsi + 24]",
         "mov rax, qword ptr [rip + {fast_leave}]",
-        "test rax, rax",
+        "or rax, qword ptr [rip + {user_leave}]",
         "jz 6f",
-        aligned_call_rax!(),
+        call_hook!("fast_leave", "user_leave"),
         "pop rdi",
         "pop rsi",
         "pop rdx",
@@ -432,6 +464,8 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         "call {lost}",
         "ud2",
         fast_leave = sym FAST_LEAVE,
+        user_leave = sym USER_LEAVE,
+        saving = sym hook_saving_all,
         slow = sym leave_t_slow,
         lost = sym tramp_lost,
     )

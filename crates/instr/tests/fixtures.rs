@@ -166,40 +166,44 @@ fn check_exact(name: &str, flags: &[&str]) {
     for mode in [ExitMode::ReturnFrames, ExitMode::PatchedRets, ExitMode::Auto] {
         check_mode(name, &b, mode);
     }
-    check_fast(name, &b);
+    check_hooks(name, &b, true);
+    check_hooks(name, &b, false);
 }
 
-/// Trampolines with fast hooks (the assembly path, no Rust frames): same
-/// output, every entry counted, and every function but `main` (still
-/// running when the counts are written) left as often as entered.
-fn check_fast(name: &str, b: &Built) {
+/// Trampolines with user hooks, fast or ordinary (the assembly path, no
+/// Rust frames): same output, every entry counted, and every function but
+/// `main` (still running when the counts are written) left as often as
+/// entered.
+fn check_hooks(name: &str, b: &Built, fast: bool) {
     let data = std::fs::read(&b.obj).unwrap();
     let (bytes, report) =
         mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
-    let new_obj = b.dir.join("fast.o");
+    let new_obj = b.dir.join("tramp.o");
     std::fs::write(&new_obj, bytes).unwrap();
-    let hooks = b.dir.join("fast_hooks.o");
+    let tag = if fast { "fast" } else { "ordinary" };
+    let hooks = b.dir.join(format!("{tag}_hooks.o"));
     let inc = workspace().join("crates/instr-rt/include");
     run_cc(
         "fast_hooks.c",
         Command::new("cc")
-            .args(["-O2", "-mgeneral-regs-only", "-c", "-I"])
+            .args(if fast { ["-mgeneral-regs-only", "-UORDINARY"] } else { ["-DORDINARY", "-O2"] })
+            .args(["-O2", "-c", "-I"])
             .arg(&inc)
             .arg(src("fast_hooks.c"))
             .arg("-o")
             .arg(&hooks),
     );
-    let exe = b.dir.join("fast");
+    let exe = b.dir.join(tag);
     let mut c = Command::new(b.cc);
     c.arg(&new_obj).arg(&hooks).arg("-o").arg(&exe);
     if b.no_pie {
         c.arg("-no-pie");
     }
-    run_cc("fast", c.arg(runtime()).arg("-lpthread"));
-    let counts = b.dir.join("fast.txt");
+    run_cc(tag, c.arg(runtime()).arg("-lpthread"));
+    let counts = b.dir.join(format!("{tag}.txt"));
     let a = run(&b.dir.join("orig"), &[]);
     let n = run(&exe, &[("MANTLE_TEST_FAST_OUT", &counts)]);
-    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{name} fast hooks");
+    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{name} {tag} hooks");
     let mut by_id = BTreeMap::new();
     for l in std::fs::read_to_string(&counts).unwrap().lines() {
         let v: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
@@ -214,10 +218,10 @@ fn check_fast(name: &str, b: &Built) {
         checked += usize::from(own.contains_key(&f.name));
         let (enters, leaves) = by_id.get(&id).copied().unwrap_or((0, 0));
         if let Some(c) = own.get(&f.name) {
-            assert_eq!(enters, *c, "{name} fast hooks: entries of {}", f.name);
+            assert_eq!(enters, *c, "{name} {tag} hooks: entries of {}", f.name);
         }
         if f.name != "main" {
-            assert_eq!(leaves, enters, "{name} fast hooks: exits of {}", f.name);
+            assert_eq!(leaves, enters, "{name} {tag} hooks: exits of {}", f.name);
         }
     }
     assert_eq!(checked, own.len(), "{name}: every counted function instrumented");
