@@ -150,7 +150,10 @@ impl SelArgs {
             (None, None) => {
                 return Err(Failure::new(
                     EXIT_USAGE,
-                    format!("{}: no main binary; name one with --prof-image", dir.display()),
+                    format!(
+                        "{}: no main binary; name one with --prof-image",
+                        dir.display()
+                    ),
                 ))
             }
         };
@@ -200,12 +203,13 @@ fn print(r: &Report, json: bool) {
         return;
     }
     println!(
-        "{}: {} instrumented, {} refused, {} stubs, {} exit stubs{}",
+        "{}: {} instrumented, {} refused, {} stubs, {} exit stubs, {} trampolines{}",
         r.input,
         r.instrumented,
         r.refused,
         r.stubs,
         r.exit_stubs,
+        r.trampolines,
         if r.cet_cleared {
             " (CET property cleared)"
         } else {

@@ -258,13 +258,18 @@ macro_rules! aligned_call_rax {
 macro_rules! call_hook {
     ($fast:literal, $user:literal) => {
         concat!(
-            "mov rax, qword ptr [rip + {", $fast, "}]\n",
+            "mov rax, qword ptr [rip + {",
+            $fast,
+            "}]\n",
             "test rax, rax\n",
             "jz 7f\n",
-            aligned_call_rax!(), "\n",
+            aligned_call_rax!(),
+            "\n",
             "jmp 8f\n",
             "7:\n",
-            "mov rax, qword ptr [rip + {", $user, "}]\n",
+            "mov rax, qword ptr [rip + {",
+            $user,
+            "}]\n",
             "test rax, rax\n",
             "jz 8f\n",
             "call {saving}\n",

@@ -673,7 +673,12 @@ fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Re
 }
 
 /// Nothing may jump into the patched bytes except at their start.
-fn not_targeted(o: &Object<'_, '_>, c: &Candidate, start: u64, covered: usize) -> Result<(), Refusal> {
+fn not_targeted(
+    o: &Object<'_, '_>,
+    c: &Candidate,
+    start: u64,
+    covered: usize,
+) -> Result<(), Refusal> {
     match targeted_inside(o, c.section, start, covered) {
         Some(t) => Err(Refusal::BranchTarget {
             offset: t - c.value,

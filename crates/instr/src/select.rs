@@ -53,8 +53,8 @@ impl Selection {
         self.exact.contains(name)
             || self
                 .patterns
-            .iter()
-            .any(|p| glob(p.as_bytes(), name.as_bytes()))
+                .iter()
+                .any(|p| glob(p.as_bytes(), name.as_bytes()))
     }
 }
 
@@ -181,7 +181,14 @@ mod tests {
     #[test]
     fn hottest_merges_names_breaks_ties_and_skips_non_functions() {
         // "x" appears twice (two processes): 40 in all, hotter than "y".
-        let r = rows(&[("y", 30), ("x", 20), ("x", 20), ("0x401000", 20), ("bzip2+0x1f0", 5), ("[unknown]", 5)]);
+        let r = rows(&[
+            ("y", 30),
+            ("x", 20),
+            ("x", 20),
+            ("0x401000", 20),
+            ("bzip2+0x1f0", 5),
+            ("[unknown]", 5),
+        ]);
         let (names, share) = hottest(&r, 50.0).unwrap();
         assert_eq!(names, vec!["x", "y"]);
         assert!((share - 70.0).abs() < 1e-9);

@@ -163,7 +163,11 @@ const C_FLAGS: &[&str] = &[
 /// call-through trampolines for every function.
 fn check_exact(name: &str, flags: &[&str]) {
     let b = compile(name, "cc", flags);
-    for mode in [ExitMode::ReturnFrames, ExitMode::PatchedRets, ExitMode::Auto] {
+    for mode in [
+        ExitMode::ReturnFrames,
+        ExitMode::PatchedRets,
+        ExitMode::Auto,
+    ] {
         check_mode(name, &b, mode);
     }
     check_hooks(name, &b, true);
@@ -186,7 +190,11 @@ fn check_hooks(name: &str, b: &Built, fast: bool) {
     run_cc(
         "fast_hooks.c",
         Command::new("cc")
-            .args(if fast { ["-mgeneral-regs-only", "-UORDINARY"] } else { ["-DORDINARY", "-O2"] })
+            .args(if fast {
+                ["-mgeneral-regs-only", "-UORDINARY"]
+            } else {
+                ["-DORDINARY", "-O2"]
+            })
             .args(["-O2", "-c", "-I"])
             .arg(&inc)
             .arg(src("fast_hooks.c"))
@@ -203,7 +211,11 @@ fn check_hooks(name: &str, b: &Built, fast: bool) {
     let counts = b.dir.join(format!("{tag}.txt"));
     let a = run(&b.dir.join("orig"), &[]);
     let n = run(&exe, &[("MANTLE_TEST_FAST_OUT", &counts)]);
-    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{name} {tag} hooks");
+    assert_eq!(
+        (&a.stdout, a.code),
+        (&n.stdout, n.code),
+        "{name} {tag} hooks"
+    );
     let mut by_id = BTreeMap::new();
     for l in std::fs::read_to_string(&counts).unwrap().lines() {
         let v: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
@@ -224,7 +236,11 @@ fn check_hooks(name: &str, b: &Built, fast: bool) {
             assert_eq!(leaves, enters, "{name} {tag} hooks: exits of {}", f.name);
         }
     }
-    assert_eq!(checked, own.len(), "{name}: every counted function instrumented");
+    assert_eq!(
+        checked,
+        own.len(),
+        "{name}: every counted function instrumented"
+    );
 }
 
 /// How many instrumented functions got the exit `kind`.
