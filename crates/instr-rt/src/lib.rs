@@ -28,6 +28,16 @@
 //!   function) sees its return address already pointing at a slot: it
 //!   gets a frame of its own and the two leaves run in order.
 //!
+//! * call-through trampolines (the default exit): [`__mantle_instr_enter_t`]
+//!   takes the caller's return address off the stack and keeps it on a
+//!   per-thread stack in initial-exec TLS (`__mantle_instr_xs`), the
+//!   trampoline calls the function's body, and [`__mantle_instr_leave_t`]
+//!   puts the address back for the trampoline's `ret`: every call has its
+//!   ret. Both are assembly: fast hooks (`mantle_instr_set_fast_hooks`,
+//!   hooks that save what they use) are called with nothing saved,
+//!   ordinary hooks with every register saved, the tracer through Rust
+//!   frames kept beside the TLS stack;
+//!
 //! * functions whose `ret`s the rewriter patched (balanced exits) enter
 //!   through [`__mantle_instr_enter_b`] (no return address rewrite) and
 //!   leave through [`__mantle_instr_leave_b`], called by the exit stub just
@@ -42,13 +52,21 @@
 //! MANTLE_INSTR_TRACE), so an instrumented program prints what it printed.
 //!
 //! Invariants: the hooks never unwind (extern "C": a panic aborts); a
-//! thread whose thread-local data is gone (late destructors) runs its
-//! instrumented functions uninstrumented, never with a rewritten return
-//! address it could not restore. Limits: the return address rewrite
+//! thread whose Rust thread-local data is gone (late destructors) runs its
+//! return-frame and patched-ret functions uninstrumented, never with a
+//! rewritten return address it could not restore; the trampolines' TLS
+//! stack has no destructor, so it is always there. A trampoline whose
+//! frame is missing at exit (a corrupted stack) aborts with a message
+//! rather than return anywhere. Limits: the return address rewrite
 //! defeats the CPU's return predictor (the paper's own finding, §5.5);
-//! C++ exceptions cannot unwind through a slot (the planner refuses
-//! return-frame functions of objects that use them); a CET shadow stack would reject the
-//! rewritten return (the planner refuses objects marked for it).
+//! C++ exceptions cannot unwind through a slot or a trampoline (the
+//! planner refuses those functions in objects that use them); a CET
+//! shadow stack would reject a return frame's ret (the rewriter clears
+//! the property when it uses one); trampolines nest 4096 deep per thread
+//! ([`XS_LEN`]).
+//!
+//! The TSC is read only for the tracer: a read costs 11-20 ns on these
+//! VMs (bench/instr/RESULTS.md), more than a fast hook's whole call.
 //!
 //! Lock order: one global mutex ([`GLOBAL`]) taken at thread exit and at
 //! process exit; the enter/leave path takes no lock.
@@ -344,25 +362,29 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         // Dead: skipped by longjmp. Its leave, if a hook runs (the
         // tracer's frames are Rust's, closed there).
         "3:",
-        "dec qword ptr [rcx]",
         "mov rdi, [rsi + 24]",
+        "dec qword ptr [rcx]",
         call_hook!("fast_leave", "user_leave"),
         "mov rax, [rsp + 48]",
         "jmp 2b",
+        // Push. A signal handler running instrumented code may come at
+        // any point: the entry is claimed with sp = MAX (a live frame to
+        // anyone above) before the length grows, and completed after.
         "4:",
         "mov rsi, [rcx]",
         "cmp rsi, {n}",
         "jae 9f",
-        "inc qword ptr [rcx]",
         "shl rsi, 5",
         "lea rsi, [rcx + rsi + 16]",
-        "mov [rsi], rdx",
+        "mov qword ptr [rsi], -1",
+        "inc qword ptr [rcx]",
         "mov [rsi + 8], rax",
         "mov rax, [rsp + 40]",
         "lea rdi, [rax + {off}]",
         "mov [rsi + 16], rdi",
         "mov edi, dword ptr [rax + 2]",
         "mov [rsi + 24], rdi",
+        "mov [rsi], rdx",
         "mov rax, qword ptr [rip + {fast_enter}]",
         "or rax, qword ptr [rip + {user_enter}]",
         "jz 6f",
@@ -438,15 +460,17 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         "cmp [rsi], rdx",
         "je 4f",
         "ja 9f",
-        "dec qword ptr [rcx]",
         "mov rdi, [rsi + 24]",
+        "dec qword ptr [rcx]",
         call_hook!("fast_leave", "user_leave"),
         "jmp 2b",
+        // Read the entry before the length shrinks (a signal handler
+        // may reuse the slot right after).
         "4:",
-        "dec qword ptr [rcx]",
         "mov rax, [rsi + 8]",
         "mov [rdx], rax",
         "mov rdi, [rsi + 24]",
+        "dec qword ptr [rcx]",
         "mov rax, qword ptr [rip + {fast_leave}]",
         "or rax, qword ptr [rip + {user_leave}]",
         "jz 6f",
