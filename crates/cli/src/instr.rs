@@ -125,7 +125,7 @@ impl SelArgs {
             s.add_list(&text);
         }
         if let Some(dir) = &self.from_prof {
-            for name in self.from_prof(dir)? {
+            for name in self.hottest_in(dir)? {
                 s.add_exact(&name);
             }
         }
@@ -142,7 +142,7 @@ impl SelArgs {
 impl SelArgs {
     /// The hottest functions of a `mantle prof` session (exclusive
     /// samples), said on standard error.
-    fn from_prof(&self, dir: &Path) -> Result<Vec<String>, Failure> {
+    fn hottest_in(&self, dir: &Path) -> Result<Vec<String>, Failure> {
         let r = mantle_prof::report::report(dir, &mantle_prof::ReportOpts::default())?;
         let image = match (&self.prof_image, &r.main_binary) {
             (Some(i), _) => i.clone(),
