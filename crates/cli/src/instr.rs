@@ -12,7 +12,7 @@ pub enum InstrCmd {
     /// Rewrite an object file: chosen functions call the runtime at entry
     /// and exit. Link the result with -lmantle_instr.
     #[command(
-        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 relocatable ELF or a malformed option, 5 no such file, 1 cannot write."
+        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite a.o -o a.instr.o --from-prof run.prof --share 80   # the hottest functions of a mantle prof session\n  mantle instr rewrite a.o -o a.instr.o --all --exit return-frames       # LOPI's exits\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 relocatable ELF or a malformed option, 5 no such file, 1 cannot write."
     )]
     Rewrite {
         /// The input object (.o).
