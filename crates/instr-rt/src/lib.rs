@@ -30,7 +30,8 @@
 //!
 //! * call-through trampolines (the default exit): [`__mantle_instr_enter_t`]
 //!   takes the caller's return address off the stack and keeps it on a
-//!   per-thread stack in initial-exec TLS (`__mantle_instr_xs`), the
+//!   per-thread stack (allocated at the thread's first trampoline, reached
+//!   through an initial-exec TLS pointer, `__mantle_instr_xs`), the
 //!   trampoline calls the function's body, and [`__mantle_instr_leave_t`]
 //!   puts the address back for the trampoline's `ret`: every call has its
 //!   ret. Both are assembly: fast hooks (`mantle_instr_set_fast_hooks`,
@@ -54,8 +55,8 @@
 //! Invariants: the hooks never unwind (extern "C": a panic aborts); a
 //! thread whose Rust thread-local data is gone (late destructors) runs its
 //! return-frame and patched-ret functions uninstrumented, never with a
-//! rewritten return address it could not restore; the trampolines' TLS
-//! stack has no destructor, so it is always there. A trampoline whose
+//! rewritten return address it could not restore; a trampoline run after
+//! its thread's stack was freed (a late destructor) allocates a new one. A trampoline whose
 //! frame is missing at exit (a corrupted stack) aborts with a message
 //! rather than return anywhere. Limits: the return address rewrite
 //! defeats the CPU's return predictor (the paper's own finding, §5.5);
@@ -244,22 +245,91 @@ const XS_ENTRY: usize = 32;
 // The per-thread stack of trampoline frames, in assembly so the fast path
 // reaches it without calling into Rust (which would make it save every
 // register): `len: u64, pad: u64`, then `XS_LEN` entries of
-// `{ sp, caller's return address, body return address (R2), id }`.
-// Initial-exec TLS (one `fs:` access; relaxed to local-exec in an
-// executable): the shared library must be loaded at start-up (DT_NEEDED),
-// not by dlopen.
+// `{ sp, caller's return address, body return address (R2), id }`,
+// allocated at a thread's first trampoline ([`xs_alloc`]); the thread
+// pointer to it is initial-exec TLS (one `fs:` access; relaxed to
+// local-exec in an executable). 8 bytes, so the shared library can still
+// be dlopen'ed (the static TLS surplus is small: a 128 KiB block there
+// failed with "cannot allocate memory in static TLS block").
 core::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
-    ".p2align 4",
+    ".p2align 3",
     ".globl __mantle_instr_xs",
     ".hidden __mantle_instr_xs",
     ".type __mantle_instr_xs,@object",
-    ".size __mantle_instr_xs, {size}",
+    ".size __mantle_instr_xs, 8",
     "__mantle_instr_xs:",
-    ".zero {size}",
+    ".zero 8",
     ".text",
-    size = const 16 + XS_LEN * XS_ENTRY,
 );
+
+const XS_BYTES: usize = 16 + XS_LEN * XS_ENTRY;
+
+/// Frees the thread's trampoline stack when the thread ends.
+struct XsGuard(std::cell::Cell<usize>);
+
+impl Drop for XsGuard {
+    fn drop(&mut self) {
+        let slot = self.0.get() as *mut *mut u8;
+        if slot.is_null() {
+            return;
+        }
+        // SAFETY: `slot` is this thread's TLS pointer, set by xs_alloc to
+        // a block of this layout; cleared first, so a trampoline run by a
+        // later destructor allocates a new one instead of using this.
+        unsafe {
+            let p = *slot;
+            *slot = std::ptr::null_mut();
+            if !p.is_null() {
+                std::alloc::dealloc(p, xs_layout());
+            }
+        }
+    }
+}
+
+thread_local! {
+    static XS_GUARD: XsGuard = const { XsGuard(std::cell::Cell::new(0)) };
+}
+
+fn xs_layout() -> std::alloc::Layout {
+    // 16 + 4096 * 32 bytes, 16-aligned: a valid layout.
+    std::alloc::Layout::from_size_align(XS_BYTES, 16).unwrap_or(std::alloc::Layout::new::<u128>())
+}
+
+/// Allocates the calling thread's trampoline stack into `slot` (its TLS
+/// pointer), called from the assembly with every register saved.
+extern "C" fn xs_alloc(slot: *mut *mut u8) {
+    // SAFETY: a non-zero-sized layout.
+    let p = unsafe { std::alloc::alloc_zeroed(xs_layout()) };
+    if p.is_null() {
+        lost(b"libmantle-instr: cannot allocate the trampoline stack\n");
+    }
+    // SAFETY: `slot` is the thread's TLS pointer, computed by the caller.
+    unsafe { *slot = p };
+    // The guard frees it at thread exit; when thread-local destructors
+    // already ran (a trampoline in a late destructor), it is leaked.
+    let _ = XS_GUARD.try_with(|g| g.0.set(slot as usize));
+}
+
+/// Calls [`xs_alloc`] with the TLS pointer's address, keeping every
+/// register.
+#[unsafe(naked)]
+unsafe extern "C" fn xs_alloc_saving() {
+    saving_all!(
+        "mov rdi, qword ptr [rip + __mantle_instr_xs@GOTTPOFF]",
+        "add rdi, qword ptr fs:[0]",
+        "call {alloc}";
+        alloc = sym xs_alloc
+    )
+}
+
+/// The thread's trampoline stack into rcx (allocated at first use).
+/// Labels 1 local to each use.
+macro_rules! xs_into_rcx {
+    () => {
+        "1:\n mov rcx, qword ptr [rip + __mantle_instr_xs@GOTTPOFF]\n mov rcx, qword ptr fs:[rcx]\n test rcx, rcx\n jnz 1f\n call {xs_alloc}\n jmp 1b\n 1:"
+    };
+}
 
 /// Calls the hook in rax with rsp aligned (flags are dead here: no
 /// caller keeps them across a call).
@@ -344,8 +414,7 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         "push rsi",
         "push rdi",
         // Now R1 = [rsp + 40], X = [rsp + 48], E = rsp + 48.
-        "mov rcx, qword ptr [rip + __mantle_instr_xs@GOTTPOFF]",
-        "add rcx, qword ptr fs:[0]",
+        xs_into_rcx!(),
         "lea rdx, [rsp + 48]",
         "mov rax, [rsp + 48]",
         "2:",
@@ -415,6 +484,7 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         saving = sym hook_saving_all,
         slow = sym enter_t_slow,
         deep = sym too_deep,
+        xs_alloc = sym xs_alloc_saving,
     )
 }
 
@@ -448,8 +518,7 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         "push rsi",
         "push rdi",
         // [rsp + 40] = R3, E = rsp + 48.
-        "mov rcx, qword ptr [rip + __mantle_instr_xs@GOTTPOFF]",
-        "add rcx, qword ptr fs:[0]",
+        xs_into_rcx!(),
         "lea rdx, [rsp + 48]",
         "2:",
         "mov rsi, [rcx]",
@@ -497,6 +566,7 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         saving = sym hook_saving_all,
         slow = sym leave_t_slow,
         lost = sym tramp_lost,
+        xs_alloc = sym xs_alloc_saving,
     )
 }
 
