@@ -331,6 +331,19 @@ macro_rules! xs_into_rcx {
     };
 }
 
+/// The five registers the trampolines' assembly uses, saved and restored
+/// (rax, rcx, rdx, rsi, rdi: 40 bytes).
+macro_rules! push_scratch {
+    () => {
+        "push rax\n push rcx\n push rdx\n push rsi\n push rdi"
+    };
+}
+macro_rules! pop_scratch {
+    () => {
+        "pop rdi\n pop rsi\n pop rdx\n pop rcx\n pop rax"
+    };
+}
+
 /// Calls the hook in rax with rsp aligned (flags are dead here: no
 /// caller keeps them across a call).
 macro_rules! aligned_call_rax {
@@ -408,11 +421,7 @@ unsafe extern "C" fn hook_saving_all() {
 pub unsafe extern "C" fn __mantle_instr_enter_t() {
     core::arch::naked_asm!(
         // [rsp] = R1 (the id is at R1 + 2), [rsp + 8] = X, E = rsp + 8.
-        "push rax",
-        "push rcx",
-        "push rdx",
-        "push rsi",
-        "push rdi",
+        push_scratch!(),
         // Now R1 = [rsp + 40], X = [rsp + 48], E = rsp + 48.
         xs_into_rcx!(),
         "lea rdx, [rsp + 48]",
@@ -458,18 +467,10 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         "or rax, qword ptr [rip + {user_enter}]",
         "jz 6f",
         call_hook!("fast_enter", "user_enter"),
-        "pop rdi",
-        "pop rsi",
-        "pop rdx",
-        "pop rcx",
-        "pop rax",
+        pop_scratch!(),
         "ret",
         "6:",
-        "pop rdi",
-        "pop rsi",
-        "pop rdx",
-        "pop rcx",
-        "pop rax",
+        pop_scratch!(),
         "jmp {slow}",
         "9:",
         "and rsp, -16",
@@ -512,11 +513,7 @@ unsafe extern "C" fn enter_t_slow() {
 #[no_mangle]
 pub unsafe extern "C" fn __mantle_instr_leave_t() {
     core::arch::naked_asm!(
-        "push rax",
-        "push rcx",
-        "push rdx",
-        "push rsi",
-        "push rdi",
+        push_scratch!(),
         // [rsp + 40] = R3, E = rsp + 48.
         xs_into_rcx!(),
         "lea rdx, [rsp + 48]",
@@ -544,18 +541,10 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         "or rax, qword ptr [rip + {user_leave}]",
         "jz 6f",
         call_hook!("fast_leave", "user_leave"),
-        "pop rdi",
-        "pop rsi",
-        "pop rdx",
-        "pop rcx",
-        "pop rax",
+        pop_scratch!(),
         "ret",
         "6:",
-        "pop rdi",
-        "pop rsi",
-        "pop rdx",
-        "pop rcx",
-        "pop rax",
+        pop_scratch!(),
         "jmp {slow}",
         "9:",
         "and rsp, -16",

@@ -148,6 +148,44 @@ fn relocs_mut<'b>(b: &'b mut Builder<'_>, id: SectionId) -> &'b mut Vec<Relocati
     }
 }
 
+/// Bytes of a section overwritten by a jump or call to the stub section.
+struct Patch {
+    section: SectionId,
+    start: u64,
+    covered: usize,
+}
+
+impl Patch {
+    /// Writes `code` (a rel32 `call` or `jmp` first, then anything) at the
+    /// start, `int3` over the rest, drops the relocations of the
+    /// overwritten bytes and points the rel32 at `target` in the stub
+    /// section.
+    fn apply(
+        &self,
+        b: &mut Builder<'_>,
+        symtab: SectionId,
+        stub_sym: SymbolId,
+        code: &[u8],
+        target: u64,
+    ) {
+        let mut data = section_bytes(b, self.section).to_vec();
+        let at = self.start as usize;
+        data[at..at + code.len()].copy_from_slice(code);
+        data[at + code.len()..at + self.covered].fill(INT3);
+        b.sections.get_mut(self.section).data = SectionData::Data(data.into());
+        let rela = rela_of(b, self.section, symtab);
+        let end = self.start + self.covered as u64;
+        let rs = relocs_mut(b, rela);
+        rs.retain(|r| r.r_offset < self.start || r.r_offset >= end);
+        rs.push(Relocation {
+            r_offset: self.start + 1,
+            symbol: Some(stub_sym),
+            r_type: elf::R_X86_64_PC32,
+            r_addend: target as i64 - 4,
+        });
+    }
+}
+
 /// Rewrites `b` as planned.
 pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
     if plan.sites.is_empty() {
@@ -296,55 +334,31 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
     // The sites.
     let mut trampolines = tramp_at.into_iter();
     for s in &plan.sites {
-        let mut data = section_bytes(b, s.section).to_vec();
-        let at = s.start as usize;
-        if s.tramp.is_some() {
-            let t = trampolines.next().unwrap_or_default();
-            data[at..at + 5].copy_from_slice(&[0xe9, 0, 0, 0, 0]);
-            data[at + 5..at + s.covered].fill(INT3);
-            b.sections.get_mut(s.section).data = SectionData::Data(data.into());
-            let rela = rela_of(b, s.section, symtab);
-            let end = s.start + s.covered as u64;
-            let rs = relocs_mut(b, rela);
-            rs.retain(|r| r.r_offset < s.start || r.r_offset >= end);
-            rs.push(Relocation {
-                r_offset: s.start + 1,
-                symbol: Some(stub_sym),
-                r_type: elf::R_X86_64_PC32,
-                r_addend: t as i64 - 4,
-            });
-            continue;
-        }
-        // covered <= SITE_LEN + 14 (longest instruction): rel8 reaches.
-        data[at..at + 7].copy_from_slice(&[0xe8, 0, 0, 0, 0, 0xeb, (s.covered - 7) as u8]);
-        data[at + 7..at + 11].copy_from_slice(&s.id.to_le_bytes());
-        data[at + 11..at + s.covered].fill(INT3);
-        b.sections.get_mut(s.section).data = SectionData::Data(data.into());
-        let rela = rela_of(b, s.section, symtab);
-        let end = s.start + s.covered as u64;
-        let rs = relocs_mut(b, rela);
-        rs.retain(|r| r.r_offset < s.start || r.r_offset >= end);
-        rs.push(Relocation {
-            r_offset: s.start + 1,
-            symbol: Some(stub_sym),
-            r_type: elf::R_X86_64_PC32,
-            r_addend: stub_at[s.stub] as i64 - 4,
-        });
+        let (code, target) = match s.tramp {
+            Some(_) => (
+                vec![0xe9, 0, 0, 0, 0],
+                trampolines.next().unwrap_or_default(),
+            ),
+            None => {
+                // covered <= SITE_LEN + 14 (longest instruction): rel8 reaches.
+                let mut c = vec![0xe8, 0, 0, 0, 0, 0xeb, (s.covered - 7) as u8];
+                c.extend_from_slice(&s.id.to_le_bytes());
+                (c, stub_at[s.stub])
+            }
+        };
+        let site = Patch {
+            section: s.section,
+            start: s.start,
+            covered: s.covered,
+        };
+        site.apply(b, symtab, stub_sym, &code, target);
         for e in &s.exits {
-            let at = e.start as usize;
-            let mut data = section_bytes(b, s.section).to_vec();
-            data[at..at + 5].copy_from_slice(&[0xe9, 0, 0, 0, 0]);
-            data[at + 5..at + e.covered].fill(INT3);
-            b.sections.get_mut(s.section).data = SectionData::Data(data.into());
-            let end = e.start + e.covered as u64;
-            let rs = relocs_mut(b, rela);
-            rs.retain(|r| r.r_offset < e.start || r.r_offset >= end);
-            rs.push(Relocation {
-                r_offset: e.start + 1,
-                symbol: Some(stub_sym),
-                r_type: elf::R_X86_64_PC32,
-                r_addend: exit_at[e.stub] as i64 - 4,
-            });
+            let exit = Patch {
+                section: s.section,
+                start: e.start,
+                covered: e.covered,
+            };
+            exit.apply(b, symtab, stub_sym, &[0xe9, 0, 0, 0, 0], exit_at[e.stub]);
         }
     }
     for id in b.sections.iter().map(|s| s.id()).collect::<Vec<_>>() {
