@@ -379,6 +379,36 @@ macro_rules! call_hook {
     };
 }
 
+/// The end of the trampolines' entry and exit: the hook (fast or ordinary)
+/// with the id in rdi and return; no hook: continue in `{slow}` (the
+/// tracer's Rust frames); label 9: `{fail}` (which does not return).
+macro_rules! hook_and_return {
+    ($fast:literal, $user:literal) => {
+        concat!(
+            "mov rax, qword ptr [rip + {",
+            $fast,
+            "}]\n",
+            "or rax, qword ptr [rip + {",
+            $user,
+            "}]\n",
+            "jz 6f\n",
+            call_hook!($fast, $user),
+            "\n",
+            pop_scratch!(),
+            "\n",
+            "ret\n",
+            "6:\n",
+            pop_scratch!(),
+            "\n",
+            "jmp {slow}\n",
+            "9:\n",
+            "and rsp, -16\n",
+            "call {fail}\n",
+            "ud2"
+        )
+    };
+}
+
 /// Calls the hook in rax with the id in rdi, keeping every register (an
 /// ordinary C hook, called from the trampolines' assembly).
 #[unsafe(naked)]
@@ -463,19 +493,7 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         "mov edi, dword ptr [rax + 2]",
         "mov [rsi + 24], rdi",
         "mov [rsi], rdx",
-        "mov rax, qword ptr [rip + {fast_enter}]",
-        "or rax, qword ptr [rip + {user_enter}]",
-        "jz 6f",
-        call_hook!("fast_enter", "user_enter"),
-        pop_scratch!(),
-        "ret",
-        "6:",
-        pop_scratch!(),
-        "jmp {slow}",
-        "9:",
-        "and rsp, -16",
-        "call {deep}",
-        "ud2",
+        hook_and_return!("fast_enter", "user_enter"),
         n = const XS_LEN,
         off = const TRAMP_RET_OFFSET,
         fast_enter = sym FAST_ENTER,
@@ -484,7 +502,7 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         user_leave = sym USER_LEAVE,
         saving = sym hook_saving_all,
         slow = sym enter_t_slow,
-        deep = sym too_deep,
+        fail = sym too_deep,
         xs_alloc = sym xs_alloc_saving,
     )
 }
@@ -537,24 +555,12 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         "mov [rdx], rax",
         "mov rdi, [rsi + 24]",
         "dec qword ptr [rcx]",
-        "mov rax, qword ptr [rip + {fast_leave}]",
-        "or rax, qword ptr [rip + {user_leave}]",
-        "jz 6f",
-        call_hook!("fast_leave", "user_leave"),
-        pop_scratch!(),
-        "ret",
-        "6:",
-        pop_scratch!(),
-        "jmp {slow}",
-        "9:",
-        "and rsp, -16",
-        "call {lost}",
-        "ud2",
+        hook_and_return!("fast_leave", "user_leave"),
         fast_leave = sym FAST_LEAVE,
         user_leave = sym USER_LEAVE,
         saving = sym hook_saving_all,
         slow = sym leave_t_slow,
-        lost = sym tramp_lost,
+        fail = sym tramp_lost,
         xs_alloc = sym xs_alloc_saving,
     )
 }
