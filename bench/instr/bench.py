@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Table 5.2 of Paper IV (Kågström, LOPI) on bzip2 1.0.8, built from the C
-sources the bzip2-sys crate vendors, compressing and decompressing a real
-input (a tar of /usr/include).
+"""Table 5.2 of Paper IV (Kagstrom, LOPI) on real C programs built from the
+sources crates.io packages vendor, each run on a real input (a tar of
+/usr/include): bzip2 1.0.8 (bzip2-sys) and libdeflate 1.x's gzip program
+(libdeflate-sys), each compressing and decompressing.
 
 Methods, side by side in one run (each repetition runs every method once,
 in turn), pinned with taskset to one CPU:
@@ -10,22 +11,26 @@ in turn), pinned with taskset to one CPU:
   src-lto     the same with -flto, so the compiler may inline the hooks
   clang       clang -O2, uninstrumented (XRay's baseline)
   xray        clang -O2 -fxray-instrument, chosen functions always instrumented
+  mantle      mantle instr on the .o files, --exit auto (call-through
+              trampolines), ordinary C hooks
+  mantle-fast the same with the hooks declared MANTLE_INSTR_FAST_HOOK
+              (no_caller_saved_registers, -mgeneral-regs-only)
+  mantle-pr   --exit patched-rets (patched rets where every exit is a
+              movable ret, LOPI's return frames elsewhere), ordinary hooks
+  mantle-rf   --exit return-frames (LOPI's design everywhere)
   uprobes     base under bpftrace uprobe + uretprobe on the chosen functions
-  mantle-o    mantle instr on the .o files, linked with libmantle_instr.a
-              (--exit auto: patched rets where possible, return frames elsewhere)
-  mantle-rf   the same with --exit return-frames (LOPI's design everywhere)
 Every method runs the paper's instrumentation (hooks.c): read a 4-byte
 value at entry, accumulate it at exit. The chosen functions are the ones
-making up 80% of the exclusive time, measured by mantle instr's own
-tracer on a run with every function instrumented.
+making up 80% of each program's samples in a `mantle prof` session of its
+workloads (`mantle instr plan --from-prof SESSION --share 80`).
 
-Usage: flock /tmp/mantle-bench.lock bench/instr/bench.py [--reps N] [--mb N] [--cpu N]
+Needs root (mantle prof, bpftrace). Usage:
+  flock /tmp/mantle-bench.lock bench/instr/bench.py [--reps N] [--mb N] [--cpu N]
 """
 import argparse
 import glob
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -34,7 +39,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "../.."))
 OUT = os.path.join(HERE, "out")
-UNITS = ["blocksort", "huffman", "crctable", "randtable", "compress", "decompress", "bzlib", "bzip2"]
+MANTLE_VARIANTS = {  # name: (--exit, hooks.c mode, extra hook flags)
+    "mantle": ("auto", "MODE_MANTLE", []),
+    "mantle-fast": ("auto", "MODE_MANTLE_FAST", ["-mgeneral-regs-only"]),
+    "mantle-pr": ("patched-rets", "MODE_MANTLE", []),
+    "mantle-rf": ("return-frames", "MODE_MANTLE", []),
+}
 
 
 def sh(cmd, **kw):
@@ -44,31 +54,48 @@ def sh(cmd, **kw):
     return r
 
 
-def bzip2_src():
+def vendored(pattern):
     subprocess.run(["cargo", "fetch", "--manifest-path", os.path.join(HERE, "vendor/Cargo.toml")], check=True,
                    capture_output=True)
     home = os.environ.get("CARGO_HOME", os.path.expanduser("~/.cargo"))
-    d = sorted(glob.glob(f"{home}/registry/src/*/bzip2-sys-0.1.13*/bzip2-1.0.8"))
+    d = sorted(glob.glob(f"{home}/registry/src/*/{pattern}"))
     if not d:
-        sys.exit("bzip2 sources not found after cargo fetch")
+        sys.exit(f"{pattern} not found after cargo fetch")
     return d[0]
 
 
-def build(name, cc, cflags, src, hooks=None, hook_flags=(), ldflags=(), objs=None):
-    d = os.path.join(OUT, name)
+def programs(inp, inp_big):
+    """name: (source files, compile flags, workloads {name: (args, input)}).
+    gzip runs 8 times the input: it is 8 times faster than bzip2."""
+    bz = vendored("bzip2-sys-0.1.13*/bzip2-1.0.8")
+    ld = vendored("libdeflate-sys-1.26.1/libdeflate")
+    bz_units = ["blocksort", "huffman", "crctable", "randtable", "compress", "decompress", "bzlib", "bzip2"]
+    ld_srcs = sorted(glob.glob(f"{ld}/lib/*.c")) + [f"{ld}/lib/x86/cpu_features.c"] + [
+        f"{ld}/programs/{u}.c" for u in ("gzip", "prog_util", "tgetopt")]
+    return {
+        "bzip2": ([f"{bz}/{u}.c" for u in bz_units], ["-D_FILE_OFFSET_BITS=64"],
+                  {"compress": (["-9", "-c"], inp), "decompress": (["-d", "-c"], inp + ".bz2")}),
+        "gzip": (ld_srcs, [f"-I{ld}", f"-I{ld}/programs"],
+                 {"compress": (["-6", "-c"], inp_big), "decompress": (["-d", "-c"], inp_big + ".gz")}),
+    }
+
+
+def build(prog, name, cc, cflags, srcs, pflags, hooks=None, hook_flags=(), ldflags=(), objs=None):
+    d = os.path.join(OUT, prog, name)
     os.makedirs(d, exist_ok=True)
     if objs is None:
         objs = []
-        for u in UNITS:
-            o = os.path.join(d, u + ".o")
-            sh([cc, *cflags, "-D_FILE_OFFSET_BITS=64", "-w", "-c", os.path.join(src, u + ".c"), "-o", o])
+        for s in srcs:
+            o = os.path.join(d, os.path.basename(s)[:-2] + ".o")
+            sh([cc, *cflags, *pflags, "-w", "-c", s, "-o", o])
             objs.append(o)
     extra = []
     if hooks:
         o = os.path.join(d, "hooks.o")
-        sh([cc, "-O2", *hook_flags, "-c", os.path.join(HERE, "hooks.c"), "-o", o])
+        sh([cc, "-O2", *hook_flags, f"-I{ROOT}/crates/instr-rt/include", "-c", os.path.join(HERE, "hooks.c"),
+            "-o", o])
         extra.append(o)
-    exe = os.path.join(d, "bzip2")
+    exe = os.path.join(d, prog)
     sh([cc, *cflags, *objs, *extra, "-o", exe, *ldflags])
     return exe
 
@@ -84,204 +111,221 @@ def timed(cmd, stdin_path, cpu, env=None):
     return t, r.stdout, r.stderr.decode()
 
 
+def choose(mantle, prog, base, base_objs, workloads):
+    """The functions making up 80% of the program's samples in a mantle prof
+    session of its workloads, as `mantle instr plan --from-prof` chooses."""
+    session = os.path.join(OUT, prog, "session.prof")
+    script = "; ".join(f"{base} {' '.join(args)} < {path} > /dev/null" for args, path in workloads.values())
+    sh(["flock", "/run/mantle-kernel.lock", mantle, "prof", "record", "-q", "-F", "10000", "--stacks", "none",
+        "-f", "-o", session, "--", "sh", "-c", script])
+    hot, note = [], ""
+    for o in base_objs:
+        r = sh([mantle, "instr", "plan", o, "--from-prof", session, "--share", "80", "--json"])
+        hot += [f["name"] for f in json.loads(r.stdout)["functions"]]
+        note = r.stderr.strip().splitlines()[-1] if r.stderr.strip() else note
+    return hot, note
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--mb", type=int, default=4, help="input size in MiB")
     ap.add_argument("--cpu", type=int, default=1)
     ap.add_argument("--no-uprobes", action="store_true")
+    ap.add_argument("--only", help="one program (bzip2 or gzip)")
+    ap.add_argument("--micro-only", action="store_true", help="only micro.c; the programs' rows stay")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
-    src = bzip2_src()
     # The rewriter's speed does not matter: its debug build; the runtime's
     # does: release.
     sh(["cargo", "build", "-p", "mantle-cli"], cwd=ROOT)
     mantle = os.path.join(ROOT, "target/debug/mantle")
     sh(["cargo", "build", "--release", "-p", "mantle-instr-rt"], cwd=ROOT)
     rt = os.path.join(ROOT, "target/release/libmantle_instr.a")
-    inc = os.path.join(ROOT, "crates/instr-rt/include")
 
     # The input: real files, deterministic order.
     inp = os.path.join(OUT, "input.tar")
-    if not os.path.exists(inp) or os.path.getsize(inp) != a.mb << 20:
-        sh(f"tar --sort=name -cf - -C /usr include 2>/dev/null | head -c {a.mb << 20} > {inp}")
-    base = build("base", "gcc", ["-O2"], src)
-    comp = os.path.join(OUT, "input.tar.bz2")
-    sh(f"{base} -9 -c < {inp} > {comp}")
-    workloads = {"compress": (["-9", "-c"], inp), "decompress": (["-d", "-c"], comp)}
+    inp_big = os.path.join(OUT, "input-x8.tar")
+    for path, size in ((inp, a.mb << 20), (inp_big, 8 * a.mb << 20)):
+        if not os.path.exists(path) or os.path.getsize(path) != size:
+            sh(f"tar --sort=name -cf - -C /usr include 2>/dev/null | head -c {size} > {path}")
+    if a.micro_only:
+        old = json.load(open(os.path.join(HERE, "results.json")))
+        old["micro"] = micro_bench(a, mantle, rt)
+        old["micro_command"] = "flock /tmp/mantle-bench.lock bench/instr/bench.py " + " ".join(sys.argv[1:])
+        json.dump(old, open(os.path.join(HERE, "results.json"), "w"), indent=1)
+        return
+    progs = programs(inp, inp_big)
+    res = dict(cpu=a.cpu, reps=a.reps, mb=a.mb, programs={}, rows=[],
+               command="flock /tmp/mantle-bench.lock bench/instr/bench.py " + " ".join(sys.argv[1:]))
+    if a.only:
+        # One program again: the other's rows stay as the last run left them.
+        progs = {a.only: progs[a.only]}
+        old = json.load(open(os.path.join(HERE, "results.json")))
+        res["programs"] = {p: v for p, v in old["programs"].items() if p != a.only}
+        res["rows"] = [r for r in old["rows"] if r["program"] != a.only]
+        res["micro"] = old.get("micro")
+        res["command"] = old["command"] + " ; then " + res["command"]
+    for prog, (srcs, pflags, workloads) in progs.items():
+        res["programs"][prog] = run_program(a, mantle, rt, prog, srcs, pflags, workloads, res["rows"])
+    if not a.only:
+        res["micro"] = micro_bench(a, mantle, rt)
+    json.dump(res, open(os.path.join(HERE, "results.json"), "w"), indent=1)
+    plot(res)
 
-    # Choose the functions: 80% of the exclusive time, by mantle's tracer.
-    d = os.path.join(OUT, "all")
-    os.makedirs(d, exist_ok=True)
-    mp = os.path.join(d, "map.tsv")
-    if os.path.exists(mp):
-        os.remove(mp)
-    objs = []
-    for u in UNITS:
-        o = os.path.join(OUT, "base", u + ".o")
-        n = os.path.join(d, u + ".o")
-        sh([mantle, "instr", "rewrite", o, "-o", n, "--all", "--map", mp])
-        objs.append(n)
-    allx = build("all", "gcc", ["-O2"], src, objs=objs, ldflags=[rt])
-    # Per workload, the functions making up 80% of its exclusive time; the
-    # union is instrumented in every run.
-    hot, shares = [], []
-    for w, (args, path) in workloads.items():
-        prof = os.path.join(d, f"prof-{w}.json")
-        env = dict(os.environ, MANTLE_INSTR_OUT=prof, MANTLE_INSTR_MAP=mp)
-        timed([allx, *args], path, a.cpu, env)
-        excl = {f["name"]: f["excl_ns"] for f in json.load(open(prof))["functions"]}
-        total, acc = sum(excl.values()), 0
-        for name, ns in sorted(excl.items(), key=lambda x: -x[1]):
-            if acc >= 0.8 * total:
-                break
-            if name not in hot:
-                hot.append(name)
-            acc += ns
-        shares.append(f"{w} {acc / total:.0%}")
-    acc, total = 0, 1
+
+def run_program(a, mantle, rt, prog, srcs, pflags, workloads, rows):
+    base = build(prog, "base", "gcc", ["-O2"], srcs, pflags)
+    base_objs = [os.path.join(OUT, prog, "base", os.path.basename(s)[:-2] + ".o") for s in srcs]
+    inp = workloads["compress"][1]
+    packed = workloads["decompress"][1]
+    if not os.path.exists(packed) or os.path.getmtime(packed) < os.path.getmtime(inp):
+        sh(f"{base} -9 -c < {inp} > {packed}")
+    hot, note = choose(mantle, prog, base, base_objs, workloads)
+    print(f"{prog}: chosen by mantle prof ({note}): {' '.join(hot)}")
     names = set()
-    for u in UNITS:
-        for line in sh(["nm", os.path.join(OUT, "base", u + ".o")]).stdout.splitlines():
+    for o in base_objs:
+        for line in sh(["nm", o]).stdout.splitlines():
             p = line.split()
             if len(p) == 3 and p[1] in "tT":
                 names.add(p[2])
     cold = sorted(n for n in names - set(hot) if not any(n in h for h in hot))
-    hotfile = os.path.join(OUT, "hot.txt")
+    hotfile = os.path.join(OUT, prog, "hot.txt")
     open(hotfile, "w").write("\n".join(hot) + "\n")
-    print(f"chosen ({len(hot)} functions; {', '.join(shares)} of exclusive time): {' '.join(hot)}")
 
     exes = {"base": base}
     excl_flag = "-finstrument-functions-exclude-function-list=" + ",".join(cold)
-    exes["src"] = build("src", "gcc", ["-O2", "-finstrument-functions", excl_flag], src, hooks=True,
+    exes["src"] = build(prog, "src", "gcc", ["-O2", "-finstrument-functions", excl_flag], srcs, pflags, hooks=True,
                         hook_flags=["-DMODE_CYG"])
-    exes["src-lto"] = build("src-lto", "gcc", ["-O2", "-flto", "-finstrument-functions", excl_flag], src,
-                            hooks=True, hook_flags=["-DMODE_CYG", "-flto"])
+    exes["src-lto"] = build(prog, "src-lto", "gcc", ["-O2", "-flto", "-finstrument-functions", excl_flag], srcs,
+                            pflags, hooks=True, hook_flags=["-DMODE_CYG", "-flto"])
     lto_calls = sh(f"objdump -d {exes['src-lto']} | grep -c 'call.*__cyg_profile_func' || true").stdout.strip()
-    exes["clang"] = build("clang", "clang", ["-O2"], src)
-    xl = os.path.join(OUT, "xray-always.txt")
+    exes["clang"] = build(prog, "clang", "clang", ["-O2"], srcs, pflags)
+    xl = os.path.join(OUT, prog, "xray-always.txt")
     open(xl, "w").write("".join(f"fun:{h}\n" for h in hot))
     xf = ["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1000000", f"-fxray-always-instrument={xl}"]
-    exes["xray"] = build("xray", "clang", xf, src, hooks=True, hook_flags=["-DMODE_XRAY"])
-    mantle_info = {}
-    for variant, exit_mode in (("mantle-o", "auto"), ("mantle-rf", "return-frames")):
-        d = os.path.join(OUT, variant)
+    exes["xray"] = build(prog, "xray", "clang", xf, srcs, pflags, hooks=True, hook_flags=["-DMODE_XRAY"])
+    info = dict(chosen=hot, prof=note, src_lto_hook_calls=lto_calls, mantle={})
+    for variant, (exit_mode, hook_mode, hook_flags) in MANTLE_VARIANTS.items():
+        d = os.path.join(OUT, prog, variant)
         os.makedirs(d, exist_ok=True)
         mp = os.path.join(d, "map.tsv")
         if os.path.exists(mp):
             os.remove(mp)
-        objs, stubs, refused, balanced = [], 0, [], []
-        for u in UNITS:
-            o, n = os.path.join(OUT, "base", u + ".o"), os.path.join(d, u + ".o")
+        objs, refused, exits = [], [], {}
+        for o in base_objs:
+            n = os.path.join(d, os.path.basename(o))
             r = json.loads(sh([mantle, "instr", "rewrite", o, "-o", n, "--functions-from", hotfile, "--map", mp,
                                "--exit", exit_mode, "--json"]).stdout)
-            stubs += r["stubs"] + r["exit_stubs"]
-            refused += [f["name"] for f in r["functions"] if f["status"] == "refused"]
-            balanced += [f["name"] for f in r["functions"] if f.get("exit") == "balanced"]
+            refused += [f"{f['name']} ({f['reason']['kind']})" for f in r["functions"] if f["status"] == "refused"]
+            for f in r["functions"]:
+                if f["status"] == "instrumented":
+                    exits[f["exit"]] = exits.get(f["exit"], 0) + 1
             objs.append(n)
-        exes[variant] = build(variant, "gcc", ["-O2"], src, objs=objs, hooks=True,
-                              hook_flags=["-DMODE_MANTLE", f"-I{inc}"], ldflags=[rt])
-        mantle_info[variant] = dict(stubs=stubs, refused=refused, balanced=balanced)
-        print(f"{variant} (--exit {exit_mode}): {stubs} stubs, refused: {refused or 'none'}, "
-              f"balanced exits: {balanced or 'none'}")
-    print(f"src-lto hook calls left: {lto_calls}")
+        exes[variant] = build(prog, variant, "gcc", ["-O2"], srcs, pflags, objs=objs, hooks=True,
+                              hook_flags=[f"-D{hook_mode}", *hook_flags], ldflags=[rt, "-lpthread"])
+        info["mantle"][variant] = dict(refused=refused, exits=exits)
+        print(f"  {variant} (--exit {exit_mode}): exits {exits}, refused: {refused or 'none'}")
+    print(f"  src-lto hook calls left: {lto_calls}")
 
-    # Same output everywhere.
+    # Same output everywhere; calls as the hooks count them.
     ref = {w: timed([base, *args], path, a.cpu)[1] for w, (args, path) in workloads.items()}
     calls = {}
     for m, exe in exes.items():
         for w, (args, path) in workloads.items():
-            env = dict(os.environ, BENCH_CALLS="1")
-            _, out, err = timed([exe, *args], path, a.cpu, env)
+            _, out, err = timed([exe, *args], path, a.cpu, dict(os.environ, BENCH_CALLS="1"))
             if out != ref[w]:
-                sys.exit(f"{m} {w}: output differs from the uninstrumented program")
+                sys.exit(f"{prog} {m} {w}: output differs from the uninstrumented program")
             for line in err.splitlines():
                 if line.startswith("bench-calls "):
                     calls[(m, w)] = int(line.split()[1])
 
     methods = list(exes) + ([] if a.no_uprobes else ["uprobes"])
     times = {(m, w): [] for m in methods for w in workloads}
-    probe = None
-    if not a.no_uprobes:
-        spec = ",".join(f"uprobe:{base}:{h}" for h in hot)
-        rspec = ",".join(f"uretprobe:{base}:{h}" for h in hot)
-        prog = f"{spec} {{ @s[tid] = nsecs; @n = count(); }} {rspec} {{ @a += nsecs - @s[tid]; }}"
+    spec = ",".join(f"uprobe:{base}:{h}" for h in hot)
+    rspec = ",".join(f"uretprobe:{base}:{h}" for h in hot)
+    prog_bt = f"{spec} {{ @s[tid] = nsecs; @n = count(); }} {rspec} {{ @a += nsecs - @s[tid]; }}"
     for rep in range(a.reps):
         for m in methods:
             for w, (args, path) in workloads.items():
                 if m == "uprobes":
-                    probe = subprocess.Popen(["bpftrace", "-e", prog], stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, text=True)
-                    line = ""
-                    while "Attaching" not in line:
-                        line = probe.stdout.readline()
-                        if not line and probe.poll() is not None:
-                            sys.exit("bpftrace failed to attach")
-                    time.sleep(0.5)
-                    t, out, _ = timed([base, *args], path, a.cpu)
-                    probe.send_signal(2)
-                    rest = probe.communicate()[0]
-                    for l in rest.splitlines():
-                        if l.startswith("@n:"):
-                            calls[(m, w)] = int(l.split()[1])
+                    t, out = uprobe_run(prog_bt, [base, *args], path, a.cpu, calls, (m, w))
                     if out != ref[w]:
                         sys.exit("uprobes: output differs")
                 else:
                     t, _, _ = timed([exes[m], *args], path, a.cpu)
                 times[(m, w)].append(t)
-        print(f"repetition {rep + 1}/{a.reps} done", file=sys.stderr)
+        print(f"  {prog}: repetition {rep + 1}/{a.reps} done", file=sys.stderr)
 
-    micro = micro_bench(a, mantle, rt, inc)
-
-    rows = []
-    print(f"\nbzip2 1.0.8, input {a.mb} MiB of /usr/include (tar), taskset -c {a.cpu}, {a.reps} repetitions, "
+    mb = os.path.getsize(workloads["compress"][1]) >> 20
+    print(f"\n{prog}, input {mb} MiB of /usr/include (tar), taskset -c {a.cpu}, {a.reps} repetitions, "
           "median [min-max] seconds; ratio to the method's baseline (clang for xray, gcc for the rest)")
-    print(f"{'workload':<11}{'method':<10}{'median s':>10}{'min':>8}{'max':>8}{'ratio':>8}{'calls':>12}{'ns/call':>9}"
-          f"{'min-ratio':>10}{'ns/call(min)':>13}")
+    print(f"{'workload':<11}{'method':<12}{'median s':>10}{'min':>8}{'max':>8}{'ratio':>8}{'calls':>12}"
+          f"{'ns/call':>9}{'min-ratio':>10}{'ns/call(min)':>13}")
     for w in workloads:
         for m in methods:
             ts = times[(m, w)]
             med = statistics.median(ts)
             bm = "clang" if m == "xray" else "base"
             bmed = statistics.median(times[(bm, w)])
-            c = calls.get((m, w)) or calls.get(("mantle-o", w))
-            per = (med - bmed) / c * 1e9 if c and m not in ("base", "clang") else None
+            c = calls.get((m, w)) or calls.get(("mantle", w))
+            timed_m = m not in ("base", "clang")
+            per = (med - bmed) / c * 1e9 if c and timed_m else None
             # Minimum against minimum: the least disturbed run of each
             # (the machine is shared; medians carry other engineers' load).
             bmin = min(times[(bm, w)])
-            per_min = (min(ts) - bmin) / c * 1e9 if c and m not in ("base", "clang") else None
-            rows.append(dict(workload=w, method=m, median=med, min=min(ts), max=max(ts), ratio=med / bmed,
-                             min_ratio=min(ts) / bmin, calls=c, ns_per_call=per, ns_per_call_min=per_min, times=ts))
-            print(f"{w:<11}{m:<10}{med:>10.3f}{min(ts):>8.3f}{max(ts):>8.3f}{med / bmed:>8.3f}"
+            per_min = (min(ts) - bmin) / c * 1e9 if c and timed_m else None
+            # Paired: each repetition's time over its own baseline run (run
+            # seconds apart, so a slow phase of the machine hits both).
+            paired = statistics.median(t / b for t, b in zip(ts, times[(bm, w)]))
+            rows.append(dict(program=prog, workload=w, method=m, median=med, min=min(ts), max=max(ts),
+                             ratio=med / bmed, min_ratio=min(ts) / bmin, paired_ratio=paired, calls=c,
+                             ns_per_call=per,
+                             ns_per_call_min=per_min, times=ts))
+            print(f"{w:<11}{m:<12}{med:>10.3f}{min(ts):>8.3f}{max(ts):>8.3f}{med / bmed:>8.3f}"
                   f"{(c or 0):>12}{(f'{per:.1f}' if per is not None else '-'):>9}"
                   f"{min(ts) / bmin:>10.3f}{(f'{per_min:.1f}' if per_min is not None else '-'):>13}")
-    res = dict(micro=micro, chosen=hot, mantle=mantle_info, cpu=a.cpu, reps=a.reps, mb=a.mb,
-               src_lto_hook_calls=lto_calls, rows=rows, command="flock /tmp/mantle-bench.lock bench/instr/bench.py "
-               + " ".join(sys.argv[1:]))
-    json.dump(res, open(os.path.join(HERE, "results.json"), "w"), indent=1)
-    plot(res)
+    return info
 
 
-def micro_bench(a, mantle, rt, inc):
-    """work() called 20M times: uninstrumented, --exit auto (balanced
-    here), --exit return-frames. Returns ns per call over the baseline."""
+def uprobe_run(prog_bt, cmd, path, cpu, calls, key):
+    probe = subprocess.Popen(["bpftrace", "-e", prog_bt], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    line = ""
+    while "Attaching" not in line:
+        line = probe.stdout.readline()
+        if not line and probe.poll() is not None:
+            sys.exit("bpftrace failed to attach")
+    time.sleep(0.5)
+    t, out, _ = timed(cmd, path, cpu)
+    probe.send_signal(2)
+    for l in probe.communicate()[0].splitlines():
+        if l.startswith("@n:"):
+            calls[key] = int(l.split()[1])
+    return t, out
+
+
+def micro_bench(a, mantle, rt):
+    """work() called 20M times: uninstrumented, and each exit design.
+    Returns ns per call over the baseline."""
     d = os.path.join(OUT, "micro")
     os.makedirs(d, exist_ok=True)
-    src = os.path.join(HERE, "micro.c")
     obj = os.path.join(d, "micro.o")
-    sh(["gcc", "-O2", "-c", src, "-o", obj])
-    hooks = os.path.join(d, "hooks.o")
-    sh(["gcc", "-O2", "-DMODE_MANTLE", f"-I{inc}", "-c", os.path.join(HERE, "hooks.c"), "-o", hooks])
+    sh(["gcc", "-O2", "-c", os.path.join(HERE, "micro.c"), "-o", obj])
     exes = {"base": os.path.join(d, "base")}
     sh(["gcc", obj, "-o", exes["base"]])
-    for mode in ("auto", "return-frames"):
-        o = os.path.join(d, f"micro-{mode}.o")
+    exits = {}
+    for variant, (mode, hook_mode, hook_flags) in MANTLE_VARIANTS.items():
+        o = os.path.join(d, f"micro-{variant}.o")
         r = json.loads(sh([mantle, "instr", "rewrite", obj, "-o", o, "-f", "work", "--exit", mode, "--json"]).stdout)
-        exes[mode] = os.path.join(d, mode)
-        exes[mode + "-exit"] = r["functions"][0].get("exit")
-        sh(["gcc", o, hooks, rt, "-o", exes[mode]])
+        exits[variant] = r["functions"][0].get("exit")
+        hooks = os.path.join(d, f"hooks-{variant}.o")
+        sh(["gcc", "-O2", f"-D{hook_mode}", *hook_flags, f"-I{ROOT}/crates/instr-rt/include", "-c",
+            os.path.join(HERE, "hooks.c"), "-o", hooks])
+        exes[variant] = os.path.join(d, variant)
+        sh(["gcc", o, hooks, rt, "-lpthread", "-o", exes[variant]])
     n = 20_000_000
-    times = {m: [] for m in ("base", "auto", "return-frames")}
+    times = {m: [] for m in exes}
     for _ in range(a.reps):
         for m in times:
             t0 = time.perf_counter()
@@ -295,9 +339,9 @@ def micro_bench(a, mantle, rt, inc):
         per = (med - base) / n * 1e9
         per_min = (min(ts) - min(times["base"])) / n * 1e9
         out[m] = dict(median=med, min=min(ts), max=max(ts), ns_per_call=per, ns_per_call_min=per_min,
-                      exit=exes.get(m + "-exit"), times=ts)
+                      exit=exits.get(m), times=ts)
         print(f"  {m:<14} {med:7.3f} [{min(ts):.3f}-{max(ts):.3f}]  {per:6.1f} ns/call (min: {per_min:5.1f})"
-              f"  exit: {exes.get(m + '-exit', '-')}")
+              f"  exit: {exits.get(m, '-')}")
     return out
 
 
@@ -305,23 +349,32 @@ def plot(res):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    ws = sorted({r["workload"] for r in res["rows"]})
+    cols = list(dict.fromkeys((r["program"], r["workload"]) for r in res["rows"]))
     ms = [m for m in dict.fromkeys(r["method"] for r in res["rows"]) if m not in ("base", "clang")]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.8 / len(ms)
+    def paired(c, m):
+        row = lambda meth: next(r for r in res["rows"] if (r["program"], r["workload"]) == c and r["method"] == meth)
+        base = row("clang" if m == "xray" else "base")["times"]
+        return statistics.median(t / b for t, b in zip(row(m)["times"], base))
+
     for i, m in enumerate(ms):
-        ys = [next(r["ratio"] for r in res["rows"] if r["workload"] == w and r["method"] == m) for w in ws]
-        ax.bar([j + i * width for j in range(len(ws))], ys, width, label=m)
+        ys = [paired(c, m) for c in cols]
+        ax.bar([j + i * width for j in range(len(cols))], ys, width, label=m)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(ws))], ws)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], [f"{p} {w}" for p, w in cols])
     ax.set_ylabel("execution time / uninstrumented")
     ax.set_yscale("log")
-    ax.set_title(f"bzip2, {len(res['chosen'])} functions (80% of time), taskset -c {res['cpu']}, "
-                 f"median of {res['reps']}")
-    ax.legend()
+    ax.set_title(f"Table 5.2: 80% of samples by mantle prof, taskset -c {res['cpu']}, "
+                 f"paired ratio, median of {res['reps']}")
+    ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "table52.png"), dpi=120)
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--plot"]:
+        # Redraw from results.json without running anything.
+        plot(json.load(open(os.path.join(HERE, "results.json"))))
+    else:
+        main()

@@ -14,7 +14,7 @@ pub enum InstrCmd {
     /// object with -lmantle_instr; a rewritten linked file loads
     /// libmantle_instr.so itself.
     #[command(
-        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite ./prog -o prog.instr --all --map prog.map       # linked: PIE, non-PIE\n  mantle instr rewrite libfoo.so -o out/libfoo.so -f 'foo_*' --runtime /usr/local/lib/libmantle_instr.so\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 ELF object, executable or shared library, a runtime others can write, or a malformed option, 5 no such file, 1 cannot write."
+        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite a.o -o a.instr.o --from-prof run.prof --share 80   # the hottest functions of a mantle prof session\n  mantle instr rewrite a.o -o a.instr.o --all --exit return-frames       # LOPI's exits\n  mantle instr rewrite ./prog -o prog.instr --all --map prog.map       # linked: PIE, non-PIE\n  mantle instr rewrite libfoo.so -o out/libfoo.so -f 'foo_*' --runtime /usr/local/lib/libmantle_instr.so\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 ELF object, executable or shared library, a runtime others can write, or a malformed option, 5 no such file, 1 cannot write."
     )]
     Rewrite {
         /// The input: an object (.o), executable or shared library.
@@ -39,7 +39,7 @@ pub enum InstrCmd {
     },
     /// Say what `rewrite` would do, without writing anything.
     #[command(
-        after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle instr plan a.o -f main -f 'parse_*' --json | jq '.functions[] | select(.status==\"refused\")'"
+        after_help = "Examples:\n  mantle instr plan a.o --all\n  mantle prof record -o run.prof -- ./prog input && mantle instr plan a.o --from-prof run.prof --share 80\n  mantle instr plan a.o -f main -f 'parse_*' --json | jq '.functions[] | select(.status==\"refused\")'"
     )]
     Plan {
         /// The input: an object (.o), executable or shared library.
@@ -80,8 +80,22 @@ pub struct SelArgs {
     /// Every function of the object.
     #[arg(long)]
     all: bool,
-    /// Exits: auto (patched rets where safe, else return frames) or
-    /// return-frames (LOPI's everywhere); docs/instr.md "Exits"
+    /// A `mantle prof` session: choose the fewest functions that make up
+    /// --share percent of its samples in the program (the paper chose by
+    /// gprof).
+    #[arg(long, value_name = "SESSION")]
+    from_prof: Option<PathBuf>,
+    /// Percent of the session's samples the chosen functions make up.
+    #[arg(long, default_value_t = 80.0, requires = "from_prof")]
+    share: f64,
+    /// Whose samples count: images whose path contains this (default: the
+    /// session's main binary, the executable with the most samples).
+    #[arg(long, requires = "from_prof")]
+    prof_image: Option<String>,
+    /// Exits: auto (a call-through trampoline; patched rets in objects
+    /// using C++ exceptions), patched-rets (where every exit is a movable
+    /// ret, else return frames) or return-frames (LOPI's everywhere);
+    /// docs/instr.md "How it works"
     #[arg(long, value_enum, default_value = "auto")]
     exit: Exit,
 }
@@ -89,6 +103,7 @@ pub struct SelArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
 pub enum Exit {
     Auto,
+    PatchedRets,
     ReturnFrames,
 }
 
@@ -96,6 +111,7 @@ impl SelArgs {
     fn mode(&self) -> mantle_instr::ExitMode {
         match self.exit {
             Exit::Auto => mantle_instr::ExitMode::Auto,
+            Exit::PatchedRets => mantle_instr::ExitMode::PatchedRets,
             Exit::ReturnFrames => mantle_instr::ExitMode::ReturnFrames,
         }
     }
@@ -115,13 +131,54 @@ impl SelArgs {
             let text = std::fs::read_to_string(p).map_err(|e| Failure::io("cannot read", p, &e))?;
             s.add_list(&text);
         }
+        if let Some(dir) = &self.from_prof {
+            for name in self.hottest_in(dir)? {
+                s.add_exact(&name);
+            }
+        }
         if s.is_empty() {
             return Err(Failure::new(
                 EXIT_USAGE,
-                "choose functions: --all, -f NAME or --functions-from FILE",
+                "choose functions: --all, -f NAME, --functions-from FILE or --from-prof SESSION",
             ));
         }
         Ok(s)
+    }
+}
+
+impl SelArgs {
+    /// The hottest functions of a `mantle prof` session (exclusive
+    /// samples), said on standard error.
+    fn hottest_in(&self, dir: &Path) -> Result<Vec<String>, Failure> {
+        let r = mantle_prof::report::report(dir, &mantle_prof::ReportOpts::default())?;
+        let image = match (&self.prof_image, &r.main_binary) {
+            (Some(i), _) => i.clone(),
+            (None, Some(m)) => m.clone(),
+            (None, None) => {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!(
+                        "{}: no main binary; name one with --prof-image",
+                        dir.display()
+                    ),
+                ))
+            }
+        };
+        let rows: Vec<(String, u64)> = r
+            .symbols
+            .iter()
+            .filter(|s| s.image.contains(&image))
+            .map(|s| (s.symbol.clone(), s.samples))
+            .collect();
+        let (names, got) = mantle_instr::select::hottest(&rows, self.share)
+            .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {image}: {e}", dir.display())))?;
+        eprintln!(
+            "{}: {} functions make up {got:.1}% of the {} samples in {image}",
+            dir.display(),
+            names.len(),
+            rows.iter().map(|r| r.1).sum::<u64>()
+        );
+        Ok(names)
     }
 }
 
@@ -153,12 +210,13 @@ fn print(r: &Report, json: bool) {
         return;
     }
     println!(
-        "{}: {} instrumented, {} refused, {} stubs, {} exit stubs{}",
+        "{}: {} instrumented, {} refused, {} stubs, {} exit stubs, {} trampolines{}",
         r.input,
         r.instrumented,
         r.refused,
         r.stubs,
         r.exit_stubs,
+        r.trampolines,
         if r.cet_cleared {
             " (CET property cleared)"
         } else {

@@ -28,6 +28,17 @@
 //!   function) sees its return address already pointing at a slot: it
 //!   gets a frame of its own and the two leaves run in order.
 //!
+//! * call-through trampolines (the default exit): [`__mantle_instr_enter_t`]
+//!   takes the caller's return address off the stack and keeps it on a
+//!   per-thread stack (allocated at the thread's first trampoline, reached
+//!   through an initial-exec TLS pointer, `__mantle_instr_xs`), the
+//!   trampoline calls the function's body, and [`__mantle_instr_leave_t`]
+//!   puts the address back for the trampoline's `ret`: every call has its
+//!   ret. Both are assembly: fast hooks (`mantle_instr_set_fast_hooks`,
+//!   hooks that save what they use) are called with nothing saved,
+//!   ordinary hooks with every register saved, the tracer through Rust
+//!   frames kept beside the TLS stack;
+//!
 //! * functions whose `ret`s the rewriter patched (balanced exits) enter
 //!   through [`__mantle_instr_enter_b`] (no return address rewrite) and
 //!   leave through [`__mantle_instr_leave_b`], called by the exit stub just
@@ -42,13 +53,21 @@
 //! MANTLE_INSTR_TRACE), so an instrumented program prints what it printed.
 //!
 //! Invariants: the hooks never unwind (extern "C": a panic aborts); a
-//! thread whose thread-local data is gone (late destructors) runs its
-//! instrumented functions uninstrumented, never with a rewritten return
-//! address it could not restore. Limits: the return address rewrite
+//! thread whose Rust thread-local data is gone (late destructors) runs its
+//! return-frame and patched-ret functions uninstrumented, never with a
+//! rewritten return address it could not restore; a trampoline run after
+//! its thread's stack was freed (a late destructor) allocates a new one. A trampoline whose
+//! frame is missing at exit (a corrupted stack) aborts with a message
+//! rather than return anywhere. Limits: the return address rewrite
 //! defeats the CPU's return predictor (the paper's own finding, §5.5);
-//! C++ exceptions cannot unwind through a slot (the planner refuses
-//! return-frame functions of objects that use them); a CET shadow stack would reject the
-//! rewritten return (the planner refuses objects marked for it).
+//! C++ exceptions cannot unwind through a slot or a trampoline (the
+//! planner refuses those functions in objects that use them); a CET
+//! shadow stack would reject a return frame's ret (the rewriter clears
+//! the property when it uses one); trampolines nest 4096 deep per thread
+//! ([`XS_LEN`]).
+//!
+//! The TSC is read only for the tracer: a read costs 11-20 ns on these
+//! VMs (bench/instr/RESULTS.md), more than a fast hook's whole call.
 //!
 //! Lock order: one global mutex ([`GLOBAL`]) taken at thread exit and at
 //! process exit; the enter/leave path takes no lock.
@@ -73,94 +92,127 @@ pub type Hook = extern "C" fn(u32);
 
 static USER_ENTER: AtomicUsize = AtomicUsize::new(0);
 static USER_LEAVE: AtomicUsize = AtomicUsize::new(0);
+/// Hooks that save every register they use themselves
+/// (`mantle_instr_set_fast_hooks`); read by the trampolines' assembly.
+static FAST_ENTER: AtomicUsize = AtomicUsize::new(0);
+static FAST_LEAVE: AtomicUsize = AtomicUsize::new(0);
 
 /// Replaces the built-in tracer with the user's hooks (NULL for none).
 /// Thread-safe; takes effect for entries after the call.
 #[no_mangle]
 pub extern "C" fn mantle_instr_set_hooks(enter: Option<Hook>, leave: Option<Hook>) {
+    FAST_ENTER.store(0, Ordering::Release);
+    FAST_LEAVE.store(0, Ordering::Release);
     // Leave first, so no entry runs the user's enter without its leave.
     USER_LEAVE.store(leave.map_or(0, |f| f as usize), Ordering::Release);
     USER_ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
+}
+
+/// The body of every entry and exit routine: saves every caller-saved
+/// register (GCC's -fipa-ra lets a caller keep values in registers a
+/// same-unit callee does not touch: found by the fixtures, a value in r10
+/// across a call; xmm8-15 for the same reason), aligns the stack itself
+/// (GCC's -fipa-stack-alignment calls same-unit functions with rsp = 0
+/// mod 16: found by the threads fixture), runs `$mid` with rbp = the
+/// frame ([rbp + 8] the routine's return address, [rbp + 16] the word
+/// above it), restores and returns. One copy, so the six routines cannot
+/// drift apart.
+macro_rules! saving_all {
+    ($($mid:literal),* ; $($operands:tt)*) => {
+        core::arch::naked_asm!(
+            "push rbp",
+            "mov rbp, rsp",
+            "and rsp, -16",
+            "push rax",
+            "push rcx",
+            "push rdx",
+            "push rsi",
+            "push rdi",
+            "push r8",
+            "push r9",
+            "push r10",
+            "push r11",
+            "sub rsp, 264",
+            "movaps [rsp + 0], xmm0",
+            "movaps [rsp + 16], xmm1",
+            "movaps [rsp + 32], xmm2",
+            "movaps [rsp + 48], xmm3",
+            "movaps [rsp + 64], xmm4",
+            "movaps [rsp + 80], xmm5",
+            "movaps [rsp + 96], xmm6",
+            "movaps [rsp + 112], xmm7",
+            "movaps [rsp + 128], xmm8",
+            "movaps [rsp + 144], xmm9",
+            "movaps [rsp + 160], xmm10",
+            "movaps [rsp + 176], xmm11",
+            "movaps [rsp + 192], xmm12",
+            "movaps [rsp + 208], xmm13",
+            "movaps [rsp + 224], xmm14",
+            "movaps [rsp + 240], xmm15",
+            $($mid,)*
+            "movaps xmm0, [rsp + 0]",
+            "movaps xmm1, [rsp + 16]",
+            "movaps xmm2, [rsp + 32]",
+            "movaps xmm3, [rsp + 48]",
+            "movaps xmm4, [rsp + 64]",
+            "movaps xmm5, [rsp + 80]",
+            "movaps xmm6, [rsp + 96]",
+            "movaps xmm7, [rsp + 112]",
+            "movaps xmm8, [rsp + 128]",
+            "movaps xmm9, [rsp + 144]",
+            "movaps xmm10, [rsp + 160]",
+            "movaps xmm11, [rsp + 176]",
+            "movaps xmm12, [rsp + 192]",
+            "movaps xmm13, [rsp + 208]",
+            "movaps xmm14, [rsp + 224]",
+            "movaps xmm15, [rsp + 240]",
+            "add rsp, 264",
+            "pop r11",
+            "pop r10",
+            "pop r9",
+            "pop r8",
+            "pop rdi",
+            "pop rsi",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "mov rsp, rbp",
+            "pop rbp",
+            "ret",
+            $($operands)*
+        )
+    };
+}
+
+/// Like [`mantle_instr_set_hooks`], for hooks that keep every register
+/// but the flags (GCC and clang: `__attribute__((no_caller_saved_registers))`,
+/// compiled with `-mgeneral-regs-only`, which the attribute requires for
+/// SSE state): trampolines then call them without saving registers first
+/// (bench/instr/RESULTS.md measures the difference). They also serve as
+/// the ordinary hooks of the other exit designs.
+#[no_mangle]
+pub extern "C" fn mantle_instr_set_fast_hooks(enter: Option<Hook>, leave: Option<Hook>) {
+    mantle_instr_set_hooks(enter, leave);
+    FAST_LEAVE.store(leave.map_or(0, |f| f as usize), Ordering::Release);
+    FAST_ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
 }
 
 /// The entry path, called by every stub. Above its return address are the
 /// site's (pointing at the site's 2-byte `jmp` over the 32-bit id) and
 /// the function's.
 ///
-/// Every caller-saved register is kept, xmm0-15 included: GCC's -fipa-ra
-/// lets a caller keep values in registers a same-unit callee does not
-/// touch (found by the fixtures: a value in r10 across a call).
-/// The stack is aligned here, not assumed: GCC's -fipa-stack-alignment
-/// calls same-unit functions that need no alignment with rsp = 0 mod 16
-/// (found by the threads fixture). rbp keeps the frame: [rbp + 8] is the
-/// stub's return address, [rbp + 16] the function's.
+/// Every caller-saved register is kept ([`saving_all`]): [rbp + 8] is the
+/// stub's return address, [rbp + 16] the site's, [rbp + 24] the
+/// function's.
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn __mantle_instr_enter() {
-    core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "and rsp, -16",
-        "push rax",
-        "push rcx",
-        "push rdx",
-        "push rsi",
-        "push rdi",
-        "push r8",
-        "push r9",
-        "push r10",
-        "push r11",
-        "sub rsp, 264",
-        "movaps [rsp + 0], xmm0",
-        "movaps [rsp + 16], xmm1",
-        "movaps [rsp + 32], xmm2",
-        "movaps [rsp + 48], xmm3",
-        "movaps [rsp + 64], xmm4",
-        "movaps [rsp + 80], xmm5",
-        "movaps [rsp + 96], xmm6",
-        "movaps [rsp + 112], xmm7",
-        "movaps [rsp + 128], xmm8",
-        "movaps [rsp + 144], xmm9",
-        "movaps [rsp + 160], xmm10",
-        "movaps [rsp + 176], xmm11",
-        "movaps [rsp + 192], xmm12",
-        "movaps [rsp + 208], xmm13",
-        "movaps [rsp + 224], xmm14",
-        "movaps [rsp + 240], xmm15",
+    saving_all!(
         "mov rax, [rbp + 16]",
         "mov edi, dword ptr [rax + 2]",
         "lea rsi, [rbp + 24]",
-        "call {enter}",
-        "movaps xmm0, [rsp + 0]",
-        "movaps xmm1, [rsp + 16]",
-        "movaps xmm2, [rsp + 32]",
-        "movaps xmm3, [rsp + 48]",
-        "movaps xmm4, [rsp + 64]",
-        "movaps xmm5, [rsp + 80]",
-        "movaps xmm6, [rsp + 96]",
-        "movaps xmm7, [rsp + 112]",
-        "movaps xmm8, [rsp + 128]",
-        "movaps xmm9, [rsp + 144]",
-        "movaps xmm10, [rsp + 160]",
-        "movaps xmm11, [rsp + 176]",
-        "movaps xmm12, [rsp + 192]",
-        "movaps xmm13, [rsp + 208]",
-        "movaps xmm14, [rsp + 224]",
-        "movaps xmm15, [rsp + 240]",
-        "add rsp, 264",
-        "pop r11",
-        "pop r10",
-        "pop r9",
-        "pop r8",
-        "pop rdi",
-        "pop rsi",
-        "pop rdx",
-        "pop rcx",
-        "pop rax",
-        "mov rsp, rbp",
-        "pop rbp",
-        "ret",
-        enter = sym enter_c,
+        "call {enter}";
+        enter = sym enter_c
     )
 }
 
@@ -169,71 +221,367 @@ pub unsafe extern "C" fn __mantle_instr_enter() {
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn __mantle_instr_enter_b() {
-    core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "and rsp, -16",
-        "push rax",
-        "push rcx",
-        "push rdx",
-        "push rsi",
-        "push rdi",
-        "push r8",
-        "push r9",
-        "push r10",
-        "push r11",
-        "sub rsp, 264",
-        "movaps [rsp + 0], xmm0",
-        "movaps [rsp + 16], xmm1",
-        "movaps [rsp + 32], xmm2",
-        "movaps [rsp + 48], xmm3",
-        "movaps [rsp + 64], xmm4",
-        "movaps [rsp + 80], xmm5",
-        "movaps [rsp + 96], xmm6",
-        "movaps [rsp + 112], xmm7",
-        "movaps [rsp + 128], xmm8",
-        "movaps [rsp + 144], xmm9",
-        "movaps [rsp + 160], xmm10",
-        "movaps [rsp + 176], xmm11",
-        "movaps [rsp + 192], xmm12",
-        "movaps [rsp + 208], xmm13",
-        "movaps [rsp + 224], xmm14",
-        "movaps [rsp + 240], xmm15",
+    saving_all!(
         "mov rax, [rbp + 16]",
         "mov edi, dword ptr [rax + 2]",
         "lea rsi, [rbp + 24]",
-        "call {enter}",
-        "movaps xmm0, [rsp + 0]",
-        "movaps xmm1, [rsp + 16]",
-        "movaps xmm2, [rsp + 32]",
-        "movaps xmm3, [rsp + 48]",
-        "movaps xmm4, [rsp + 64]",
-        "movaps xmm5, [rsp + 80]",
-        "movaps xmm6, [rsp + 96]",
-        "movaps xmm7, [rsp + 112]",
-        "movaps xmm8, [rsp + 128]",
-        "movaps xmm9, [rsp + 144]",
-        "movaps xmm10, [rsp + 160]",
-        "movaps xmm11, [rsp + 176]",
-        "movaps xmm12, [rsp + 192]",
-        "movaps xmm13, [rsp + 208]",
-        "movaps xmm14, [rsp + 224]",
-        "movaps xmm15, [rsp + 240]",
-        "add rsp, 264",
-        "pop r11",
-        "pop r10",
-        "pop r9",
-        "pop r8",
-        "pop rdi",
-        "pop rsi",
-        "pop rdx",
-        "pop rcx",
-        "pop rax",
-        "mov rsp, rbp",
-        "pop rbp",
-        "ret",
-        enter = sym enter_b_c,
+        "call {enter}";
+        enter = sym enter_b_c
     )
+}
+
+/// Bytes from a trampoline's first return address (R1, the `jmp short`
+/// over the id) to the return address its `call body` pushes (R2):
+/// `jmp short` 2, id 4, `lea rsp, [rsp + 8]` 5, `call body` 5. The
+/// rewriter lays trampolines out so (mantle-instr's rewrite.rs asserts the
+/// same number).
+pub const TRAMP_RET_OFFSET: usize = 16;
+
+/// Entries of the per-thread stack of trampoline frames (`__mantle_instr_xs`): a
+/// trampoline nested deeper aborts (the limit is documented).
+pub const XS_LEN: usize = 4096;
+const XS_ENTRY: usize = 32;
+
+// The per-thread stack of trampoline frames, in assembly so the fast path
+// reaches it without calling into Rust (which would make it save every
+// register): `len: u64, pad: u64`, then `XS_LEN` entries of
+// `{ sp, caller's return address, body return address (R2), id }`,
+// allocated at a thread's first trampoline ([`xs_alloc`]); the thread
+// pointer to it is initial-exec TLS (one `fs:` access; relaxed to
+// local-exec in an executable). 8 bytes, so the shared library can still
+// be dlopen'ed (the static TLS surplus is small: a 128 KiB block there
+// failed with "cannot allocate memory in static TLS block").
+core::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    ".globl __mantle_instr_xs",
+    ".hidden __mantle_instr_xs",
+    ".type __mantle_instr_xs,@object",
+    ".size __mantle_instr_xs, 8",
+    "__mantle_instr_xs:",
+    ".zero 8",
+    ".text",
+);
+
+const XS_BYTES: usize = 16 + XS_LEN * XS_ENTRY;
+
+/// Frees the thread's trampoline stack when the thread ends.
+struct XsGuard(std::cell::Cell<usize>);
+
+impl Drop for XsGuard {
+    fn drop(&mut self) {
+        let slot = self.0.get() as *mut *mut u8;
+        if slot.is_null() {
+            return;
+        }
+        // SAFETY: `slot` is this thread's TLS pointer, set by xs_alloc to
+        // a block of this layout; cleared first, so a trampoline run by a
+        // later destructor allocates a new one instead of using this.
+        unsafe {
+            let p = *slot;
+            *slot = std::ptr::null_mut();
+            if !p.is_null() {
+                std::alloc::dealloc(p, xs_layout());
+            }
+        }
+    }
+}
+
+thread_local! {
+    static XS_GUARD: XsGuard = const { XsGuard(std::cell::Cell::new(0)) };
+}
+
+fn xs_layout() -> std::alloc::Layout {
+    // 16 + 4096 * 32 bytes, 16-aligned: a valid layout.
+    std::alloc::Layout::from_size_align(XS_BYTES, 16).unwrap_or(std::alloc::Layout::new::<u128>())
+}
+
+/// Allocates the calling thread's trampoline stack into `slot` (its TLS
+/// pointer), called from the assembly with every register saved.
+extern "C" fn xs_alloc(slot: *mut *mut u8) {
+    // SAFETY: a non-zero-sized layout.
+    let p = unsafe { std::alloc::alloc_zeroed(xs_layout()) };
+    if p.is_null() {
+        lost(b"libmantle-instr: cannot allocate the trampoline stack\n");
+    }
+    // SAFETY: `slot` is the thread's TLS pointer, computed by the caller.
+    unsafe { *slot = p };
+    // The guard frees it at thread exit; when thread-local destructors
+    // already ran (a trampoline in a late destructor), it is leaked.
+    let _ = XS_GUARD.try_with(|g| g.0.set(slot as usize));
+}
+
+/// Calls [`xs_alloc`] with the TLS pointer's address, keeping every
+/// register.
+#[unsafe(naked)]
+unsafe extern "C" fn xs_alloc_saving() {
+    saving_all!(
+        "mov rdi, qword ptr [rip + __mantle_instr_xs@GOTTPOFF]",
+        "add rdi, qword ptr fs:[0]",
+        "call {alloc}";
+        alloc = sym xs_alloc
+    )
+}
+
+/// The thread's trampoline stack into rcx (allocated at first use).
+/// Labels 1 local to each use.
+macro_rules! xs_into_rcx {
+    () => {
+        "1:\n mov rcx, qword ptr [rip + __mantle_instr_xs@GOTTPOFF]\n mov rcx, qword ptr fs:[rcx]\n test rcx, rcx\n jnz 1f\n call {xs_alloc}\n jmp 1b\n 1:"
+    };
+}
+
+/// The five registers the trampolines' assembly uses, saved and restored
+/// (rax, rcx, rdx, rsi, rdi: 40 bytes).
+macro_rules! push_scratch {
+    () => {
+        "push rax\n push rcx\n push rdx\n push rsi\n push rdi"
+    };
+}
+macro_rules! pop_scratch {
+    () => {
+        "pop rdi\n pop rsi\n pop rdx\n pop rcx\n pop rax"
+    };
+}
+
+/// Calls the hook in rax with rsp aligned (flags are dead here: no
+/// caller keeps them across a call).
+macro_rules! aligned_call_rax {
+    () => {
+        "push rbp\n mov rbp, rsp\n and rsp, -16\n call rax\n mov rsp, rbp\n pop rbp"
+    };
+}
+
+/// Calls the hook of `$fast` (directly) or else of `$user` (through
+/// [`hook_saving_all`]) with the id in rdi; neither: falls through.
+/// Clobbers rax and the flags only (a fast hook keeps the rest itself).
+/// Labels 7 and 8 are local to each use.
+macro_rules! call_hook {
+    ($fast:literal, $user:literal) => {
+        concat!(
+            "mov rax, qword ptr [rip + {",
+            $fast,
+            "}]\n",
+            "test rax, rax\n",
+            "jz 7f\n",
+            aligned_call_rax!(),
+            "\n",
+            "jmp 8f\n",
+            "7:\n",
+            "mov rax, qword ptr [rip + {",
+            $user,
+            "}]\n",
+            "test rax, rax\n",
+            "jz 8f\n",
+            "call {saving}\n",
+            "8:"
+        )
+    };
+}
+
+/// The end of the trampolines' entry and exit: the hook (fast or ordinary)
+/// with the id in rdi and return; no hook: continue in `{slow}` (the
+/// tracer's Rust frames); label 9: `{fail}` (which does not return).
+macro_rules! hook_and_return {
+    ($fast:literal, $user:literal) => {
+        concat!(
+            "mov rax, qword ptr [rip + {",
+            $fast,
+            "}]\n",
+            "or rax, qword ptr [rip + {",
+            $user,
+            "}]\n",
+            "jz 6f\n",
+            call_hook!($fast, $user),
+            "\n",
+            pop_scratch!(),
+            "\n",
+            "ret\n",
+            "6:\n",
+            pop_scratch!(),
+            "\n",
+            "jmp {slow}\n",
+            "9:\n",
+            "and rsp, -16\n",
+            "call {fail}\n",
+            "ud2"
+        )
+    };
+}
+
+/// Calls the hook in rax with the id in rdi, keeping every register (an
+/// ordinary C hook, called from the trampolines' assembly).
+#[unsafe(naked)]
+unsafe extern "C" fn hook_saving_all() {
+    // After saving_all's pushes (rax first, rdi fifth) and 264 bytes of
+    // xmm: rax at [rsp + 328], rdi at [rsp + 296].
+    saving_all!(
+        "mov rax, [rsp + 328]",
+        "mov rdi, [rsp + 296]",
+        "call rax";
+    )
+}
+
+/// The entry of a call-through trampoline (the default exit design):
+///
+/// ```text
+/// tramp:  call __mantle_instr_enter_t   ; keeps the caller's return address X
+///         jmp  short body_call ; .long id
+///         lea  rsp, [rsp + 8]           ; drop X (kept in the thread's frame)
+///         call body                     ; the function runs with its own
+///                                       ; stack layout, returning here (R2)
+///         lea  rsp, [rsp - 8]
+///         call __mantle_instr_leave_t   ; puts X back at [rsp]
+///         ret                           ; to X
+/// ```
+///
+/// Every `call` has its `ret`, so the return predictor stays right (the
+/// caller's own `call` pairs with the trampoline's final `ret`), and the
+/// function's stack arguments are where they were (no shift by 8).
+///
+/// Fast path, in assembly: pushes `{E, X, R2, id}` on `__mantle_instr_xs` (after
+/// popping frames below E, skipped by longjmp, or at E but not the tail
+/// caller: X is not their R2), and calls a fast enter hook directly with
+/// five scratch registers saved (such a hook saves what it uses itself:
+/// `mantle_instr_set_fast_hooks`). Otherwise it continues in
+/// [`enter_t_slow`] (every register saved, Rust frames for the tracer or
+/// the ordinary hooks).
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn __mantle_instr_enter_t() {
+    core::arch::naked_asm!(
+        // [rsp] = R1 (the id is at R1 + 2), [rsp + 8] = X, E = rsp + 8.
+        push_scratch!(),
+        // Now R1 = [rsp + 40], X = [rsp + 48], E = rsp + 48.
+        xs_into_rcx!(),
+        "lea rdx, [rsp + 48]",
+        "mov rax, [rsp + 48]",
+        "2:",
+        "mov rsi, [rcx]",
+        "test rsi, rsi",
+        "jz 4f",
+        "shl rsi, 5",
+        "lea rsi, [rcx + rsi - 16]",
+        "cmp [rsi], rdx",
+        "ja 4f",
+        "jb 3f",
+        "cmp [rsi + 16], rax",
+        "je 4f",
+        // Dead: skipped by longjmp. Its leave, if a hook runs (the
+        // tracer's frames are Rust's, closed there).
+        "3:",
+        "mov rdi, [rsi + 24]",
+        "dec qword ptr [rcx]",
+        call_hook!("fast_leave", "user_leave"),
+        "mov rax, [rsp + 48]",
+        "jmp 2b",
+        // Push. A signal handler running instrumented code may come at
+        // any point: the entry is claimed with sp = MAX (a live frame to
+        // anyone above) before the length grows, and completed after.
+        "4:",
+        "mov rsi, [rcx]",
+        "cmp rsi, {n}",
+        "jae 9f",
+        "shl rsi, 5",
+        "lea rsi, [rcx + rsi + 16]",
+        "mov qword ptr [rsi], -1",
+        "inc qword ptr [rcx]",
+        "mov [rsi + 8], rax",
+        "mov rax, [rsp + 40]",
+        "lea rdi, [rax + {off}]",
+        "mov [rsi + 16], rdi",
+        "mov edi, dword ptr [rax + 2]",
+        "mov [rsi + 24], rdi",
+        "mov [rsi], rdx",
+        hook_and_return!("fast_enter", "user_enter"),
+        n = const XS_LEN,
+        off = const TRAMP_RET_OFFSET,
+        fast_enter = sym FAST_ENTER,
+        fast_leave = sym FAST_LEAVE,
+        user_enter = sym USER_ENTER,
+        user_leave = sym USER_LEAVE,
+        saving = sym hook_saving_all,
+        slow = sym enter_t_slow,
+        fail = sym too_deep,
+        xs_alloc = sym xs_alloc_saving,
+    )
+}
+
+/// The entry of a trampoline when no fast hook is set: the Rust frame for
+/// the tracer or the ordinary hooks. [rbp + 8] is R1, [rbp + 16] holds X.
+#[unsafe(naked)]
+unsafe extern "C" fn enter_t_slow() {
+    saving_all!(
+        "mov rax, [rbp + 8]",
+        "mov edi, dword ptr [rax + 2]",
+        "lea rsi, [rbp + 16]",
+        "lea rdx, [rax + {off}]",
+        "call {enter}";
+        off = const TRAMP_RET_OFFSET,
+        enter = sym enter_t_c
+    )
+}
+
+/// The exit of a call-through trampoline: [rsp + 8] is the stack word
+/// where the function's return address was; the caller's (X) is written
+/// back there for the trampoline's `ret`. Pops frames above (skipped by
+/// longjmp); a frame that is not there means the stack was corrupted:
+/// abort rather than return anywhere.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn __mantle_instr_leave_t() {
+    core::arch::naked_asm!(
+        push_scratch!(),
+        // [rsp + 40] = R3, E = rsp + 48.
+        xs_into_rcx!(),
+        "lea rdx, [rsp + 48]",
+        "2:",
+        "mov rsi, [rcx]",
+        "test rsi, rsi",
+        "jz 9f",
+        "shl rsi, 5",
+        "lea rsi, [rcx + rsi - 16]",
+        "cmp [rsi], rdx",
+        "je 4f",
+        "ja 9f",
+        "mov rdi, [rsi + 24]",
+        "dec qword ptr [rcx]",
+        call_hook!("fast_leave", "user_leave"),
+        "jmp 2b",
+        // Read the entry before the length shrinks (a signal handler
+        // may reuse the slot right after).
+        "4:",
+        "mov rax, [rsi + 8]",
+        "mov [rdx], rax",
+        "mov rdi, [rsi + 24]",
+        "dec qword ptr [rcx]",
+        hook_and_return!("fast_leave", "user_leave"),
+        fast_leave = sym FAST_LEAVE,
+        user_leave = sym USER_LEAVE,
+        saving = sym hook_saving_all,
+        slow = sym leave_t_slow,
+        fail = sym tramp_lost,
+        xs_alloc = sym xs_alloc_saving,
+    )
+}
+
+/// The exit of a trampoline when no fast hook is set: closes the Rust
+/// frame whose return address lived at [rbp + 16].
+#[unsafe(naked)]
+unsafe extern "C" fn leave_t_slow() {
+    saving_all!(
+        "lea rdi, [rbp + 16]",
+        "call {leave}";
+        leave = sym leave_b_c
+    )
+}
+
+extern "C" fn tramp_lost() -> ! {
+    lost(b"libmantle-instr: trampoline frame lost\n")
+}
+
+extern "C" fn too_deep() -> ! {
+    lost(b"libmantle-instr: more than 4096 nested trampolines (use --exit patched-rets or return-frames)\n")
 }
 
 /// The return-frame code slots: slot `d` is the return address given to
@@ -260,69 +608,11 @@ pub unsafe extern "C" fn __mantle_instr_slots() {
 /// like the entry path.
 #[unsafe(naked)]
 unsafe extern "C" fn leave_asm() {
-    core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "and rsp, -16",
-        "push rax",
-        "push rcx",
-        "push rdx",
-        "push rsi",
-        "push rdi",
-        "push r8",
-        "push r9",
-        "push r10",
-        "push r11",
-        "sub rsp, 264",
-        "movaps [rsp + 0], xmm0",
-        "movaps [rsp + 16], xmm1",
-        "movaps [rsp + 32], xmm2",
-        "movaps [rsp + 48], xmm3",
-        "movaps [rsp + 64], xmm4",
-        "movaps [rsp + 80], xmm5",
-        "movaps [rsp + 96], xmm6",
-        "movaps [rsp + 112], xmm7",
-        "movaps [rsp + 128], xmm8",
-        "movaps [rsp + 144], xmm9",
-        "movaps [rsp + 160], xmm10",
-        "movaps [rsp + 176], xmm11",
-        "movaps [rsp + 192], xmm12",
-        "movaps [rsp + 208], xmm13",
-        "movaps [rsp + 224], xmm14",
-        "movaps [rsp + 240], xmm15",
+    saving_all!(
         "mov rdi, [rbp + 8]",
         "call {leave}",
-        "mov [rbp + 8], rax",
-        "movaps xmm0, [rsp + 0]",
-        "movaps xmm1, [rsp + 16]",
-        "movaps xmm2, [rsp + 32]",
-        "movaps xmm3, [rsp + 48]",
-        "movaps xmm4, [rsp + 64]",
-        "movaps xmm5, [rsp + 80]",
-        "movaps xmm6, [rsp + 96]",
-        "movaps xmm7, [rsp + 112]",
-        "movaps xmm8, [rsp + 128]",
-        "movaps xmm9, [rsp + 144]",
-        "movaps xmm10, [rsp + 160]",
-        "movaps xmm11, [rsp + 176]",
-        "movaps xmm12, [rsp + 192]",
-        "movaps xmm13, [rsp + 208]",
-        "movaps xmm14, [rsp + 224]",
-        "movaps xmm15, [rsp + 240]",
-        "add rsp, 264",
-        "pop r11",
-        "pop r10",
-        "pop r9",
-        "pop r8",
-        "pop rdi",
-        "pop rsi",
-        "pop rdx",
-        "pop rcx",
-        "pop rax",
-        "mov rsp, rbp",
-        "pop rbp",
-        "ret",
-        leave = sym leave_c,
+        "mov [rbp + 8], rax";
+        leave = sym leave_c
     )
 }
 
@@ -332,68 +622,10 @@ unsafe extern "C" fn leave_asm() {
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn __mantle_instr_leave_b() {
-    core::arch::naked_asm!(
-        "push rbp",
-        "mov rbp, rsp",
-        "and rsp, -16",
-        "push rax",
-        "push rcx",
-        "push rdx",
-        "push rsi",
-        "push rdi",
-        "push r8",
-        "push r9",
-        "push r10",
-        "push r11",
-        "sub rsp, 264",
-        "movaps [rsp + 0], xmm0",
-        "movaps [rsp + 16], xmm1",
-        "movaps [rsp + 32], xmm2",
-        "movaps [rsp + 48], xmm3",
-        "movaps [rsp + 64], xmm4",
-        "movaps [rsp + 80], xmm5",
-        "movaps [rsp + 96], xmm6",
-        "movaps [rsp + 112], xmm7",
-        "movaps [rsp + 128], xmm8",
-        "movaps [rsp + 144], xmm9",
-        "movaps [rsp + 160], xmm10",
-        "movaps [rsp + 176], xmm11",
-        "movaps [rsp + 192], xmm12",
-        "movaps [rsp + 208], xmm13",
-        "movaps [rsp + 224], xmm14",
-        "movaps [rsp + 240], xmm15",
+    saving_all!(
         "lea rdi, [rbp + 16]",
-        "call {leave}",
-        "movaps xmm0, [rsp + 0]",
-        "movaps xmm1, [rsp + 16]",
-        "movaps xmm2, [rsp + 32]",
-        "movaps xmm3, [rsp + 48]",
-        "movaps xmm4, [rsp + 64]",
-        "movaps xmm5, [rsp + 80]",
-        "movaps xmm6, [rsp + 96]",
-        "movaps xmm7, [rsp + 112]",
-        "movaps xmm8, [rsp + 128]",
-        "movaps xmm9, [rsp + 144]",
-        "movaps xmm10, [rsp + 160]",
-        "movaps xmm11, [rsp + 176]",
-        "movaps xmm12, [rsp + 192]",
-        "movaps xmm13, [rsp + 208]",
-        "movaps xmm14, [rsp + 224]",
-        "movaps xmm15, [rsp + 240]",
-        "add rsp, 264",
-        "pop r11",
-        "pop r10",
-        "pop r9",
-        "pop r8",
-        "pop rdi",
-        "pop rsi",
-        "pop rdx",
-        "pop rcx",
-        "pop rax",
-        "mov rsp, rbp",
-        "pop rbp",
-        "ret",
-        leave = sym leave_b_c,
+        "call {leave}";
+        leave = sym leave_b_c
     )
 }
 
@@ -415,6 +647,12 @@ pub(crate) struct Frame {
     pub orig: usize,
     /// Where that return address lives on the stack.
     pub sp: usize,
+    /// The return address the function was given instead (a return-frame
+    /// slot or a trampoline's), so a tail call from it is recognised; 0
+    /// when it kept its own (patched exits, which never jump out).
+    pub fake: usize,
+    /// TSC at entry; 0 when a user hook ran instead of the tracer (the
+    /// TSC costs 11 ns a read on these VMs: bench/instr/RESULTS.md).
     pub t0: u64,
     /// TSC ticks spent in instrumented callees (exclusive time).
     pub child: u64,
@@ -436,6 +674,17 @@ thread_local! {
 fn now() -> u64 {
     // SAFETY: rdtsc has no memory effects; x86-64 always has it.
     unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// The time for an event whose hook is `hook`: the tracer needs the TSC,
+/// a user hook does not (and a read costs 11 ns here).
+#[inline]
+fn stamp(hook: &AtomicUsize) -> u64 {
+    if hook.load(Ordering::Relaxed) == 0 {
+        now()
+    } else {
+        0
+    }
 }
 
 fn user(hook: &AtomicUsize) -> Option<Hook> {
@@ -461,78 +710,116 @@ fn close(th: &mut Thread, t: u64) -> Option<Frame> {
     Some(f)
 }
 
-extern "C" fn enter_c(id: u32, slot: *mut usize) {
-    enter_common(id, slot, true);
+/// How an entry gives the function its exit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Entry {
+    /// LOPI's return frame: the return address becomes a code slot.
+    ReturnFrame,
+    /// The function's `ret`s were patched: nothing to change.
+    Patched,
+    /// A call-through trampoline whose body returns to this address.
+    Trampoline(usize),
 }
 
-fn enter_common(id: u32, slot: *mut usize, return_frame: bool) {
-    tracer::init();
-    let _ = THREAD.try_with(|cell| {
-        // SAFETY: the thread's own data; the hooks are not reentrant (the
-        // runtime calls no instrumented code), so no other reference lives.
-        let th = unsafe { &mut *cell.get() };
-        let t = now();
-        let sp = slot as usize;
-        // SAFETY: `slot` is the function's return address on its stack,
-        // computed by __mantle_instr_enter.
-        let ret = unsafe { *slot };
-        // Frames whose return address lies below this one are dead: the
-        // stack was unwound past them (longjmp). At the same address the
-        // frame is alive only if this is a tail call from it.
-        while let Some(top) = th.frames.last() {
-            let d = th.frames.len() - 1;
-            if top.sp < sp || (top.sp == sp && ret != slot_code(d)) {
-                close(th, t);
-            } else {
-                break;
-            }
-        }
-        let d = th.frames.len();
-        th.frames.push(Frame {
-            id,
-            orig: ret,
-            sp,
-            t0: t,
-            child: 0,
-        });
-        if return_frame {
-            // SAFETY: as above.
-            unsafe { *slot = slot_code(d) };
-        }
-        match user(&USER_ENTER) {
-            Some(h) => h(id),
-            None => th.trace.enter(id, t),
-        }
-    });
+extern "C" fn enter_c(id: u32, slot: *mut usize) {
+    enter_common(id, slot, Entry::ReturnFrame);
 }
 
 /// Pushes the frame of a balanced function (its return address stays).
 extern "C" fn enter_b_c(id: u32, slot: *mut usize) {
-    enter_common(id, slot, false);
+    enter_common(id, slot, Entry::Patched);
+}
+
+/// Pushes the Rust frame of a trampoline's function (its return address
+/// is kept by the assembly fast path, in `__mantle_instr_xs`).
+extern "C" fn enter_t_c(id: u32, slot: *mut usize, body_ret: usize) {
+    enter_common(id, slot, Entry::Trampoline(body_ret));
+}
+
+/// Pushes a frame (none if the thread's data is gone: the function then
+/// runs uninstrumented, its return address untouched).
+fn enter_common(id: u32, slot: *mut usize, how: Entry) {
+    tracer::init();
+    THREAD
+        .try_with(|cell| {
+            // SAFETY: the thread's own data; the hooks are not reentrant
+            // (the runtime calls no instrumented code), so no other
+            // reference lives.
+            let th = unsafe { &mut *cell.get() };
+            let t = stamp(&USER_ENTER);
+            let sp = slot as usize;
+            // SAFETY: `slot` is the function's return address on its
+            // stack, computed by the entry routine.
+            let ret = unsafe { *slot };
+            // Frames whose return address lies below this one are dead:
+            // the stack was unwound past them (longjmp). At the same
+            // address the frame is alive only if this is a tail call from
+            // it (its return address is the one it was given).
+            while let Some(top) = th.frames.last() {
+                if top.sp < sp || (top.sp == sp && (top.fake == 0 || ret != top.fake)) {
+                    close(th, stamp(&USER_LEAVE));
+                } else {
+                    break;
+                }
+            }
+            let fake = match how {
+                Entry::ReturnFrame => slot_code(th.frames.len()),
+                Entry::Patched => 0,
+                Entry::Trampoline(r) => r,
+            };
+            th.frames.push(Frame {
+                id,
+                orig: ret,
+                sp,
+                fake,
+                t0: t,
+                child: 0,
+            });
+            if how == Entry::ReturnFrame {
+                // SAFETY: as above.
+                unsafe { *slot = fake };
+            }
+            match user(&USER_ENTER) {
+                Some(h) => h(id),
+                None => th.trace.enter(id, t),
+            }
+        })
+        .ok();
+}
+
+/// Closes the frames above the one whose return address lives at `sp`
+/// (skipped by longjmp) and that one, if it is there: its return address.
+fn close_at(sp: usize) -> Option<usize> {
+    THREAD
+        .try_with(|cell| {
+            // SAFETY: see enter_common.
+            let th = unsafe { &mut *cell.get() };
+            let t = stamp(&USER_LEAVE);
+            while th.frames.last().is_some_and(|f| f.sp < sp) {
+                close(th, t);
+            }
+            if th.frames.last().is_some_and(|f| f.sp == sp) {
+                close(th, t).map(|f| f.orig)
+            } else {
+                None
+            }
+        })
+        .ok()
+        .flatten()
 }
 
 /// Closes the frame of a balanced function returning from `sp` (the
 /// stack address of its return address), and dead frames above it.
 extern "C" fn leave_b_c(sp: usize) {
-    let _ = THREAD.try_with(|cell| {
-        // SAFETY: see enter_c.
-        let th = unsafe { &mut *cell.get() };
-        let t = now();
-        while th.frames.last().is_some_and(|f| f.sp < sp) {
-            close(th, t);
-        }
-        if th.frames.last().is_some_and(|f| f.sp == sp) {
-            close(th, t);
-        }
-    });
+    close_at(sp);
 }
 
 extern "C" fn leave_c(ret: usize) -> usize {
     let depth = (ret - 5 - slots_base()) / SLOT_SIZE;
     let r = THREAD.try_with(|cell| {
-        // SAFETY: see enter_c.
+        // SAFETY: see enter_common.
         let th = unsafe { &mut *cell.get() };
-        let t = now();
+        let t = stamp(&USER_LEAVE);
         if depth < SLOTS - 1 {
             // Frames above `depth` were skipped by longjmp.
             while th.frames.len() > depth + 1 {
@@ -543,16 +830,16 @@ extern "C" fn leave_c(ret: usize) -> usize {
     });
     match r {
         Ok(Some(orig)) => orig,
-        _ => {
-            // A slot was reached without its frame: the return address
-            // cannot be restored. Nothing sane is left to do.
-            const MSG: &[u8] = b"libmantle-instr: return frame lost\n";
-            // SAFETY: write(2) of a static buffer, then abort.
-            unsafe {
-                libc::write(2, MSG.as_ptr().cast(), MSG.len());
-                libc::abort()
-            }
-        }
+        _ => lost(b"libmantle-instr: return frame lost\n"),
+    }
+}
+
+/// A return address cannot be restored: nothing sane is left to do.
+fn lost(msg: &[u8]) -> ! {
+    // SAFETY: write(2) of a caller's buffer, then abort.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort()
     }
 }
 

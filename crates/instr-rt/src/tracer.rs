@@ -127,7 +127,8 @@ impl ThreadTrace {
     }
 
     pub(crate) fn leave(&mut self, f: &Frame, t: u64, parent: Option<&mut Frame>) {
-        let dur = t.wrapping_sub(f.t0);
+        // Entered while a user hook ran (no time taken): untimed.
+        let dur = if f.t0 == 0 { 0 } else { t.wrapping_sub(f.t0) };
         let s = self.stat(f.id);
         s.excl += dur.saturating_sub(f.child);
         s.active = s.active.saturating_sub(1);

@@ -16,11 +16,17 @@
 //!   written with `object`'s builder, so every section, symbol and
 //!   relocation the rewrite does not touch is kept as it was; the moved
 //!   instructions take their relocations with them ([`plan`]);
-//! * exits, chosen per function ([`ExitMode`]): where every way out of the
-//!   function is a `ret` whose window can be moved, each `ret` becomes a
-//!   jump to an exit stub (`...; call leave; ret`): calls and returns stay
-//!   paired. Elsewhere LOPI's lazy *return frame* (Figures 5.4-5.6): the
-//!   runtime replaces the return address with a per-depth code slot;
+//! * exits, chosen per function ([`ExitMode`]): by default a call-through
+//!   *trampoline*: the entry becomes `jmp tramp`, and the trampoline calls
+//!   the runtime, then *calls* the moved instructions (which jump back into
+//!   the function), then the runtime again, then returns: every call has
+//!   its ret (the return predictor and a CET shadow stack stay right) and
+//!   the function sees its stack exactly as the caller left it (the
+//!   runtime keeps the caller's return address per thread). Otherwise, where
+//!   every way out is a movable `ret`, each `ret` becomes a jump to an
+//!   exit stub (`...; call leave; ret`), and elsewhere LOPI's lazy *return
+//!   frame* (Figures 5.4-5.6): the runtime replaces the return address
+//!   with a per-depth code slot;
 //! * a site that cannot be patched safely is refused with a reason
 //!   ([`Refusal`]); the [`Report`] lists every chosen function.
 //!
@@ -28,8 +34,9 @@
 //! little-endian relocatable ELF is an [`Error`], never a panic; planning
 //! ([`plan`]) and rewriting ([`rewrite`]) make no system call; only the
 //! CLI reads and writes files. Linked executables and shared libraries:
-//! [`linked`]. Not done yet (issue 13): COMDAT groups, choosing functions
-//! from a `mantle prof` session.
+//! [`linked`]. Functions can be chosen from a `mantle prof` session
+//! ([`select::hottest`]; the CLI reads the session). Not done yet (issue
+//! 13): COMDAT groups.
 //!
 //! Lock order: no locks.
 

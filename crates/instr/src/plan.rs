@@ -210,6 +210,9 @@ pub struct Site {
     pub stub: usize,
     /// Patched exits (balanced mode); empty with return frames.
     pub exits: Vec<ExitSite>,
+    /// The trampoline (index into [`Plan::trampolines`]) when the site
+    /// jumps to one instead of calling a stub.
+    pub tramp: Option<usize>,
 }
 
 /// The whole rewrite, ready to apply.
@@ -218,6 +221,11 @@ pub struct Plan {
     pub sites: Vec<Site>,
     pub stubs: Vec<StubKey>,
     pub exit_stubs: Vec<ExitKey>,
+    /// Call-through trampolines, one per function that has one.
+    pub trampolines: Vec<Trampoline>,
+    /// Some function got a return frame (its `ret` would fault on a CET
+    /// shadow stack).
+    pub return_frames: bool,
     /// One entry per chosen function, in symbol order.
     pub functions: Vec<crate::report::Function>,
     /// The object carries a CET (IBT/SHSTK) property that the rewrite must
@@ -399,45 +407,66 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
         let sec_name = String::from_utf8_lossy(&o.b.sections.get(c.section).name).into_owned();
         let outcome = match site(o, c, mode) {
             Err(r) => Outcome::Refused { reason: r },
-            Ok((start, covered, key, exit_keys)) => {
-                let balanced = key.balanced;
-                let mut exits = Vec::new();
-                for (start, covered, k) in exit_keys {
-                    let n = exit_ids.len();
-                    let stub = *exit_ids.entry(k.clone()).or_insert_with(|| {
-                        plan.exit_stubs.push(k);
-                        n
-                    });
-                    exits.push(ExitSite {
-                        start,
-                        covered,
-                        stub,
-                    });
-                }
-                let n = stub_ids.len();
-                let stub = *stub_ids.entry(key.clone()).or_insert_with(|| {
-                    plan.stubs.push(key);
-                    n
-                });
+            Ok(Planned {
+                start,
+                covered,
+                entry,
+            }) => {
                 let id = next_id;
                 next_id = next_id.wrapping_add(1);
-                let rets = exits.len();
-                plan.sites.push(Site {
+                let mut site = Site {
                     section: c.section,
                     start,
                     covered,
                     id,
-                    stub,
-                    exits,
-                });
-                Outcome::Instrumented {
+                    stub: 0,
+                    exits: Vec::new(),
+                    tramp: None,
+                };
+                let kind = match entry {
+                    PlannedEntry::Trampoline(t) => {
+                        site.stub = plan.trampolines.len();
+                        site.tramp = Some(site.stub);
+                        plan.trampolines.push(t);
+                        ExitKind::Trampoline
+                    }
+                    PlannedEntry::Stub(key, exit_keys) => {
+                        for (start, covered, k) in exit_keys {
+                            let n = exit_ids.len();
+                            let stub = *exit_ids.entry(k.clone()).or_insert_with(|| {
+                                plan.exit_stubs.push(k);
+                                n
+                            });
+                            site.exits.push(ExitSite {
+                                start,
+                                covered,
+                                stub,
+                            });
+                        }
+                        let balanced = key.balanced;
+                        let n = stub_ids.len();
+                        site.stub = *stub_ids.entry(key.clone()).or_insert_with(|| {
+                            plan.stubs.push(key);
+                            n
+                        });
+                        if balanced {
+                            ExitKind::PatchedRets
+                        } else {
+                            plan.return_frames = true;
+                            ExitKind::ReturnFrame
+                        }
+                    }
+                };
+                let outcome = Outcome::Instrumented {
                     id,
-                    stub,
+                    stub: site.stub,
                     patched_bytes: covered,
                     endbr64: start != c.value,
-                    exit: if balanced { "balanced" } else { "return-frame" },
-                    patched_rets: rets,
-                }
+                    exit: kind.name(),
+                    patched_rets: site.exits.len(),
+                };
+                plan.sites.push(site);
+                outcome
             }
         };
         plan.functions.push(crate::report::Function {
@@ -451,19 +480,110 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
     plan
 }
 
-/// Checks one function and builds its stub key.
-type Planned = (u64, usize, StubKey, Vec<(u64, usize, ExitKey)>);
+/// One function's patch: where, how many bytes, and its entry.
+struct Planned {
+    start: u64,
+    covered: usize,
+    entry: PlannedEntry,
+}
+
+enum PlannedEntry {
+    /// A shared entry stub, and the patched exits (none: return frame).
+    Stub(StubKey, Vec<(u64, usize, ExitKey)>),
+    Trampoline(Trampoline),
+}
 
 /// How exits are instrumented.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ExitMode {
-    /// Patch the `ret`s where every exit can be patched (calls and returns
-    /// stay paired), return frames elsewhere. The default: faster
-    /// (bench/instr).
+    /// A call-through trampoline for every function (calls and returns
+    /// stay paired whatever the function's epilogues look like; the stack
+    /// layout is the original's). In objects that use C++ exceptions,
+    /// whose unwinder cannot step through a trampoline, patched `ret`s
+    /// where possible, else refused. The default: the fastest
+    /// (bench/instr/RESULTS.md).
     #[default]
     Auto,
+    /// Patch the `ret`s where every exit can be patched (calls and returns
+    /// stay paired), return frames elsewhere.
+    PatchedRets,
     /// LOPI's return frames everywhere.
     ReturnFrames,
+}
+
+impl ExitMode {
+    /// The name the CLI and the report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitMode::Auto => "auto",
+            ExitMode::PatchedRets => "patched-rets",
+            ExitMode::ReturnFrames => "return-frames",
+        }
+    }
+}
+
+/// How one function's exit is instrumented.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    Trampoline,
+    PatchedRets,
+    ReturnFrame,
+}
+
+impl ExitKind {
+    /// The report's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitKind::Trampoline => "trampoline",
+            ExitKind::PatchedRets => "balanced",
+            ExitKind::ReturnFrame => "return-frame",
+        }
+    }
+}
+
+/// A call-through trampoline's body: the overwritten instructions, run
+/// before jumping back behind the patch.
+#[derive(Debug, Clone)]
+pub struct Trampoline {
+    pub code: Vec<u8>,
+    pub relocs: Vec<MovedReloc>,
+}
+
+/// `jmp rel32` to a trampoline.
+pub const TRAMP_PATCH_LEN: usize = 5;
+
+/// Plans a trampoline entry: the instructions covering
+/// [`TRAMP_PATCH_LEN`] bytes, moved. The trampoline calls the body, so
+/// the body runs with the stack as the caller left it (its return address
+/// is the trampoline's); no stack tracking is needed, since the body jumps
+/// back instead of returning.
+fn trampoline(
+    o: &Object<'_, '_>,
+    c: &Candidate,
+    start: u64,
+    end: u64,
+) -> Result<(usize, Trampoline), Refusal> {
+    if end - start < TRAMP_PATCH_LEN as u64 {
+        return Err(Refusal::TooShort {
+            size: c.size,
+            need: (start - c.value) + TRAMP_PATCH_LEN as u64,
+        });
+    }
+    let (covered, code, relocs) = relocate(o, c, start, end, TRAMP_PATCH_LEN, None)?;
+    let data = section_bytes(o.b, c.section);
+    let func = &data[c.value as usize..end as usize];
+    // `ret imm16` would return to the trampoline with its caller's
+    // arguments popped: the trampoline's own `ret` would then be wrong.
+    let dec = Decoder::with_ip(64, func, c.value, DecoderOptions::NONE);
+    for ins in dec {
+        if ins.flow_control() == FlowControl::Return && ins.op_count() == 1 {
+            return Err(Refusal::Unrelocatable {
+                insn: format!("{ins}"),
+                why: "pops its arguments on return; a trampoline cannot return for it",
+            });
+        }
+    }
+    Ok((covered, Trampoline { code, relocs }))
 }
 
 fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Refusal> {
@@ -488,6 +608,39 @@ fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Re
     if func.starts_with(&ENDBR64) {
         start += 4;
     }
+    // A jump from inside the function back to its entry (a loop) would
+    // run the entry instrumentation again, with no call behind it.
+    for ins in Decoder::with_ip(64, func, c.value, DecoderOptions::NONE) {
+        let jump = matches!(
+            ins.flow_control(),
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+        );
+        if jump
+            && is_near_branch(&ins)
+            && (ins.near_branch_target() == c.value || ins.near_branch_target() == start)
+        {
+            return Err(Refusal::BranchTarget {
+                offset: ins.near_branch_target() - c.value,
+            });
+        }
+    }
+    let reads_ra = || match reads_return_address(func, c.value) {
+        Some(off) => Err(Refusal::ReadsReturnAddress {
+            offset: off - c.value,
+        }),
+        None => Ok(()),
+    };
+    if mode == ExitMode::Auto && !o.uses_cxx_exceptions {
+        let (covered, t) = trampoline(o, c, start, end)?;
+        not_targeted(o, c, start, covered)?;
+        // The body's return address is the trampoline's.
+        reads_ra()?;
+        return Ok(Planned {
+            start,
+            covered,
+            entry: PlannedEntry::Trampoline(t),
+        });
+    }
     if end - start < PATCH_LEN as u64 {
         return Err(Refusal::TooShort {
             size: c.size,
@@ -507,36 +660,9 @@ fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Re
         insn: String::new(),
         why: "no stack slot for the resume address",
     })?;
-    // Nothing may jump into the patched bytes except at their start.
-    if let Some(t) = targeted_inside(o, c.section, start, covered) {
-        return Err(Refusal::BranchTarget {
-            offset: t - c.value,
-        });
-    }
-    // A jump from inside the function back to its entry (a loop) would
-    // run the entry instrumentation again, with no call behind it.
-    let mut dec = Decoder::with_ip(
-        64,
-        &data[c.value as usize..end as usize],
-        c.value,
-        DecoderOptions::NONE,
-    );
-    for ins in &mut dec {
-        let jump = matches!(
-            ins.flow_control(),
-            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
-        );
-        if jump
-            && is_near_branch(&ins)
-            && (ins.near_branch_target() == c.value || ins.near_branch_target() == start)
-        {
-            return Err(Refusal::BranchTarget {
-                offset: ins.near_branch_target() - c.value,
-            });
-        }
-    }
+    not_targeted(o, c, start, covered)?;
     let exits = match mode {
-        ExitMode::Auto => balanced_exits(o, c, (start, covered), end),
+        ExitMode::Auto | ExitMode::PatchedRets => balanced_exits(o, c, (start, covered), end),
         ExitMode::ReturnFrames => None,
     };
     // A balanced function's return address is never rewritten: the
@@ -545,14 +671,29 @@ fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Re
         return Err(Refusal::CxxExceptions);
     }
     if exits.is_none() {
-        if let Some(off) = reads_return_address(&data[c.value as usize..end as usize], c.value) {
-            return Err(Refusal::ReadsReturnAddress {
-                offset: off - c.value,
-            });
-        }
+        reads_ra()?;
     }
     key.balanced = exits.is_some();
-    Ok((start, covered, key, exits.unwrap_or_default()))
+    Ok(Planned {
+        start,
+        covered,
+        entry: PlannedEntry::Stub(key, exits.unwrap_or_default()),
+    })
+}
+
+/// Nothing may jump into the patched bytes except at their start.
+fn not_targeted(
+    o: &Object<'_, '_>,
+    c: &Candidate,
+    start: u64,
+    covered: usize,
+) -> Result<(), Refusal> {
+    match targeted_inside(o, c.section, start, covered) {
+        Some(t) => Err(Refusal::BranchTarget {
+            offset: t - c.value,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A byte strictly inside [start, start + len) that a branch, relocation

@@ -103,6 +103,8 @@ pub struct Report {
     pub exit_stubs: usize,
     /// A CET property (IBT/SHSTK) was cleared from the output.
     pub cet_cleared: bool,
+    /// Call-through trampolines (one per function that has one).
+    pub trampolines: usize,
     pub functions: Vec<Function>,
 }
 
@@ -113,16 +115,13 @@ impl Report {
             schema: "mantle-instr-report/1",
             input: input.to_string(),
             output: None,
-            exit: if plan.mode == crate::plan::ExitMode::Auto {
-                "auto"
-            } else {
-                "return-frames"
-            },
+            exit: plan.mode.name(),
             instrumented,
             refused: plan.functions.len() - instrumented,
             stubs: plan.stubs.len(),
             exit_stubs: plan.exit_stubs.len(),
-            cet_cleared: plan.cet && instrumented > 0,
+            cet_cleared: plan.cet && plan.return_frames,
+            trampolines: plan.trampolines.len(),
             functions: plan.functions.clone(),
         }
     }

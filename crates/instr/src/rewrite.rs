@@ -15,6 +15,38 @@ pub const ENTER_SYMBOL: &[u8] = b"__mantle_instr_enter";
 pub const ENTER_B_SYMBOL: &[u8] = b"__mantle_instr_enter_b";
 /// The exit routine balanced functions' exit stubs call.
 pub const LEAVE_B_SYMBOL: &[u8] = b"__mantle_instr_leave_b";
+/// The entry and exit routines of call-through trampolines.
+pub const ENTER_T_SYMBOL: &[u8] = b"__mantle_instr_enter_t";
+pub const LEAVE_T_SYMBOL: &[u8] = b"__mantle_instr_leave_t";
+
+/// A call-through trampoline (libmantle-instr's `__mantle_instr_enter_t`
+/// documents the protocol), then its body:
+///
+/// ```text
+///  0 call __mantle_instr_enter_t    ; R1 = 5
+///  5 jmp short 11 ; 7 .long id
+/// 11 lea rsp, [rsp + 8]
+/// 16 call body                      ; R2 = 21 = R1 + TRAMP_RET_OFFSET (16)
+/// 21 lea rsp, [rsp - 8]
+/// 26 call __mantle_instr_leave_t
+/// 31 ret
+/// 32 body: <overwritten instructions> ; jmp function + patch
+/// ```
+const TRAMP_HEAD: [u8; 32] = [
+    0xe8, 0, 0, 0, 0, // call enter_t
+    0xeb, 0x04, 0, 0, 0, 0, // jmp short over the id
+    0x48, 0x8d, 0x64, 0x24, 0x08, // lea rsp, [rsp + 8]
+    0xe8, 0, 0, 0, 0, // call body
+    0x48, 0x8d, 0x64, 0x24, 0xf8, // lea rsp, [rsp - 8]
+    0xe8, 0, 0, 0, 0, // call leave_t
+    0xc3,
+];
+const TRAMP_ENTER_AT: u64 = 1;
+const TRAMP_ID_AT: usize = 7;
+const TRAMP_BODY_CALL_AT: u64 = 17;
+const TRAMP_LEAVE_AT: u64 = 27;
+// The runtime finds R2 from R1 (its TRAMP_RET_OFFSET).
+const _: () = assert!(TRAMP_BODY_CALL_AT + 4 - (TRAMP_ENTER_AT + 4) == 16);
 const STUB_SECTION: &[u8] = b".text.mantle_instr";
 const STUB_ALIGN: usize = 16;
 pub(crate) const INT3: u8 = 0xcc;
@@ -116,6 +148,44 @@ fn relocs_mut<'b>(b: &'b mut Builder<'_>, id: SectionId) -> &'b mut Vec<Relocati
     }
 }
 
+/// Bytes of a section overwritten by a jump or call to the stub section.
+struct Patch {
+    section: SectionId,
+    start: u64,
+    covered: usize,
+}
+
+impl Patch {
+    /// Writes `code` (a rel32 `call` or `jmp` first, then anything) at the
+    /// start, `int3` over the rest, drops the relocations of the
+    /// overwritten bytes and points the rel32 at `target` in the stub
+    /// section.
+    fn apply(
+        &self,
+        b: &mut Builder<'_>,
+        symtab: SectionId,
+        stub_sym: SymbolId,
+        code: &[u8],
+        target: u64,
+    ) {
+        let mut data = section_bytes(b, self.section).to_vec();
+        let at = self.start as usize;
+        data[at..at + code.len()].copy_from_slice(code);
+        data[at + code.len()..at + self.covered].fill(INT3);
+        b.sections.get_mut(self.section).data = SectionData::Data(data.into());
+        let rela = rela_of(b, self.section, symtab);
+        let end = self.start + self.covered as u64;
+        let rs = relocs_mut(b, rela);
+        rs.retain(|r| r.r_offset < self.start || r.r_offset >= end);
+        rs.push(Relocation {
+            r_offset: self.start + 1,
+            symbol: Some(stub_sym),
+            r_type: elf::R_X86_64_PC32,
+            r_addend: target as i64 - 4,
+        });
+    }
+}
+
 /// Rewrites `b` as planned.
 pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
     if plan.sites.is_empty() {
@@ -149,6 +219,8 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
     let enter = undef(ENTER_SYMBOL);
     let enter_b = undef(ENTER_B_SYMBOL);
     let leave_b = undef(LEAVE_B_SYMBOL);
+    let enter_t = undef(ENTER_T_SYMBOL);
+    let leave_t = undef(LEAVE_T_SYMBOL);
     let mut code = Vec::new();
     let mut stub_relocs = Vec::new();
     let mut stub_at = Vec::with_capacity(plan.stubs.len());
@@ -211,44 +283,82 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
             code.push(INT3);
         }
     }
+    let mut tramp_at = Vec::with_capacity(plan.trampolines.len());
+    for (t, site) in plan
+        .sites
+        .iter()
+        .filter_map(|s| Some((&plan.trampolines[s.tramp?], s)))
+    {
+        let at = code.len() as u64;
+        tramp_at.push(at);
+        let mut head = TRAMP_HEAD;
+        head[TRAMP_ID_AT..TRAMP_ID_AT + 4].copy_from_slice(&site.id.to_le_bytes());
+        code.extend_from_slice(&head);
+        let body = code.len() as u64;
+        let call = |r_offset, symbol, r_type, r_addend| Relocation {
+            r_offset,
+            symbol: Some(symbol),
+            r_type,
+            r_addend,
+        };
+        stub_relocs.push(call(at + TRAMP_ENTER_AT, enter_t, elf::R_X86_64_PLT32, -4));
+        stub_relocs.push(call(
+            at + TRAMP_BODY_CALL_AT,
+            stub_sym,
+            elf::R_X86_64_PC32,
+            body as i64 - 4,
+        ));
+        stub_relocs.push(call(at + TRAMP_LEAVE_AT, leave_t, elf::R_X86_64_PLT32, -4));
+        code.extend_from_slice(&t.code);
+        for r in &t.relocs {
+            let symbol = moved_symbol(b, &sym_ids, r.sym)?;
+            stub_relocs.push(call(body + r.offset, symbol, r.r_type, r.addend));
+        }
+        // Back behind the patch.
+        let back = section_symbol(b, site.section);
+        stub_relocs.push(call(
+            code.len() as u64 + 1,
+            back,
+            elf::R_X86_64_PC32,
+            (site.start + site.covered as u64) as i64 - 4,
+        ));
+        code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
+        while !code.len().is_multiple_of(STUB_ALIGN) {
+            code.push(INT3);
+        }
+    }
     b.sections.get_mut(stub_sec).data = SectionData::Data(code.into());
     let stub_rela = rela_of(b, stub_sec, symtab);
     *relocs_mut(b, stub_rela) = stub_relocs;
 
     // The sites.
+    let mut trampolines = tramp_at.into_iter();
     for s in &plan.sites {
-        let mut data = section_bytes(b, s.section).to_vec();
-        let at = s.start as usize;
-        // covered <= SITE_LEN + 14 (longest instruction): rel8 reaches.
-        data[at..at + 7].copy_from_slice(&[0xe8, 0, 0, 0, 0, 0xeb, (s.covered - 7) as u8]);
-        data[at + 7..at + 11].copy_from_slice(&s.id.to_le_bytes());
-        data[at + 11..at + s.covered].fill(INT3);
-        b.sections.get_mut(s.section).data = SectionData::Data(data.into());
-        let rela = rela_of(b, s.section, symtab);
-        let end = s.start + s.covered as u64;
-        let rs = relocs_mut(b, rela);
-        rs.retain(|r| r.r_offset < s.start || r.r_offset >= end);
-        rs.push(Relocation {
-            r_offset: s.start + 1,
-            symbol: Some(stub_sym),
-            r_type: elf::R_X86_64_PC32,
-            r_addend: stub_at[s.stub] as i64 - 4,
-        });
+        let (code, target) = match s.tramp {
+            Some(_) => (
+                vec![0xe9, 0, 0, 0, 0],
+                trampolines.next().unwrap_or_default(),
+            ),
+            None => {
+                // covered <= SITE_LEN + 14 (longest instruction): rel8 reaches.
+                let mut c = vec![0xe8, 0, 0, 0, 0, 0xeb, (s.covered - 7) as u8];
+                c.extend_from_slice(&s.id.to_le_bytes());
+                (c, stub_at[s.stub])
+            }
+        };
+        let site = Patch {
+            section: s.section,
+            start: s.start,
+            covered: s.covered,
+        };
+        site.apply(b, symtab, stub_sym, &code, target);
         for e in &s.exits {
-            let at = e.start as usize;
-            let mut data = section_bytes(b, s.section).to_vec();
-            data[at..at + 5].copy_from_slice(&[0xe9, 0, 0, 0, 0]);
-            data[at + 5..at + e.covered].fill(INT3);
-            b.sections.get_mut(s.section).data = SectionData::Data(data.into());
-            let end = e.start + e.covered as u64;
-            let rs = relocs_mut(b, rela);
-            rs.retain(|r| r.r_offset < e.start || r.r_offset >= end);
-            rs.push(Relocation {
-                r_offset: e.start + 1,
-                symbol: Some(stub_sym),
-                r_type: elf::R_X86_64_PC32,
-                r_addend: exit_at[e.stub] as i64 - 4,
-            });
+            let exit = Patch {
+                section: s.section,
+                start: e.start,
+                covered: e.covered,
+            };
+            exit.apply(b, symtab, stub_sym, &[0xe9, 0, 0, 0, 0], exit_at[e.stub]);
         }
     }
     for id in b.sections.iter().map(|s| s.id()).collect::<Vec<_>>() {
@@ -256,7 +366,9 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
             v.sort_by_key(|r| r.r_offset);
         }
     }
-    if plan.cet {
+    // Trampolines and patched rets keep every call paired with its ret,
+    // which a shadow stack checks; a return frame's ret does not.
+    if plan.cet && plan.return_frames {
         clear_cet(b);
     }
     Ok(())

@@ -107,10 +107,6 @@ fn run(exe: &Path, env: &[(&str, &Path)]) -> Run {
 
 /// Rewrites, links, runs; returns (original run, rewritten run, profile
 /// calls by name, report).
-fn instrument(b: &Built) -> (Run, Run, BTreeMap<String, u64>, mantle_instr::Report) {
-    instrument_as(b, ExitMode::Auto)
-}
-
 fn instrument_as(
     b: &Built,
     mode: ExitMode,
@@ -162,35 +158,114 @@ const C_FLAGS: &[&str] = &[
     "-fno-partial-inlining",
 ];
 
-/// Both exit designs: return frames everywhere, and auto (balanced where
-/// every exit is a patchable ret); auto must balance at least one function.
+/// Every exit design: return frames everywhere; patched rets where every
+/// exit is a patchable ret (at least one function must get them); auto,
+/// call-through trampolines for every function.
 fn check_exact(name: &str, flags: &[&str]) {
     let b = compile(name, "cc", flags);
-    for mode in [ExitMode::ReturnFrames, ExitMode::Auto] {
+    for mode in [
+        ExitMode::ReturnFrames,
+        ExitMode::PatchedRets,
+        ExitMode::Auto,
+    ] {
         check_mode(name, &b, mode);
     }
+    check_hooks(name, &b, true, true);
+    check_hooks(name, &b, false, true);
+}
+
+/// Trampolines with user hooks, fast or ordinary (the assembly path, no
+/// Rust frames): same output (or, if not `exact`, the same lines but the
+/// counts, which then vary by run), every entry counted as the rewritten
+/// program counted it, and every function but `main` (still running when
+/// the counts are written) left as often as entered.
+fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) {
+    let data = std::fs::read(&b.obj).unwrap();
+    let (bytes, report) =
+        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
+    let new_obj = b.dir.join("tramp.o");
+    std::fs::write(&new_obj, bytes).unwrap();
+    let tag = if fast { "fast" } else { "ordinary" };
+    let hooks = b.dir.join(format!("{tag}_hooks.o"));
+    let inc = workspace().join("crates/instr-rt/include");
+    run_cc(
+        "fast_hooks.c",
+        Command::new("cc")
+            .args(if fast {
+                ["-mgeneral-regs-only", "-UORDINARY"]
+            } else {
+                ["-DORDINARY", "-O2"]
+            })
+            .args(["-O2", "-c", "-I"])
+            .arg(&inc)
+            .arg(src("fast_hooks.c"))
+            .arg("-o")
+            .arg(&hooks),
+    );
+    let exe = b.dir.join(tag);
+    let mut c = Command::new(b.cc);
+    c.arg(&new_obj).arg(&hooks).arg("-o").arg(&exe);
+    if b.no_pie {
+        c.arg("-no-pie");
+    }
+    run_cc(tag, c.arg(runtime()).arg("-lpthread"));
+    let counts = b.dir.join(format!("{tag}.txt"));
+    let a = run(&b.dir.join("orig"), &[]);
+    let n = run(&exe, &[("MANTLE_TEST_FAST_OUT", &counts)]);
+    let result = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| exact || !l.starts_with("count "))
+            .map(String::from)
+            .collect()
+    };
+    assert_eq!(
+        (result(&a.stdout), a.code),
+        (result(&n.stdout), n.code),
+        "{name} {tag} hooks"
+    );
+    let mut by_id = BTreeMap::new();
+    for l in std::fs::read_to_string(&counts).unwrap().lines() {
+        let v: Vec<u64> = l.split(' ').map(|x| x.parse().unwrap()).collect();
+        by_id.insert(v[0] as u32, (v[1], v[2]));
+    }
+    let own = own_counts(&n.stdout);
+    let mut checked = 0;
+    for f in &report.functions {
+        let Outcome::Instrumented { id, .. } = f.outcome else {
+            continue;
+        };
+        checked += usize::from(own.contains_key(&f.name));
+        let (enters, leaves) = by_id.get(&id).copied().unwrap_or((0, 0));
+        if let Some(c) = own.get(&f.name) {
+            assert_eq!(enters, *c, "{name} {tag} hooks: entries of {}", f.name);
+        }
+        if f.name != "main" {
+            assert_eq!(leaves, enters, "{name} {tag} hooks: exits of {}", f.name);
+        }
+    }
+    assert_eq!(
+        checked,
+        own.len(),
+        "{name}: every counted function instrumented"
+    );
+}
+
+/// How many instrumented functions got the exit `kind`.
+fn exits(report: &mantle_instr::Report, kind: &str) -> usize {
+    report
+        .functions
+        .iter()
+        .filter(|f| matches!(f.outcome, Outcome::Instrumented { exit, .. } if exit == kind))
+        .count()
 }
 
 fn check_mode(name: &str, b: &Built, mode: ExitMode) {
     let (a, n, calls, report) = instrument_as(b, mode);
-    let balanced = report
-        .functions
-        .iter()
-        .filter(|f| {
-            matches!(
-                f.outcome,
-                Outcome::Instrumented {
-                    exit: "balanced",
-                    ..
-                }
-            )
-        })
-        .count();
-    assert_eq!(
-        balanced > 0,
-        mode == ExitMode::Auto,
-        "{name} {mode:?}: {balanced} balanced"
-    );
+    match mode {
+        ExitMode::ReturnFrames => assert_eq!(exits(&report, "return-frame"), report.instrumented),
+        ExitMode::PatchedRets => assert!(exits(&report, "balanced") > 0, "{name}: none balanced"),
+        ExitMode::Auto => assert_eq!(exits(&report, "trampoline"), report.instrumented),
+    }
     assert_eq!(report.refused, 0, "{name}: {:#?}", report.functions);
     assert_eq!(a.stdout, n.stdout, "{name}: output differs");
     assert_eq!(a.code, n.code, "{name}: exit status differs");
@@ -215,13 +290,29 @@ fn basic_with_endbr64() {
     let mut f = C_FLAGS.to_vec();
     f.push("-fcf-protection=full");
     let b = compile("basic.c", "cc", &f);
-    let (a, n, _, report) = instrument(&b);
-    assert!(report.cet_cleared, "the CET property must be cleared");
-    assert!(report
-        .functions
-        .iter()
-        .all(|f| matches!(f.outcome, Outcome::Instrumented { endbr64: true, .. })));
-    assert_eq!((a.stdout, a.code), (n.stdout, n.code));
+    // A return frame's ret would fault on a shadow stack: the property is
+    // cleared. Trampolines keep every call paired with its ret: kept.
+    for (mode, cleared) in [(ExitMode::ReturnFrames, true), (ExitMode::Auto, false)] {
+        let (a, n, _, report) = instrument_as(&b, mode);
+        assert_eq!(report.cet_cleared, cleared, "{mode:?}");
+        assert!(report
+            .functions
+            .iter()
+            .all(|f| matches!(f.outcome, Outcome::Instrumented { endbr64: true, .. })));
+        assert_eq!((&a.stdout, a.code), (&n.stdout, n.code));
+    }
+}
+
+/// Signal handlers that run instrumented code, arriving anywhere (also
+/// inside the trampolines' entry and exit paths): the hooks' counts equal
+/// the program's. Trampolines with user hooks only: the tracer's frames
+/// are not async-signal-safe (docs/instr.md).
+#[test]
+fn signals() {
+    let b = compile("signals.c", "cc", C_FLAGS);
+    link(&b, &b.obj, "orig", None);
+    check_hooks("signals.c", &b, true, false);
+    check_hooks("signals.c", &b, false, false);
 }
 
 #[test]
@@ -237,7 +328,16 @@ fn threads() {
 #[test]
 fn unsafe_sites_are_refused_with_their_reason() {
     let b = compile("unsafe.c", "cc", &["-O2", "-fno-inline"]);
-    let (a, n, _, report) = instrument(&b);
+    for mode in [ExitMode::Auto, ExitMode::PatchedRets] {
+        refusals(&b, mode);
+    }
+}
+
+/// The refusals of unsafe.c under `mode`: a trampoline patches 5 bytes
+/// and moves its instructions without following the stack, a stub 11 and
+/// follows it.
+fn refusals(b: &Built, mode: ExitMode) {
+    let (a, n, _, report) = instrument_as(b, mode);
     assert_eq!((&a.stdout, a.code), (&n.stdout, n.code));
     let reason = |f: &str| match &report
         .functions
@@ -255,15 +355,19 @@ fn unsafe_sites_are_refused_with_their_reason() {
         reason("loop_in")
     );
     assert!(
-        matches!(reason("tiny"), Some(Refusal::TooShort { need: 11, .. })),
+        matches!(reason("tiny"), Some(Refusal::TooShort { need, .. }) if need == if mode == ExitMode::Auto { 5 } else { 11 }),
         "{:?}",
         reason("tiny")
     );
-    assert!(
-        matches!(reason("realign"), Some(Refusal::Unrelocatable { why, .. }) if why.contains("rsp")),
-        "{:?}",
-        reason("realign")
-    );
+    if mode == ExitMode::Auto {
+        assert_eq!(reason("realign"), None, "a trampoline's body may realign");
+    } else {
+        assert!(
+            matches!(reason("realign"), Some(Refusal::Unrelocatable { why, .. }) if why.contains("rsp")),
+            "{:?}",
+            reason("realign")
+        );
+    }
     assert_eq!(reason("early"), None, "a moved short branch");
     assert!(
         matches!(
@@ -372,7 +476,12 @@ fn bad_files_are_errors() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(3000u64);
-    for _ in 0..iters {
+    let modes = [
+        ExitMode::Auto,
+        ExitMode::PatchedRets,
+        ExitMode::ReturnFrames,
+    ];
+    for n in 0..iters {
         let mut d = good.clone();
         for _ in 0..4 {
             x ^= x << 13;
@@ -381,7 +490,10 @@ fn bad_files_are_errors() {
             let i = (x as usize) % d.len();
             d[i] = (x >> 32) as u8;
         }
-        let _ = mantle_instr::rewrite_file(&d, "x", &sel, 0, ExitMode::Auto);
+        let _ = mantle_instr::rewrite_file(&d, "x", &sel, 0, modes[n as usize % 3]);
+        if n % 100_000 == 0 && n > 0 {
+            eprintln!("fuzz: {n} corrupted objects, no panic");
+        }
     }
 }
 

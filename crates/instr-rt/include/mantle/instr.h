@@ -18,6 +18,15 @@ typedef void (*mantle_instr_hook)(uint32_t func_id);
  * Thread-safe; applies to entries after the call. */
 void mantle_instr_set_hooks(mantle_instr_hook enter, mantle_instr_hook leave);
 
+/* Declares a fast hook: it keeps every register but the flags itself, so
+ * the runtime calls it without saving registers first (trampoline exits,
+ * the default). Compile the file that defines it with -mgeneral-regs-only
+ * (GCC and clang do not save SSE state for this attribute). */
+#define MANTLE_INSTR_FAST_HOOK __attribute__((no_caller_saved_registers))
+
+/* Like mantle_instr_set_hooks, for hooks declared MANTLE_INSTR_FAST_HOOK. */
+void mantle_instr_set_fast_hooks(mantle_instr_hook enter, mantle_instr_hook leave);
+
 /* Open instrumented frames of the calling thread. */
 uint32_t mantle_instr_depth(void);
 
