@@ -69,7 +69,7 @@ pub struct RecordArgs {
     /// Call stacks: walked by the perf core (perf, default), by the sample
     /// path's helper (bpf), or none (flat profile). User stacks follow frame
     /// pointers: code built without them shows its caller chain cut short.
-    #[arg(long, default_value = "perf", value_parser = ["perf", "bpf", "none"])]
+    #[arg(long, default_value = "perf", value_parser = ["perf", "bpf", "dwarf", "none"])]
     stacks: String,
     /// No live status line.
     #[arg(short, long)]
@@ -212,6 +212,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 stacks: match a.stacks.as_str() {
                     "bpf" => Stacks::Bpf,
                     "none" => Stacks::None,
+                    "dwarf" => Stacks::Dwarf,
                     _ => Stacks::Perf,
                 },
                 status: !a.quiet,

@@ -59,6 +59,7 @@ pub mod record;
 pub mod report;
 pub mod session;
 pub mod symbols;
+pub mod unwind;
 
 pub use model::{Report, ReportOpts};
 pub use record::{RecordOpts, Stacks, Summary, Target, Transport};

@@ -73,6 +73,12 @@ pub enum Stacks {
     /// The sample path's bpf_get_stack walks the stack itself (the
     /// event asks for no callchain).
     Bpf,
+    /// The kernel callchain from the perf core, and the user stack
+    /// unwound in user space with `.eh_frame` from a copy of its top
+    /// (PERF_SAMPLE_REGS_USER + PERF_SAMPLE_STACK_USER, as `perf record
+    /// --call-graph dwarf`): for code without frame pointers. Samples go
+    /// through the perf ring, not the eBPF sample path (so untagged).
+    Dwarf,
 }
 
 #[derive(Debug, Clone)]
@@ -203,7 +209,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let mut warnings = Vec::new();
     let mut path = run::SamplePath::load(o, &mut warnings)?;
     let mut tracee = target::start(&o.target)?;
-    let mut side = SideBand::open(&cpus, &tracee.pids, tracee.inherit)?;
+    let mut side = SideBand::open(&cpus, &tracee.pids, tracee.inherit, o.stacks == Stacks::Dwarf)?;
     snapshot(&mut sp, &o.target);
     let sampling = choose::open_sampling(
         chosen,
@@ -214,7 +220,8 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             on_exec: tracee.on_exec,
             freq,
             period,
-            callchain: o.stacks == Stacks::Perf,
+            callchain: matches!(o.stacks, Stacks::Perf | Stacks::Dwarf),
+            dwarf: o.stacks == Stacks::Dwarf,
             max_stack: host::max_stack(),
         },
         &o.faults,
