@@ -49,6 +49,7 @@
 //! or unload the tags kernel side and for benchmarks.
 
 pub mod abi;
+pub mod debugfile;
 pub mod events;
 pub mod files;
 pub mod kernel;

@@ -560,3 +560,167 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
     }
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// bench/prof/callgraph.c built as Debian builds programs: -O2 without
+/// frame pointers (no inlining and no tail calls, so that the call
+/// structure stays the known one).
+fn callgraph_nofp(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/callgraph.c");
+    let out = dir.join("callgraph-nofp");
+    mantle_testsupport::build::run_cc(
+        "bench/prof/callgraph.c",
+        Command::new("cc")
+            .args([
+                "-O2",
+                "-fomit-frame-pointer",
+                "-fno-inline",
+                "-fno-optimize-sibling-calls",
+                "-o",
+            ])
+            .arg(&out)
+            .arg(&src),
+    );
+    out
+}
+
+/// Inclusive samples of a function (0 when it is in no stack).
+fn inclusive(r: &mantle_prof::Report, f: &str) -> u64 {
+    mantle_prof::model::call_graph(r, f).map_or(0, |g| g.inclusive)
+}
+
+/// Without frame pointers, `--stacks dwarf` still finds every caller
+/// (main -> a -> b, main -> c -> b, with the known shares), where the
+/// frame-pointer walk of `--stacks perf` loses them.
+#[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn dwarf_stacks_of_a_program_without_frame_pointers() {
+    use mantle_prof::model::call_graph;
+    require_recording();
+    let d = tmpdir("dwarf");
+    let bin = callgraph_nofp(&d);
+    let rec = |stacks| {
+        let mut o = opts(
+            &d,
+            Target::Command(vec![bin.display().to_string(), "1500".into()]),
+        );
+        o.freq = Some(2000);
+        o.stacks = stacks;
+        o.force = true;
+        record(&o).expect("record");
+        report::report(
+            &d.join("s"),
+            &ReportOpts {
+                comm: Some("callgraph-nofp".into()),
+                ..Default::default()
+            },
+        )
+        .expect("report")
+    };
+    let r = rec(mantle_prof::Stacks::Dwarf);
+    let ctx = render_text(&r);
+    assert_eq!(r.meta.stacks, "dwarf");
+    let u = r.meta.unwind.expect("unwind counters in meta.json");
+    assert!(u.stacks >= r.total * 9 / 10, "{u:?} {ctx}");
+    assert!(u.truncated * 100 <= u.stacks, "{u:?}");
+    assert!(u.cost_ns.n > 0 && u.cost_p99_ns >= u.cost_p50_ns, "{u:?}");
+    let n = |v: &[(&str, u64)], s: &str| v.iter().find(|r| r.0 == s).map_or(0, |r| r.1);
+    // every sample of the program is under main, and main under libc's start
+    let main = inclusive(&r, "main");
+    assert!(main * 100 >= r.total * 99, "main {main} of {}: {ctx}", r.total);
+    let b = call_graph(&r, "b").expect("b in the stacks");
+    let callers = rows(&b.callers);
+    let (ab, cb) = (n(&callers, "a"), n(&callers, "c"));
+    assert_eq!(ab + cb, b.inclusive, "{callers:?} {ctx}");
+    for f in ["a", "c"] {
+        let g = call_graph(&r, f).unwrap();
+        assert_eq!(n(&rows(&g.callers), "main"), g.inclusive, "{f}: {ctx}");
+    }
+    // the shares: a and c half each, b 70 % of them, 4/7 of b from a
+    let (a, c) = (inclusive(&r, "a") as f64, inclusive(&r, "c") as f64);
+    assert!((a / (a + c) - 0.5).abs() < 0.05, "a {a} c {c}: {ctx}");
+    assert!((b.inclusive as f64 / (a + c) - 0.7).abs() < 0.05, "{ctx}");
+    let share = ab as f64 / (ab + cb) as f64;
+    assert!((share - 4.0 / 7.0).abs() < 0.06, "a->b {share:.3}: {ctx}");
+    // the same program with frame-pointer stacks: a, b and c are missing
+    // from most stacks (what docs/prof.md says is lost)
+    let fp = rec(mantle_prof::Stacks::Perf);
+    let found = inclusive(&fp, "a") + inclusive(&fp, "c");
+    assert!(
+        found * 2 < fp.total,
+        "frame-pointer stacks found a or c in {found} of {} samples: {}",
+        fp.total,
+        render_text(&fp)
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A stripped program whose symbols were split off into a debug file
+/// (objcopy --only-keep-debug, strip): named through DIR/.build-id/, and
+/// listed per address without it.
+#[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn split_debug_file_names_a_stripped_program() {
+    require_recording();
+    let d = tmpdir("debugfile");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/callgraph.c");
+    let bin = d.join("callgraph");
+    mantle_testsupport::build::run_cc(
+        "bench/prof/callgraph.c",
+        Command::new("cc")
+            .args(["-O1", "-fno-omit-frame-pointer", "-fno-inline", "-g"])
+            .args(["-Wl,--build-id", "-o"])
+            .arg(&bin)
+            .arg(&src),
+    );
+    let id = mantle_prof::symbols::build_id(&bin).expect("a build ID");
+    let rel = mantle_prof::debugfile::build_id_path(&id).unwrap();
+    let dbg = d.join("dbg");
+    std::fs::create_dir_all(dbg.join(&rel).parent().unwrap()).unwrap();
+    let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+        let st = Command::new(cmd).args(args).status().expect(cmd);
+        assert!(st.success(), "{cmd} {args:?}");
+    };
+    let debug = dbg.join(&rel);
+    run(
+        "objcopy",
+        &["--only-keep-debug".as_ref(), bin.as_os_str(), debug.as_os_str()],
+    );
+    run("strip", &["--strip-all".as_ref(), bin.as_os_str()]);
+    let mut o = opts(
+        &d,
+        Target::Command(vec![bin.display().to_string(), "600".into()]),
+    );
+    o.freq = Some(2000);
+    record(&o).expect("record");
+    let rep = |dirs: Vec<PathBuf>| {
+        report::report(
+            &d.join("s"),
+            &ReportOpts {
+                comm: Some("callgraph".into()),
+                debug_dirs: Some(dirs),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let names = |r: &mantle_prof::Report| -> Vec<String> {
+        r.symbols
+            .iter()
+            .filter(|s| s.image.ends_with("/callgraph"))
+            .map(|s| s.symbol.clone())
+            .collect()
+    };
+    // with the debug file: the static spin and the call graph by name
+    let with = rep(vec![dbg.clone()]);
+    let n = names(&with);
+    assert!(n.iter().any(|s| s == "spin"), "{n:?}");
+    for f in ["main", "a", "b", "c"] {
+        assert!(inclusive(&with, f) > 0, "{f}: {}", render_text(&with));
+    }
+    // without it: nameless code, one row per address, no "[unknown]" row
+    let without = rep(vec![]);
+    let n = names(&without);
+    assert!(n.iter().filter(|s| s.starts_with("callgraph+0x")).count() >= 2, "{n:?}");
+    assert!(!n.iter().any(|s| s == "spin" || s == "[unknown]"), "{n:?}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
