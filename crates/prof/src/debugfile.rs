@@ -180,7 +180,7 @@ mod tests {
         // vaddr 0x3e10; a PT_NOTE (4) is not a segment to load
         let b = elf(&[
             (1, 0, 0, 0x800),
-            (1, 0x1000, 0x1000, 0x2000),
+            (1, 0x1000, 0x1000, 0x1800),
             (4, 0x300, 0x300, 0x40),
             (1, 0x2e10, 0x3e10, 0x200),
         ]);
@@ -188,8 +188,9 @@ mod tests {
         assert_eq!(s.0.len(), 3);
         assert_eq!(s.vaddr(0x1234), Some(0x1234));
         assert_eq!(s.vaddr(0x2e20), Some(0x3e20));
-        assert_eq!(s.vaddr(0x3010), Some(0x4010));
-        assert_eq!(s.vaddr(0x9000), None);
+        assert_eq!(s.vaddr(0x300f), Some(0x400f));
+        assert_eq!(s.vaddr(0x3010), None);
+        assert_eq!(s.vaddr(0x2900), None);
     }
 
     /// Every truncation of a valid header table, and a wrong entry size

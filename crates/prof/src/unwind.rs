@@ -143,23 +143,29 @@ struct ElfUnwind {
     segments: Vec<(u64, u64, u64)>,
 }
 
+/// A section's address range.
+fn range(f: &object::File, name: &str) -> Option<std::ops::Range<u64>> {
+    let s = f.section_by_name(name)?;
+    s.address().checked_add(s.size()).map(|e| s.address()..e)
+}
+
+/// A section's address range and a copy of its bytes.
 fn section(f: &object::File, name: &str) -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
-    match f.section_by_name(name) {
-        Some(s) => {
-            let range = s.address().checked_add(s.size()).map(|e| s.address()..e);
-            let data = s.data().ok().map(Arc::from);
-            (range, data)
-        }
-        None => (None, None),
-    }
+    let data = f
+        .section_by_name(name)
+        .and_then(|s| s.data().ok().map(Arc::from));
+    (range(f, name), data)
 }
 
 impl ElfUnwind {
     fn read(path: &Path) -> Option<ElfUnwind> {
         let bytes = files::read_regular(path, ELF_LIMIT).ok()?;
         let f = object::File::parse(&*bytes).ok()?;
-        let (text_svma, text) = section(&f, ".text");
-        let (got_svma, _) = section(&f, ".got");
+        // .text's address range only: framehop reads code bytes for
+        // macOS's compact unwind info, never for .eh_frame, and keeping
+        // every mapped library's code would cost megabytes each
+        let text_svma = range(&f, ".text");
+        let got_svma = range(&f, ".got");
         let (eh_frame_svma, eh_frame) = section(&f, ".eh_frame");
         let (eh_frame_hdr_svma, eh_frame_hdr) = section(&f, ".eh_frame_hdr");
         let (_, debug_frame) = section(&f, ".debug_frame");
@@ -177,7 +183,6 @@ impl ElfUnwind {
             sections: ExplicitModuleSectionInfo {
                 base_svma: 0,
                 text_svma,
-                text,
                 got_svma,
                 eh_frame_svma,
                 eh_frame,
