@@ -5,6 +5,7 @@
 //! differs from the one recorded is reported and not symbolized (its
 //! symbols would be someone else's).
 
+use crate::debugfile::Segments;
 use crate::files::{self, OpenError};
 use crate::model::{Image, ImageKind, Kallsyms, Symbolizer};
 use blazesym::symbolize::source::{Elf, Source};
@@ -12,7 +13,6 @@ use blazesym::symbolize::{Input, Symbolized};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use crate::debugfile::Segments;
 use std::path::{Path, PathBuf};
 
 /// Lower-case hex build ID of an ELF file, if it has one. Only a regular
@@ -244,7 +244,12 @@ impl SessionSymbolizer {
     /// separate debug file, if it has one ([`crate::debugfile`]): found by
     /// the image's build ID, checked to carry that build ID, read for its
     /// symbol table at the virtual addresses of the offsets.
-    fn from_debug_file(&mut self, image: &Image, offsets: &[u64], names: &mut [Option<String>]) {
+    fn name_from_debug_file(
+        &mut self,
+        image: &Image,
+        offsets: &[u64],
+        names: &mut [Option<String>],
+    ) {
         if names.iter().all(Option::is_some) {
             return;
         }
@@ -446,7 +451,7 @@ impl Symbolizer for SessionSymbolizer {
                 };
                 let r = Self::elf(&self.sym, f, offsets, *dwarf);
                 let mut names = self.or_warn(r, image, offsets.len());
-                self.from_debug_file(image, offsets, &mut names);
+                self.name_from_debug_file(image, offsets, &mut names);
                 names
             }
             // its .dynsym names every vDSO function: no DWARF, and no file

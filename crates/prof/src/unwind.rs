@@ -81,11 +81,15 @@ pub struct DwarfSample<'a> {
 }
 
 fn u64_at(b: &[u8], o: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(b.get(o..o.checked_add(8)?)?.try_into().ok()?))
+    Some(u64::from_ne_bytes(
+        b.get(o..o.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 fn u32_at(b: &[u8], o: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(o..o.checked_add(4)?)?.try_into().ok()?))
+    Some(u32::from_ne_bytes(
+        b.get(o..o.checked_add(4)?)?.try_into().ok()?,
+    ))
 }
 
 /// Parses a sample record's body (after the 8-byte header). None when it
@@ -221,12 +225,15 @@ pub struct UnwindStats {
     pub no_user: u64,
 }
 
+/// framehop's x86-64 unwinder over shared section bytes.
+type Unwinder64 = UnwinderX86_64<Arc<[u8]>>;
+
 /// Unwinders per process, built from the process's mappings and rebuilt
 /// when they change ([`crate::model::Process::generation`]).
 #[derive(Default)]
 pub struct Unwinders {
     files: HashMap<String, Option<Arc<ElfUnwind>>>,
-    procs: HashMap<u32, (u64, UnwinderX86_64<Arc<[u8]>>)>,
+    procs: HashMap<u32, (u64, Unwinder64)>,
     cache: Option<Box<CacheX86_64>>,
     pub stats: UnwindStats,
 }
@@ -235,7 +242,7 @@ pub struct Unwinders {
 const MAX_FRAMES: usize = 1024;
 
 impl Unwinders {
-    fn unwinder(&mut self, sp: &AddressSpaces, pid: u32) -> Option<&UnwinderX86_64<Arc<[u8]>>> {
+    fn unwinder(&mut self, sp: &AddressSpaces, pid: u32) -> Option<&Unwinder64> {
         let p = sp.procs.get(&pid)?;
         let stale = self
             .procs
@@ -296,7 +303,7 @@ impl Unwinders {
 
 /// Walks one stack; true when it reached the stack's recognized end.
 fn walk(
-    u: &UnwinderX86_64<Arc<[u8]>>,
+    u: &Unwinder64,
     cache: &mut CacheX86_64,
     r: UserRegs,
     stack: &[u8],
@@ -307,7 +314,12 @@ fn walk(
         let off = usize::try_from(addr.checked_sub(base).ok_or(())?).map_err(|_| ())?;
         u64_at(stack, off).ok_or(())
     };
-    let mut it = u.iter_frames(r.ip, UnwindRegsX86_64::new(r.ip, r.sp, r.bp), cache, &mut read);
+    let mut it = u.iter_frames(
+        r.ip,
+        UnwindRegsX86_64::new(r.ip, r.sp, r.bp),
+        cache,
+        &mut read,
+    );
     loop {
         match it.next() {
             Ok(Some(f)) => {
@@ -358,11 +370,23 @@ mod tests {
     #[test]
     fn sample_fields_parse() {
         let marker = crate::model::PERF_CONTEXT_MAX;
-        let b = body(&[marker, 0xffff_ffff_8100_0000], Some([1, 2, 3]), &[5; 16], 8);
+        let b = body(
+            &[marker, 0xffff_ffff_8100_0000],
+            Some([1, 2, 3]),
+            &[5; 16],
+            8,
+        );
         let s = parse_sample(&b).unwrap();
         assert_eq!((s.ip, s.pid, s.tid, s.time, s.cpu), (0x401000, 7, 8, 99, 1));
         assert_eq!(s.kernel, [0xffff_ffff_8100_0000]);
-        assert_eq!(s.regs, Some(UserRegs { bp: 1, sp: 2, ip: 3 }));
+        assert_eq!(
+            s.regs,
+            Some(UserRegs {
+                bp: 1,
+                sp: 2,
+                ip: 3
+            })
+        );
         assert_eq!(s.stack, &[5; 8]);
         // a kernel thread: no registers, no stack
         let b = body(&[], None, &[], 0);
@@ -392,7 +416,11 @@ mod tests {
     fn bias_from_the_segment_holding_pgoff() {
         let e = ElfUnwind {
             sections: ExplicitModuleSectionInfo::default(),
-            segments: vec![(0, 0, 0x800), (0x1000, 0x1000, 0x2000), (0x2e10, 0x3e10, 0x200)],
+            segments: vec![
+                (0, 0, 0x800),
+                (0x1000, 0x1000, 0x2000),
+                (0x2e10, 0x3e10, 0x200),
+            ],
         };
         assert_eq!(e.bias(0x5555_5555_5000, 0x1000), Some(0x5555_5555_4000));
         // a non-PIE executable: vaddr 0x401000 at offset 0x1000, no bias

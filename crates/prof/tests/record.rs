@@ -626,7 +626,11 @@ fn dwarf_stacks_of_a_program_without_frame_pointers() {
     let n = |v: &[(&str, u64)], s: &str| v.iter().find(|r| r.0 == s).map_or(0, |r| r.1);
     // every sample of the program is under main, and main under libc's start
     let main = inclusive(&r, "main");
-    assert!(main * 100 >= r.total * 99, "main {main} of {}: {ctx}", r.total);
+    assert!(
+        main * 100 >= r.total * 99,
+        "main {main} of {}: {ctx}",
+        r.total
+    );
     let b = call_graph(&r, "b").expect("b in the stacks");
     let callers = rows(&b.callers);
     let (ab, cb) = (n(&callers, "a"), n(&callers, "c"));
@@ -683,7 +687,11 @@ fn split_debug_file_names_a_stripped_program() {
     let debug = dbg.join(&rel);
     run(
         "objcopy",
-        &["--only-keep-debug".as_ref(), bin.as_os_str(), debug.as_os_str()],
+        &[
+            "--only-keep-debug".as_ref(),
+            bin.as_os_str(),
+            debug.as_os_str(),
+        ],
     );
     run("strip", &["--strip-all".as_ref(), bin.as_os_str()]);
     let mut o = opts(
@@ -720,7 +728,10 @@ fn split_debug_file_names_a_stripped_program() {
     // without it: nameless code, one row per address, no "[unknown]" row
     let without = rep(vec![]);
     let n = names(&without);
-    assert!(n.iter().filter(|s| s.starts_with("callgraph+0x")).count() >= 2, "{n:?}");
+    assert!(
+        n.iter().filter(|s| s.starts_with("callgraph+0x")).count() >= 2,
+        "{n:?}"
+    );
     assert!(!n.iter().any(|s| s == "spin" || s == "[unknown]"), "{n:?}");
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -17,8 +17,8 @@ use crate::abi::Stats;
 use crate::events::EventDef;
 use crate::kernel;
 use crate::model::{
-    hist_quantile, AddressSpaces, Dist, Image, ImageKind, Meta, Profile, RowKey, SampleCost, UnwindInfo,
-    TagName, JIT_IMAGE,
+    hist_quantile, AddressSpaces, Dist, Image, ImageKind, Meta, Profile, RowKey, SampleCost,
+    TagName, UnwindInfo, JIT_IMAGE,
 };
 use crate::session::{self, SessionData};
 use crate::Error;

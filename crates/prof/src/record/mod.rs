@@ -209,7 +209,12 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let mut warnings = Vec::new();
     let mut path = run::SamplePath::load(o, &mut warnings)?;
     let mut tracee = target::start(&o.target)?;
-    let mut side = SideBand::open(&cpus, &tracee.pids, tracee.inherit, o.stacks == Stacks::Dwarf)?;
+    let mut side = SideBand::open(
+        &cpus,
+        &tracee.pids,
+        tracee.inherit,
+        o.stacks == Stacks::Dwarf,
+    )?;
     snapshot(&mut sp, &o.target);
     let sampling = choose::open_sampling(
         chosen,

@@ -21,8 +21,8 @@ use super::target::Tracee;
 use super::{RecordOpts, Target, Transport};
 use crate::abi::{Key, Stats, MODE_KERNEL};
 use crate::kernel::{self, PerfRecord, PerfRing, Sampler};
-use crate::unwind::Unwinders;
 use crate::model::{self, AddressSpaces, ImageKind, Mode, Profile, RawSample, Resolved};
+use crate::unwind::Unwinders;
 use crate::Error;
 use std::collections::HashMap;
 use std::io::Write;
@@ -241,7 +241,9 @@ impl Drainer {
         };
         self.dwarf.samples += 1;
         self.dwarf.stack_bytes = self.dwarf.stack_bytes.saturating_add(s.stack.len() as u64);
-        let mode = if rec.misc & kernel::PERF_RECORD_MISC_CPUMODE_MASK == kernel::PERF_RECORD_MISC_KERNEL {
+        let mode = if rec.misc & kernel::PERF_RECORD_MISC_CPUMODE_MASK
+            == kernel::PERF_RECORD_MISC_KERNEL
+        {
             Mode::Kernel
         } else {
             Mode::User

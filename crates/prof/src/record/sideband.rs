@@ -124,7 +124,13 @@ impl SideBand {
         sp: &mut AddressSpaces,
         on_sample: &mut dyn FnMut(&PerfRecord, &AddressSpaces),
     ) {
-        replay(&mut self.rings, &mut self.recs, sp, &mut self.stats, on_sample);
+        replay(
+            &mut self.rings,
+            &mut self.recs,
+            sp,
+            &mut self.stats,
+            on_sample,
+        );
     }
 }
 
