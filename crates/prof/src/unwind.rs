@@ -50,8 +50,8 @@ pub const REGS_MASK: u64 = (1 << mantle_sys::perf::PERF_REG_X86_BP)
     | (1 << mantle_sys::perf::PERF_REG_X86_SP)
     | (1 << mantle_sys::perf::PERF_REG_X86_IP);
 
-/// Largest ELF file read for its unwind tables.
-const ELF_LIMIT: u64 = 1 << 30;
+/// Largest unwind section read.
+const SECTION_LIMIT: u64 = 256 << 20;
 
 /// The user registers of a sample.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,24 +147,31 @@ struct ElfUnwind {
     segments: Vec<(u64, u64, u64)>,
 }
 
+type Cached<'a> = object::File<'a, &'a object::ReadCache<std::fs::File>>;
+
 /// A section's address range.
-fn range(f: &object::File, name: &str) -> Option<std::ops::Range<u64>> {
+fn range(f: &Cached, name: &str) -> Option<std::ops::Range<u64>> {
     let s = f.section_by_name(name)?;
     s.address().checked_add(s.size()).map(|e| s.address()..e)
 }
 
-/// A section's address range and a copy of its bytes.
-fn section(f: &object::File, name: &str) -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
+/// A section's address range and a copy of its bytes (at most
+/// [`SECTION_LIMIT`]).
+fn section(f: &Cached, name: &str) -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
     let data = f
         .section_by_name(name)
+        .filter(|s| s.size() <= SECTION_LIMIT)
         .and_then(|s| s.data().ok().map(Arc::from));
     (range(f, name), data)
 }
 
 impl ElfUnwind {
+    /// Reads the headers and the unwind sections of an ELF file, not the
+    /// whole file (a debug build's executable is hundreds of megabytes,
+    /// and the recorder reads it while samples wait in the rings).
     fn read(path: &Path) -> Option<ElfUnwind> {
-        let bytes = files::read_regular(path, ELF_LIMIT).ok()?;
-        let f = object::File::parse(&*bytes).ok()?;
+        let cache = object::ReadCache::new(files::open_regular(path).ok()?);
+        let f: Cached = object::File::parse(&cache).ok()?;
         // .text's address range only: framehop reads code bytes for
         // macOS's compact unwind info, never for .eh_frame, and keeping
         // every mapped library's code would cost megabytes each
