@@ -143,21 +143,25 @@ pub fn parse_sample(b: &[u8]) -> Option<DwarfSample<'_>> {
 /// The unwind tables of one ELF file and its loadable segments.
 struct ElfUnwind {
     sections: ExplicitModuleSectionInfo<Arc<[u8]>>,
-    /// (p_offset, p_vaddr, p_filesz) of every PT_LOAD segment.
-    segments: Vec<(u64, u64, u64)>,
+    /// (p_offset, p_vaddr, p_filesz, executable) of every PT_LOAD segment.
+    segments: Vec<(u64, u64, u64, bool)>,
 }
 
-type Cached<'a> = object::File<'a, &'a object::ReadCache<std::fs::File>>;
-
 /// A section's address range.
-fn range(f: &Cached, name: &str) -> Option<std::ops::Range<u64>> {
+fn range<'d, R: object::ReadRef<'d>>(
+    f: &object::File<'d, R>,
+    name: &str,
+) -> Option<std::ops::Range<u64>> {
     let s = f.section_by_name(name)?;
     s.address().checked_add(s.size()).map(|e| s.address()..e)
 }
 
 /// A section's address range and a copy of its bytes (at most
 /// [`SECTION_LIMIT`]).
-fn section(f: &Cached, name: &str) -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
+fn section<'d, R: object::ReadRef<'d>>(
+    f: &object::File<'d, R>,
+    name: &str,
+) -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
     let data = f
         .section_by_name(name)
         .filter(|s| s.size() <= SECTION_LIMIT)
@@ -165,21 +169,32 @@ fn section(f: &Cached, name: &str) -> (Option<std::ops::Range<u64>>, Option<Arc<
     (range(f, name), data)
 }
 
+/// p_flags' execute bit.
+const PF_X: u32 = 1;
+
 impl ElfUnwind {
     /// Reads the headers and the unwind sections of an ELF file, not the
     /// whole file (a debug build's executable is hundreds of megabytes,
     /// and the recorder reads it while samples wait in the rings).
     fn read(path: &Path) -> Option<ElfUnwind> {
         let cache = object::ReadCache::new(files::open_regular(path).ok()?);
-        let f: Cached = object::File::parse(&cache).ok()?;
+        Self::parse(&object::File::parse(&cache).ok()?)
+    }
+
+    /// The unwind tables of an ELF image in memory (the vDSO).
+    pub fn from_bytes(image: &[u8]) -> Option<ElfUnwind> {
+        Self::parse(&object::File::parse(image).ok()?)
+    }
+
+    fn parse<'d, R: object::ReadRef<'d>>(f: &object::File<'d, R>) -> Option<ElfUnwind> {
         // .text's address range only: framehop reads code bytes for
         // macOS's compact unwind info, never for .eh_frame, and keeping
         // every mapped library's code would cost megabytes each
-        let text_svma = range(&f, ".text");
-        let got_svma = range(&f, ".got");
-        let (eh_frame_svma, eh_frame) = section(&f, ".eh_frame");
-        let (eh_frame_hdr_svma, eh_frame_hdr) = section(&f, ".eh_frame_hdr");
-        let (_, debug_frame) = section(&f, ".debug_frame");
+        let text_svma = range(f, ".text");
+        let got_svma = range(f, ".got");
+        let (eh_frame_svma, eh_frame) = section(f, ".eh_frame");
+        let (eh_frame_hdr_svma, eh_frame_hdr) = section(f, ".eh_frame_hdr");
+        let (_, debug_frame) = section(f, ".debug_frame");
         if eh_frame.is_none() && debug_frame.is_none() {
             return None;
         }
@@ -187,7 +202,8 @@ impl ElfUnwind {
             .segments()
             .map(|s| {
                 let (off, size) = s.file_range();
-                (off, s.address(), size)
+                let x = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & PF_X != 0);
+                (off, s.address(), size, x)
             })
             .collect();
         Some(ElfUnwind {
@@ -206,14 +222,21 @@ impl ElfUnwind {
         })
     }
 
-    /// The load bias of a mapping of this file at `start` from file
-    /// offset `pgoff`: the segment holding `pgoff` says which virtual
-    /// address that offset has in the file.
+    /// The load bias of an executable mapping of this file at `start`
+    /// from file offset `pgoff`: the segment holding `pgoff` says which
+    /// virtual address that offset has in the file. An executable segment
+    /// is preferred: where segments are not page-aligned in the file, the
+    /// page-aligned `pgoff` of the text lies inside the segment before it.
     fn bias(&self, start: u64, pgoff: u64) -> Option<u64> {
-        let &(off, vaddr, _) = self
+        let holds = |&&(off, _, size, _): &&(u64, u64, u64, bool)| {
+            pgoff >= (off & !0xfff) && pgoff < off.saturating_add(size)
+        };
+        let &(off, vaddr, _, _) = self
             .segments
             .iter()
-            .find(|&&(off, _, size)| pgoff >= (off & !0xfff) && pgoff < off.saturating_add(size))?;
+            .filter(|s| s.3)
+            .find(holds)
+            .or_else(|| self.segments.iter().find(holds))?;
         // vaddr of file offset pgoff = vaddr - off + pgoff (congruent mod
         // the page size, so exact for the page-aligned mapping start)
         Some(start.wrapping_sub(vaddr.wrapping_sub(off).wrapping_add(pgoff)))
@@ -242,6 +265,9 @@ pub struct Unwinders {
     files: HashMap<String, Option<Arc<ElfUnwind>>>,
     procs: HashMap<u32, (u64, Unwinder64)>,
     cache: Option<Box<CacheX86_64>>,
+    /// The vDSO's tables (this process's copy: one vDSO per kernel), read
+    /// on first use; `Some(None)` when it has none.
+    vdso: Option<Option<Arc<ElfUnwind>>>,
     pub stats: UnwindStats,
 }
 
@@ -257,11 +283,20 @@ impl Unwinders {
             .is_none_or(|(g, _)| *g != p.generation());
         if stale {
             let mut u = UnwinderX86_64::new();
-            for m in p.maps().filter(|m| m.path.starts_with('/')) {
-                let elf = self
-                    .files
-                    .entry(m.path.clone())
-                    .or_insert_with(|| ElfUnwind::read(Path::new(&m.path)).map(Arc::new));
+            for m in p.maps() {
+                let elf = if m.path == crate::model::VDSO_IMAGE {
+                    // the vDSO has CFI too (clock_gettime's callers)
+                    self.vdso.get_or_insert_with(|| {
+                        let image = mantle_sys::os::vdso_image()?;
+                        ElfUnwind::from_bytes(&image).map(Arc::new)
+                    })
+                } else if m.path.starts_with('/') {
+                    self.files
+                        .entry(m.path.clone())
+                        .or_insert_with(|| ElfUnwind::read(Path::new(&m.path)).map(Arc::new))
+                } else {
+                    continue;
+                };
                 let Some(elf) = elf else { continue };
                 let Some(bias) = elf.bias(m.start, m.pgoff) else {
                     continue;
@@ -424,18 +459,26 @@ mod tests {
         let e = ElfUnwind {
             sections: ExplicitModuleSectionInfo::default(),
             segments: vec![
-                (0, 0, 0x800),
-                (0x1000, 0x1000, 0x2000),
-                (0x2e10, 0x3e10, 0x200),
+                (0, 0, 0x800, false),
+                (0x1000, 0x1000, 0x2000, true),
+                (0x2e10, 0x3e10, 0x200, false),
             ],
         };
         assert_eq!(e.bias(0x5555_5555_5000, 0x1000), Some(0x5555_5555_4000));
         // a non-PIE executable: vaddr 0x401000 at offset 0x1000, no bias
         let e = ElfUnwind {
             sections: ExplicitModuleSectionInfo::default(),
-            segments: vec![(0x1000, 0x401000, 0x2000)],
+            segments: vec![(0x1000, 0x401000, 0x2000, true)],
         };
         assert_eq!(e.bias(0x401000, 0x1000), Some(0));
         assert_eq!(e.bias(0x401000, 0x9000), None);
+        // segments not page-aligned in the file: read-only data up to
+        // 0x1a10, text from 0x1a10 (vaddr 0x2a10); the text mapping starts
+        // at pgoff 0x1000, inside the data segment too: the text counts
+        let e = ElfUnwind {
+            sections: ExplicitModuleSectionInfo::default(),
+            segments: vec![(0, 0, 0x1a10, false), (0x1a10, 0x2a10, 0x3000, true)],
+        };
+        assert_eq!(e.bias(0x7f00_0000_2000, 0x1000), Some(0x7f00_0000_0000));
     }
 }
