@@ -87,7 +87,7 @@ def run(cfg, rate, out, rounds, prog="callgraph"):
 def perf_children(data, comm="callgraph"):
     """{symbol: (children %, self %)} of callgraph's samples in perf.data."""
     out = subprocess.run([PERF, "report", "-i", data, "--children", "--stdio", "-q", "-g", "none",
-                          "--comm", comm, "--percentage", "relative",
+                          "--no-inline", "--comm", comm, "--percentage", "relative",
                           "--sort", "sym", "-F", "overhead_children,overhead,sym", "--percent-limit", "0"],
                          check=True, capture_output=True, text=True).stdout
     res = {}
@@ -179,7 +179,9 @@ def perf_shares(data, comm, children):
     is None), inclusive or exclusive."""
     mode = ["--children", "-F", "overhead_children,sym"] if children else ["--no-children", "-F", "overhead,sym"]
     only = ["--comm", comm] if comm else []
-    out = subprocess.run([PERF, "report", "-i", data, "--stdio", "-q", "-g", "none"] + only
+    # --no-inline: mantle names no inlined frames, and perf's inline
+    # expansion runs addr2line over every address (minutes for cc1)
+    out = subprocess.run([PERF, "report", "-i", data, "--stdio", "-q", "-g", "none", "--no-inline"] + only
                          + ["--percentage", "relative", "--sort", "sym", "--percent-limit", "0"] + mode,
                          check=True, capture_output=True, text=True).stdout
     res = {}
@@ -294,6 +296,8 @@ def real(args):
                     "mantle_samples": meta["samples"],
                     "unwind": meta.get("unwind"),
                 }
+            if args.json:  # after each program: a long run keeps what it measured
+                json.dump(res, open(args.json, "w"), indent=1)
     shutil.rmtree(out, ignore_errors=True)
     how = "perf record --call-graph dwarf vs mantle --stacks dwarf" if dwarf else "perf record -g vs mantle --stacks perf"
     for k, r in res.items():
