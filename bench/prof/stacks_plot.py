@@ -26,17 +26,22 @@ def accuracy():
         (name, [c[k]["inclusive_of_main"][f] for f in funcs])
         for name, k in (("perf record -g", "perf-g"), ("mantle --stacks perf", "mantle"),
                         ("mantle --stacks bpf", "mantle-bpf"))]
+    bars(funcs, series, "callgraph.c: main→a→b, main→c→b (1 000 samples/s)", "stacks-accuracy.png")
+
+
+def bars(funcs, series, title, out):
+    """Grouped bars: inclusive shares per function, one bar per series."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    w = 0.2
+    w = 0.8 / len(series)
     for i, (name, v) in enumerate(series):
-        ax.bar([x + (i - 1.5) * w for x in range(len(funcs))], v, w, label=name)
+        ax.bar([x + (i - (len(series) - 1) / 2) * w for x in range(len(funcs))], v, w, label=name)
     ax.set_xticks(range(len(funcs)), funcs)
     ax.set_ylabel("inclusive time, % of main's")
-    ax.set_title("callgraph.c: main→a→b, main→c→b (1 000 samples/s)")
+    ax.set_title(title, fontsize=9)
     ax.set_ylim(0, 85)
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    fig.savefig(f"{HERE}/stacks-accuracy.png", dpi=120)
+    fig.savefig(f"{HERE}/{out}", dpi=120)
 
 
 def overhead():
@@ -62,17 +67,8 @@ def dwarf_accuracy():
     series = [("truth", [TRUTH[f] for f in funcs])] + [
         (name, [cfg[k]["inclusive_of_main"][f] for f in funcs])
         for name, k in (("perf --call-graph dwarf", "perf-dwarf"), ("mantle --stacks dwarf", "mantle-dwarf"))]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    w = 0.25
-    for i, (name, v) in enumerate(series):
-        ax.bar([x + (i - 1) * w for x in range(len(funcs))], v, w, label=name)
-    ax.set_xticks(range(len(funcs)), funcs)
-    ax.set_ylabel("inclusive time, % of main's")
-    ax.set_title(f"callgraph.c -O2 -fomit-frame-pointer, DWARF unwinding ({rate} samples/s)")
-    ax.set_ylim(0, 85)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(f"{HERE}/dwarf-accuracy.png", dpi=120)
+    bars(funcs, series, f"callgraph.c -O2 -fomit-frame-pointer, DWARF unwinding ({rate} samples/s)",
+         "dwarf-accuracy.png")
 
 
 def dwarf_overhead():

@@ -416,6 +416,33 @@ fn callgraph(dir: &Path) -> PathBuf {
     out
 }
 
+/// Records `bin ROUNDS` at 2 000 Hz with `stacks` (replacing the session
+/// in `dir`) and reports the samples of `comm`.
+fn record_stacks(
+    dir: &Path,
+    bin: &Path,
+    rounds: &str,
+    stacks: mantle_prof::Stacks,
+    comm: &str,
+) -> mantle_prof::Report {
+    let mut o = opts(
+        dir,
+        Target::Command(vec![bin.display().to_string(), rounds.into()]),
+    );
+    o.freq = Some(2000);
+    o.stacks = stacks;
+    o.force = true;
+    record(&o).expect("record");
+    report::report(
+        &dir.join("s"),
+        &ReportOpts {
+            comm: Some(comm.into()),
+            ..Default::default()
+        },
+    )
+    .expect("report")
+}
+
 /// The rows of a call graph as (symbol, samples).
 fn rows(v: &[mantle_prof::model::SymRow]) -> Vec<(&str, u64)> {
     v.iter().map(|s| (s.symbol.as_str(), s.samples)).collect()
@@ -430,22 +457,7 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
     let d = tmpdir("stacks");
     let bin = callgraph(&d);
     for stacks in [mantle_prof::Stacks::Perf, mantle_prof::Stacks::Bpf] {
-        let mut o = opts(
-            &d,
-            Target::Command(vec![bin.display().to_string(), "1500".into()]),
-        );
-        o.freq = Some(2000);
-        o.stacks = stacks;
-        o.force = true;
-        record(&o).expect("record");
-        let r = report::report(
-            &d.join("s"),
-            &ReportOpts {
-                comm: Some("callgraph".into()),
-                ..Default::default()
-            },
-        )
-        .expect("report");
+        let r = record_stacks(&d, &bin, "1500", stacks, "callgraph");
         let ctx = format!("{stacks:?}\n{}", render_text(&r));
         assert!(r.stacks, "{ctx}");
         // a stack or two per run finds the map's allocator cache empty
@@ -598,24 +610,7 @@ fn dwarf_stacks_of_a_program_without_frame_pointers() {
     require_recording();
     let d = tmpdir("dwarf");
     let bin = callgraph_nofp(&d);
-    let rec = |stacks| {
-        let mut o = opts(
-            &d,
-            Target::Command(vec![bin.display().to_string(), "1500".into()]),
-        );
-        o.freq = Some(2000);
-        o.stacks = stacks;
-        o.force = true;
-        record(&o).expect("record");
-        report::report(
-            &d.join("s"),
-            &ReportOpts {
-                comm: Some("callgraph-nofp".into()),
-                ..Default::default()
-            },
-        )
-        .expect("report")
-    };
+    let rec = |stacks| record_stacks(&d, &bin, "1500", stacks, "callgraph-nofp");
     let r = rec(mantle_prof::Stacks::Dwarf);
     let ctx = render_text(&r);
     assert_eq!(r.meta.stacks, "dwarf");
@@ -694,12 +689,7 @@ fn split_debug_file_names_a_stripped_program() {
         ],
     );
     run("strip", &["--strip-all".as_ref(), bin.as_os_str()]);
-    let mut o = opts(
-        &d,
-        Target::Command(vec![bin.display().to_string(), "600".into()]),
-    );
-    o.freq = Some(2000);
-    record(&o).expect("record");
+    record_stacks(&d, &bin, "600", mantle_prof::Stacks::Perf, "callgraph");
     let rep = |dirs: Vec<PathBuf>| {
         report::report(
             &d.join("s"),
