@@ -542,6 +542,21 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
             "no trace {want:?} in\n{text}"
         );
     }
+    // -svg (graphviz draws it): the call graph's nodes and their edges
+    mantle_testsupport::require(
+        "graphviz's dot (scripts/setup.sh installs it)",
+        Command::new("dot")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "for go tool pprof -svg",
+    );
+    let svg = go_pprof(go, "-svg", &r, &d);
+    assert!(svg.contains("<svg"), "{svg}");
+    // edges are titled "caller &#45;&gt; callee (time)"
+    for edge in ["main &#45;&gt; a ", "a &#45;&gt; b ", "c &#45;&gt; b "] {
+        assert!(svg.contains(edge), "no edge {edge} in go tool pprof -svg");
+    }
     // -tree: b's callers are a and c
     let tree = go_pprof(go, "-tree", &r, &d);
     let b_node = tree
