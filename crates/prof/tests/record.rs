@@ -111,6 +111,17 @@ fn record_then_report_multiply() {
     assert_eq!(s.command_status, Some(0));
     assert!(s.meta.samples > 100, "{} samples", s.meta.samples);
     assert!(d.join("s/meta.json").exists() && d.join("s/profile.tsv").exists());
+    // the session holds kernel addresses: closed to other users (nobody
+    // cannot list or read it), as perf.data is
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.join("s")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "session directory mode {mode:o}");
+    let nobody = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "cat"])
+        .arg(d.join("s/kallsyms.gz"))
+        .output()
+        .expect("setpriv");
+    assert!(!nobody.status.success(), "nobody read kallsyms.gz");
     let r = report::report(&d.join("s"), &ReportOpts::default()).expect("report");
     let top = &r.symbols[0];
     assert_eq!(top.symbol, "slow_multiply", "{}", render_text(&r));
