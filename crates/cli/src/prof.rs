@@ -74,6 +74,11 @@ pub struct RecordArgs {
     /// its caller chain cut short.
     #[arg(long, default_value = "perf", value_parser = ["perf", "bpf", "dwarf", "none"])]
     stacks: String,
+    /// With --stacks dwarf: bytes of user stack copied per sample (a
+    /// multiple of 8, 512 to 57344; perf's default 8192). Deeper stacks
+    /// end early; a larger copy costs more per sample.
+    #[arg(long, default_value_t = 8192, value_name = "BYTES")]
+    stack_size: u32,
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
@@ -224,6 +229,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                     "dwarf" => Stacks::Dwarf,
                     _ => Stacks::Perf,
                 },
+                stack_copy: a.stack_size,
                 status: !a.quiet,
                 force: a.force,
                 faults: Default::default(),

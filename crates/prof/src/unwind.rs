@@ -39,9 +39,20 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Bytes of user stack copied per sample: perf's default for
+/// Bytes of user stack copied per sample by default: perf's default for
 /// `--call-graph dwarf` (tools/perf/util/callchain.c, 8192).
 pub const STACK_COPY: u32 = 8192;
+
+/// The stack copy sizes `--stack-size` takes: multiples of 8 (the
+/// kernel's rule for `sample_stack_user`) from 512 bytes to 56 KiB (a
+/// sample record's size is a u16: 64 KiB with the callchain and the
+/// registers).
+pub const STACK_COPY_RANGE: std::ops::RangeInclusive<u32> = 512..=57344;
+
+/// Whether `--stack-size` may be `n` ([`STACK_COPY_RANGE`], multiple of 8).
+pub fn stack_copy_ok(n: u32) -> bool {
+    STACK_COPY_RANGE.contains(&n) && n % 8 == 0
+}
 
 /// The user registers asked for (bit numbers of `sample_regs_user`): bp,
 /// sp and ip, the three an x86-64 unwinder uses (framehop recovers only
@@ -407,6 +418,16 @@ mod tests {
             b.extend(dyn_size.to_ne_bytes());
         }
         b
+    }
+
+    /// Every size around the range's edges and every residue mod 8.
+    #[test]
+    fn stack_copy_sizes() {
+        for n in 0..=70_000u32 {
+            let want = (512..=57344).contains(&n) && n % 8 == 0;
+            assert_eq!(stack_copy_ok(n), want, "{n}");
+        }
+        assert!(stack_copy_ok(STACK_COPY));
     }
 
     #[test]

@@ -322,6 +322,31 @@ fn zero_duration_is_a_usage_error() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// `--stack-size`: a multiple of 8 from 512 to 57344, and only with
+/// `--stacks dwarf`; refused before recording (no root needed).
+#[test]
+fn stack_size_is_checked_before_recording() {
+    let d = tmpdir("stacksize");
+    for (size, stacks, ok) in [
+        (511, mantle_prof::Stacks::Dwarf, false),
+        (512, mantle_prof::Stacks::Dwarf, true),
+        (8196, mantle_prof::Stacks::Dwarf, false),
+        (57344, mantle_prof::Stacks::Dwarf, true),
+        (57352, mantle_prof::Stacks::Dwarf, false),
+        (16384, mantle_prof::Stacks::Perf, false),
+    ] {
+        let mut o = opts(&d, Target::Command(vec!["true".into()]));
+        o.stacks = stacks;
+        o.stack_copy = size;
+        match record(&o) {
+            Err(Error::Invalid(m)) => assert!(!ok, "{size} {stacks:?}: {m}"),
+            // accepted: refused later for another reason (not root) or recorded
+            _ => assert!(ok, "{size} {stacks:?} accepted"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn fallback_equal_to_the_event_is_a_usage_error() {
     let d = tmpdir("fbsame");

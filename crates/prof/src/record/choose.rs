@@ -161,8 +161,9 @@ pub(super) struct Placement<'a> {
     /// Its depth (`sample_max_stack`).
     pub max_stack: u16,
     /// `--stacks dwarf`: the callchain's kernel part only, plus the user
-    /// registers and a copy of the user stack in every sample record.
-    pub dwarf: bool,
+    /// registers and a copy of this many bytes of the user stack in every
+    /// sample record.
+    pub dwarf: Option<u32>,
 }
 
 /// The sampling events that were opened, and the event they sample.
@@ -212,14 +213,14 @@ pub(super) fn open_sampling(
                         0
                     };
                 let (mut regs, mut stack) = (0, 0);
-                if at.dwarf {
+                if let Some(copy) = at.dwarf {
                     // the record layout crate::unwind::parse_sample reads
                     sample_type |= kernel::PERF_SAMPLE_TIME
                         | kernel::PERF_SAMPLE_CPU
                         | kernel::PERF_SAMPLE_REGS_USER
                         | kernel::PERF_SAMPLE_STACK_USER;
                     flags |= attr::EXCLUDE_CALLCHAIN_USER;
-                    (regs, stack) = (crate::unwind::REGS_MASK, crate::unwind::STACK_COPY);
+                    (regs, stack) = (crate::unwind::REGS_MASK, copy);
                 }
                 let a = PerfEventAttr {
                     type_: ev.type_,

@@ -117,7 +117,7 @@ fn sample_cost(
 }
 
 /// What `--stacks dwarf` unwinding did and cost.
-fn unwind_info(run: &Run) -> UnwindInfo {
+fn unwind_info(run: &Run, stack_copy: u32) -> UnwindInfo {
     let d = &run.dwarf;
     let mut sorted = d.costs.clone();
     sorted.sort_by(f64::total_cmp);
@@ -128,7 +128,7 @@ fn unwind_info(run: &Run) -> UnwindInfo {
             .unwrap_or(0.0)
     };
     UnwindInfo {
-        stack_copy: crate::unwind::STACK_COPY,
+        stack_copy,
         stack_bytes_mean: if d.samples > 0 {
             d.stack_bytes as f64 / d.samples as f64
         } else {
@@ -217,7 +217,7 @@ pub(super) fn write(
         kernel_symbols: ks.is_some(),
         warnings,
         cost,
-        unwind: (o.stacks == Stacks::Dwarf).then(|| unwind_info(&run)),
+        unwind: (o.stacks == Stacks::Dwarf).then(|| unwind_info(&run, o.stack_copy)),
     };
     let vdso = kernel::vdso_image();
     let profile = &run.profile;

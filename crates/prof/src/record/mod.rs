@@ -97,6 +97,8 @@ pub struct RecordOpts {
     pub self_timing: bool,
     /// Call stacks: none, or who walks them.
     pub stacks: Stacks,
+    /// `--stacks dwarf`: bytes of user stack copied per sample.
+    pub stack_copy: u32,
     /// Live status line (only drawn when stderr is a terminal).
     pub status: bool,
     /// Replace `output` if it holds a session (never anything else).
@@ -128,6 +130,7 @@ impl Default for RecordOpts {
             drain_interval: Duration::from_millis(1000),
             self_timing: false,
             stacks: Stacks::Perf,
+            stack_copy: crate::unwind::STACK_COPY,
             status: true,
             force: false,
             faults: Faults::default(),
@@ -151,6 +154,19 @@ fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
     };
     if freq == Some(0) || period == Some(0) {
         return Err(Error::Invalid("-F and -c must be positive".into()));
+    }
+    if !crate::unwind::stack_copy_ok(o.stack_copy) {
+        return Err(Error::Invalid(format!(
+            "--stack-size {} is not a multiple of 8 from {} to {} bytes",
+            o.stack_copy,
+            crate::unwind::STACK_COPY_RANGE.start(),
+            crate::unwind::STACK_COPY_RANGE.end()
+        )));
+    }
+    if o.stacks != Stacks::Dwarf && o.stack_copy != crate::unwind::STACK_COPY {
+        return Err(Error::Invalid(
+            "--stack-size is for --stacks dwarf (the other ways copy no stack)".into(),
+        ));
     }
     if o.drain_interval.is_zero() {
         return Err(Error::Invalid("the drain interval must be positive".into()));
@@ -213,7 +229,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         &cpus,
         &tracee.pids,
         tracee.inherit,
-        o.stacks == Stacks::Dwarf,
+        (o.stacks == Stacks::Dwarf).then_some(o.stack_copy),
     )?;
     snapshot(&mut sp, &o.target);
     let sampling = choose::open_sampling(
@@ -226,7 +242,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             freq,
             period,
             callchain: matches!(o.stacks, Stacks::Perf | Stacks::Dwarf),
-            dwarf: o.stacks == Stacks::Dwarf,
+            dwarf: (o.stacks == Stacks::Dwarf).then_some(o.stack_copy),
             max_stack: host::max_stack(),
         },
         &o.faults,

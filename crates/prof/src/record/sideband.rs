@@ -19,9 +19,10 @@ use crate::Error;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 
-/// Data pages of each CPU's ring with `--stacks dwarf`: 4 MiB, about
-/// 500 samples of 8 KiB stack copies, 50 ms of one CPU at 10 000 Hz (the
-/// ring is read every [`DWARF_POLL_MS`]).
+/// Data pages of each CPU's ring with `--stacks dwarf` and 8 KiB stack
+/// copies: 4 MiB, about 500 samples, 50 ms of one CPU at 10 000 Hz (the
+/// ring is read every [`DWARF_POLL_MS`]); larger copies, proportionally
+/// more (a power of two).
 pub(super) const DWARF_RING_PAGES: usize = 1024;
 /// How often the rings are read with `--stacks dwarf`.
 pub(super) const DWARF_POLL_MS: u64 = 20;
@@ -56,11 +57,19 @@ impl SideBand {
     /// it follows that task tree only (`inherit`), as perf does, so the
     /// rest of the machine's activity costs nothing here.
     ///
-    /// With `dwarf` the rings are larger ([`DWARF_RING_PAGES`]): the
-    /// sampling events' records, each with its copied user stack, come
-    /// through them too.
-    pub fn open(cpus: &[u32], pids: &[i32], inherit: bool, dwarf: bool) -> Result<SideBand, Error> {
-        let pages = if dwarf { DWARF_RING_PAGES } else { 256 };
+    /// With `dwarf` (the stack copy's size) the rings are larger
+    /// ([`DWARF_RING_PAGES`]): the sampling events' records, each with its
+    /// copied user stack, come through them too.
+    pub fn open(
+        cpus: &[u32],
+        pids: &[i32],
+        inherit: bool,
+        dwarf: Option<u32>,
+    ) -> Result<SideBand, Error> {
+        let pages = match dwarf {
+            Some(copy) => (DWARF_RING_PAGES * (copy as usize).div_ceil(8192)).next_power_of_two(),
+            None => 256,
+        };
         let mut rings: HashMap<u32, PerfRing> = HashMap::new();
         let mut extra: Vec<OwnedFd> = Vec::new();
         let side_attr = PerfEventAttr {
