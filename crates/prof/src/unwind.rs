@@ -51,7 +51,7 @@ pub const STACK_COPY_RANGE: std::ops::RangeInclusive<u32> = 512..=57344;
 
 /// Whether `--stack-size` may be `n` ([`STACK_COPY_RANGE`], multiple of 8).
 pub fn stack_copy_ok(n: u32) -> bool {
-    STACK_COPY_RANGE.contains(&n) && n % 8 == 0
+    STACK_COPY_RANGE.contains(&n) && n.is_multiple_of(8)
 }
 
 /// The user registers asked for (bit numbers of `sample_regs_user`): bp,
