@@ -282,6 +282,9 @@ pub struct Unwinders {
     pub stats: UnwindStats,
 }
 
+/// Unwinders kept before those of exited processes are dropped.
+const PRUNE_AT: usize = 1024;
+
 /// Most frames kept of one user stack (as the stack table allows).
 const MAX_FRAMES: usize = 1024;
 
@@ -293,6 +296,13 @@ impl Unwinders {
             .get(&pid)
             .is_none_or(|(g, _)| *g != p.generation());
         if stale {
+            if self.procs.len() >= PRUNE_AT {
+                // a build starts thousands of short processes: the
+                // unwinders of those that exited are not needed again
+                // (their samples came before their EXIT, in time order)
+                self.procs
+                    .retain(|pid, _| sp.procs.get(pid).is_some_and(|p| !p.exited));
+            }
             let mut u = UnwinderX86_64::new();
             for m in p.maps() {
                 let elf = if m.path == crate::model::VDSO_IMAGE {
