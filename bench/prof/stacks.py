@@ -174,6 +174,45 @@ def calls(args):
         json.dump(res, open(args.json, "w"), indent=1)
 
 
+def strip_params(name):
+    """A demangled C++ name without its parameter list (and a trailing
+    `const`): mantle shows `f(int)`, perf `f`."""
+    n = name[:-6] if name.endswith(") const") else name
+    if not n.endswith(")") or n.startswith("operator"):
+        return name
+    depth = 0
+    for i in range(len(n) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(n[i], 0)
+        if depth == 0:
+            return n[:i] if i > 0 else name
+    return name
+
+
+def norm(name):
+    """One name for one function across the two recorders: no C++
+    parameters, no symbol version (`@@GLIBC_2.34`), and glibc's aliases
+    for one address (perf shows `malloc`, `cfree`, `__libc_start_main`
+    where blazesym picks `__GI___libc_malloc`, `__GI___libc_free`,
+    `__libc_start_main_impl`)."""
+    n = strip_params(name).split("@")[0]
+    for p in ("__GI_", "__libc_"):
+        if n.startswith(p) and len(n) > len(p):
+            n = n[len(p):]
+    if n.endswith("_impl"):
+        n = n[:-5]
+    return {"cfree": "free"}.get(n, n)
+
+
+def merged(shares, children):
+    """Shares under normalized names: summed (exclusive), or the largest
+    (inclusive: two names of one function are one frame of a stack)."""
+    res = {}
+    for k, v in shares.items():
+        n = norm(k)
+        res[n] = max(res.get(n, 0.0), v) if children else res.get(n, 0.0) + v
+    return res
+
+
 def perf_shares(data, comm, children):
     """{symbol: %} of comm's samples in perf.data (every sample's when comm
     is None), inclusive or exclusive."""
@@ -237,8 +276,8 @@ int fn{i}_{j}(int n, struct s{j} *p) {{
 def real(args):
     """Top-20 shares of real programs, mantle against perf (the same
     unwinding on both sides: frame pointers, or DWARF with --unwind dwarf).
-    Symbols only perf cannot name (addresses) are left out of the
-    comparison and their total is said."""
+    Names are compared normalized (norm()). Symbols only perf cannot name
+    (addresses) are left out of the comparison and their total is said."""
     build()
     os.makedirs(SHM, exist_ok=True)
     out = tempfile.mkdtemp(dir=SHM)
@@ -281,8 +320,9 @@ def real(args):
             mp.wait()
             meta = json.load(open(f"{out}/mantle.prof/meta.json"))
             for children in (False, True):
-                p = perf_shares(f"{out}/perf.data", comm, children)
-                m = mantle_shares(f"{out}/mantle.prof", comm, children)
+                p_raw = perf_shares(f"{out}/perf.data", comm, children)
+                m_raw = mantle_shares(f"{out}/mantle.prof", comm, children)
+                p, m = merged(p_raw, children), merged(m_raw, children)
                 named = {k: v for k, v in p.items() if not k.startswith("0x")}
                 top = sorted(named, key=lambda k: -named[k])[:20]
                 rows = [(k, named[k], m.get(k, 0.0)) for k in top]
@@ -295,6 +335,9 @@ def real(args):
                     "perf_unnamed_pct": sum(v for k, v in p.items() if k.startswith("0x")),
                     "mantle_samples": meta["samples"],
                     "unwind": meta.get("unwind"),
+                    # every share, as each recorder named it (for a re-analysis)
+                    "perf_all": p_raw,
+                    "mantle_all": m_raw,
                 }
             if args.json:  # after each program: a long run keeps what it measured
                 json.dump(res, open(args.json, "w"), indent=1)
