@@ -301,6 +301,34 @@ mod tests {
         assert_eq!((st.lost, st.lost_samples), (u64::MAX, u64::MAX));
     }
 
+    /// `--stacks dwarf` sample records sort by their own time (the third
+    /// u64: ip, pid/tid, time) among the side band's records, so each is
+    /// unwound against the mappings announced before it.
+    #[test]
+    fn samples_sort_by_their_time() {
+        let mut body = vec![0u8; 40];
+        body[16..24].copy_from_slice(&77u64.to_ne_bytes());
+        assert_eq!(record_time(&rec(kernel::PERF_RECORD_SAMPLE, body)), 77);
+        // too short for a time: first, and never a panic
+        assert_eq!(
+            record_time(&rec(kernel::PERF_RECORD_SAMPLE, vec![0; 20])),
+            0
+        );
+        let mut mmap = vec![0u8; 80];
+        let n = mmap.len();
+        mmap[n - 8..].copy_from_slice(&78u64.to_ne_bytes());
+        let mut v = [
+            rec(kernel::PERF_RECORD_MMAP2, mmap),
+            rec(kernel::PERF_RECORD_SAMPLE, {
+                let mut b = vec![0u8; 40];
+                b[16..24].copy_from_slice(&77u64.to_ne_bytes());
+                b
+            }),
+        ];
+        v.sort_by_key(record_time);
+        assert_eq!(v[0].type_, kernel::PERF_RECORD_SAMPLE);
+    }
+
     /// An MMAP2 whose start + len wraps is refused.
     #[test]
     fn wrapping_mapping_is_refused() {
