@@ -200,6 +200,9 @@ def norm(name):
             n = n[len(p):]
     if n.endswith("_impl"):
         n = n[:-5]
+    # glibc's multiarch memcpy variants are aliases of the memmove ones
+    if n.startswith("__memcpy_") and n.endswith("_unaligned_erms"):
+        n = "__memmove_" + n[len("__memcpy_"):]
     return {"cfree": "free"}.get(n, n)
 
 
@@ -320,31 +323,45 @@ def real(args):
             mp.wait()
             meta = json.load(open(f"{out}/mantle.prof/meta.json"))
             for children in (False, True):
-                p_raw = perf_shares(f"{out}/perf.data", comm, children)
-                m_raw = mantle_shares(f"{out}/mantle.prof", comm, children)
-                p, m = merged(p_raw, children), merged(m_raw, children)
-                named = {k: v for k, v in p.items() if not k.startswith("0x")}
-                top = sorted(named, key=lambda k: -named[k])[:20]
-                rows = [(k, named[k], m.get(k, 0.0)) for k in top]
                 kind = "inclusive" if children else "exclusive"
                 res[f"{name}/{kind}"] = {
-                    "rows": rows,
-                    # with complete stacks every sample of the program is under main
-                    "main_inclusive": (p.get("main", 0.0), m.get("main", 0.0)) if children else None,
-                    "max_abs_diff": max(abs(a - b) for _, a, b in rows),
-                    "perf_unnamed_pct": sum(v for k, v in p.items() if k.startswith("0x")),
                     "mantle_samples": meta["samples"],
                     "unwind": meta.get("unwind"),
-                    # every share, as each recorder named it (for a re-analysis)
-                    "perf_all": p_raw,
-                    "mantle_all": m_raw,
+                    # every share, as each recorder named it
+                    "perf_all": perf_shares(f"{out}/perf.data", comm, children),
+                    "mantle_all": mantle_shares(f"{out}/mantle.prof", comm, children),
                 }
+                compare(res[f"{name}/{kind}"], children)
             if args.json:  # after each program: a long run keeps what it measured
                 json.dump(res, open(args.json, "w"), indent=1)
     shutil.rmtree(out, ignore_errors=True)
+    print_real(res, args.rate, dwarf)
+    if args.json:
+        json.dump(res, open(args.json, "w"), indent=1)
+
+
+def unnamed(k):
+    """perf's names for addresses it cannot name: 0x… or 16 hex digits."""
+    return k.startswith("0x") or re.fullmatch(r"[0-9a-f]{16}", k) is not None
+
+
+def compare(r, children):
+    """The top 20 of perf's named functions with mantle's share of each,
+    names normalized (norm()), from the raw shares in r."""
+    p, m = merged(r["perf_all"], children), merged(r["mantle_all"], children)
+    named = {k: v for k, v in p.items() if not unnamed(k)}
+    top = sorted(named, key=lambda k: -named[k])[:20]
+    r["rows"] = [(k, named[k], m.get(k, 0.0)) for k in top]
+    # with complete stacks every sample of the program is under main
+    r["main_inclusive"] = (p.get("main", 0.0), m.get("main", 0.0)) if children else None
+    r["max_abs_diff"] = max(abs(a - b) for _, a, b in r["rows"])
+    r["perf_unnamed_pct"] = sum(v for k, v in p.items() if unnamed(k))
+
+
+def print_real(res, rate, dwarf):
     how = "perf record --call-graph dwarf vs mantle --stacks dwarf" if dwarf else "perf record -g vs mantle --stacks perf"
     for k, r in res.items():
-        print(f"\n#### {k}: top 20 of perf (named), % of the program's samples, {args.rate} Hz, {how}\n")
+        print(f"\n#### {k}: top 20 of perf (named), % of the program's samples, {rate} Hz, {how}\n")
         print(f"max |mantle - perf| = {r['max_abs_diff']:.2f} pt; perf's unnamed addresses: {r['perf_unnamed_pct']:.1f}%; "
               f"mantle samples {r['mantle_samples']}")
         if r["main_inclusive"]:
@@ -360,6 +377,14 @@ def real(args):
         print("| --- | ---: | ---: | ---: |")
         for s_, a_, b_ in r["rows"]:
             print(f"| {s_} | {a_:.2f} | {b_:.2f} | {b_ - a_:+.2f} |")
+
+
+def reanalyze(args):
+    """Compares again the raw shares a `real` run kept in its JSON."""
+    res = json.load(open(args.input))
+    for k, r in res.items():
+        compare(r, k.endswith("/inclusive"))
+    print_real(res, args.rate, args.unwind == "dwarf")
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
 
@@ -498,7 +523,14 @@ def main():
     r.add_argument("--unwind", choices=["fp", "dwarf"], default="fp")
     r.add_argument("--only", help="comma-separated: python3,xz,make")
     r.add_argument("--json")
+    a2 = sub.add_parser("reanalyze", help="compare again the shares a `real` run kept")
+    a2.add_argument("input")
+    a2.add_argument("--rate", type=int, default=1000)
+    a2.add_argument("--unwind", choices=["fp", "dwarf"], default="fp")
+    a2.add_argument("--json")
     args = ap.parse_args()
+    if args.cmd == "reanalyze":
+        return reanalyze(args)
     if os.geteuid() != 0:
         sys.exit("run as root")
     {"calls": calls, "overhead": overhead, "cost": cost, "real": real}[args.cmd](args)
