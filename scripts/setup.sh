@@ -2,7 +2,7 @@
 # Installs what mantle needs to build and run on Debian (run as root):
 # clang/LLVM and libbpf headers for the eBPF programs, bpftool (for
 # MANTLE_VMLINUX=running and the benchmarks), libelf/zlib for libbpf, socat for the demo, and the tools the
-# tests and benchmarks drive (tcpdump for tags_net, go for `go tool pprof`, strace
+# tests and benchmarks drive (tcpdump for tags_net, go for `go tool pprof` and graphviz for its -svg, strace
 # and matplotlib for bench/executive; g++ for the instrumenter's C++ fixture, rt-tests
 # (cyclictest) for bench/sleep:
 # the tests themselves install nothing). Rust comes from the machine's rustup
@@ -10,7 +10,7 @@
 set -euo pipefail
 need=()
 for p in clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc socat \
-         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump strace g++ rt-tests; do
+         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump strace g++ rt-tests graphviz; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 # go: any install will do (the prof test also looks in /usr/local/go)

@@ -16,12 +16,12 @@ pub enum ProfCmd {
     },
     /// Sample the system, a process or a command into a session (root).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record -f -o srv.prof -p 1234         # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record -f -o srv.prof -p 1234         # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
     #[command(
-        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --folded out.folded --flame-root tag"
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/"
     )]
     Report(ReportArgs),
 }
@@ -67,10 +67,18 @@ pub struct RecordArgs {
     #[arg(long)]
     self_timing: bool,
     /// Call stacks: walked by the perf core (perf, default), by the sample
-    /// path's helper (bpf), or none (flat profile). User stacks follow frame
-    /// pointers: code built without them shows its caller chain cut short.
-    #[arg(long, default_value = "perf", value_parser = ["perf", "bpf", "none"])]
+    /// path's helper (bpf), unwound with .eh_frame from an 8 KiB copy of
+    /// the user stack (dwarf, like perf --call-graph dwarf: for code built
+    /// without frame pointers; samples untagged), or none (flat profile).
+    /// perf and bpf follow frame pointers: code built without them shows
+    /// its caller chain cut short.
+    #[arg(long, default_value = "perf", value_parser = ["perf", "bpf", "dwarf", "none"])]
     stacks: String,
+    /// With --stacks dwarf: bytes of user stack copied per sample (a
+    /// multiple of 8, 512 to 57344; perf's default 8192). Deeper stacks
+    /// end early; a larger copy costs more per sample.
+    #[arg(long, default_value_t = 8192, value_name = "BYTES")]
+    stack_size: u32,
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
@@ -119,6 +127,12 @@ pub struct ReportArgs {
     /// Instead of the tables: what SYMBOL called.
     #[arg(long, value_name = "SYMBOL")]
     callees: Option<String>,
+    /// Look for separate debug files in DIR/.build-id/ (repeatable;
+    /// replaces the default /usr/lib/debug and /lib/debug). The debuginfod
+    /// client's cache is searched after, and debuginfod-find asked when
+    /// DEBUGINFOD_URLS is set.
+    #[arg(long, value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
 }
 
 /// `--duration SECS`: a positive, finite number of seconds. (0 recorded
@@ -212,8 +226,10 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 stacks: match a.stacks.as_str() {
                     "bpf" => Stacks::Bpf,
                     "none" => Stacks::None,
+                    "dwarf" => Stacks::Dwarf,
                     _ => Stacks::Perf,
                 },
+                stack_copy: a.stack_size,
                 status: !a.quiet,
                 force: a.force,
                 faults: Default::default(),
@@ -238,6 +254,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                     "none" => FlameRoot::None,
                     _ => FlameRoot::Process,
                 },
+                debug_dirs: (!a.debug_dir.is_empty()).then_some(a.debug_dir),
             };
             let r = mantle_prof::report::report(&a.input, &opts)?;
             if let Some(p) = &a.flame {
@@ -358,12 +375,12 @@ mod tests {
     }
 
     #[test]
-    fn stacks_take_three_values() {
+    fn stacks_take_four_values() {
         assert_eq!(record(&[]).unwrap().stacks, "perf");
-        for v in ["perf", "bpf", "none"] {
+        for v in ["perf", "bpf", "dwarf", "none"] {
             assert_eq!(record(&["--stacks", v]).unwrap().stacks, v);
         }
-        let e = record(&["--stacks", "dwarf"]).err().unwrap();
+        let e = record(&["--stacks", "fp"]).err().unwrap();
         assert_eq!(e.exit_code(), crate::EXIT_USAGE as i32);
     }
 

@@ -19,6 +19,12 @@
 //!   walked by the perf core with PERF_SAMPLE_CALLCHAIN, or by the
 //!   helper); user space flips the pairs and drains the idle one every
 //!   second;
+//! * with `--stacks dwarf` ([`unwind`]) no program is attached: each
+//!   sample record carries the user registers and a copy of the top of the
+//!   user stack (PERF_SAMPLE_REGS_USER/STACK_USER), goes through the side
+//!   band's ring, and is unwound with `.eh_frame` (framehop) when it is
+//!   replayed, then merged like the other stacks (perf `--call-graph
+//!   dwarf`, unwound at record time);
 //! * a per-CPU dummy event with mmap2/comm/task bits and its own ring is
 //!   the side band (mmaps with build IDs, exec, fork, exit); the sampling
 //!   events' own output (throttle records) is redirected into it; with an
@@ -28,7 +34,8 @@
 //! * a session ([`session`]) is a directory of merged counts and a stack
 //!   table plus what the report needs later (images with build IDs,
 //!   kallsyms, vDSO, tag names);
-//! * reports ([`report`]) symbolize with blazesym (ELF + DWARF; callers at
+//! * reports ([`report`]) symbolize with blazesym (ELF + DWARF, and
+//!   separate debug files found by build ID, [`debugfile`]; callers at
 //!   their call instruction, unresolved addresses per address) and render
 //!   text (exclusive, inclusive, callers/callees), JSON, flame graphs
 //!   (inferno), folded stacks and pprof with call edges.
@@ -49,6 +56,7 @@
 //! or unload the tags kernel side and for benchmarks.
 
 pub mod abi;
+pub mod debugfile;
 pub mod events;
 pub mod files;
 pub mod kernel;
@@ -59,6 +67,7 @@ pub mod record;
 pub mod report;
 pub mod session;
 pub mod symbols;
+pub mod unwind;
 
 pub use model::{Report, ReportOpts};
 pub use record::{RecordOpts, Stacks, Summary, Target, Transport};

@@ -13,6 +13,9 @@ use std::path::Path;
 pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
     let s = session::read_session(dir)?;
     let mut sym = SessionSymbolizer::new(s.kallsyms.clone()).with_jit(s.jit.clone());
+    if let Some(d) = &opts.debug_dirs {
+        sym = sym.with_debug_dirs(d.clone());
+    }
     if let Some(v) = &s.vdso {
         sym = sym.with_vdso(v);
     }

@@ -139,7 +139,12 @@ pub fn write_session(dir: &Path, d: &SessionData, replace: bool) -> Result<(), E
         std::fs::create_dir_all(parent).map_err(|e| ioerr("create", parent, e))?;
     }
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir(&tmp).map_err(|e| ioerr("create", &tmp, e))?;
+    // 0700, as perf writes perf.data 0600: a session holds kernel
+    // addresses (kallsyms.gz, kernel samples and stacks) that
+    // kptr_restrict hides from other users; chown or chmod it to share
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&tmp)
+        .map_err(|e| ioerr("create", &tmp, e))?;
     let r = write_files(&tmp, d).and_then(|()| install(&tmp, dir, replace));
     if r.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);

@@ -5,6 +5,7 @@
 //! differs from the one recorded is reported and not symbolized (its
 //! symbols would be someone else's).
 
+use crate::debugfile::Segments;
 use crate::files::{self, OpenError};
 use crate::model::{Image, ImageKind, Kallsyms, Symbolizer};
 use blazesym::symbolize::source::{Elf, Source};
@@ -12,7 +13,7 @@ use blazesym::symbolize::{Input, Symbolized};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Lower-case hex build ID of an ELF file, if it has one. Only a regular
 /// file is opened (a FIFO at `path` would block a plain open forever).
@@ -203,8 +204,15 @@ pub struct SessionSymbolizer {
     /// Per image: the open file and whether DWARF may be read (see
     /// [`debug_links_safe`]), or None when it is not usable.
     checked: HashMap<Image, Option<(File, bool)>>,
+    /// Where separate debug files are looked for ([`crate::debugfile`]).
+    debug_dirs: Vec<PathBuf>,
+    /// Per ELF image: its separate debug file and the image's segments,
+    /// or None when it has none.
+    debug: HashMap<Image, Option<(File, Segments)>>,
     /// Images that could not be symbolized, and why.
     pub warnings: Vec<String>,
+    /// (image, debug file) of every image that got symbols from one.
+    pub debug_files: Vec<(String, PathBuf)>,
 }
 
 impl SessionSymbolizer {
@@ -215,8 +223,79 @@ impl SessionSymbolizer {
             vdso: None,
             jit: HashMap::new(),
             checked: HashMap::new(),
+            debug_dirs: crate::debugfile::DEFAULT_DEBUG_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .collect(),
+            debug: HashMap::new(),
             warnings: Vec::new(),
+            debug_files: Vec::new(),
         }
+    }
+
+    /// Looks for separate debug files in these directories (each one's
+    /// `.build-id/`) instead of the default ones.
+    pub fn with_debug_dirs(mut self, dirs: Vec<PathBuf>) -> Self {
+        self.debug_dirs = dirs;
+        self
+    }
+
+    /// Names the offsets still unnamed in `names` from the image's
+    /// separate debug file, if it has one ([`crate::debugfile`]): found by
+    /// the image's build ID, checked to carry that build ID, read for its
+    /// symbol table at the virtual addresses of the offsets.
+    fn name_from_debug_file(
+        &mut self,
+        image: &Image,
+        offsets: &[u64],
+        names: &mut [Option<String>],
+    ) {
+        if names.iter().all(Option::is_some) {
+            return;
+        }
+        if !self.debug.contains_key(image) {
+            let found = self.find_debug_file(image);
+            if let Some((_, p, _)) = &found {
+                self.debug_files.push((image.path.clone(), p.clone()));
+            }
+            self.debug
+                .insert(image.clone(), found.map(|(d, _, segs)| (d, segs)));
+        }
+        let Some((d, segs)) = self.debug.get(image).and_then(Option::as_ref) else {
+            return;
+        };
+        let (idx, addrs): (Vec<usize>, Vec<u64>) = (0..names.len())
+            .filter(|&i| names[i].is_none())
+            .filter_map(|i| segs.vaddr(offsets[i]).map(|a| (i, a)))
+            .unzip();
+        let mut elf = Elf::new(files::fd_path(d));
+        // the symbol table only: a debug file's own links are not followed
+        elf.debug_syms = false;
+        let src = Source::Elf(elf);
+        match guarded(|| self.sym.symbolize(&src, Input::VirtOffset(&addrs))) {
+            Ok(Ok(v)) => {
+                for (i, s) in idx.into_iter().zip(v) {
+                    if let Symbolized::Sym(s) = s {
+                        names[i] = Some(demangle(s.name.into_owned()));
+                    }
+                }
+            }
+            Ok(Err(_)) => {}
+            Err(SymbolizerPanic) => self.warnings.push(format!(
+                "{}: the symbolizer (blazesym) failed on its debug file: not symbolized from it",
+                image.display()
+            )),
+        }
+    }
+
+    /// The debug file of a checked ELF image, where it was found, and the
+    /// image's segments.
+    fn find_debug_file(&self, image: &Image) -> Option<(File, PathBuf, Segments)> {
+        let (f, _) = self.checked.get(image)?.as_ref()?;
+        let id = image.build_id.clone().or_else(|| build_id_of(f))?;
+        let (d, p) = crate::debugfile::find(&id, &self.debug_dirs)?;
+        // the file the build ID's path names must carry that build ID
+        (build_id_of(&d).as_deref() == Some(id.as_str())).then(|| (d, p, Segments::read(f)))
     }
 
     /// Symbolizes [vdso] samples from this image (checked by
@@ -371,7 +450,9 @@ impl Symbolizer for SessionSymbolizer {
                     return vec![None; offsets.len()];
                 };
                 let r = Self::elf(&self.sym, f, offsets, *dwarf);
-                self.or_warn(r, image, offsets.len())
+                let mut names = self.or_warn(r, image, offsets.len());
+                self.name_from_debug_file(image, offsets, &mut names);
+                names
             }
             // its .dynsym names every vDSO function: no DWARF, and no file
             // the session's copy names is followed

@@ -111,6 +111,17 @@ fn record_then_report_multiply() {
     assert_eq!(s.command_status, Some(0));
     assert!(s.meta.samples > 100, "{} samples", s.meta.samples);
     assert!(d.join("s/meta.json").exists() && d.join("s/profile.tsv").exists());
+    // the session holds kernel addresses: closed to other users (nobody
+    // cannot list or read it), as perf.data is
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(d.join("s")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "session directory mode {mode:o}");
+    let nobody = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "cat"])
+        .arg(d.join("s/kallsyms.gz"))
+        .output()
+        .expect("setpriv");
+    assert!(!nobody.status.success(), "nobody read kallsyms.gz");
     let r = report::report(&d.join("s"), &ReportOpts::default()).expect("report");
     let top = &r.symbols[0];
     assert_eq!(top.symbol, "slow_multiply", "{}", render_text(&r));
@@ -311,6 +322,31 @@ fn zero_duration_is_a_usage_error() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// `--stack-size`: a multiple of 8 from 512 to 57344, and only with
+/// `--stacks dwarf`; refused before recording (no root needed).
+#[test]
+fn stack_size_is_checked_before_recording() {
+    let d = tmpdir("stacksize");
+    for (size, stacks, ok) in [
+        (511, mantle_prof::Stacks::Dwarf, false),
+        (512, mantle_prof::Stacks::Dwarf, true),
+        (8196, mantle_prof::Stacks::Dwarf, false),
+        (57344, mantle_prof::Stacks::Dwarf, true),
+        (57352, mantle_prof::Stacks::Dwarf, false),
+        (16384, mantle_prof::Stacks::Perf, false),
+    ] {
+        let mut o = opts(&d, Target::Command(vec!["true".into()]));
+        o.stacks = stacks;
+        o.stack_copy = size;
+        match record(&o) {
+            Err(Error::Invalid(m)) => assert!(!ok, "{size} {stacks:?}: {m}"),
+            // accepted: refused later for another reason (not root) or recorded
+            _ => assert!(ok, "{size} {stacks:?} accepted"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 #[test]
 fn fallback_equal_to_the_event_is_a_usage_error() {
     let d = tmpdir("fbsame");
@@ -416,6 +452,33 @@ fn callgraph(dir: &Path) -> PathBuf {
     out
 }
 
+/// Records `bin ROUNDS` at 2 000 Hz with `stacks` (replacing the session
+/// in `dir`) and reports the samples of `comm`.
+fn record_stacks(
+    dir: &Path,
+    bin: &Path,
+    rounds: &str,
+    stacks: mantle_prof::Stacks,
+    comm: &str,
+) -> mantle_prof::Report {
+    let mut o = opts(
+        dir,
+        Target::Command(vec![bin.display().to_string(), rounds.into()]),
+    );
+    o.freq = Some(2000);
+    o.stacks = stacks;
+    o.force = true;
+    record(&o).expect("record");
+    report::report(
+        &dir.join("s"),
+        &ReportOpts {
+            comm: Some(comm.into()),
+            ..Default::default()
+        },
+    )
+    .expect("report")
+}
+
 /// The rows of a call graph as (symbol, samples).
 fn rows(v: &[mantle_prof::model::SymRow]) -> Vec<(&str, u64)> {
     v.iter().map(|s| (s.symbol.as_str(), s.samples)).collect()
@@ -430,22 +493,7 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
     let d = tmpdir("stacks");
     let bin = callgraph(&d);
     for stacks in [mantle_prof::Stacks::Perf, mantle_prof::Stacks::Bpf] {
-        let mut o = opts(
-            &d,
-            Target::Command(vec![bin.display().to_string(), "1500".into()]),
-        );
-        o.freq = Some(2000);
-        o.stacks = stacks;
-        o.force = true;
-        record(&o).expect("record");
-        let r = report::report(
-            &d.join("s"),
-            &ReportOpts {
-                comm: Some("callgraph".into()),
-                ..Default::default()
-            },
-        )
-        .expect("report");
+        let r = record_stacks(&d, &bin, "1500", stacks, "callgraph");
         let ctx = format!("{stacks:?}\n{}", render_text(&r));
         assert!(r.stacks, "{ctx}");
         // a stack or two per run finds the map's allocator cache empty
@@ -530,6 +578,21 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
             "no trace {want:?} in\n{text}"
         );
     }
+    // -svg (graphviz draws it): the call graph's nodes and their edges
+    mantle_testsupport::require(
+        "graphviz's dot (scripts/setup.sh installs it)",
+        Command::new("dot")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "for go tool pprof -svg",
+    );
+    let svg = go_pprof(go, "-svg", &r, &d);
+    assert!(svg.contains("<svg"), "{svg}");
+    // edges are titled "caller &#45;&gt; callee (time)"
+    for edge in ["main &#45;&gt; a ", "a &#45;&gt; b ", "c &#45;&gt; b "] {
+        assert!(svg.contains(edge), "no edge {edge} in go tool pprof -svg");
+    }
     // -tree: b's callers are a and c
     let tree = go_pprof(go, "-tree", &r, &d);
     let b_node = tree
@@ -558,5 +621,158 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
             "{f} not in the flame graph"
         );
     }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// bench/prof/callgraph.c built as Debian builds programs: -O2 without
+/// frame pointers (no inlining and no tail calls, so that the call
+/// structure stays the known one).
+fn callgraph_nofp(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/callgraph.c");
+    let out = dir.join("callgraph-nofp");
+    mantle_testsupport::build::run_cc(
+        "bench/prof/callgraph.c",
+        Command::new("cc")
+            .args([
+                "-O2",
+                "-fomit-frame-pointer",
+                "-fno-inline",
+                "-fno-optimize-sibling-calls",
+                "-o",
+            ])
+            .arg(&out)
+            .arg(&src),
+    );
+    out
+}
+
+/// Inclusive samples of a function (0 when it is in no stack).
+fn inclusive(r: &mantle_prof::Report, f: &str) -> u64 {
+    mantle_prof::model::call_graph(r, f).map_or(0, |g| g.inclusive)
+}
+
+/// Without frame pointers, `--stacks dwarf` still finds every caller
+/// (main -> a -> b, main -> c -> b, with the known shares), where the
+/// frame-pointer walk of `--stacks perf` loses them.
+#[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn dwarf_stacks_of_a_program_without_frame_pointers() {
+    use mantle_prof::model::call_graph;
+    require_recording();
+    let d = tmpdir("dwarf");
+    let bin = callgraph_nofp(&d);
+    let rec = |stacks| record_stacks(&d, &bin, "1500", stacks, "callgraph-nofp");
+    let r = rec(mantle_prof::Stacks::Dwarf);
+    let ctx = render_text(&r);
+    assert_eq!(r.meta.stacks, "dwarf");
+    let u = r.meta.unwind.expect("unwind counters in meta.json");
+    assert!(u.stacks >= r.total * 9 / 10, "{u:?} {ctx}");
+    assert!(u.truncated * 100 <= u.stacks, "{u:?}");
+    assert!(u.cost_ns.n > 0 && u.cost_p99_ns >= u.cost_p50_ns, "{u:?}");
+    let n = |v: &[(&str, u64)], s: &str| v.iter().find(|r| r.0 == s).map_or(0, |r| r.1);
+    // every sample of the program is under main, and main under libc's start
+    let main = inclusive(&r, "main");
+    assert!(
+        main * 100 >= r.total * 99,
+        "main {main} of {}: {ctx}",
+        r.total
+    );
+    let b = call_graph(&r, "b").expect("b in the stacks");
+    let callers = rows(&b.callers);
+    let (ab, cb) = (n(&callers, "a"), n(&callers, "c"));
+    assert_eq!(ab + cb, b.inclusive, "{callers:?} {ctx}");
+    for f in ["a", "c"] {
+        let g = call_graph(&r, f).unwrap();
+        assert_eq!(n(&rows(&g.callers), "main"), g.inclusive, "{f}: {ctx}");
+    }
+    // the shares: a and c half each, b 70 % of them, 4/7 of b from a
+    let (a, c) = (inclusive(&r, "a") as f64, inclusive(&r, "c") as f64);
+    assert!((a / (a + c) - 0.5).abs() < 0.05, "a {a} c {c}: {ctx}");
+    assert!((b.inclusive as f64 / (a + c) - 0.7).abs() < 0.05, "{ctx}");
+    let share = ab as f64 / (ab + cb) as f64;
+    assert!((share - 4.0 / 7.0).abs() < 0.06, "a->b {share:.3}: {ctx}");
+    // the same program with frame-pointer stacks: a, b and c are missing
+    // from most stacks (what docs/prof.md says is lost)
+    let fp = rec(mantle_prof::Stacks::Perf);
+    let found = inclusive(&fp, "a") + inclusive(&fp, "c");
+    assert!(
+        found * 2 < fp.total,
+        "frame-pointer stacks found a or c in {found} of {} samples: {}",
+        fp.total,
+        render_text(&fp)
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// A stripped program whose symbols were split off into a debug file
+/// (objcopy --only-keep-debug, strip): named through DIR/.build-id/, and
+/// listed per address without it.
+#[test]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn split_debug_file_names_a_stripped_program() {
+    require_recording();
+    let d = tmpdir("debugfile");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/prof/callgraph.c");
+    let bin = d.join("callgraph");
+    mantle_testsupport::build::run_cc(
+        "bench/prof/callgraph.c",
+        Command::new("cc")
+            .args(["-O1", "-fno-omit-frame-pointer", "-fno-inline", "-g"])
+            .args(["-Wl,--build-id", "-o"])
+            .arg(&bin)
+            .arg(&src),
+    );
+    let id = mantle_prof::symbols::build_id(&bin).expect("a build ID");
+    let rel = mantle_prof::debugfile::build_id_path(&id).unwrap();
+    let dbg = d.join("dbg");
+    std::fs::create_dir_all(dbg.join(&rel).parent().unwrap()).unwrap();
+    let run = |cmd: &str, args: &[&std::ffi::OsStr]| {
+        let st = Command::new(cmd).args(args).status().expect(cmd);
+        assert!(st.success(), "{cmd} {args:?}");
+    };
+    let debug = dbg.join(&rel);
+    run(
+        "objcopy",
+        &[
+            "--only-keep-debug".as_ref(),
+            bin.as_os_str(),
+            debug.as_os_str(),
+        ],
+    );
+    run("strip", &["--strip-all".as_ref(), bin.as_os_str()]);
+    record_stacks(&d, &bin, "600", mantle_prof::Stacks::Perf, "callgraph");
+    let rep = |dirs: Vec<PathBuf>| {
+        report::report(
+            &d.join("s"),
+            &ReportOpts {
+                comm: Some("callgraph".into()),
+                debug_dirs: Some(dirs),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let names = |r: &mantle_prof::Report| -> Vec<String> {
+        r.symbols
+            .iter()
+            .filter(|s| s.image.ends_with("/callgraph"))
+            .map(|s| s.symbol.clone())
+            .collect()
+    };
+    // with the debug file: the static spin and the call graph by name
+    let with = rep(vec![dbg.clone()]);
+    let n = names(&with);
+    assert!(n.iter().any(|s| s == "spin"), "{n:?}");
+    for f in ["main", "a", "b", "c"] {
+        assert!(inclusive(&with, f) > 0, "{f}: {}", render_text(&with));
+    }
+    // without it: nameless code, one row per address, no "[unknown]" row
+    let without = rep(vec![]);
+    let n = names(&without);
+    assert!(
+        n.iter().filter(|s| s.starts_with("callgraph+0x")).count() >= 2,
+        "{n:?}"
+    );
+    assert!(!n.iter().any(|s| s == "spin" || s == "[unknown]"), "{n:?}");
     std::fs::remove_dir_all(&d).unwrap();
 }

@@ -100,6 +100,9 @@ pub mod attr {
     pub const TASK: u64 = 1 << 13;
     pub const WATERMARK: u64 = 1 << 14;
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// exclude_callchain_user: the callchain stops at the kernel part
+    /// (the user stack is taken another way, e.g. PERF_SAMPLE_STACK_USER).
+    pub const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
     pub const MMAP2: u64 = 1 << 23;
     pub const COMM_EXEC: u64 = 1 << 24;
     pub const BUILD_ID: u64 = 1 << 34;
@@ -115,7 +118,22 @@ pub const PERF_COUNT_SW_DUMMY: u64 = 9;
 pub const PERF_SAMPLE_IP: u64 = 1 << 0;
 pub const PERF_SAMPLE_TID: u64 = 1 << 1;
 pub const PERF_SAMPLE_TIME: u64 = 1 << 2;
+pub const PERF_SAMPLE_CPU: u64 = 1 << 7;
 pub const PERF_SAMPLE_CALLCHAIN: u64 = 1 << 5;
+/// The user registers named by `sample_regs_user` (Linux 3.7).
+pub const PERF_SAMPLE_REGS_USER: u64 = 1 << 12;
+/// A copy of `sample_stack_user` bytes of the user stack from its stack
+/// pointer up (Linux 3.7): what `perf record --call-graph dwarf` unwinds.
+pub const PERF_SAMPLE_STACK_USER: u64 = 1 << 13;
+
+/// x86-64 register numbers of `sample_regs_user`
+/// (arch/x86/include/uapi/asm/perf_regs.h): the three an unwinder needs.
+pub const PERF_REG_X86_BP: u32 = 6;
+pub const PERF_REG_X86_SP: u32 = 7;
+pub const PERF_REG_X86_IP: u32 = 8;
+/// `abi` word of a PERF_SAMPLE_REGS_USER block: no user registers (a
+/// kernel thread's sample).
+pub const PERF_SAMPLE_REGS_ABI_NONE: u64 = 0;
 
 pub const PERF_RECORD_LOST: u32 = 2;
 pub const PERF_RECORD_COMM: u32 = 3;
@@ -123,8 +141,12 @@ pub const PERF_RECORD_EXIT: u32 = 4;
 pub const PERF_RECORD_THROTTLE: u32 = 5;
 pub const PERF_RECORD_UNTHROTTLE: u32 = 6;
 pub const PERF_RECORD_FORK: u32 = 7;
+pub const PERF_RECORD_SAMPLE: u32 = 9;
 pub const PERF_RECORD_MMAP2: u32 = 10;
 pub const PERF_RECORD_LOST_SAMPLES: u32 = 13;
+/// The cpumode bits of a record's misc, and their kernel value.
+pub const PERF_RECORD_MISC_CPUMODE_MASK: u16 = 7;
+pub const PERF_RECORD_MISC_KERNEL: u16 = 1;
 pub const PERF_RECORD_MISC_COMM_EXEC: u16 = 1 << 13;
 pub const PERF_RECORD_MISC_MMAP_BUILD_ID: u16 = 1 << 14;
 

@@ -49,6 +49,31 @@ pub struct Meta {
     /// The sample path's own cost, when measured (`record --self-timing`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<SampleCost>,
+    /// `--stacks dwarf`: the user-space unwinding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unwind: Option<UnwindInfo>,
+}
+
+/// What `--stacks dwarf` unwinding did (crate::unwind).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnwindInfo {
+    /// Bytes of user stack asked for per sample.
+    pub stack_copy: u32,
+    /// Mean bytes the kernel copied per sample (less near a stack's top).
+    pub stack_bytes_mean: f64,
+    /// User stacks unwound.
+    pub stacks: u64,
+    /// Of which ended before the stack's recognized end (deeper than the
+    /// copy, or code without call frame information).
+    pub truncated: u64,
+    /// Samples of kernel threads (no user stack).
+    pub no_user: u64,
+    /// Sample records that did not parse.
+    pub malformed: u64,
+    /// User-space cost per sample (parse, unwind, resolve, merge), ns.
+    pub cost_ns: Dist,
+    pub cost_p50_ns: f64,
+    pub cost_p99_ns: f64,
 }
 
 fn no_stacks() -> String {
@@ -164,10 +189,25 @@ impl Meta {
             ));
         }
         if self.lost_sideband > 0 {
-            v.push(format!(
-                "{} side-band record(s) lost: some mappings may be missing",
-                self.lost_sideband
-            ));
+            v.push(if self.stacks == "dwarf" {
+                format!(
+                    "{} record(s) lost from the perf rings (samples with their stack copies, or side band: some mappings may be missing)",
+                    self.lost_sideband
+                )
+            } else {
+                format!(
+                    "{} side-band record(s) lost: some mappings may be missing",
+                    self.lost_sideband
+                )
+            });
+        }
+        if let Some(u) = &self.unwind {
+            if u.truncated > 0 {
+                v.push(format!(
+                    "{} of {} user stacks unwound only in part (deeper than the {} bytes copied, or code without call frame information)",
+                    u.truncated, u.stacks, u.stack_copy
+                ));
+            }
         }
         if !self.kernel_symbols {
             v.push("kernel symbols unavailable (kallsyms addresses hidden)".into());

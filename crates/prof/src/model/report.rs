@@ -170,6 +170,9 @@ pub struct ReportOpts {
     pub limit: usize,
     /// The flame graph's root frame.
     pub flame_root: FlameRoot,
+    /// Directories searched for separate debug files by build ID (None:
+    /// crate::debugfile::DEFAULT_DEBUG_DIRS).
+    pub debug_dirs: Option<Vec<std::path::PathBuf>>,
 }
 
 /// Names a sample's component: `[idle]`, `[kernel]`, `[mantle]`, or

@@ -51,6 +51,11 @@ pub struct Process {
     /// later, and may predate an exec (ASLR makes overlaps rare).
     #[serde(skip)]
     old: Vec<BTreeMap<u64, Mapping>>,
+    /// Changes whenever `maps` does (a value of [`AddressSpaces`]'s
+    /// counter, unique across processes): what was built from the
+    /// mappings (a DWARF unwinder's module list) is rebuilt when it moves.
+    #[serde(skip)]
+    generation: u64,
 }
 
 /// How many pre-exec address spaces a process keeps for resolution.
@@ -67,6 +72,11 @@ impl Process {
     pub fn maps(&self) -> impl Iterator<Item = &Mapping> {
         self.maps.values()
     }
+
+    /// See [`Process::generation`]'s field: equal values, equal `maps`.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
 }
 
 /// Address spaces of every process seen while recording.
@@ -77,6 +87,8 @@ pub struct AddressSpaces {
     pub history: Vec<(u32, Mapping)>,
     /// Which process names count as mantle's own.
     pub mantle_comms: Vec<String>,
+    /// The last [`Process::generation`] handed out.
+    generations: u64,
 }
 
 /// Where an ip landed.
@@ -119,7 +131,10 @@ impl AddressSpaces {
     /// A new executable mapping (snapshot or PERF_RECORD_MMAP2).
     pub fn mmap(&mut self, pid: u32, m: Mapping) {
         self.history.push((pid, m.clone()));
+        self.generations += 1;
+        let generation = self.generations;
         let p = self.proc_mut(pid);
+        p.generation = generation;
         if p.exe.is_none() && m.path.starts_with('/') {
             p.exe = Some(m.path.clone());
         }
@@ -143,10 +158,13 @@ impl AddressSpaces {
             return; // a thread renamed itself: the process keeps its name
         }
         let mantle = is_mantle_comm(comm, &self.mantle_comms);
+        self.generations += 1;
+        let generation = self.generations;
         let p = self.proc_mut(pid);
         p.comm = comm.to_string();
         p.mantle = mantle;
         if exec {
+            p.generation = generation;
             let old = std::mem::take(&mut p.maps);
             if !old.is_empty() {
                 p.old.push(old);
@@ -165,6 +183,7 @@ impl AddressSpaces {
             return; // a new thread
         }
         let parent = self.procs.get(&ppid).cloned().unwrap_or_default();
+        self.generations += 1;
         self.procs.insert(
             pid,
             Process {
@@ -177,6 +196,7 @@ impl AddressSpaces {
                 jit_map: false,
                 maps: parent.maps,
                 old: Vec::new(),
+                generation: self.generations,
             },
         );
     }

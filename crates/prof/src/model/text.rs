@@ -77,8 +77,16 @@ pub fn render_text(r: &Report) -> String {
     );
     let _ = writeln!(
         o,
-        "Samples: {} in report, {} recorded, {} lost, throttled {} time(s)",
-        r.total, m.samples, m.lost_samples, m.throttle_events
+        "Samples: {} in report, {} recorded, {} lost, throttled {} time(s); call stacks: {}",
+        r.total,
+        m.samples,
+        m.lost_samples,
+        m.throttle_events,
+        match m.stacks.as_str() {
+            "perf" | "bpf" => "frame pointers",
+            "dwarf" => "DWARF (.eh_frame) from 8 KiB stack copies",
+            _ => "none",
+        }
     );
     for c in &r.caveats {
         let _ = writeln!(o, "warning: {c}");

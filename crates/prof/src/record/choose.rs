@@ -160,6 +160,10 @@ pub(super) struct Placement<'a> {
     pub callchain: bool,
     /// Its depth (`sample_max_stack`).
     pub max_stack: u16,
+    /// `--stacks dwarf`: the callchain's kernel part only, plus the user
+    /// registers and a copy of this many bytes of the user stack in every
+    /// sample record.
+    pub dwarf: Option<u32>,
 }
 
 /// The sampling events that were opened, and the event they sample.
@@ -201,17 +205,30 @@ pub(super) fn open_sampling(
                 if at.freq.is_some() {
                     flags |= attr::FREQ;
                 }
+                let mut sample_type = kernel::PERF_SAMPLE_IP
+                    | kernel::PERF_SAMPLE_TID
+                    | if at.callchain {
+                        kernel::PERF_SAMPLE_CALLCHAIN
+                    } else {
+                        0
+                    };
+                let (mut regs, mut stack) = (0, 0);
+                if let Some(copy) = at.dwarf {
+                    // the record layout crate::unwind::parse_sample reads
+                    sample_type |= kernel::PERF_SAMPLE_TIME
+                        | kernel::PERF_SAMPLE_CPU
+                        | kernel::PERF_SAMPLE_REGS_USER
+                        | kernel::PERF_SAMPLE_STACK_USER;
+                    flags |= attr::EXCLUDE_CALLCHAIN_USER;
+                    (regs, stack) = (crate::unwind::REGS_MASK, copy);
+                }
                 let a = PerfEventAttr {
                     type_: ev.type_,
                     config: ev.config,
                     sample_period,
-                    sample_type: kernel::PERF_SAMPLE_IP
-                        | kernel::PERF_SAMPLE_TID
-                        | if at.callchain {
-                            kernel::PERF_SAMPLE_CALLCHAIN
-                        } else {
-                            0
-                        },
+                    sample_type,
+                    sample_regs_user: regs,
+                    sample_stack_user: stack,
                     sample_max_stack: at.max_stack,
                     flags,
                     ..Default::default()

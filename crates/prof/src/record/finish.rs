@@ -18,7 +18,7 @@ use crate::events::EventDef;
 use crate::kernel;
 use crate::model::{
     hist_quantile, AddressSpaces, Dist, Image, ImageKind, Meta, Profile, RowKey, SampleCost,
-    TagName, JIT_IMAGE,
+    TagName, UnwindInfo, JIT_IMAGE,
 };
 use crate::session::{self, SessionData};
 use crate::Error;
@@ -116,6 +116,34 @@ fn sample_cost(
     }
 }
 
+/// What `--stacks dwarf` unwinding did and cost.
+fn unwind_info(run: &Run, stack_copy: u32) -> UnwindInfo {
+    let d = &run.dwarf;
+    let mut sorted = d.costs.clone();
+    sorted.sort_by(f64::total_cmp);
+    let q = |q: f64| {
+        sorted
+            .get(((q * sorted.len() as f64).ceil() as usize).saturating_sub(1))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    UnwindInfo {
+        stack_copy,
+        stack_bytes_mean: if d.samples > 0 {
+            d.stack_bytes as f64 / d.samples as f64
+        } else {
+            0.0
+        },
+        stacks: run.unwind.stacks,
+        truncated: run.unwind.truncated,
+        no_user: run.unwind.no_user,
+        malformed: d.malformed,
+        cost_ns: Dist::of(&d.costs),
+        cost_p50_ns: q(0.5),
+        cost_p99_ns: q(0.99),
+    }
+}
+
 /// What [`write`] needs besides the run itself.
 pub(super) struct Recorded<'a> {
     pub ev: &'static EventDef,
@@ -162,7 +190,7 @@ pub(super) fn write(
         cpus: r.cpus,
         start_unix_ns: run.start_unix_ns,
         duration_ns: run.duration.as_nanos() as u64,
-        samples: st.samples,
+        samples: st.samples.saturating_add(run.dwarf.samples),
         lost_samples: st
             .dropped
             .saturating_add(st.ring_full)
@@ -182,12 +210,14 @@ pub(super) fn write(
             Stacks::None => "none",
             Stacks::Perf => "perf",
             Stacks::Bpf => "bpf",
+            Stacks::Dwarf => "dwarf",
         }
         .into(),
         lost_stacks: st.stack_lost,
         kernel_symbols: ks.is_some(),
         warnings,
         cost,
+        unwind: (o.stacks == Stacks::Dwarf).then(|| unwind_info(&run, o.stack_copy)),
     };
     let vdso = kernel::vdso_image();
     let profile = &run.profile;

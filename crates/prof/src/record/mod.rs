@@ -73,6 +73,12 @@ pub enum Stacks {
     /// The sample path's bpf_get_stack walks the stack itself (the
     /// event asks for no callchain).
     Bpf,
+    /// The kernel callchain from the perf core, and the user stack
+    /// unwound in user space with `.eh_frame` from a copy of its top
+    /// (PERF_SAMPLE_REGS_USER + PERF_SAMPLE_STACK_USER, as `perf record
+    /// --call-graph dwarf`): for code without frame pointers. Samples go
+    /// through the perf ring, not the eBPF sample path (so untagged).
+    Dwarf,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +97,8 @@ pub struct RecordOpts {
     pub self_timing: bool,
     /// Call stacks: none, or who walks them.
     pub stacks: Stacks,
+    /// `--stacks dwarf`: bytes of user stack copied per sample.
+    pub stack_copy: u32,
     /// Live status line (only drawn when stderr is a terminal).
     pub status: bool,
     /// Replace `output` if it holds a session (never anything else).
@@ -122,6 +130,7 @@ impl Default for RecordOpts {
             drain_interval: Duration::from_millis(1000),
             self_timing: false,
             stacks: Stacks::Perf,
+            stack_copy: crate::unwind::STACK_COPY,
             status: true,
             force: false,
             faults: Faults::default(),
@@ -145,6 +154,19 @@ fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
     };
     if freq == Some(0) || period == Some(0) {
         return Err(Error::Invalid("-F and -c must be positive".into()));
+    }
+    if !crate::unwind::stack_copy_ok(o.stack_copy) {
+        return Err(Error::Invalid(format!(
+            "--stack-size {} is not a multiple of 8 from {} to {} bytes",
+            o.stack_copy,
+            crate::unwind::STACK_COPY_RANGE.start(),
+            crate::unwind::STACK_COPY_RANGE.end()
+        )));
+    }
+    if o.stacks != Stacks::Dwarf && o.stack_copy != crate::unwind::STACK_COPY {
+        return Err(Error::Invalid(
+            "--stack-size is for --stacks dwarf (the other ways copy no stack)".into(),
+        ));
     }
     if o.drain_interval.is_zero() {
         return Err(Error::Invalid("the drain interval must be positive".into()));
@@ -203,7 +225,12 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let mut warnings = Vec::new();
     let mut path = run::SamplePath::load(o, &mut warnings)?;
     let mut tracee = target::start(&o.target)?;
-    let mut side = SideBand::open(&cpus, &tracee.pids, tracee.inherit)?;
+    let mut side = SideBand::open(
+        &cpus,
+        &tracee.pids,
+        tracee.inherit,
+        (o.stacks == Stacks::Dwarf).then_some(o.stack_copy),
+    )?;
     snapshot(&mut sp, &o.target);
     let sampling = choose::open_sampling(
         chosen,
@@ -214,7 +241,8 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             on_exec: tracee.on_exec,
             freq,
             period,
-            callchain: o.stacks == Stacks::Perf,
+            callchain: matches!(o.stacks, Stacks::Perf | Stacks::Dwarf),
+            dwarf: (o.stacks == Stacks::Dwarf).then_some(o.stack_copy),
             max_stack: host::max_stack(),
         },
         &o.faults,

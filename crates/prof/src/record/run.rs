@@ -20,8 +20,9 @@ use super::sideband::SideBand;
 use super::target::Tracee;
 use super::{RecordOpts, Target, Transport};
 use crate::abi::{Key, Stats, MODE_KERNEL};
-use crate::kernel::{self, PerfRing, Sampler};
+use crate::kernel::{self, PerfRecord, PerfRing, Sampler};
 use crate::model::{self, AddressSpaces, ImageKind, Mode, Profile, RawSample, Resolved};
+use crate::unwind::Unwinders;
 use crate::Error;
 use std::collections::HashMap;
 use std::io::Write;
@@ -36,6 +37,9 @@ pub(super) struct SamplePath {
     stats_fd: Option<OwnedFd>,
     /// The tags view map the program reads (kept open while it runs).
     _view: Option<OwnedFd>,
+    /// `--stacks dwarf`: the program is not attached; the events' sample
+    /// records go to the side-band rings and are unwound in user space.
+    dwarf: bool,
 }
 
 impl SamplePath {
@@ -56,7 +60,7 @@ impl SamplePath {
         let sampler = Sampler::load(
             o.transport == Transport::Ring,
             o.self_timing,
-            o.stacks != super::Stacks::None,
+            matches!(o.stacks, super::Stacks::Perf | super::Stacks::Bpf),
             view.as_ref().map(|f| f.as_fd()),
         )?;
         let stats_fd = if o.self_timing {
@@ -64,10 +68,16 @@ impl SamplePath {
         } else {
             None
         };
+        if o.stacks == super::Stacks::Dwarf && view.is_some() {
+            warnings.push(
+                "with --stacks dwarf samples travel through the perf ring, not the eBPF sample path: they are recorded untagged".into(),
+            );
+        }
         Ok(SamplePath {
             sampler,
             stats_fd,
             _view: view,
+            dwarf: o.stacks == super::Stacks::Dwarf,
         })
     }
 
@@ -81,10 +91,20 @@ impl SamplePath {
     ) -> Result<bool, Error> {
         let mut throttle_visible = true;
         for (cpu, fd) in fds {
-            self.sampler.attach(fd.as_fd())?;
+            if !self.dwarf {
+                self.sampler.attach(fd.as_fd())?;
+            }
             if let Some(r) = rings.get(cpu) {
-                if kernel::perf_set_output(fd.as_fd(), r.fd.as_fd()).is_err() {
-                    throttle_visible = false;
+                match kernel::perf_set_output(fd.as_fd(), r.fd.as_fd()) {
+                    Ok(()) => {}
+                    // the samples themselves travel there: no way round it
+                    Err(e) if self.dwarf => {
+                        return Err(Error::os(
+                            format!("route the samples of CPU {cpu} to its ring"),
+                            e,
+                        ))
+                    }
+                    Err(_) => throttle_visible = false,
                 }
             }
         }
@@ -135,6 +155,35 @@ struct Drainer {
     /// User-space cost per sample of each drain that had samples (ns).
     costs: Vec<f64>,
     ids: BuildIds,
+    /// `--stacks dwarf`: the unwinders and what they cost.
+    dwarf: DwarfSink,
+}
+
+/// What `--stacks dwarf` samples need and give.
+#[derive(Default)]
+pub(super) struct DwarfSink {
+    unw: Unwinders,
+    /// Sample records taken.
+    pub samples: u64,
+    /// Sample records that did not parse (counted lost).
+    pub malformed: u64,
+    /// User-space cost of each sample (parse, unwind, resolve, merge), ns,
+    /// for the first [`DWARF_COST_SAMPLES`] samples.
+    pub costs: Vec<f64>,
+    /// Bytes of user stack copied, summed.
+    pub stack_bytes: u64,
+}
+
+/// Samples whose cost is kept (a minute at 5 000 Hz on two CPUs).
+const DWARF_COST_SAMPLES: usize = 600_000;
+
+impl BuildIds {
+    /// Gives an ELF resolution the build ID of its file.
+    fn fill(&mut self, r: &mut Resolved) {
+        if r.image.kind == ImageKind::Elf && r.image.build_id.is_none() {
+            r.image.build_id = self.of(&r.image.path);
+        }
+    }
 }
 
 impl Drainer {
@@ -151,11 +200,7 @@ impl Drainer {
             ids,
             ..
         } = self;
-        let mut fill = |r: &mut Resolved| {
-            if r.image.kind == ImageKind::Elf && r.image.build_id.is_none() {
-                r.image.build_id = ids.of(&r.image.path);
-            }
-        };
+        let mut fill = |r: &mut Resolved| ids.fill(r);
         // one resolution per (pid, ip, kernel stack, user stack) per drain
         let mut stacks: HashMap<(u32, u64, u64, u64), u32> = HashMap::new();
         for (k, c) in raw.drain(..) {
@@ -184,6 +229,63 @@ impl Drainer {
         }
         Ok(())
     }
+
+    /// One `--stacks dwarf` sample record, replayed in time order: its
+    /// user stack unwound against the address space of its moment, and
+    /// merged into the profile as the eBPF path's stacks are.
+    fn sample(&mut self, rec: &PerfRecord, sp: &AddressSpaces) -> Result<(), Error> {
+        let t = Instant::now();
+        let Some(s) = crate::unwind::parse_sample(&rec.body) else {
+            self.dwarf.malformed += 1;
+            return Ok(());
+        };
+        self.dwarf.samples += 1;
+        self.dwarf.stack_bytes = self.dwarf.stack_bytes.saturating_add(s.stack.len() as u64);
+        let mode = if rec.misc & kernel::PERF_RECORD_MISC_CPUMODE_MASK
+            == kernel::PERF_RECORD_MISC_KERNEL
+        {
+            Mode::Kernel
+        } else {
+            Mode::User
+        };
+        let user = self.dwarf.unw.unwind(sp, s.pid, &s);
+        let raw = RawSample {
+            pid: s.pid,
+            tid: s.tid,
+            cpu: s.cpu,
+            mode,
+            ip: s.ip,
+            tags: vec![0; crate::abi::MT_WORDS],
+        };
+        let mut r = sp.resolve(s.pid, s.ip, mode);
+        self.ids.fill(&mut r);
+        let ids = &mut self.ids;
+        let callers = model::callers(s.ip, &s.kernel, &user);
+        let stack = self
+            .profile
+            .add_stack(sp, s.pid, &callers, &mut |r: &mut Resolved| ids.fill(r));
+        self.profile
+            .add_resolved(&raw, &r, stack, 1)
+            .map_err(|source| Error::Counts {
+                what: "samples unwound from the perf ring",
+                source,
+            })?;
+        if self.dwarf.costs.len() < DWARF_COST_SAMPLES {
+            self.dwarf.costs.push(t.elapsed().as_nanos() as f64);
+        }
+        Ok(())
+    }
+
+    /// Replays the side band, with `--stacks dwarf` samples in their place.
+    fn replay(&mut self, side: &mut SideBand, sp: &mut AddressSpaces) -> Result<(), Error> {
+        let mut err = None;
+        side.replay(sp, &mut |rec, sp| {
+            if err.is_none() {
+                err = self.sample(rec, sp).err();
+            }
+        });
+        err.map_or(Ok(()), Err)
+    }
 }
 
 /// What the read loop produced.
@@ -201,6 +303,9 @@ pub(super) struct Run {
     pub drain_costs: Vec<f64>,
     /// The program's self-timing histogram (empty without --self-timing).
     pub cost_hist: Vec<u64>,
+    /// `--stacks dwarf`: samples, their cost, the unwinders' counters.
+    pub dwarf: DwarfSink,
+    pub unwind: crate::unwind::UnwindStats,
 }
 
 /// Starts sampling, reads until the recording ends, stops and drains.
@@ -228,6 +333,7 @@ pub(super) fn run(
             Vec::new()
         };
         drop(path.stats_fd.take());
+        let unwind = d.dwarf.unw.stats.clone();
         Run {
             profile: d.profile,
             start_unix_ns,
@@ -237,6 +343,8 @@ pub(super) fn run(
             prog_run,
             drain_costs: d.costs,
             cost_hist,
+            dwarf: d.dwarf,
+            unwind,
         }
     })
 }
@@ -271,32 +379,35 @@ fn read_loop(
     let mut last_status = Instant::now();
     let mut last_samples = 0u64;
     let mut command_status = None;
-    let poll = if o.transport == Transport::Ring {
+    let poll = if o.stacks == super::Stacks::Dwarf {
+        Duration::from_millis(super::sideband::DWARF_POLL_MS)
+    } else if o.transport == Transport::Ring {
         Duration::from_millis(50)
     } else {
         Duration::from_millis(100).min(o.drain_interval)
     };
     loop {
         std::thread::sleep(poll);
-        side.replay(sp);
+        d.replay(side, sp)?;
         if o.transport == Transport::Ring || last_drain.elapsed() >= o.drain_interval {
             d.drain(&mut path.sampler, sp)?;
             last_drain = Instant::now();
         }
         if live && last_status.elapsed() >= Duration::from_millis(500) {
             let st = path.sampler.stats();
+            let samples = st.samples.saturating_add(d.dwarf.samples);
             let dt = last_status.elapsed().as_secs_f64();
             let _ = write!(
                 std::io::stderr(),
                 "\r\x1b[Kmantle prof: {} samples, {:.0}/s, lost {}, throttled {}",
-                st.samples,
-                st.samples.saturating_sub(last_samples) as f64 / dt,
+                samples,
+                samples.saturating_sub(last_samples) as f64 / dt,
                 st.dropped
                     .saturating_add(st.ring_full)
                     .saturating_add(side.stats.lost_samples),
                 side.stats.throttle
             );
-            last_samples = st.samples;
+            last_samples = samples;
             last_status = Instant::now();
         }
         let mut done = kernel::stop_requested();
@@ -344,7 +455,7 @@ fn stop_sampling(
             command_status.get_or_insert(s);
         }
     }
-    side.replay(sp);
+    d.replay(side, sp)?;
     d.drain(&mut path.sampler, sp)?;
     d.drain(&mut path.sampler, sp)?;
     Ok(command_status)

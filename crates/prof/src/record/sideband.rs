@@ -19,6 +19,14 @@ use crate::Error;
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 
+/// Data pages of each CPU's ring with `--stacks dwarf` and 8 KiB stack
+/// copies: 4 MiB, about 500 samples, 50 ms of one CPU at 10 000 Hz (the
+/// ring is read every [`DWARF_POLL_MS`]); larger copies, proportionally
+/// more (a power of two).
+pub(super) const DWARF_RING_PAGES: usize = 1024;
+/// How often the rings are read with `--stacks dwarf`.
+pub(super) const DWARF_POLL_MS: u64 = 20;
+
 /// Counters from the side band.
 #[derive(Debug, Default)]
 pub(super) struct SideStats {
@@ -48,7 +56,20 @@ impl SideBand {
     /// (-1: system-wide). System-wide for -a; for a process or a command
     /// it follows that task tree only (`inherit`), as perf does, so the
     /// rest of the machine's activity costs nothing here.
-    pub fn open(cpus: &[u32], pids: &[i32], inherit: bool) -> Result<SideBand, Error> {
+    ///
+    /// With `dwarf` (the stack copy's size) the rings are larger
+    /// ([`DWARF_RING_PAGES`]): the sampling events' records, each with its
+    /// copied user stack, come through them too.
+    pub fn open(
+        cpus: &[u32],
+        pids: &[i32],
+        inherit: bool,
+        dwarf: Option<u32>,
+    ) -> Result<SideBand, Error> {
+        let pages = match dwarf {
+            Some(copy) => (DWARF_RING_PAGES * (copy as usize).div_ceil(8192)).next_power_of_two(),
+            None => 256,
+        };
         let mut rings: HashMap<u32, PerfRing> = HashMap::new();
         let mut extra: Vec<OwnedFd> = Vec::new();
         let side_attr = PerfEventAttr {
@@ -89,7 +110,7 @@ impl SideBand {
                     })?;
                     extra.push(fd);
                 } else {
-                    let ring = PerfRing::new(fd, 256).map_err(|e| {
+                    let ring = PerfRing::new(fd, pages).map_err(|e| {
                         Error::os(format!("mmap the side-band ring of CPU {cpu}"), e)
                     })?;
                     rings.insert(cpu, ring);
@@ -104,9 +125,21 @@ impl SideBand {
         })
     }
 
-    /// Reads every CPU's ring and applies the records in time order.
-    pub fn replay(&mut self, sp: &mut AddressSpaces) {
-        replay(&mut self.rings, &mut self.recs, sp, &mut self.stats);
+    /// Reads every CPU's ring and applies the records in time order;
+    /// sample records (`--stacks dwarf`) go to `on_sample` in their place
+    /// in that order, so they meet the address space of their moment.
+    pub fn replay(
+        &mut self,
+        sp: &mut AddressSpaces,
+        on_sample: &mut dyn FnMut(&PerfRecord, &AddressSpaces),
+    ) {
+        replay(
+            &mut self.rings,
+            &mut self.recs,
+            sp,
+            &mut self.stats,
+            on_sample,
+        );
     }
 }
 
@@ -185,6 +218,8 @@ fn record_time(r: &PerfRecord) -> u64 {
             .checked_sub(8)
             .and_then(|o| u64_at(&r.body, o))
             .unwrap_or(0),
+        // ip, pid/tid, then time (crate::unwind::parse_sample)
+        kernel::PERF_RECORD_SAMPLE => u64_at(&r.body, 16).unwrap_or(0),
         _ => 0,
     }
 }
@@ -196,6 +231,7 @@ fn replay(
     recs: &mut Vec<PerfRecord>,
     sp: &mut AddressSpaces,
     side: &mut SideStats,
+    on_sample: &mut dyn FnMut(&PerfRecord, &AddressSpaces),
 ) {
     for r in rings.values_mut() {
         r.read(recs);
@@ -214,7 +250,9 @@ fn replay(
                 String::from_utf8_lossy(r.body.get(8..).unwrap_or(&[])).trim_matches('\0')
             );
         }
-        if apply_record(&r, sp, side).is_none() {
+        if r.type_ == kernel::PERF_RECORD_SAMPLE {
+            on_sample(&r, sp);
+        } else if apply_record(&r, sp, side).is_none() {
             side.lost = side.lost.saturating_add(1);
         }
     }
@@ -261,6 +299,34 @@ mod tests {
         // long enough are all ones and saturate
         assert_eq!(skipped, 6 + 3 + 3 + 3 + 4 + 3);
         assert_eq!((st.lost, st.lost_samples), (u64::MAX, u64::MAX));
+    }
+
+    /// `--stacks dwarf` sample records sort by their own time (the third
+    /// u64: ip, pid/tid, time) among the side band's records, so each is
+    /// unwound against the mappings announced before it.
+    #[test]
+    fn samples_sort_by_their_time() {
+        let mut body = vec![0u8; 40];
+        body[16..24].copy_from_slice(&77u64.to_ne_bytes());
+        assert_eq!(record_time(&rec(kernel::PERF_RECORD_SAMPLE, body)), 77);
+        // too short for a time: first, and never a panic
+        assert_eq!(
+            record_time(&rec(kernel::PERF_RECORD_SAMPLE, vec![0; 20])),
+            0
+        );
+        let mut mmap = vec![0u8; 80];
+        let n = mmap.len();
+        mmap[n - 8..].copy_from_slice(&78u64.to_ne_bytes());
+        let mut v = [
+            rec(kernel::PERF_RECORD_MMAP2, mmap),
+            rec(kernel::PERF_RECORD_SAMPLE, {
+                let mut b = vec![0u8; 40];
+                b[16..24].copy_from_slice(&77u64.to_ne_bytes());
+                b
+            }),
+        ];
+        v.sort_by_key(record_time);
+        assert_eq!(v[0].type_, kernel::PERF_RECORD_SAMPLE);
     }
 
     /// An MMAP2 whose start + len wraps is refused.

@@ -1,0 +1,212 @@
+//! Separate debug files: the symbols of a stripped image from the debug
+//! file its build ID names, as gdb and perf find them.
+//!
+//! Where (in this order): `DIR/.build-id/xx/yyyy.debug` for each debug
+//! directory (default `/usr/lib/debug` and `/lib/debug`, where Debian's
+//! `-dbgsym` packages put them; `report --debug-dir` replaces the list),
+//! then the debuginfod client's cache (`$DEBUGINFOD_CACHE_PATH`, or
+//! `$XDG_CACHE_HOME/debuginfod_client`, or `~/.cache/debuginfod_client`:
+//! `BUILDID/debuginfo`), then, only when `DEBUGINFOD_URLS` is set and
+//! `debuginfod-find` is installed, a download through it (elfutils'
+//! client: its own timeout, `DEBUGINFOD_TIMEOUT`, default 10 s here).
+//!
+//! Why by build ID, and not through the image's `.gnu_debuglink`: blazesym
+//! consults the build-ID directories only for images that have a debug
+//! link, and the report hands it images as `/proc/self/fd/N` paths (so
+//! that what is symbolized is the file that was checked), beside which no
+//! debug file lies. A build ID names exactly the file it was split from.
+//!
+//! The debug file is read for its ELF symbol table only (no DWARF: a
+//! debug file's own links are never followed), at virtual addresses: the
+//! image's file offsets are converted with the image's own PT_LOAD
+//! program headers ([`Segments`]), which `objcopy --only-keep-debug`
+//! keeps identical in the debug file.
+//!
+//! Invariants: every file is opened as a regular file only, never
+//! blocking ([`crate::files`]); a build ID that is not lower-case hex of
+//! at least 4 digits names no path; program headers are read with checked
+//! offsets (a malformed image has no segments, so no debug symbols).
+
+use crate::files;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Where Debian (and gdb's default) keeps split debug files.
+pub const DEFAULT_DEBUG_DIRS: [&str; 2] = ["/usr/lib/debug", "/lib/debug"];
+
+/// The relative path of a build ID's debug file: `.build-id/xx/yyyy.debug`.
+pub fn build_id_path(build_id: &str) -> Option<PathBuf> {
+    let ok = build_id.len() >= 4
+        && build_id
+            .bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c));
+    ok.then(|| {
+        let (head, rest) = build_id.split_at(2);
+        Path::new(".build-id")
+            .join(head)
+            .join(format!("{rest}.debug"))
+    })
+}
+
+/// The debuginfod client's cache directory (elfutils' rule).
+fn debuginfod_cache() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("DEBUGINFOD_CACHE_PATH") {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME") {
+        return Some(Path::new(&x).join("debuginfod_client"));
+    }
+    std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/debuginfod_client"))
+}
+
+/// Downloads a debug file with `debuginfod-find` when `DEBUGINFOD_URLS`
+/// is set; its path, as the tool prints it.
+fn debuginfod_fetch(build_id: &str) -> Option<PathBuf> {
+    if std::env::var_os("DEBUGINFOD_URLS").is_none_or(|u| u.is_empty()) {
+        return None;
+    }
+    let mut c = Command::new("debuginfod-find");
+    if std::env::var_os("DEBUGINFOD_TIMEOUT").is_none() {
+        c.env("DEBUGINFOD_TIMEOUT", "10");
+    }
+    let out = c.args(["debuginfo", build_id]).output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let p = String::from_utf8(out.stdout).ok()?;
+    Some(PathBuf::from(p.trim_end()))
+}
+
+/// The debug file of `build_id` in `dirs`, the debuginfod cache, or
+/// through debuginfod; the file and where it was found.
+pub fn find(build_id: &str, dirs: &[PathBuf]) -> Option<(File, PathBuf)> {
+    let rel = build_id_path(build_id)?;
+    let open = |p: PathBuf| files::open_regular(&p).ok().map(|f| (f, p));
+    dirs.iter()
+        .find_map(|d| open(d.join(&rel)))
+        .or_else(|| open(debuginfod_cache()?.join(build_id).join("debuginfo")))
+        .or_else(|| open(debuginfod_fetch(build_id)?))
+}
+
+/// The PT_LOAD segments of an ELF image: (p_offset, p_vaddr, p_filesz).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Segments(pub Vec<(u64, u64, u64)>);
+
+impl Segments {
+    /// Reads the program headers of a 64-bit little-endian ELF file.
+    pub fn read(f: &File) -> Segments {
+        Self::parse(|off, buf| f.read_exact_at(buf, off).ok()).unwrap_or_default()
+    }
+
+    /// The program header walk over a reader of (offset, buffer).
+    fn parse(read: impl Fn(u64, &mut [u8]) -> Option<()>) -> Option<Segments> {
+        let mut eh = [0u8; 64];
+        read(0, &mut eh)?;
+        if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+            return None;
+        }
+        let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+        let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let (phoff, phentsize, phnum) = (u64_at(&eh, 32), u16_at(&eh, 54), u16_at(&eh, 56));
+        if phentsize != 56 {
+            return None;
+        }
+        let mut ph = vec![0u8; phnum as usize * 56];
+        read(phoff, &mut ph)?;
+        let segs = ph
+            .chunks_exact(56)
+            .filter(|h| u32::from_le_bytes(h[..4].try_into().unwrap()) == 1) // PT_LOAD
+            .map(|h| (u64_at(h, 8), u64_at(h, 16), u64_at(h, 32)))
+            .collect();
+        Some(Segments(segs))
+    }
+
+    /// The virtual address of file offset `off`, if a segment holds it.
+    pub fn vaddr(&self, off: u64) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|&&(o, _, size)| off >= o && off - o < size)
+            .map(|&(o, v, _)| v.wrapping_add(off - o))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_id_paths() {
+        assert_eq!(
+            build_id_path("5c48e42c8ad3").unwrap(),
+            Path::new(".build-id/5c/48e42c8ad3.debug")
+        );
+        for bad in ["", "abc", "../../etc", "5C48", "5c4/", "5c48 "] {
+            assert_eq!(build_id_path(bad), None, "{bad:?}");
+        }
+    }
+
+    fn elf(phdrs: &[(u32, u64, u64, u64)]) -> Vec<u8> {
+        let mut b = vec![0u8; 64];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = 2;
+        b[5] = 1;
+        b[32..40].copy_from_slice(&64u64.to_le_bytes());
+        b[54..56].copy_from_slice(&56u16.to_le_bytes());
+        b[56..58].copy_from_slice(&(phdrs.len() as u16).to_le_bytes());
+        for &(t, off, vaddr, size) in phdrs {
+            let mut h = vec![0u8; 56];
+            h[..4].copy_from_slice(&t.to_le_bytes());
+            h[8..16].copy_from_slice(&off.to_le_bytes());
+            h[16..24].copy_from_slice(&vaddr.to_le_bytes());
+            h[32..40].copy_from_slice(&size.to_le_bytes());
+            b.extend(h);
+        }
+        b
+    }
+
+    fn parse(b: &[u8]) -> Option<Segments> {
+        Segments::parse(|off, buf| {
+            let s = b.get(off as usize..)?.get(..buf.len())?;
+            buf.copy_from_slice(s);
+            Some(())
+        })
+    }
+
+    #[test]
+    fn file_offsets_to_addresses() {
+        // a PIE: text at offset 0x1000 = vaddr 0x1000; data at 0x2e10 =
+        // vaddr 0x3e10; a PT_NOTE (4) is not a segment to load
+        let b = elf(&[
+            (1, 0, 0, 0x800),
+            (1, 0x1000, 0x1000, 0x1800),
+            (4, 0x300, 0x300, 0x40),
+            (1, 0x2e10, 0x3e10, 0x200),
+        ]);
+        let s = parse(&b).unwrap();
+        assert_eq!(s.0.len(), 3);
+        assert_eq!(s.vaddr(0x1234), Some(0x1234));
+        assert_eq!(s.vaddr(0x2e20), Some(0x3e20));
+        assert_eq!(s.vaddr(0x300f), Some(0x400f));
+        assert_eq!(s.vaddr(0x3010), None);
+        assert_eq!(s.vaddr(0x2900), None);
+    }
+
+    /// Every truncation of a valid header table, and a wrong entry size
+    /// or class, gives no segments, never a panic.
+    #[test]
+    fn malformed_headers_give_nothing() {
+        let b = elf(&[(1, 0x1000, 0x1000, 0x2000)]);
+        assert!(parse(&b).is_some());
+        for len in 0..b.len() {
+            assert_eq!(parse(&b[..len]), None, "length {len}");
+        }
+        let mut wrong = b.clone();
+        wrong[54] = 32;
+        assert_eq!(parse(&wrong), None);
+        let mut class32 = b;
+        class32[4] = 1;
+        assert_eq!(parse(&class32), None);
+    }
+}
