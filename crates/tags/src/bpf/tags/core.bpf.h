@@ -367,14 +367,14 @@ static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epo
 	return 1;
 }
 
-/* Deliver a deposit whose data was read before the deposit was made. */
-static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d)
+/* Deliver a deposit whose data was read (by thread `reader`, 0: unknown)
+ * before the deposit was made. */
+static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d, __u32 reader)
 {
 	struct snap s = {};
-	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, reader;
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
 	struct task_struct *rx;
 
-	reader = d->last_reader;
 	if (!reader)
 		return;
 	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, reader, 1))

@@ -33,6 +33,8 @@
 #define NR_shmget 29
 #define NR_shmat 30
 #define NR_creat 85
+#define NR_eventfd 284
+#define NR_eventfd2 290
 #define NR_mq_timedsend 242
 #define NR_mq_timedreceive 243
 #define NR_openat 257
@@ -167,7 +169,7 @@ __noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq
 	struct mt_deposit *d;
 	struct mt_ctl *c;
 	struct file *f;
-	__u32 kind;
+	__u32 kind, reader;
 
 	f = msg_chan(task, fd, mq_only, &k, &kind);
 	if (!f)
@@ -177,15 +179,26 @@ __noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq
 	d = chan_get(c, &k);
 	if (!d)
 		return 0;
-	if (!d->last_reader)
-		d->last_reader = chan_reader_of(&k);
-	dl_send(c, &s, 0, d->last_reader, kind);
+	/* The sender only reads d->last_reader, never stores it: a reader
+	 * that found the new deposit empty publishes itself there with an
+	 * exchange, and a plain store here (of the 0 read just before that
+	 * exchange) erased it; that reader had not noted itself in
+	 * chan_reader (its hint bit was already set), so the late hand-over
+	 * below found nobody and the first message's tags were lost (the CI
+	 * failure of first_tagged_send_on_a_fresh_channel, a spinning mq
+	 * reader, issue 15). */
+	reader = d->last_reader;
+	dl_send(c, &s, 0, reader ? reader : chan_reader_of(&k), kind);
 	deposit(d, &s, kind, c->epoch, 0, 0);
 	if (chan_drained(f, kind)) {
-		/* after the deposit: a reader that found none noted itself */
-		if (!d->last_reader)
-			d->last_reader = chan_reader_of(&k);
-		deliver_late(c, d);
+		/* After the deposit (a locked OR: a full barrier on x86): a
+		 * reader that found no deposit noted itself in chan_reader, one
+		 * that found it empty in d->last_reader; each re-checked after
+		 * its exchange, so either it saw the deposit or it is seen. */
+		reader = d->last_reader;
+		if (!reader)
+			reader = chan_reader_of(&k);
+		deliver_late(c, d, reader);
 	}
 	return 0;
 }
@@ -303,6 +316,42 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 	return 0;
 }
 
+/*
+ * A new eventfd: its key (the eventfd's id) is the lowest free number, the
+ * id of some eventfd closed a moment ago, of any process. That one's deposit
+ * entry is not this channel's: forget what it holds and who read it last
+ * (its last_reader was a thread of another process, and the late hand-over
+ * gave that thread the first tagged message of this eventfd while its real
+ * reader got nothing: first_tagged_send_on_a_fresh_channel_spinning_stress,
+ * issue 15). Pipes and queues are keyed by inode numbers, which are not
+ * reused like this. Rare (one eventfd2 call), so not on any hot path.
+ */
+__noinline int mt_on_eventfd(int fd)
+{
+	struct mt_chan_key k;
+	struct mt_deposit *d;
+	struct file *f = fd_file(fd);
+	__u64 h, *r;
+	__u32 b;
+
+	if (!f || chan_of(f, &k) != MT_K_EVENTFD || !chan_hinted(&k))
+		return 0;
+	d = bpf_map_lookup_elem(&chan_dep, &k);
+	if (d) {
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++)
+			if (d->vec[w])
+				__sync_lock_test_and_set(&d->vec[w], 0);
+		d->last_reader = 0;
+	}
+	h = key_hash(&k);
+	b = (__u32)(h >> 48);
+	r = bpf_map_lookup_elem(&chan_reader, &b);
+	if (r && *r >> 32 == (__u32)h)
+		__sync_lock_test_and_set(r, 0);
+	return 0;
+}
+
 /* Whether task holds tags: one array load. */
 static __always_inline int task_tagged(struct task_struct *task)
 {
@@ -336,6 +385,9 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 1) : 0;
 	case NR_mq_timedreceive:
 		return on_recv(cur_task(), (int)regs->di, 1);
+	case NR_eventfd:
+	case NR_eventfd2:
+		return mt_on_eventfd((int)ret);
 	case NR_memfd_create:
 		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
 	case NR_open:

@@ -235,7 +235,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	/* A reader spinning on another CPU took it between the queueing and
 	 * this hook: hand the tags to it now. */
 	if (sk->sk_receive_queue.qlen == 0)
-		deliver_late(c, d);
+		deliver_late(c, d, d->last_reader);
 	return 0;
 }
 
@@ -300,9 +300,16 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		if (!d)
 			return 0;
 		if (vec_empty(d->vec)) {
-			if (d->last_reader != (__u32)bpf_get_current_pid_tgid())
-				d->last_reader = (__u32)bpf_get_current_pid_tgid();
-			return 0;
+			/* publish, then look again (as on_recv does): a sender
+			 * depositing now either sees this reader in its late
+			 * hand-over or is seen here */
+			__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+			if (d->last_reader == tid)
+				return 0;
+			__sync_lock_test_and_set(&d->last_reader, tid);
+			if (vec_empty(d->vec))
+				return 0;
 		}
 		/* everything queued is read: the deposit ends here */
 		mt_receive(d, sk->sk_receive_queue.qlen == 0);
