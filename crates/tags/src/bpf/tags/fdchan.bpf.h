@@ -360,6 +360,41 @@ static __always_inline int task_tagged(struct task_struct *task)
 	return v && !vec_empty(v->vec);
 }
 
+/*
+ * The current task, found from the system call's registers through
+ * cur_cache (no helper call on a hit; see the map). Read-only: its fields
+ * load through an untrusted cast; what needs a trusted task (task storage,
+ * mt_on_send) fetches it with the helper, on the tagged path only.
+ */
+static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs)
+{
+	__u32 z = 0, i;
+	__u64 *base = bpf_map_lookup_elem(&cur_cache, &z), *slot;
+	struct task_struct *t;
+	long d;
+
+	if (!base)
+		return 0;
+	/* pointer - pointer: a plain number (privileged programs only) */
+	d = (long)regs - (long)base;
+	i = (__u32)(d >> 14) & (MT_CUR_SLOTS - 1);
+	slot = bpf_map_lookup_elem(&cur_cache, &i);
+	if (!slot)
+		return 0;
+	if (*slot) {
+		t = bpf_core_cast((void *)*slot, struct task_struct);
+		if ((__u64)t->stack + MT_THREAD_SIZE - bpf_core_type_size(struct pt_regs) ==
+		    (__u64)regs)
+			return t;
+	}
+	t = cur_task();
+	if ((__u64)bpf_core_cast(t, struct task_struct)->stack + MT_THREAD_SIZE -
+		    bpf_core_type_size(struct pt_regs) ==
+	    (__u64)regs)
+		*slot = (__u64)t;
+	return bpf_core_cast(t, struct task_struct);
+}
+
 SEC("tp_btf/sys_exit")
 int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 {
@@ -375,21 +410,22 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	case NR_writev:
 		if (!ret)
 			return 0;
-		task = cur_task();
-		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 0) : 0;
+		task = cur_of_regs(regs);
+		return task && task_tagged(task) ? mt_on_send(cur_task(), (int)regs->di, 0) : 0;
 	case NR_read:
 	case NR_readv:
-		return ret ? on_recv(cur_task(), (int)regs->di, 0) : 0;
+		return ret && (task = cur_of_regs(regs)) ? on_recv(task, (int)regs->di, 0) : 0;
 	case NR_mq_timedsend:
-		task = cur_task();
-		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 1) : 0;
+		task = cur_of_regs(regs);
+		return task && task_tagged(task) ? mt_on_send(cur_task(), (int)regs->di, 1) : 0;
 	case NR_mq_timedreceive:
-		return on_recv(cur_task(), (int)regs->di, 1);
+		return (task = cur_of_regs(regs)) ? on_recv(task, (int)regs->di, 1) : 0;
 	case NR_eventfd:
 	case NR_eventfd2:
 		return mt_on_eventfd((int)ret);
 	case NR_memfd_create:
-		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
+		task = cur_of_regs(regs);
+		return task && task_tagged(task) ? mt_on_shm((int)ret, 0, 1) : 0;
 	case NR_open:
 	case NR_openat:
 	case NR_openat2:
@@ -397,7 +433,8 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		/* shm_open: a file that this call created on a tmpfs */
 		struct file *f;
 
-		if (!self_tagged() || !(f = fd_file((int)ret)))
+		task = cur_of_regs(regs);
+		if (!task || !task_tagged(task) || !(f = fd_file_of(task, (int)ret)))
 			return 0;
 		if (!(f->f_mode & MT_FMODE_CREATED) || !f->f_inode ||
 		    f->f_inode->i_sb->s_magic != TMPFS_MAGIC)
@@ -405,7 +442,10 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		return mt_on_shm((int)ret, 0, 1);
 	}
 	case NR_shmget:
-		return (regs->dx & MT_IPC_CREAT) && self_tagged() ? mt_on_shm(-1, ret, 1) : 0;
+		if (!(regs->dx & MT_IPC_CREAT))
+			return 0;
+		task = cur_of_regs(regs);
+		return task && task_tagged(task) ? mt_on_shm(-1, ret, 1) : 0;
 	case NR_mmap:
 		return (regs->r10 & MT_MAP_SHARED) && (int)regs->r8 >= 0 ?
 			       mt_on_shm((int)regs->r8, 0, 0) : 0;
