@@ -1501,6 +1501,33 @@ fn unprivileged_user_is_refused() {
     for m in ["view", "ctl", "tags"] {
         assert_eq!(res[m]["mmap_ro"], "0", "nobody reads {m} by mmap: {out}");
     }
+    // The maps that hold kernel pointers or other channels' deposits
+    // (cur_cache: task pointers; fd_dep: the direct-mapped deposits of
+    // pipes, eventfd and queues, issue 15) are never pinned, and nobody
+    // cannot reach them by id either (BPF_MAP_GET_NEXT_ID needs
+    // CAP_SYS_ADMIN): bpftool as nobody lists no map at all.
+    for m in ["cur_cache", "fd_dep"] {
+        let pin = format!("/sys/fs/bpf/mantle/tags/maps/{m}");
+        assert!(!std::path::Path::new(&pin).exists(), "{pin} is pinned");
+    }
+    let out = Command::new("bpftool")
+        .args(["map", "show", "name", "fd_dep"])
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("fd_dep"),
+        "nobody found fd_dep by id: {out:?}"
+    );
+    let root = Command::new("bpftool")
+        .args(["map", "show", "name", "fd_dep"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&root.stdout).contains("fd_dep"),
+        "root does not see fd_dep (is the lookup right?): {root:?}"
+    );
     // Frozen means root cannot write them from user space either: root
     // changes the table through the mt_admin program alone.
     for m in ["view", "ctl", "tags", "stats"] {

@@ -157,6 +157,92 @@ static __always_inline struct file *msg_chan(struct task_struct *task, int fd, i
 }
 
 /*
+ * The slot protocol (fd_dep, maps.bpf.h). A slot belongs to one channel key
+ * at a time; a sender of another channel claims it.
+ *   sender:  busy += 1; if claimed, or the key is not its own (after
+ *            claiming it, see fd_enter), leave; deposit; busy -= 1.
+ *   claim:   busy 0 -> MT_SLOT_CLAIM (only while no sender is inside);
+ *            gen += 1; empty the deposit; write the key; busy = 0.
+ *   reader:  gen; key compare; take; gen again: a changed gen means the
+ *            slot was claimed meanwhile, and what was taken is dropped.
+ * So a sender's bits land only in a slot keyed by its own channel (a claim
+ * waits for no sender and empties the deposit before the new key shows),
+ * and a reader delivers only bits taken while the slot had its key. A
+ * reader that finds no deposit notes itself as gen << 32 | tid, which a
+ * sender trusts only under the same gen.
+ */
+static __always_inline struct mt_fdslot *fd_slot(const struct mt_chan_key *k)
+{
+	__u32 i = hint_bit(k);
+
+	return bpf_map_lookup_elem(&fd_dep, &i);
+}
+
+/* Start a claim of sl (busy 0 -> MT_SLOT_CLAIM): 0 if a sender is inside or
+ * another claim runs. Then gen moves on and the deposit is emptied. */
+static __always_inline int fd_claim(struct mt_fdslot *sl)
+{
+	if (__sync_val_compare_and_swap(&sl->busy, 0, MT_SLOT_CLAIM) != 0)
+		return 0;
+	__sync_fetch_and_add(&sl->gen, 1);
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		if (sl->d.vec[w])
+			__sync_lock_test_and_set(&sl->d.vec[w], 0);
+	sl->d.last_reader = 0;
+	sl->reader = 0;
+	return 1;
+}
+
+/* Enter the slot of k as a sender (busy held: no claim can run until
+ * fd_leave), claiming it for k if another channel has it. 0: not entered
+ * (claimed by someone else right now; this send's tags are dropped). */
+static __always_inline struct mt_fdslot *fd_enter(const struct mt_chan_key *k)
+{
+	struct mt_fdslot *sl = fd_slot(k);
+
+	if (!sl)
+		return 0;
+	if (__sync_fetch_and_add(&sl->busy, 1) & MT_SLOT_CLAIM)
+		goto out;
+	if (key_eq(&sl->key, k))
+		return sl;
+	__sync_fetch_and_sub(&sl->busy, 1);
+	if (!fd_claim(sl))
+		return 0;
+	sl->key.a = k->a;
+	sl->key.b = k->b;
+	sl->key.pad = k->pad;
+	sl->key.type = k->type;
+	/* the claim ends, and this sender enters, in one store */
+	__sync_lock_test_and_set(&sl->busy, 1);
+	{
+		__u32 b = hint_bit(k), w = b / 64;
+		__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
+
+		if (h && !(*h & (1ULL << (b % 64))))
+			__sync_fetch_and_or(h, 1ULL << (b % 64));
+	}
+	return sl;
+out:
+	__sync_fetch_and_sub(&sl->busy, 1);
+	return 0;
+}
+
+static __always_inline void fd_leave(struct mt_fdslot *sl)
+{
+	__sync_fetch_and_sub(&sl->busy, 1);
+}
+
+/* The reader the slot's note names, if it was noted under the current gen. */
+static __always_inline __u32 fd_reader(struct mt_fdslot *sl)
+{
+	__u64 r = sl->reader;
+
+	return r >> 32 == sl->gen ? (__u32)r : 0;
+}
+
+/*
  * A request sent on fd (write/writev, mq_timedsend) by a thread that holds
  * tags (mt_sys_exit checked): deposit the sender's tags on the channel; if
  * the reader already took the message (it ran between the send and this
@@ -166,7 +252,7 @@ __noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq
 {
 	struct mt_chan_key k;
 	struct snap s = {};
-	struct mt_deposit *d;
+	struct mt_fdslot *sl;
 	struct mt_ctl *c;
 	struct file *f;
 	__u32 kind, reader;
@@ -176,30 +262,29 @@ __noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq
 		return 0;
 	if (!take_snapshot_of(task, &s, &c))
 		return 0;
-	d = chan_get(c, &k);
-	if (!d)
+	sl = fd_enter(&k);
+	if (!sl)
 		return 0;
-	/* The sender only reads d->last_reader, never stores it: a reader
-	 * that found the new deposit empty publishes itself there with an
-	 * exchange, and a plain store here (of the 0 read just before that
-	 * exchange) erased it; that reader had not noted itself in
-	 * chan_reader (its hint bit was already set), so the late hand-over
-	 * below found nobody and the first message's tags were lost (the CI
-	 * failure of first_tagged_send_on_a_fresh_channel, a spinning mq
-	 * reader, issue 15). */
-	reader = d->last_reader;
+	/* The sender only reads the reader notes, never stores them: a plain
+	 * store here (of the 0 read just before a reader's exchange) once
+	 * erased a reader that had found the new deposit empty, and the late
+	 * hand-over below found nobody (the CI failure of
+	 * first_tagged_send_on_a_fresh_channel, a spinning mq reader, issue
+	 * 15). */
+	reader = fd_reader(sl);
 	dl_send(c, &s, 0, reader ? reader : chan_reader_of(&k), kind);
-	deposit(d, &s, kind, c->epoch, 0, 0);
+	deposit(&sl->d, &s, kind, c->epoch, 0, 0);
 	if (chan_drained(f, kind)) {
 		/* After the deposit (a locked OR: a full barrier on x86): a
-		 * reader that found no deposit noted itself in chan_reader, one
-		 * that found it empty in d->last_reader; each re-checked after
+		 * reader that found no slot noted itself in chan_reader, one
+		 * that found it empty in sl->reader; each looked again after
 		 * its exchange, so either it saw the deposit or it is seen. */
-		reader = d->last_reader;
+		reader = fd_reader(sl);
 		if (!reader)
 			reader = chan_reader_of(&k);
-		deliver_late(c, d, reader);
+		deliver_late(c, &sl->d, reader);
 	}
+	fd_leave(sl);
 	return 0;
 }
 
@@ -281,9 +366,10 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only)
 {
 	struct mt_chan_key k;
-	struct mt_deposit *d;
+	struct mt_fdslot *sl;
 	struct file *f;
-	__u32 kind, tid = tid_of(task);
+	__u32 kind, g, tid = tid_of(task);
+	__u64 me;
 
 	f = msg_chan(task, fd, mq_only, &k, &kind);
 	if (!f)
@@ -294,25 +380,29 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 		if (!chan_hinted(&k))
 			return 0;
 	}
-	d = bpf_map_lookup_elem(&chan_dep, &k);
-	if (!d) {
-		/* the sender's hook may not have run yet: leave a note, then
-		 * look again (see note_reader) */
+	sl = fd_slot(&k);
+	if (!sl)
+		return 0;
+	g = sl->gen;
+	if (!key_eq(&sl->key, &k)) {
+		/* the sender's hook may not have claimed the slot yet: leave a
+		 * note, then look again (see note_reader) */
 		note_reader(&k, tid);
-		d = bpf_map_lookup_elem(&chan_dep, &k);
-		if (!d)
+		g = sl->gen;
+		if (!key_eq(&sl->key, &k))
 			return 0;
 	}
-	if (vec_empty(d->vec)) {
+	if (vec_empty(sl->d.vec)) {
 		/* as in note_reader: publish, then look again, so that a
 		 * sender depositing now either sees this reader or is seen */
-		if (d->last_reader == tid)
+		me = (__u64)g << 32 | tid;
+		if (sl->reader == me)
 			return 0;
-		__sync_lock_test_and_set(&d->last_reader, tid);
-		if (vec_empty(d->vec))
+		__sync_lock_test_and_set(&sl->reader, me);
+		if (vec_empty(sl->d.vec))
 			return 0;
 	}
-	mt_receive(d, chan_drained(f, kind));
+	mt_receive_in(&sl->d, chan_drained(f, kind), sl, &k, g);
 	return 0;
 }
 
@@ -329,21 +419,17 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 __noinline int mt_on_eventfd(int fd)
 {
 	struct mt_chan_key k;
-	struct mt_deposit *d;
+	struct mt_fdslot *sl;
 	struct file *f = fd_file(fd);
 	__u64 h, *r;
 	__u32 b;
 
 	if (!f || chan_of(f, &k) != MT_K_EVENTFD || !chan_hinted(&k))
 		return 0;
-	d = bpf_map_lookup_elem(&chan_dep, &k);
-	if (d) {
-#pragma unroll
-		for (int w = 0; w < MT_WORDS; w++)
-			if (d->vec[w])
-				__sync_lock_test_and_set(&d->vec[w], 0);
-		d->last_reader = 0;
-	}
+	sl = fd_slot(&k);
+	/* a claim that keeps the key: new gen, empty deposit, no reader */
+	if (sl && key_eq(&sl->key, &k) && fd_claim(sl))
+		__sync_lock_test_and_set(&sl->busy, 0);
 	h = key_hash(&k);
 	b = (__u32)(h >> 48);
 	r = bpf_map_lookup_elem(&chan_reader, &b);

@@ -147,6 +147,32 @@ struct {
 	__type(value, __u64); /* low 32 bits of the key's hash << 32 | tid */
 } chan_reader SEC(".maps");
 
+/*
+ * Deposits of the message fd channels (pipes and FIFOs, eventfd, POSIX
+ * message queues), direct-mapped: slot = the key's hint bit, so finding a
+ * channel's deposit is one array load and a key compare instead of hashing
+ * a 24-byte key in an LRU hash (issue 15: ~40-50 ns a lookup, two a hop).
+ * Two channels whose keys share a slot evict each other (the later sender
+ * takes the slot; the earlier channel's pending tags are dropped, as the
+ * LRU dropped its oldest), and the slot's protocol (fdchan.bpf.h, "The
+ * slot protocol") makes sure that tags deposited for one channel are never
+ * taken by the reader of another, whatever the timing.
+ */
+struct mt_fdslot {
+	struct mt_chan_key key;
+	__u32 gen;   /* claims of this slot so far: readers check it around a take */
+	__u32 busy;  /* senders inside (a count), or MT_SLOT_CLAIM while claimed */
+	__u64 reader; /* gen << 32 | tid of the last reader that found no deposit */
+	struct mt_deposit d;
+};
+#define MT_SLOT_CLAIM 0x80000000u
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_HINT_BITS);
+	__type(key, __u32);
+	__type(value, struct mt_fdslot);
+} fd_dep SEC(".maps");
+
 /* LRU: a deposit outlives its pipe or flow only until the space is needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
