@@ -162,7 +162,7 @@ static __always_inline struct file *msg_chan(struct task_struct *task, int fd, i
  *   sender:  busy += 1; if claimed, or the key is not its own (after
  *            claiming it, see fd_enter), leave; deposit; busy -= 1.
  *   claim:   busy 0 -> MT_SLOT_CLAIM (only while no sender is inside);
- *            gen += 1; empty the deposit; write the key; busy = 0.
+ *            gen += 1; empty the deposit; write the key; busy -= CLAIM.
  *   reader:  gen; key compare; take; gen again: a changed gen means the
  *            slot was claimed meanwhile, and what was taken is dropped.
  * So a sender's bits land only in a slot keyed by its own channel (a claim
@@ -214,8 +214,10 @@ static __always_inline struct mt_fdslot *fd_enter(const struct mt_chan_key *k)
 	sl->key.b = k->b;
 	sl->key.pad = k->pad;
 	sl->key.type = k->type;
-	/* the claim ends, and this sender enters, in one store */
-	__sync_lock_test_and_set(&sl->busy, 1);
+	/* the claim ends and this sender enters, in one atomic add (not a
+	 * store: a sender that found the claim keeps its count until it
+	 * takes it back) */
+	__sync_fetch_and_sub(&sl->busy, MT_SLOT_CLAIM - 1);
 	{
 		__u32 b = hint_bit(k), w = b / 64;
 		__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
@@ -429,7 +431,7 @@ __noinline int mt_on_eventfd(int fd)
 	sl = fd_slot(&k);
 	/* a claim that keeps the key: new gen, empty deposit, no reader */
 	if (sl && key_eq(&sl->key, &k) && fd_claim(sl))
-		__sync_lock_test_and_set(&sl->busy, 0);
+		__sync_fetch_and_sub(&sl->busy, MT_SLOT_CLAIM);
 	h = key_hash(&k);
 	b = (__u32)(h >> 48);
 	r = bpf_map_lookup_elem(&chan_reader, &b);
