@@ -261,9 +261,9 @@ static void enter_netns(const char *var)
 	close(fd);
 }
 
-/* TCP ping-pong: server in a forked child (in $MICRO_NS_SERVER if set,
- * listening on addr), this process the client (in $MICRO_NS_CLIENT). */
-static uint64_t tcp_pingpong(const char *addr, long warm, long n)
+/* TCP ping-pong: server in a forked child listening on addr, this process
+ * the client; with netns, in $MICRO_NS_SERVER and $MICRO_NS_CLIENT. */
+static uint64_t tcp_pingpong(const char *addr, int netns, long warm, long n)
 {
 	struct sockaddr_in a;
 	int ready[2], ls, cs, one = 1;
@@ -286,7 +286,8 @@ static uint64_t tcp_pingpong(const char *addr, long warm, long n)
 		int s;
 
 		close(ready[0]);
-		enter_netns("MICRO_NS_SERVER");
+		if (netns)
+			enter_netns("MICRO_NS_SERVER");
 		ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 		if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, 1) < 0 ||
@@ -309,7 +310,8 @@ static uint64_t tcp_pingpong(const char *addr, long warm, long n)
 		exit(1);
 	}
 	close(ready[0]);
-	enter_netns("MICRO_NS_CLIENT");
+	if (netns)
+		enter_netns("MICRO_NS_CLIENT");
 	cs = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (cs < 0 || connect(cs, (struct sockaddr *)&a, sizeof(a)) < 0)
 		die("tcp connect");
@@ -322,7 +324,7 @@ static uint64_t tcp_pingpong(const char *addr, long warm, long n)
 
 static uint64_t case_tcp_lo(long warm, long n)
 {
-	return tcp_pingpong("127.0.0.1", warm, n);
+	return tcp_pingpong("127.0.0.1", 0, warm, n);
 }
 
 static uint64_t case_tcp_veth(long warm, long n)
@@ -333,7 +335,7 @@ static uint64_t case_tcp_veth(long warm, long n)
 		fprintf(stderr, "micro: tcp_veth needs MICRO_NS_SERVER, MICRO_NS_CLIENT and MICRO_ADDR_SERVER\n");
 		exit(2);
 	}
-	return tcp_pingpong(addr, warm, n);
+	return tcp_pingpong(addr, 1, warm, n);
 }
 
 static uint64_t case_pipe_pingpong(long warm, long n)
