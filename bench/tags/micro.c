@@ -69,6 +69,7 @@
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -286,6 +287,11 @@ static uint64_t tcp_pingpong(const char *addr, int netns, long warm, long n)
 		int s;
 
 		close(ready[0]);
+		/* A client that fails to connect exits; without this its server
+		 * waited in accept() for ever, holding every fd it inherited
+		 * (the driver's `flock` of the shared bench lock among them). */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1)
+			_exit(1);
 		if (netns)
 			enter_netns("MICRO_NS_SERVER");
 		ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
