@@ -455,7 +455,8 @@ goto() {
 		if [[ $CUR_TAG != "$want" ]]; then
 			[[ -n $CUR_TAG ]] && "$MANTLE" tag delete "$CUR_TAG" >/dev/null
 			if [[ $want == bench_ll ]]; then
-				"$MANTLE" tag create bench_ll --lifeline 65536 >/dev/null
+				# the cluster table's tag takes lifeline records too
+				"$MANTLE" tag create bench_ll --lifeline $((CLUSTER == 1 ? 32768 : 65536)) >/dev/null
 			elif [[ -n $want ]]; then
 				"$MANTLE" tag create "$want" >/dev/null
 			fi
