@@ -424,7 +424,6 @@ __noinline int mt_on_eventfd(int fd)
 	struct mt_fdslot *sl;
 	struct file *f = fd_file(fd);
 	__u64 h, *r;
-	__u32 b;
 
 	if (!f || chan_of(f, &k) != MT_K_EVENTFD || !chan_hinted(&k))
 		return 0;
@@ -432,9 +431,7 @@ __noinline int mt_on_eventfd(int fd)
 	/* a claim that keeps the key: new gen, empty deposit, no reader */
 	if (sl && key_eq(&sl->key, &k) && fd_claim(sl))
 		__sync_fetch_and_sub(&sl->busy, MT_SLOT_CLAIM);
-	h = key_hash(&k);
-	b = (__u32)(h >> 48);
-	r = bpf_map_lookup_elem(&chan_reader, &b);
+	r = reader_slot(&k, &h);
 	if (r && *r >> 32 == (__u32)h)
 		__sync_lock_test_and_set(r, 0);
 	return 0;
