@@ -35,6 +35,14 @@
  *   shm_map        mmap(MAP_SHARED) + munmap of one page of a memfd that this
  *                  process created (a tagged creator attaches its tags; each
  *                  mapping takes them again), one process
+ *   tcp_lo         1-byte request + 1-byte reply over a TCP connection on
+ *                  loopback (TCP_NODELAY), this process the client, a forked
+ *                  child the server (Table 4's path within one host)
+ *   tcp_veth       the same between two network namespaces over a veth pair
+ *                  (Table 4: two hosts): the server child enters the
+ *                  namespace $MICRO_NS_SERVER and listens on $MICRO_ADDR_SERVER,
+ *                  this process enters $MICRO_NS_CLIENT (both /run/netns
+ *                  paths; bench/tags/run.sh makes them) and connects
  *   selfread       mantle_tags_self() (WITH_MANTLE builds only)
  *
  * Pinning is the driver's business (taskset); the peer process of a
@@ -57,6 +65,11 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <sched.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -232,6 +245,103 @@ static uint64_t case_unix_pingpong(long warm, long n)
 	close(cs);
 	reap(pid);
 	return ns;
+}
+
+/* Enter the network namespace named by environment variable `var` (a
+ * /run/netns path), if it is set. */
+static void enter_netns(const char *var)
+{
+	const char *path = getenv(var);
+	int fd;
+
+	if (!path || !*path)
+		return;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNET) < 0)
+		die(var);
+	close(fd);
+}
+
+/* TCP ping-pong: server in a forked child listening on addr, this process
+ * the client; with netns, in $MICRO_NS_SERVER and $MICRO_NS_CLIENT. */
+static uint64_t tcp_pingpong(const char *addr, int netns, long warm, long n)
+{
+	struct sockaddr_in a;
+	int ready[2], ls, cs, one = 1;
+	socklen_t alen = sizeof(a);
+	pid_t pid;
+	uint64_t ns;
+
+	memset(&a, 0, sizeof(a));
+	a.sin_family = AF_INET;
+	if (inet_pton(AF_INET, addr, &a.sin_addr) != 1) {
+		fprintf(stderr, "micro: bad address %s\n", addr);
+		exit(2);
+	}
+	if (pipe2(ready, O_CLOEXEC) < 0)
+		die("pipe");
+	pid = fork();
+	if (pid < 0)
+		die("fork");
+	if (pid == 0) {
+		int s;
+
+		close(ready[0]);
+		/* A client that fails to connect exits; without this its server
+		 * waited in accept() for ever, holding every fd it inherited
+		 * (the driver's `flock` of the shared bench lock among them). */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() == 1)
+			_exit(1);
+		if (netns)
+			enter_netns("MICRO_NS_SERVER");
+		ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(ls, 1) < 0 ||
+		    getsockname(ls, (struct sockaddr *)&a, &alen) < 0)
+			_exit(1);
+		/* the port the kernel chose, to the client */
+		if (write(ready[1], &a.sin_port, sizeof(a.sin_port)) != sizeof(a.sin_port))
+			_exit(1);
+		s = accept(ls, NULL, NULL);
+		if (s < 0)
+			_exit(1);
+		close(ls);
+		setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		echo_loop(s, s);
+	}
+	close(ready[1]);
+	/* read, not xread: a pipe from our own child (no tag to take) */
+	if (read(ready[0], &a.sin_port, sizeof(a.sin_port)) != sizeof(a.sin_port)) {
+		fprintf(stderr, "micro: the TCP server did not start\n");
+		exit(1);
+	}
+	close(ready[0]);
+	if (netns)
+		enter_netns("MICRO_NS_CLIENT");
+	cs = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (cs < 0 || connect(cs, (struct sockaddr *)&a, sizeof(a)) < 0)
+		die("tcp connect");
+	setsockopt(cs, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	ns = pingpong(cs, cs, warm, n);
+	close(cs);
+	reap(pid);
+	return ns;
+}
+
+static uint64_t case_tcp_lo(long warm, long n)
+{
+	return tcp_pingpong("127.0.0.1", 0, warm, n);
+}
+
+static uint64_t case_tcp_veth(long warm, long n)
+{
+	const char *addr = getenv("MICRO_ADDR_SERVER");
+
+	if (!addr || !getenv("MICRO_NS_SERVER") || !getenv("MICRO_NS_CLIENT")) {
+		fprintf(stderr, "micro: tcp_veth needs MICRO_NS_SERVER, MICRO_NS_CLIENT and MICRO_ADDR_SERVER\n");
+		exit(2);
+	}
+	return tcp_pingpong(addr, 1, warm, n);
 }
 
 static uint64_t case_pipe_pingpong(long warm, long n)
@@ -513,6 +623,8 @@ static const struct {
 	{ "eventfd_pingpong", case_eventfd_pingpong },
 	{ "mq_pingpong", case_mq_pingpong },
 	{ "shm_map", case_shm_map },
+	{ "tcp_lo", case_tcp_lo },
+	{ "tcp_veth", case_tcp_veth },
 #ifdef WITH_MANTLE
 	{ "selfread", case_selfread },
 #endif

@@ -30,9 +30,17 @@
 #              inherit, so both ends of every IPC are tagged)
 #   lifeline   as tagged, the tag created with --lifeline 65536: every
 #              reception is recorded
+#   nofd       `mantle tags up --no-fd-channels`, the measured processes
+#              tagged as in `tagged`: sys_exit is never attached, so pipes,
+#              eventfd, queues and shared memory carry nothing (their hops/op
+#              read 0); the whole programs' bar (<= 1.03) applies here too
 # Micro cases (micro.c): unix_pingpong pipe_pingpong getpid fork_exit
 # signal_rt devnull_write pipe_read eventfd_pingpong mq_pingpong shm_map
-# selfread (see micro.c's header; --cases picks some). Whole
+# selfread tcp_lo tcp_veth (see micro.c's header; --cases picks some;
+# tcp_veth runs between two network namespaces over a veth pair that this
+# script makes, mtb-c-PID and mtb-s-PID, 10.79.0.1 -> 10.79.0.2, and
+# removes). Table 4 (tags across machines) is tcp_veth and tcp_lo under
+# --cluster (below): a global tag, carried in a TCP header option. Whole
 # programs, each one `sh -c` pipeline timed from outside by `micro time`,
 # tagged as a whole in the tagged/lifeline conditions:
 #   gzip    cat text | gzip -c | wc -c                  (16 MiB of text)
@@ -99,6 +107,13 @@
 #   --cases A,B,...    only these cases (micro or program names)
 #   --up-args "ARGS"   extra arguments for `mantle tags up` in the loaded
 #                      conditions (e.g. "--no-fd-channels")
+#   --cluster          Table 4: load with a cluster table whose one global
+#                      tag, bench_g, the tcp_* cases hold (with bench_t) in
+#                      the tagged, lifeline and nofd conditions and the
+#                      bystander's holder holds: segments then carry it in
+#                      a TCP option, and every connection made while the
+#                      table is loaded has the option callbacks on. The
+#                      `loaded` row then has a (global) tag in the table
 #   --reps-micro N / --reps-programs N
 #   --cpu LIST         taskset CPU list (default 1; "0-1" = not pinned)
 #   --dma-latency      hold /dev/cpu_dma_latency at 0 during the run
@@ -133,6 +148,7 @@ MAX_WAIT=
 MANTLE_DIR=
 CASES_ONLY=
 UP_ARGS=
+CLUSTER=0
 
 usage() { sed -n '/^# Options:/,/^# Exit/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -141,6 +157,7 @@ while [[ $# -gt 0 ]]; do
 	--micro-only) DO_PROGS=0 ;;
 	--cases) CASES_ONLY=$2; shift ;;
 	--up-args) UP_ARGS=$2; shift ;;
+	--cluster) CLUSTER=1 ;;
 	--programs-only) DO_MICRO=0 ;;
 	--reps-micro) REPS_MICRO=$2; shift ;;
 	--reps-programs) REPS_PROGS=$2; shift ;;
@@ -214,10 +231,10 @@ MANTLE_SHA=$(sha256sum "$MANTLE" | cut -c1-12)
 
 # ------------------------------------------------------------------ cases
 MICRO_CASES=(unix_pingpong pipe_pingpong getpid fork_exit signal_rt devnull_write pipe_read
-	eventfd_pingpong mq_pingpong shm_map selfread)
+	eventfd_pingpong mq_pingpong shm_map selfread tcp_lo tcp_veth)
 declare -A ITERS=([unix_pingpong]=10000 [pipe_pingpong]=15000 [getpid]=500000 [fork_exit]=800
 	[signal_rt]=12000 [devnull_write]=250000 [pipe_read]=100000 [eventfd_pingpong]=15000
-	[mq_pingpong]=15000 [shm_map]=100000 [selfread]=15000000)
+	[mq_pingpong]=15000 [shm_map]=100000 [selfread]=15000000 [tcp_lo]=8000 [tcp_veth]=8000)
 if [[ $QUICK == 1 ]]; then
 	for c in "${!ITERS[@]}"; do ITERS[$c]=$((ITERS[$c] / 2)); done
 	MIB_GZ=4 KIB_XZ=512 MIB_SORT=16 TAR_LOOPS=1
@@ -234,7 +251,7 @@ if [[ -n $CASES_ONLY ]]; then # --cases a,b: only these (micro or program)
 	((${#MICRO_CASES[@]})) || DO_MICRO=0
 	((${#PROG_CASES[@]})) || DO_PROGS=0
 fi
-CONDS=(baseline floor loaded bystander tagged lifeline)
+CONDS=(baseline floor loaded bystander tagged lifeline nofd)
 
 # ------------------------------------------------------------------ data
 DATA_VERSION=1
@@ -338,12 +355,32 @@ if [[ $WAS_LOADED == 1 ]]; then
 fi
 STATS_BEFORE=$(sysctl -n kernel.bpf_stats_enabled)
 
+# tcp_veth's two hosts: network namespaces joined by a veth pair.
+NS_C=mtb-c-$$ NS_S=mtb-s-$$
+NETNS_MADE=0
+if [[ " ${MICRO_CASES[*]} " == *" tcp_veth "* && $DO_MICRO == 1 ]]; then
+	ip netns add "$NS_C" && ip netns add "$NS_S" && NETNS_MADE=1 &&
+		ip link add "mtbc$$" netns "$NS_C" type veth peer name "mtbs$$" netns "$NS_S" &&
+		ip -n "$NS_C" addr add 10.79.0.1/24 dev "mtbc$$" && ip -n "$NS_S" addr add 10.79.0.2/24 dev "mtbs$$" &&
+		ip -n "$NS_C" link set "mtbc$$" up && ip -n "$NS_S" link set "mtbs$$" up &&
+		ip -n "$NS_C" link set lo up && ip -n "$NS_S" link set lo up ||
+		die "cannot make the network namespaces for tcp_veth (ip netns/veth)"
+	export MICRO_NS_CLIENT=/run/netns/$NS_C MICRO_NS_SERVER=/run/netns/$NS_S MICRO_ADDR_SERVER=10.79.0.2
+fi
+CLUSTER_FILE=
+if [[ $CLUSTER == 1 ]]; then
+	CLUSTER_FILE=$BIN/cluster
+	echo "bench_g" >"$CLUSTER_FILE"
+	UP_ARGS="$UP_ARGS --cluster $CLUSTER_FILE"
+fi
+
 restore() {
 	local rc=$?
 	set +e
 	[[ $DMA == 1 ]] && exec 8>&-
 	[[ -n ${HOLDER:-} ]] && kill "$HOLDER" && wait "$HOLDER" 2>/dev/null
 	"$FLOOR" down
+	if [[ $NETNS_MADE == 1 ]]; then ip netns del "$NS_C"; ip netns del "$NS_S"; fi
 	sysctl -q -w kernel.bpf_stats_enabled="$STATS_BEFORE" >/dev/null
 	is_loaded && "$MANTLE" tags down >/dev/null
 	if [[ $WAS_LOADED == 1 ]]; then
@@ -383,6 +420,7 @@ trap restore EXIT
 CUR_LOADED=$WAS_LOADED
 CUR_TAG=unknown
 CUR_FLOOR=1 # unknown: `down` is harmless when it is not up
+CUR_NOFD=0   # loaded with --no-fd-channels (the nofd condition)
 HOLDER=
 goto() {
 	local cond=$1 want=
@@ -399,19 +437,26 @@ goto() {
 	if [[ $CUR_FLOOR == 1 ]]; then "$FLOOR" down; CUR_FLOOR=0; fi
 	case $cond in
 	baseline | loaded) want= ;;
-	bystander | tagged) want=bench_t ;;
+	bystander | tagged | nofd) want=bench_t ;;
 	lifeline) want=bench_ll ;;
 	esac
 	if [[ $cond == baseline ]]; then
 		if [[ $CUR_LOADED == 1 ]]; then "$MANTLE" tags down >/dev/null; fi
 		CUR_LOADED=0 CUR_TAG=
 	else
-		if [[ $CUR_TAG == unknown && $CUR_LOADED == 1 ]]; then "$MANTLE" tags down >/dev/null; CUR_LOADED=0; fi
-		if [[ $CUR_LOADED == 0 ]]; then "$MANTLE" tags up $UP_ARGS --lib "$BIN/libmantle.so" >/dev/null; CUR_LOADED=1 CUR_TAG=; fi
+		local nofd=0
+		[[ $cond == nofd ]] && nofd=1
+		if [[ $CUR_LOADED == 1 ]] && [[ $CUR_TAG == unknown || $CUR_NOFD != "$nofd" ]]; then "$MANTLE" tags down >/dev/null; CUR_LOADED=0; fi
+		if [[ $CUR_LOADED == 0 ]]; then
+			# shellcheck disable=SC2046
+			"$MANTLE" tags up $UP_ARGS $([[ $nofd == 1 ]] && echo --no-fd-channels) --lib "$BIN/libmantle.so" >/dev/null
+			CUR_LOADED=1 CUR_TAG= CUR_NOFD=$nofd
+		fi
 		if [[ $CUR_TAG != "$want" ]]; then
 			[[ -n $CUR_TAG ]] && "$MANTLE" tag delete "$CUR_TAG" >/dev/null
 			if [[ $want == bench_ll ]]; then
-				"$MANTLE" tag create bench_ll --lifeline 65536 >/dev/null
+				# the cluster table's tag takes lifeline records too
+				"$MANTLE" tag create bench_ll --lifeline $((CLUSTER == 1 ? 32768 : 65536)) >/dev/null
 			elif [[ -n $want ]]; then
 				"$MANTLE" tag create "$want" >/dev/null
 			fi
@@ -419,7 +464,7 @@ goto() {
 		fi
 		if [[ $cond == bystander ]]; then
 			# not a pipe this shell reads (see run_one)
-			"$MANTLE" tag run bench_t -- sleep 100000 </dev/null >/dev/null 2>&1 &
+			"$MANTLE" tag run bench_t $GTAG -- sleep 100000 </dev/null >/dev/null 2>&1 &
 			HOLDER=$!
 		fi
 	fi
@@ -428,11 +473,16 @@ goto() {
 		die "the bystander condition's holder (mantle tag run bench_t -- sleep) is not running"
 	fi
 }
-# The command prefix of a condition: pinning, then the tag for the run.
+# The command prefix of a condition (and case): pinning, then the tags for
+# the run (with --cluster, the tcp_* cases hold the global tag too).
+GTAG=
+[[ $CLUSTER == 1 ]] && GTAG=bench_g
 prefix() {
+	local g=
+	[[ ${2:-} == tcp_* ]] && g=$GTAG
 	case $1 in
-	tagged) echo "taskset -c $CPU $MANTLE tag run bench_t --" ;;
-	lifeline) echo "taskset -c $CPU $MANTLE tag run bench_ll --" ;;
+	tagged | nofd) echo "taskset -c $CPU $MANTLE tag run bench_t $g --" ;;
+	lifeline) echo "taskset -c $CPU $MANTLE tag run bench_ll $g --" ;;
 	*) echo "taskset -c $CPU" ;;
 	esac
 }
@@ -464,16 +514,16 @@ run_one() {
 		local bin=$BIN/micro
 		[[ $case == selfread ]] && bin=$BIN/micro_mantle
 		# shellcheck disable=SC2046
-		$(prefix "$cond") "$bin" "$case" "${ITERS[$case]}" >"$out" 2>"$err" ||
+		$(prefix "$cond" "$case") "$bin" "$case" "${ITERS[$case]}" >"$out" 2>"$err" ||
 			die "micro $case under $cond failed: $(cat "$err")"
 		val=$(awk -v c="$case" '$1 == c { print $2 }' "$out")
 		ops=$((ITERS[$case] + ITERS[$case] / 5))
 		if [[ $case == selfread ]]; then
 			note=$(sed -n 's/^selfread: vector //p' "$err")
-			if [[ $cond == tagged || $cond == lifeline ]] && [[ $note == 0 ]]; then
+			if [[ $cond == tagged || $cond == lifeline || $cond == nofd ]] && [[ $note == 0 ]]; then
 				die "selfread under $cond read an empty vector: the tag is not visible"
 			fi
-			if [[ $cond != tagged && $cond != lifeline && $note != 0 ]]; then
+			if [[ $cond != tagged && $cond != lifeline && $cond != nofd && $note != 0 ]]; then
 				die "selfread under $cond read vector $note: this run holds a tag it should not"
 			fi
 		fi
@@ -536,7 +586,7 @@ profile_one() { # KIND CASE COND
 	if [[ $kind == micro ]]; then
 		local bin=$BIN/micro
 		[[ $case == selfread ]] && bin=$BIN/micro_mantle
-		$(prefix "$cond") "$bin" "$case" "${ITERS[$case]}" >/dev/null 2>&1 || die "profile: micro $case failed"
+		$(prefix "$cond" "$case") "$bin" "$case" "${ITERS[$case]}" >/dev/null 2>&1 || die "profile: micro $case failed"
 		ops=$((ITERS[$case] + ITERS[$case] / 5))
 	else
 		$(prefix "$cond") "$BIN/micro" time sh -c "$(prog_cmd "$case")" >/dev/null 2>&1 || die "profile: $case failed"

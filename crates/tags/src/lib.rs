@@ -44,6 +44,10 @@
 //! sweep that any root command runs first when deletions are pending. The
 //! kernel side takes no locks: deposits and vectors change with atomic
 //! OR/AND/XCHG only (tags.bpf.c), so there is nothing to order against.
+//! The one protocol among them: a slot of `fd_dep` (the direct-mapped
+//! deposits of pipes, eventfd and queues) changes channel only while no
+//! sender is inside it, and readers drop what they took while its
+//! generation moved (fdchan.bpf.h, "The slot protocol"; docs/tags.md).
 
 // The crate makes no system call of its own (mantle_sys does); only the
 // generated skeleton (loader.rs) holds unsafe code, libbpf-cargo's.

@@ -367,14 +367,14 @@ static __always_inline int take(struct mt_deposit *d, struct snap *s, __u32 *epo
 	return 1;
 }
 
-/* Deliver a deposit whose data was read before the deposit was made. */
-static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d)
+/* Deliver a deposit whose data was read (by thread `reader`, 0: unknown)
+ * before the deposit was made. */
+static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d, __u32 reader)
 {
 	struct snap s = {};
-	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, reader;
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
 	struct task_struct *rx;
 
-	reader = d->last_reader;
 	if (!reader)
 		return;
 	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, reader, 1))
@@ -387,20 +387,40 @@ static __always_inline void deliver_late(struct mt_ctl *c, struct mt_deposit *d)
 	STAT(late);
 }
 
+static __always_inline int key_eq(const struct mt_chan_key *x, const struct mt_chan_key *k)
+{
+	return x->a == k->a && x->b == k->b && x->type == k->type && x->pad == k->pad;
+}
+
 /* Current thread reads deposit d; clear when the channel is left empty.
- * A global function: the verifier checks it once, not at every caller. */
-__noinline int mt_receive(struct mt_deposit *d, int clear)
+ * sl (else 0): d is the deposit of fd slot sl (maps.bpf.h, fd_dep), found
+ * for channel k under the slot's gen g; bits taken while the slot changed
+ * hands (gen moved on, or another key) are dropped, never delivered.
+ * A global function: the verifier checks it once, not at every caller
+ * (deliver is large: a second copy took mt_sys_exit past 1M instructions). */
+__noinline int mt_receive_in(struct mt_deposit *d, int clear, struct mt_fdslot *sl,
+			     struct mt_chan_key *k, __u32 g)
 {
 	struct snap s = {};
-	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, kind;
 	struct task_struct *task = cur_task();
 	struct mt_ctl *c;
 
-	if (!d || !take(d, &s, &epoch, &tx_tid, &tx_pid, tid_of(task), clear))
+	if (!d)
+		return 0;
+	if (sl && (!k || !key_eq(&sl->key, k)))
+		return 0;
+	kind = d->kind;
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid_of(task), clear))
+		return 0;
+	if (sl && (sl->gen != g || !key_eq(&sl->key, k)))
 		return 0;
 	c = get_ctl();
 	if (!c)
 		return 0;
-	deliver(c, task, &s, epoch, d->kind, tx_tid, tx_pid, 1);
+	deliver(c, task, &s, epoch, kind, tx_tid, tx_pid, 1);
 	return 0;
 }
+
+/* Any deposit but an fd slot's. */
+#define mt_receive(d, clear) mt_receive_in((d), (clear), 0, 0, 0)

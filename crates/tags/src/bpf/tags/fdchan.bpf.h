@@ -33,6 +33,8 @@
 #define NR_shmget 29
 #define NR_shmat 30
 #define NR_creat 85
+#define NR_eventfd 284
+#define NR_eventfd2 290
 #define NR_mq_timedsend 242
 #define NR_mq_timedreceive 243
 #define NR_openat 257
@@ -155,6 +157,94 @@ static __always_inline struct file *msg_chan(struct task_struct *task, int fd, i
 }
 
 /*
+ * The slot protocol (fd_dep, maps.bpf.h). A slot belongs to one channel key
+ * at a time; a sender of another channel claims it.
+ *   sender:  busy += 1; if claimed, or the key is not its own (after
+ *            claiming it, see fd_enter), leave; deposit; busy -= 1.
+ *   claim:   busy 0 -> MT_SLOT_CLAIM (only while no sender is inside);
+ *            gen += 1; empty the deposit; write the key; busy -= CLAIM.
+ *   reader:  gen; key compare; take; gen again: a changed gen means the
+ *            slot was claimed meanwhile, and what was taken is dropped.
+ * So a sender's bits land only in a slot keyed by its own channel (a claim
+ * waits for no sender and empties the deposit before the new key shows),
+ * and a reader delivers only bits taken while the slot had its key. A
+ * reader that finds no deposit notes itself as gen << 32 | tid, which a
+ * sender trusts only under the same gen.
+ */
+static __always_inline struct mt_fdslot *fd_slot(const struct mt_chan_key *k)
+{
+	__u32 i = hint_bit(k);
+
+	return bpf_map_lookup_elem(&fd_dep, &i);
+}
+
+/* Start a claim of sl (busy 0 -> MT_SLOT_CLAIM): 0 if a sender is inside or
+ * another claim runs. Then gen moves on and the deposit is emptied. */
+static __always_inline int fd_claim(struct mt_fdslot *sl)
+{
+	if (__sync_val_compare_and_swap(&sl->busy, 0, MT_SLOT_CLAIM) != 0)
+		return 0;
+	__sync_fetch_and_add(&sl->gen, 1);
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		if (sl->d.vec[w])
+			__sync_lock_test_and_set(&sl->d.vec[w], 0);
+	sl->d.last_reader = 0;
+	sl->reader = 0;
+	return 1;
+}
+
+/* Enter the slot of k as a sender (busy held: no claim can run until
+ * fd_leave), claiming it for k if another channel has it. 0: not entered
+ * (claimed by someone else right now; this send's tags are dropped). */
+static __always_inline struct mt_fdslot *fd_enter(const struct mt_chan_key *k)
+{
+	struct mt_fdslot *sl = fd_slot(k);
+
+	if (!sl)
+		return 0;
+	if (__sync_fetch_and_add(&sl->busy, 1) & MT_SLOT_CLAIM)
+		goto out;
+	if (key_eq(&sl->key, k))
+		return sl;
+	__sync_fetch_and_sub(&sl->busy, 1);
+	if (!fd_claim(sl))
+		return 0;
+	sl->key.a = k->a;
+	sl->key.b = k->b;
+	sl->key.pad = k->pad;
+	sl->key.type = k->type;
+	/* the claim ends and this sender enters, in one atomic add (not a
+	 * store: a sender that found the claim keeps its count until it
+	 * takes it back) */
+	__sync_fetch_and_sub(&sl->busy, MT_SLOT_CLAIM - 1);
+	{
+		__u32 b = hint_bit(k), w = b / 64;
+		__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
+
+		if (h && !(*h & (1ULL << (b % 64))))
+			__sync_fetch_and_or(h, 1ULL << (b % 64));
+	}
+	return sl;
+out:
+	__sync_fetch_and_sub(&sl->busy, 1);
+	return 0;
+}
+
+static __always_inline void fd_leave(struct mt_fdslot *sl)
+{
+	__sync_fetch_and_sub(&sl->busy, 1);
+}
+
+/* The reader the slot's note names, if it was noted under the current gen. */
+static __always_inline __u32 fd_reader(struct mt_fdslot *sl)
+{
+	__u64 r = sl->reader;
+
+	return r >> 32 == sl->gen ? (__u32)r : 0;
+}
+
+/*
  * A request sent on fd (write/writev, mq_timedsend) by a thread that holds
  * tags (mt_sys_exit checked): deposit the sender's tags on the channel; if
  * the reader already took the message (it ran between the send and this
@@ -164,29 +254,39 @@ __noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq
 {
 	struct mt_chan_key k;
 	struct snap s = {};
-	struct mt_deposit *d;
+	struct mt_fdslot *sl;
 	struct mt_ctl *c;
 	struct file *f;
-	__u32 kind;
+	__u32 kind, reader;
 
 	f = msg_chan(task, fd, mq_only, &k, &kind);
 	if (!f)
 		return 0;
 	if (!take_snapshot_of(task, &s, &c))
 		return 0;
-	d = chan_get(c, &k);
-	if (!d)
+	sl = fd_enter(&k);
+	if (!sl)
 		return 0;
-	if (!d->last_reader)
-		d->last_reader = chan_reader_of(&k);
-	dl_send(c, &s, 0, d->last_reader, kind);
-	deposit(d, &s, kind, c->epoch, 0, 0);
+	/* The sender only reads the reader notes, never stores them: a plain
+	 * store here (of the 0 read just before a reader's exchange) once
+	 * erased a reader that had found the new deposit empty, and the late
+	 * hand-over below found nobody (the CI failure of
+	 * first_tagged_send_on_a_fresh_channel, a spinning mq reader, issue
+	 * 15). */
+	reader = fd_reader(sl);
+	dl_send(c, &s, 0, reader ? reader : chan_reader_of(&k), kind);
+	deposit(&sl->d, &s, kind, c->epoch, 0, 0);
 	if (chan_drained(f, kind)) {
-		/* after the deposit: a reader that found none noted itself */
-		if (!d->last_reader)
-			d->last_reader = chan_reader_of(&k);
-		deliver_late(c, d);
+		/* After the deposit (a locked OR: a full barrier on x86): a
+		 * reader that found no slot noted itself in chan_reader, one
+		 * that found it empty in sl->reader; each looked again after
+		 * its exchange, so either it saw the deposit or it is seen. */
+		reader = fd_reader(sl);
+		if (!reader)
+			reader = chan_reader_of(&k);
+		deliver_late(c, &sl->d, reader);
 	}
+	fd_leave(sl);
 	return 0;
 }
 
@@ -268,9 +368,10 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only)
 {
 	struct mt_chan_key k;
-	struct mt_deposit *d;
+	struct mt_fdslot *sl;
 	struct file *f;
-	__u32 kind, tid = tid_of(task);
+	__u32 kind, g, tid = tid_of(task);
+	__u64 me;
 
 	f = msg_chan(task, fd, mq_only, &k, &kind);
 	if (!f)
@@ -281,26 +382,71 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 		if (!chan_hinted(&k))
 			return 0;
 	}
-	d = bpf_map_lookup_elem(&chan_dep, &k);
-	if (!d) {
-		/* the sender's hook may not have run yet: leave a note, then
-		 * look again (see note_reader) */
+	sl = fd_slot(&k);
+	if (!sl)
+		return 0;
+	g = sl->gen;
+	if (!key_eq(&sl->key, &k)) {
+		/* the sender's hook may not have claimed the slot yet: leave a
+		 * note, then look again (see note_reader) */
 		note_reader(&k, tid);
-		d = bpf_map_lookup_elem(&chan_dep, &k);
-		if (!d)
+		g = sl->gen;
+		if (!key_eq(&sl->key, &k))
 			return 0;
 	}
-	if (vec_empty(d->vec)) {
+	if (vec_empty(sl->d.vec)) {
 		/* as in note_reader: publish, then look again, so that a
 		 * sender depositing now either sees this reader or is seen */
-		if (d->last_reader == tid)
+		me = (__u64)g << 32 | tid;
+		if (sl->reader == me)
 			return 0;
-		__sync_lock_test_and_set(&d->last_reader, tid);
-		if (vec_empty(d->vec))
+		__sync_lock_test_and_set(&sl->reader, me);
+		if (vec_empty(sl->d.vec))
 			return 0;
 	}
-	mt_receive(d, chan_drained(f, kind));
+	mt_receive_in(&sl->d, chan_drained(f, kind), sl, &k, g);
 	return 0;
+}
+
+/*
+ * A new eventfd: its key (the eventfd's id) is the lowest free number, the
+ * id of some eventfd closed a moment ago, of any process. That one's deposit
+ * entry is not this channel's: forget what it holds and who read it last
+ * (its last_reader was a thread of another process, and the late hand-over
+ * gave that thread the first tagged message of this eventfd while its real
+ * reader got nothing: first_tagged_send_on_a_fresh_channel_spinning_stress,
+ * issue 15). Pipes and queues are keyed by inode numbers, which are not
+ * reused like this. Rare (one eventfd2 call), so not on any hot path.
+ */
+__noinline int mt_on_eventfd(int fd)
+{
+	struct mt_chan_key k;
+	struct mt_fdslot *sl;
+	struct file *f = fd_file(fd);
+	__u64 h, *r;
+
+	if (!f || chan_of(f, &k) != MT_K_EVENTFD || !chan_hinted(&k))
+		return 0;
+	sl = fd_slot(&k);
+	/* a claim that keeps the key: new gen, empty deposit, no reader */
+	if (sl && key_eq(&sl->key, &k) && fd_claim(sl))
+		__sync_fetch_and_sub(&sl->busy, MT_SLOT_CLAIM);
+	r = reader_slot(&k, &h);
+	if (r && *r >> 32 == (__u32)h)
+		__sync_lock_test_and_set(r, 0);
+	return 0;
+}
+
+/* Whether fd of task is a message channel its system call serves, decided
+ * inline: a tagged thread's writes to sockets, files and devices (most of
+ * them) then skip the global call and the helper for a trusted `current`
+ * (~40 ns a write, issue 15); mt_on_send walks the fd again for pipes. */
+static __always_inline int may_carry(struct task_struct *task, int fd, int mq_only)
+{
+	struct mt_chan_key k;
+	__u32 kind;
+
+	return msg_chan(task, fd, mq_only, &k, &kind) != 0;
 }
 
 /* Whether task holds tags: one array load. */
@@ -309,6 +455,41 @@ static __always_inline int task_tagged(struct task_struct *task)
 	struct mt_view *v = view_of(tid_of(task));
 
 	return v && !vec_empty(v->vec);
+}
+
+/*
+ * The current task, found from the system call's registers through
+ * cur_cache (no helper call on a hit; see the map). Read-only: its fields
+ * load through an untrusted cast; what needs a trusted task (task storage,
+ * mt_on_send) fetches it with the helper, on the tagged path only.
+ */
+static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs)
+{
+	__u32 z = 0, i;
+	__u64 *base = bpf_map_lookup_elem(&cur_cache, &z), *slot;
+	struct task_struct *t;
+	long d;
+
+	if (!base)
+		return 0;
+	/* pointer - pointer: a plain number (privileged programs only) */
+	d = (long)regs - (long)base;
+	i = (__u32)(d >> 14) & (MT_CUR_SLOTS - 1);
+	slot = bpf_map_lookup_elem(&cur_cache, &i);
+	if (!slot)
+		return 0;
+	if (*slot) {
+		t = bpf_core_cast((void *)*slot, struct task_struct);
+		if ((__u64)t->stack + MT_THREAD_SIZE - bpf_core_type_size(struct pt_regs) ==
+		    (__u64)regs)
+			return t;
+	}
+	t = cur_task();
+	if ((__u64)bpf_core_cast(t, struct task_struct)->stack + MT_THREAD_SIZE -
+		    bpf_core_type_size(struct pt_regs) ==
+	    (__u64)regs)
+		*slot = (__u64)t;
+	return bpf_core_cast(t, struct task_struct);
 }
 
 SEC("tp_btf/sys_exit")
@@ -326,18 +507,24 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	case NR_writev:
 		if (!ret)
 			return 0;
-		task = cur_task();
-		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 0) : 0;
+		task = cur_of_regs(regs);
+		return task && task_tagged(task) && may_carry(task, (int)regs->di, 0) ?
+			       mt_on_send(cur_task(), (int)regs->di, 0) : 0;
 	case NR_read:
 	case NR_readv:
-		return ret ? on_recv(cur_task(), (int)regs->di, 0) : 0;
+		return ret && (task = cur_of_regs(regs)) ? on_recv(task, (int)regs->di, 0) : 0;
 	case NR_mq_timedsend:
-		task = cur_task();
-		return task_tagged(task) ? mt_on_send(task, (int)regs->di, 1) : 0;
+		task = cur_of_regs(regs);
+		return task && task_tagged(task) && may_carry(task, (int)regs->di, 1) ?
+			       mt_on_send(cur_task(), (int)regs->di, 1) : 0;
 	case NR_mq_timedreceive:
-		return on_recv(cur_task(), (int)regs->di, 1);
+		return (task = cur_of_regs(regs)) ? on_recv(task, (int)regs->di, 1) : 0;
+	case NR_eventfd:
+	case NR_eventfd2:
+		return mt_on_eventfd((int)ret);
 	case NR_memfd_create:
-		return self_tagged() ? mt_on_shm((int)ret, 0, 1) : 0;
+		task = cur_of_regs(regs);
+		return task && task_tagged(task) ? mt_on_shm((int)ret, 0, 1) : 0;
 	case NR_open:
 	case NR_openat:
 	case NR_openat2:
@@ -345,7 +532,8 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		/* shm_open: a file that this call created on a tmpfs */
 		struct file *f;
 
-		if (!self_tagged() || !(f = fd_file((int)ret)))
+		task = cur_of_regs(regs);
+		if (!task || !task_tagged(task) || !(f = fd_file_of(task, (int)ret)))
 			return 0;
 		if (!(f->f_mode & MT_FMODE_CREATED) || !f->f_inode ||
 		    f->f_inode->i_sb->s_magic != TMPFS_MAGIC)
@@ -353,7 +541,10 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		return mt_on_shm((int)ret, 0, 1);
 	}
 	case NR_shmget:
-		return (regs->dx & MT_IPC_CREAT) && self_tagged() ? mt_on_shm(-1, ret, 1) : 0;
+		if (!(regs->dx & MT_IPC_CREAT))
+			return 0;
+		task = cur_of_regs(regs);
+		return task && task_tagged(task) ? mt_on_shm(-1, ret, 1) : 0;
 	case NR_mmap:
 		return (regs->r10 & MT_MAP_SHARED) && (int)regs->r8 >= 0 ?
 			       mt_on_shm((int)regs->r8, 0, 0) : 0;

@@ -147,6 +147,32 @@ struct {
 	__type(value, __u64); /* low 32 bits of the key's hash << 32 | tid */
 } chan_reader SEC(".maps");
 
+/*
+ * Deposits of the message fd channels (pipes and FIFOs, eventfd, POSIX
+ * message queues), direct-mapped: slot = the key's hint bit, so finding a
+ * channel's deposit is one array load and a key compare instead of hashing
+ * a 24-byte key in an LRU hash (issue 15: ~40-50 ns a lookup, two a hop).
+ * Two channels whose keys share a slot evict each other (the later sender
+ * takes the slot; the earlier channel's pending tags are dropped, as the
+ * LRU dropped its oldest), and the slot's protocol (fdchan.bpf.h, "The
+ * slot protocol") makes sure that tags deposited for one channel are never
+ * taken by the reader of another, whatever the timing.
+ */
+struct mt_fdslot {
+	struct mt_chan_key key;
+	__u32 gen;   /* claims of this slot so far: readers check it around a take */
+	__u32 busy;  /* senders inside (a count), or MT_SLOT_CLAIM while claimed */
+	__u64 reader; /* gen << 32 | tid of the last reader that found no deposit */
+	struct mt_deposit d;
+};
+#define MT_SLOT_CLAIM 0x80000000u
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_HINT_BITS);
+	__type(key, __u32);
+	__type(value, struct mt_fdslot);
+} fd_dep SEC(".maps");
+
 /* LRU: a deposit outlives its pipe or flow only until the space is needed. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -170,6 +196,26 @@ struct {
 	__type(key, __u32);
 	__type(value, struct mt_deposit);
 } zero_dep SEC(".maps");
+
+/*
+ * The current task without a helper call, for mt_sys_exit (issue 15: a
+ * helper call costs ~20 ns here, the empty program ~55). A system call's
+ * registers (the tracepoint's `regs`) sit at a fixed place at the top of
+ * the task's kernel stack, so their address names the running task. Slot
+ * (regs - base) >> 14 (one stack per 16 KiB) remembers the task last seen
+ * on that stack; a hit is believed only if that task's ->stack still puts
+ * its registers at `regs` (a task that exited has no stack, and one that
+ * reuses the stack is the task running on it now). Kernel pointers: this
+ * map is never pinned, so only root (by id) can read it.
+ */
+#define MT_CUR_SLOTS 4096
+#define MT_THREAD_SIZE 16384 /* x86-64 without KASAN; otherwise no hit ever validates */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_CUR_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+} cur_cache SEC(".maps");
 
 /* BTF for the structs only user space decodes, so that the layout test can
  * compare them with their Rust mirrors (BTF keeps no local-variable types). */

@@ -104,12 +104,20 @@ static __always_inline __u32 hint_bit(const struct mt_chan_key *k)
  * deposit followed by its load of this slot (chan_reader_of) one of the
  * two sees the other: the reader re-checks for a deposit after this.
  */
+/* k's slot of chan_reader, and k's hash in *h. */
+static __always_inline __u64 *reader_slot(const struct mt_chan_key *k, __u64 *h)
+{
+	__u32 b;
+
+	*h = key_hash(k);
+	b = (__u32)(*h >> 48);
+	return bpf_map_lookup_elem(&chan_reader, &b);
+}
+
 static __always_inline void note_reader(const struct mt_chan_key *k, __u32 tid)
 {
-	__u64 h = key_hash(k);
-	__u32 b = (__u32)(h >> 48);
+	__u64 h, *r = reader_slot(k, &h);
 	__u64 v = h << 32 | tid;
-	__u64 *r = bpf_map_lookup_elem(&chan_reader, &b);
 
 	if (r && *r != v)
 		__sync_lock_test_and_set(r, v);
@@ -118,9 +126,7 @@ static __always_inline void note_reader(const struct mt_chan_key *k, __u32 tid)
 /* The thread note_reader recorded for k, or 0. */
 static __always_inline __u32 chan_reader_of(const struct mt_chan_key *k)
 {
-	__u64 h = key_hash(k);
-	__u32 b = (__u32)(h >> 48);
-	__u64 *r = bpf_map_lookup_elem(&chan_reader, &b);
+	__u64 h, *r = reader_slot(k, &h);
 	__u64 v = r ? *r : 0;
 
 	return v >> 32 == (__u32)h ? (__u32)v : 0;
@@ -235,7 +241,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	/* A reader spinning on another CPU took it between the queueing and
 	 * this hook: hand the tags to it now. */
 	if (sk->sk_receive_queue.qlen == 0)
-		deliver_late(c, d);
+		deliver_late(c, d, d->last_reader);
 	return 0;
 }
 
@@ -300,9 +306,16 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		if (!d)
 			return 0;
 		if (vec_empty(d->vec)) {
-			if (d->last_reader != (__u32)bpf_get_current_pid_tgid())
-				d->last_reader = (__u32)bpf_get_current_pid_tgid();
-			return 0;
+			/* publish, then look again (as on_recv does): a sender
+			 * depositing now either sees this reader in its late
+			 * hand-over or is seen here */
+			__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+			if (d->last_reader == tid)
+				return 0;
+			__sync_lock_test_and_set(&d->last_reader, tid);
+			if (vec_empty(d->vec))
+				return 0;
 		}
 		/* everything queued is read: the deposit ends here */
 		mt_receive(d, sk->sk_receive_queue.qlen == 0);
