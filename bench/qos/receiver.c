@@ -4,7 +4,9 @@
 // 127.0.0.1:PORT, receives 16-byte packets (serial, send time) with
 // recvfrom(fd, buf, len, 0, NULL, NULL), spends WORK_US of CPU on each
 // (the task's processing: without it one CPU takes every stream and there
-// is no overload to share), and at T0 + END seconds writes one line per
+// is no overload to share; CPU time of the thread, not wall time: a task
+// preempted in its work would otherwise find the work done when it
+// resumes, and the overload would melt under priorities), and at T0 + END seconds writes one line per
 // second of the run: "sec delivered dropped mean_jitter_ns max_jitter_ns",
 // where dropped counts serial gaps and jitter is |inter-arrival -
 // inter-send| of consecutive packets received (the paper's definition).
@@ -31,11 +33,16 @@ static int out_fd = 1;
 static int secs;
 static uint64_t delivered[MAXSEC], dropped[MAXSEC], jsum[MAXSEC], jmax[MAXSEC], jn[MAXSEC];
 
-static uint64_t now_ns(void)
+static uint64_t clock_ns(clockid_t c)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
+	clock_gettime(c, &t);
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+static uint64_t now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
 }
 
 static void report(void)
@@ -102,8 +109,8 @@ int main(int argc, char **argv)
 			dropped[s] += pkt[0]; // what came before the first one we saw
 		}
 		have = 1, last_serial = pkt[0], last_send = pkt[1], last_recv = t;
-		uint64_t w0 = now_ns();
-		while (now_ns() - w0 < work)
+		uint64_t w0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+		while (clock_ns(CLOCK_THREAD_CPUTIME_ID) - w0 < work)
 			;
 	}
 	report();

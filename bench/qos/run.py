@@ -10,7 +10,7 @@ others joining at 5 s intervals (task2 at 5 s, task1 at 10 s, task0 at
 15 s), to 20 s: from under-load into overload. This 2-CPU VM cannot carry
 4 x 42 000 packets/s through interposed reads, so every rate is scaled by
 --scale (default 0.25; the proportions are the paper's), and each
-receiver spends --work-us (default 40 us) of CPU per packet (its
+receiver spends --work-us (default 30 us) of CPU per packet (its
 processing: without it one CPU takes every stream and nothing is
 overloaded). Receivers on CPU --cpu (default 0), the sender on the other.
 
@@ -29,7 +29,7 @@ overload seconds (all four streams on, the first second after task0
 joins skipped), each reserved task receives >= 95% of its reservation and
 the best-effort task gets the surplus (> 0).
 
-    python3 bench/qos/run.py [--scale 0.25] [--work-us 40] [--configs mantle,same,diff]
+    python3 bench/qos/run.py [--scale 0.25] [--work-us 30] [--configs mantle,same,diff]
 
 As root (SCHED_RR, the executive's SCHED_FIFO). No mantle kernel side.
 """
@@ -103,7 +103,7 @@ def run_config(a, cfg, bin_, port):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=0.25)
-    ap.add_argument("--work-us", type=float, default=40)
+    ap.add_argument("--work-us", type=float, default=30)
     ap.add_argument("--cpu", type=int, default=0)
     ap.add_argument("--configs", default="mantle,same,diff")
     ap.add_argument("--mantle", default=os.path.join(ROOT, "target/release/mantle"))
