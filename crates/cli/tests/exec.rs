@@ -115,6 +115,32 @@ fn mantle(args: &[&str]) -> Output {
         .expect("run mantle")
 }
 
+/// Compiles C `src` into `out` with -O2 and `flags`.
+fn cc(src: &Path, out: &Path, flags: &[&str]) {
+    let st = Command::new("cc")
+        .arg("-O2")
+        .args(flags)
+        .arg("-o")
+        .arg(out)
+        .arg(src)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc {}", src.display());
+}
+
+/// Builds bench/NAME.c (e.g. "sleep/alarm") into this test's temporary
+/// directory; the binary's path.
+fn bench_c(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../bench/{name}.c"));
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{}-{}",
+        name.replace('/', "-"),
+        std::process::id()
+    ));
+    cc(&src, &out, &[]);
+    out
+}
+
 /// Tests whose figures are times (sleeps, timers, shares of a CPU, packet
 /// rates) take this, so that they do not run at the same time as each
 /// other: each loads CPU 0 with spinning or real-time guests.
@@ -1148,16 +1174,7 @@ command = ["python3", "-c", "import time\nw=[]\nfor i in range(20):\n t=time.mon
 #[test]
 fn fast_path_sleeps_are_held_and_never_end_early() {
     let _serial = timing();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/sleep/sleeper.c");
-    let bin =
-        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("sleeper-{}", std::process::id()));
-    let st = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let bin = bench_c("sleep/sleeper");
     for extended in [None, Some("--extended=300us")] {
         let mut args = vec!["run", "--path", "fast", "--sleep", "--count", "--json"];
         args.extend(extended);
@@ -1203,15 +1220,7 @@ fn fast_path_sleeps_are_held_and_never_end_early() {
 #[test]
 fn timers_are_kept_and_fired_by_the_executive() {
     let _serial = timing();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/sleep/alarm.c");
-    let bin = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("alarm-{}", std::process::id()));
-    let st = Command::new("cc")
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let bin = bench_c("sleep/alarm");
     let o = Command::new(MANTLE)
         .args(["run", "--timers", "--trace=setitimer", "--"])
         .arg(&bin)
@@ -1424,13 +1433,7 @@ int main(void) {
     )
     .unwrap();
     let bin = dir.join("two");
-    let st = Command::new("cc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    cc(&src, &bin, &["-pthread"]);
     let run = |per: &str| {
         let sys = dir.join(format!("{per}.toml"));
         std::fs::write(
@@ -1648,19 +1651,7 @@ fn the_token_scheduler_delivers_in_proportion_to_tokens() {
     mantle_testsupport::require_root("the executive reading the guests' sockets");
     let dir = std::env::temp_dir().join(format!("mantle-qos-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let cc = |name: &str| {
-        let out = dir.join(name);
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../bench/qos/{name}.c"));
-        assert!(Command::new("cc")
-            .args(["-O2", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .unwrap()
-            .success());
-        out
-    };
-    let (sender, receiver) = (cc("sender"), cc("receiver"));
+    let (sender, receiver) = (bench_c("qos/sender"), bench_c("qos/receiver"));
     let t0 = {
         let mut t = libc::timespec {
             tv_sec: 0,
