@@ -7,7 +7,9 @@
 //! (pidfd_getfd) in an epoll set of its own, and whenever it may (a call
 //! held, data arrived, a new period) it decides with
 //! [`crate::sched::tokens::Tokens`]: the most important guest that has a
-//! held read, data and tokens left is served, else the best-effort one; a
+//! held read, data and tokens left is served, else the best-effort one
+//! (unless a reserved guest with tokens is busy with the item it was just
+//! given: then nobody, see [`BUSY`]); a
 //! read is one datagram, taken non-blocking from the duplicate into the
 //! guest's buffer (process_vm_writev, after re-validating the call) and
 //! answered with its length, one token spent. A reserved guest out of
