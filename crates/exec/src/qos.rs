@@ -9,7 +9,7 @@
 //! [`crate::sched::tokens::Tokens`]: the most important guest that has a
 //! held read, data and tokens left is served, else the best-effort one
 //! (unless a reserved guest with tokens is busy with the item it was just
-//! given: then nobody, see [`BUSY`]); a
+//! given: then nobody, for at most `BUSY`); a
 //! read is one datagram, taken non-blocking from the duplicate into the
 //! guest's buffer (process_vm_writev, after re-validating the call) and
 //! answered with its length, one token spent. A reserved guest out of
