@@ -1282,7 +1282,7 @@ fn spinner(name: &str, at: Option<f64>, secs: f64) -> String {
     format!(
         "import time\n{wait}c=time.process_time()\nt=time.monotonic()\n\
          while time.monotonic()-t<{secs}: pass\n\
-         print('{name}', time.process_time()-c, t, time.monotonic())"
+         import sys\nsys.stdout.write('{name} %r %r %r\\n' % (time.process_time()-c, t, time.monotonic()))"
     )
 }
 
@@ -1327,10 +1327,11 @@ fn the_executive_dispatches_two_cpus_partitioned() {
     let guests: Vec<(&str, Option<&str>, String)> = names
         .iter()
         .map(|n| {
+            // its affinity on stderr first, in one write
             let spin = spinner(n, at, 2.0).replace(
-                "print('",
+                "import sys\n",
                 &format!(
-                    "import os, sys\nsys.stderr.write('{n} %s\\n' % ' '.join(map(str, os.sched_getaffinity(0))))\nprint('"
+                    "import os, sys\nsys.stderr.write('{n} %s\\n' % ' '.join(map(str, os.sched_getaffinity(0))))\n"
                 ),
             );
             (*n, None, spin)
@@ -1481,10 +1482,10 @@ fn a_guests_sched_yield_gives_its_turn_to_the_other() {
     mantle_testsupport::require_programs(&[("python3", "python3")]);
     let at = monotonic_in(2.0);
     let yielder = format!(
-        "import os, time\ntime.sleep(max(0, {at} - time.monotonic()))\n\
+        "import os, sys, time\ntime.sleep(max(0, {at} - time.monotonic()))\n\
          c=time.process_time()\nt=time.monotonic()\n\
          while time.monotonic()-t<2.0: os.sched_yield()\n\
-         print('y', time.process_time()-c, t, time.monotonic())"
+         sys.stdout.write('y %r %r %r\\n' % (time.process_time()-c, t, time.monotonic()))"
     );
     let f = dispatched_system(
         "yield",
