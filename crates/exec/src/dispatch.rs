@@ -194,11 +194,8 @@ fn own_cgroup() -> io::Result<PathBuf> {
 
 /// Whether any thread of the cgroup at `dir` is runnable.
 fn any_runnable(dir: &Path) -> bool {
-    let Ok(tids) = std::fs::read_to_string(dir.join("cgroup.threads")) else {
-        return false;
-    };
-    tids.lines().any(|t| {
-        std::fs::read_to_string(format!("/proc/{}/stat", t.trim()))
+    threads_of(dir).into_iter().any(|t| {
+        std::fs::read_to_string(format!("/proc/{t}/stat"))
             .ok()
             .and_then(|s| {
                 s.rsplit_once(')')
@@ -431,11 +428,14 @@ impl Dispatcher {
         };
         let part = self.guests[g].part;
         let p = self.guests[g].params;
-        if let Err(e) = self.parts[part].policy.add(TaskId(k as u32), p, now) {
-            // an EDF thread beyond the CPU's bound: it runs in the
-            // guest's cgroup by fair share, frozen with nobody's turn...
-            // so it is best effort instead
-            let _ = e;
+        if self.parts[part]
+            .policy
+            .add(TaskId(k as u32), p, now)
+            .is_err()
+        {
+            // a thread of an EDF guest beyond its CPU's admission bound
+            // (each thread asks for the guest's reservation): best effort
+            // instead, rather than never dispatched
             let be = Params::BestEffort { nice: 0 };
             let _ = self.parts[part].policy.add(TaskId(k as u32), be, now);
         }

@@ -138,7 +138,7 @@ pub struct Edf {
 }
 
 /// `C / D` in parts per billion, rounded up (admission stays safe).
-fn density_ppb(budget: u64, deadline: u64) -> u64 {
+pub(super) fn density_ppb(budget: u64, deadline: u64) -> u64 {
     (u128::from(budget) * u128::from(PPB)).div_ceil(u128::from(deadline)) as u64
 }
 

@@ -17,7 +17,7 @@
 //! their order, each on the CPU with the fewest guests (ties: the least
 //! reserved). Deterministic; pure.
 
-use super::{Params, PPB};
+use super::Params;
 
 /// Why a set of guests could not be partitioned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -47,9 +47,7 @@ pub fn density_ppb(p: &Params) -> u64 {
             budget_ns,
             deadline_ns,
             ..
-        } if deadline_ns > 0 => {
-            (u128::from(budget_ns) * u128::from(PPB)).div_ceil(u128::from(deadline_ns)) as u64
-        }
+        } if deadline_ns > 0 => super::edf::density_ppb(budget_ns, deadline_ns),
         _ => 0,
     }
 }
@@ -110,6 +108,7 @@ pub fn partition(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sched::PPB;
 
     const MS: u64 = 1_000_000;
 
