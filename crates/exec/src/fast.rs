@@ -192,7 +192,7 @@ pub fn run_fast(
 ) -> Result<(ExitStatus, Stats), FastError> {
     let (child, mut server) = spawn_fast(cmd, chain, opts)?;
     // the executive keeps the guests' time: its timed waits end on time
-    // (after the spawn: the guest keeps its own)
+    // (after the spawn: the guest keeps its own slack)
     mantle_sys::supervise::set_timer_slack_ns(1).map_err(os("set the timer slack"))?;
     // after the spawn: the guest must not inherit it
     if let Some(p) = opts.priority.filter(|&p| p > 0) {

@@ -537,9 +537,8 @@ pub fn set_not_dumpable() -> io::Result<()> {
 
 /// prctl(PR_SET_TIMERSLACK, ns) for the calling thread: how much later
 /// than asked the kernel may end its timed waits, to merge wake-ups. The
-/// default is 50 µs for SCHED_OTHER threads; futex waits take it even at
-/// SCHED_FIFO. An executive that keeps time sets 1 ns (0 would mean "the
-/// default").
+/// default is 50 µs for SCHED_OTHER threads. An executive that keeps time
+/// sets 1 ns (0 would mean "the default").
 pub fn set_timer_slack_ns(ns: u64) -> io::Result<()> {
     // SAFETY: prctl with integer arguments.
     if unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong, 0, 0, 0) } != 0 {
