@@ -231,11 +231,18 @@ fn print(r: &Report, json: bool) {
                 patched_bytes,
                 exit,
                 patched_rets,
+                xmm_kept,
                 ..
-            } => println!(
-                "  ok      {:<32} id {id} stub {stub} ({patched_bytes} bytes), exit: {exit} ({patched_rets} rets)",
-                f.name
-            ),
+            } => {
+                let detail = match xmm_kept {
+                    Some([e, x]) => format!("xmm kept {e}/{x}"),
+                    None => format!("{patched_rets} rets"),
+                };
+                println!(
+                    "  ok      {:<32} id {id} stub {stub} ({patched_bytes} bytes), exit: {exit} ({detail})",
+                    f.name
+                )
+            }
             mantle_instr::Outcome::Refused { reason } => {
                 println!("  refused {:<32} {reason}", f.name)
             }

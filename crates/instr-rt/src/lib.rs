@@ -28,16 +28,18 @@
 //!   function) sees its return address already pointing at a slot: it
 //!   gets a frame of its own and the two leaves run in order.
 //!
-//! * call-through trampolines (the default exit): [`__mantle_instr_enter_t`]
+//! * call-through trampolines (the default exit): [`__mantle_instr_tramp_enter`]
 //!   takes the caller's return address off the stack and keeps it on a
 //!   per-thread stack (allocated at the thread's first trampoline, reached
 //!   through an initial-exec TLS pointer, `__mantle_instr_xs`), the
-//!   trampoline calls the function's body, and [`__mantle_instr_leave_t`]
+//!   trampoline calls the function's body, and [`__mantle_instr_tramp_leave`]
 //!   puts the address back for the trampoline's `ret`: every call has its
 //!   ret. Both are assembly: fast hooks (`mantle_instr_set_fast_hooks`,
 //!   hooks that save what they use) are called with nothing saved,
-//!   ordinary hooks with every register saved, the tracer through Rust
-//!   frames kept beside the TLS stack;
+//!   ordinary hooks with the general registers and the vector registers
+//!   the rewriter found live saved (two counts in the trampoline's bytes,
+//!   mantle-instr's `vregs`), the tracer through Rust frames kept beside
+//!   the TLS stack;
 //!
 //! * functions whose `ret`s the rewriter patched (balanced exits) enter
 //!   through [`__mantle_instr_enter_b`] (no return address rewrite) and
@@ -232,10 +234,11 @@ pub unsafe extern "C" fn __mantle_instr_enter_b() {
 
 /// Bytes from a trampoline's first return address (R1, the `jmp short`
 /// over the id) to the return address its `call body` pushes (R2):
-/// `jmp short` 2, id 4, `lea rsp, [rsp + 8]` 5, `call body` 5. The
+/// `jmp short` 2, id 4, the two vector-register counts 2, `lea rsp,
+/// [rsp + 8]` 5, `call body` 5. The
 /// rewriter lays trampolines out so (mantle-instr's rewrite.rs asserts the
 /// same number).
-pub const TRAMP_RET_OFFSET: usize = 16;
+pub const TRAMP_RET_OFFSET: usize = 18;
 
 /// Entries of the per-thread stack of trampoline frames (`__mantle_instr_xs`): a
 /// trampoline nested deeper aborts (the limit is documented).
@@ -353,7 +356,8 @@ macro_rules! aligned_call_rax {
 }
 
 /// Calls the hook of `$fast` (directly) or else of `$user` (through
-/// [`hook_saving_all`]) with the id in rdi; neither: falls through.
+/// `{saving}`, [`hook_keeping_entry`] or [`hook_keeping_exit`]) with the id
+/// in rdi; neither: falls through.
 /// Clobbers rax and the flags only (a fast hook keeps the rest itself).
 /// Labels 7 and 8 are local to each use.
 macro_rules! call_hook {
@@ -409,29 +413,103 @@ macro_rules! hook_and_return {
     };
 }
 
-/// Calls the hook in rax with the id in rdi, keeping every register (an
-/// ordinary C hook, called from the trampolines' assembly).
-#[unsafe(naked)]
-unsafe extern "C" fn hook_saving_all() {
-    // After saving_all's pushes (rax first, rdi fifth) and 264 bytes of
-    // xmm: rax at [rsp + 328], rdi at [rsp + 296].
-    saving_all!(
-        "mov rax, [rsp + 328]",
-        "mov rdi, [rsp + 296]",
-        "call rax";
-    )
+/// Calls an ordinary C hook (in rax, the id in rdi) from a trampoline's
+/// entry or exit, keeping what the function's callers and itself may
+/// still need (mantle-instr's vregs.rs says how the rewriter knows): the
+/// nine caller-saved general registers, and xmm0 up to the count in the
+/// trampoline's byte `$at` bytes from the return address the trampoline's
+/// call left (R1 at entry, R3 at exit: [rbp + 56] here, above the five
+/// scratch registers the trampoline path pushed). Only those vector
+/// registers are stored and loaded: a full save was 32 of each per call
+/// (bench/instr/RESULTS.md). A count above 16 saves all 16.
+macro_rules! hook_keeping {
+    ($name:ident, $at:literal) => {
+        #[unsafe(naked)]
+        unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "push rbp",
+                "mov rbp, rsp",
+                "and rsp, -16",
+                "push rcx",
+                "push rdx",
+                "push rsi",
+                "push rdi",
+                "push r8",
+                "push r9",
+                "push r10",
+                "push r11",
+                "sub rsp, 256",
+                "mov rdx, [rbp + 56]",
+                concat!("movzx edx, byte ptr [rdx ", $at, "]"),
+                "cmp edx, 1", "jb 2f", "movaps [rsp + 0], xmm0",
+                "cmp edx, 2", "jb 2f", "movaps [rsp + 16], xmm1",
+                "cmp edx, 3", "jb 2f", "movaps [rsp + 32], xmm2",
+                "cmp edx, 4", "jb 2f", "movaps [rsp + 48], xmm3",
+                "cmp edx, 5", "jb 2f", "movaps [rsp + 64], xmm4",
+                "cmp edx, 6", "jb 2f", "movaps [rsp + 80], xmm5",
+                "cmp edx, 7", "jb 2f", "movaps [rsp + 96], xmm6",
+                "cmp edx, 8", "jb 2f", "movaps [rsp + 112], xmm7",
+                "cmp edx, 9", "jb 2f", "movaps [rsp + 128], xmm8",
+                "cmp edx, 10", "jb 2f", "movaps [rsp + 144], xmm9",
+                "cmp edx, 11", "jb 2f", "movaps [rsp + 160], xmm10",
+                "cmp edx, 12", "jb 2f", "movaps [rsp + 176], xmm11",
+                "cmp edx, 13", "jb 2f", "movaps [rsp + 192], xmm12",
+                "cmp edx, 14", "jb 2f", "movaps [rsp + 208], xmm13",
+                "cmp edx, 15", "jb 2f", "movaps [rsp + 224], xmm14",
+                "cmp edx, 16", "jb 2f", "movaps [rsp + 240], xmm15",
+                "2:",
+                "call rax",
+                "mov rdx, [rbp + 56]",
+                concat!("movzx edx, byte ptr [rdx ", $at, "]"),
+                "cmp edx, 1", "jb 3f", "movaps xmm0, [rsp + 0]",
+                "cmp edx, 2", "jb 3f", "movaps xmm1, [rsp + 16]",
+                "cmp edx, 3", "jb 3f", "movaps xmm2, [rsp + 32]",
+                "cmp edx, 4", "jb 3f", "movaps xmm3, [rsp + 48]",
+                "cmp edx, 5", "jb 3f", "movaps xmm4, [rsp + 64]",
+                "cmp edx, 6", "jb 3f", "movaps xmm5, [rsp + 80]",
+                "cmp edx, 7", "jb 3f", "movaps xmm6, [rsp + 96]",
+                "cmp edx, 8", "jb 3f", "movaps xmm7, [rsp + 112]",
+                "cmp edx, 9", "jb 3f", "movaps xmm8, [rsp + 128]",
+                "cmp edx, 10", "jb 3f", "movaps xmm9, [rsp + 144]",
+                "cmp edx, 11", "jb 3f", "movaps xmm10, [rsp + 160]",
+                "cmp edx, 12", "jb 3f", "movaps xmm11, [rsp + 176]",
+                "cmp edx, 13", "jb 3f", "movaps xmm12, [rsp + 192]",
+                "cmp edx, 14", "jb 3f", "movaps xmm13, [rsp + 208]",
+                "cmp edx, 15", "jb 3f", "movaps xmm14, [rsp + 224]",
+                "cmp edx, 16", "jb 3f", "movaps xmm15, [rsp + 240]",
+                "3:",
+                "add rsp, 256",
+                "pop r11",
+                "pop r10",
+                "pop r9",
+                "pop r8",
+                "pop rdi",
+                "pop rsi",
+                "pop rdx",
+                "pop rcx",
+                "mov rsp, rbp",
+                "pop rbp",
+                "ret",
+            )
+        }
+    };
 }
+// The trampoline's bytes (mantle-instr's rewrite.rs lays them out and
+// asserts the same offsets): the entry count at R1 + 6, the exit count at
+// R3 - 21.
+hook_keeping!(hook_keeping_entry, "+ 6");
+hook_keeping!(hook_keeping_exit, "- 21");
 
 /// The entry of a call-through trampoline (the default exit design):
 ///
 /// ```text
-/// tramp:  call __mantle_instr_enter_t   ; keeps the caller's return address X
-///         jmp  short body_call ; .long id
+/// tramp:  call __mantle_instr_tramp_enter ; keeps the caller's return address X
+///         jmp  short body_call ; .long id ; .byte keep_entry, keep_exit
 ///         lea  rsp, [rsp + 8]           ; drop X (kept in the thread's frame)
 ///         call body                     ; the function runs with its own
 ///                                       ; stack layout, returning here (R2)
 ///         lea  rsp, [rsp - 8]
-///         call __mantle_instr_leave_t   ; puts X back at [rsp]
+///         call __mantle_instr_tramp_leave ; puts X back at [rsp]
 ///         ret                           ; to X
 /// ```
 ///
@@ -443,12 +521,12 @@ unsafe extern "C" fn hook_saving_all() {
 /// popping frames below E, skipped by longjmp, or at E but not the tail
 /// caller: X is not their R2), and calls a fast enter hook directly with
 /// five scratch registers saved (such a hook saves what it uses itself:
-/// `mantle_instr_set_fast_hooks`). Otherwise it continues in
-/// [`enter_t_slow`] (every register saved, Rust frames for the tracer or
-/// the ordinary hooks).
+/// `mantle_instr_set_fast_hooks`), or an ordinary hook through
+/// [`hook_keeping_entry`]. With neither it continues in [`enter_t_slow`]
+/// (every register saved, Rust frames for the tracer).
 #[unsafe(naked)]
 #[no_mangle]
-pub unsafe extern "C" fn __mantle_instr_enter_t() {
+pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
     core::arch::naked_asm!(
         // [rsp] = R1 (the id is at R1 + 2), [rsp + 8] = X, E = rsp + 8.
         push_scratch!(),
@@ -500,15 +578,15 @@ pub unsafe extern "C" fn __mantle_instr_enter_t() {
         fast_leave = sym FAST_LEAVE,
         user_enter = sym USER_ENTER,
         user_leave = sym USER_LEAVE,
-        saving = sym hook_saving_all,
+        saving = sym hook_keeping_entry,
         slow = sym enter_t_slow,
         fail = sym too_deep,
         xs_alloc = sym xs_alloc_saving,
     )
 }
 
-/// The entry of a trampoline when no fast hook is set: the Rust frame for
-/// the tracer or the ordinary hooks. [rbp + 8] is R1, [rbp + 16] holds X.
+/// The entry of a trampoline when no user hook is set: the Rust frame for
+/// the tracer. [rbp + 8] is R1, [rbp + 16] holds X.
 #[unsafe(naked)]
 unsafe extern "C" fn enter_t_slow() {
     saving_all!(
@@ -529,7 +607,7 @@ unsafe extern "C" fn enter_t_slow() {
 /// abort rather than return anywhere.
 #[unsafe(naked)]
 #[no_mangle]
-pub unsafe extern "C" fn __mantle_instr_leave_t() {
+pub unsafe extern "C" fn __mantle_instr_tramp_leave() {
     core::arch::naked_asm!(
         push_scratch!(),
         // [rsp + 40] = R3, E = rsp + 48.
@@ -558,14 +636,14 @@ pub unsafe extern "C" fn __mantle_instr_leave_t() {
         hook_and_return!("fast_leave", "user_leave"),
         fast_leave = sym FAST_LEAVE,
         user_leave = sym USER_LEAVE,
-        saving = sym hook_saving_all,
+        saving = sym hook_keeping_exit,
         slow = sym leave_t_slow,
         fail = sym tramp_lost,
         xs_alloc = sym xs_alloc_saving,
     )
 }
 
-/// The exit of a trampoline when no fast hook is set: closes the Rust
+/// The exit of a trampoline when no user hook is set: closes the Rust
 /// frame whose return address lived at [rbp + 16].
 #[unsafe(naked)]
 unsafe extern "C" fn leave_t_slow() {

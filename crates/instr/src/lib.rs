@@ -45,6 +45,7 @@ pub mod plan;
 pub mod report;
 pub mod rewrite;
 pub mod select;
+pub mod vregs;
 
 pub use plan::{ExitMode, Plan};
 pub use report::{Function, Outcome, Refusal, Report};

@@ -235,7 +235,7 @@ pub struct Plan {
 }
 
 /// A section's relocations by offset: (type, symbol, addend).
-type Relocs = BTreeMap<u64, (u32, Option<SymbolId>, i64)>;
+pub(crate) type Relocs = BTreeMap<u64, (u32, Option<SymbolId>, i64)>;
 
 /// What the planner reads of a relocatable object.
 pub struct Object<'a, 'd> {
@@ -270,6 +270,11 @@ pub(crate) fn section_bytes<'a>(b: &'a Builder<'_>, id: SectionId) -> &'a [u8] {
 }
 
 impl<'a, 'd> Object<'a, 'd> {
+    /// The relocations of section `sec` (builder index), by offset.
+    pub(crate) fn relocs_of(&self, sec: usize) -> Option<&Relocs> {
+        self.relocs.get(&sec)
+    }
+
     /// Indexes relocations, symbol and branch targets.
     pub fn new(b: &'a Builder<'d>) -> Self {
         let mut relocs: HashMap<usize, Relocs> = HashMap::new();
@@ -403,6 +408,12 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
     let mut stub_ids: HashMap<StubKey, usize> = HashMap::new();
     let mut exit_ids: HashMap<ExitKey, usize> = HashMap::new();
     let mut next_id = first_id;
+    // What ordinary hooks must keep, for the trampolines.
+    let keeps = if mode == ExitMode::Auto && !o.uses_cxx_exceptions {
+        crate::vregs::analyze(o)
+    } else {
+        HashMap::new()
+    };
     for c in chosen {
         let sec_name = String::from_utf8_lossy(&o.b.sections.get(c.section).name).into_owned();
         let outcome = match site(o, c, mode) {
@@ -423,8 +434,13 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
                     exits: Vec::new(),
                     tramp: None,
                 };
+                let mut xmm_kept = None;
                 let kind = match entry {
-                    PlannedEntry::Trampoline(t) => {
+                    PlannedEntry::Trampoline(mut t) => {
+                        if let Some(&k) = keeps.get(&(c.section.index(), c.value)) {
+                            t.keep = k;
+                        }
+                        xmm_kept = Some([t.keep.entry, t.keep.exit]);
                         site.stub = plan.trampolines.len();
                         site.tramp = Some(site.stub);
                         plan.trampolines.push(t);
@@ -464,6 +480,7 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
                     endbr64: start != c.value,
                     exit: kind.name(),
                     patched_rets: site.exits.len(),
+                    xmm_kept,
                 };
                 plan.sites.push(site);
                 outcome
@@ -547,6 +564,8 @@ impl ExitKind {
 pub struct Trampoline {
     pub code: Vec<u8>,
     pub relocs: Vec<MovedReloc>,
+    /// The vector registers an ordinary hook call keeps.
+    pub keep: crate::vregs::Keep,
 }
 
 /// `jmp rel32` to a trampoline.
@@ -583,7 +602,14 @@ fn trampoline(
             });
         }
     }
-    Ok((covered, Trampoline { code, relocs }))
+    Ok((
+        covered,
+        Trampoline {
+            code,
+            relocs,
+            keep: crate::vregs::Keep::ALL,
+        },
+    ))
 }
 
 fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Refusal> {

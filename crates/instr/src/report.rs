@@ -73,6 +73,10 @@ pub enum Outcome {
         /// "balanced" (its `ret`s patched) or "return-frame".
         exit: &'static str,
         patched_rets: usize,
+        /// Trampolines: how many vector registers (xmm0 up to, not
+        /// including, the count) an ordinary hook call keeps at the
+        /// function's entry and at its exit (`vregs`); null otherwise.
+        xmm_kept: Option<[u8; 2]>,
     },
     Refused {
         reason: Refusal,

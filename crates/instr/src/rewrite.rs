@@ -16,25 +16,30 @@ pub const ENTER_B_SYMBOL: &[u8] = b"__mantle_instr_enter_b";
 /// The exit routine balanced functions' exit stubs call.
 pub const LEAVE_B_SYMBOL: &[u8] = b"__mantle_instr_leave_b";
 /// The entry and exit routines of call-through trampolines.
-pub const ENTER_T_SYMBOL: &[u8] = b"__mantle_instr_enter_t";
-pub const LEAVE_T_SYMBOL: &[u8] = b"__mantle_instr_leave_t";
+pub const ENTER_T_SYMBOL: &[u8] = b"__mantle_instr_tramp_enter";
+pub const LEAVE_T_SYMBOL: &[u8] = b"__mantle_instr_tramp_leave";
 
-/// A call-through trampoline (libmantle-instr's `__mantle_instr_enter_t`
+/// A call-through trampoline (libmantle-instr's `__mantle_instr_tramp_enter`
 /// documents the protocol), then its body:
 ///
 /// ```text
-///  0 call __mantle_instr_enter_t    ; R1 = 5
-///  5 jmp short 11 ; 7 .long id
-/// 11 lea rsp, [rsp + 8]
-/// 16 call body                      ; R2 = 21 = R1 + TRAMP_RET_OFFSET (16)
-/// 21 lea rsp, [rsp - 8]
-/// 26 call __mantle_instr_leave_t
-/// 31 ret
-/// 32 body: <overwritten instructions> ; jmp function + patch
+///  0 call __mantle_instr_tramp_enter ; R1 = 5
+///  5 jmp short 13 ; 7 .long id
+/// 11 .byte keep_entry, keep_exit    ; xmm registers an ordinary hook keeps
+/// 13 lea rsp, [rsp + 8]
+/// 18 call body                      ; R2 = 23 = R1 + TRAMP_RET_OFFSET (18)
+/// 23 lea rsp, [rsp - 8]
+/// 28 call __mantle_instr_tramp_leave ; R3 = 33
+/// 33 ret
+/// 34 body: <overwritten instructions> ; jmp function + patch
 /// ```
-const TRAMP_HEAD: [u8; 32] = [
+///
+/// The counts ([`crate::vregs`]) are read by the runtime at R1 + 6 and
+/// R3 - 21; the routines' names changed with this layout, so an object
+/// rewritten for the older one does not link with this runtime.
+const TRAMP_HEAD: [u8; 34] = [
     0xe8, 0, 0, 0, 0, // call enter_t
-    0xeb, 0x04, 0, 0, 0, 0, // jmp short over the id
+    0xeb, 0x06, 0, 0, 0, 0, 16, 16, // jmp short over the id and counts
     0x48, 0x8d, 0x64, 0x24, 0x08, // lea rsp, [rsp + 8]
     0xe8, 0, 0, 0, 0, // call body
     0x48, 0x8d, 0x64, 0x24, 0xf8, // lea rsp, [rsp - 8]
@@ -43,10 +48,14 @@ const TRAMP_HEAD: [u8; 32] = [
 ];
 const TRAMP_ENTER_AT: u64 = 1;
 const TRAMP_ID_AT: usize = 7;
-const TRAMP_BODY_CALL_AT: u64 = 17;
-const TRAMP_LEAVE_AT: u64 = 27;
-// The runtime finds R2 from R1 (its TRAMP_RET_OFFSET).
-const _: () = assert!(TRAMP_BODY_CALL_AT + 4 - (TRAMP_ENTER_AT + 4) == 16);
+const TRAMP_KEEP_AT: usize = 11;
+const TRAMP_BODY_CALL_AT: u64 = 19;
+const TRAMP_LEAVE_AT: u64 = 29;
+// The runtime finds R2 from R1 (its TRAMP_RET_OFFSET), the entry count at
+// R1 + 6 and the exit count at R3 - 21.
+const _: () = assert!(TRAMP_BODY_CALL_AT + 4 - (TRAMP_ENTER_AT + 4) == 18);
+const _: () = assert!(TRAMP_KEEP_AT as u64 == TRAMP_ENTER_AT + 4 + 6);
+const _: () = assert!(TRAMP_LEAVE_AT + 4 - (TRAMP_KEEP_AT as u64 + 1) == 21);
 const STUB_SECTION: &[u8] = b".text.mantle_instr";
 const STUB_ALIGN: usize = 16;
 pub(crate) const INT3: u8 = 0xcc;
@@ -293,6 +302,8 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
         tramp_at.push(at);
         let mut head = TRAMP_HEAD;
         head[TRAMP_ID_AT..TRAMP_ID_AT + 4].copy_from_slice(&site.id.to_le_bytes());
+        head[TRAMP_KEEP_AT] = t.keep.entry;
+        head[TRAMP_KEEP_AT + 1] = t.keep.exit;
         code.extend_from_slice(&head);
         let body = code.len() as u64;
         let call = |r_offset, symbol, r_type, r_addend| Relocation {

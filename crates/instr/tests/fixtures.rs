@@ -83,7 +83,7 @@ fn link(b: &Built, obj: &Path, out: &str, rt: Option<&Path>) -> PathBuf {
     if let Some(rt) = rt {
         c.arg(rt);
     }
-    c.arg("-lpthread");
+    c.args(["-lpthread", "-lm"]);
     run_cc(out, &mut c);
     exe
 }
@@ -208,7 +208,7 @@ fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) {
     if b.no_pie {
         c.arg("-no-pie");
     }
-    run_cc(tag, c.arg(runtime()).arg("-lpthread"));
+    run_cc(tag, c.arg(runtime()).args(["-lpthread", "-lm"]));
     let counts = b.dir.join(format!("{tag}.txt"));
     let a = run(&b.dir.join("orig"), &[]);
     let n = run(&exe, &[("MANTLE_TEST_FAST_OUT", &counts)]);
@@ -283,6 +283,37 @@ fn check_mode(name: &str, b: &Built, mode: ExitMode) {
 #[test]
 fn recursion_varargs_many_args_pointers_tail_calls() {
     check_exact("basic.c", C_FLAGS);
+}
+
+/// Vector registers across the hooks: ordinary hooks that clobber every
+/// caller-saved register (fast_hooks.c), callers keeping doubles in xmm
+/// registers across calls (-fipa-ra), arguments and results passing
+/// through functions that never name them; and the counts the report
+/// gives for each (crates/instr/src/vregs.rs).
+#[test]
+fn vector_registers_across_ordinary_hooks() {
+    check_exact("xmm.c", C_FLAGS);
+    let b = compile("xmm.c", "cc", C_FLAGS);
+    let data = std::fs::read(&b.obj).unwrap();
+    let (_, report) =
+        mantle_instr::rewrite_file(&data, "xmm.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
+    let kept: BTreeMap<&str, [u8; 2]> = report
+        .functions
+        .iter()
+        .filter_map(|f| match f.outcome {
+            Outcome::Instrumented { xmm_kept, .. } => Some((f.name.as_str(), xmm_kept?)),
+            _ => None,
+        })
+        .collect();
+    // leaf's callers keep doubles in a few low registers (main's too);
+    // leaf2's caller keeps fifteen; pass and ret_through pass arguments
+    // and a result through; out calls libm (unknown: every argument).
+    let (leaf, leaf2) = (kept["leaf"], kept["leaf2"]);
+    assert!(leaf[0] > 0 && leaf[0] < 16 && leaf == [leaf[0]; 2], "{kept:?}");
+    assert!(leaf2[0] >= 15, "{kept:?}");
+    assert!(kept["pass"][0] >= 2, "{kept:?}");
+    assert!(kept["ret_through"][1] >= 1, "{kept:?}");
+    assert!(kept["out"][0] == 8 && kept["out"][1] >= 2, "{kept:?}");
 }
 
 #[test]
