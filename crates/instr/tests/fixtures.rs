@@ -309,7 +309,10 @@ fn vector_registers_across_ordinary_hooks() {
     // leaf2's caller keeps fifteen; pass and ret_through pass arguments
     // and a result through; out calls libm (unknown: every argument).
     let (leaf, leaf2) = (kept["leaf"], kept["leaf2"]);
-    assert!(leaf[0] > 0 && leaf[0] < 16 && leaf == [leaf[0]; 2], "{kept:?}");
+    assert!(
+        leaf[0] > 0 && leaf[0] < 16 && leaf == [leaf[0]; 2],
+        "{kept:?}"
+    );
     assert!(leaf2[0] >= 15, "{kept:?}");
     assert!(kept["pass"][0] >= 2, "{kept:?}");
     assert!(kept["ret_through"][1] >= 1, "{kept:?}");
