@@ -115,13 +115,28 @@ pub(crate) fn read(data: &[u8]) -> Result<Groups, Error> {
         if s.sh_entsize(endian) != 4 {
             return Err(malformed(g, format!("entry size {}", s.sh_entsize(endian))));
         }
-        let words = s
-            .data_as_array::<object::U32<object::Endianness>, _>(endian, data)
-            .map_err(|_| malformed(g, "table beyond the file or not whole words"))?;
-        let Some((flags, members)) = words.split_first() else {
+        let bytes = s
+            .data(endian, data)
+            .map_err(|_| malformed(g, "table beyond the file"))?;
+        if bytes.len() % 4 != 0 {
+            return Err(malformed(
+                g,
+                format!("{} bytes: not whole words", bytes.len()),
+            ));
+        }
+        let word = |w: &[u8]| {
+            let w = [w[0], w[1], w[2], w[3]];
+            if endian == object::Endianness::Big {
+                u32::from_be_bytes(w)
+            } else {
+                u32::from_le_bytes(w)
+            }
+        };
+        let mut words = bytes.chunks_exact(4).map(word);
+        let Some(flags) = words.next() else {
             return Err(malformed(g, "empty (no flags word)"));
         };
-        let flags = flags.get(endian);
+        let members = words;
         if flags & !elf::GRP_COMDAT != 0 {
             return Err(malformed(g, format!("flags {flags:#x} (only GRP_COMDAT)")));
         }
@@ -144,9 +159,9 @@ pub(crate) fn read(data: &[u8]) -> Result<Groups, Error> {
                 .map_err(|e| malformed(g, e))?
                 .to_vec();
         }
-        let mut list = Vec::with_capacity(members.len());
+        let mut list = Vec::with_capacity(bytes.len() / 4);
         for m in members {
-            let m = m.get(endian) as usize;
+            let m = m as usize;
             if m == 0 || m >= n || m == g {
                 return Err(malformed(g, format!("member index {m} out of range")));
             }
@@ -314,7 +329,8 @@ pub(crate) fn check(out: &[u8], expected: &[Expected]) -> Result<(), Error> {
             expected.len()
         )));
     }
-    let h = elf::FileHeader64::<object::Endianness>::parse(out).map_err(|e| wrong(e.to_string()))?;
+    let h =
+        elf::FileHeader64::<object::Endianness>::parse(out).map_err(|e| wrong(e.to_string()))?;
     let endian = h.endian().map_err(|e| wrong(e.to_string()))?;
     let secs = h.sections(endian, out).map_err(|e| wrong(e.to_string()))?;
     for (g, e) in got.list.iter().zip(expected) {

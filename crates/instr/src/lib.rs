@@ -144,7 +144,9 @@ fn plan_groups(
     let mut p = plan::plan(&o, &chosen, first_id, mode);
     // One function per candidate, in order (plan::plan).
     for (f, c) in p.functions.iter_mut().zip(&chosen) {
-        f.comdat = groups.of(c.section).map(|g| groups.signature(g).to_string());
+        f.comdat = groups
+            .of(c.section)
+            .map(|g| groups.signature(g).to_string());
     }
     p
 }
