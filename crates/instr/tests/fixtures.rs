@@ -663,7 +663,9 @@ fn comdat_two_units_first_copy_wins() {
     let own = own_counts(&orig.stdout);
     let rt = runtime();
     // (link order, the ids `shared` and `scale<long>` are counted under).
-    let cases: [(&[&Path], Option<(u32, u32)>); 4] = [
+    /// Objects in link order; the ids of `shared` and `scale<long>`.
+    type Case<'a> = (&'a [&'a Path], Option<(u32, u32)>);
+    let cases: [Case; 4] = [
         (&[&ai, &bi], Some((0, a_scale))),
         (&[&bi, &ai], Some((b_shared, b_scale))),
         (&[&ai, &b.obj], Some((0, a_scale))),
@@ -760,7 +762,9 @@ fn corrupted_groups_are_errors() {
     let put = |d: &mut Vec<u8>, at: usize, v: u64, n: usize| {
         d[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
     };
-    let cases: Vec<(&str, Box<dyn Fn(&mut Vec<u8>)>, &str)> = vec![
+    /// What, how, and what the error says.
+    type Corruption<'a> = (&'a str, Box<dyn Fn(&mut Vec<u8>) + 'a>, &'a str);
+    let cases: Vec<Corruption> = vec![
         (
             "member 0",
             Box::new(|d| put(d, g.table.start + 4, 0, 4)),
