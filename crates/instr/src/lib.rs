@@ -35,8 +35,14 @@
 //! ([`plan`]) and rewriting ([`rewrite`]) make no system call; only the
 //! CLI reads and writes files. Linked executables and shared libraries:
 //! [`linked`]. Functions can be chosen from a `mantle prof` session
-//! ([`select::hottest`]; the CLI reads the session). Not done yet (issue
-//! 13): COMDAT groups.
+//! ([`select::hottest`]; the CLI reads the session).
+//!
+//! Section groups (COMDAT: C++ inline functions, templates, vtables):
+//! `object`'s builder cannot read them, so `group` validates them, hides
+//! them from the builder and restores them with the output's indices; the
+//! stubs and trampolines of a grouped function live in a stub section of
+//! its group, so the linker keeps or discards them with the function (the
+//! first object on the link line wins; the report names the group).
 //!
 //! Lock order: no locks.
 
