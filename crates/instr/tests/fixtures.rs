@@ -6,6 +6,8 @@
 //! are rewritten too: the stubs of a grouped function go with its group
 //! (kept or discarded by the linker with it).
 
+mod common;
+
 use mantle_instr::{ExitMode, Outcome, Refusal, Selection};
 use mantle_testsupport::build::{run_cc, workspace};
 use std::collections::BTreeMap;
@@ -141,19 +143,7 @@ fn profile(path: &Path) -> Vec<(u32, String, u64)> {
     let Ok(text) = std::fs::read_to_string(path) else {
         return Vec::new();
     };
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["id"].as_u64().unwrap() as u32,
-                f["name"].as_str().unwrap().to_string(),
-                f["calls"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    common::profile_json(&text)
 }
 
 /// The "count NAME N" lines a fixture prints.
