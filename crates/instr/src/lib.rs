@@ -35,11 +35,18 @@
 //! ([`plan`]) and rewriting ([`rewrite`]) make no system call; only the
 //! CLI reads and writes files. Linked executables and shared libraries:
 //! [`linked`]. Functions can be chosen from a `mantle prof` session
-//! ([`select::hottest`]; the CLI reads the session). Not done yet (issue
-//! 13): COMDAT groups.
+//! ([`select::hottest`]; the CLI reads the session).
+//!
+//! Section groups (COMDAT: C++ inline functions, templates, vtables):
+//! `object`'s builder cannot read them, so `group` validates them, hides
+//! them from the builder and restores them with the output's indices; the
+//! stubs and trampolines of a grouped function live in a stub section of
+//! its group, so the linker keeps or discards them with the function (the
+//! first object on the link line wins; the report names the group).
 //!
 //! Lock order: no locks.
 
+mod group;
 pub mod linked;
 pub mod plan;
 pub mod report;
@@ -71,13 +78,20 @@ pub enum Error {
     Write(#[source] object::build::Error),
 }
 
-/// Parses `data` as an x86-64 relocatable object.
+/// Parses `data` as an x86-64 relocatable object. An object with section
+/// groups is an error here (the builder cannot read them): [`plan_file`]
+/// and [`rewrite_file`] carry them over.
 pub fn parse(data: &[u8]) -> Result<Builder<'_>, Error> {
-    if has_groups(data) {
+    if !group::read(data)?.is_empty() {
         return Err(Error::Unsupported(
-            "section groups (COMDAT, as in most C++ objects) are not rewritten yet".into(),
+            "section groups: use plan_file or rewrite_file".into(),
         ));
     }
+    parse_masked(data)
+}
+
+/// Parses `data`, whose groups (if any) [`group::Groups::mask`] hid.
+fn parse_masked(data: &[u8]) -> Result<Builder<'_>, Error> {
     let b = Builder::read(data).map_err(Error::Elf)?;
     if !b.is_64 || b.endian != object::Endianness::Little {
         return Err(Error::Unsupported("not a 64-bit little-endian file".into()));
@@ -106,20 +120,6 @@ pub fn parse(data: &[u8]) -> Result<Builder<'_>, Error> {
     Ok(b)
 }
 
-/// Whether the file has SHT_GROUP sections, which object's builder cannot
-/// carry over (its read fails with "Unsupported section type 17").
-fn has_groups(data: &[u8]) -> bool {
-    use object::read::elf::{FileHeader, SectionHeader};
-    let Ok(h) = elf::FileHeader64::<object::Endianness>::parse(data) else {
-        return false;
-    };
-    let Ok(endian) = h.endian() else { return false };
-    let Ok(secs) = h.sections(endian, data) else {
-        return false;
-    };
-    secs.iter().any(|s| s.sh_type(endian) == elf::SHT_GROUP)
-}
-
 /// Plans the rewrite of `data` (named `input` in the report).
 pub fn plan_file(
     data: &[u8],
@@ -131,11 +131,31 @@ pub fn plan_file(
     if linked::is_linked(data) {
         return linked::plan_file(data, input, sel, first_id, mode);
     }
-    let b = parse(data)?;
-    let o = plan::Object::new(&b);
-    let chosen = plan::candidates(&b, sel);
-    let p = plan::plan(&o, &chosen, first_id, mode);
+    let groups = group::read(data)?;
+    let masked = groups.mask(data);
+    let b = parse_masked(&masked)?;
+    let p = plan_groups(&b, &groups, sel, first_id, mode);
     Ok(Report::new(input, &p))
+}
+
+/// Plans, and names the COMDAT group of each chosen function.
+fn plan_groups(
+    b: &Builder<'_>,
+    groups: &group::Groups,
+    sel: &Selection,
+    first_id: u32,
+    mode: ExitMode,
+) -> Plan {
+    let o = plan::Object::new(b);
+    let chosen = plan::candidates(b, sel);
+    let mut p = plan::plan(&o, &chosen, first_id, mode);
+    // One function per candidate, in order (plan::plan).
+    for (f, c) in p.functions.iter_mut().zip(&chosen) {
+        f.comdat = groups
+            .of(c.section)
+            .map(|g| groups.signature(g).to_string());
+    }
+    p
 }
 
 /// Rewrites `data`: the new object's bytes and the report.
@@ -146,15 +166,15 @@ pub fn rewrite_file(
     first_id: u32,
     mode: ExitMode,
 ) -> Result<(Vec<u8>, Report), Error> {
-    let mut b = parse(data)?;
-    let p = {
-        let o = plan::Object::new(&b);
-        let chosen = plan::candidates(&b, sel);
-        plan::plan(&o, &chosen, first_id, mode)
-    };
+    let mut groups = group::read(data)?;
+    let masked = groups.mask(data);
+    let mut b = parse_masked(&masked)?;
+    let p = plan_groups(&b, &groups, sel, first_id, mode);
     let report = Report::new(input, &p);
-    rewrite::apply(&mut b, &p)?;
+    rewrite::apply_in_groups(&mut b, &p, &mut groups)?;
+    let expected = groups.restore(&mut b)?;
     let mut out = Vec::with_capacity(data.len() + 4096);
     b.write(&mut out).map_err(Error::Write)?;
+    group::check(&out, &expected)?;
     Ok((out, report))
 }

@@ -172,6 +172,7 @@ fn plan_image<'d>(
                 section: String::from_utf8_lossy(&b.sections.get(c.section).name).into_owned(),
                 offset: c.value,
                 size: c.size,
+                comdat: None,
                 outcome: Outcome::Refused {
                     reason: Refusal::ProgramEntry,
                 },

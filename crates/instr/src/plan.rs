@@ -491,6 +491,7 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
             section: sec_name,
             offset: c.value,
             size: c.size,
+            comdat: None,
             outcome,
         });
     }

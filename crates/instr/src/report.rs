@@ -90,6 +90,13 @@ pub struct Function {
     pub section: String,
     pub offset: u64,
     pub size: u64,
+    /// The signature of the COMDAT group the function's section is in
+    /// (an inline function or template instance of C++): the linker keeps
+    /// one copy of the group, the first object on its command line, so the
+    /// function is instrumented, with this id, only if that copy is this
+    /// object's (docs/instr.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comdat: Option<String>,
     #[serde(flatten)]
     pub outcome: Outcome,
 }

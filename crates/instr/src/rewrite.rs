@@ -1,13 +1,16 @@
 //! Applies a [`Plan`] to the parsed object: a new executable section
 //! `.text.mantle_instr` with the stubs and its relocations, the patched
 //! entries, their moved relocations, and the CET property cleared.
+//! Functions in a COMDAT section group get their stubs in a section
+//! `.text.mantle_instr.<signature>` of that group ([`crate::group`]).
 //! Pure (builds bytes in memory).
 
+use crate::group::Groups;
 use crate::plan::{section_bytes, Plan, RelSym};
 use object::build::elf::{Builder, Relocation, SectionData, SectionId, SymbolId};
 use object::build::Id;
 use object::elf;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The entry routine of libmantle-instr every return-frame stub calls.
 pub const ENTER_SYMBOL: &[u8] = b"__mantle_instr_enter";
@@ -195,11 +198,102 @@ impl Patch {
     }
 }
 
-/// Rewrites `b` as planned.
+/// Rewrites `b` as planned (an object without section groups, or the
+/// planning builder of a linked file): one stub section.
 pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
+    apply_in_groups(b, plan, &mut Groups::default())
+}
+
+/// Rewrites `b` as planned. The stubs, exit stubs and trampolines of the
+/// functions in a section group go to a stub section of their own that
+/// joins the group (its relocation section joins it at
+/// [`Groups::restore`]): the linker keeps or discards them with the
+/// function, and no kept section refers to a discarded one (a trampoline
+/// jumps back into its function through the section's local symbol, which
+/// ld refuses from outside the group). Stubs are shared within a section
+/// group or among ungrouped functions, not across.
+pub(crate) fn apply_in_groups(
+    b: &mut Builder<'_>,
+    plan: &Plan,
+    groups: &mut Groups,
+) -> Result<(), crate::Error> {
     if plan.sites.is_empty() {
         return Ok(());
     }
+    let mut parts: BTreeMap<Option<usize>, Vec<usize>> = BTreeMap::new();
+    for (i, s) in plan.sites.iter().enumerate() {
+        parts.entry(groups.of(s.section)).or_default().push(i);
+    }
+    if parts.len() == 1 && parts.contains_key(&None) {
+        emit(b, plan, STUB_SECTION)?;
+    } else {
+        for (g, sites) in parts {
+            let mut name = STUB_SECTION.to_vec();
+            if let Some(g) = g {
+                name.push(b'.');
+                name.extend_from_slice(groups.signature(g).as_bytes());
+            }
+            let sec = emit(b, &subset(plan, &sites), &name)?;
+            if let Some(g) = g {
+                groups.add(g, sec);
+            }
+        }
+    }
+    for id in b.sections.iter().map(|s| s.id()).collect::<Vec<_>>() {
+        if let SectionData::Relocation(v) = &mut b.sections.get_mut(id).data {
+            v.sort_by_key(|r| r.r_offset);
+        }
+    }
+    // Trampolines and patched rets keep every call paired with its ret,
+    // which a shadow stack checks; a return frame's ret does not.
+    if plan.cet && plan.return_frames {
+        clear_cet(b);
+    }
+    Ok(())
+}
+
+/// The part of `plan` with these sites, its stubs, exit stubs and
+/// trampolines renumbered in order of first use.
+fn subset(plan: &Plan, sites: &[usize]) -> Plan {
+    let mut out = Plan {
+        cet: plan.cet,
+        return_frames: plan.return_frames,
+        mode: plan.mode,
+        ..Plan::default()
+    };
+    let mut stubs = HashMap::new();
+    let mut exits = HashMap::new();
+    for &i in sites {
+        let mut s = plan.sites[i].clone();
+        let old = s.stub;
+        match s.tramp {
+            Some(t) => {
+                s.stub = out.trampolines.len();
+                s.tramp = Some(s.stub);
+                out.trampolines.push(plan.trampolines[t].clone());
+            }
+            None => {
+                s.stub = *stubs.entry(old).or_insert_with(|| {
+                    out.stubs.push(plan.stubs[old].clone());
+                    out.stubs.len() - 1
+                });
+            }
+        }
+        for e in &mut s.exits {
+            let old = e.stub;
+            e.stub = *exits.entry(old).or_insert_with(|| {
+                out.exit_stubs.push(plan.exit_stubs[old].clone());
+                out.exit_stubs.len() - 1
+            });
+        }
+        out.sites.push(s);
+    }
+    out
+}
+
+/// Emits the stub section `name` for `plan` and patches its sites;
+/// returns the stub section.
+fn emit(b: &mut Builder<'_>, plan: &Plan, name: &[u8]) -> Result<SectionId, crate::Error> {
     let symtab = b
         .sections
         .iter()
@@ -212,7 +306,7 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
     // The stub section and the symbols its code refers to.
     let stub_sec = {
         let s = b.sections.add();
-        s.name = STUB_SECTION.into();
+        s.name = name.to_vec().into();
         s.sh_type = elf::SHT_PROGBITS;
         s.sh_flags = u64::from(elf::SHF_ALLOC | elf::SHF_EXECINSTR);
         s.sh_addralign = STUB_ALIGN as u64;
@@ -220,6 +314,14 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
     };
     let stub_sym = section_symbol(b, stub_sec);
     let mut undef = |name: &'static [u8]| {
+        // Another group's stub section may have added it already.
+        if let Some(s) = b
+            .symbols
+            .iter()
+            .find(|s| s.section.is_none() && &*s.name == name)
+        {
+            return s.id();
+        }
         let s = b.symbols.add();
         s.name = name.into();
         s.set_st_info(elf::STB_GLOBAL, elf::STT_NOTYPE);
@@ -372,17 +474,7 @@ pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
             exit.apply(b, symtab, stub_sym, &[0xe9, 0, 0, 0, 0], exit_at[e.stub]);
         }
     }
-    for id in b.sections.iter().map(|s| s.id()).collect::<Vec<_>>() {
-        if let SectionData::Relocation(v) = &mut b.sections.get_mut(id).data {
-            v.sort_by_key(|r| r.r_offset);
-        }
-    }
-    // Trampolines and patched rets keep every call paired with its ret,
-    // which a shadow stack checks; a return frame's ret does not.
-    if plan.cet && plan.return_frames {
-        clear_cet(b);
-    }
-    Ok(())
+    Ok(stub_sec)
 }
 
 const GNU_PROPERTY_X86_FEATURE_1_AND: u32 = 0xc000_0002;

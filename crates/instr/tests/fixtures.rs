@@ -2,7 +2,11 @@
 //! function chosen, linked with libmantle-instr, and must print what the
 //! original prints, exit as it exits, and the tracer's call counts must
 //! equal the counts the program keeps itself. Unsafe sites are refused
-//! with the right reason; C++ objects are refused and still work.
+//! with the right reason. C++ objects, with their COMDAT section groups,
+//! are rewritten too: the stubs of a grouped function go with its group
+//! (kept or discarded by the linker with it).
+
+mod common;
 
 use mantle_instr::{ExitMode, Outcome, Refusal, Selection};
 use mantle_testsupport::build::{run_cc, workspace};
@@ -73,10 +77,10 @@ fn compile(name: &str, cc: &'static str, flags: &[&str]) -> Built {
     }
 }
 
-fn link(b: &Built, obj: &Path, out: &str, rt: Option<&Path>) -> PathBuf {
+fn link(b: &Built, objs: &[&Path], out: &str, rt: Option<&Path>) -> PathBuf {
     let exe = b.dir.join(out);
     let mut c = Command::new(b.cc);
-    c.arg(obj).arg("-o").arg(&exe);
+    c.args(objs).arg("-o").arg(&exe);
     if b.no_pie {
         c.arg("-no-pie");
     }
@@ -118,25 +122,28 @@ fn instrument_as(
     std::fs::write(&new_obj, bytes).unwrap();
     let map = b.dir.join("map.tsv");
     std::fs::write(&map, report.map_lines()).unwrap();
-    let orig = link(b, &b.obj, "orig", None);
-    let new = link(b, &new_obj, "instr", Some(&runtime()));
+    let orig = link(b, &[&b.obj], "orig", None);
+    let new = link(b, &[&new_obj], "instr", Some(&runtime()));
     let prof = b.dir.join("prof.json");
     let a = run(&orig, &[]);
     let n = run(
         &new,
         &[("MANTLE_INSTR_OUT", &prof), ("MANTLE_INSTR_MAP", &map)],
     );
-    let mut calls = BTreeMap::new();
-    if let Ok(text) = std::fs::read_to_string(&prof) {
-        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-        for f in v["functions"].as_array().unwrap() {
-            calls.insert(
-                f["name"].as_str().unwrap().to_string(),
-                f["calls"].as_u64().unwrap(),
-            );
-        }
-    }
+    let calls = profile(&prof)
+        .into_iter()
+        .map(|(_, name, calls)| (name, calls))
+        .collect();
     (a, n, calls, report)
+}
+
+/// The tracer's (id, name, calls) of each function it saw called (none if
+/// it wrote no profile).
+fn profile(path: &Path) -> Vec<(u32, String, u64)> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    common::profile_json(&text)
 }
 
 /// The "count NAME N" lines a fixture prints.
@@ -344,7 +351,7 @@ fn basic_with_endbr64() {
 #[test]
 fn signals() {
     let b = compile("signals.c", "cc", C_FLAGS);
-    link(&b, &b.obj, "orig", None);
+    link(&b, &[&b.obj], "orig", None);
     check_hooks("signals.c", &b, true, false);
     check_hooks("signals.c", &b, false, false);
 }
@@ -500,7 +507,14 @@ fn bad_files_are_errors() {
     ));
     assert!(mantle_instr::rewrite_file(b"#!/bin/sh\n", "x", &sel, 0, ExitMode::Auto).is_err());
     assert!(mantle_instr::rewrite_file(&[], "x", &sel, 0, ExitMode::Auto).is_err());
-    // Every truncation length, and pseudo-random byte corruptions.
+    fuzz(&good, None);
+}
+
+/// Every truncation length, and pseudo-random corruptions of 4 bytes
+/// each, anywhere or (with `within`) inside these byte ranges: an error or
+/// a rewrite, never a panic.
+fn fuzz(good: &[u8], within: Option<&[std::ops::Range<usize>]>) {
+    let sel = Selection::all();
     for len in 0..good.len().min(4096) {
         let _ = mantle_instr::rewrite_file(&good[..len], "x", &sel, 0, ExitMode::Auto);
     }
@@ -516,12 +530,18 @@ fn bad_files_are_errors() {
         ExitMode::ReturnFrames,
     ];
     for n in 0..iters {
-        let mut d = good.clone();
+        let mut d = good.to_vec();
         for _ in 0..4 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let i = (x as usize) % d.len();
+            let i = match within {
+                None => (x as usize) % d.len(),
+                Some(r) => {
+                    let r = &r[(x >> 40) as usize % r.len()];
+                    r.start + (x as usize) % r.len()
+                }
+            };
             d[i] = (x >> 32) as u8;
         }
         let _ = mantle_instr::rewrite_file(&d, "x", &sel, 0, modes[n as usize % 3]);
@@ -531,29 +551,361 @@ fn bad_files_are_errors() {
     }
 }
 
-/// Objects with COMDAT section groups (most C++) are refused as a whole,
-/// with a clear error.
+/// C++ with inline functions, templates, a vtable and an exception
+/// crossing instrumented inline and template frames, all in COMDAT
+/// groups: PIC (which adds the DW.ref personality's data group) and not,
+/// optimized and not (-O0: every library template instance too).
+/// Same output, and exact counts where every instance of a counted
+/// function is instrumented; every stub of a grouped function is in its
+/// group.
 #[test]
-fn section_groups_are_unsupported() {
-    let dir = tmpdir("groups");
-    let s = dir.join("g.cpp");
-    std::fs::write(&s, "template <class T> T g(T x) { return x * 2; }\nlong f(int x) { return g(x) + g<long>(x); }\n").unwrap();
-    let obj = dir.join("g.o");
-    run_cc(
-        "g.cpp",
-        Command::new("c++")
-            .args(["-O0", "-c"])
-            .arg(&s)
-            .arg("-o")
-            .arg(&obj),
-    );
-    let e = mantle_instr::rewrite_file(
-        &std::fs::read(&obj).unwrap(),
-        "g.o",
-        &Selection::all(),
-        0,
-        ExitMode::Auto,
-    )
-    .unwrap_err();
-    assert!(e.to_string().contains("section groups"), "{e}");
+fn comdat_templates_inline_exceptions() {
+    for flags in [
+        &["-O2", "-fno-inline", "-fPIC"][..],
+        &["-O2", "-fno-inline", "-fno-pie"],
+        &["-O0", "-fPIC"],
+    ] {
+        let b = compile("comdat.cpp", "c++", flags);
+        for mode in [ExitMode::Auto, ExitMode::PatchedRets] {
+            let (a, n, calls, report) = instrument_as(&b, mode);
+            let what = format!("comdat.cpp {flags:?} {mode:?}");
+            assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "{what}");
+            let grouped = |f: &&mantle_instr::Function| f.comdat.is_some();
+            assert!(
+                report.functions.iter().filter(grouped).count() > 10,
+                "{what}"
+            );
+            let own = own_counts(&a.stdout);
+            assert_eq!(own.len(), 8, "{what}");
+            for (counter, count) in &own {
+                // The program's own functions; a counter counts every
+                // instance of its template.
+                let instances: Vec<_> = report
+                    .functions
+                    .iter()
+                    .filter(|f| f.name.contains(counter.as_str()) && !f.name.contains('.'))
+                    .filter(|f| !f.name.starts_with("_ZNSt"))
+                    .collect();
+                let instrumented: Vec<_> = instances
+                    .iter()
+                    .filter(|f| matches!(f.outcome, Outcome::Instrumented { .. }))
+                    .collect();
+                let traced: u64 = instrumented
+                    .iter()
+                    .map(|f| calls.get(&f.name).copied().unwrap_or(0))
+                    .sum();
+                if instrumented.len() == instances.len() {
+                    assert_eq!(traced, *count, "{what}: {counter} {calls:?}");
+                } else {
+                    assert!(traced <= *count, "{what}: {counter} {calls:?}");
+                }
+                // The exception's path, inline and template, and the
+                // class templates' members are all instrumented.
+                if ["thrower", "middle", "total", "put"].contains(&counter.as_str()) {
+                    assert_eq!(
+                        instrumented.len(),
+                        instances.len(),
+                        "{what}: {counter}: {instances:#?}"
+                    );
+                    assert!(instances.iter().all(|f| f.comdat.is_some()), "{what}");
+                }
+            }
+            let out = std::fs::read(b.dir.join("instr.o")).unwrap();
+            stubs_in_groups(&out, &report);
+        }
+    }
+}
+
+/// Every group of a rewritten object whose function was instrumented has
+/// that function's stub section and its relocations; no stub section of
+/// a group is outside it.
+fn stubs_in_groups(out: &[u8], report: &mantle_instr::Report) {
+    use object::{Object, ObjectComdat, ObjectSection};
+    let f = object::File::parse(out).unwrap();
+    let mut seen = 0;
+    for c in f.comdats() {
+        let sig = c.name().unwrap();
+        let names: Vec<String> = c
+            .sections()
+            .map(|i| f.section_by_index(i).unwrap().name().unwrap().to_string())
+            .collect();
+        let stub = format!(".text.mantle_instr.{sig}");
+        let instrumented = report.functions.iter().any(|x| {
+            x.comdat.as_deref() == Some(sig) && matches!(x.outcome, Outcome::Instrumented { .. })
+        });
+        assert_eq!(names.contains(&stub), instrumented, "{sig}: {names:?}");
+        assert_eq!(
+            names.contains(&format!(".rela{stub}")),
+            instrumented,
+            "{sig}: {names:?}"
+        );
+        seen += usize::from(instrumented);
+    }
+    let stub_sections = f
+        .sections()
+        .filter(|s| s.name().unwrap().starts_with(".text.mantle_instr."))
+        .count();
+    assert!(seen > 0);
+    assert_eq!(seen, stub_sections);
+}
+
+/// Two translation units with their own copies of an inline function and
+/// a template instance: the linker keeps the first object's group, stubs
+/// and id included, whether or not the other copy is instrumented.
+#[test]
+fn comdat_two_units_first_copy_wins() {
+    let a = compile("comdat2_a.cpp", "c++", &["-O2", "-fPIC"]);
+    let b = compile("comdat2_b.cpp", "c++", &["-O2", "-fPIC"]);
+    let rewrite = |o: &Built, first_id: u32, name: &str| {
+        let data = std::fs::read(&o.obj).unwrap();
+        let (bytes, report) =
+            mantle_instr::rewrite_file(&data, name, &Selection::all(), first_id, ExitMode::Auto)
+                .unwrap();
+        assert_eq!(report.refused, 0, "{name}: {:#?}", report.functions);
+        let path = a.dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        (path, report)
+    };
+    let (ai, ra) = rewrite(&a, 0, "a.instr.o");
+    let (bi, rb) = rewrite(&b, 100, "b.instr.o");
+    let id = |r: &mantle_instr::Report, name: &str| {
+        let f = r.functions.iter().find(|f| f.name == name).unwrap();
+        match f.outcome {
+            Outcome::Instrumented { id, .. } => (id, f.comdat.clone()),
+            _ => panic!("{name} refused"),
+        }
+    };
+    let shared = "_Z6sharedl";
+    let scale = "_Z5scaleIlET_S0_";
+    assert_eq!(id(&ra, shared), (0, Some(shared.to_string())));
+    assert_eq!(id(&ra, "main"), (2, None));
+    let (b_shared, _) = id(&rb, shared);
+    let (b_scale, _) = id(&rb, scale);
+    let (a_scale, _) = id(&ra, scale);
+    let map = a.dir.join("map.tsv");
+    std::fs::write(&map, ra.map_lines() + &rb.map_lines()).unwrap();
+    let orig = run(&link(&a, &[&a.obj, &b.obj], "orig2", None), &[]);
+    let own = own_counts(&orig.stdout);
+    let rt = runtime();
+    // (link order, the ids `shared` and `scale<long>` are counted under).
+    /// Objects in link order; the ids of `shared` and `scale<long>`.
+    type Case<'a> = (&'a [&'a Path], Option<(u32, u32)>);
+    let cases: [Case; 4] = [
+        (&[&ai, &bi], Some((0, a_scale))),
+        (&[&bi, &ai], Some((b_shared, b_scale))),
+        (&[&ai, &b.obj], Some((0, a_scale))),
+        (&[&b.obj, &ai], None),
+    ];
+    for (n, (objs, ids)) in cases.into_iter().enumerate() {
+        let out = format!("two{n}");
+        let exe = link(&a, objs, &out, Some(&rt));
+        let prof = a.dir.join(format!("{out}.json"));
+        let r = run(
+            &exe,
+            &[("MANTLE_INSTR_OUT", &prof), ("MANTLE_INSTR_MAP", &map)],
+        );
+        assert_eq!((&orig.stdout, orig.code), (&r.stdout, r.code), "{objs:?}");
+        let p = profile(&prof);
+        let calls_of = |name: &str| -> Vec<(u32, u64)> {
+            p.iter()
+                .filter(|(_, n, _)| n == name)
+                .map(|&(id, _, c)| (id, c))
+                .collect()
+        };
+        match ids {
+            Some((sh, sc)) => {
+                assert_eq!(calls_of(shared), [(sh, own["shared"])], "{objs:?}");
+                // scale<double> is only in b: counted when b is rewritten.
+                let sc_calls: u64 = calls_of(scale).iter().map(|&(_, c)| c).sum();
+                assert_eq!(calls_of(scale)[0].0, sc, "{objs:?}");
+                assert!(sc_calls < own["scale"], "{objs:?}");
+            }
+            None => {
+                assert_eq!(calls_of(shared), [], "{objs:?}");
+                assert_eq!(calls_of(scale), [], "{objs:?}");
+            }
+        }
+        let all: u64 = ["_Z5scaleIlET_S0_", "_Z5scaleIdET_S0_"]
+            .iter()
+            .flat_map(|n| calls_of(n))
+            .map(|(_, c)| c)
+            .sum();
+        if n < 2 {
+            assert_eq!(all, own["scale"], "{objs:?}");
+        }
+    }
+}
+
+/// A section group's header and table, by file offset.
+struct GroupAt {
+    header: usize,
+    table: std::ops::Range<usize>,
+    index: u32,
+}
+
+fn groups_at(data: &[u8]) -> Vec<GroupAt> {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let h = object::elf::FileHeader64::<object::Endianness>::parse(data).unwrap();
+    let e = h.endian().unwrap();
+    let shoff = h.e_shoff(e) as usize;
+    h.sections(e, data)
+        .unwrap()
+        .enumerate()
+        .filter(|(_, s)| s.sh_type(e) == object::elf::SHT_GROUP)
+        .map(|(i, s)| {
+            let (off, size) = s.file_range(e).unwrap();
+            GroupAt {
+                header: shoff + i.0 * 64,
+                table: off as usize..(off + size) as usize,
+                index: i.0 as u32,
+            }
+        })
+        .collect()
+}
+
+/// Corrupted section groups: each a clear error, never a panic; then
+/// random corruption of the groups' headers and tables.
+#[test]
+fn corrupted_groups_are_errors() {
+    let b = compile("comdat.cpp", "c++", &["-O2", "-fPIC"]);
+    let good = std::fs::read(&b.obj).unwrap();
+    let groups = groups_at(&good);
+    assert!(groups.len() > 10);
+    // The first group with two members, and a second group.
+    let g = groups.iter().find(|g| g.table.len() >= 12).unwrap();
+    let other = groups.iter().find(|o| o.index != g.index).unwrap();
+    let u32_at = |d: &[u8], at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
+    let shnum = u32::from(u16::from_le_bytes([good[0x3c], good[0x3d]]));
+    let symtab = (0..shnum)
+        .find(|&i| {
+            let h = u32_at(&good, 0x28) as usize + i as usize * 64;
+            u32_at(&good, h + 4) == object::elf::SHT_SYMTAB
+        })
+        .unwrap();
+    let member = u32_at(&good, g.table.start + 4);
+    let member_flags = u32_at(&good, 0x28) as usize + member as usize * 64 + 8;
+    let put = |d: &mut Vec<u8>, at: usize, v: u64, n: usize| {
+        d[at..at + n].copy_from_slice(&v.to_le_bytes()[..n]);
+    };
+    /// What, how, and what the error says.
+    type Corruption<'a> = (&'a str, Box<dyn Fn(&mut Vec<u8>) + 'a>, &'a str);
+    let cases: Vec<Corruption> = vec![
+        (
+            "member 0",
+            Box::new(|d| put(d, g.table.start + 4, 0, 4)),
+            "member index 0",
+        ),
+        (
+            "member past the table",
+            Box::new(|d| put(d, g.table.start + 4, shnum.into(), 4)),
+            "out of range",
+        ),
+        (
+            "member 2^32-1",
+            Box::new(|d| put(d, g.table.start + 8, u32::MAX.into(), 4)),
+            "out of range",
+        ),
+        (
+            "member itself",
+            Box::new(|d| put(d, g.table.start + 4, g.index.into(), 4)),
+            "out of range",
+        ),
+        (
+            "member the symbol table",
+            Box::new(|d| put(d, g.table.start + 4, symtab.into(), 4)),
+            "section type",
+        ),
+        (
+            "member twice",
+            Box::new(|d| put(d, g.table.start + 8, member.into(), 4)),
+            "two groups",
+        ),
+        (
+            "member in another group",
+            Box::new(|d| put(d, other.table.start + 4, member.into(), 4)),
+            "two groups",
+        ),
+        (
+            "member not SHF_GROUP",
+            Box::new(|d| d[member_flags + 1] &= !2),
+            "not flagged SHF_GROUP",
+        ),
+        (
+            "flags 2",
+            Box::new(|d| put(d, g.table.start, 2, 4)),
+            "flags 0x2",
+        ),
+        (
+            "flags all",
+            Box::new(|d| put(d, g.table.start, u32::MAX.into(), 4)),
+            "flags 0xffffffff",
+        ),
+        ("empty", Box::new(|d| put(d, g.header + 32, 0, 8)), "empty"),
+        (
+            "not whole words",
+            Box::new(|d| put(d, g.header + 32, 6, 8)),
+            "whole words",
+        ),
+        (
+            "table past the end",
+            Box::new(|d| put(d, g.header + 32, 1 << 40, 8)),
+            "beyond the file",
+        ),
+        (
+            "offset past the end",
+            Box::new(|d| put(d, g.header + 24, u64::MAX - 2, 8)),
+            "beyond the file",
+        ),
+        (
+            "no signature",
+            Box::new(|d| put(d, g.header + 44, 0, 4)),
+            "signature symbol 0",
+        ),
+        (
+            "signature past the table",
+            Box::new(|d| put(d, g.header + 44, 1 << 30, 4)),
+            "signature symbol",
+        ),
+        (
+            "link not the symbol table",
+            Box::new(|d| put(d, g.header + 40, 1, 4)),
+            "sh_link",
+        ),
+        (
+            "entry size",
+            Box::new(|d| put(d, g.header + 56, 8, 8)),
+            "entry size 8",
+        ),
+        (
+            "SHF_GROUP with no group",
+            Box::new(|d| {
+                for o in &groups {
+                    put(d, o.header + 4, object::elf::SHT_PROGBITS.into(), 4);
+                }
+            }),
+            "no group lists it",
+        ),
+    ];
+    let sel = Selection::all();
+    for (what, corrupt, expect) in &cases {
+        let mut d = good.clone();
+        corrupt(&mut d);
+        for r in [
+            mantle_instr::rewrite_file(&d, "x", &sel, 0, ExitMode::Auto).map(|_| ()),
+            mantle_instr::plan_file(&d, "x", &sel, 0, ExitMode::Auto).map(|_| ()),
+        ] {
+            let e = r.expect_err(what).to_string();
+            assert!(e.contains(expect), "{what}: {e}");
+        }
+    }
+    // A group with no flags (not COMDAT) is well-formed and kept.
+    let mut plain = good.clone();
+    put(&mut plain, g.table.start, 0, 4);
+    let (out, _) = mantle_instr::rewrite_file(&plain, "x", &sel, 0, ExitMode::Auto).unwrap();
+    let ours = groups_at(&out);
+    assert_eq!(ours.len(), groups.len());
+    let mut ranges: Vec<_> = groups.iter().map(|g| g.header..g.header + 64).collect();
+    ranges.extend(groups.iter().map(|g| g.table.clone()));
+    fuzz(&good, Some(&ranges));
+    fuzz(&good, None);
 }

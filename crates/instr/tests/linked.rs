@@ -5,6 +5,8 @@
 //! with no LD_PRELOAD or library path: same output, same exit status, and
 //! the tracer's call counts equal the counts the programs keep.
 
+mod common;
+
 use mantle_instr::linked;
 use mantle_instr::{ExitMode, Outcome, Refusal, Report, Selection};
 use mantle_testsupport::build::{run_cc, workspace};
@@ -124,17 +126,9 @@ fn own_counts(out: &str) -> BTreeMap<String, u64> {
 /// Calls by function name in the tracer's profile.
 fn traced(prof: &Path) -> BTreeMap<String, u64> {
     let text = std::fs::read_to_string(prof).unwrap_or_else(|e| panic!("{}: {e}", prof.display()));
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| {
-            (
-                f["name"].as_str().unwrap().to_string(),
-                f["calls"].as_u64().unwrap(),
-            )
-        })
+    common::profile_json(&text)
+        .into_iter()
+        .map(|(_, name, calls)| (name, calls))
         .collect()
 }
 

@@ -1,6 +1,8 @@
 //! `mantle instr` on linked files, through the CLI: rewrite (runtime
 //! found beside the mantle binary), verify, plan --json, the runtime
-//! path check, bad input, and a rewritten program run as `nobody`.
+//! path check, bad input, and a rewritten program run as `nobody`; and
+//! C++ objects with COMDAT section groups (report, link, verify, a
+//! corrupted group's exit code).
 
 use mantle_testsupport::build::{run_cc, workspace};
 use std::path::{Path, PathBuf};
@@ -192,4 +194,100 @@ fn rewritten_program_as_nobody() {
         .output()
         .unwrap();
     assert!(!w.status.success(), "nobody could write {}", rt.display());
+}
+
+/// Two C++ objects sharing an inline function in a COMDAT group, through
+/// the CLI: the JSON report names the group, the map's ids continue, the
+/// linked program verifies, and a corrupted group is exit 2 with the
+/// reason.
+#[test]
+fn comdat_objects() {
+    let dir = tmpdir("comdat");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
+    let p = Path::new;
+    let map = dir.join("prog.map");
+    let mut objs = Vec::new();
+    for unit in ["comdat2_a", "comdat2_b"] {
+        let obj = dir.join(format!("{unit}.o"));
+        run_cc(
+            unit,
+            Command::new("c++")
+                .args(["-O2", "-fPIC", "-c"])
+                .arg(src.join(format!("{unit}.cpp")))
+                .arg("-o")
+                .arg(&obj),
+        );
+        let out = dir.join(format!("{unit}.instr.o"));
+        let o = mantle_run(&[
+            p("instr"),
+            p("rewrite"),
+            &obj,
+            p("-o"),
+            &out,
+            p("--all"),
+            p("--map"),
+            &map,
+            p("--json"),
+        ]);
+        assert_eq!(code(&o), 0, "{}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let f = v["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "_Z6sharedl")
+            .unwrap();
+        assert_eq!(f["comdat"], "_Z6sharedl", "{f}");
+        assert_eq!(f["status"], "instrumented", "{f}");
+        objs.push((obj, out));
+    }
+    // Ids continue across the two objects: 7 functions, 7 ids.
+    let ids: std::collections::BTreeSet<String> = std::fs::read_to_string(&map)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| l.split('\t').next().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 7, "{ids:?}");
+    let link = |exe: &Path, a: &Path, b: &Path, rt: bool| {
+        let mut c = Command::new("c++");
+        c.arg(a).arg(b).arg("-o").arg(exe);
+        if rt {
+            c.arg(profile().join("libmantle_instr.a")).arg("-lpthread");
+        }
+        run_cc("comdat2", &mut c);
+    };
+    let orig = dir.join("orig");
+    let new = dir.join("new");
+    link(&orig, &objs[0].0, &objs[1].0, false);
+    link(&new, &objs[0].1, &objs[1].1, true);
+    let o = mantle_run(&[p("instr"), p("verify"), &orig, &new]);
+    assert_eq!(code(&o), 0, "{}", text(&o));
+    // A group whose flags say more than COMDAT.
+    let mut bad = std::fs::read(&objs[0].0).unwrap();
+    let at = {
+        use object::read::elf::{FileHeader, SectionHeader};
+        let h = object::elf::FileHeader64::<object::Endianness>::parse(&*bad).unwrap();
+        let e = h.endian().unwrap();
+        let g = h
+            .sections(e, &*bad)
+            .unwrap()
+            .iter()
+            .find(|s| s.sh_type(e) == object::elf::SHT_GROUP)
+            .unwrap();
+        g.sh_offset(e) as usize
+    };
+    bad[at..at + 4].copy_from_slice(&6u32.to_le_bytes());
+    let bad_obj = dir.join("bad.o");
+    std::fs::write(&bad_obj, bad).unwrap();
+    let o = mantle_run(&[
+        p("instr"),
+        p("rewrite"),
+        &bad_obj,
+        p("-o"),
+        &dir.join("bad.instr.o"),
+        p("--all"),
+    ]);
+    assert_eq!(code(&o), 2, "{}", text(&o));
+    assert!(text(&o).contains("section group"), "{}", text(&o));
 }
