@@ -764,3 +764,71 @@ fn runtime_dependencies_are_refused() {
         mantle_instr::plan_file(&data, "libc", &Selection::all(), 0, ExitMode::Auto).unwrap_err();
     assert!(matches!(e, mantle_instr::Error::Unsupported(_)), "{e}");
 }
+
+/// Vector registers across ordinary hooks in a linked program: xmm.c
+/// linked with hooks that clobber every caller-saved register
+/// (fast_hooks.c -DORDINARY), its own functions rewritten with
+/// trampolines: the output is the original's, so every register a caller,
+/// argument or result needed was kept (crates/instr/src/vregs.rs, with
+/// callers found by address in the linked file).
+#[test]
+fn vector_registers_across_ordinary_hooks_linked() {
+    let dir = tmpdir("xmm-linked");
+    let inc = workspace().join("crates/instr-rt/include");
+    let mut args = C_FLAGS.to_vec();
+    let (xmm, hooks) = (c_dir().join("xmm.c"), c_dir().join("fast_hooks.c"));
+    let inc_arg = format!("-I{}", inc.display());
+    args.extend([
+        xmm.to_str().unwrap(),
+        hooks.to_str().unwrap(),
+        "-DORDINARY",
+        &inc_arg,
+        "-pie",
+        "-fpie",
+    ]);
+    let so = runtime_so();
+    let so_dir = Path::new(&so)
+        .parent()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let libdir = format!("-L{so_dir}");
+    let rpath = format!("-Wl,-rpath,{so_dir}");
+    args.extend([
+        libdir.as_str(),
+        rpath.as_str(),
+        "-lmantle_instr",
+        "-lm",
+        "-lpthread",
+    ]);
+    let orig = cc(&dir, "cc", &args, "orig");
+    let mut sel = Selection::default();
+    for f in [
+        "leaf",
+        "leaf2",
+        "keeps",
+        "keeps_many",
+        "use",
+        "pass",
+        "give",
+        "ret_through",
+        "out",
+        "main",
+    ] {
+        sel.add_exact(f);
+    }
+    let data = std::fs::read(&orig).unwrap();
+    let (bytes, r) = linked::rewrite_file(&data, "orig", &sel, 0, ExitMode::Auto, &so).unwrap();
+    let new = dir.join("instr");
+    std::fs::write(&new, bytes).unwrap();
+    std::fs::set_permissions(&new, std::fs::metadata(&orig).unwrap().permissions()).unwrap();
+    assert_eq!(r.instrumented, 10, "{:?}", r.functions);
+    let counts = dir.join("counts.txt");
+    let a = run(&orig, &[]);
+    let n = run(&new, &[("MANTLE_TEST_FAST_OUT", &counts)]);
+    assert_eq!((a.stdout, a.code), (n.stdout, n.code), "{}", n.stderr);
+    // The hooks ran: every instrumented function entered.
+    let entered = std::fs::read_to_string(&counts).unwrap().lines().count();
+    assert_eq!(entered, 10, "functions entered");
+}
