@@ -79,20 +79,93 @@ pub enum Error {
 }
 
 /// Parses `data` as an x86-64 relocatable object. An object with section
-/// groups is an error here (the builder cannot read them): [`plan_file`]
-/// and [`rewrite_file`] carry them over.
+/// groups or clang's address-significance table is an error here (the
+/// builder cannot read them): [`plan_file`] and [`rewrite_file`] handle
+/// them.
 pub fn parse(data: &[u8]) -> Result<Builder<'_>, Error> {
     if !group::read(data)?.is_empty() {
         return Err(Error::Unsupported(
             "section groups: use plan_file or rewrite_file".into(),
         ));
     }
+    if let std::borrow::Cow::Owned(_) = mask_addrsig(data) {
+        return Err(Error::Unsupported(
+            "an address-significance table (clang): use plan_file or rewrite_file".into(),
+        ));
+    }
     parse_masked(data)
 }
 
-/// Parses `data`, whose groups (if any) [`group::Groups::mask`] hid.
+/// `SHT_LLVM_ADDRSIG`: clang's list of symbols whose address is taken,
+/// read by linkers for safe identical-code folding.
+const SHT_LLVM_ADDRSIG: u32 = 0x6fff_4c03;
+
+/// `data` with clang's address-significance tables turned into plain
+/// bytes, which the builder reads (it refuses the type); [`parse_masked`]
+/// then drops them: they list symbol indices the rewrite renumbers, and a
+/// linker that finds none treats every address as significant (the safe
+/// side: no folding).
+fn mask_addrsig(data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let found = || -> Option<Vec<usize>> {
+        let h = elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+        let endian = h.endian().ok()?;
+        let secs = h.sections(endian, data).ok()?;
+        let shoff = h.e_shoff(endian) as usize;
+        let size = std::mem::size_of::<elf::SectionHeader64<object::Endianness>>();
+        Some(
+            (1..secs.len())
+                .filter(|&i| {
+                    secs.section(object::SectionIndex(i))
+                        .is_ok_and(|s| s.sh_type(endian) == SHT_LLVM_ADDRSIG)
+                })
+                // sh_type is the second word of a section header.
+                .map(|i| shoff + i * size + 4)
+                .collect(),
+        )
+    };
+    match found() {
+        Some(at) if !at.is_empty() => {
+            let little = data.get(5) == Some(&elf::ELFDATA2LSB); // e_ident[EI_DATA]
+            let t = if little {
+                elf::SHT_PROGBITS.to_le_bytes()
+            } else {
+                elf::SHT_PROGBITS.to_be_bytes()
+            };
+            let mut d = data.to_vec();
+            for a in at {
+                if let Some(x) = d.get_mut(a..a + 4) {
+                    x.copy_from_slice(&t);
+                }
+            }
+            std::borrow::Cow::Owned(d)
+        }
+        _ => std::borrow::Cow::Borrowed(data),
+    }
+}
+
+/// Parses `data`, whose groups (if any) [`group::Groups::mask`] hid and
+/// whose address-significance tables [`mask_addrsig`] made plain.
 fn parse_masked(data: &[u8]) -> Result<Builder<'_>, Error> {
-    let b = Builder::read(data).map_err(Error::Elf)?;
+    let mut b = Builder::read(data).map_err(Error::Elf)?;
+    for s in b.sections.iter_mut() {
+        if &*s.name == b".llvm_addrsig" {
+            s.delete = true;
+        }
+    }
+    // clang names sections from the symbols' string table (no
+    // `.shstrtab` of their own): the writer needs one.
+    if !b
+        .sections
+        .iter()
+        .any(|s| matches!(s.data, object::build::elf::SectionData::SectionString))
+    {
+        let s = b.sections.add();
+        s.name = (&b".shstrtab"[..]).into();
+        s.sh_type = elf::SHT_STRTAB;
+        s.sh_addralign = 1;
+        s.data = object::build::elf::SectionData::SectionString;
+    }
     if !b.is_64 || b.endian != object::Endianness::Little {
         return Err(Error::Unsupported("not a 64-bit little-endian file".into()));
     }
@@ -133,6 +206,7 @@ pub fn plan_file(
     }
     let groups = group::read(data)?;
     let masked = groups.mask(data);
+    let masked = mask_addrsig(&masked);
     let b = parse_masked(&masked)?;
     let p = plan_groups(&b, &groups, sel, first_id, mode);
     Ok(Report::new(input, &p))
@@ -168,6 +242,7 @@ pub fn rewrite_file(
 ) -> Result<(Vec<u8>, Report), Error> {
     let mut groups = group::read(data)?;
     let masked = groups.mask(data);
+    let masked = mask_addrsig(&masked);
     let mut b = parse_masked(&masked)?;
     let p = plan_groups(&b, &groups, sel, first_id, mode);
     let report = Report::new(input, &p);

@@ -326,6 +326,33 @@ fn vector_registers_across_ordinary_hooks() {
     assert!(kept["out"][0] == 8 && kept["out"][1] >= 2, "{kept:?}");
 }
 
+/// Objects clang wrote: section names in the symbols' string table (the
+/// rewrite adds a `.shstrtab`) and an address-significance table (dropped:
+/// its symbol indices change). Every exit design, the tracer's counts and
+/// both kinds of user hooks, as for gcc's objects.
+#[test]
+fn clang_objects() {
+    for name in ["basic.c", "xmm.c"] {
+        // clang ignores the optimize attribute basic.c uses to keep fib's
+        // recursion real (its tail-recursion elimination would loop).
+        let b = compile(
+            name,
+            "clang",
+            &["-O2", "-fno-inline", "-fno-optimize-sibling-calls"],
+        );
+        let data = std::fs::read(&b.obj).unwrap();
+        assert!(
+            data.windows(14).any(|w| w == b".llvm_addrsig\0"),
+            "{name}: clang wrote no address-significance table"
+        );
+        for mode in [ExitMode::ReturnFrames, ExitMode::Auto] {
+            check_mode(name, &b, mode);
+        }
+        check_hooks(name, &b, true, true);
+        check_hooks(name, &b, false, true);
+    }
+}
+
 #[test]
 fn basic_with_endbr64() {
     let mut f = C_FLAGS.to_vec();
