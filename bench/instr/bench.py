@@ -25,7 +25,9 @@ making up 80% of each program's samples in a `mantle prof` session of its
 workloads (`mantle instr plan --from-prof SESSION --share 80`).
 
 Needs root (mantle prof, bpftrace). Usage:
-  flock /tmp/mantle-bench.lock bench/instr/bench.py [--reps N] [--mb N] [--cpu N]
+  flock /tmp/mantle-bench.lock bench/instr/bench.py [--reps N] [--mb N] [--cpu N] [--uprobe-reps N]
+  bench/instr/bench.py --plot       # table52.png from results.json
+  bench/instr/bench.py --markdown   # RESULTS.md's tables from results.json
 """
 import argparse
 import glob
@@ -387,6 +389,18 @@ def micro_bench(a, mantle, rt):
     return out
 
 
+def paired_ratio(res, c, m):
+    """The median over repetitions of each run's time over the same
+    repetition's baseline run (program, workload) c; None without a row m
+    (a method added after the program's rows were measured)."""
+    row = lambda meth: next((r for r in res["rows"] if (r["program"], r["workload"]) == c
+                             and r["method"] == meth), None)
+    if row(m) is None:
+        return None
+    base = row("clang" if m == "xray" else "base")["times"]
+    return statistics.median(t / b for t, b in zip(row(m)["times"], base))
+
+
 def plot(res):
     import matplotlib
     matplotlib.use("Agg")
@@ -395,16 +409,8 @@ def plot(res):
     ms = [m for m in dict.fromkeys(r["method"] for r in res["rows"]) if m not in ("base", "clang")]
     fig, ax = plt.subplots(figsize=(10, 4.5))
     width = 0.8 / len(ms)
-    def paired(c, m):
-        row = lambda meth: next((r for r in res["rows"] if (r["program"], r["workload"]) == c
-                                 and r["method"] == meth), None)
-        if row(m) is None:  # a method added after this program's rows were measured
-            return 0
-        base = row("clang" if m == "xray" else "base")["times"]
-        return statistics.median(t / b for t, b in zip(row(m)["times"], base))
-
     for i, m in enumerate(ms):
-        ys = [paired(c, m) for c in cols]
+        ys = [paired_ratio(res, c, m) or 0 for c in cols]
         ax.bar([j + i * width for j in range(len(cols))], ys, width, label=m)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], [f"{p} {w}" for p, w in cols])
@@ -417,9 +423,38 @@ def plot(res):
     fig.savefig(os.path.join(HERE, "table52.png"), dpi=120)
 
 
+LABELS = {"base": "gcc -O2", "src": "-finstrument-functions", "src-lto": "... -flto (hooks inlined)",
+          "clang": "clang -O2", "xray": "XRay", "mantle": "mantle .o, trampolines, ordinary hooks",
+          "mantle-fast": "mantle .o, trampolines, fast hooks", "mantle-pr": "mantle .o, patched rets",
+          "mantle-rf": "mantle .o, return frames", "mantle-linked": "mantle linked, trampolines, ordinary hooks",
+          "uprobes": "uprobes + uretprobes (bpftrace)"}
+
+
+def markdown(res):
+    """RESULTS.md's tables from results.json: one per program and workload."""
+    def f(x, fmt):
+        return "" if x is None else format(x, fmt)
+
+    for c in dict.fromkeys((r["program"], r["workload"]) for r in res["rows"]):
+        rows = [r for r in res["rows"] if (r["program"], r["workload"]) == c]
+        print(f"\n| {c[0]} {c[1]} | median s | min | max | paired ratio | min-ratio | calls | ns/call (median) "
+              "| ns/call (min) |\n|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            n = len(r["times"])
+            paired = "" if r["method"] == "clang" else f"{paired_ratio(res, c, r['method']):.3f}"
+            calls = "" if r["method"] in ("base", "clang") else r["calls"] or ""
+            # Per call over a few thousand calls is noise over calls: left out.
+            many = bool(calls) and calls >= 100_000
+            print(f"| {LABELS.get(r['method'], r['method'])}{f' ({n} run)' if n == 1 else ''} | {r['median']:.3f} "
+                  f"| {r['min']:.3f} | {r['max']:.3f} | {paired} | {r['min_ratio']:.3f} | {calls} "
+                  f"| {f(r['ns_per_call'], '.1f') if many else ''} | {f(r['ns_per_call_min'], '.1f') if many else ''} |")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--plot"]:
         # Redraw from results.json without running anything.
         plot(json.load(open(os.path.join(HERE, "results.json"))))
+    elif sys.argv[1:] == ["--markdown"]:
+        markdown(json.load(open(os.path.join(HERE, "results.json"))))
     else:
         main()
