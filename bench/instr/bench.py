@@ -170,7 +170,7 @@ def main():
         json.dump(old, open(os.path.join(HERE, "results.json"), "w"), indent=1)
         return
     progs = programs(inp, inp_big)
-    res = dict(cpu=a.cpu, reps=a.reps, mb=a.mb, programs={}, rows=[],
+    res = dict(cpu=a.cpu, reps=a.reps, uprobe_reps=min(a.reps, a.uprobe_reps), mb=a.mb, programs={}, rows=[],
                command="flock /tmp/mantle-bench.lock bench/instr/bench.py " + " ".join(sys.argv[1:]))
     if a.only:
         # One program again: the other's rows stay as the last run left them.
@@ -407,7 +407,7 @@ def plot(res):
     import matplotlib.pyplot as plt
     cols = list(dict.fromkeys((r["program"], r["workload"]) for r in res["rows"]))
     ms = [m for m in dict.fromkeys(r["method"] for r in res["rows"]) if m not in ("base", "clang")]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(max(10, 1.7 * len(cols)), 4.8))
     width = 0.8 / len(ms)
     for i, m in enumerate(ms):
         ys = [paired_ratio(res, c, m) or 0 for c in cols]
@@ -417,7 +417,7 @@ def plot(res):
     ax.set_ylabel("execution time / uninstrumented")
     ax.set_yscale("log")
     ax.set_title(f"Table 5.2: 80% of samples by mantle prof, taskset -c {res['cpu']}, "
-                 f"paired ratio, median of {res['reps']}")
+                 f"paired ratio, median of {res['reps']} (uprobes: {res.get('uprobe_reps', res['reps'])})")
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "table52.png"), dpi=120)
@@ -430,11 +430,12 @@ LABELS = {"base": "gcc -O2", "src": "-finstrument-functions", "src-lto": "... -f
           "uprobes": "uprobes + uretprobes (bpftrace)"}
 
 
+def f(x, fmt):
+    return "" if x is None else format(x, fmt)
+
+
 def markdown(res):
     """RESULTS.md's tables from results.json: one per program and workload."""
-    def f(x, fmt):
-        return "" if x is None else format(x, fmt)
-
     for c in dict.fromkeys((r["program"], r["workload"]) for r in res["rows"]):
         rows = [r for r in res["rows"] if (r["program"], r["workload"]) == c]
         print(f"\n| {c[0]} {c[1]} | median s | min | max | paired ratio | min-ratio | calls | ns/call (median) "
@@ -448,6 +449,28 @@ def markdown(res):
             print(f"| {LABELS.get(r['method'], r['method'])}{f' ({n} run)' if n == 1 else ''} | {r['median']:.3f} "
                   f"| {r['min']:.3f} | {r['max']:.3f} | {paired} | {r['min_ratio']:.3f} | {calls} "
                   f"| {f(r['ns_per_call'], '.1f') if many else ''} | {f(r['ns_per_call_min'], '.1f') if many else ''} |")
+    bars(res)
+
+
+def bars(res):
+    """The issue's bars, on the workloads whose chosen functions are called
+    at least 100,000 times (the rest measure noise): paired ratios, and
+    each mantle row's ratio over source-level (non-inlined) instrumentation's."""
+    ms = ["src", "xray", "mantle", "mantle-fast", "mantle-linked", "uprobes"]
+    print("\n| workload | " + " | ".join(LABELS[m] for m in ms) + " | mantle / src | mantle-fast / src "
+          "| mantle-linked / src |\n|" + "---|" * (len(ms) + 4))
+    over = {m: [] for m in ("mantle", "mantle-fast", "mantle-linked")}
+    for c in dict.fromkeys((r["program"], r["workload"]) for r in res["rows"]):
+        calls = next(r["calls"] for r in res["rows"] if (r["program"], r["workload"]) == c and r["method"] == "base")
+        if not calls or calls < 100_000:
+            continue
+        p = {m: paired_ratio(res, c, m) for m in ms}
+        for m in over:
+            over[m].append(p[m] / p["src"] if p[m] else None)
+        print(f"| {c[0]} {c[1]} | " + " | ".join(f(p[m], ".3f") for m in ms) + " | "
+              + " | ".join(f(over[m][-1], ".2f") for m in over) + " |")
+    print("| average | " + " |" * len(ms) + " " + " | ".join(
+        f(statistics.mean(v), ".2f") if v and None not in v else "" for v in over.values()) + " |")
 
 
 if __name__ == "__main__":
