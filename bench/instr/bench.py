@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Table 5.2 of Paper IV (Kagstrom, LOPI) on real C programs built from the
-sources crates.io packages vendor, each run on a real input (a tar of
-/usr/include): bzip2 1.0.8 (bzip2-sys) and libdeflate 1.x's gzip program
-(libdeflate-sys), each compressing and decompressing.
+sources crates.io packages vendor, each run on real input: bzip2 1.0.8
+(bzip2-sys) and libdeflate 1.x's gzip program (libdeflate-sys), each
+compressing and decompressing a tar of /usr/include, and Lua 5.4.7
+(lua-src, with luamain.c as the interpreter) running lua/fib.lua,
+lua/binarytrees.lua and lua/strings.lua.
 
 Methods, side by side in one run (each repetition runs every method once,
 in turn), pinned with taskset to one CPU:
@@ -18,6 +20,9 @@ in turn), pinned with taskset to one CPU:
   mantle-pr   --exit patched-rets (patched rets where every exit is a
               movable ret, LOPI's return frames elsewhere), ordinary hooks
   mantle-rf   --exit return-frames (LOPI's design everywhere)
+  mantle-linked  mantle instr on the linked program: base's objects linked
+              with the hooks and libmantle_instr.so, the executable
+              rewritten (--exit auto, ordinary hooks)
   uprobes     base under bpftrace uprobe + uretprobe on the chosen functions
 Every method runs the paper's instrumentation (hooks.c): read a 4-byte
 value at entry, accumulate it at exit. The chosen functions are the ones
