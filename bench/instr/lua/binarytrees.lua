@@ -1,5 +1,5 @@
--- The Computer Language Benchmarks Game's binary-trees (after the Lua
--- program by Mike Pall): allocation and garbage collection of small tables.
+-- The Computer Language Benchmarks Game's binary-trees, written after its
+-- Lua program: allocation and garbage collection of small tables.
 local function bottomup(depth)
   if depth == 0 then return {} end
   depth = depth - 1
