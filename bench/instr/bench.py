@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Table 5.2 of Paper IV (Kagstrom, LOPI) on real C programs built from the
-sources crates.io packages vendor, each run on a real input (a tar of
-/usr/include): bzip2 1.0.8 (bzip2-sys) and libdeflate 1.x's gzip program
-(libdeflate-sys), each compressing and decompressing.
+sources crates.io packages vendor, each run on real input: bzip2 1.0.8
+(bzip2-sys) and libdeflate 1.x's gzip program (libdeflate-sys), each
+compressing and decompressing a tar of /usr/include, and Lua 5.4.7
+(lua-src, with luamain.c as the interpreter) running lua/fib.lua,
+lua/binarytrees.lua and lua/strings.lua.
 
 Methods, side by side in one run (each repetition runs every method once,
 in turn), pinned with taskset to one CPU:
@@ -18,6 +20,9 @@ in turn), pinned with taskset to one CPU:
   mantle-pr   --exit patched-rets (patched rets where every exit is a
               movable ret, LOPI's return frames elsewhere), ordinary hooks
   mantle-rf   --exit return-frames (LOPI's design everywhere)
+  mantle-linked  mantle instr on the linked program: base's objects linked
+              with the hooks and libmantle_instr.so, the executable
+              rewritten (--exit auto, ordinary hooks)
   uprobes     base under bpftrace uprobe + uretprobe on the chosen functions
 Every method runs the paper's instrumentation (hooks.c): read a 4-byte
 value at entry, accumulate it at exit. The chosen functions are the ones
@@ -25,7 +30,9 @@ making up 80% of each program's samples in a `mantle prof` session of its
 workloads (`mantle instr plan --from-prof SESSION --share 80`).
 
 Needs root (mantle prof, bpftrace). Usage:
-  flock /tmp/mantle-bench.lock bench/instr/bench.py [--reps N] [--mb N] [--cpu N]
+  flock /tmp/mantle-bench.lock bench/instr/bench.py [--reps N] [--mb N] [--cpu N] [--uprobe-reps N]
+  bench/instr/bench.py --plot       # table52.png from results.json
+  bench/instr/bench.py --markdown   # RESULTS.md's tables from results.json
 """
 import argparse
 import glob
@@ -65,22 +72,32 @@ def vendored(pattern):
 
 
 def programs(inp, inp_big):
-    """name: (source files, compile flags, workloads {name: (args, input)}).
-    gzip runs 8 times the input: it is 8 times faster than bzip2."""
+    """name: (source files, compile flags, link libraries, workloads {name:
+    (args, stdin)}). gzip runs 8 times the input: it is 8 times faster than
+    bzip2. Lua runs three programs of bench/instr/lua/, each ~0.6 s
+    uninstrumented, with luamain.c as the interpreter (lua-src vendors the
+    library, not lua.c)."""
     bz = vendored("bzip2-sys-0.1.13*/bzip2-1.0.8")
     ld = vendored("libdeflate-sys-1.26.1/libdeflate")
+    lua = vendored("lua-src-547.1.0/lua-5.4.7")
+    lua_srcs = sorted(glob.glob(f"{lua}/*.c")) + [os.path.join(HERE, "luamain.c")]
+    scripts = os.path.join(HERE, "lua")
     bz_units = ["blocksort", "huffman", "crctable", "randtable", "compress", "decompress", "bzlib", "bzip2"]
     ld_srcs = sorted(glob.glob(f"{ld}/lib/*.c")) + [f"{ld}/lib/x86/cpu_features.c"] + [
         f"{ld}/programs/{u}.c" for u in ("gzip", "prog_util", "tgetopt")]
     return {
-        "bzip2": ([f"{bz}/{u}.c" for u in bz_units], ["-D_FILE_OFFSET_BITS=64"],
+        "bzip2": ([f"{bz}/{u}.c" for u in bz_units], ["-D_FILE_OFFSET_BITS=64"], [],
                   {"compress": (["-9", "-c"], inp), "decompress": (["-d", "-c"], inp + ".bz2")}),
-        "gzip": (ld_srcs, [f"-I{ld}", f"-I{ld}/programs"],
+        "gzip": (ld_srcs, [f"-I{ld}", f"-I{ld}/programs"], [],
                  {"compress": (["-6", "-c"], inp_big), "decompress": (["-d", "-c"], inp_big + ".gz")}),
+        "lua": (lua_srcs, ["-DLUA_USE_LINUX", f"-I{lua}"], ["-lm"],
+                {"fib": ([f"{scripts}/fib.lua", "35"], "/dev/null"),
+                 "binarytrees": ([f"{scripts}/binarytrees.lua", "13"], "/dev/null"),
+                 "strings": ([f"{scripts}/strings.lua", "10"], "/dev/null")}),
     }
 
 
-def build(prog, name, cc, cflags, srcs, pflags, hooks=None, hook_flags=(), ldflags=(), objs=None):
+def build(prog, name, cc, cflags, srcs, pflags, hooks=None, hook_flags=(), ldflags=(), objs=None, libs=()):
     d = os.path.join(OUT, prog, name)
     os.makedirs(d, exist_ok=True)
     if objs is None:
@@ -96,7 +113,7 @@ def build(prog, name, cc, cflags, srcs, pflags, hooks=None, hook_flags=(), ldfla
             "-o", o])
         extra.append(o)
     exe = os.path.join(d, prog)
-    sh([cc, *cflags, *objs, *extra, "-o", exe, *ldflags])
+    sh([cc, *cflags, *objs, *extra, "-o", exe, *ldflags, *libs])
     return exe
 
 
@@ -132,7 +149,9 @@ def main():
     ap.add_argument("--mb", type=int, default=4, help="input size in MiB")
     ap.add_argument("--cpu", type=int, default=1)
     ap.add_argument("--no-uprobes", action="store_true")
-    ap.add_argument("--only", help="one program (bzip2 or gzip)")
+    ap.add_argument("--uprobe-reps", type=int, default=1000,
+                    help="run uprobes in the first N repetitions only (it is 100-1000 times slower)")
+    ap.add_argument("--only", help="one program (bzip2, gzip or lua)")
     ap.add_argument("--micro-only", action="store_true", help="only micro.c; the programs' rows stay")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
@@ -156,7 +175,7 @@ def main():
         json.dump(old, open(os.path.join(HERE, "results.json"), "w"), indent=1)
         return
     progs = programs(inp, inp_big)
-    res = dict(cpu=a.cpu, reps=a.reps, mb=a.mb, programs={}, rows=[],
+    res = dict(cpu=a.cpu, reps=a.reps, uprobe_reps=min(a.reps, a.uprobe_reps), mb=a.mb, programs={}, rows=[],
                command="flock /tmp/mantle-bench.lock bench/instr/bench.py " + " ".join(sys.argv[1:]))
     if a.only:
         # One program again: the other's rows stay as the last run left them.
@@ -166,21 +185,25 @@ def main():
         res["rows"] = [r for r in old["rows"] if r["program"] != a.only]
         res["micro"] = old.get("micro")
         res["command"] = old["command"] + " ; then " + res["command"]
-    for prog, (srcs, pflags, workloads) in progs.items():
-        res["programs"][prog] = run_program(a, mantle, rt, prog, srcs, pflags, workloads, res["rows"])
+    for prog, (srcs, pflags, libs, workloads) in progs.items():
+        res["programs"][prog] = run_program(a, mantle, rt, prog, srcs, pflags, libs, workloads, res["rows"])
     if not a.only:
         res["micro"] = micro_bench(a, mantle, rt)
     json.dump(res, open(os.path.join(HERE, "results.json"), "w"), indent=1)
     plot(res)
 
 
-def run_program(a, mantle, rt, prog, srcs, pflags, workloads, rows):
-    base = build(prog, "base", "gcc", ["-O2"], srcs, pflags)
+def run_program(a, mantle, rt, prog, srcs, pflags, libs, workloads, rows):
+    def b(name, cc, cflags, **kw):
+        return build(prog, name, cc, cflags, srcs, pflags, libs=libs, **kw)
+
+    base = b("base", "gcc", ["-O2"])
     base_objs = [os.path.join(OUT, prog, "base", os.path.basename(s)[:-2] + ".o") for s in srcs]
-    inp = workloads["compress"][1]
-    packed = workloads["decompress"][1]
-    if not os.path.exists(packed) or os.path.getmtime(packed) < os.path.getmtime(inp):
-        sh(f"{base} -9 -c < {inp} > {packed}")
+    if "decompress" in workloads:
+        inp = workloads["compress"][1]
+        packed = workloads["decompress"][1]
+        if not os.path.exists(packed) or os.path.getmtime(packed) < os.path.getmtime(inp):
+            sh(f"{base} -9 -c < {inp} > {packed}")
     hot, note = choose(mantle, prog, base, base_objs, workloads)
     print(f"{prog}: chosen by mantle prof ({note}): {' '.join(hot)}")
     names = set()
@@ -195,16 +218,16 @@ def run_program(a, mantle, rt, prog, srcs, pflags, workloads, rows):
 
     exes = {"base": base}
     excl_flag = "-finstrument-functions-exclude-function-list=" + ",".join(cold)
-    exes["src"] = build(prog, "src", "gcc", ["-O2", "-finstrument-functions", excl_flag], srcs, pflags, hooks=True,
-                        hook_flags=["-DMODE_CYG"])
-    exes["src-lto"] = build(prog, "src-lto", "gcc", ["-O2", "-flto", "-finstrument-functions", excl_flag], srcs,
-                            pflags, hooks=True, hook_flags=["-DMODE_CYG", "-flto"])
+    exes["src"] = b("src", "gcc", ["-O2", "-finstrument-functions", excl_flag], hooks=True, hook_flags=["-DMODE_CYG"])
+    exes["src-lto"] = b("src-lto", "gcc", ["-O2", "-flto", "-finstrument-functions", excl_flag], hooks=True,
+                        hook_flags=["-DMODE_CYG", "-flto"])
     lto_calls = sh(f"objdump -d {exes['src-lto']} | grep -c 'call.*__cyg_profile_func' || true").stdout.strip()
-    exes["clang"] = build(prog, "clang", "clang", ["-O2"], srcs, pflags)
+    exes["clang"] = b("clang", "clang", ["-O2"])
     xl = os.path.join(OUT, prog, "xray-always.txt")
-    open(xl, "w").write("".join(f"fun:{h}\n" for h in hot))
+    # clang names no clones: gcc's sweepstep.constprop.0 is clang's sweepstep.
+    open(xl, "w").write("".join(f"fun:{h.split('.')[0]}\n" for h in hot))
     xf = ["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1000000", f"-fxray-always-instrument={xl}"]
-    exes["xray"] = build(prog, "xray", "clang", xf, srcs, pflags, hooks=True, hook_flags=["-DMODE_XRAY"])
+    exes["xray"] = b("xray", "clang", xf, hooks=True, hook_flags=["-DMODE_XRAY"])
     info = dict(chosen=hot, prof=note, src_lto_hook_calls=lto_calls, mantle={})
     for variant, (exit_mode, hook_mode, hook_flags) in MANTLE_VARIANTS.items():
         d = os.path.join(OUT, prog, variant)
@@ -222,10 +245,11 @@ def run_program(a, mantle, rt, prog, srcs, pflags, workloads, rows):
                 if f["status"] == "instrumented":
                     exits[f["exit"]] = exits.get(f["exit"], 0) + 1
             objs.append(n)
-        exes[variant] = build(prog, variant, "gcc", ["-O2"], srcs, pflags, objs=objs, hooks=True,
-                              hook_flags=[f"-D{hook_mode}", *hook_flags], ldflags=[rt, "-lpthread"])
+        exes[variant] = b(variant, "gcc", ["-O2"], objs=objs, hooks=True, hook_flags=[f"-D{hook_mode}", *hook_flags],
+                          ldflags=[rt, "-lpthread"])
         info["mantle"][variant] = dict(refused=refused, exits=exits)
         print(f"  {variant} (--exit {exit_mode}): exits {exits}, refused: {refused or 'none'}")
+    exes["mantle-linked"], info["mantle"]["mantle-linked"] = linked_rewrite(mantle, rt, prog, b, base_objs, hotfile)
     print(f"  src-lto hook calls left: {lto_calls}")
 
     # Same output everywhere; calls as the hooks count them.
@@ -242,12 +266,14 @@ def run_program(a, mantle, rt, prog, srcs, pflags, workloads, rows):
 
     methods = list(exes) + ([] if a.no_uprobes else ["uprobes"])
     times = {(m, w): [] for m in methods for w in workloads}
-    spec = ",".join(f"uprobe:{base}:{h}" for h in hot)
-    rspec = ",".join(f"uretprobe:{base}:{h}" for h in hot)
+    spec = ",".join(f'uprobe:{base}:"{h}"' for h in hot)
+    rspec = ",".join(f'uretprobe:{base}:"{h}"' for h in hot)
     prog_bt = f"{spec} {{ @s[tid] = nsecs; @n = count(); }} {rspec} {{ @a += nsecs - @s[tid]; }}"
     for rep in range(a.reps):
         for m in methods:
             for w, (args, path) in workloads.items():
+                if m == "uprobes" and rep >= a.uprobe_reps:
+                    continue
                 if m == "uprobes":
                     t, out = uprobe_run(prog_bt, [base, *args], path, a.cpu, calls, (m, w))
                     if out != ref[w]:
@@ -257,10 +283,11 @@ def run_program(a, mantle, rt, prog, srcs, pflags, workloads, rows):
                 times[(m, w)].append(t)
         print(f"  {prog}: repetition {rep + 1}/{a.reps} done", file=sys.stderr)
 
-    mb = os.path.getsize(workloads["compress"][1]) >> 20
-    print(f"\n{prog}, input {mb} MiB of /usr/include (tar), taskset -c {a.cpu}, {a.reps} repetitions, "
+    what = " ".join(os.path.basename(args[0]) for args, _ in workloads.values()) if prog == "lua" else \
+        f"input {os.path.getsize(workloads['compress'][1]) >> 20} MiB of /usr/include (tar)"
+    print(f"\n{prog}, {what}, taskset -c {a.cpu}, {a.reps} repetitions (uprobes {min(a.reps, a.uprobe_reps)}), "
           "median [min-max] seconds; ratio to the method's baseline (clang for xray, gcc for the rest)")
-    print(f"{'workload':<11}{'method':<12}{'median s':>10}{'min':>8}{'max':>8}{'ratio':>8}{'calls':>12}"
+    print(f"{'workload':<11}{'method':<14}{'median s':>10}{'min':>8}{'max':>8}{'ratio':>8}{'calls':>12}"
           f"{'ns/call':>9}{'min-ratio':>10}{'ns/call(min)':>13}")
     for w in workloads:
         for m in methods:
@@ -282,10 +309,32 @@ def run_program(a, mantle, rt, prog, srcs, pflags, workloads, rows):
                              ratio=med / bmed, min_ratio=min(ts) / bmin, paired_ratio=paired, calls=c,
                              ns_per_call=per,
                              ns_per_call_min=per_min, times=ts))
-            print(f"{w:<11}{m:<12}{med:>10.3f}{min(ts):>8.3f}{max(ts):>8.3f}{med / bmed:>8.3f}"
+            print(f"{w:<11}{m:<14}{med:>10.3f}{min(ts):>8.3f}{max(ts):>8.3f}{med / bmed:>8.3f}"
                   f"{(c or 0):>12}{(f'{per:.1f}' if per is not None else '-'):>9}"
                   f"{min(ts) / bmin:>10.3f}{(f'{per_min:.1f}' if per_min is not None else '-'):>13}")
     return info
+
+
+def linked_rewrite(mantle, rt, prog, b, base_objs, hotfile):
+    """mantle on the linked program: the baseline's own objects linked with
+    hooks.c (ordinary hooks) and the shared runtime, the executable then
+    rewritten (stubs in new segments, libmantle_instr.so a DT_NEEDED bound
+    by ld.so; docs/instr.md "Linked executables and shared libraries"),
+    the same functions as the .o rows, --exit auto."""
+    rtdir = os.path.dirname(rt)
+    hooked = b("mantle-linked", "gcc", ["-O2"], objs=base_objs, hooks=True, hook_flags=["-DMODE_MANTLE"],
+               ldflags=[f"-L{rtdir}", "-lmantle_instr", f"-Wl,-rpath,{rtdir}"])
+    exe = hooked + ".instr"
+    r = json.loads(sh([mantle, "instr", "rewrite", hooked, "-o", exe, "--functions-from", hotfile, "--map",
+                       os.path.join(os.path.dirname(hooked), "map.tsv"), "--runtime",
+                       os.path.join(rtdir, "libmantle_instr.so"), "--json"]).stdout)
+    refused = [f"{f['name']} ({f['reason']['kind']})" for f in r["functions"] if f["status"] == "refused"]
+    exits = {}
+    for f in r["functions"]:
+        if f["status"] == "instrumented":
+            exits[f["exit"]] = exits.get(f["exit"], 0) + 1
+    print(f"  mantle-linked (linked {prog}, --exit auto): exits {exits}, refused: {refused or 'none'}")
+    return exe, dict(refused=refused, exits=exits)
 
 
 def uprobe_run(prog_bt, cmd, path, cpu, calls, key):
@@ -345,36 +394,95 @@ def micro_bench(a, mantle, rt):
     return out
 
 
+def paired_ratio(res, c, m):
+    """The median over repetitions of each run's time over the same
+    repetition's baseline run (program, workload) c; None without a row m
+    (a method added after the program's rows were measured)."""
+    row = lambda meth: next((r for r in res["rows"] if (r["program"], r["workload"]) == c
+                             and r["method"] == meth), None)
+    if row(m) is None:
+        return None
+    base = row("clang" if m == "xray" else "base")["times"]
+    return statistics.median(t / b for t, b in zip(row(m)["times"], base))
+
+
 def plot(res):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     cols = list(dict.fromkeys((r["program"], r["workload"]) for r in res["rows"]))
     ms = [m for m in dict.fromkeys(r["method"] for r in res["rows"]) if m not in ("base", "clang")]
-    fig, ax = plt.subplots(figsize=(10, 4.5))
+    fig, ax = plt.subplots(figsize=(max(10, 1.7 * len(cols)), 4.8))
     width = 0.8 / len(ms)
-    def paired(c, m):
-        row = lambda meth: next(r for r in res["rows"] if (r["program"], r["workload"]) == c and r["method"] == meth)
-        base = row("clang" if m == "xray" else "base")["times"]
-        return statistics.median(t / b for t, b in zip(row(m)["times"], base))
-
     for i, m in enumerate(ms):
-        ys = [paired(c, m) for c in cols]
+        ys = [paired_ratio(res, c, m) or 0 for c in cols]
         ax.bar([j + i * width for j in range(len(cols))], ys, width, label=m)
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cols))], [f"{p} {w}" for p, w in cols])
     ax.set_ylabel("execution time / uninstrumented")
     ax.set_yscale("log")
     ax.set_title(f"Table 5.2: 80% of samples by mantle prof, taskset -c {res['cpu']}, "
-                 f"paired ratio, median of {res['reps']}")
+                 f"paired ratio, median of {res['reps']} (uprobes: {res.get('uprobe_reps', res['reps'])})")
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
     fig.savefig(os.path.join(HERE, "table52.png"), dpi=120)
+
+
+LABELS = {"base": "gcc -O2", "src": "-finstrument-functions", "src-lto": "... -flto (hooks inlined)",
+          "clang": "clang -O2", "xray": "XRay", "mantle": "mantle .o, trampolines, ordinary hooks",
+          "mantle-fast": "mantle .o, trampolines, fast hooks", "mantle-pr": "mantle .o, patched rets",
+          "mantle-rf": "mantle .o, return frames", "mantle-linked": "mantle linked, trampolines, ordinary hooks",
+          "uprobes": "uprobes + uretprobes (bpftrace)"}
+
+
+def f(x, fmt):
+    return "" if x is None else format(x, fmt)
+
+
+def markdown(res):
+    """RESULTS.md's tables from results.json: one per program and workload."""
+    for c in dict.fromkeys((r["program"], r["workload"]) for r in res["rows"]):
+        rows = [r for r in res["rows"] if (r["program"], r["workload"]) == c]
+        print(f"\n| {c[0]} {c[1]} | median s | min | max | paired ratio | min-ratio | calls | ns/call (median) "
+              "| ns/call (min) |\n|---|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            n = len(r["times"])
+            paired = "" if r["method"] == "clang" else f"{paired_ratio(res, c, r['method']):.3f}"
+            calls = "" if r["method"] in ("base", "clang") else r["calls"] or ""
+            # Per call over a few thousand calls is noise over calls: left out.
+            many = bool(calls) and calls >= 100_000
+            print(f"| {LABELS.get(r['method'], r['method'])}{f' ({n} run)' if n == 1 else ''} | {r['median']:.3f} "
+                  f"| {r['min']:.3f} | {r['max']:.3f} | {paired} | {r['min_ratio']:.3f} | {calls} "
+                  f"| {f(r['ns_per_call'], '.1f') if many else ''} | {f(r['ns_per_call_min'], '.1f') if many else ''} |")
+    bars(res)
+
+
+def bars(res):
+    """The issue's bars, on the workloads whose chosen functions are called
+    at least 100,000 times (the rest measure noise): paired ratios, and
+    each mantle row's ratio over source-level (non-inlined) instrumentation's."""
+    ms = ["src", "xray", "mantle", "mantle-fast", "mantle-linked", "uprobes"]
+    print("\n| workload | " + " | ".join(LABELS[m] for m in ms) + " | mantle / src | mantle-fast / src "
+          "| mantle-linked / src |\n|" + "---|" * (len(ms) + 4))
+    over = {m: [] for m in ("mantle", "mantle-fast", "mantle-linked")}
+    for c in dict.fromkeys((r["program"], r["workload"]) for r in res["rows"]):
+        calls = next(r["calls"] for r in res["rows"] if (r["program"], r["workload"]) == c and r["method"] == "base")
+        if not calls or calls < 100_000:
+            continue
+        p = {m: paired_ratio(res, c, m) for m in ms}
+        for m in over:
+            over[m].append(p[m] / p["src"] if p[m] else None)
+        print(f"| {c[0]} {c[1]} | " + " | ".join(f(p[m], ".3f") for m in ms) + " | "
+              + " | ".join(f(over[m][-1], ".2f") for m in over) + " |")
+    print("| average | " + " |" * len(ms) + " " + " | ".join(
+        f(statistics.mean(v), ".2f") if v and None not in v else "" for v in over.values()) + " |")
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--plot"]:
         # Redraw from results.json without running anything.
         plot(json.load(open(os.path.join(HERE, "results.json"))))
+    elif sys.argv[1:] == ["--markdown"]:
+        markdown(json.load(open(os.path.join(HERE, "results.json"))))
     else:
         main()
