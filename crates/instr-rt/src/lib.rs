@@ -110,6 +110,19 @@ pub extern "C" fn mantle_instr_set_hooks(enter: Option<Hook>, leave: Option<Hook
     USER_ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
 }
 
+/// The caller-saved general registers but rax (eight: rsp stays 16-byte
+/// aligned across them), pushed and popped.
+macro_rules! push_gprs {
+    () => {
+        "push rcx\n push rdx\n push rsi\n push rdi\n push r8\n push r9\n push r10\n push r11"
+    };
+}
+macro_rules! pop_gprs {
+    () => {
+        "pop r11\n pop r10\n pop r9\n pop r8\n pop rdi\n pop rsi\n pop rdx\n pop rcx"
+    };
+}
+
 /// The body of every entry and exit routine: saves every caller-saved
 /// register (GCC's -fipa-ra lets a caller keep values in registers a
 /// same-unit callee does not touch: found by the fixtures, a value in r10
@@ -126,14 +139,7 @@ macro_rules! saving_all {
             "mov rbp, rsp",
             "and rsp, -16",
             "push rax",
-            "push rcx",
-            "push rdx",
-            "push rsi",
-            "push rdi",
-            "push r8",
-            "push r9",
-            "push r10",
-            "push r11",
+            push_gprs!(),
             "sub rsp, 264",
             "movaps [rsp + 0], xmm0",
             "movaps [rsp + 16], xmm1",
@@ -169,14 +175,7 @@ macro_rules! saving_all {
             "movaps xmm14, [rsp + 224]",
             "movaps xmm15, [rsp + 240]",
             "add rsp, 264",
-            "pop r11",
-            "pop r10",
-            "pop r9",
-            "pop r8",
-            "pop rdi",
-            "pop rsi",
-            "pop rdx",
-            "pop rcx",
+            pop_gprs!(),
             "pop rax",
             "mov rsp, rbp",
             "pop rbp",
@@ -430,14 +429,7 @@ macro_rules! hook_keeping {
                 "push rbp",
                 "mov rbp, rsp",
                 "and rsp, -16",
-                "push rcx",
-                "push rdx",
-                "push rsi",
-                "push rdi",
-                "push r8",
-                "push r9",
-                "push r10",
-                "push r11",
+                push_gprs!(),
                 "sub rsp, 256",
                 "mov rdx, [rbp + 56]",
                 concat!("movzx edx, byte ptr [rdx ", $at, "]"),
@@ -543,14 +535,7 @@ macro_rules! hook_keeping {
                 "movaps xmm15, [rsp + 240]",
                 "3:",
                 "add rsp, 256",
-                "pop r11",
-                "pop r10",
-                "pop r9",
-                "pop r8",
-                "pop rdi",
-                "pop rsi",
-                "pop rdx",
-                "pop rcx",
+                pop_gprs!(),
                 "mov rsp, rbp",
                 "pop rbp",
                 "ret",
