@@ -67,6 +67,34 @@ static __always_inline struct mt_view *view_of(__u32 tid)
 	return bpf_map_lookup_elem(&view, &tid);
 }
 
+static __always_inline struct mt_rxfast *rxf_of(__u32 tid)
+{
+	return bpf_map_lookup_elem(&rx_fast, &tid);
+}
+
+/* The fast receptions' clock into the thread's own (see rx_fast). */
+static __always_inline void clock_fold(struct mt_thread *t, struct mt_rxfast *f)
+{
+	if (f && f->clock > t->lamport)
+		t->lamport = f->clock;
+}
+
+/* Forget what the fast path knew of a thread: an operation changed it (t:
+ * its clock is folded into t first), or the tid begins or ends a thread
+ * (t == 0: the clock goes too). */
+static __always_inline void rxf_reset(struct mt_rxfast *f, struct mt_thread *t)
+{
+	if (!f)
+		return;
+	if (t)
+		clock_fold(t, f);
+	else
+		f->clock = 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		f->inf[w] = 0;
+}
+
 /* Some thread is about to hold a tag (see mt_held_any). */
 static __always_inline void mark_held(void)
 {
@@ -155,6 +183,7 @@ static __always_inline int take_snapshot_of(struct task_struct *task, struct sna
 	t = bpf_task_storage_get(&threads, task, 0, 0);
 	if (!t)
 		return 0;
+	clock_fold(t, rxf_of(tid));
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = v->vec[w] & c->live[w] & ~t->spent[w];
@@ -234,6 +263,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 {
 	__u32 tid = task->pid;
 	struct mt_view *v = view_of(tid);
+	struct mt_rxfast *f = rxf_of(tid);
 	struct mt_thread *t;
 	int sys;
 
@@ -246,6 +276,11 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 		return;
 	sys = task_is_system(task, t);
 	STAT(hops);
+	clock_fold(t, f);
+	if (f && f->epoch != c->epoch) {
+		rxf_reset(f, t);
+		f->epoch = c->epoch;
+	}
 	/* a reception: max(own, message) + 1 */
 	if (s->lamport > t->lamport)
 		t->lamport = s->lamport;
@@ -262,6 +297,8 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 		__u64 shm = ((__u64)(kind ^ MT_K_SHM) - 1) >> 63;
 		__u64 rec = c->lifeline[w] & ~(-shm & v->vec[w]);
 
+		__u64 seen = 0, inf = 0;
+
 		ok &= sys ? c->system[w] : ~c->system[w];
 		if (ok != m)
 			STAT(rejected);
@@ -271,6 +308,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 
 			if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
 				continue;
+			seen |= bit;
 			nt = s->ttl[idx & (MT_TAGS - 1)];
 			if (hop && nt != MT_TTL_INF && nt > 0)
 				nt--;
@@ -288,10 +326,41 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 				}
 				cur = nt;
 			}
+			if (cur == MT_TTL_INF)
+				inf |= bit;
 			if (rec & bit)
 				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur, t->lamport, s->host);
 		})
+		if (f)
+			f->inf[w] = (f->inf[w] & ~seen) | inf;
 	}
+}
+
+/*
+ * The reader's fast path (rx_fast): a reception that would change nothing
+ * but the clock (every tag of the deposit is held already with an
+ * unlimited TTL, none is recorded in a lifeline) only raises the fast
+ * clock: no helper for a trusted `current`, no task storage. Returns 0 when
+ * deliver() must run.
+ */
+static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, __u32 tid)
+{
+	struct mt_view *v = view_of(tid);
+	struct mt_rxfast *f = rxf_of(tid);
+
+	if (!v || !f || f->epoch != c->epoch)
+		return 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = s->vec[w] & c->live[w];
+
+		if ((m & ~(v->vec[w] & f->inf[w])) || (m & c->lifeline[w]))
+			return 0;
+	}
+	if (s->lamport > f->clock)
+		f->clock = s->lamport;
+	STAT(hops);
+	return 1;
 }
 
 /*
@@ -396,14 +465,15 @@ static __always_inline int key_eq(const struct mt_chan_key *x, const struct mt_c
  * sl (else 0): d is the deposit of fd slot sl (maps.bpf.h, fd_dep), found
  * for channel k under the slot's gen g; bits taken while the slot changed
  * hands (gen moved on, or another key) are dropped, never delivered.
+ * gt: g, and in the high half the current thread's tid if the caller knows
+ * it (0: fetched here), which also allows the fast path (deliver_fast).
  * A global function: the verifier checks it once, not at every caller
  * (deliver is large: a second copy took mt_sys_exit past 1M instructions). */
 __noinline int mt_receive_in(struct mt_deposit *d, int clear, struct mt_fdslot *sl,
-			     struct mt_chan_key *k, __u32 g)
+			     struct mt_chan_key *k, __u64 gt)
 {
 	struct snap s = {};
-	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, kind;
-	struct task_struct *task = cur_task();
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, kind, g = (__u32)gt, tid = gt >> 32;
 	struct mt_ctl *c;
 
 	if (!d)
@@ -411,16 +481,20 @@ __noinline int mt_receive_in(struct mt_deposit *d, int clear, struct mt_fdslot *
 	if (sl && (!k || !key_eq(&sl->key, k)))
 		return 0;
 	kind = d->kind;
-	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid_of(task), clear))
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid ? tid : tid_of(cur_task()), clear))
 		return 0;
 	if (sl && (sl->gen != g || !key_eq(&sl->key, k)))
 		return 0;
 	c = get_ctl();
 	if (!c)
 		return 0;
-	deliver(c, task, &s, epoch, kind, tx_tid, tx_pid, 1);
+	if (tid && deliver_fast(c, &s, tid))
+		return 0;
+	deliver(c, cur_task(), &s, epoch, kind, tx_tid, tx_pid, 1);
 	return 0;
 }
 
-/* Any deposit but an fd slot's. */
-#define mt_receive(d, clear) mt_receive_in((d), (clear), 0, 0, 0)
+/* Any deposit but an fd slot's (the tid from the one cheap helper that
+ * gives it, so that the fast path applies here too). */
+#define mt_receive(d, clear)                                                   \
+	mt_receive_in((d), (clear), 0, 0, (__u64)(__u32)bpf_get_current_pid_tgid() << 32)

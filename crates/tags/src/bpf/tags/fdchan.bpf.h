@@ -404,7 +404,7 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 		if (vec_empty(sl->d.vec))
 			return 0;
 	}
-	mt_receive_in(&sl->d, chan_drained(f, kind), sl, &k, g);
+	mt_receive_in(&sl->d, chan_drained(f, kind), sl, &k, (__u64)tid << 32 | g);
 	return 0;
 }
 

@@ -189,6 +189,8 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 	t = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return -MT_EINVAL;
+	/* whatever this changes, the reader's fast path must not assume it */
+	rxf_reset(rxf_of(task->pid), t);
 	if (w >= MT_WORDS)
 		return -MT_EINVAL;
 	switch (code) {

@@ -39,6 +39,8 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 	ct = bpf_task_storage_get(&threads, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ct)
 		return 0;
+	clock_fold(pt, rxf_of(ptid));
+	rxf_reset(rxf_of(child->pid), 0);
 	__builtin_memcpy(ct->term, pt->term, sizeof(ct->term));
 	__builtin_memcpy(ct->spent, pt->spent, sizeof(ct->spent));
 	__builtin_memcpy(ct->ttl, pt->ttl, MT_TAGS);
@@ -67,6 +69,7 @@ int BPF_PROG(mt_exit, struct task_struct *task)
 {
 	struct mt_view *v = view_of(task->pid);
 
+	rxf_reset(rxf_of(task->pid), 0);
 	if (v) {
 #pragma unroll
 		for (int w = 0; w < MT_WORDS; w++)
