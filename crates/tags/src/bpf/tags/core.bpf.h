@@ -79,6 +79,13 @@ static __always_inline void clock_fold(struct mt_thread *t, struct mt_rxfast *f)
 		t->lamport = f->clock;
 }
 
+/* After a slow path moved t's clock: the fast paths continue from it. */
+static __always_inline void clock_sync(struct mt_thread *t, struct mt_rxfast *f)
+{
+	if (f)
+		f->clock = t->lamport;
+}
+
 /* Forget what the fast path knew of a thread: an operation changed it (t:
  * its clock is folded into t first), or the tid begins or ends a thread
  * (t == 0: the clock goes too). */
@@ -86,10 +93,12 @@ static __always_inline void rxf_reset(struct mt_rxfast *f, struct mt_thread *t)
 {
 	if (!f)
 		return;
-	if (t)
+	if (t) {
 		clock_fold(t, f);
-	else
+		clock_sync(t, f);
+	} else {
 		f->clock = 0;
+	}
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++)
 		f->inf[w] = 0;
@@ -171,6 +180,7 @@ static __always_inline int take_snapshot_of(struct task_struct *task, struct sna
 	struct task_struct *tk = bpf_core_cast(task, struct task_struct);
 	__u32 tid = tk->pid;
 	struct mt_view *v = view_of(tid);
+	struct mt_rxfast *f;
 	struct mt_thread *t;
 	struct mt_ctl *c;
 	__u64 any = 0;
@@ -183,7 +193,8 @@ static __always_inline int take_snapshot_of(struct task_struct *task, struct sna
 	t = bpf_task_storage_get(&threads, task, 0, 0);
 	if (!t)
 		return 0;
-	clock_fold(t, rxf_of(tid));
+	f = rxf_of(tid);
+	clock_fold(t, f);
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = v->vec[w] & c->live[w] & ~t->spent[w];
@@ -195,9 +206,48 @@ static __always_inline int take_snapshot_of(struct task_struct *task, struct sna
 	if (!any)
 		return 0;
 	s->lamport = ++t->lamport; /* a send is an event of the sender */
+	clock_sync(t, f);
 	s->host = host_of(c, task);
 	s->tid = tid;
 	s->pid = tk->tgid;
+	*cp = c;
+	return 1;
+}
+
+/*
+ * The same snapshot without the task storage (rx_fast), when every
+ * passable tag the thread holds has an unlimited TTL (so none is spent and
+ * each TTL is MT_TTL_INF): the view, the fast clock and ctl only. tk may be
+ * an untrusted pointer (read-only loads). 0: take the slow path.
+ */
+static __always_inline int take_snapshot_fast(struct task_struct *tk, struct snap *s,
+					      struct mt_ctl **cp)
+{
+	struct task_struct *t = bpf_core_cast(tk, struct task_struct);
+	__u32 tid = t->pid;
+	struct mt_view *v = view_of(tid);
+	struct mt_rxfast *f = rxf_of(tid);
+	struct mt_ctl *c = get_ctl();
+	__u64 any = 0;
+
+	if (!v || !f || !c || f->epoch != c->epoch)
+		return 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = v->vec[w] & c->live[w];
+
+		if (m & ~f->inf[w])
+			return 0;
+		s->vec[w] = m;
+		any |= m;
+		for_each_bit(m, w, idx, bit, { s->ttl[idx] = MT_TTL_INF; })
+	}
+	if (!any)
+		return 0;
+	s->lamport = ++f->clock; /* f->clock >= the thread's own (clock_sync) */
+	s->host = host_of(c, t);
+	s->tid = tid;
+	s->pid = t->tgid;
 	*cp = c;
 	return 1;
 }
@@ -285,6 +335,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 	if (s->lamport > t->lamport)
 		t->lamport = s->lamport;
 	t->lamport++;
+	clock_sync(t, f);
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = s->vec[w] & c->live[w];
