@@ -217,6 +217,8 @@ int mt_sockops(struct bpf_sock_ops *skops)
 				dl_found(c, dl, *own, 0, MT_K_TCP, 0, s.lamport, s.host, 0,
 					 bpf_ntohl(o.pid), 0);
 		}
+		if (!mt_rdep_any)
+			mt_rdep_any = 1;
 		d = bpf_sk_storage_get(&sk_rdep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!d)
 			return 1;

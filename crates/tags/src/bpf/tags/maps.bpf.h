@@ -277,6 +277,17 @@ __u32 mt_held_any;
  */
 __u32 mt_net_any;
 
+/*
+ * The same for the socket-storage deposits: 0 until the first unix
+ * deposit (sk_dep, made by a tagged send) or the first TCP option parsed
+ * into a receiving socket (sk_rdep), set before that entry is created.
+ * Until then every socket receive finds no entry, so it skips the lookup (a
+ * helper call, ~25 ns; issue 15: bystanders, and Table 4's untagged
+ * connections). A reader that loads 0 while the first entry is being made
+ * behaves as one whose lookup ran just before: the late hand-over covers it.
+ */
+__u32 mt_unix_any, mt_rdep_any;
+
 /* 1: load a task's fd array through bpf_rdonly_cast(ptr, 0) (Linux 6.13+);
  * 0: bpf_probe_read_kernel. The loader retries with 0 where 1 is refused;
  * the verifier prunes the branch not taken, so the other never loads. */
