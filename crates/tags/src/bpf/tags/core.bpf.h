@@ -252,18 +252,15 @@ static __always_inline int take_snapshot_fast(struct task_struct *tk, struct sna
 	return 1;
 }
 
+/* The current thread's snapshot, with one helper call (for `current`) and
+ * the task storage only if the fast snapshot cannot be made. */
 static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 {
-	return take_snapshot_of(cur_task(), s, cp);
+	struct task_struct *task = cur_task();
+
+	return take_snapshot_fast(task, s, cp) || take_snapshot_of(task, s, cp);
 }
 
-/* Whether the current thread holds any passable tag (cheap pre-check). */
-static __always_inline int self_tagged(void)
-{
-	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
-
-	return v && !vec_empty(v->vec);
-}
 
 static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_struct *rx,
 				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl,

@@ -26,7 +26,7 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	struct mt_netsnap *ns;
 	__u64 g = 0;
 
-	if (mt_held_any && self_tagged() && take_snapshot(&s, &c) &&
+	if (mt_held_any && take_snapshot(&s, &c) &&
 	    (role_is_client(sk) || replies_only(c, &s))) {
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		struct mt_chan_key k;

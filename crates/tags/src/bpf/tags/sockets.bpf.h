@@ -209,7 +209,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	if (!mt_held_any || sk->__sk_common.skc_family != AF_UNIX ||
 	    sk->__sk_common.skc_state == TCP_LISTEN)
 		return 0;
-	if (!self_tagged() || !take_snapshot(&s, &c))
+	if (!take_snapshot(&s, &c))
 		return 0;
 	kind = unix_kind(sk);
 	if (kind != MT_K_UNIX_DGRAM) {
