@@ -257,7 +257,10 @@ static __always_inline int take_snapshot_fast(struct task_struct *tk, struct sna
 static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 {
 	struct task_struct *task = cur_task();
+	struct mt_view *v = view_of(tid_of(task));
 
+	if (!v || vec_empty(v->vec))
+		return 0; /* most threads: nothing more to look at */
 	return take_snapshot_fast(task, s, cp) || take_snapshot_of(task, s, cp);
 }
 
@@ -389,16 +392,19 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 }
 
 /*
- * The reader's fast path (rx_fast): a reception that would change nothing
- * but the clock (every tag of the deposit is held already with an
- * unlimited TTL, none is recorded in a lifeline) only raises the fast
- * clock: no helper for a trusted `current`, no task storage. Returns 0 when
+ * The reader's fast path (rx_fast): a reception that would change no tag
+ * or TTL (every tag of the deposit is held already with an unlimited TTL)
+ * only moves the fast clock, and records the lifeline tags among them as
+ * deliver() would (TTL unlimited, the reception's clock): no task storage,
+ * and the helper for a trusted `current` only for a record. Returns 0 when
  * deliver() must run.
  */
-static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, __u32 tid)
+static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, __u32 tid,
+					__u32 dep_epoch, __u32 kind, __u32 tx_tid, __u32 tx_pid)
 {
 	struct mt_view *v = view_of(tid);
 	struct mt_rxfast *f = rxf_of(tid);
+	__u64 rec = 0;
 
 	if (!v || !f || f->epoch != c->epoch)
 		return 0;
@@ -406,11 +412,28 @@ static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, __u32 
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = s->vec[w] & c->live[w];
 
-		if ((m & ~(v->vec[w] & f->inf[w])) || (m & c->lifeline[w]))
+		if (m & ~(v->vec[w] & f->inf[w]))
 			return 0;
+		rec |= m & c->lifeline[w];
 	}
 	if (s->lamport > f->clock)
 		f->clock = s->lamport;
+	/* a shared mapping records only tags the thread did not hold (deliver) */
+	if (rec && kind != MT_K_SHM) {
+		struct task_struct *rx = cur_task();
+		__u64 clk = ++f->clock; /* a recorded reception is an event */
+
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++) {
+			__u64 r = s->vec[w] & c->live[w] & c->lifeline[w];
+
+			for_each_bit(r, w, idx, bit, {
+				if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
+					continue;
+				ll_record(c, idx, rx, tx_tid, tx_pid, kind, MT_TTL_INF, clk, s->host);
+			})
+		}
+	}
 	STAT(hops);
 	return 1;
 }
@@ -540,7 +563,7 @@ __noinline int mt_receive_in(struct mt_deposit *d, int clear, struct mt_fdslot *
 	c = get_ctl();
 	if (!c)
 		return 0;
-	if (tid && deliver_fast(c, &s, tid))
+	if (tid && deliver_fast(c, &s, tid, epoch, kind, tx_tid, tx_pid))
 		return 0;
 	deliver(c, cur_task(), &s, epoch, kind, tx_tid, tx_pid, 1);
 	return 0;
