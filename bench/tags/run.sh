@@ -12,7 +12,8 @@
 #   floor      kernel side not loaded; instead an *empty* eBPF program on
 #              every hook mantle attaches while a tag exists (sys_exit, the
 #              socket and task tracepoints, sendmsg4/6, sockops with the
-#              TCP option callbacks on: `mantle-tags-floor up`, from
+#              TCP option callbacks mantle turns on (writing on the
+#              connect() side, parsing on both): `mantle-tags-floor up`, from
 #              crates/tags/src/bpf/floor.bpf.c): the price of the hooks
 #              themselves, which mantle cannot go below
 #   loaded     `mantle tags up`, no tag exists (only the always-on hooks:

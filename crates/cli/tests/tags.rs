@@ -1503,10 +1503,11 @@ fn unprivileged_user_is_refused() {
     }
     // The maps that hold kernel pointers or other channels' deposits
     // (cur_cache: task pointers; fd_dep: the direct-mapped deposits of
-    // pipes, eventfd and queues, issue 15) are never pinned, and nobody
+    // pipes, eventfd and queues; rx_fast: per-thread TTL and clock state of
+    // the fast paths, issue 15) are never pinned, and nobody
     // cannot reach them by id either (BPF_MAP_GET_NEXT_ID needs
     // CAP_SYS_ADMIN): bpftool as nobody lists no map at all.
-    for m in ["cur_cache", "fd_dep"] {
+    for m in ["cur_cache", "fd_dep", "rx_fast"] {
         let pin = format!("/sys/fs/bpf/mantle/tags/maps/{m}");
         assert!(!std::path::Path::new(&pin).exists(), "{pin} is pinned");
     }

@@ -218,6 +218,48 @@ fn every_bit_is_delivered_as_itself_and_freed() {
     }
 }
 
+/// The fast paths (issue 15: `rx_fast`, a reception that changes nothing
+/// skips the task storage) must forget what an operation changed: a reader
+/// that holds a tag with an unlimited TTL, received over a pipe, and whose
+/// TTL root then lowers to 2, is back at unlimited after the next request
+/// (a reception keeps the larger TTL). Were the fast path to trust what it
+/// knew before the operation, the reader would stay at 2.
+#[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn fast_path_forgets_what_an_operation_changed() {
+    let (env, _turn) = env();
+    let mut tags = Tags(Vec::new());
+    let t = tags.create("bits.fast", &[]);
+    let (pr, pw) = pipe();
+    let mut holder = actor_on_pipe(env, "fastholder", &pw);
+    let mut reader = actor_on_pipe(env, "fastreader", &pr);
+    drop((pr, pw));
+    mantle_ok(&["tag", "set", &t, "--tid", &holder.w[0].to_string()]);
+    // the first reception takes the slow path and primes the fast one; the
+    // next ones take the fast path
+    for _ in 0..3 {
+        holder.run(0, "send p request");
+        assert_eq!(reader.run(0, "recv p"), "request");
+    }
+    let r = reader.w[0];
+    assert_eq!(
+        ttl_of(&t, r),
+        Some(Value::Null),
+        "unlimited after the requests"
+    );
+    let rs = r.to_string();
+    mantle_ok(&["tag", "set", &t, "--tid", &rs, "--ttl", "2"]);
+    assert_eq!(ttl_of(&t, r), Some(Value::from(2)), "root lowered it");
+    holder.run(0, "send p request");
+    assert_eq!(reader.run(0, "recv p"), "request");
+    assert_eq!(
+        ttl_of(&t, r),
+        Some(Value::Null),
+        "the request's unlimited TTL is larger than the 2 set meanwhile"
+    );
+    assert_test_process_untagged();
+}
+
 /// A zombie (exited, not yet reaped) has run its exit hook, which cleared
 /// its view slot; a tag set on it then would stay in the slot after it is
 /// reaped (the deletion sweep only visits live tasks). Setting a tag on a

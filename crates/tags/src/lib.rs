@@ -28,7 +28,13 @@
 //! Invariants: a bit is set in some thread's vector only while its tag is
 //! LIVE or DELETING; a bit is reused only after the sweep cleared it from
 //! every thread, and deposits older than its freeing are dropped (epochs).
-//! A thread's vector changes only through atomic OR/AND.
+//! A thread's vector changes only through atomic OR/AND. The fast paths'
+//! per-thread state (`rx_fast`: tags held with an unlimited TTL, a lower
+//! bound of the Lamport clock) only ever under-claims: every operation on a
+//! thread, its fork and its exit reset it, it is valid only under the epoch
+//! it was written in, and every path holding the task storage folds its
+//! clock in first, so a fast send never carries a smaller clock than a
+//! reception before it (issue 15; docs/tags.md, "Cost").
 //!
 //! Where things are: [`abi`] (the shared layouts, from mantle-abi),
 //! [`kernel`] (the kernel side through its pins: maps, admin and iterator

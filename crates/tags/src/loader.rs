@@ -195,6 +195,11 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts, root: &Path) -> Result<UpRe
             .view
             .set_max_entries(view_entries)
             .map_err(|e| kerr("size view map", e))?;
+        // The reader's fast path is indexed by tid too (rx_fast, maps.bpf.h).
+        open.maps
+            .rx_fast
+            .set_max_entries(view_entries)
+            .map_err(|e| kerr("size rx_fast map", e))?;
         if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
             ro.mt_direct_fd = direct_fd as u32;
         }

@@ -6,7 +6,7 @@
  * root), so that bench/tags can measure what merely having the hooks costs
  * (the tracepoint slow paths, the trampoline into a BPF program) apart from
  * what mantle's programs do in them. sockops turns on the TCP header-option
- * callbacks on every connection, as mantle does while a global tag exists,
+ * callbacks mantle turns on while a global tag exists (see fl_sockops),
  * and then writes and parses nothing.
  *
  * Not part of mantle's kernel side: loaded only by `mantle-tags-floor up`
@@ -58,16 +58,19 @@ int fl_sendmsg4(struct bpf_sock_addr *ctx) { return 1; }
 SEC("cgroup/sendmsg6")
 int fl_sendmsg6(struct bpf_sock_addr *ctx) { return 1; }
 
-/* Option callbacks on for every connection; no option written or read. */
+/* The option callbacks mantle turns on while a global tag exists (and no
+ * global tag travels with replies): writing on the connect() side, parsing
+ * unknown options on both; no option is written or read. */
 SEC("sockops")
 int fl_sockops(struct bpf_sock_ops *skops)
 {
-	switch (skops->op) {
-	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
-	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-						 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG |
-						 BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG);
-	}
+	__u32 op = skops->op;
+	int fl = BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG;
+
+	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
+		return 1;
+	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB)
+		fl |= BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG;
+	bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | fl);
 	return 1;
 }

@@ -129,7 +129,7 @@ static __always_inline int note_udp_dst(struct bpf_sock_addr *ctx)
 	struct mt_deposit *d;
 	struct mt_ctl *c;
 
-	if (ctx->protocol != IPPROTO_UDP || !self_tagged() || !take_snapshot(&s, &c))
+	if (ctx->protocol != IPPROTO_UDP || !take_snapshot(&s, &c))
 		return 1;
 	k.a = bpf_ntohs((__u16)ctx->user_port);
 	k.type = MT_K_UDP;

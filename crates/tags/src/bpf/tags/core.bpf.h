@@ -67,6 +67,43 @@ static __always_inline struct mt_view *view_of(__u32 tid)
 	return bpf_map_lookup_elem(&view, &tid);
 }
 
+static __always_inline struct mt_rxfast *rxf_of(__u32 tid)
+{
+	return bpf_map_lookup_elem(&rx_fast, &tid);
+}
+
+/* The fast receptions' clock into the thread's own (see rx_fast). */
+static __always_inline void clock_fold(struct mt_thread *t, struct mt_rxfast *f)
+{
+	if (f && f->clock > t->lamport)
+		t->lamport = f->clock;
+}
+
+/* After a slow path moved t's clock: the fast paths continue from it. */
+static __always_inline void clock_sync(struct mt_thread *t, struct mt_rxfast *f)
+{
+	if (f)
+		f->clock = t->lamport;
+}
+
+/* Forget what the fast path knew of a thread: an operation changed it (t:
+ * its clock is folded into t first), or the tid begins or ends a thread
+ * (t == 0: the clock goes too). */
+static __always_inline void rxf_reset(struct mt_rxfast *f, struct mt_thread *t)
+{
+	if (!f)
+		return;
+	if (t) {
+		clock_fold(t, f);
+		clock_sync(t, f);
+	} else {
+		f->clock = 0;
+	}
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		f->inf[w] = 0;
+}
+
 /* Some thread is about to hold a tag (see mt_held_any). */
 static __always_inline void mark_held(void)
 {
@@ -143,6 +180,7 @@ static __always_inline int take_snapshot_of(struct task_struct *task, struct sna
 	struct task_struct *tk = bpf_core_cast(task, struct task_struct);
 	__u32 tid = tk->pid;
 	struct mt_view *v = view_of(tid);
+	struct mt_rxfast *f;
 	struct mt_thread *t;
 	struct mt_ctl *c;
 	__u64 any = 0;
@@ -155,6 +193,8 @@ static __always_inline int take_snapshot_of(struct task_struct *task, struct sna
 	t = bpf_task_storage_get(&threads, task, 0, 0);
 	if (!t)
 		return 0;
+	f = rxf_of(tid);
+	clock_fold(t, f);
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = v->vec[w] & c->live[w] & ~t->spent[w];
@@ -166,6 +206,7 @@ static __always_inline int take_snapshot_of(struct task_struct *task, struct sna
 	if (!any)
 		return 0;
 	s->lamport = ++t->lamport; /* a send is an event of the sender */
+	clock_sync(t, f);
 	s->host = host_of(c, task);
 	s->tid = tid;
 	s->pid = tk->tgid;
@@ -173,18 +214,56 @@ static __always_inline int take_snapshot_of(struct task_struct *task, struct sna
 	return 1;
 }
 
+/*
+ * The same snapshot without the task storage (rx_fast), when every
+ * passable tag the thread holds has an unlimited TTL (so none is spent and
+ * each TTL is MT_TTL_INF): the view, the fast clock and ctl only. tk may be
+ * an untrusted pointer (read-only loads). 0: take the slow path.
+ */
+static __always_inline int take_snapshot_fast(struct task_struct *tk, struct snap *s,
+					      struct mt_ctl **cp)
+{
+	struct task_struct *t = bpf_core_cast(tk, struct task_struct);
+	__u32 tid = t->pid;
+	struct mt_view *v = view_of(tid);
+	struct mt_rxfast *f = rxf_of(tid);
+	struct mt_ctl *c = get_ctl();
+	__u64 any = 0;
+
+	if (!v || !f || !c || f->epoch != c->epoch)
+		return 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = v->vec[w] & c->live[w];
+
+		if (m & ~f->inf[w])
+			return 0;
+		s->vec[w] = m;
+		any |= m;
+		for_each_bit(m, w, idx, bit, { s->ttl[idx] = MT_TTL_INF; })
+	}
+	if (!any)
+		return 0;
+	s->lamport = ++f->clock; /* f->clock >= the thread's own (clock_sync) */
+	s->host = host_of(c, t);
+	s->tid = tid;
+	s->pid = t->tgid;
+	*cp = c;
+	return 1;
+}
+
+/* The current thread's snapshot, with one helper call (for `current`) and
+ * the task storage only if the fast snapshot cannot be made. */
 static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 {
-	return take_snapshot_of(cur_task(), s, cp);
+	struct task_struct *task = cur_task();
+	struct mt_view *v = view_of(tid_of(task));
+
+	if (!v || vec_empty(v->vec))
+		return 0; /* most threads: nothing more to look at */
+	return take_snapshot_fast(task, s, cp) || take_snapshot_of(task, s, cp);
 }
 
-/* Whether the current thread holds any passable tag (cheap pre-check). */
-static __always_inline int self_tagged(void)
-{
-	struct mt_view *v = view_of((__u32)bpf_get_current_pid_tgid());
-
-	return v && !vec_empty(v->vec);
-}
 
 static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_struct *rx,
 				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl,
@@ -216,7 +295,11 @@ static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_s
 	r->tag = idx;
 	r->ttl = ttl;
 	r->generation = tg ? tg->generation : 0;
-	bpf_probe_read_kernel_str(r->rx_comm, sizeof(r->rx_comm), rx->comm);
+	/* plain loads, not bpf_probe_read_kernel_str (a helper call, ~20 ns
+	 * here, issue 15): comm is 16 bytes the kernel keeps NUL-padded
+	 * (__set_task_comm pads), and a rename racing with this copy tears it
+	 * exactly as the helper's copy would */
+	__builtin_memcpy(r->rx_comm, bpf_core_cast(rx, struct task_struct)->comm, sizeof(r->rx_comm));
 	r->lamport = lamport;
 	r->rx_host = host_of(c, rx);
 	r->tx_host = tx_host;
@@ -234,6 +317,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 {
 	__u32 tid = task->pid;
 	struct mt_view *v = view_of(tid);
+	struct mt_rxfast *f = rxf_of(tid);
 	struct mt_thread *t;
 	int sys;
 
@@ -246,10 +330,16 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 		return;
 	sys = task_is_system(task, t);
 	STAT(hops);
+	clock_fold(t, f);
+	if (f && f->epoch != c->epoch) {
+		rxf_reset(f, t);
+		f->epoch = c->epoch;
+	}
 	/* a reception: max(own, message) + 1 */
 	if (s->lamport > t->lamport)
 		t->lamport = s->lamport;
 	t->lamport++;
+	clock_sync(t, f);
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = s->vec[w] & c->live[w];
@@ -262,6 +352,8 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 		__u64 shm = ((__u64)(kind ^ MT_K_SHM) - 1) >> 63;
 		__u64 rec = c->lifeline[w] & ~(-shm & v->vec[w]);
 
+		__u64 seen = 0, inf = 0;
+
 		ok &= sys ? c->system[w] : ~c->system[w];
 		if (ok != m)
 			STAT(rejected);
@@ -271,6 +363,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 
 			if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
 				continue;
+			seen |= bit;
 			nt = s->ttl[idx & (MT_TAGS - 1)];
 			if (hop && nt != MT_TTL_INF && nt > 0)
 				nt--;
@@ -288,10 +381,61 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 				}
 				cur = nt;
 			}
+			if (cur == MT_TTL_INF)
+				inf |= bit;
 			if (rec & bit)
 				ll_record(c, idx, task, tx_tid, tx_pid, kind, cur, t->lamport, s->host);
 		})
+		if (f)
+			f->inf[w] = (f->inf[w] & ~seen) | inf;
 	}
+}
+
+/*
+ * The reader's fast path (rx_fast): a reception that would change no tag
+ * or TTL (every tag of the deposit is held already with an unlimited TTL)
+ * only moves the fast clock, and records the lifeline tags among them as
+ * deliver() would (TTL unlimited, the reception's clock): no task storage,
+ * and the helper for a trusted `current` only for a record. Returns 0 when
+ * deliver() must run.
+ */
+static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, __u32 tid,
+					__u32 dep_epoch, __u32 kind, __u32 tx_tid, __u32 tx_pid)
+{
+	struct mt_view *v = view_of(tid);
+	struct mt_rxfast *f = rxf_of(tid);
+	__u64 rec = 0;
+
+	if (!v || !f || f->epoch != c->epoch)
+		return 0;
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 m = s->vec[w] & c->live[w];
+
+		if (m & ~(v->vec[w] & f->inf[w]))
+			return 0;
+		rec |= m & c->lifeline[w];
+	}
+	if (s->lamport > f->clock)
+		f->clock = s->lamport;
+	/* a shared mapping records only tags the thread did not hold (deliver) */
+	if (rec && kind != MT_K_SHM) {
+		struct task_struct *rx = cur_task();
+		__u64 clk = ++f->clock; /* a recorded reception is an event */
+
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++) {
+			__u64 r = s->vec[w] & c->live[w] & c->lifeline[w];
+
+			for_each_bit(r, w, idx, bit, {
+				if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
+					continue;
+				ll_record(c, idx, rx, tx_tid, tx_pid, kind, MT_TTL_INF, clk, s->host);
+			})
+		}
+	}
+	STAT(hops);
+	return 1;
 }
 
 /*
@@ -396,14 +540,15 @@ static __always_inline int key_eq(const struct mt_chan_key *x, const struct mt_c
  * sl (else 0): d is the deposit of fd slot sl (maps.bpf.h, fd_dep), found
  * for channel k under the slot's gen g; bits taken while the slot changed
  * hands (gen moved on, or another key) are dropped, never delivered.
+ * gt: g, and in the high half the current thread's tid if the caller knows
+ * it (0: fetched here), which also allows the fast path (deliver_fast).
  * A global function: the verifier checks it once, not at every caller
  * (deliver is large: a second copy took mt_sys_exit past 1M instructions). */
 __noinline int mt_receive_in(struct mt_deposit *d, int clear, struct mt_fdslot *sl,
-			     struct mt_chan_key *k, __u32 g)
+			     struct mt_chan_key *k, __u64 gt)
 {
 	struct snap s = {};
-	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, kind;
-	struct task_struct *task = cur_task();
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, kind, g = (__u32)gt, tid = gt >> 32;
 	struct mt_ctl *c;
 
 	if (!d)
@@ -411,16 +556,20 @@ __noinline int mt_receive_in(struct mt_deposit *d, int clear, struct mt_fdslot *
 	if (sl && (!k || !key_eq(&sl->key, k)))
 		return 0;
 	kind = d->kind;
-	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid_of(task), clear))
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid ? tid : tid_of(cur_task()), clear))
 		return 0;
 	if (sl && (sl->gen != g || !key_eq(&sl->key, k)))
 		return 0;
 	c = get_ctl();
 	if (!c)
 		return 0;
-	deliver(c, task, &s, epoch, kind, tx_tid, tx_pid, 1);
+	if (tid && deliver_fast(c, &s, tid, epoch, kind, tx_tid, tx_pid))
+		return 0;
+	deliver(c, cur_task(), &s, epoch, kind, tx_tid, tx_pid, 1);
 	return 0;
 }
 
-/* Any deposit but an fd slot's. */
-#define mt_receive(d, clear) mt_receive_in((d), (clear), 0, 0, 0)
+/* Any deposit but an fd slot's (the tid from the one cheap helper that
+ * gives it, so that the fast path applies here too). */
+#define mt_receive(d, clear)                                                   \
+	mt_receive_in((d), (clear), 0, 0, (__u64)(__u32)bpf_get_current_pid_tgid() << 32)

@@ -248,10 +248,15 @@ static __always_inline __u32 fd_reader(struct mt_fdslot *sl)
  * A request sent on fd (write/writev, mq_timedsend) by a thread that holds
  * tags (mt_sys_exit checked): deposit the sender's tags on the channel; if
  * the reader already took the message (it ran between the send and this
- * hook), hand the tags to that reader now.
+ * hook), hand the tags to that reader now. cur: the current task's address
+ * as cur_cache has it (a number; 0: not known), read through a read-only
+ * cast; the helper for a trusted `current` runs only if the snapshot needs
+ * the task storage (take_snapshot_fast could not make it).
  */
-__noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq_only)
+__noinline int mt_on_send(__u64 cur, int fd, int mq_only)
 {
+	struct task_struct *task = cur ? bpf_core_cast((void *)cur, struct task_struct) :
+					 bpf_core_cast(cur_task(), struct task_struct);
 	struct mt_chan_key k;
 	struct snap s = {};
 	struct mt_fdslot *sl;
@@ -262,7 +267,7 @@ __noinline int mt_on_send(struct task_struct *task __arg_trusted, int fd, int mq
 	f = msg_chan(task, fd, mq_only, &k, &kind);
 	if (!f)
 		return 0;
-	if (!take_snapshot_of(task, &s, &c))
+	if (!take_snapshot_fast(task, &s, &c) && !take_snapshot_of(cur_task(), &s, &c))
 		return 0;
 	sl = fd_enter(&k);
 	if (!sl)
@@ -404,7 +409,7 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 		if (vec_empty(sl->d.vec))
 			return 0;
 	}
-	mt_receive_in(&sl->d, chan_drained(f, kind), sl, &k, g);
+	mt_receive_in(&sl->d, chan_drained(f, kind), sl, &k, (__u64)tid << 32 | g);
 	return 0;
 }
 
@@ -463,13 +468,14 @@ static __always_inline int task_tagged(struct task_struct *task)
  * load through an untrusted cast; what needs a trusted task (task storage,
  * mt_on_send) fetches it with the helper, on the tagged path only.
  */
-static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs)
+static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs, __u64 *addr)
 {
 	__u32 z = 0, i;
 	__u64 *base = bpf_map_lookup_elem(&cur_cache, &z), *slot;
 	struct task_struct *t;
 	long d;
 
+	*addr = 0;
 	if (!base)
 		return 0;
 	/* pointer - pointer: a plain number (privileged programs only) */
@@ -481,8 +487,10 @@ static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs)
 	if (*slot) {
 		t = bpf_core_cast((void *)*slot, struct task_struct);
 		if ((__u64)t->stack + MT_THREAD_SIZE - bpf_core_type_size(struct pt_regs) ==
-		    (__u64)regs)
+		    (__u64)regs) {
+			*addr = *slot; /* a number, which a global function takes */
 			return t;
+		}
 	}
 	t = cur_task();
 	if ((__u64)bpf_core_cast(t, struct task_struct)->stack + MT_THREAD_SIZE -
@@ -496,6 +504,7 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 {
 	struct task_struct *task;
+	__u64 cur;
 	long nr;
 
 	/* nobody holds a tag: nothing to deposit, nothing to take */
@@ -507,23 +516,23 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	case NR_writev:
 		if (!ret)
 			return 0;
-		task = cur_of_regs(regs);
+		task = cur_of_regs(regs, &cur);
 		return task && task_tagged(task) && may_carry(task, (int)regs->di, 0) ?
-			       mt_on_send(cur_task(), (int)regs->di, 0) : 0;
+			       mt_on_send(cur, (int)regs->di, 0) : 0;
 	case NR_read:
 	case NR_readv:
-		return ret && (task = cur_of_regs(regs)) ? on_recv(task, (int)regs->di, 0) : 0;
+		return ret && (task = cur_of_regs(regs, &cur)) ? on_recv(task, (int)regs->di, 0) : 0;
 	case NR_mq_timedsend:
-		task = cur_of_regs(regs);
+		task = cur_of_regs(regs, &cur);
 		return task && task_tagged(task) && may_carry(task, (int)regs->di, 1) ?
-			       mt_on_send(cur_task(), (int)regs->di, 1) : 0;
+			       mt_on_send(cur, (int)regs->di, 1) : 0;
 	case NR_mq_timedreceive:
-		return (task = cur_of_regs(regs)) ? on_recv(task, (int)regs->di, 1) : 0;
+		return (task = cur_of_regs(regs, &cur)) ? on_recv(task, (int)regs->di, 1) : 0;
 	case NR_eventfd:
 	case NR_eventfd2:
 		return mt_on_eventfd((int)ret);
 	case NR_memfd_create:
-		task = cur_of_regs(regs);
+		task = cur_of_regs(regs, &cur);
 		return task && task_tagged(task) ? mt_on_shm((int)ret, 0, 1) : 0;
 	case NR_open:
 	case NR_openat:
@@ -532,7 +541,7 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		/* shm_open: a file that this call created on a tmpfs */
 		struct file *f;
 
-		task = cur_of_regs(regs);
+		task = cur_of_regs(regs, &cur);
 		if (!task || !task_tagged(task) || !(f = fd_file_of(task, (int)ret)))
 			return 0;
 		if (!(f->f_mode & MT_FMODE_CREATED) || !f->f_inode ||
@@ -543,7 +552,7 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	case NR_shmget:
 		if (!(regs->dx & MT_IPC_CREAT))
 			return 0;
-		task = cur_of_regs(regs);
+		task = cur_of_regs(regs, &cur);
 		return task && task_tagged(task) ? mt_on_shm(-1, ret, 1) : 0;
 	case NR_mmap:
 		return (regs->r10 & MT_MAP_SHARED) && (int)regs->r8 >= 0 ?

@@ -26,7 +26,7 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	struct mt_netsnap *ns;
 	__u64 g = 0;
 
-	if (mt_held_any && self_tagged() && take_snapshot(&s, &c) &&
+	if (mt_held_any && take_snapshot(&s, &c) &&
 	    (role_is_client(sk) || replies_only(c, &s))) {
 		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 		struct mt_chan_key k;
@@ -49,12 +49,18 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	if (!c || !c->global[0])
 		return 0;
 	if (!g) {
-		/* an untagged send: stop carrying what an earlier one left */
+		/* an untagged send: stop carrying what an earlier one left (no
+		 * socket has carried global tags yet: nothing to stop, and no
+		 * sk_storage lookup, ~25 ns a send, issue 15) */
+		if (!mt_net_any)
+			return 0;
 		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
 		if (ns && ns->vec)
 			ns->vec = 0;
 		return 0;
 	}
+	if (!mt_net_any)
+		mt_net_any = 1; /* before the socket has anything to write */
 	ns = bpf_sk_storage_get(&sk_net, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ns)
 		return 0;
@@ -91,11 +97,31 @@ static __always_inline int opt_build(struct mt_netsnap *ns, struct mt_tcpopt *o,
 }
 
 /*
- * Both sides of every TCP connection made while global tags exist: enable
- * the header-option callbacks (only then: sockets pay per segment), write
- * the option on data segments of senders that hold global tags, and parse it
- * on arrival into the receiving socket's deposit, with the segment's
- * sequence range, so that sock_recv_length delivers exactly as for local TCP.
+ * TCP connections made while global tags exist: enable the header-option
+ * callbacks, write the option on data segments of senders that hold global
+ * tags, and parse it on arrival into the receiving socket's deposit, with
+ * the segment's sequence range, so that sock_recv_length delivers exactly
+ * as for local TCP.
+ *
+ * Which callbacks, on which side (issue 15, Table 4):
+ * - PARSE_UNKNOWN_HDR_OPT on both sides: the kernel calls it only for a
+ *   segment that has an option it does not know (bpf_skops_parse_hdr tests
+ *   rx_opt.saw_unknown first), so untagged traffic never enters it.
+ * - WRITE_HDR_OPT (a HDR_OPT_LEN call for every segment sent, and one at
+ *   every tcp_current_mss) on the connect() side only, which is where
+ *   requests come from; on the accepting side only if a global tag travels
+ *   with replies. It must be on from the start on every client connection:
+ *   the kernel sets a socket's callback flags only from sockops callbacks
+ *   that hold the socket lock (and bpf_setsockopt(TCP_BPF_SOCK_OPS_CB_FLAGS)
+ *   only from sockops, sock_addr, tcp iterators and tcp_congestion_ops), and
+ *   none of them runs when an established connection sends unless these
+ *   flags are on already; the timestamping callback that does run in
+ *   tcp_sendmsg (BPF_SOCK_OPS_TSTAMP_SENDMSG_CB, 6.14+) is refused both
+ *   (is_locked_tcp_sock_ops). Turned on only when a thread with a global tag
+ *   connects, a pooled connection opened untagged would never carry the
+ *   tags of the tagged threads that use it later.
+ * - The HDR_OPT_LEN/WRITE calls of connections that carry nothing return
+ *   after one load (mt_net_any) until some socket has carried a global tag.
  */
 SEC("sockops")
 int mt_sockops(struct bpf_sock_ops *skops)
@@ -109,17 +135,20 @@ int mt_sockops(struct bpf_sock_ops *skops)
 	switch (skops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		if (c->global[0])
-			bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags |
-							 BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG |
-							 BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG);
+		if (c->global[0]) {
+			int fl = skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG;
+
+			if (skops->op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB || (c->global[0] & c->replies[0]))
+				fl |= BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG;
+			bpf_sock_ops_cb_flags_set(skops, fl);
+		}
 		return 1;
 	case BPF_SOCK_OPS_HDR_OPT_LEN_CB:
 	case BPF_SOCK_OPS_WRITE_HDR_OPT_CB: {
 		struct bpf_sock *sk = skops->sk;
 		int len;
 
-		if (!sk)
+		if (!mt_net_any || !sk)
 			return 1;
 		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
 		if (!ns || !ns->vec)
@@ -188,6 +217,8 @@ int mt_sockops(struct bpf_sock_ops *skops)
 				dl_found(c, dl, *own, 0, MT_K_TCP, 0, s.lamport, s.host, 0,
 					 bpf_ntohl(o.pid), 0);
 		}
+		if (!mt_rdep_any)
+			mt_rdep_any = 1;
 		d = bpf_sk_storage_get(&sk_rdep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!d)
 			return 1;

@@ -217,6 +217,35 @@ struct {
 	__type(value, __u64);
 } cur_cache SEC(".maps");
 
+/*
+ * The reader's fast path (issue 15): per thread, indexed by global tid like
+ * `view` (sized to pid_max by the loader), what a reception needs to know
+ * to change nothing without the task-storage lookup and the helper for a
+ * trusted `current` (~45 ns of a tagged pipe read): the tags the thread
+ * holds with an unlimited TTL, as its last delivery left them, and a lower
+ * bound of its Lamport clock that fast receptions raise. Kernel-side only,
+ * never pinned (root reaches it by id, as cur_cache).
+ *   inf:   written by deliver() under `epoch` (= ctl's epoch then: a freed
+ *          and reused bit invalidates it); zeroed by every operation on the
+ *          thread (set, clear, TTL, terminators, class) and at fork/exit.
+ *   clock: the thread's clock is max(threads' lamport, clock); every path
+ *          that reads or moves the clock with the task storage at hand folds
+ *          it in first (clock_fold), so a send after a fast reception still
+ *          carries a larger clock than the message it received.
+ */
+struct mt_rxfast {
+	__u64 inf[MT_WORDS];
+	__u64 clock;
+	__u32 epoch;
+	__u32 pad;
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 32768); /* set to pid_max by the loader */
+	__type(key, __u32);
+	__type(value, struct mt_rxfast);
+} rx_fast SEC(".maps");
+
 /* BTF for the structs only user space decodes, so that the layout test can
  * compare them with their Rust mirrors (BTF keeps no local-variable types). */
 struct mt_btf_anchor {
@@ -237,6 +266,27 @@ const volatile struct mt_btf_anchor mt_btf_anchor SEC(".rodata") = {};
  * Never cleared: a stale 1 only costs the checks it saves.
  */
 __u32 mt_held_any;
+
+/*
+ * 0 until some TCP socket has been given global tags to carry in its
+ * option (mt_tcp_sendmsg), then 1 for good: until then the option
+ * callbacks of every connection, and untagged TCP sends, return after this
+ * one load instead of an sk_storage lookup (issue 15, Table 4). Set before
+ * the socket's sk_net entry, and both on the sending thread under the
+ * socket lock, before the segments that must carry the option are built.
+ */
+__u32 mt_net_any;
+
+/*
+ * The same for the socket-storage deposits: 0 until the first unix
+ * deposit (sk_dep, made by a tagged send) or the first TCP option parsed
+ * into a receiving socket (sk_rdep), set before that entry is created.
+ * Until then every socket receive finds no entry, so it skips the lookup (a
+ * helper call, ~25 ns; issue 15: bystanders, and Table 4's untagged
+ * connections). A reader that loads 0 while the first entry is being made
+ * behaves as one whose lookup ran just before: the late hand-over covers it.
+ */
+__u32 mt_unix_any, mt_rdep_any;
 
 /* 1: load a task's fd array through bpf_rdonly_cast(ptr, 0) (Linux 6.13+);
  * 0: bpf_probe_read_kernel. The loader retries with 0 where 1 is refused;

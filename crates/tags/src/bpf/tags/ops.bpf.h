@@ -189,6 +189,8 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 	t = bpf_task_storage_get(&threads, task, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!t)
 		return -MT_EINVAL;
+	/* whatever this changes, the reader's fast path must not assume it */
+	rxf_reset(rxf_of(task->pid), t);
 	if (w >= MT_WORDS)
 		return -MT_EINVAL;
 	switch (code) {
@@ -216,6 +218,16 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 		__sync_fetch_and_or(&v->vec[w], bit);
 		t->origin[w] |= bit;
 		t->lamport++;
+		{
+			/* the reset above left inf empty: this one tag, if unlimited */
+			struct mt_rxfast *f = rxf_of(task->pid);
+
+			clock_sync(t, f);
+			if (f && ttl == MT_TTL_INF) {
+				f->epoch = c->epoch;
+				f->inf[w] |= bit;
+			}
+		}
 		if (c->lifeline[w] & bit)
 			ll_record(c, idx, task, (__u32)id, id >> 32, MT_K_SET, ttl, t->lamport,
 				  host_of(c, bpf_get_current_task_btf()));

@@ -209,7 +209,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	if (!mt_held_any || sk->__sk_common.skc_family != AF_UNIX ||
 	    sk->__sk_common.skc_state == TCP_LISTEN)
 		return 0;
-	if (!self_tagged() || !take_snapshot(&s, &c))
+	if (!take_snapshot(&s, &c))
 		return 0;
 	kind = unix_kind(sk);
 	if (kind != MT_K_UNIX_DGRAM) {
@@ -230,6 +230,8 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 		if (tx)
 			rx_pid = pid_nr_of(bpf_core_cast(tx, struct sock)->sk_peer_pid);
 	}
+	if (!mt_unix_any)
+		mt_unix_any = 1;
 	d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!d) {
 		STAT(deposit_fail);
@@ -302,6 +304,8 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		 * socket-storage lookup only for threads in a call chain) */
 		if (holds_answerable(0) && sk->sk_type != SOCK_DGRAM && role_is_client(sk))
 			answered(0);
+		if (!mt_unix_any)
+			return 0;
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
 		if (!d)
 			return 0;
@@ -335,7 +339,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 
 		/* Tags that came from another host in TCP options (only while
 		 * a cluster table is loaded can there be any). */
-		d = c->global[0] ? bpf_sk_storage_get(&sk_rdep, sk, 0, 0) : 0;
+		d = c->global[0] && mt_rdep_any ? bpf_sk_storage_get(&sk_rdep, sk, 0, 0) : 0;
 		if (d && !vec_empty(d->vec)) {
 			copied = tp->copied_seq;
 			if ((__s32)(copied - (__u32)d->seq_start) > 0)

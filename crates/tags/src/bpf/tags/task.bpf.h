@@ -15,6 +15,7 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 {
 	__u32 ptid = (__u32)bpf_get_current_pid_tgid();
 	struct mt_view *pv = view_of(ptid), *cv = view_of(child->pid);
+	struct mt_rxfast *pf, *cf;
 	struct mt_thread *pt, *ct;
 	struct mt_ctl *c;
 
@@ -39,11 +40,25 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 	ct = bpf_task_storage_get(&threads, child, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ct)
 		return 0;
+	pf = rxf_of(ptid);
+	clock_fold(pt, pf);
 	__builtin_memcpy(ct->term, pt->term, sizeof(ct->term));
 	__builtin_memcpy(ct->spent, pt->spent, sizeof(ct->spent));
 	__builtin_memcpy(ct->ttl, pt->ttl, MT_TAGS);
 	ct->flags = pt->flags;
 	ct->lamport = ++pt->lamport; /* the fork is an event of the parent */
+	clock_sync(pt, pf);
+	/* the child's fast-path state is the parent's (same TTLs, same clock) */
+	cf = rxf_of(child->pid);
+	if (cf) {
+		int ok = pf && pf->epoch == c->epoch;
+
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++)
+			cf->inf[w] = ok ? pf->inf[w] : 0;
+		cf->epoch = c->epoch;
+		clock_sync(ct, cf);
+	}
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 m = pv->vec[w] & c->live[w];
@@ -67,6 +82,7 @@ int BPF_PROG(mt_exit, struct task_struct *task)
 {
 	struct mt_view *v = view_of(task->pid);
 
+	rxf_reset(rxf_of(task->pid), 0);
 	if (v) {
 #pragma unroll
 		for (int w = 0; w < MT_WORDS; w++)
