@@ -207,11 +207,12 @@ need bpftool bpftool
 cd "$ROOT"
 if [[ -z $MANTLE_DIR ]]; then
 	MANTLE_DIR=$ROOT/target/release
-	if [[ ! -x $MANTLE_DIR/mantle || ! -f $MANTLE_DIR/libmantle.so || ! -x $MANTLE_DIR/mantle-tags-floor ]]; then
-		log "building mantle (cargo build --release)"
-		cargo build --release >&2
-		cargo build --release -p mantle-tags --bin mantle-tags-floor >&2
-	fi
+	# Always: cargo rebuilds only what changed, and a release build older
+	# than the checkout would be measured under the checkout's name (it
+	# happened: a run measured the code before a merge).
+	log "building mantle (cargo build --release)"
+	cargo build --release >&2
+	cargo build --release -p mantle-tags --bin mantle-tags-floor >&2
 fi
 [[ -x $MANTLE_DIR/mantle-tags-floor ]] || die "no mantle-tags-floor in $MANTLE_DIR (cargo build --release -p mantle-tags --bin mantle-tags-floor)"
 [[ -x $MANTLE_DIR/mantle && -f $MANTLE_DIR/libmantle.so ]] || die "no mantle and libmantle.so in $MANTLE_DIR"
