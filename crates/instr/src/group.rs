@@ -219,22 +219,9 @@ impl Groups {
     /// `data` with every group section turned into `SHT_PROGBITS`, which
     /// the builder reads as plain bytes; unchanged without groups.
     pub(crate) fn mask<'a>(&self, data: &'a [u8]) -> Cow<'a, [u8]> {
-        if self.list.is_empty() {
-            return Cow::Borrowed(data);
-        }
-        let t = if self.big_endian {
-            elf::SHT_PROGBITS.to_be_bytes()
-        } else {
-            elf::SHT_PROGBITS.to_le_bytes()
-        };
-        let mut d = data.to_vec();
-        for g in &self.list {
-            // read() found this header inside the section table.
-            if let Some(x) = d.get_mut(g.type_at..g.type_at + 4) {
-                x.copy_from_slice(&t);
-            }
-        }
-        Cow::Owned(d)
+        // read() found each header inside the section table.
+        let at: Vec<usize> = self.list.iter().map(|g| g.type_at).collect();
+        crate::as_progbits(data, &at, self.big_endian)
     }
 
     /// Adds a section the rewrite made to group `g`.

@@ -124,24 +124,33 @@ fn mask_addrsig(data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
                 .collect(),
         )
     };
-    match found() {
-        Some(at) if !at.is_empty() => {
-            let little = data.get(5) == Some(&elf::ELFDATA2LSB); // e_ident[EI_DATA]
-            let t = if little {
-                elf::SHT_PROGBITS.to_le_bytes()
-            } else {
-                elf::SHT_PROGBITS.to_be_bytes()
-            };
-            let mut d = data.to_vec();
-            for a in at {
-                if let Some(x) = d.get_mut(a..a + 4) {
-                    x.copy_from_slice(&t);
-                }
-            }
-            std::borrow::Cow::Owned(d)
-        }
-        _ => std::borrow::Cow::Borrowed(data),
+    let little = data.get(5) == Some(&elf::ELFDATA2LSB); // e_ident[EI_DATA]
+    as_progbits(data, &found().unwrap_or_default(), !little)
+}
+
+/// `data` with the section headers whose `sh_type` field is at each of
+/// `type_at` (file offsets) made `SHT_PROGBITS`, which the builder reads
+/// as plain bytes; borrowed when there are none.
+pub(crate) fn as_progbits<'a>(
+    data: &'a [u8],
+    type_at: &[usize],
+    big_endian: bool,
+) -> std::borrow::Cow<'a, [u8]> {
+    if type_at.is_empty() {
+        return std::borrow::Cow::Borrowed(data);
     }
+    let t = if big_endian {
+        elf::SHT_PROGBITS.to_be_bytes()
+    } else {
+        elf::SHT_PROGBITS.to_le_bytes()
+    };
+    let mut d = data.to_vec();
+    for &a in type_at {
+        if let Some(x) = d.get_mut(a..a + 4) {
+            x.copy_from_slice(&t);
+        }
+    }
+    std::borrow::Cow::Owned(d)
 }
 
 /// Parses `data`, whose groups (if any) [`group::Groups::mask`] hid and

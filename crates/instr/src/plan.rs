@@ -409,11 +409,8 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
     let mut exit_ids: HashMap<ExitKey, usize> = HashMap::new();
     let mut next_id = first_id;
     // What ordinary hooks must keep, for the trampolines.
-    let keeps = if mode == ExitMode::Auto && !o.uses_cxx_exceptions {
-        crate::vregs::analyze(o)
-    } else {
-        HashMap::new()
-    };
+    let keeps =
+        (mode == ExitMode::Auto && !o.uses_cxx_exceptions).then(|| crate::vregs::analyze(o));
     for c in chosen {
         let sec_name = String::from_utf8_lossy(&o.b.sections.get(c.section).name).into_owned();
         let outcome = match site(o, c, mode) {
@@ -437,7 +434,10 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
                 let mut xmm_kept = None;
                 let kind = match entry {
                     PlannedEntry::Trampoline(mut t) => {
-                        if let Some(&k) = keeps.get(&(c.section.index(), c.value)) {
+                        if let Some(k) = keeps
+                            .as_ref()
+                            .and_then(|k| k.get(c.section.index(), c.value))
+                        {
                             t.keep = k;
                         }
                         xmm_kept = Some([t.keep.entry, t.keep.exit]);

@@ -60,13 +60,9 @@ struct Func {
     end: u64,
 }
 
-/// Where a direct branch goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Dest {
-    Func(usize),
-    /// Inside no function of this file, or not in this file at all.
-    Unknown,
-}
+/// Where a direct branch goes: a function of this file, or `None` (inside
+/// no function of this file, or not in this file at all).
+type Dest = Option<usize>;
 
 /// The per-function facts the answer is computed from.
 struct Graph {
@@ -74,29 +70,48 @@ struct Graph {
     /// Vector registers each function mentions (bit k: xmm/ymm/zmm k; ALL
     /// for one the runtime cannot keep).
     mentions: Vec<u32>,
-    /// Direct calls and jumps out of each function.
-    callees: Vec<Vec<Dest>>,
-    /// Functions with a direct branch to each function; `true` when code
-    /// outside every function branches to it.
+    /// Functions each function calls or jumps to directly.
+    callees: Vec<Vec<usize>>,
+    /// Functions with a direct branch to each function.
     callers: Vec<Vec<usize>>,
+    /// Code outside every function branches to each function.
     from_unknown: Vec<bool>,
     /// Each function calls something this file cannot see into.
     calls_unknown: Vec<bool>,
 }
 
-/// Keeps for every defined function, by (section index, offset).
-pub fn analyze(o: &Object<'_, '_>) -> HashMap<(usize, u64), Keep> {
+/// The analysed file: [`Keeps::get`] answers for one function, so a
+/// rewrite of a few functions of a large library walks only their callers
+/// and callees.
+pub struct Keeps {
+    g: Graph,
+    by_start: HashMap<(usize, u64), usize>,
+}
+
+/// Reads the file's functions, their vector registers and direct branches.
+pub fn analyze(o: &Object<'_, '_>) -> Keeps {
     let g = graph(o);
-    let mut out = HashMap::new();
-    for (i, f) in g.funcs.iter().enumerate() {
-        out.insert((f.sec, f.start), keep(&g, i));
+    let by_start = g
+        .funcs
+        .iter()
+        .enumerate()
+        .map(|(i, f)| ((f.sec, f.start), i))
+        .collect();
+    Keeps { g, by_start }
+}
+
+impl Keeps {
+    /// What the hooks of the function at `off` in section `sec` (builder
+    /// index) keep; `None` for an address where no function starts.
+    pub fn get(&self, sec: usize, off: u64) -> Option<Keep> {
+        self.by_start.get(&(sec, off)).map(|&i| keep(&self.g, i))
     }
-    out
 }
 
 fn keep(g: &Graph, f: usize) -> Keep {
     // Up the callers: what they may keep in registers across the call.
-    let (up, unknown_caller) = closure(f, |i| g.callers[i].iter().copied(), |i| g.from_unknown[i]);
+    let n = g.funcs.len();
+    let (up, unknown_caller) = closure(n, f, |i| &g.callers[i], |i| g.from_unknown[i]);
     // F's own registers are dead once it returns, unless F is among its
     // callers (recursion): `up` then holds it.
     let mut across = 0;
@@ -107,16 +122,7 @@ fn keep(g: &Graph, f: usize) -> Keep {
         across = ALL;
     }
     // Down the callees: who may read the arguments or write the results.
-    let (down, unknown_callee) = closure(
-        f,
-        |i| {
-            g.callees[i].iter().filter_map(|d| match d {
-                Dest::Func(j) => Some(*j),
-                Dest::Unknown => None,
-            })
-        },
-        |i| g.calls_unknown[i],
-    );
+    let (down, unknown_callee) = closure(n, f, |i| &g.callees[i], |i| g.calls_unknown[i]);
     let mut inside = g.mentions[f];
     for &i in &down {
         inside |= g.mentions[i];
@@ -137,24 +143,27 @@ fn keep(g: &Graph, f: usize) -> Keep {
     }
 }
 
-/// The functions reachable from `f` along `next` (`f` itself only if a
-/// cycle comes back to it), and whether any of them (or `f`) is `flagged`.
-fn closure<I: Iterator<Item = usize>>(
+/// The functions reachable from `f` (of `n`) along `next` (`f` itself
+/// only if a cycle comes back to it), and whether any of them (or `f`) is
+/// `flagged`. Linear in the edges walked.
+fn closure<'g>(
+    n: usize,
     f: usize,
-    next: impl Fn(usize) -> I,
+    next: impl Fn(usize) -> &'g [usize],
     flagged: impl Fn(usize) -> bool,
 ) -> (Vec<usize>, bool) {
-    let mut seen = vec![f];
+    let mut reached = vec![false; n];
     let mut out = Vec::new();
     let mut todo = vec![f];
     let mut flag = flagged(f);
     while let Some(i) = todo.pop() {
-        for j in next(i) {
-            if !out.contains(&j) {
+        for &j in next(i) {
+            if !reached[j] {
+                reached[j] = true;
                 out.push(j);
                 flag |= flagged(j);
-                if !seen.contains(&j) {
-                    seen.push(j);
+                // f's own edges were walked first.
+                if j != f {
                     todo.push(j);
                 }
             }
@@ -246,7 +255,7 @@ fn graph(o: &Object<'_, '_>) -> Graph {
         callers: vec![Vec::new(); n],
         from_unknown: vec![false; n],
         calls_unknown: vec![false; n],
-        funcs: funcs.clone(),
+        funcs: Vec::new(),
     };
     let mut info = InstructionInfoFactory::new();
     for s in b.sections.iter() {
@@ -299,8 +308,8 @@ fn graph(o: &Object<'_, '_>) -> Graph {
                 if !direct && !indirect {
                     continue;
                 }
-                let dest = if indirect {
-                    Dest::Unknown
+                let dest: Dest = if indirect {
+                    None
                 } else {
                     let field = rel.and_then(|m| m.range(ins.ip()..ins.next_ip()).next());
                     let at = match field {
@@ -331,30 +340,28 @@ fn graph(o: &Object<'_, '_>) -> Graph {
                             }
                         }
                     };
-                    match at.and_then(|(tsec, t)| find(tsec, t)) {
-                        Some(t) => Dest::Func(t),
-                        None => Dest::Unknown,
-                    }
+                    at.and_then(|(tsec, t)| find(tsec, t))
                 };
                 match (from, dest) {
                     // A branch inside one function is not a call.
-                    (Some(f), Dest::Func(t)) if f == t && !ins.is_call_near() => {}
-                    (Some(f), Dest::Func(t)) => {
-                        g.callees[f].push(Dest::Func(t));
+                    (Some(f), Some(t)) if f == t && !ins.is_call_near() => {}
+                    (Some(f), Some(t)) => {
+                        g.callees[f].push(t);
                         g.callers[t].push(f);
                     }
-                    (Some(f), Dest::Unknown) => {
+                    (Some(f), None) => {
                         // A jump to no function (a jump table's `jmp rax`, a
                         // tail call through the PLT) may leave with the
                         // arguments: the callee is unknown.
                         g.calls_unknown[f] = true;
                     }
-                    (None, Dest::Func(t)) => g.from_unknown[t] = true,
-                    (None, Dest::Unknown) => {}
+                    (None, Some(t)) => g.from_unknown[t] = true,
+                    (None, None) => {}
                 }
             }
         }
     }
+    g.funcs = funcs;
     g
 }
 
@@ -473,8 +480,8 @@ mod tests {
             .iter()
             .filter(|s| s.st_type() == elf::STT_FUNC)
             .map(|s| {
-                let at = (s.section.unwrap().index(), s.st_value);
-                (String::from_utf8_lossy(&s.name).into_owned(), k[&at])
+                let keep = k.get(s.section.unwrap().index(), s.st_value).unwrap();
+                (String::from_utf8_lossy(&s.name).into_owned(), keep)
             })
             .collect()
     }
