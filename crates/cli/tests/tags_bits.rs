@@ -260,6 +260,51 @@ fn fast_path_forgets_what_an_operation_changed() {
     assert_test_process_untagged();
 }
 
+/// A lifeline reception on the fast path (issue 15: the receiver already
+/// holds the tag with an unlimited TTL) makes its record without a helper
+/// for `current`: the receiving task comes from the system call's
+/// registers. Every record must still name the reader, its process and its
+/// comm, the sender, and carry a growing clock. The first reception takes
+/// the slow path; the later ones the fast one.
+#[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn fast_lifeline_records_name_the_receiver() {
+    let (env, _turn) = env();
+    let mut tags = Tags(Vec::new());
+    let t = tags.create("bits.fastll", &["--lifeline", "64"]);
+    let (pr, pw) = pipe();
+    let mut holder = actor_on_pipe(env, "llholder", &pw);
+    let mut reader = actor_on_pipe(env, "llreader", &pr);
+    drop((pr, pw));
+    mantle_ok(&["tag", "set", &t, "--tid", &holder.w[0].to_string()]);
+    let n = 5;
+    for i in 0..n {
+        holder.run(0, &format!("send p m{i}"));
+        assert_eq!(reader.run(0, "recv p"), format!("m{i}"));
+    }
+    let (r, rp) = (reader.w[0], reader.pid);
+    let comm = fs::read_to_string(format!("/proc/{rp}/task/{r}/comm")).unwrap();
+    let ll = lifeline(&t);
+    let mine: Vec<&Value> = ll.iter().filter(|x| x["rx_tid"] == r).collect();
+    assert_eq!(mine.len(), n, "one record per reception: {ll:#?}");
+    for x in &mine {
+        assert_eq!(x["rx_pid"], rp, "receiver's process: {x}");
+        assert_eq!(x["rx_comm"], comm.trim_end(), "receiver's comm: {x}");
+        assert_eq!(x["tx_tid"], holder.w[0], "sender: {x}");
+        assert_eq!(x["tx_pid"], holder.pid, "sender's process: {x}");
+        assert_eq!(x["via"], "pipe", "channel: {x}");
+    }
+    let clocks: Vec<u64> = mine
+        .iter()
+        .map(|x| x["lamport"].as_u64().unwrap())
+        .collect();
+    assert!(
+        clocks.windows(2).all(|w| w[0] < w[1]),
+        "the reader's clock grows with every recorded reception: {clocks:?}"
+    );
+    assert_test_process_untagged();
+}
+
 /// A zombie (exited, not yet reaped) has run its exit hook, which cleared
 /// its view slot; a tag set on it then would stay in the slot after it is
 /// reaped (the deletion sweep only visits live tasks). Setting a tag on a

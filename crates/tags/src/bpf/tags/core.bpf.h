@@ -41,6 +41,10 @@ static __always_inline struct task_struct *cur_task(void)
 #ifndef __arg_trusted
 #define __arg_trusted __attribute__((btf_decl_tag("arg:trusted")))
 #endif
+/* ... and as an untrusted one, read through read-only loads (Linux 6.16+). */
+#ifndef __arg_untrusted
+#define __arg_untrusted __attribute__((btf_decl_tag("arg:untrusted")))
+#endif
 
 static __always_inline __u32 tid_of(struct task_struct *task)
 {
@@ -399,8 +403,9 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
  * and the helper for a trusted `current` only for a record. Returns 0 when
  * deliver() must run.
  */
-static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, __u32 tid,
-					__u32 dep_epoch, __u32 kind, __u32 tx_tid, __u32 tx_pid)
+static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, struct task_struct *rx,
+					__u32 tid, __u32 dep_epoch, __u32 kind, __u32 tx_tid,
+					__u32 tx_pid)
 {
 	struct mt_view *v = view_of(tid);
 	struct mt_rxfast *f = rxf_of(tid);
@@ -420,7 +425,6 @@ static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, __u32 
 		f->clock = s->lamport;
 	/* a shared mapping records only tags the thread did not hold (deliver) */
 	if (rec && kind != MT_K_SHM) {
-		struct task_struct *rx = cur_task();
 		__u64 clk = ++f->clock; /* a recorded reception is an event */
 
 #pragma unroll
@@ -540,36 +544,37 @@ static __always_inline int key_eq(const struct mt_chan_key *x, const struct mt_c
  * sl (else 0): d is the deposit of fd slot sl (maps.bpf.h, fd_dep), found
  * for channel k under the slot's gen g; bits taken while the slot changed
  * hands (gen moved on, or another key) are dropped, never delivered.
- * gt: g, and in the high half the current thread's tid if the caller knows
- * it (0: fetched here), which also allows the fast path (deliver_fast).
+ * gc: g << 1 | clear (a global function takes five arguments at most).
+ * rx: the current task, read only through read-only loads (cur_of_regs
+ * finds it without a helper): its tid and a lifeline record's receiver,
+ * without a helper call on the fast path (deliver_fast).
  * A global function: the verifier checks it once, not at every caller
  * (deliver is large: a second copy took mt_sys_exit past 1M instructions). */
-__noinline int mt_receive_in(struct mt_deposit *d, int clear, struct mt_fdslot *sl,
-			     struct mt_chan_key *k, __u64 gt)
+__noinline int mt_receive_in(struct mt_deposit *d, struct mt_fdslot *sl, struct mt_chan_key *k,
+			     __u64 gc, struct task_struct *rx __arg_untrusted)
 {
 	struct snap s = {};
-	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, kind, g = (__u32)gt, tid = gt >> 32;
+	__u32 epoch = 0, tx_tid = 0, tx_pid = 0, kind, g = (__u32)(gc >> 1), tid;
 	struct mt_ctl *c;
 
-	if (!d)
+	if (!d || !rx)
 		return 0;
 	if (sl && (!k || !key_eq(&sl->key, k)))
 		return 0;
+	tid = rx->pid;
 	kind = d->kind;
-	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid ? tid : tid_of(cur_task()), clear))
+	if (!take(d, &s, &epoch, &tx_tid, &tx_pid, tid, gc & 1))
 		return 0;
 	if (sl && (sl->gen != g || !key_eq(&sl->key, k)))
 		return 0;
 	c = get_ctl();
 	if (!c)
 		return 0;
-	if (tid && deliver_fast(c, &s, tid, epoch, kind, tx_tid, tx_pid))
+	if (deliver_fast(c, &s, rx, tid, epoch, kind, tx_tid, tx_pid))
 		return 0;
 	deliver(c, cur_task(), &s, epoch, kind, tx_tid, tx_pid, 1);
 	return 0;
 }
 
-/* Any deposit but an fd slot's (the tid from the one cheap helper that
- * gives it, so that the fast path applies here too). */
-#define mt_receive(d, clear)                                                   \
-	mt_receive_in((d), (clear), 0, 0, (__u64)(__u32)bpf_get_current_pid_tgid() << 32)
+/* Any deposit but an fd slot's. */
+#define mt_receive(d, clear) mt_receive_in((d), 0, 0, (clear) ? 1 : 0, cur_task())

@@ -245,31 +245,29 @@ static __always_inline __u32 fd_reader(struct mt_fdslot *sl)
 }
 
 /*
- * A request sent on fd (write/writev, mq_timedsend) by a thread that holds
- * tags (mt_sys_exit checked): deposit the sender's tags on the channel; if
- * the reader already took the message (it ran between the send and this
- * hook), hand the tags to that reader now. cur: the current task's address
- * as cur_cache has it (a number; 0: not known), read through a read-only
- * cast; the helper for a trusted `current` runs only if the snapshot needs
- * the task storage (take_snapshot_fast could not make it).
+ * A request sent on the message channel k (of kind) behind file (write,
+ * writev, mq_timedsend) by a thread that holds tags (mt_sys_exit checked,
+ * and found the channel: the fd is walked once per send): deposit the
+ * sender's tags on the channel; if the reader already took the message (it
+ * ran between the send and this hook), hand the tags to that reader now.
+ * cur and file: the current task (as cur_cache has it) and the file, as
+ * numbers, read through read-only casts; the helper for a trusted `current`
+ * runs only if the snapshot needs the task storage (take_snapshot_fast
+ * could not make it).
  */
-__noinline int mt_on_send(__u64 cur, int fd, int mq_only)
+__noinline int mt_on_send(struct task_struct *task __arg_untrusted,
+			  struct file *f __arg_untrusted, struct mt_chan_key *k, __u32 kind)
 {
-	struct task_struct *task = cur ? bpf_core_cast((void *)cur, struct task_struct) :
-					 bpf_core_cast(cur_task(), struct task_struct);
-	struct mt_chan_key k;
 	struct snap s = {};
 	struct mt_fdslot *sl;
 	struct mt_ctl *c;
-	struct file *f;
-	__u32 kind, reader;
+	__u32 reader;
 
-	f = msg_chan(task, fd, mq_only, &k, &kind);
-	if (!f)
+	if (!task || !f || !k)
 		return 0;
 	if (!take_snapshot_fast(task, &s, &c) && !take_snapshot_of(cur_task(), &s, &c))
 		return 0;
-	sl = fd_enter(&k);
+	sl = fd_enter(k);
 	if (!sl)
 		return 0;
 	/* The sender only reads the reader notes, never stores them: a plain
@@ -279,7 +277,7 @@ __noinline int mt_on_send(__u64 cur, int fd, int mq_only)
 	 * first_tagged_send_on_a_fresh_channel, a spinning mq reader, issue
 	 * 15). */
 	reader = fd_reader(sl);
-	dl_send(c, &s, 0, reader ? reader : chan_reader_of(&k), kind);
+	dl_send(c, &s, 0, reader ? reader : chan_reader_of(k), kind);
 	deposit(&sl->d, &s, kind, c->epoch, 0, 0);
 	if (chan_drained(f, kind)) {
 		/* After the deposit (a locked OR: a full barrier on x86): a
@@ -288,7 +286,7 @@ __noinline int mt_on_send(__u64 cur, int fd, int mq_only)
 		 * its exchange, so either it saw the deposit or it is seen. */
 		reader = fd_reader(sl);
 		if (!reader)
-			reader = chan_reader_of(&k);
+			reader = chan_reader_of(k);
 		deliver_late(c, &sl->d, reader);
 	}
 	fd_leave(sl);
@@ -382,9 +380,11 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 	if (!f)
 		return 0;
 	if (!chan_hinted(&k)) {
-		/* a sender depositing now sees this note, or is seen below */
-		note_reader(&k, tid);
-		if (!chan_hinted(&k))
+		/* a sender depositing now sees this note, or is seen below;
+		 * the note was this thread's already (every read after the
+		 * first): no store, and the sender that sets the bit now reads
+		 * it, so no second look (issue 15) */
+		if (!note_reader(&k, tid) || !chan_hinted(&k))
 			return 0;
 	}
 	sl = fd_slot(&k);
@@ -409,7 +409,7 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 		if (vec_empty(sl->d.vec))
 			return 0;
 	}
-	mt_receive_in(&sl->d, chan_drained(f, kind), sl, &k, (__u64)tid << 32 | g);
+	mt_receive_in(&sl->d, sl, &k, (__u64)g << 1 | chan_drained(f, kind), task);
 	return 0;
 }
 
@@ -442,16 +442,18 @@ __noinline int mt_on_eventfd(int fd)
 	return 0;
 }
 
-/* Whether fd of task is a message channel its system call serves, decided
- * inline: a tagged thread's writes to sockets, files and devices (most of
- * them) then skip the global call and the helper for a trusted `current`
- * (~40 ns a write, issue 15); mt_on_send walks the fd again for pipes. */
-static __always_inline int may_carry(struct task_struct *task, int fd, int mq_only)
+/* A tagged thread's send on fd: find the message channel inline (writes
+ * to sockets, files and devices, most of them, then skip the global call
+ * and the helper for a trusted `current`: ~40 ns a write, issue 15) and
+ * hand it to mt_on_send, which does not walk the fd again. */
+static __always_inline int on_send(struct task_struct *task, int fd, int mq_only)
 {
 	struct mt_chan_key k;
+	struct file *f;
 	__u32 kind;
 
-	return msg_chan(task, fd, mq_only, &k, &kind) != 0;
+	f = msg_chan(task, fd, mq_only, &k, &kind);
+	return f ? mt_on_send(task, f, &k, kind) : 0;
 }
 
 /* Whether task holds tags: one array load. */
@@ -465,8 +467,9 @@ static __always_inline int task_tagged(struct task_struct *task)
 /*
  * The current task, found from the system call's registers through
  * cur_cache (no helper call on a hit; see the map). Read-only: its fields
- * load through an untrusted cast; what needs a trusted task (task storage,
- * mt_on_send) fetches it with the helper, on the tagged path only.
+ * load through an untrusted cast; what needs a trusted task (task storage)
+ * fetches it with the helper, on the slow tagged paths only. *addr: the
+ * same task's address as a number on a hit, else 0.
  */
 static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs, __u64 *addr)
 {
@@ -517,15 +520,13 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		if (!ret)
 			return 0;
 		task = cur_of_regs(regs, &cur);
-		return task && task_tagged(task) && may_carry(task, (int)regs->di, 0) ?
-			       mt_on_send(cur, (int)regs->di, 0) : 0;
+		return task && task_tagged(task) ? on_send(task, (int)regs->di, 0) : 0;
 	case NR_read:
 	case NR_readv:
 		return ret && (task = cur_of_regs(regs, &cur)) ? on_recv(task, (int)regs->di, 0) : 0;
 	case NR_mq_timedsend:
 		task = cur_of_regs(regs, &cur);
-		return task && task_tagged(task) && may_carry(task, (int)regs->di, 1) ?
-			       mt_on_send(cur, (int)regs->di, 1) : 0;
+		return task && task_tagged(task) ? on_send(task, (int)regs->di, 1) : 0;
 	case NR_mq_timedreceive:
 		return (task = cur_of_regs(regs, &cur)) ? on_recv(task, (int)regs->di, 1) : 0;
 	case NR_eventfd:

@@ -26,23 +26,26 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	struct mt_netsnap *ns;
 	__u64 g = 0;
 
-	if (mt_held_any && take_snapshot(&s, &c) &&
-	    (role_is_client(sk) || replies_only(c, &s))) {
-		struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
-		struct mt_chan_key k;
-		struct mt_deposit *d;
-		__u32 start = tp->write_seq;
-		__u32 left = bpf_core_cast(msg, struct msghdr)->msg_iter.count;
+	if (mt_held_any && take_snapshot(&s, &c)) {
+		/* one socket-storage lookup for the role and the peer (issue
+		 * 15: it was made twice per tagged send) */
+		struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
 
-		tcp_key(c, sk, &k, 0);
-		d = chan_get(c, &k);
-		if (d) {
-			struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+		if ((r && r->role == MT_ROLE_CLIENT) || replies_only(c, &s)) {
+			struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
+			struct mt_chan_key k;
+			struct mt_deposit *d;
+			__u32 start = tp->write_seq;
+			__u32 left = bpf_core_cast(msg, struct msghdr)->msg_iter.count;
 
-			dl_send(c, &s, r ? r->peer_pid : 0, d->last_reader, MT_K_TCP);
-			deposit(d, &s, MT_K_TCP, c->epoch, start, start + left);
+			tcp_key(c, sk, &k, 0);
+			d = chan_get(c, &k);
+			if (d) {
+				dl_send(c, &s, r ? r->peer_pid : 0, d->last_reader, MT_K_TCP);
+				deposit(d, &s, MT_K_TCP, c->epoch, start, start + left);
+			}
+			g = s.vec[0] & c->global[0] & ((1ULL << MT_GLOBAL_BITS) - 1);
 		}
-		g = s.vec[0] & c->global[0] & ((1ULL << MT_GLOBAL_BITS) - 1);
 	} else {
 		c = get_ctl();
 	}
@@ -68,7 +71,7 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	for_each_bit(m, 0, idx, bit, { ns->ttl[idx & (MT_GLOBAL_BITS - 1)] = s.ttl[idx]; })
 	ns->lamport = (__u32)s.lamport;
 	ns->host = s.host;
-	ns->pid = bpf_get_current_pid_tgid() >> 32;
+	ns->pid = s.pid; /* the sender's process, from the snapshot: no helper */
 	ns->vec = g;
 	return 0;
 }

@@ -42,6 +42,17 @@ static __always_inline int replies_only(struct mt_ctl *c, struct snap *s)
 	return any != 0;
 }
 
+/* Whether the table has a live tag that travels with replies at all. */
+static __always_inline int any_reply_tags(struct mt_ctl *c)
+{
+	__u64 any = 0;
+
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++)
+		any |= c->replies[w] & c->live[w];
+	return any != 0;
+}
+
 static __always_inline int role_is_client(struct sock *sk)
 {
 	struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
@@ -103,6 +114,8 @@ static __always_inline __u32 hint_bit(const struct mt_chan_key *k)
  * store is an exchange, a full barrier, so that with the sender's atomic
  * deposit followed by its load of this slot (chan_reader_of) one of the
  * two sees the other: the reader re-checks for a deposit after this.
+ * Returns whether it stored: a note that was this thread's already was
+ * there before any sender now depositing read it, so no re-check is due.
  */
 /* k's slot of chan_reader, and k's hash in *h. */
 static __always_inline __u64 *reader_slot(const struct mt_chan_key *k, __u64 *h)
@@ -114,13 +127,15 @@ static __always_inline __u64 *reader_slot(const struct mt_chan_key *k, __u64 *h)
 	return bpf_map_lookup_elem(&chan_reader, &b);
 }
 
-static __always_inline void note_reader(const struct mt_chan_key *k, __u32 tid)
+static __always_inline int note_reader(const struct mt_chan_key *k, __u32 tid)
 {
 	__u64 h, *r = reader_slot(k, &h);
 	__u64 v = h << 32 | tid;
 
-	if (r && *r != v)
-		__sync_lock_test_and_set(r, v);
+	if (!r || *r == v)
+		return 0;
+	__sync_lock_test_and_set(r, v);
+	return 1;
 }
 
 /* The thread note_reader recorded for k, or 0. */
@@ -205,30 +220,45 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	struct unix_sock *u;
 	struct sock *tx = 0;
 	__u32 kind, rx_pid = 0;
+	int reply = 0;
 
 	if (!mt_held_any || sk->__sk_common.skc_family != AF_UNIX ||
 	    sk->__sk_common.skc_state == TCP_LISTEN)
 		return 0;
-	if (!take_snapshot(&s, &c))
+	c = get_ctl();
+	if (!c)
 		return 0;
 	kind = unix_kind(sk);
 	if (kind != MT_K_UNIX_DGRAM) {
 		/* connected: the peer of the receiving socket is the sender's */
 		u = bpf_skc_to_unix_sock(sk);
 		tx = u ? u->peer : 0;
-		if (tx && !role_is_client(tx)) {
-			/* Not the connect() side: a reply, unless the socket has
-			 * no address (socketpair, or connected before load). */
-			struct unix_sock *ut = bpf_core_cast(tx, struct unix_sock);
-			if (ut->addr && !replies_only(c, &s)) {
-				answered(1); /* it answers: its part of the request ends */
-				return 0;
-			}
-		}
+		/* Not the connect() side: a reply, unless the socket has no
+		 * address (socketpair, or connected before load). The address
+		 * first: it is a load, the role a socket-storage lookup. */
+		if (tx && bpf_core_cast(tx, struct unix_sock)->addr && !role_is_client(tx))
+			reply = 1;
 		/* the receiving process: the sender's peer credentials (for the
 		 * connect() side, the listener's) */
 		if (tx)
 			rx_pid = pid_nr_of(bpf_core_cast(tx, struct sock)->sk_peer_pid);
+	}
+	/* A reply carries only the tags made to travel with replies. Without
+	 * any (the common case) it needs no snapshot, and the sender's part
+	 * of a call chain ends here, which costs nothing either unless the
+	 * table has deadlock or per-request tags (holds_answerable): a reply
+	 * hop used to make five helper calls for nothing (issue 15). */
+	if (reply && !any_reply_tags(c)) {
+		if (holds_answerable(1))
+			answered(1);
+		return 0;
+	}
+	if (!take_snapshot(&s, &c))
+		return 0;
+	if (reply && !replies_only(c, &s)) {
+		if (holds_answerable(1))
+			answered(1); /* it answers: its part of the request ends */
+		return 0;
 	}
 	if (!mt_unix_any)
 		mt_unix_any = 1;
