@@ -101,21 +101,22 @@ int BPF_PROG(mt_signal, int sig, struct kernel_siginfo *info, struct task_struct
 {
 	struct snap s;
 	struct mt_ctl *c;
-	__u64 id;
 
 	if (!mt_held_any || result == TRACE_SIGNAL_IGNORED || result == TRACE_SIGNAL_OVERFLOW_FAIL)
 		return 0;
-	if (!take_snapshot(&s, &c))
-		return 0;
 	/* Only signals a thread sends (kill, tgkill, sigqueue) are requests:
-	 * kernel-made ones (SIGCHLD, SIGPIPE, faults) carry si_code > 0. */
+	 * kernel-made ones (SIGCHLD, SIGPIPE, faults) carry si_code > 0. A
+	 * plain load through a read-only cast, not BPF_CORE_READ (a helper
+	 * call), and before the snapshot (issue 15). */
 	if ((unsigned long)info <= (unsigned long)SEND_SIG_PRIV)
 		return 0;
-	if (BPF_CORE_READ(info, si_code) > 0)
+	if (bpf_core_cast(info, struct kernel_siginfo)->si_code > 0)
 		return 0;
-	id = bpf_get_current_pid_tgid();
-	if (task->pid == (__u32)id)
+	if (!take_snapshot(&s, &c))
 		return 0;
-	deliver(c, task, &s, c->epoch, MT_K_SIGNAL, (__u32)id, id >> 32, 1);
+	/* the sender is the current thread: the snapshot has its ids */
+	if (task->pid == s.tid)
+		return 0;
+	deliver(c, task, &s, c->epoch, MT_K_SIGNAL, s.tid, s.pid, 1);
 	return 0;
 }
