@@ -219,11 +219,20 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	struct mt_deposit *d;
 	struct unix_sock *u;
 	struct sock *tx = 0;
+	struct task_struct *task;
+	struct mt_view *v;
 	__u32 kind, rx_pid = 0;
 	int reply = 0;
 
 	if (!mt_held_any || sk->__sk_common.skc_family != AF_UNIX ||
 	    sk->__sk_common.skc_state == TCP_LISTEN)
+		return 0;
+	/* An untagged sender (most of them) has nothing to deposit and no
+	 * part of a call chain to end: one helper call and one load, before
+	 * any socket lookup. */
+	task = cur_task();
+	v = view_of(tid_of(task));
+	if (!v || vec_empty(v->vec))
 		return 0;
 	c = get_ctl();
 	if (!c)
@@ -246,14 +255,14 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	/* A reply carries only the tags made to travel with replies. Without
 	 * any (the common case) it needs no snapshot, and the sender's part
 	 * of a call chain ends here, which costs nothing either unless the
-	 * table has deadlock or per-request tags (holds_answerable): a reply
-	 * hop used to make five helper calls for nothing (issue 15). */
+	 * table has deadlock or per-request tags (holds_answerable): a tagged
+	 * reply hop used to make five helper calls for nothing (issue 15). */
 	if (reply && !any_reply_tags(c)) {
 		if (holds_answerable(1))
 			answered(1);
 		return 0;
 	}
-	if (!take_snapshot(&s, &c))
+	if (!take_snapshot_fast(task, &s, &c) && !take_snapshot_of(task, &s, &c))
 		return 0;
 	if (reply && !replies_only(c, &s)) {
 		if (holds_answerable(1))
