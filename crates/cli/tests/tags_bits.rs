@@ -265,7 +265,9 @@ fn fast_path_forgets_what_an_operation_changed() {
 /// for `current`: the receiving task comes from the system call's
 /// registers. Every record must still name the reader, its process and its
 /// comm, the sender, and carry a growing clock. The first reception takes
-/// the slow path; the later ones the fast one.
+/// the slow path; the later ones the fast one. Both ways a receiver reaches
+/// the record are covered: the fd channels' (a pipe: the task found from
+/// the registers) and the sockets' (a unix stream: the helper's task).
 #[test]
 #[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn fast_lifeline_records_name_the_receiver() {
@@ -302,6 +304,28 @@ fn fast_lifeline_records_name_the_receiver() {
         clocks.windows(2).all(|w| w[0] < w[1]),
         "the reader's clock grows with every recorded reception: {clocks:?}"
     );
+
+    // The same over a unix stream socket, the connect() side sending.
+    let tu = tags.create("bits.fastllu", &["--lifeline", "64"]);
+    let sock = env.dir.join("fastll.sock");
+    let sock = sock.to_str().unwrap();
+    reader.run(0, &format!("listen_unix l {sock} stream"));
+    holder.run(0, &format!("connect_unix s {sock} stream"));
+    reader.run(0, "accept c l");
+    mantle_ok(&["tag", "set", &tu, "--tid", &holder.w[0].to_string()]);
+    for i in 0..n {
+        holder.run(0, &format!("send s u{i}"));
+        assert_eq!(reader.run(0, "recv c"), format!("u{i}"));
+    }
+    let ll = lifeline(&tu);
+    let mine: Vec<&Value> = ll.iter().filter(|x| x["rx_tid"] == r).collect();
+    assert_eq!(mine.len(), n, "one record per unix reception: {ll:#?}");
+    for x in &mine {
+        assert_eq!(x["rx_pid"], rp, "receiver's process: {x}");
+        assert_eq!(x["rx_comm"], comm.trim_end(), "receiver's comm: {x}");
+        assert_eq!(x["tx_tid"], holder.w[0], "sender: {x}");
+        assert_eq!(x["via"], "unix-stream", "channel: {x}");
+    }
     assert_test_process_untagged();
 }
 

@@ -41,7 +41,8 @@ static __always_inline struct task_struct *cur_task(void)
 #ifndef __arg_trusted
 #define __arg_trusted __attribute__((btf_decl_tag("arg:trusted")))
 #endif
-/* ... and as an untrusted one, read through read-only loads (Linux 6.16+). */
+/* ... and as an untrusted one, read through read-only loads (2025
+ * kernels: docs/kernel.md). */
 #ifndef __arg_untrusted
 #define __arg_untrusted __attribute__((btf_decl_tag("arg:untrusted")))
 #endif
@@ -256,16 +257,31 @@ static __always_inline int take_snapshot_fast(struct task_struct *tk, struct sna
 	return 1;
 }
 
+/* Whether task holds tags: one array load. */
+static __always_inline int task_tagged(struct task_struct *task)
+{
+	struct mt_view *v = view_of(tid_of(task));
+
+	return v && !vec_empty(v->vec);
+}
+
+/* The snapshot of task (trusted: the slow path reads its task storage),
+ * the fast one where it can be made. */
+static __always_inline int take_snapshot_task(struct task_struct *task, struct snap *s,
+					      struct mt_ctl **cp)
+{
+	return take_snapshot_fast(task, s, cp) || take_snapshot_of(task, s, cp);
+}
+
 /* The current thread's snapshot, with one helper call (for `current`) and
  * the task storage only if the fast snapshot cannot be made. */
 static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
 {
 	struct task_struct *task = cur_task();
-	struct mt_view *v = view_of(tid_of(task));
 
-	if (!v || vec_empty(v->vec))
+	if (!task_tagged(task))
 		return 0; /* most threads: nothing more to look at */
-	return take_snapshot_fast(task, s, cp) || take_snapshot_of(task, s, cp);
+	return take_snapshot_task(task, s, cp);
 }
 
 
@@ -399,9 +415,9 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
  * The reader's fast path (rx_fast): a reception that would change no tag
  * or TTL (every tag of the deposit is held already with an unlimited TTL)
  * only moves the fast clock, and records the lifeline tags among them as
- * deliver() would (TTL unlimited, the reception's clock): no task storage,
- * and the helper for a trusted `current` only for a record. Returns 0 when
- * deliver() must run.
+ * deliver() would (TTL unlimited, the reception's clock): no task storage
+ * and no helper call; rx (the receiving task, read-only) names the record's
+ * receiver. Returns 0 when deliver() must run.
  */
 static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, struct task_struct *rx,
 					__u32 tid, __u32 dep_epoch, __u32 kind, __u32 tx_tid,

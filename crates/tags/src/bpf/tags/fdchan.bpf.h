@@ -250,10 +250,10 @@ static __always_inline __u32 fd_reader(struct mt_fdslot *sl)
  * and found the channel: the fd is walked once per send): deposit the
  * sender's tags on the channel; if the reader already took the message (it
  * ran between the send and this hook), hand the tags to that reader now.
- * cur and file: the current task (as cur_cache has it) and the file, as
- * numbers, read through read-only casts; the helper for a trusted `current`
- * runs only if the snapshot needs the task storage (take_snapshot_fast
- * could not make it).
+ * task and f: the current task (as cur_cache has it) and the file,
+ * untrusted pointers read through read-only loads; the helper for a
+ * trusted `current` runs only if the snapshot needs the task storage
+ * (take_snapshot_fast could not make it).
  */
 __noinline int mt_on_send(struct task_struct *task __arg_untrusted,
 			  struct file *f __arg_untrusted, struct mt_chan_key *k, __u32 kind)
@@ -456,29 +456,19 @@ static __always_inline int on_send(struct task_struct *task, int fd, int mq_only
 	return f ? mt_on_send(task, f, &k, kind) : 0;
 }
 
-/* Whether task holds tags: one array load. */
-static __always_inline int task_tagged(struct task_struct *task)
-{
-	struct mt_view *v = view_of(tid_of(task));
-
-	return v && !vec_empty(v->vec);
-}
-
 /*
  * The current task, found from the system call's registers through
  * cur_cache (no helper call on a hit; see the map). Read-only: its fields
  * load through an untrusted cast; what needs a trusted task (task storage)
- * fetches it with the helper, on the slow tagged paths only. *addr: the
- * same task's address as a number on a hit, else 0.
+ * fetches it with the helper, on the slow tagged paths only.
  */
-static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs, __u64 *addr)
+static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs)
 {
 	__u32 z = 0, i;
 	__u64 *base = bpf_map_lookup_elem(&cur_cache, &z), *slot;
 	struct task_struct *t;
 	long d;
 
-	*addr = 0;
 	if (!base)
 		return 0;
 	/* pointer - pointer: a plain number (privileged programs only) */
@@ -490,10 +480,8 @@ static __always_inline struct task_struct *cur_of_regs(struct pt_regs *regs, __u
 	if (*slot) {
 		t = bpf_core_cast((void *)*slot, struct task_struct);
 		if ((__u64)t->stack + MT_THREAD_SIZE - bpf_core_type_size(struct pt_regs) ==
-		    (__u64)regs) {
-			*addr = *slot; /* a number, which a global function takes */
+		    (__u64)regs)
 			return t;
-		}
 	}
 	t = cur_task();
 	if ((__u64)bpf_core_cast(t, struct task_struct)->stack + MT_THREAD_SIZE -
@@ -507,7 +495,6 @@ SEC("tp_btf/sys_exit")
 int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 {
 	struct task_struct *task;
-	__u64 cur;
 	long nr;
 
 	/* nobody holds a tag: nothing to deposit, nothing to take */
@@ -519,21 +506,21 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	case NR_writev:
 		if (!ret)
 			return 0;
-		task = cur_of_regs(regs, &cur);
+		task = cur_of_regs(regs);
 		return task && task_tagged(task) ? on_send(task, (int)regs->di, 0) : 0;
 	case NR_read:
 	case NR_readv:
-		return ret && (task = cur_of_regs(regs, &cur)) ? on_recv(task, (int)regs->di, 0) : 0;
+		return ret && (task = cur_of_regs(regs)) ? on_recv(task, (int)regs->di, 0) : 0;
 	case NR_mq_timedsend:
-		task = cur_of_regs(regs, &cur);
+		task = cur_of_regs(regs);
 		return task && task_tagged(task) ? on_send(task, (int)regs->di, 1) : 0;
 	case NR_mq_timedreceive:
-		return (task = cur_of_regs(regs, &cur)) ? on_recv(task, (int)regs->di, 1) : 0;
+		return (task = cur_of_regs(regs)) ? on_recv(task, (int)regs->di, 1) : 0;
 	case NR_eventfd:
 	case NR_eventfd2:
 		return mt_on_eventfd((int)ret);
 	case NR_memfd_create:
-		task = cur_of_regs(regs, &cur);
+		task = cur_of_regs(regs);
 		return task && task_tagged(task) ? mt_on_shm((int)ret, 0, 1) : 0;
 	case NR_open:
 	case NR_openat:
@@ -542,7 +529,7 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 		/* shm_open: a file that this call created on a tmpfs */
 		struct file *f;
 
-		task = cur_of_regs(regs, &cur);
+		task = cur_of_regs(regs);
 		if (!task || !task_tagged(task) || !(f = fd_file_of(task, (int)ret)))
 			return 0;
 		if (!(f->f_mode & MT_FMODE_CREATED) || !f->f_inode ||
@@ -553,7 +540,7 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	case NR_shmget:
 		if (!(regs->dx & MT_IPC_CREAT))
 			return 0;
-		task = cur_of_regs(regs, &cur);
+		task = cur_of_regs(regs);
 		return task && task_tagged(task) ? mt_on_shm(-1, ret, 1) : 0;
 	case NR_mmap:
 		return (regs->r10 & MT_MAP_SHARED) && (int)regs->r8 >= 0 ?

@@ -220,7 +220,6 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	struct unix_sock *u;
 	struct sock *tx = 0;
 	struct task_struct *task;
-	struct mt_view *v;
 	__u32 kind, rx_pid = 0;
 	int reply = 0;
 
@@ -231,8 +230,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	 * part of a call chain to end: one helper call and one load, before
 	 * any socket lookup. */
 	task = cur_task();
-	v = view_of(tid_of(task));
-	if (!v || vec_empty(v->vec))
+	if (!task_tagged(task))
 		return 0;
 	c = get_ctl();
 	if (!c)
@@ -262,7 +260,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 			answered(1);
 		return 0;
 	}
-	if (!take_snapshot_fast(task, &s, &c) && !take_snapshot_of(task, &s, &c))
+	if (!take_snapshot_task(task, &s, &c))
 		return 0;
 	if (reply && !replies_only(c, &s)) {
 		if (holds_answerable(1))
