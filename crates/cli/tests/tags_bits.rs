@@ -329,6 +329,52 @@ fn fast_lifeline_records_name_the_receiver() {
     assert_test_process_untagged();
 }
 
+/// A message that carries two lifeline tags is one reception: both tags'
+/// records of it carry the same time (the clock is read once per event,
+/// issue 15), and a later reception a later one. The first message takes
+/// the reader's slow path (deliver), the others the fast one.
+#[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn one_reception_is_one_time_in_every_lifeline() {
+    let (env, _turn) = env();
+    let mut tags = Tags(Vec::new());
+    let t1 = tags.create("bits.time1", &["--lifeline", "64"]);
+    let t2 = tags.create("bits.time2", &["--lifeline", "64"]);
+    let (pr, pw) = pipe();
+    let mut holder = actor_on_pipe(env, "tmholder", &pw);
+    let mut reader = actor_on_pipe(env, "tmreader", &pr);
+    drop((pr, pw));
+    for t in [&t1, &t2] {
+        mantle_ok(&["tag", "set", t, "--tid", &holder.w[0].to_string()]);
+    }
+    let n = 4;
+    for i in 0..n {
+        holder.run(0, &format!("send p m{i}"));
+        assert_eq!(reader.run(0, "recv p"), format!("m{i}"));
+    }
+    let r = reader.w[0];
+    let times = |t: &str| -> Vec<u64> {
+        let ll = lifeline(t);
+        let v: Vec<u64> = ll
+            .iter()
+            .filter(|x| x["rx_tid"] == r)
+            .map(|x| x["ts_ns"].as_u64().unwrap())
+            .collect();
+        assert_eq!(v.len(), n, "one record per reception in {t}: {ll:#?}");
+        v
+    };
+    let (a, b) = (times(&t1), times(&t2));
+    assert_eq!(
+        a, b,
+        "the two tags' records of each reception carry one time"
+    );
+    assert!(
+        a[0] > 0 && a.windows(2).all(|w| w[0] < w[1]),
+        "times grow from one reception to the next: {a:?}"
+    );
+    assert_test_process_untagged();
+}
+
 /// A zombie (exited, not yet reaped) has run its exit hook, which cleared
 /// its view slot; a tag set on it then would stay in the slot after it is
 /// reaped (the deletion sweep only visits live tasks). Setting a tag on a

@@ -186,7 +186,7 @@ struct mt_owner {
 
 /* One lifeline record (mmapable array of MT_LIFELINE_SLOTS, root-only). */
 struct mt_reception {
-	__u64 ts_ns;       /* CLOCK_MONOTONIC (bpf_ktime_get_ns) */
+	__u64 ts_ns;       /* CLOCK_MONOTONIC of the event (one per reception) */
 	__u64 seq;         /* 1 + index in this tag's reception stream; 0: empty */
 	__u32 rx_tid, rx_pid;
 	__u32 tx_tid, tx_pid;

@@ -195,6 +195,7 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 		return -MT_EINVAL;
 	switch (code) {
 	case MT_OP_SET: {
+		__u64 now = 0;
 		__u8 ttl;
 
 		if (!(c->live[w] & bit))
@@ -230,7 +231,7 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 		}
 		if (c->lifeline[w] & bit)
 			ll_record(c, idx, task, (__u32)id, id >> 32, MT_K_SET, ttl, t->lamport,
-				  host_of(c, bpf_get_current_task_btf()));
+				  host_of(c, bpf_get_current_task_btf()), &now);
 		return 0;
 	}
 	case MT_OP_CLEAR:

@@ -18,6 +18,7 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 	struct mt_rxfast *pf, *cf;
 	struct mt_thread *pt, *ct;
 	struct mt_ctl *c;
+	__u64 now = 0; /* one time for the fork's records */
 
 	if (!cv)
 		return 0;
@@ -71,7 +72,7 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 			__u32 idx = (w * 64 + b) & (MT_TAGS - 1);
 			m &= m - 1;
 			ll_record(c, idx, child, ptid, parent->tgid, MT_K_FORK, ct->ttl[idx & (MT_TAGS - 1)],
-				  ct->lamport, host_of(c, parent));
+				  ct->lamport, host_of(c, parent), &now);
 		}
 	}
 	return 0;
