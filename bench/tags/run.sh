@@ -89,6 +89,8 @@
 # timing), and their sum as a share of the baseline: the time spent in
 # mantle's programs, which noise does not blur. Results: stdout,
 # bench/results/tags-<date>.txt and .json (`report.py --from-json` re-renders).
+# To tell two builds apart by a few ns per call on a VM whose speed changes
+# under a whole run, use bench/tags/ab.sh (builds loaded alternately).
 #
 # The kernel side is machine-wide state: the script holds
 # `flock /run/mantle-kernel.lock` (fd 9) from before its first change until

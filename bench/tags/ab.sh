@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# bench/tags/ab.sh: compare builds of the tags kernel side by bpf_stats,
+# loaded alternately (issue 15).
+#
+#   bash bench/tags/ab.sh [options] DIR_A DIR_B [DIR...]   (as root)
+#
+# Each DIR holds a `mantle` and its `libmantle.so` (copy target/release/
+# aside before rebuilding). For every round and every DIR in turn: load
+# that build, create the tags bench_t and bench_l (--lifeline 65536), start
+# a holder of bench_t (so that bystanders run with the hooks attached),
+# then run TRIALS trials. A trial first times getpid with the same hooks
+# attached (the "probe": it shows which speed state the host gave the VM at
+# that moment), then runs the case once per mode (bystander: not tagged;
+# tagged: under bench_t; lifeline: under bench_l), each with
+# kernel.bpf_stats_enabled=1, and prints per program the ns per call.
+#
+# Why: on the CI VMs the host changes the guest's speed for tens of seconds
+# at a time (bench/tags/RESULTS.md), which moves a whole side-by-side run by
+# more than the effect of one change. Alternating the builds in short loads,
+# and comparing the fastest trials (or trials with matching probes), tells
+# builds apart by a few ns per call where run.sh's medians cannot.
+#
+# Output: one line per trial and mode (build round trial mode probe_ns
+# wall_ns_per_op program:ns_per_call...), then per build and mode the
+# minimum and median ns per call of each program over the trials. The lines
+# also go to bench/results/tags-ab-<date>.tsv.
+#
+# Options:
+#   --case C        micro.c case (default pipe_read)
+#   --iters N       iterations per trial (default 100000; ping-pongs: 20000)
+#   --modes "M..."  among bystander tagged lifeline (default "tagged lifeline")
+#   --rounds N      rounds over the builds (default 2)
+#   --trials N      trials per load (default 3)
+#   --cpu N         taskset CPU for every process (default 1)
+#   --help          this text
+#
+# Example: compare the committed build with a working tree's:
+#   cp target/release/{mantle,libmantle.so} /tmp/old/ && (edit, cargo build --release)
+#   cp target/release/{mantle,libmantle.so} /tmp/new/
+#   bash bench/tags/ab.sh --case pipe_pingpong --modes "tagged lifeline" /tmp/old /tmp/new
+#
+# Holds /run/mantle-kernel.lock for the whole run. Refuses to start when
+# the tags kernel side is loaded (it would have to unload someone's tags);
+# on exit it kills its holder, unloads its load and restores
+# kernel.bpf_stats_enabled.
+#
+# Exit: 0 done; 1 an error (a build failed to load, bad arguments).
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+die() { echo "ab.sh: $*" >&2; exit 1; }
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
+
+CASE=pipe_read ITERS= MODES="tagged lifeline" ROUNDS=2 TRIALS=3 CPU=1
+DIRS=()
+while [[ $# -gt 0 ]]; do
+	case $1 in
+	--case) CASE=$2; shift ;;
+	--iters) ITERS=$2; shift ;;
+	--modes) MODES=$2; shift ;;
+	--rounds) ROUNDS=$2; shift ;;
+	--trials) TRIALS=$2; shift ;;
+	--cpu) CPU=$2; shift ;;
+	-h | --help) usage; exit 0 ;;
+	-*) die "unknown option $1 (--help)" ;;
+	*) DIRS+=("$1") ;;
+	esac
+	shift
+done
+[[ ${#DIRS[@]} -ge 2 ]] || die "give two or more build directories (--help)"
+[[ $(id -u) == 0 ]] || die "needs root (loads and unloads the kernel side)"
+for n in "$ROUNDS" "$TRIALS" "$CPU"; do [[ $n =~ ^[0-9]+$ ]] || die "not a number: $n"; done
+[[ -z $ITERS || $ITERS =~ ^[0-9]+$ ]] || die "not a number: $ITERS"
+for m in $MODES; do [[ $m =~ ^(bystander|tagged|lifeline)$ ]] || die "unknown mode $m"; done
+[[ -n $ITERS ]] || { [[ $CASE == *pingpong ]] && ITERS=20000 || ITERS=100000; }
+command -v bpftool >/dev/null || die "needs bpftool (apt-get install bpftool)"
+
+# Private copies: a rebuild of target/ while this runs must not change what
+# is measured, and the self-operation uprobe is attached to the library
+# file `tags up` is given.
+BIN=$(mktemp -d /tmp/mantle-ab.XXXXXX)
+names=()
+for i in "${!DIRS[@]}"; do
+	d=${DIRS[$i]}
+	[[ -x $d/mantle && -f $d/libmantle.so ]] || { rm -rf "$BIN"; die "no mantle and libmantle.so in $d"; }
+	mkdir "$BIN/$i" && cp "$d/mantle" "$d/libmantle.so" "$BIN/$i/"
+	names+=("$(basename "$(cd "$d" && pwd)")#$i")
+done
+cc -O2 -Wall -Wextra -o "$BIN/micro" "$HERE/micro.c" -lrt
+
+exec 9>/run/mantle-kernel.lock
+flock 9
+[[ -e /sys/fs/bpf/mantle/tags ]] && { rm -rf "$BIN"; die "the tags kernel side is loaded: unload it first (mantle tags down)"; }
+STATS_BEFORE=$(sysctl -n kernel.bpf_stats_enabled)
+HOLDER= CUR=
+cleanup() {
+	set +e
+	[[ -n $HOLDER ]] && kill "$HOLDER" 2>/dev/null && wait "$HOLDER" 2>/dev/null
+	[[ -n $CUR ]] && "$CUR" tags down >/dev/null 2>&1
+	sysctl -q -w kernel.bpf_stats_enabled="$STATS_BEFORE"
+	rm -rf "$BIN"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+sysctl -q -w kernel.bpf_stats_enabled=1
+
+# run_cnt and run_time_ns of every mt_* program, one "name ns calls" per line
+stats() {
+	bpftool prog show -j | python3 -c '
+import json, sys
+for p in json.load(sys.stdin):
+    n = p.get("name", "")
+    if n.startswith("mt_") and "run_cnt" in p:
+        print(n, p["run_time_ns"], p["run_cnt"])'
+}
+mkdir -p "$ROOT/bench/results"
+TSV=$ROOT/bench/results/tags-ab-$(date +%Y%m%d-%H%M%S).tsv
+echo "# bench/tags/ab.sh case=$CASE iters=$ITERS cpu=$CPU rounds=$ROUNDS trials=$TRIALS builds=${names[*]} kernel=$(uname -r)" | tee "$TSV"
+for r in $(seq "$ROUNDS"); do
+	for i in "${!DIRS[@]}"; do
+		M=$BIN/$i/mantle
+		CUR=$M
+		"$M" tags up --lib "$BIN/$i/libmantle.so" >/dev/null || die "build ${names[$i]} failed to load"
+		"$M" tag create bench_t >/dev/null
+		"$M" tag create bench_l --lifeline 65536 >/dev/null
+		# the holder must not keep the lock's descriptor
+		setsid "$M" tag run bench_t -- sleep 100000 >/dev/null 2>&1 9>&- &
+		HOLDER=$!
+		sleep 0.5
+		for t in $(seq "$TRIALS"); do
+			probe=$(taskset -c "$CPU" "$BIN/micro" getpid 1000000 | awk '{print $2}')
+			for m in $MODES; do
+				a=$(stats)
+				case $m in
+				bystander) w=$(taskset -c "$CPU" "$BIN/micro" "$CASE" "$ITERS") ;;
+				tagged) w=$(taskset -c "$CPU" "$M" tag run bench_t -- "$BIN/micro" "$CASE" "$ITERS") ;;
+				lifeline) w=$(taskset -c "$CPU" "$M" tag run bench_l -- "$BIN/micro" "$CASE" "$ITERS") ;;
+				esac
+				z=$(stats)
+				python3 - "${names[$i]}" "$r" "$t" "$m" "$probe" "$w" "$a" "$z" "$ITERS" <<-'EOF' | tee -a "$TSV"
+					import sys
+					name, r, t, m, probe, w, a, z, iters = sys.argv[1:]
+					a = {l.split()[0]: l.split()[1:] for l in a.splitlines()}
+					out = []
+					for l in z.splitlines():
+					    n, ns, calls = l.split()
+					    ns0, c0 = map(int, a.get(n, [0, 0]))
+					    dc = int(calls) - c0
+					    # programs that ran at least once per 100 operations
+					    if dc * 100 >= int(iters):
+					        out.append(f"{n}:{(int(ns) - ns0) / dc:.1f}")
+					print("\t".join([name, r, t, m, probe, w.split()[1]] + sorted(out)))
+				EOF
+			done
+		done
+		kill "$HOLDER"; wait "$HOLDER" 2>/dev/null || true
+		HOLDER=
+		"$M" tags down >/dev/null
+		CUR=
+	done
+done
+echo "# per build and mode, ns per call over $((ROUNDS * TRIALS)) trials: min / median (and the getpid probe's min / median)"
+python3 - "$TSV" <<-'EOF'
+	import statistics, sys
+	from collections import defaultdict
+	runs = defaultdict(lambda: defaultdict(list))
+	order = []
+	for l in open(sys.argv[1]):
+	    if l.startswith("#"):
+	        continue
+	    f = l.rstrip("\n").split("\t")
+	    key = (f[0], f[3])
+	    if key not in order:
+	        order.append(key)
+	    runs[key]["probe"].append(float(f[4]))
+	    runs[key]["wall"].append(float(f[5]))
+	    for p in f[6:]:
+	        n, v = p.split(":")
+	        runs[key][n].append(float(v))
+	for key in order:
+	    cols = "  ".join(f"{n} {min(v):.1f}/{statistics.median(v):.1f}" for n, v in runs[key].items())
+	    print(f"{key[0]:<16} {key[1]:<9} {cols}")
+EOF
+echo "(also in $TSV)"
