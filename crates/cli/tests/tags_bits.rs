@@ -108,6 +108,15 @@ fn actor_on_pipe(env: &Loaded, name: &str, ours: &OwnedFd) -> Actor {
     a
 }
 
+/// A writer and a reader joined by a new pipe, each holding its end as "p".
+fn pipe_pair(env: &Loaded, writer: &str, reader: &str) -> (Actor, Actor) {
+    let (pr, pw) = pipe();
+    (
+        actor_on_pipe(env, writer, &pw),
+        actor_on_pipe(env, reader, &pr),
+    )
+}
+
 /// Threads of the test process itself must never hold a tag: it would tag
 /// every actor it starts afterwards.
 #[track_caller]
@@ -160,10 +169,8 @@ fn every_bit_is_delivered_as_itself_and_freed() {
 
     let mut wrong = Vec::new();
     for (bit, name) in &ours {
-        let (pr, pw) = pipe();
-        let mut holder = actor_on_pipe(env, &format!("holder{bit}"), &pw);
-        let mut reader = actor_on_pipe(env, &format!("reader{bit}"), &pr);
-        drop((pr, pw));
+        let (mut holder, mut reader) =
+            pipe_pair(env, &format!("holder{bit}"), &format!("reader{bit}"));
         mantle_ok(&["tag", "set", name, "--tid", &holder.w[0].to_string()]);
         holder.run(0, "send p request");
         assert_eq!(reader.run(0, "recv p"), "request");
@@ -230,10 +237,7 @@ fn fast_path_forgets_what_an_operation_changed() {
     let (env, _turn) = env();
     let mut tags = Tags(Vec::new());
     let t = tags.create("bits.fast", &[]);
-    let (pr, pw) = pipe();
-    let mut holder = actor_on_pipe(env, "fastholder", &pw);
-    let mut reader = actor_on_pipe(env, "fastreader", &pr);
-    drop((pr, pw));
+    let (mut holder, mut reader) = pipe_pair(env, "fastholder", "fastreader");
     mantle_ok(&["tag", "set", &t, "--tid", &holder.w[0].to_string()]);
     // the first reception takes the slow path and primes the fast one; the
     // next ones take the fast path
@@ -274,10 +278,7 @@ fn fast_lifeline_records_name_the_receiver() {
     let (env, _turn) = env();
     let mut tags = Tags(Vec::new());
     let t = tags.create("bits.fastll", &["--lifeline", "64"]);
-    let (pr, pw) = pipe();
-    let mut holder = actor_on_pipe(env, "llholder", &pw);
-    let mut reader = actor_on_pipe(env, "llreader", &pr);
-    drop((pr, pw));
+    let (mut holder, mut reader) = pipe_pair(env, "llholder", "llreader");
     mantle_ok(&["tag", "set", &t, "--tid", &holder.w[0].to_string()]);
     let n = 5;
     for i in 0..n {
@@ -340,10 +341,7 @@ fn one_reception_is_one_time_in_every_lifeline() {
     let mut tags = Tags(Vec::new());
     let t1 = tags.create("bits.time1", &["--lifeline", "64"]);
     let t2 = tags.create("bits.time2", &["--lifeline", "64"]);
-    let (pr, pw) = pipe();
-    let mut holder = actor_on_pipe(env, "tmholder", &pw);
-    let mut reader = actor_on_pipe(env, "tmreader", &pr);
-    drop((pr, pw));
+    let (mut holder, mut reader) = pipe_pair(env, "tmholder", "tmreader");
     for t in [&t1, &t2] {
         mantle_ok(&["tag", "set", t, "--tid", &holder.w[0].to_string()]);
     }
