@@ -350,18 +350,23 @@ fn one_reception_is_one_time_in_every_lifeline() {
         holder.run(0, &format!("send p m{i}"));
         assert_eq!(reader.run(0, "recv p"), format!("m{i}"));
     }
+    // the reader, holding both tags now, forks: one more event, recorded
+    // in both lifelines (the fork hook's path)
+    let kid: u32 = reader.run(0, "fork_child kid").parse().unwrap();
+    reader.run(0, "release kid");
+    reader.run(0, &format!("waitpid {kid}"));
     let r = reader.w[0];
-    let times = |t: &str| -> Vec<u64> {
+    let times = |t: &str, rx: u32, count: usize| -> Vec<u64> {
         let ll = lifeline(t);
         let v: Vec<u64> = ll
             .iter()
-            .filter(|x| x["rx_tid"] == r)
+            .filter(|x| x["rx_tid"] == rx)
             .map(|x| x["ts_ns"].as_u64().unwrap())
             .collect();
-        assert_eq!(v.len(), n, "one record per reception in {t}: {ll:#?}");
+        assert_eq!(v.len(), count, "records of {rx} in {t}: {ll:#?}");
         v
     };
-    let (a, b) = (times(&t1), times(&t2));
+    let (a, b) = (times(&t1, r, n), times(&t2, r, n));
     assert_eq!(
         a, b,
         "the two tags' records of each reception carry one time"
@@ -369,6 +374,12 @@ fn one_reception_is_one_time_in_every_lifeline() {
     assert!(
         a[0] > 0 && a.windows(2).all(|w| w[0] < w[1]),
         "times grow from one reception to the next: {a:?}"
+    );
+    let (fa, fb) = (times(&t1, kid, 1), times(&t2, kid, 1));
+    assert_eq!(fa, fb, "the two tags' records of the fork carry one time");
+    assert!(
+        fa[0] > a[n - 1],
+        "the fork came after the receptions: {fa:?} {a:?}"
     );
     assert_test_process_untagged();
 }

@@ -289,10 +289,10 @@ static __always_inline int take_snapshot(struct snap *s, struct mt_ctl **cp)
  * Append one record to tag idx's lifeline ring. *now is the event's time:
  * 0 until its first record reads the clock, so that every record of one
  * reception (several lifeline tags in one message) carries the same time
- * and the clock is read once: bpf_ktime_get_ns is ~65 ns a call on the CI
- * machines (three returns through the SRSO thunk and an indirect call to
- * the clocksource, against ~20 for a helper that returns at once; issue
- * 15, fifth session), two thirds of a record.
+ * and the clock is read once: bpf_ktime_get_ns measured ~65 ns a call on
+ * the CI machines, two thirds of a record (docs/tags.md, "Fifth session";
+ * likely its returns through the SRSO thunk and the indirect call to the
+ * clocksource).
  */
 static __always_inline void ll_record(struct mt_ctl *c, __u32 idx, struct task_struct *rx,
 				      __u32 tx_tid, __u32 tx_pid, __u32 kind, __u8 ttl,
