@@ -20,6 +20,12 @@
 # and comparing the fastest trials (or trials with matching probes), tells
 # builds apart by a few ns per call where run.sh's medians cannot.
 #
+# A bystander run must receive nothing: the tool reads every case's output
+# from a file (a pipe from a tagged case would tag the tool's shell and so
+# every later bystander; the medians of bystanders before this check were
+# such runs, bench/tags/RESULTS.md) and stops when the hops counter moves
+# during a bystander run.
+#
 # Output: one line per trial and mode (build round trial mode probe_ns
 # wall_ns_per_op program:ns_per_call...), then per build and mode the
 # minimum and median ns per call of each program over the trials. The lines
@@ -113,6 +119,8 @@ for p in json.load(sys.stdin):
     if n.startswith("mt_") and "run_cnt" in p:
         print(n, p["run_time_ns"], p["run_cnt"])'
 }
+# deliveries counted by the loaded kernel side so far
+hops() { "$1" tags status | awk '$1 == "hops:" { print $2 }'; }
 mkdir -p "$ROOT/bench/results"
 TSV=$ROOT/bench/results/tags-ab-$(date +%Y%m%d-%H%M%S).tsv
 echo "# bench/tags/ab.sh case=$CASE iters=$ITERS cpu=$CPU rounds=$ROUNDS trials=$TRIALS builds=${names[*]} kernel=$(uname -r)" | tee "$TSV"
@@ -130,13 +138,21 @@ for r in $(seq "$ROUNDS"); do
 		for t in $(seq "$TRIALS"); do
 			probe=$(taskset -c "$CPU" "$BIN/micro" getpid 1000000 | awk '{print $2}')
 			for m in $MODES; do
+				h0=$(hops "$M")
 				a=$(stats)
+				# Output to a file, never to a pipe this shell reads: reading
+				# a tagged process's pipe gives this shell its tag, and every
+				# later "bystander" (forked from it) would run tagged.
 				case $m in
-				bystander) w=$(taskset -c "$CPU" "$BIN/micro" "$CASE" "$ITERS") ;;
-				tagged) w=$(taskset -c "$CPU" "$M" tag run bench_t -- "$BIN/micro" "$CASE" "$ITERS") ;;
-				lifeline) w=$(taskset -c "$CPU" "$M" tag run bench_l -- "$BIN/micro" "$CASE" "$ITERS") ;;
+				bystander) taskset -c "$CPU" "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out" ;;
+				tagged) taskset -c "$CPU" "$M" tag run bench_t -- "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out" ;;
+				lifeline) taskset -c "$CPU" "$M" tag run bench_l -- "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out" ;;
 				esac
 				z=$(stats)
+				w=$(cat "$BIN/out")
+				if [[ $m == bystander ]] && [[ $(hops "$M") != "$h0" ]]; then
+					die "a bystander run received tags (hops $h0 -> $(hops "$M")): this shell or the case holds a tag"
+				fi
 				python3 - "${names[$i]}" "$r" "$t" "$m" "$probe" "$w" "$a" "$z" "$ITERS" <<-'EOF' | tee -a "$TSV"
 					import sys
 					name, r, t, m, probe, w, a, z, iters = sys.argv[1:]

@@ -222,6 +222,7 @@ int mt_sockops(struct bpf_sock_ops *skops)
 		}
 		if (!mt_rdep_any)
 			mt_rdep_any = 1;
+		sk_hint_set(sk);
 		d = bpf_sk_storage_get(&sk_rdep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!d)
 			return 1;

@@ -132,6 +132,25 @@ struct {
 } chan_hint SEC(".maps");
 
 /*
+ * The same for sockets' storage deposits (sk_dep: unix; sk_rdep: tags that
+ * came in TCP options): one bit per hash bucket of socket addresses, set
+ * before a socket's first such entry is made and never cleared. A receive
+ * on a socket whose bit is clear skips the storage lookup, a helper call
+ * (~33 ns per unix receive by bpf_stats, issue 15): without it, every unix
+ * receive of every untagged thread paid that lookup from the first tagged
+ * unix message on, machine-wide (the `mt_unix_any` latch alone). Kernel-side
+ * only, never pinned; a user who makes many sockets sets bits, which costs
+ * lookups, never a wrong answer.
+ */
+#define MT_SK_HINT_BITS 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MT_SK_HINT_BITS / 64);
+	__type(key, __u32);
+	__type(value, __u64);
+} sk_hint SEC(".maps");
+
+/*
  * The last thread that read a channel for which no deposit existed yet,
  * per hint bucket, with 32 more bits of the key's hash, in one word so that
  * it changes atomically. A sender whose message was taken before its
@@ -285,6 +304,7 @@ __u32 mt_net_any;
  * helper call, ~25 ns; issue 15: bystanders, and Table 4's untagged
  * connections). A reader that loads 0 while the first entry is being made
  * behaves as one whose lookup ran just before: the late hand-over covers it.
+ * After that, sk_hint decides per socket (above).
  */
 __u32 mt_unix_any, mt_rdep_any;
 

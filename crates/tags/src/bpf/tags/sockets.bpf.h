@@ -147,6 +147,48 @@ static __always_inline __u32 chan_reader_of(const struct mt_chan_key *k)
 	return v >> 32 == (__u32)h ? (__u32)v : 0;
 }
 
+/*
+ * sk's word of sk_hint and its bit in *bit: 16 bits of a multiplicative
+ * hash of the socket's address. The verifier refuses arithmetic on a
+ * pointer but lets a privileged program subtract two (a plain number), so
+ * the hash is of the address's distance from the map's first word: the
+ * same number for the same socket in every program of this load (sk: a
+ * `struct sock` or the sockops `bpf_sock` view of it, one address).
+ */
+static __always_inline __u64 *sk_hint_word(const void *sk, __u64 *bit)
+{
+	__u32 z = 0, b, w;
+	__u64 *base = bpf_map_lookup_elem(&sk_hint, &z);
+	long d;
+
+	if (!base)
+		return 0;
+	d = (long)sk - (long)base;
+	barrier_var(d);
+	b = (__u32)(((__u64)d * 0x9e3779b97f4a7c15ULL) >> 48);
+	w = b / 64;
+	*bit = 1ULL << (b % 64);
+	return bpf_map_lookup_elem(&sk_hint, &w);
+}
+
+/* Whether sk may have a socket-storage deposit (sk_dep, sk_rdep). */
+static __always_inline int sk_hinted(const void *sk)
+{
+	__u64 bit, *h = sk_hint_word(sk, &bit);
+
+	return h && (*h & bit);
+}
+
+/* Before sk's first deposit entry is made: a locked OR (a full barrier),
+ * so a reader that finds the entry's deposit finds the bit. */
+static __always_inline void sk_hint_set(const void *sk)
+{
+	__u64 bit, *h = sk_hint_word(sk, &bit);
+
+	if (h && !(*h & bit))
+		__sync_fetch_and_or(h, bit);
+}
+
 /* Whether a deposit may exist for k: its hint bit (one array load). */
 static __always_inline int chan_hinted(const struct mt_chan_key *k)
 {
@@ -277,6 +319,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	}
 	if (!mt_unix_any)
 		mt_unix_any = 1;
+	sk_hint_set(sk);
 	d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!d) {
 		STAT(deposit_fail);
@@ -349,7 +392,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		 * socket-storage lookup only for threads in a call chain) */
 		if (holds_answerable(0) && sk->sk_type != SOCK_DGRAM && role_is_client(sk))
 			answered(0);
-		if (!mt_unix_any)
+		if (!mt_unix_any || !sk_hinted(sk))
 			return 0;
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
 		if (!d)
@@ -384,7 +427,9 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 
 		/* Tags that came from another host in TCP options (only while
 		 * a cluster table is loaded can there be any). */
-		d = c->global[0] && mt_rdep_any ? bpf_sk_storage_get(&sk_rdep, sk, 0, 0) : 0;
+		d = c->global[0] && mt_rdep_any && sk_hinted(sk) ?
+			    bpf_sk_storage_get(&sk_rdep, sk, 0, 0) :
+			    0;
 		if (d && !vec_empty(d->vec)) {
 			copied = tp->copied_seq;
 			if ((__s32)(copied - (__u32)d->seq_start) > 0)
