@@ -17,7 +17,7 @@
 //! unless included; included without root or a loadable kernel side, they
 //! fail saying what is missing. The harness is mantle-testsupport.
 
-use mantle_testsupport::actor::{pass_fds, pipe, Actor};
+use mantle_testsupport::actor::{pass_fds, pipe, socketpair, Actor};
 use mantle_testsupport::cli::{
     json, lifeline, mantle, mantle_ok, set_of, tags_of, test_process_tags,
 };
@@ -330,47 +330,52 @@ fn fast_lifeline_records_name_the_receiver() {
     assert_test_process_untagged();
 }
 
-/// The receptions and sends that mt_sys_exit makes inline (issue 15,
-/// sixth session: no global call for a reader that holds every tag of the
-/// deposit already, nor for a sender whose channel owns its slot) keep the
-/// deposit's rules: a reception that leaves the pipe empty ends the
-/// deposit, so a later untagged message gives its reader nothing; and an
-/// inline send deposits, so a new reader of its message takes the tag.
-/// Four actors on one pipe: the tagged holder and its first reader, an
-/// untagged writer and a second reader.
+/// The receptions and sends made inline (issue 15, sixth session: no
+/// global call for a reader that holds every tag of the deposit already,
+/// nor for a sender whose channel owns its fd slot) keep the deposit's
+/// rules: a reception that leaves the channel empty ends the deposit, so a
+/// later untagged message gives its reader nothing; and an inline send
+/// deposits, so a new reader of its message takes the tag. Four actors on
+/// one channel, a pipe and then a unix stream socketpair: the tagged
+/// holder and its first reader, an untagged writer and a second reader.
 #[test]
 #[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn inline_hops_end_and_make_deposits() {
     let (env, _turn) = env();
     let mut tags = Tags(Vec::new());
-    let t = tags.create("bits.inline", &[]);
-    let (pr, pw) = pipe();
-    let mut holder = actor_on_pipe(env, "inholder", &pw);
-    let mut first = actor_on_pipe(env, "infirst", &pr);
-    let mut other = actor_on_pipe(env, "inother", &pw);
-    let mut second = actor_on_pipe(env, "insecond", &pr);
-    mantle_ok(&["tag", "set", &t, "--tid", &holder.w[0].to_string()]);
-    // the first message claims the channel's slot (mt_on_send) and gives
-    // the first reader the tag (deliver); the next ones are inline hops
-    for i in 0..3 {
-        holder.run(0, &format!("send p m{i}"));
-        assert_eq!(first.run(0, "recv p"), format!("m{i}"));
+    for (via, (rd, wr)) in [("pipe", pipe()), ("unix", socketpair(libc::SOCK_STREAM))] {
+        let t = tags.create(&format!("bits.inline{via}"), &[]);
+        let mut holder = actor_on_pipe(env, &format!("in{via}holder"), &wr);
+        let mut first = actor_on_pipe(env, &format!("in{via}first"), &rd);
+        let mut other = actor_on_pipe(env, &format!("in{via}other"), &wr);
+        let mut second = actor_on_pipe(env, &format!("in{via}second"), &rd);
+        mantle_ok(&["tag", "set", &t, "--tid", &holder.w[0].to_string()]);
+        // the first message gives the first reader the tag (deliver); the
+        // next ones are inline hops
+        for i in 0..3 {
+            holder.run(0, &format!("send p m{i}"));
+            assert_eq!(first.run(0, "recv p"), format!("m{i}"), "{via}");
+        }
+        assert_eq!(
+            tags_of(first.w[0]),
+            set_of(&[&t]),
+            "{via}: the first reader"
+        );
+        other.run(0, "send p u");
+        assert_eq!(second.run(0, "recv p"), "u", "{via}");
+        assert!(
+            tags_of(second.w[0]).is_empty(),
+            "{via}: an untagged message after an inline reception that emptied the channel gave its reader {:?}",
+            tags_of(second.w[0])
+        );
+        holder.run(0, "send p m3");
+        assert_eq!(second.run(0, "recv p"), "m3", "{via}");
+        assert_eq!(
+            tags_of(second.w[0]),
+            set_of(&[&t]),
+            "{via}: the reader of an inline send"
+        );
     }
-    assert_eq!(tags_of(first.w[0]), set_of(&[&t]), "the first reader");
-    other.run(0, "send p u");
-    assert_eq!(second.run(0, "recv p"), "u");
-    assert!(
-        tags_of(second.w[0]).is_empty(),
-        "an untagged message after an inline reception that emptied the pipe gave its reader {:?}",
-        tags_of(second.w[0])
-    );
-    holder.run(0, "send p m3");
-    assert_eq!(second.run(0, "recv p"), "m3");
-    assert_eq!(
-        tags_of(second.w[0]),
-        set_of(&[&t]),
-        "the reader of an inline send"
-    );
     assert_test_process_untagged();
 }
 

@@ -413,56 +413,6 @@ __noinline int mt_on_shm(int fd, long sysv_id, int created)
 }
 
 /*
- * The common tagged reception, inline: one that changes nothing but the
- * reader's clock (deliver_fast's case without a lifeline record: every
- * live tag of the deposit is held already with an unlimited TTL). The
- * global call into mt_receive_in costs ~10 ns of program time and ~25 ns
- * of wall clock per read on the CI machines (issue 15, sixth session: one
- * more call on this path measured so, bench/tags/RESULTS.md); this path
- * makes none. The deposit is taken word by word with a compare-and-swap
- * against the value checked, so what is taken is exactly what was found
- * to change nothing; a word that a sender changed meanwhile stays, and
- * mt_receive_in (which takes what is left) delivers it. Bits taken while
- * the slot changed hands (gen) are dropped, as mt_receive_in drops them.
- * Returns 1 when the reception is done, 0 when mt_receive_in must run.
- */
-static __always_inline int rx_inline(struct mt_deposit *d, struct mt_fdslot *sl,
-				     const struct mt_chan_key *k, __u32 g, __u32 tid, int clear)
-{
-	struct mt_ctl *c = get_ctl();
-	struct mt_view *v = view_of(tid);
-	struct mt_rxfast *f = rxf_of(tid);
-	__u64 m[MT_WORDS];
-	int done = 1;
-
-	if (!c || !v || !f || f->epoch != c->epoch)
-		return 0;
-#pragma unroll
-	for (int w = 0; w < MT_WORDS; w++) {
-		__u64 live = (m[w] = d->vec[w]) & c->live[w];
-
-		if ((live & ~(v->vec[w] & f->inf[w])) || (live & c->lifeline[w]))
-			return 0;
-	}
-#pragma unroll
-	for (int w = 0; w < MT_WORDS; w++) {
-		if (!done || !clear || !m[w])
-			continue;
-		if (__sync_val_compare_and_swap(&d->vec[w], m[w], 0) != m[w])
-			done = 0;
-	}
-	if (d->last_reader != tid)
-		d->last_reader = tid;
-	if (sl->gen == g && key_eq(&sl->key, k)) {
-		if (d->lamport > f->clock)
-			f->clock = d->lamport;
-		if (done)
-			STAT(hops); /* else mt_receive_in counts it */
-	}
-	return done;
-}
-
-/*
  * A message received from fd (read/readv, mq_timedreceive), inline: the
  * common case, a channel that has never had a deposit (its hint bit is
  * clear), leaves the reader's note (one load, a store only when it

@@ -381,6 +381,8 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 	struct mt_chan_key k = {};
 	struct mt_deposit *d;
 	__u16 family;
+	__u32 tid;
+	int clear;
 
 	if (ret <= 0)
 		return 0;
@@ -397,20 +399,22 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
 		if (!d)
 			return 0;
+		tid = (__u32)bpf_get_current_pid_tgid();
 		if (vec_empty(d->vec)) {
 			/* publish, then look again (as on_recv does): a sender
 			 * depositing now either sees this reader in its late
 			 * hand-over or is seen here */
-			__u32 tid = (__u32)bpf_get_current_pid_tgid();
-
 			if (d->last_reader == tid)
 				return 0;
 			__sync_lock_test_and_set(&d->last_reader, tid);
 			if (vec_empty(d->vec))
 				return 0;
 		}
-		/* everything queued is read: the deposit ends here */
-		mt_receive(d, sk->sk_receive_queue.qlen == 0);
+		/* everything queued is read: the deposit ends here; a
+		 * reception that changes nothing but the clock, inline */
+		clear = sk->sk_receive_queue.qlen == 0;
+		if (!rx_inline(d, 0, 0, 0, tid, clear))
+			mt_receive(d, clear);
 		return 0;
 	}
 	if (family != AF_INET && family != AF_INET6)
