@@ -609,8 +609,8 @@ __noinline int mt_receive_in(struct mt_deposit *d, struct mt_fdslot *sl, struct 
 
 /*
  * The common tagged reception, inline: one that changes nothing but the
- * reader's clock (deliver_fast's case without a lifeline record: every
- * live tag of the deposit is held already with an unlimited TTL). The
+ * reader's clock and records lifelines (deliver_fast's case: every live
+ * tag of the deposit is held already with an unlimited TTL). The
  * global call into mt_receive_in costs ~10 ns of program time and ~25 ns
  * of wall clock per read on the CI machines (issue 15, sixth session: one
  * more call on this path measured so, bench/tags/RESULTS.md); this path
@@ -620,15 +620,19 @@ __noinline int mt_receive_in(struct mt_deposit *d, struct mt_fdslot *sl, struct 
  * mt_receive_in (which takes what is left) delivers it. Bits taken while
  * the slot changed hands (gen) are dropped, as mt_receive_in drops them.
  * sl, k and g as for mt_receive_in (sl 0: a socket's deposit, no slot).
+ * Lifeline tags are recorded here as deliver_fast records them, for the
+ * receiving task rx (read-only; 0: leave receptions with a record to
+ * mt_receive_in).
  * Returns 1 when the reception is done, 0 when mt_receive_in must run.
  */
 static __always_inline int rx_inline(struct mt_deposit *d, struct mt_fdslot *sl,
-				     const struct mt_chan_key *k, __u32 g, __u32 tid, int clear)
+				     const struct mt_chan_key *k, __u32 g, __u32 tid, int clear,
+				     struct task_struct *rx)
 {
 	struct mt_ctl *c = get_ctl();
 	struct mt_view *v = view_of(tid);
 	struct mt_rxfast *f = rxf_of(tid);
-	__u64 m[MT_WORDS];
+	__u64 m[MT_WORDS], rec = 0;
 	int done = 1;
 
 	if (!c || !v || !f || f->epoch != c->epoch)
@@ -637,24 +641,49 @@ static __always_inline int rx_inline(struct mt_deposit *d, struct mt_fdslot *sl,
 	for (int w = 0; w < MT_WORDS; w++) {
 		__u64 live = (m[w] = d->vec[w]) & c->live[w];
 
-		if ((live & ~(v->vec[w] & f->inf[w])) || (live & c->lifeline[w]))
+		if (live & ~(v->vec[w] & f->inf[w]))
 			return 0;
+		rec |= live & c->lifeline[w];
 	}
+	if (rec && !rx)
+		return 0;
+	/* m becomes what this reception takes: a word another sender
+	 * changed, and every word after it, stay for mt_receive_in */
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
-		if (!done || !clear || !m[w])
+		if (!clear || !m[w])
 			continue;
-		if (__sync_val_compare_and_swap(&d->vec[w], m[w], 0) != m[w])
+		if (!done || __sync_val_compare_and_swap(&d->vec[w], m[w], 0) != m[w]) {
 			done = 0;
+			m[w] = 0;
+		}
 	}
 	if (d->last_reader != tid)
 		d->last_reader = tid;
-	if (!sl || (k && sl->gen == g && key_eq(&sl->key, k))) {
-		if (d->lamport > f->clock)
-			f->clock = d->lamport;
-		if (done)
-			STAT(hops); /* else mt_receive_in counts it */
+	if (sl && (!k || sl->gen != g || !key_eq(&sl->key, k)))
+		return done; /* taken while the slot changed hands: dropped */
+	if (d->lamport > f->clock)
+		f->clock = d->lamport;
+	if (rec) {
+		/* deliver_fast's records: one event, one clock and one time */
+		__u64 clk = ++f->clock, now = 0;
+		__u32 ep = d->epoch, tx_tid = d->tx_tid, tx_pid = d->tx_pid, kind = d->kind;
+		__u32 host = d->tx_host;
+
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++) {
+			__u64 r = m[w] & c->live[w] & c->lifeline[w];
+
+			for_each_bit(r, w, idx, bit, {
+				if (c->freed_epoch[idx & (MT_TAGS - 1)] > ep)
+					continue;
+				ll_record(c, idx, rx, tx_tid, tx_pid, kind, MT_TTL_INF, clk, host,
+					  &now);
+			})
+		}
 	}
+	if (done)
+		STAT(hops); /* else mt_receive_in counts it */
 	return done;
 }
 

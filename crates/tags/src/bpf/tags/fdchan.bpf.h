@@ -462,7 +462,7 @@ static __always_inline int on_recv(struct task_struct *task, int fd, int mq_only
 			return 0;
 	}
 	clear = chan_drained(f, kind);
-	if (rx_inline(&sl->d, sl, &k, g, tid, clear))
+	if (rx_inline(&sl->d, sl, &k, g, tid, clear, task))
 		return 0;
 	mt_receive_in(&sl->d, sl, &k, (__u64)g << 1 | clear, task);
 	return 0;

@@ -413,7 +413,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		/* everything queued is read: the deposit ends here; a
 		 * reception that changes nothing but the clock, inline */
 		clear = sk->sk_receive_queue.qlen == 0;
-		if (!rx_inline(d, 0, 0, 0, tid, clear))
+		if (!rx_inline(d, 0, 0, 0, tid, clear, 0))
 			mt_receive(d, clear);
 		return 0;
 	}
