@@ -621,8 +621,8 @@ __noinline int mt_receive_in(struct mt_deposit *d, struct mt_fdslot *sl, struct 
  * the slot changed hands (gen) are dropped, as mt_receive_in drops them.
  * sl, k and g as for mt_receive_in (sl 0: a socket's deposit, no slot).
  * Lifeline tags are recorded here as deliver_fast records them, for the
- * receiving task rx (read-only; 0: leave receptions with a record to
- * mt_receive_in).
+ * receiving task rx (read-only; 0: the current task, fetched with the
+ * helper only when there is a record to make).
  * Returns 1 when the reception is done, 0 when mt_receive_in must run.
  */
 static __always_inline int rx_inline(struct mt_deposit *d, struct mt_fdslot *sl,
@@ -646,7 +646,7 @@ static __always_inline int rx_inline(struct mt_deposit *d, struct mt_fdslot *sl,
 		rec |= live & c->lifeline[w];
 	}
 	if (rec && !rx)
-		return 0;
+		rx = cur_task(); /* a helper call, only for a record */
 	/* m becomes what this reception takes: a word another sender
 	 * changed, and every word after it, stay for mt_receive_in */
 #pragma unroll
