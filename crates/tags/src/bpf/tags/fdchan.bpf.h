@@ -77,12 +77,34 @@ static __always_inline struct file *fd_file(int fd)
 	return fd_file_of(cur_task(), fd);
 }
 
+/*
+ * The address of eventfd_fops, learned from the first eventfd seen (0
+ * until then). An eventfd is then one load and a compare: f_op sits in the
+ * struct file, which the system call has just used, while the name below
+ * is two loads away in the file's dentry, which eventfd_read() and
+ * eventfd_write() never touch (cold lines on every call; issue 15, sixth
+ * session). Learned only from a file that passed the name check: an
+ * anonymous-inode file the kernel named "[eventfd]", which only eventfd2()
+ * makes. No data ksym for it here (no CONFIG_KALLSYMS_ALL: docs/tags.md).
+ * A kernel address: .bss is never pinned, so only root reaches it (by id),
+ * as cur_cache.
+ */
+__u64 mt_eventfd_fops;
+
 /* "[eventfd]": the name of every eventfd's anonymous-inode file. */
 static __always_inline int is_eventfd(struct file *f)
 {
-	const char *n = bpf_rdonly_cast(f->f_path.dentry->d_name.name, 0);
+	__u64 op = (__u64)f->f_op;
+	const char *n;
+
+	if (mt_eventfd_fops)
+		return op == mt_eventfd_fops;
+	n = bpf_rdonly_cast(f->f_path.dentry->d_name.name, 0);
 	/* little-endian "[eventfd" */
-	return n && *(const __u64 *)n == 0x6466746e6576655bULL && n[8] == ']' && n[9] == 0;
+	if (!n || *(const __u64 *)n != 0x6466746e6576655bULL || n[8] != ']' || n[9] != 0)
+		return 0;
+	mt_eventfd_fops = op;
+	return 1;
 }
 
 /*
