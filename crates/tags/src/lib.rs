@@ -49,7 +49,10 @@
 //! tagged hooks (which follow "is any tag left?"), holds it, including the
 //! sweep that any root command runs first when deletions are pending. The
 //! kernel side takes no locks: deposits and vectors change with atomic
-//! OR/AND/XCHG only (tags.bpf.c), so there is nothing to order against.
+//! OR/AND/XCHG and compare-and-swap only (tags.bpf.c; the inline take of a
+//! reader that holds every tag of a deposit swaps a word only if it still
+//! holds what was checked), and the hint bitmaps (`chan_hint`, `sk_hint`)
+//! are only ever set, so there is nothing to order against.
 //! The one protocol among them: a slot of `fd_dep` (the direct-mapped
 //! deposits of pipes, eventfd and queues) changes channel only while no
 //! sender is inside it, and readers drop what they took while its
