@@ -13,10 +13,12 @@
 //! [`Error::NotLoaded`]).
 //!
 //! Pin layout under /sys/fs/bpf/mantle/tags:
-//!   maps/<name>   every map (view, ctl, tags world-readable; others root)
-//!   progs/<name>  every program (the directory is root's alone)
-//!   links/<name>  attached hooks; "always" links exist while loaded, the
-//!                 "tagged" ones only while at least one tag exists.
+//! ```text
+//! maps/<name>   every map (view, ctl, tags world-readable; others root)
+//! progs/<name>  every program (the directory is root's alone)
+//! links/<name>  attached hooks; "always" links exist while loaded, the
+//!               "tagged" ones only while at least one tag exists.
+//! ```
 
 use crate::abi::MT_COMM_LEN;
 use crate::Error;
