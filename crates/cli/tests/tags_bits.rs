@@ -26,7 +26,7 @@ use mantle_testsupport::poll_until;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 
@@ -336,40 +336,83 @@ fn fast_lifeline_records_name_the_receiver() {
 /// rules: a reception that leaves the channel empty ends the deposit, so a
 /// later untagged message gives its reader nothing; and an inline send
 /// deposits, so a new reader of its message takes the tag. Four actors on
-/// one channel, a pipe and then a unix stream socketpair: the tagged
+/// one channel, for every channel with an inline path (a pipe, a unix
+/// stream socketpair, a POSIX message queue, an eventfd): the tagged
 /// holder and its first reader, an untagged writer and a second reader.
 #[test]
 #[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn inline_hops_end_and_make_deposits() {
     let (env, _turn) = env();
     let mut tags = Tags(Vec::new());
-    for (via, (rd, wr)) in [("pipe", pipe()), ("unix", socketpair(libc::SOCK_STREAM))] {
+    for via in ["pipe", "unix", "mq", "eventfd"] {
         let t = tags.create(&format!("bits.inline{via}"), &[]);
-        let mut holder = actor_on_pipe(env, &format!("in{via}holder"), &wr);
-        let mut first = actor_on_pipe(env, &format!("in{via}first"), &rd);
-        let mut other = actor_on_pipe(env, &format!("in{via}other"), &wr);
-        let mut second = actor_on_pipe(env, &format!("in{via}second"), &rd);
+        let names = ["holder", "first", "other", "second"].map(|r| format!("in{via}{r}"));
+        // every actor holds the channel as "p"; writers first and third
+        let [mut holder, mut first, mut other, mut second] = match via {
+            "pipe" | "unix" => {
+                let (rd, wr) = if via == "pipe" {
+                    pipe()
+                } else {
+                    socketpair(libc::SOCK_STREAM)
+                };
+                let ends = [&wr, &rd, &wr, &rd];
+                [0, 1, 2, 3].map(|i| actor_on_pipe(env, &names[i], ends[i]))
+            }
+            "eventfd" => {
+                // SAFETY: eventfd(2) returns a new fd or -1.
+                let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+                assert!(efd >= 0, "eventfd: {}", std::io::Error::last_os_error());
+                // SAFETY: efd is a fresh fd nobody else owns.
+                let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+                [0, 1, 2, 3].map(|i| actor_on_pipe(env, &names[i], &efd))
+            }
+            _ => {
+                let path = format!("/mantle-bits-{}", std::process::id());
+                let actors = [0, 1, 2, 3].map(|i| {
+                    let mut a = spawn(env, &names[i], &[]);
+                    a.run(0, &format!("mq_open p {path}"));
+                    a
+                });
+                let cpath = std::ffi::CString::new(path).unwrap();
+                // SAFETY: plain libc call with a NUL-terminated name.
+                unsafe { libc::mq_unlink(cpath.as_ptr()) };
+                actors
+            }
+        };
+        let send = |a: &mut Actor, text: &str| match via {
+            "mq" => a.run(0, &format!("mq_send p {text}")),
+            "eventfd" => a.run(0, "efd_write p 1"),
+            _ => a.run(0, &format!("send p {text}")),
+        };
+        let recv = |a: &mut Actor, text: &str| {
+            let (cmd, want) = match via {
+                "mq" => ("mq_recv p", text),
+                "eventfd" => ("efd_read p", "1"),
+                _ => ("recv p", text),
+            };
+            assert_eq!(a.run(0, cmd), want, "{via}");
+        };
         mantle_ok(&["tag", "set", &t, "--tid", &holder.w[0].to_string()]);
         // the first message gives the first reader the tag (deliver); the
         // next ones are inline hops
         for i in 0..3 {
-            holder.run(0, &format!("send p m{i}"));
-            assert_eq!(first.run(0, "recv p"), format!("m{i}"), "{via}");
+            send(&mut holder, &format!("m{i}"));
+            recv(&mut first, &format!("m{i}"));
         }
         assert_eq!(
             tags_of(first.w[0]),
             set_of(&[&t]),
             "{via}: the first reader"
         );
-        other.run(0, "send p u");
-        assert_eq!(second.run(0, "recv p"), "u", "{via}");
+        send(&mut other, "u");
+        recv(&mut second, "u");
         assert!(
             tags_of(second.w[0]).is_empty(),
             "{via}: an untagged message after an inline reception that emptied the channel gave its reader {:?}",
             tags_of(second.w[0])
         );
-        holder.run(0, "send p m3");
-        assert_eq!(second.run(0, "recv p"), "m3", "{via}");
+        send(&mut holder, "m3");
+        recv(&mut second, "m3");
         assert_eq!(
             tags_of(second.w[0]),
             set_of(&[&t]),

@@ -425,6 +425,29 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 }
 
 /*
+ * The lifeline records of a reception that changes no tag (deliver_fast,
+ * rx_inline): every live lifeline tag of m not freed since the deposit's
+ * snapshot (dep_epoch), TTL unlimited, one clock (clk) and one time.
+ */
+static __always_inline void ll_record_held(struct mt_ctl *c, const __u64 *m,
+					   struct task_struct *rx, __u32 dep_epoch, __u32 tx_tid,
+					   __u32 tx_pid, __u32 kind, __u64 clk, __u32 host)
+{
+	__u64 now = 0;
+
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		__u64 r = m[w] & c->live[w] & c->lifeline[w];
+
+		for_each_bit(r, w, idx, bit, {
+			if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
+				continue;
+			ll_record(c, idx, rx, tx_tid, tx_pid, kind, MT_TTL_INF, clk, host, &now);
+		})
+	}
+}
+
+/*
  * The reader's fast path (rx_fast): a reception that would change no tag
  * or TTL (every tag of the deposit is held already with an unlimited TTL)
  * only moves the fast clock, and records the lifeline tags among them as
@@ -453,22 +476,8 @@ static __always_inline int deliver_fast(struct mt_ctl *c, struct snap *s, struct
 	if (s->lamport > f->clock)
 		f->clock = s->lamport;
 	/* a shared mapping records only tags the thread did not hold (deliver) */
-	if (rec && kind != MT_K_SHM) {
-		__u64 clk = ++f->clock; /* a recorded reception is an event */
-		__u64 now = 0;
-
-#pragma unroll
-		for (int w = 0; w < MT_WORDS; w++) {
-			__u64 r = s->vec[w] & c->live[w] & c->lifeline[w];
-
-			for_each_bit(r, w, idx, bit, {
-				if (c->freed_epoch[idx & (MT_TAGS - 1)] > dep_epoch)
-					continue;
-				ll_record(c, idx, rx, tx_tid, tx_pid, kind, MT_TTL_INF, clk,
-					  s->host, &now);
-			})
-		}
-	}
+	if (rec && kind != MT_K_SHM) /* a recorded reception is an event */
+		ll_record_held(c, s->vec, rx, dep_epoch, tx_tid, tx_pid, kind, ++f->clock, s->host);
 	STAT(hops);
 	return 1;
 }
@@ -664,24 +673,9 @@ static __always_inline int rx_inline(struct mt_deposit *d, struct mt_fdslot *sl,
 		return done; /* taken while the slot changed hands: dropped */
 	if (d->lamport > f->clock)
 		f->clock = d->lamport;
-	if (rec) {
-		/* deliver_fast's records: one event, one clock and one time */
-		__u64 clk = ++f->clock, now = 0;
-		__u32 ep = d->epoch, tx_tid = d->tx_tid, tx_pid = d->tx_pid, kind = d->kind;
-		__u32 host = d->tx_host;
-
-#pragma unroll
-		for (int w = 0; w < MT_WORDS; w++) {
-			__u64 r = m[w] & c->live[w] & c->lifeline[w];
-
-			for_each_bit(r, w, idx, bit, {
-				if (c->freed_epoch[idx & (MT_TAGS - 1)] > ep)
-					continue;
-				ll_record(c, idx, rx, tx_tid, tx_pid, kind, MT_TTL_INF, clk, host,
-					  &now);
-			})
-		}
-	}
+	if (rec) /* deliver_fast's records: one event */
+		ll_record_held(c, m, rx, d->epoch, d->tx_tid, d->tx_pid, d->kind, ++f->clock,
+			       d->tx_host);
 	if (done)
 		STAT(hops); /* else mt_receive_in counts it */
 	return done;

@@ -78,33 +78,30 @@ static __always_inline struct file *fd_file(int fd)
 }
 
 /*
- * The address of eventfd_fops, learned from the first eventfd seen (0
- * until then). An eventfd is then one load and a compare: f_op sits in the
- * struct file, which the system call has just used, while the name below
- * is two loads away in the file's dentry, which eventfd_read() and
- * eventfd_write() never touch (cold lines on every call; issue 15, sixth
- * session). Learned only from a file that passed the name check: an
- * anonymous-inode file the kernel named "[eventfd]", which only eventfd2()
- * makes. No data ksym for it here (no CONFIG_KALLSYMS_ALL: docs/tags.md).
- * A kernel address: .bss is never pinned, so only root reaches it (by id),
- * as cur_cache.
+ * The address of eventfd_fops (0 until learned). An eventfd is then one
+ * load and a compare: f_op sits in the struct file, which the system call
+ * has just used, while the name below is two loads away in the file's
+ * dentry, which eventfd_read() and eventfd_write() never touch (cold lines
+ * on every call; issue 15, sixth session). Learned by mt_on_eventfd only,
+ * from the file an eventfd2() call of this load returned when it also has
+ * the kernel's name "[eventfd]"; until then every eventfd is recognised by
+ * its name. No data ksym for it here (no CONFIG_KALLSYMS_ALL:
+ * docs/tags.md). A kernel address: .bss is never pinned, so only root
+ * reaches it (by id), as cur_cache.
  */
 __u64 mt_eventfd_fops;
 
-/* "[eventfd]": the name of every eventfd's anonymous-inode file. */
+/* An eventfd: its f_op once learned, else its name, "[eventfd]" (every
+ * eventfd's anonymous-inode file has it). */
 static __always_inline int is_eventfd(struct file *f)
 {
-	__u64 op = (__u64)f->f_op;
 	const char *n;
 
 	if (mt_eventfd_fops)
-		return op == mt_eventfd_fops;
+		return (__u64)f->f_op == mt_eventfd_fops;
 	n = bpf_rdonly_cast(f->f_path.dentry->d_name.name, 0);
 	/* little-endian "[eventfd" */
-	if (!n || *(const __u64 *)n != 0x6466746e6576655bULL || n[8] != ']' || n[9] != 0)
-		return 0;
-	mt_eventfd_fops = op;
-	return 1;
+	return n && *(const __u64 *)n == 0x6466746e6576655bULL && n[8] == ']' && n[9] == 0;
 }
 
 /*
@@ -216,20 +213,40 @@ static __always_inline int fd_claim(struct mt_fdslot *sl)
 	return 1;
 }
 
-/* Enter the slot of k as a sender (busy held: no claim can run until
- * fd_leave), claiming it for k if another channel has it. 0: not entered
- * (claimed by someone else right now; this send's tags are dropped). */
+static __always_inline void fd_leave(struct mt_fdslot *sl)
+{
+	__sync_fetch_and_sub(&sl->busy, 1);
+}
+
+/* Enter slot sl as a sender of k without claiming it (busy held: no claim
+ * can run until fd_leave). 1: entered, k owns the slot; 0: not entered, a
+ * claim runs right now (this send's tags are dropped); -1: not entered,
+ * another channel owns the slot. */
+static __always_inline int fd_enter_own(struct mt_fdslot *sl, const struct mt_chan_key *k)
+{
+	if (__sync_fetch_and_add(&sl->busy, 1) & MT_SLOT_CLAIM) {
+		fd_leave(sl);
+		return 0;
+	}
+	if (key_eq(&sl->key, k))
+		return 1;
+	fd_leave(sl);
+	return -1;
+}
+
+/* Enter the slot of k as a sender (fd_enter_own), claiming it for k if
+ * another channel has it. 0: not entered (claimed by someone else right
+ * now; this send's tags are dropped). */
 static __always_inline struct mt_fdslot *fd_enter(const struct mt_chan_key *k)
 {
 	struct mt_fdslot *sl = fd_slot(k);
+	int own;
 
 	if (!sl)
 		return 0;
-	if (__sync_fetch_and_add(&sl->busy, 1) & MT_SLOT_CLAIM)
-		goto out;
-	if (key_eq(&sl->key, k))
-		return sl;
-	__sync_fetch_and_sub(&sl->busy, 1);
+	own = fd_enter_own(sl, k);
+	if (own >= 0)
+		return own ? sl : 0;
 	if (!fd_claim(sl))
 		return 0;
 	sl->key.a = k->a;
@@ -248,14 +265,6 @@ static __always_inline struct mt_fdslot *fd_enter(const struct mt_chan_key *k)
 			__sync_fetch_and_or(h, 1ULL << (b % 64));
 	}
 	return sl;
-out:
-	__sync_fetch_and_sub(&sl->busy, 1);
-	return 0;
-}
-
-static __always_inline void fd_leave(struct mt_fdslot *sl)
-{
-	__sync_fetch_and_sub(&sl->busy, 1);
 }
 
 /* The reader the slot's note names, if it was noted under the current gen. */
@@ -287,6 +296,18 @@ __noinline int mt_fd_late(struct mt_fdslot *sl, struct mt_chan_key *k)
 		reader = chan_reader_of(k);
 	deliver_late(c, &sl->d, reader);
 	return 0;
+}
+
+/* A sender inside slot sl (for channel k, behind file f) deposits s; if
+ * its message was read already, the late hand-over; then it leaves. */
+static __always_inline void fd_deposit_leave(struct mt_fdslot *sl, struct snap *s,
+					     struct mt_ctl *c, struct file *f,
+					     struct mt_chan_key *k, __u32 kind)
+{
+	deposit(&sl->d, s, kind, c->epoch, 0, 0);
+	if (chan_drained(f, kind))
+		mt_fd_late(sl, k);
+	fd_leave(sl);
 }
 
 /*
@@ -323,10 +344,7 @@ __noinline int mt_on_send(struct task_struct *task __arg_untrusted,
 	 * 15). */
 	reader = fd_reader(sl);
 	dl_send(c, &s, 0, reader ? reader : chan_reader_of(k), kind);
-	deposit(&sl->d, &s, kind, c->epoch, 0, 0);
-	if (chan_drained(f, kind))
-		mt_fd_late(sl, k);
-	fd_leave(sl);
+	fd_deposit_leave(sl, &s, c, f, k, kind);
 	return 0;
 }
 
@@ -345,24 +363,17 @@ static __always_inline int tx_inline(struct task_struct *task, struct file *f,
 	__u64 dl[MT_WORDS];
 	struct mt_fdslot *sl;
 	struct mt_ctl *c;
+	int own;
 
 	if (!take_snapshot_fast(task, &s, &c) || snap_dl(c, &s, dl))
 		return 0;
 	sl = fd_slot(k);
 	if (!sl)
 		return 1;
-	if (__sync_fetch_and_add(&sl->busy, 1) & MT_SLOT_CLAIM) {
-		fd_leave(sl); /* claimed right now: dropped, as fd_enter does */
-		return 1;
-	}
-	if (!key_eq(&sl->key, k)) {
-		fd_leave(sl);
-		return 0;
-	}
-	deposit(&sl->d, &s, kind, c->epoch, 0, 0);
-	if (chan_drained(f, kind))
-		mt_fd_late(sl, k);
-	fd_leave(sl);
+	own = fd_enter_own(sl, k);
+	if (own <= 0)
+		return own == 0; /* a claim runs: dropped, as fd_enter does */
+	fd_deposit_leave(sl, &s, c, f, k, kind);
 	return 1;
 }
 
@@ -507,7 +518,11 @@ __noinline int mt_on_eventfd(int fd)
 	struct file *f = fd_file(fd);
 	__u64 h, *r;
 
-	if (!f || chan_of(f, &k) != MT_K_EVENTFD || !chan_hinted(&k))
+	if (!f || chan_of(f, &k) != MT_K_EVENTFD)
+		return 0;
+	if (!mt_eventfd_fops)
+		mt_eventfd_fops = (__u64)f->f_op; /* see is_eventfd */
+	if (!chan_hinted(&k))
 		return 0;
 	sl = fd_slot(&k);
 	/* a claim that keeps the key: new gen, empty deposit, no reader */
