@@ -1507,9 +1507,61 @@ fn unprivileged_user_is_refused() {
     // the fast paths, issue 15) are never pinned, and nobody
     // cannot reach them by id either (BPF_MAP_GET_NEXT_ID needs
     // CAP_SYS_ADMIN): bpftool as nobody lists no map at all.
-    for m in ["cur_cache", "fd_dep", "rx_fast"] {
+    for m in ["cur_cache", "fd_dep", "rx_fast", "chan_reader", "sk_hint"] {
         let pin = format!("/sys/fs/bpf/mantle/tags/maps/{m}");
         assert!(!std::path::Path::new(&pin).exists(), "{pin} is pinned");
+    }
+    // ... and by the ids themselves (root looks them up from the hot
+    // paths' programs): every map of mt_sys_exit and mt_sock_recv, the
+    // unpinned ones and .bss (eventfd_fops' learned address, issue 15)
+    // among them, refuses nobody a read-only and a read-write fd.
+    let progs =
+        ["mt_sys_exit", "mt_sock_recv"].map(|p| format!("/sys/fs/bpf/mantle/tags/progs/{p}"));
+    let out = Command::new(c.bin("bpfpoke"))
+        .arg("--map-ids")
+        .args(&progs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let ids: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .flat_map(|l| {
+            l.split_whitespace()
+                .skip(1)
+                .map(|i| format!("id:{i}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(ids.len() >= 10, "the hot paths' maps: {ids:?}");
+    let out = Command::new(c.bin("bpfpoke"))
+        .arg("--open-only")
+        .args(&ids)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.lines().count() == ids.len(),
+        "{out:?}"
+    );
+    let opened = |l: &str, k: &str| l.split_whitespace().any(|f| f == format!("{k}=0"));
+    for l in text.lines() {
+        assert!(
+            !opened(l, "get_rw") && !opened(l, "get_ro"),
+            "nobody opened a map by id: {l}"
+        );
+    }
+    // the same ids open for root (so the refusals are not bad ids)
+    let out = Command::new(c.bin("bpfpoke"))
+        .arg("--open-only")
+        .args(&ids)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), ids.len(), "{out:?}");
+    for l in text.lines() {
+        assert!(opened(l, "get_ro"), "root could not open a map by id: {l}");
     }
     let out = Command::new("bpftool")
         .args(["map", "show", "name", "fd_dep"])

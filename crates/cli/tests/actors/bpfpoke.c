@@ -4,6 +4,12 @@
  * the way any unprivileged program could (bpf(2) directly, no libbpf).
  *
  *   bpfpoke PIN...
+ *   bpfpoke --map-ids PROG_PIN...   (root: the ids of the programs' maps)
+ *   bpfpoke --open-only PIN...      (only get_rw and get_ro: writes nothing,
+ *                                    so root may run it on live maps)
+ *
+ * A PIN of the form "id:N" is map id N instead, opened with
+ * BPF_MAP_GET_FD_BY_ID: how a map that is never pinned could be reached.
  *
  * Per pin, one line:
  *   "PIN get_rw=E get_ro=E repin=E update=E mmap_rw=E mmap_ro=E"
@@ -52,18 +58,72 @@ static int obj_get(const char *path, unsigned flags)
 	return (int)sys_bpf(BPF_OBJ_GET, &a);
 }
 
+/* A map by pin path, or by id for "id:N". */
+static int map_open(const char *what, unsigned flags)
+{
+	union bpf_attr a;
+
+	if (strncmp(what, "id:", 3))
+		return obj_get(what, flags);
+	memset(&a, 0, sizeof(a));
+	a.map_id = (uint32_t)strtoul(what + 3, 0, 10);
+	a.open_flags = flags;
+	return (int)sys_bpf(BPF_MAP_GET_FD_BY_ID, &a);
+}
+
+/* --map-ids: one line per program pin, "PIN ID ID ...". */
+static int map_ids(int argc, char **argv)
+{
+	for (int i = 2; i < argc; i++) {
+		static uint32_t ids[256];
+		struct bpf_prog_info info;
+		union bpf_attr a;
+		int fd = obj_get(argv[i], 0);
+
+		memset(&info, 0, sizeof(info));
+		info.nr_map_ids = 256;
+		info.map_ids = (uint64_t)(uintptr_t)ids;
+		memset(&a, 0, sizeof(a));
+		a.info.bpf_fd = fd;
+		a.info.info_len = sizeof(info);
+		a.info.info = (uint64_t)(uintptr_t)&info;
+		if (fd < 0 || sys_bpf(BPF_OBJ_GET_INFO_BY_FD, &a) != 0) {
+			fprintf(stderr, "bpfpoke: %s: %s\n", argv[i], strerror(errno));
+			return 1;
+		}
+		printf("%s", argv[i]);
+		for (uint32_t j = 0; j < info.nr_map_ids && j < 256; j++)
+			printf(" %u", ids[j]);
+		printf("\n");
+		close(fd);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static char key[4096], val[1 << 16];
 
-	for (int i = 1; i < argc; i++) {
+	int open_only = argc > 1 && !strcmp(argv[1], "--open-only");
+
+	if (argc > 1 && !strcmp(argv[1], "--map-ids"))
+		return map_ids(argc, argv);
+	for (int i = 1 + open_only; i < argc; i++) {
 		char upd[16] = "-", mrw[16] = "-", mro[16] = "-", rep[16] = "-";
-		int rw = obj_get(argv[i], 0);
+		int rw = map_open(argv[i], 0);
 		int erw = rw < 0 ? errno : 0;
-		int ro = obj_get(argv[i], BPF_F_RDONLY);
+		int ro = map_open(argv[i], BPF_F_RDONLY);
 		int ero = ro < 0 ? errno : 0;
 		int fd;
 
+		if (open_only) {
+			printf("%s get_rw=%d get_ro=%d\n", argv[i], erw, ero);
+			if (rw >= 0)
+				close(rw);
+			if (ro >= 0)
+				close(ro);
+			continue;
+		}
 		if (rw < 0 && ro >= 0) {
 			const char *dir = getenv("BPFPOKE_DIR") ? getenv("BPFPOKE_DIR") : "/sys/fs/bpf";
 			char path[512];
