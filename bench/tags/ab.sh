@@ -38,6 +38,16 @@
 #   --rounds N      rounds over the builds (default 2)
 #   --trials N      trials per load (default 3)
 #   --cpu N         taskset CPU for every process (default 1)
+#   --floor DIR     also measure the hooks' floor, as the first build of
+#                   every round: DIR's mantle-tags-floor attaches empty
+#                   programs to the same hooks (bench/tags/run.sh's floor
+#                   condition); every mode then runs the case untagged.
+#                   The summary gives each build's wall clock over the
+#                   floor's (xF, of minimums and of medians)
+#   --no-stats      leave kernel.bpf_stats_enabled off: the wall clock is
+#                   then what run.sh times (bpf_stats adds its own clock
+#                   reads to every program call, ~40 ns here), and there
+#                   are no per-program columns
 #   --help          this text
 #
 # Example: compare the committed build with a working tree's:
@@ -57,7 +67,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 die() { echo "ab.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
-CASE=pipe_read ITERS= MODES="tagged lifeline" ROUNDS=2 TRIALS=3 CPU=1
+CASE=pipe_read ITERS= MODES="tagged lifeline" ROUNDS=2 TRIALS=3 CPU=1 FLOOR= STATS=1
 DIRS=()
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -67,13 +77,16 @@ while [[ $# -gt 0 ]]; do
 	--rounds) ROUNDS=$2; shift ;;
 	--trials) TRIALS=$2; shift ;;
 	--cpu) CPU=$2; shift ;;
+	--floor) FLOOR=$2; shift ;;
+	--no-stats) STATS=0 ;;
 	-h | --help) usage; exit 0 ;;
 	-*) die "unknown option $1 (--help)" ;;
 	*) DIRS+=("$1") ;;
 	esac
 	shift
 done
-[[ ${#DIRS[@]} -ge 2 ]] || die "give two or more build directories (--help)"
+[[ ${#DIRS[@]} -ge 2 || ( -n $FLOOR && ${#DIRS[@]} -ge 1 ) ]] ||
+	die "give two or more build directories, or --floor and one (--help)"
 [[ $(id -u) == 0 ]] || die "needs root (loads and unloads the kernel side)"
 for n in "$ROUNDS" "$TRIALS" "$CPU"; do [[ $n =~ ^[0-9]+$ ]] || die "not a number: $n"; done
 [[ -z $ITERS || $ITERS =~ ^[0-9]+$ ]] || die "not a number: $ITERS"
@@ -92,39 +105,79 @@ for i in "${!DIRS[@]}"; do
 	mkdir "$BIN/$i" && cp "$d/mantle" "$d/libmantle.so" "$BIN/$i/"
 	names+=("$(basename "$(cd "$d" && pwd)")#$i")
 done
+if [[ -n $FLOOR ]]; then
+	[[ -x $FLOOR/mantle-tags-floor ]] || { rm -rf "$BIN"; die "no mantle-tags-floor in $FLOOR (cargo build --release -p mantle-tags --bin mantle-tags-floor)"; }
+	cp "$FLOOR/mantle-tags-floor" "$BIN/"
+fi
 cc -O2 -Wall -Wextra -o "$BIN/micro" "$HERE/micro.c" -lrt
 
 exec 9>/run/mantle-kernel.lock
 flock 9
 [[ -e /sys/fs/bpf/mantle/tags ]] && { rm -rf "$BIN"; die "the tags kernel side is loaded: unload it first (mantle tags down)"; }
 STATS_BEFORE=$(sysctl -n kernel.bpf_stats_enabled)
-HOLDER= CUR=
+HOLDER= CUR= FLOOR_UP=0
 cleanup() {
 	set +e
 	[[ -n $HOLDER ]] && kill "$HOLDER" 2>/dev/null && wait "$HOLDER" 2>/dev/null
 	[[ -n $CUR ]] && "$CUR" tags down >/dev/null 2>&1
+	[[ $FLOOR_UP == 1 ]] && "$BIN/mantle-tags-floor" down >/dev/null 2>&1
 	sysctl -q -w kernel.bpf_stats_enabled="$STATS_BEFORE"
 	rm -rf "$BIN"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-sysctl -q -w kernel.bpf_stats_enabled=1
+sysctl -q -w kernel.bpf_stats_enabled=$STATS
 
-# run_cnt and run_time_ns of every mt_* program, one "name ns calls" per line
+# run_cnt and run_time_ns of every mt_* (fl_*: the floor's) program, one
+# "name ns calls" per line
 stats() {
+	[[ $STATS == 1 ]] || return 0
 	bpftool prog show -j | python3 -c '
 import json, sys
 for p in json.load(sys.stdin):
     n = p.get("name", "")
-    if n.startswith("mt_") and "run_cnt" in p:
+    if n.startswith(("mt_", "fl_")) and "run_cnt" in p:
         print(n, p["run_time_ns"], p["run_cnt"])'
 }
 # deliveries counted by the loaded kernel side so far
 hops() { "$1" tags status | awk '$1 == "hops:" { print $2 }'; }
 mkdir -p "$ROOT/bench/results"
 TSV=$ROOT/bench/results/tags-ab-$(date +%Y%m%d-%H%M%S).tsv
-echo "# bench/tags/ab.sh case=$CASE iters=$ITERS cpu=$CPU rounds=$ROUNDS trials=$TRIALS builds=${names[*]} kernel=$(uname -r)" | tee "$TSV"
+echo "# bench/tags/ab.sh case=$CASE iters=$ITERS cpu=$CPU rounds=$ROUNDS trials=$TRIALS builds=${FLOOR:+floor }${names[*]} bpf_stats=$STATS kernel=$(uname -r)" | tee "$TSV"
+# one trial's line: build round trial mode probe wall program:ns...
+line() {
+	python3 - "$@" <<-'EOF' | tee -a "$TSV"
+		import sys
+		name, r, t, m, probe, w, a, z, iters = sys.argv[1:]
+		a = {l.split()[0]: l.split()[1:] for l in a.splitlines()}
+		out = []
+		for l in z.splitlines():
+		    n, ns, calls = l.split()
+		    ns0, c0 = map(int, a.get(n, [0, 0]))
+		    dc = int(calls) - c0
+		    # programs that ran at least once per 100 operations
+		    if dc * 100 >= int(iters):
+		        out.append(f"{n}:{(int(ns) - ns0) / dc:.1f}")
+		print("\t".join([name, r, t, m, probe, w.split()[1]] + sorted(out)))
+	EOF
+}
 for r in $(seq "$ROUNDS"); do
+	if [[ -n $FLOOR ]]; then
+		"$BIN/mantle-tags-floor" up >/dev/null || die "the floor failed to attach"
+		FLOOR_UP=1
+		sleep 0.5
+		for t in $(seq "$TRIALS"); do
+			probe=$(taskset -c "$CPU" "$BIN/micro" getpid 1000000 | awk '{print $2}')
+			for m in $MODES; do
+				a=$(stats)
+				taskset -c "$CPU" "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out"
+				z=$(stats)
+				line floor "$r" "$t" "$m" "$probe" "$(cat "$BIN/out")" "$a" "$z" "$ITERS"
+			done
+		done
+		"$BIN/mantle-tags-floor" down >/dev/null
+		FLOOR_UP=0
+	fi
 	for i in "${!DIRS[@]}"; do
 		M=$BIN/$i/mantle
 		CUR=$M
@@ -153,20 +206,7 @@ for r in $(seq "$ROUNDS"); do
 				if [[ $m == bystander ]] && [[ $(hops "$M") != "$h0" ]]; then
 					die "a bystander run received tags (hops $h0 -> $(hops "$M")): this shell or the case holds a tag"
 				fi
-				python3 - "${names[$i]}" "$r" "$t" "$m" "$probe" "$w" "$a" "$z" "$ITERS" <<-'EOF' | tee -a "$TSV"
-					import sys
-					name, r, t, m, probe, w, a, z, iters = sys.argv[1:]
-					a = {l.split()[0]: l.split()[1:] for l in a.splitlines()}
-					out = []
-					for l in z.splitlines():
-					    n, ns, calls = l.split()
-					    ns0, c0 = map(int, a.get(n, [0, 0]))
-					    dc = int(calls) - c0
-					    # programs that ran at least once per 100 operations
-					    if dc * 100 >= int(iters):
-					        out.append(f"{n}:{(int(ns) - ns0) / dc:.1f}")
-					print("\t".join([name, r, t, m, probe, w.split()[1]] + sorted(out)))
-				EOF
+				line "${names[$i]}" "$r" "$t" "$m" "$probe" "$w" "$a" "$z" "$ITERS"
 			done
 		done
 		kill "$HOLDER"; wait "$HOLDER" 2>/dev/null || true
@@ -175,7 +215,9 @@ for r in $(seq "$ROUNDS"); do
 		CUR=
 	done
 done
-echo "# per build and mode, ns per call over $((ROUNDS * TRIALS)) trials: min / median (and the getpid probe's min / median)"
+echo "# per build and mode, ns per call over $((ROUNDS * TRIALS)) trials: min / median (and the getpid probe's min / median);"
+echo "# fast: the trials whose probe is within 3% of the fastest probe of the run (the host's fast state), their count and median wall;"
+echo "# xF (with --floor): wall over the floor's, of minimums / of medians / of the fast trials' medians"
 python3 - "$TSV" <<-'EOF'
 	import statistics, sys
 	from collections import defaultdict
@@ -193,8 +235,21 @@ python3 - "$TSV" <<-'EOF'
 	    for p in f[6:]:
 	        n, v = p.split(":")
 	        runs[key][n].append(float(v))
+	# trials in the host's fast state: probe within 3% of the fastest probe
+	pmin = min(p for r in runs.values() for p in r["probe"])
+	def fast(r):
+	    return [w for w, p in zip(r["wall"], r["probe"]) if p <= pmin * 1.03]
 	for key in order:
 	    cols = "  ".join(f"{n} {min(v):.1f}/{statistics.median(v):.1f}" for n, v in runs[key].items())
+	    fw = fast(runs[key])
+	    cols += f"  fast {len(fw)}: wall " + (f"{statistics.median(fw):.1f}" if fw else "-")
+	    fl = runs.get(("floor", key[1]))
+	    if fl and key[0] != "floor":
+	        w, ff = runs[key]["wall"], fast(fl)
+	        cols += (f"  xF {min(w) / min(fl['wall']):.3f}/"
+	                 f"{statistics.median(w) / statistics.median(fl['wall']):.3f}")
+	        if fw and ff:
+	            cols += f" fast {statistics.median(fw) / statistics.median(ff):.3f}"
 	    print(f"{key[0]:<16} {key[1]:<9} {cols}")
 EOF
 echo "(also in $TSV)"
