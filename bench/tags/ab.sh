@@ -33,7 +33,8 @@
 #
 # Options:
 #   --case C        micro.c case (default pipe_read)
-#   --iters N       iterations per trial (default 100000; ping-pongs: 20000)
+#   --iters N       iterations per trial (default 100000; ping-pongs and
+#                   tcp_*: 20000)
 #   --modes "M..."  among bystander tagged lifeline (default "tagged lifeline")
 #   --rounds N      rounds over the builds (default 2)
 #   --trials N      trials per load (default 3)
@@ -44,6 +45,12 @@
 #                   condition); every mode then runs the case untagged.
 #                   The summary gives each build's wall clock over the
 #                   floor's (xF, of minimums and of medians)
+#   --cluster       load with a cluster table whose one global tag, bench_g,
+#                   every tagged run and the bystanders' holder hold too
+#                   (Table 4: tcp_veth's segments then carry it in a TCP
+#                   option). tcp_veth runs between two network namespaces
+#                   over a veth pair that the tool makes and removes, as
+#                   run.sh does
 #   --no-stats      leave kernel.bpf_stats_enabled off: the wall clock is
 #                   then what run.sh times (bpf_stats adds its own clock
 #                   reads to every program call, ~40 ns here), and there
@@ -67,7 +74,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 die() { echo "ab.sh: $*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 
-CASE=pipe_read ITERS= MODES="tagged lifeline" ROUNDS=2 TRIALS=3 CPU=1 FLOOR= STATS=1
+CASE=pipe_read ITERS= MODES="tagged lifeline" ROUNDS=2 TRIALS=3 CPU=1 FLOOR= STATS=1 CLUSTER=0
 DIRS=()
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -79,6 +86,7 @@ while [[ $# -gt 0 ]]; do
 	--cpu) CPU=$2; shift ;;
 	--floor) FLOOR=$2; shift ;;
 	--no-stats) STATS=0 ;;
+	--cluster) CLUSTER=1 ;;
 	-h | --help) usage; exit 0 ;;
 	-*) die "unknown option $1 (--help)" ;;
 	*) DIRS+=("$1") ;;
@@ -91,7 +99,7 @@ done
 for n in "$ROUNDS" "$TRIALS" "$CPU"; do [[ $n =~ ^[0-9]+$ ]] || die "not a number: $n"; done
 [[ -z $ITERS || $ITERS =~ ^[0-9]+$ ]] || die "not a number: $ITERS"
 for m in $MODES; do [[ $m =~ ^(bystander|tagged|lifeline)$ ]] || die "unknown mode $m"; done
-[[ -n $ITERS ]] || { [[ $CASE == *pingpong ]] && ITERS=20000 || ITERS=100000; }
+[[ -n $ITERS ]] || { [[ $CASE == *pingpong || $CASE == tcp_* ]] && ITERS=20000 || ITERS=100000; }
 command -v bpftool >/dev/null || die "needs bpftool (apt-get install bpftool)"
 
 # Private copies: a rebuild of target/ while this runs must not change what
@@ -115,9 +123,11 @@ exec 9>/run/mantle-kernel.lock
 flock 9
 [[ -e /sys/fs/bpf/mantle/tags ]] && { rm -rf "$BIN"; die "the tags kernel side is loaded: unload it first (mantle tags down)"; }
 STATS_BEFORE=$(sysctl -n kernel.bpf_stats_enabled)
-HOLDER= CUR= FLOOR_UP=0
+HOLDER= CUR= FLOOR_UP=0 NETNS_MADE=0
+NS_C=mtab-c-$$ NS_S=mtab-s-$$
 cleanup() {
 	set +e
+	if [[ $NETNS_MADE == 1 ]]; then ip netns del "$NS_C"; ip netns del "$NS_S"; fi
 	[[ -n $HOLDER ]] && kill "$HOLDER" 2>/dev/null && wait "$HOLDER" 2>/dev/null
 	[[ -n $CUR ]] && "$CUR" tags down >/dev/null 2>&1
 	[[ $FLOOR_UP == 1 ]] && "$BIN/mantle-tags-floor" down >/dev/null 2>&1
@@ -127,6 +137,20 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 sysctl -q -w kernel.bpf_stats_enabled=$STATS
+if [[ $CASE == tcp_veth ]]; then
+	ip netns add "$NS_C" && ip netns add "$NS_S" && NETNS_MADE=1 &&
+		ip link add "mtac$$" netns "$NS_C" type veth peer name "mtas$$" netns "$NS_S" &&
+		ip -n "$NS_C" addr add 10.79.1.1/24 dev "mtac$$" && ip -n "$NS_S" addr add 10.79.1.2/24 dev "mtas$$" &&
+		ip -n "$NS_C" link set "mtac$$" up && ip -n "$NS_S" link set "mtas$$" up &&
+		ip -n "$NS_C" link set lo up && ip -n "$NS_S" link set lo up ||
+		die "cannot make the network namespaces for tcp_veth (ip netns/veth)"
+	export MICRO_NS_CLIENT=/run/netns/$NS_C MICRO_NS_SERVER=/run/netns/$NS_S MICRO_ADDR_SERVER=10.79.1.2
+fi
+UP_ARGS=() G=()
+if [[ $CLUSTER == 1 ]]; then
+	echo bench_g >"$BIN/cluster"
+	UP_ARGS=(--cluster "$BIN/cluster") G=(bench_g)
+fi
 
 # run_cnt and run_time_ns of every mt_* (fl_*: the floor's) program, one
 # "name ns calls" per line
@@ -181,11 +205,11 @@ for r in $(seq "$ROUNDS"); do
 	for i in "${!DIRS[@]}"; do
 		M=$BIN/$i/mantle
 		CUR=$M
-		"$M" tags up --lib "$BIN/$i/libmantle.so" >/dev/null || die "build ${names[$i]} failed to load"
+		"$M" tags up "${UP_ARGS[@]}" --lib "$BIN/$i/libmantle.so" >/dev/null || die "build ${names[$i]} failed to load"
 		"$M" tag create bench_t >/dev/null
-		"$M" tag create bench_l --lifeline 65536 >/dev/null
+		"$M" tag create bench_l --lifeline $((CLUSTER == 1 ? 32768 : 65536)) >/dev/null
 		# the holder must not keep the lock's descriptor
-		setsid "$M" tag run bench_t -- sleep 100000 >/dev/null 2>&1 9>&- &
+		setsid "$M" tag run bench_t "${G[@]}" -- sleep 100000 >/dev/null 2>&1 9>&- &
 		HOLDER=$!
 		sleep 0.5
 		for t in $(seq "$TRIALS"); do
@@ -198,8 +222,8 @@ for r in $(seq "$ROUNDS"); do
 				# later "bystander" (forked from it) would run tagged.
 				case $m in
 				bystander) taskset -c "$CPU" "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out" ;;
-				tagged) taskset -c "$CPU" "$M" tag run bench_t -- "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out" ;;
-				lifeline) taskset -c "$CPU" "$M" tag run bench_l -- "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out" ;;
+				tagged) taskset -c "$CPU" "$M" tag run bench_t "${G[@]}" -- "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out" ;;
+				lifeline) taskset -c "$CPU" "$M" tag run bench_l "${G[@]}" -- "$BIN/micro" "$CASE" "$ITERS" >"$BIN/out" ;;
 				esac
 				z=$(stats)
 				w=$(cat "$BIN/out")

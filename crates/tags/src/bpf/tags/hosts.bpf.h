@@ -23,26 +23,37 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 {
 	struct snap s = {};
 	struct mt_ctl *c = 0;
+	struct task_struct *task;
 	struct mt_netsnap *ns;
 	__u64 g = 0;
 
-	if (mt_held_any && take_snapshot(&s, &c)) {
+	if (mt_held_any && task_tagged(task = cur_task())) {
 		/* one socket-storage lookup for the role and the peer (issue
 		 * 15: it was made twice per tagged send) */
 		struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+		int client = r && r->role == MT_ROLE_CLIENT;
 
-		if ((r && r->role == MT_ROLE_CLIENT) || replies_only(c, &s)) {
+		/* a reply carries only the tags made to travel with replies:
+		 * with none in the table, no snapshot (a tagged server's
+		 * every reply) */
+		c = get_ctl();
+		if (c && (client || any_reply_tags(c)) && take_snapshot_task(task, &s, &c) &&
+		    (client || replies_only(c, &s))) {
 			struct tcp_sock *tp = bpf_core_cast(sk, struct tcp_sock);
 			struct mt_chan_key k;
 			struct mt_deposit *d;
 			__u32 start = tp->write_seq;
 			__u32 left = bpf_core_cast(msg, struct msghdr)->msg_iter.count;
 
-			tcp_key(c, sk, &k, 0);
-			d = chan_get(c, &k);
-			if (d) {
-				dl_send(c, &s, r ? r->peer_pid : 0, d->last_reader, MT_K_TCP);
-				deposit(d, &s, MT_K_TCP, c->epoch, start, start + left);
+			/* a flow that leaves the host: only the option carries
+			 * (global) tags, see route_is_local */
+			if (route_is_local(sk)) {
+				tcp_key(c, sk, &k, 0);
+				d = chan_get(c, &k);
+				if (d) {
+					dl_send(c, &s, r ? r->peer_pid : 0, d->last_reader, MT_K_TCP);
+					deposit(d, &s, MT_K_TCP, c->epoch, start, start + left);
+				}
 			}
 			g = s.vec[0] & c->global[0] & ((1ULL << MT_GLOBAL_BITS) - 1);
 		}
@@ -53,9 +64,9 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 		return 0;
 	if (!g) {
 		/* an untagged send: stop carrying what an earlier one left (no
-		 * socket has carried global tags yet: nothing to stop, and no
-		 * sk_storage lookup, ~25 ns a send, issue 15) */
-		if (!mt_net_any)
+		 * socket has carried global tags yet, or not this one: nothing
+		 * to stop, and no sk_storage lookup, ~25 ns a send, issue 15) */
+		if (!mt_net_any || !sk_net_hinted(sk))
 			return 0;
 		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
 		if (ns && ns->vec)
@@ -64,6 +75,7 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	}
 	if (!mt_net_any)
 		mt_net_any = 1; /* before the socket has anything to write */
+	sk_net_hint_set(sk);
 	ns = bpf_sk_storage_get(&sk_net, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!ns)
 		return 0;
@@ -74,6 +86,20 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	ns->pid = s.pid; /* the sender's process, from the snapshot: no helper */
 	ns->vec = g;
 	return 0;
+}
+
+/* The option's length for vector vec: what opt_build returns, without
+ * building it (a HDR_OPT_LEN call, twice per segment sent, needs only
+ * this). vec has at most MT_GLOBAL_BITS (16) bits. */
+static __always_inline int opt_len(__u64 vec)
+{
+	int n = 0;
+
+	for (int i = 0; i < MT_OPT_MAX_TTLS && vec; i++) {
+		vec &= vec - 1;
+		n++;
+	}
+	return MT_OPT_FIXED + n;
 }
 
 static __always_inline int opt_build(struct mt_netsnap *ns, struct mt_tcpopt *o, __u32 digest)
@@ -151,17 +177,17 @@ int mt_sockops(struct bpf_sock_ops *skops)
 		struct bpf_sock *sk = skops->sk;
 		int len;
 
-		if (!mt_net_any || !sk)
+		if (!mt_net_any || !sk || !sk_net_hinted(sk))
 			return 1;
 		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
 		if (!ns || !ns->vec)
 			return 1;
-		len = opt_build(ns, &o, c->cluster_digest);
 		if (skops->op == BPF_SOCK_OPS_HDR_OPT_LEN_CB) {
-			if (bpf_reserve_hdr_opt(skops, len, 0))
+			if (bpf_reserve_hdr_opt(skops, opt_len(ns->vec), 0))
 				STAT(opt_nospace);
 			return 1;
 		}
+		len = opt_build(ns, &o, c->cluster_digest);
 		if (len > sizeof(o))
 			return 1;
 		if (bpf_store_hdr_opt(skops, &o, len & 0x3f, 0) == 0)

@@ -99,6 +99,36 @@ static __always_inline void tcp_key(struct mt_ctl *c, struct sock *sk, struct mt
 	k->pad = host_of_sock(c, sk);
 }
 
+#define MT_RTF_LOCAL 0x80000000 /* uapi ipv6_route.h */
+
+/*
+ * Whether TCP socket sk's route ends on this host: a local address of its
+ * own network namespace (loopback, or any address the namespace has, in a
+ * VRF too: the route's type, not its device). Only such a flow has a
+ * reader that can take a local deposit: the reader of a flow to another
+ * namespace or machine keys the flow with its own host (tcp_key) and gets
+ * the global tags from the TCP option, so a deposit for it would be made
+ * on every send and never taken (issue 15, Table 4: ~70 ns a send, and a
+ * hash lookup on every receive of every TCP socket). No cached route
+ * (dropped after a route change, until the next transmission): local, as
+ * every flow was before.
+ */
+static __always_inline int route_is_local(struct sock *sk)
+{
+	struct dst_entry *dst = bpf_core_cast(sk, struct sock)->sk_dst_cache;
+	__u16 family;
+
+	if (!dst)
+		return 1;
+	dst = bpf_core_cast(dst, struct dst_entry);
+	family = dst->ops ? dst->ops->family : 0;
+	if (family == AF_INET)
+		return bpf_core_cast(dst, struct rtable)->rt_type == RTN_LOCAL;
+	if (family == AF_INET6)
+		return (bpf_core_cast(dst, struct rt6_info)->rt6i_flags & MT_RTF_LOCAL) != 0;
+	return 1;
+}
+
 static __always_inline __u64 key_hash(const struct mt_chan_key *k)
 {
 	return (k->a ^ (k->b << 17) ^ ((__u64)k->type << 40) ^ k->pad) * 0x9e3779b97f4a7c15ULL;
@@ -155,7 +185,7 @@ static __always_inline __u32 chan_reader_of(const struct mt_chan_key *k)
  * same number for the same socket in every program of this load (sk: a
  * `struct sock` or the sockops `bpf_sock` view of it, one address).
  */
-static __always_inline __u64 *sk_hint_word(const void *sk, __u64 *bit)
+static __always_inline __u64 *sk_hint_word(const void *sk, __u64 *bit, __u64 mult)
 {
 	__u32 z = 0, b, w;
 	__u64 *base = bpf_map_lookup_elem(&sk_hint, &z);
@@ -165,16 +195,23 @@ static __always_inline __u64 *sk_hint_word(const void *sk, __u64 *bit)
 		return 0;
 	d = (long)sk - (long)base;
 	barrier_var(d);
-	b = (__u32)(((__u64)d * 0x9e3779b97f4a7c15ULL) >> 48);
+	b = (__u32)(((__u64)d * mult) >> 48);
 	w = b / 64;
 	*bit = 1ULL << (b % 64);
 	return bpf_map_lookup_elem(&sk_hint, &w);
 }
 
+/* Two bits per socket, by two hashes: one for its deposits (sk_dep,
+ * sk_rdep: receives look), one for the global tags it carries (sk_net:
+ * sends and the option callbacks look), so that neither kind of socket
+ * makes the other's hooks look up storage it does not have. */
+#define MT_HINT_DEP 0x9e3779b97f4a7c15ULL
+#define MT_HINT_NET 0xc2b2ae3d27d4eb4fULL
+
 /* Whether sk may have a socket-storage deposit (sk_dep, sk_rdep). */
 static __always_inline int sk_hinted(const void *sk)
 {
-	__u64 bit, *h = sk_hint_word(sk, &bit);
+	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_DEP);
 
 	return h && (*h & bit);
 }
@@ -183,7 +220,24 @@ static __always_inline int sk_hinted(const void *sk)
  * so a reader that finds the entry's deposit finds the bit. */
 static __always_inline void sk_hint_set(const void *sk)
 {
-	__u64 bit, *h = sk_hint_word(sk, &bit);
+	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_DEP);
+
+	if (h && !(*h & bit))
+		__sync_fetch_and_or(h, bit);
+}
+
+/* Whether sk may have an sk_net entry (set before the entry is made; a
+ * socket's sends and option callbacks run under its lock). */
+static __always_inline int sk_net_hinted(const void *sk)
+{
+	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_NET);
+
+	return h && (*h & bit);
+}
+
+static __always_inline void sk_net_hint_set(const void *sk)
+{
+	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_NET);
 
 	if (h && !(*h & bit))
 		__sync_fetch_and_or(h, bit);
@@ -436,12 +490,21 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 			    0;
 		if (d && !vec_empty(d->vec)) {
 			copied = tp->copied_seq;
-			if ((__s32)(copied - (__u32)d->seq_start) > 0)
-				mt_receive(d, (__s32)(copied - (__u32)d->seq_end) >= 0);
+			if ((__s32)(copied - (__u32)d->seq_start) > 0) {
+				/* the common reception inline, as for unix */
+				clear = (__s32)(copied - (__u32)d->seq_end) >= 0;
+				tid = (__u32)bpf_get_current_pid_tgid();
+				if (!rx_inline(d, 0, 0, 0, tid, clear, 0))
+					mt_receive(d, clear);
+			}
 		}
 		if (!c->n_tcp_deps)
 			return 0;
 		tcp_key(c, sk, &k, 1);
+		/* a flow whose sender never deposited (chan_get sets the bit
+		 * before the data is queued): no hash lookup */
+		if (!chan_hinted(&k))
+			return 0;
 		d = chan_find(&k);
 		if (!d || vec_empty(d->vec))
 			return 0;
