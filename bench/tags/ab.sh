@@ -127,7 +127,7 @@ HOLDER= CUR= FLOOR_UP=0 NETNS_MADE=0
 NS_C=mtab-c-$$ NS_S=mtab-s-$$
 cleanup() {
 	set +e
-	if [[ $NETNS_MADE == 1 ]]; then ip netns del "$NS_C"; ip netns del "$NS_S"; fi
+	if [[ $NETNS_MADE == 1 ]]; then ip netns del "$NS_C" 2>/dev/null; ip netns del "$NS_S" 2>/dev/null; fi
 	[[ -n $HOLDER ]] && kill "$HOLDER" 2>/dev/null && wait "$HOLDER" 2>/dev/null
 	[[ -n $CUR ]] && "$CUR" tags down >/dev/null 2>&1
 	[[ $FLOOR_UP == 1 ]] && "$BIN/mantle-tags-floor" down >/dev/null 2>&1
@@ -138,13 +138,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 sysctl -q -w kernel.bpf_stats_enabled=$STATS
 if [[ $CASE == tcp_veth ]]; then
-	ip netns add "$NS_C" && ip netns add "$NS_S" && NETNS_MADE=1 &&
-		ip link add "mtac$$" netns "$NS_C" type veth peer name "mtas$$" netns "$NS_S" &&
-		ip -n "$NS_C" addr add 10.79.1.1/24 dev "mtac$$" && ip -n "$NS_S" addr add 10.79.1.2/24 dev "mtas$$" &&
-		ip -n "$NS_C" link set "mtac$$" up && ip -n "$NS_S" link set "mtas$$" up &&
-		ip -n "$NS_C" link set lo up && ip -n "$NS_S" link set lo up ||
-		die "cannot make the network namespaces for tcp_veth (ip netns/veth)"
-	export MICRO_NS_CLIENT=/run/netns/$NS_C MICRO_NS_SERVER=/run/netns/$NS_S MICRO_ADDR_SERVER=10.79.1.2
+	# shellcheck source=veth.sh
+	. "$HERE/veth.sh"
+	NETNS_MADE=1 # the cleanup deletes what exists
+	veth_hosts "$NS_C" "$NS_S" 10.79.1 || die "cannot make the network namespaces for tcp_veth (ip netns/veth)"
 fi
 UP_ARGS=() G=()
 if [[ $CLUSTER == 1 ]]; then

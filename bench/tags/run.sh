@@ -363,13 +363,10 @@ STATS_BEFORE=$(sysctl -n kernel.bpf_stats_enabled)
 NS_C=mtb-c-$$ NS_S=mtb-s-$$
 NETNS_MADE=0
 if [[ " ${MICRO_CASES[*]} " == *" tcp_veth "* && $DO_MICRO == 1 ]]; then
-	ip netns add "$NS_C" && ip netns add "$NS_S" && NETNS_MADE=1 &&
-		ip link add "mtbc$$" netns "$NS_C" type veth peer name "mtbs$$" netns "$NS_S" &&
-		ip -n "$NS_C" addr add 10.79.0.1/24 dev "mtbc$$" && ip -n "$NS_S" addr add 10.79.0.2/24 dev "mtbs$$" &&
-		ip -n "$NS_C" link set "mtbc$$" up && ip -n "$NS_S" link set "mtbs$$" up &&
-		ip -n "$NS_C" link set lo up && ip -n "$NS_S" link set lo up ||
-		die "cannot make the network namespaces for tcp_veth (ip netns/veth)"
-	export MICRO_NS_CLIENT=/run/netns/$NS_C MICRO_NS_SERVER=/run/netns/$NS_S MICRO_ADDR_SERVER=10.79.0.2
+	# shellcheck source=veth.sh
+	. "$HERE/veth.sh"
+	NETNS_MADE=1 # restore() deletes what exists
+	veth_hosts "$NS_C" "$NS_S" 10.79.0 || die "cannot make the network namespaces for tcp_veth (ip netns/veth)"
 fi
 CLUSTER_FILE=
 if [[ $CLUSTER == 1 ]]; then
@@ -384,7 +381,7 @@ restore() {
 	[[ $DMA == 1 ]] && exec 8>&-
 	[[ -n ${HOLDER:-} ]] && kill "$HOLDER" && wait "$HOLDER" 2>/dev/null
 	"$FLOOR" down
-	if [[ $NETNS_MADE == 1 ]]; then ip netns del "$NS_C"; ip netns del "$NS_S"; fi
+	if [[ $NETNS_MADE == 1 ]]; then ip netns del "$NS_C" 2>/dev/null; ip netns del "$NS_S" 2>/dev/null; fi
 	sysctl -q -w kernel.bpf_stats_enabled="$STATS_BEFORE" >/dev/null
 	is_loaded && "$MANTLE" tags down >/dev/null
 	if [[ $WAS_LOADED == 1 ]]; then

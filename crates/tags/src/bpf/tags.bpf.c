@@ -23,8 +23,9 @@
  *                 before the wake-up), taken in tp_btf/sock_recv_length,
  *                 drained when the receive queue is empty.
  *   TCP, one host chan_dep[flow], filled in tp_btf/tcp_sendmsg_locked
- *                 before the data is queued, with its sequence range; taken
- *                 in sock_recv_length once a tagged byte is read.
+ *                 before the data is queued, with its sequence range (only
+ *                 for a flow whose route ends on this host); taken in
+ *                 sock_recv_length once a tagged byte is read.
  *   TCP, hosts    global tags in a TCP option (sockops), parsed into the
  *                 receiving socket's sk_rdep with the segment's range.
  *   UDP, one host chan_dep[dst port]: unconnected sends in cgroup/sendmsg4|6
