@@ -348,6 +348,22 @@ fn run_scenario() -> Result<Scenario, Missing> {
         cmd
     };
     let log = |f: &str| File::create(dir.join(f)).unwrap();
+    // Runs a command on A to its end, its output in <name>.out and .err.
+    let run_on_a = |name: &str, args: &[&str]| {
+        let err = format!("{name}.err");
+        let st = ns(&a)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log(&format!("{name}.out")))
+            .stderr(log(&err))
+            .status()
+            .unwrap_or_else(|e| panic!("run {name} on A: {e}"));
+        assert!(
+            st.success(),
+            "{name} on A failed: {}",
+            fs::read_to_string(p(&err)).unwrap_or_default()
+        );
+    };
 
     // A: the listener for the way back (started untagged).
     let back = p("back.out");
@@ -434,8 +450,9 @@ fn run_scenario() -> Result<Scenario, Missing> {
     // A: the tagged client, holding the global and the local tag.
     step("hosts, servers and tcpdump ready");
     let t_start = Instant::now();
-    let st = ns(&a)
-        .args([
+    run_on_a(
+        "a",
+        &[
             MANTLE,
             "tag",
             "run",
@@ -445,16 +462,7 @@ fn run_scenario() -> Result<Scenario, Missing> {
             "sh",
             "-c",
             "echo hello-across | socat -t1 - TCP:10.77.1.2:7000",
-        ])
-        .stdin(Stdio::null())
-        .stdout(log("a.out"))
-        .stderr(log("a.err"))
-        .status()
-        .expect("run the tagged client");
-    assert!(
-        st.success(),
-        "tagged client on A failed: {}",
-        fs::read_to_string(p("a.err")).unwrap_or_default()
+        ],
     );
 
     let back_got = poll_until(TIMEOUT, || {
@@ -501,8 +509,9 @@ fn run_scenario() -> Result<Scenario, Missing> {
          s.send(b'b'); time.sleep(0.3); s.close()\n",
         lib.display()
     );
-    let st = ns(&a)
-        .args([
+    run_on_a(
+        "stopcarry-a",
+        &[
             MANTLE,
             "tag",
             "run",
@@ -511,15 +520,7 @@ fn run_scenario() -> Result<Scenario, Missing> {
             "python3",
             "-c",
             &cli,
-        ])
-        .stdout(log("stopcarry-a.out"))
-        .stderr(log("stopcarry-a.err"))
-        .status()
-        .expect("run the stop-carry sender");
-    assert!(
-        st.success(),
-        "stop-carry sender on A failed: {}",
-        fs::read_to_string(p("stopcarry-a.err")).unwrap_or_default()
+        ],
     );
     let stop_got = poll_until(TIMEOUT, || {
         fs::read_to_string(&stop_out).ok().filter(|s| s.len() == 2)
