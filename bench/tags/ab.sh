@@ -238,7 +238,7 @@ for r in $(seq "$ROUNDS"); do
 done
 echo "# per build and mode, ns per call over $((ROUNDS * TRIALS)) trials: min / median (and the getpid probe's min / median);"
 echo "# fast: the trials whose probe is within 3% of the fastest probe of the run (the host's fast state), their count and median wall;"
-echo "# xF (with --floor): wall over the floor's, of minimums / of medians / of the fast trials' medians"
+echo "# xF (with --floor): wall over the floor's (its trials of every mode pooled: it runs the case untagged in each), of minimums / of medians / of the fast trials' medians"
 python3 - "$TSV" <<-'EOF'
 	import statistics, sys
 	from collections import defaultdict
@@ -264,7 +264,12 @@ python3 - "$TSV" <<-'EOF'
 	    cols = "  ".join(f"{n} {min(v):.1f}/{statistics.median(v):.1f}" for n, v in runs[key].items())
 	    fw = fast(runs[key])
 	    cols += f"  fast {len(fw)}: wall " + (f"{statistics.median(fw):.1f}" if fw else "-")
-	    fl = runs.get(("floor", key[1]))
+	    # the floor runs the same untagged case in every mode: pool them
+	    fl = defaultdict(list)
+	    for (b, _), r in runs.items():
+	        if b == "floor":
+	            for n in ("wall", "probe"):
+	                fl[n].extend(r[n])
 	    if fl and key[0] != "floor":
 	        w, ff = runs[key]["wall"], fast(fl)
 	        cols += (f"  xF {min(w) / min(fl['wall']):.3f}/"

@@ -90,7 +90,10 @@
 # mantle's programs, which noise does not blur. Results: stdout,
 # bench/results/tags-<date>.txt and .json (`report.py --from-json` re-renders).
 # To tell two builds apart by a few ns per call on a VM whose speed changes
-# under a whole run, use bench/tags/ab.sh (builds loaded alternately).
+# under a whole run, use bench/tags/ab.sh (builds loaded alternately); its
+# --floor --no-stats gives one build's wall clock over the floor's, the
+# two loaded alternately and compared on the trials in the host's fast
+# state, where this script's medians span both states.
 #
 # The kernel side is machine-wide state: the script holds
 # `flock /run/mantle-kernel.lock` (fd 9) from before its first change until

@@ -53,7 +53,6 @@ pub const MAPS: &[(&str, bool)] = &[
     ("lifeline", false),
     ("sk_dep", false),
     ("sk_role", false),
-    ("sk_net", false),
     ("expiry", false),
     ("sk_rdep", false),
     ("chan_dep", false),

@@ -257,10 +257,14 @@ struct mt_chan_key {
 	__u32 pad;  /* TCP, UDP: host of the flow (the same on both ends, or no match) */
 };
 
-/* Socket role, SK_STORAGE set by the cgroup connect hooks. */
+/* A socket's own record, SK_STORAGE (sk_role): its role, set by the
+ * cgroup connect hooks, and for TCP the global tags its segments carry,
+ * set by mt_tcp_sendmsg for the option callbacks (one storage lookup per
+ * tagged send for both: issue 15, Table 4). */
 struct mt_sock {
 	__u32 role;      /* MT_ROLE_* */
 	__u32 peer_pid;  /* TCP client: owner of the listener it connected to (this host), or 0 */
+	struct mt_netsnap net; /* TCP: what its option carries (net.vec 0: nothing) */
 };
 #define MT_ROLE_UNKNOWN 0
 #define MT_ROLE_CLIENT 1 /* called connect(): sends requests */

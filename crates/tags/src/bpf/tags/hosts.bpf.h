@@ -25,12 +25,14 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	struct mt_ctl *c = 0;
 	struct task_struct *task;
 	struct mt_netsnap *ns;
+	struct mt_sock *r = 0;
 	__u64 g = 0;
 
 	if (mt_held_any && task_tagged(task = cur_task())) {
-		/* one socket-storage lookup for the role and the peer (issue
-		 * 15: it was made twice per tagged send) */
-		struct mt_sock *r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+		/* one socket-storage lookup for the role, the peer and what
+		 * the socket carries (issue 15: it was made three times per
+		 * tagged send) */
+		r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
 		int client = r && r->role == MT_ROLE_CLIENT;
 
 		/* a reply carries only the tags made to travel with replies:
@@ -68,17 +70,20 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 		 * to stop, and no sk_storage lookup, ~25 ns a send, issue 15) */
 		if (!mt_net_any || !sk_net_hinted(sk))
 			return 0;
-		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
-		if (ns && ns->vec)
-			ns->vec = 0;
+		if (!r)
+			r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+		if (r && r->net.vec)
+			r->net.vec = 0;
 		return 0;
 	}
 	if (!mt_net_any)
 		mt_net_any = 1; /* before the socket has anything to write */
 	sk_net_hint_set(sk);
-	ns = bpf_sk_storage_get(&sk_net, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
-	if (!ns)
+	if (!r) /* a server's socket carrying replies' tags */
+		r = bpf_sk_storage_get(&sk_role, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!r)
 		return 0;
+	ns = &r->net;
 	__u64 m = g;
 	for_each_bit(m, 0, idx, bit, { ns->ttl[idx & (MT_GLOBAL_BITS - 1)] = s.ttl[idx]; })
 	ns->lamport = (__u32)s.lamport;
@@ -157,6 +162,7 @@ int mt_sockops(struct bpf_sock_ops *skops)
 {
 	struct mt_ctl *c = get_ctl();
 	struct mt_netsnap *ns;
+	struct mt_sock *r;
 	struct mt_tcpopt o = {};
 
 	if (!c)
@@ -179,9 +185,10 @@ int mt_sockops(struct bpf_sock_ops *skops)
 
 		if (!mt_net_any || !sk || !sk_net_hinted(sk))
 			return 1;
-		ns = bpf_sk_storage_get(&sk_net, sk, 0, 0);
-		if (!ns || !ns->vec)
+		r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
+		if (!r || !r->net.vec)
 			return 1;
+		ns = &r->net;
 		if (skops->op == BPF_SOCK_OPS_HDR_OPT_LEN_CB) {
 			if (bpf_reserve_hdr_opt(skops, opt_len(ns->vec), 0))
 				STAT(opt_nospace);

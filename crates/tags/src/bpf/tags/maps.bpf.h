@@ -85,14 +85,6 @@ struct {
 	__type(value, struct mt_expiry);
 } expiry SEC(".maps");
 
-/* Client TCP sockets: the global tags their segments carry. */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct mt_netsnap);
-} sk_net SEC(".maps");
-
 /* Receiving TCP sockets: tags that came in TCP options, by sequence range. */
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -291,8 +283,9 @@ __u32 mt_held_any;
  * option (mt_tcp_sendmsg), then 1 for good: until then the option
  * callbacks of every connection, and untagged TCP sends, return after this
  * one load instead of an sk_storage lookup (issue 15, Table 4). Set before
- * the socket's sk_net entry, and both on the sending thread under the
- * socket lock, before the segments that must carry the option are built.
+ * the socket's carried tags (sk_role's net), and both on the sending
+ * thread under the socket lock, before the segments that must carry the
+ * option are built.
  */
 __u32 mt_net_any;
 

@@ -202,9 +202,9 @@ static __always_inline __u64 *sk_hint_word(const void *sk, __u64 *bit, __u64 mul
 }
 
 /* Two bits per socket, by two hashes: one for its deposits (sk_dep,
- * sk_rdep: receives look), one for the global tags it carries (sk_net:
- * sends and the option callbacks look), so that neither kind of socket
- * makes the other's hooks look up storage it does not have. */
+ * sk_rdep: receives look), one for the global tags it carries (sk_role's
+ * net: sends and the option callbacks look), so that neither kind of
+ * socket makes the other's hooks look up storage it does not have. */
 #define MT_HINT_DEP 0x9e3779b97f4a7c15ULL
 #define MT_HINT_NET 0xc2b2ae3d27d4eb4fULL
 
@@ -226,8 +226,9 @@ static __always_inline void sk_hint_set(const void *sk)
 		__sync_fetch_and_or(h, bit);
 }
 
-/* Whether sk may have an sk_net entry (set before the entry is made; a
- * socket's sends and option callbacks run under its lock). */
+/* Whether sk may carry global tags (set before its sk_role entry's net is
+ * first written; a socket's sends and option callbacks run under its
+ * lock). */
 static __always_inline int sk_net_hinted(const void *sk)
 {
 	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_NET);
