@@ -599,6 +599,41 @@ fn replies_carry_nothing() {
     expect_tags("client", cli.w[0], &[]);
 }
 
+/// Local TCP carries local tags over IPv6 and over a v4-mapped connection
+/// (an IPv6 socket to ::ffff:127.0.0.1, whose route is IPv4's) as over
+/// 127.0.0.1: the send hook makes a local deposit for every flow whose
+/// route ends on this host (route_is_local reads the route's type per
+/// family, issue 15), and the reader takes it.
+#[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn local_tcp_over_ipv6_and_v4_mapped() {
+    let c = Case::new("tcp6", false);
+    let x = c.tag("x", &[]);
+    let mut tx = c.actor("tx", 1);
+    c.set(&x, tx.w[0], None);
+    for (what, listen, addr) in [
+        ("IPv6 (::1)", "listen_tcp6", "::1"),
+        (
+            "v4-mapped (::ffff:127.0.0.1)",
+            "listen_tcp",
+            "::ffff:127.0.0.1",
+        ),
+    ] {
+        let mut rx = c.actor("rx", 1);
+        let port = rx.run(0, &format!("{listen} l"));
+        tx.run(0, &format!("connect_tcp6 s {port} {addr}"));
+        rx.run(0, "accept a l");
+        tx.run(0, "send s request");
+        assert_eq!(rx.run(0, "recv a"), "request");
+        expect_tags(
+            &format!("reader of a tagged request over {what}"),
+            rx.w[0],
+            &[&x],
+        );
+        tx.run(0, "close s");
+    }
+}
+
 /// `mantle tag run T -- sh -c 'a | b | c > fifo'`: the shell and every
 /// stage hold T; an untagged reader outside the pipeline gets it through
 /// the FIFO; a bystander does not.

@@ -24,6 +24,9 @@
  * Verbs (NAME: a table name, TEXT: one word; "->" what the report carries):
  *   listen_unix NAME PATH stream|seqpacket    connect_unix NAME PATH stream|seqpacket
  *   listen_tcp NAME -> port                   connect_tcp NAME PORT
+ *   listen_tcp6 NAME -> port (on ::1)         connect_tcp6 NAME PORT ADDR6
+ *   (connect_tcp6 to ::ffff:127.0.0.1 reaches a listen_tcp listener from an
+ *   IPv6 socket: a v4-mapped connection, whose route is IPv4's)
  *   accept NAME LISTENER                      dgram_unix NAME [PATH]
  *   udp NAME [bind] -> port                   connect_udp NAME PORT
  *   sendto_unix NAME PATH TEXT                sendto_udp NAME PORT TEXT
@@ -214,14 +217,15 @@ static void loopback(struct sockaddr_in *a, int port)
 	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 }
 
+/* The port of a bound IPv4 or IPv6 socket (at the same offset in both). */
 static int local_port(int fd)
 {
-	struct sockaddr_in a;
+	struct sockaddr_storage a;
 	socklen_t l = sizeof(a);
 
 	if (getsockname(fd, (struct sockaddr *)&a, &l) < 0)
 		return -1;
-	return ntohs(a.sin_port);
+	return ntohs(((struct sockaddr_in *)&a)->sin_port);
 }
 
 /* One non-blocking attempt at a read: read(2) or mq_receive(3). */
@@ -319,6 +323,36 @@ static void run(char *line)
 			SYSFAIL("bind");
 		if (listen(fd, 16) < 0)
 			SYSFAIL("listen");
+		KEEP(argv[1], fd);
+		report("%s ok %d", seq, local_port(fd));
+	} else if (!strcmp(verb, "listen_tcp6")) {
+		struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+		int fd, one = 1;
+
+		NEED(2);
+		fd = socket(AF_INET6, SOCK_STREAM, 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+			SYSFAIL("bind");
+		if (listen(fd, 16) < 0)
+			SYSFAIL("listen");
+		KEEP(argv[1], fd);
+		report("%s ok %d", seq, local_port(fd));
+	} else if (!strcmp(verb, "connect_tcp6")) {
+		struct sockaddr_in6 a = {.sin6_family = AF_INET6};
+		int fd;
+
+		NEED(4);
+		a.sin6_port = htons(atoi(argv[2]));
+		if (inet_pton(AF_INET6, argv[3], &a.sin6_addr) != 1)
+			FAIL("%s err bad IPv6 address %s", seq, argv[3]);
+		fd = socket(AF_INET6, SOCK_STREAM, 0);
+		if (fd < 0)
+			SYSFAIL("socket");
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+			SYSFAIL("connect");
 		KEEP(argv[1], fd);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "accept")) {

@@ -60,11 +60,18 @@ static __always_inline int role_is_client(struct sock *sk)
 	return r && r->role == MT_ROLE_CLIENT;
 }
 
+/* An address of a TCP flow's key: IPv4 as is, IPv6 folded to 32 bits, and
+ * a v4-mapped IPv6 address (::ffff:a.b.c.d, an IPv6 socket's connection to
+ * an IPv4 peer) as the IPv4 address it maps, which is what the IPv4 socket
+ * at the other end has (local_tcp_over_ipv6_and_v4_mapped). */
 static __always_inline __u32 fold_addr(struct sock *sk, int remote)
 {
 	if (sk->__sk_common.skc_family == AF_INET)
 		return remote ? sk->__sk_common.skc_daddr : sk->__sk_common.skc_rcv_saddr;
 	struct in6_addr a = remote ? sk->__sk_common.skc_v6_daddr : sk->__sk_common.skc_v6_rcv_saddr;
+	if (!a.in6_u.u6_addr32[0] && !a.in6_u.u6_addr32[1] &&
+	    a.in6_u.u6_addr32[2] == bpf_htonl(0xffff))
+		return a.in6_u.u6_addr32[3];
 	return a.in6_u.u6_addr32[0] ^ a.in6_u.u6_addr32[1] ^ a.in6_u.u6_addr32[2] ^
 	       a.in6_u.u6_addr32[3];
 }
