@@ -1153,7 +1153,7 @@ fn local_tag_never_leaves_the_host() {
 /// the two one-byte messages on one connection, only the first (sent while
 /// the sender held the tag) is a reception of it on B (issue 15: sends and
 /// option callbacks look at a socket's carried tags only when its hint bit
-/// says it has carried some, sk_net_hinted).
+/// says it has carried some: sk_hinted with MT_HINT_NET).
 #[test]
 #[ignore = "needs root, the eBPF kernel side, network namespaces, socat and tcpdump (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn a_connection_stops_carrying_when_its_sender_drops_the_tag() {

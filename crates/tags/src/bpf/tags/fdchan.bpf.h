@@ -257,13 +257,7 @@ static __always_inline struct mt_fdslot *fd_enter(const struct mt_chan_key *k)
 	 * store: a sender that found the claim keeps its count until it
 	 * takes it back) */
 	__sync_fetch_and_sub(&sl->busy, MT_SLOT_CLAIM - 1);
-	{
-		__u32 b = hint_bit(k), w = b / 64;
-		__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
-
-		if (h && !(*h & (1ULL << (b % 64))))
-			__sync_fetch_and_or(h, 1ULL << (b % 64));
-	}
+	chan_hint_set(k);
 	return sl;
 }
 

@@ -68,7 +68,7 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 		/* an untagged send: stop carrying what an earlier one left (no
 		 * socket has carried global tags yet, or not this one: nothing
 		 * to stop, and no sk_storage lookup, ~25 ns a send, issue 15) */
-		if (!mt_net_any || !sk_net_hinted(sk))
+		if (!mt_net_any || !sk_hinted(sk, MT_HINT_NET))
 			return 0;
 		if (!r)
 			r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
@@ -78,7 +78,7 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	}
 	if (!mt_net_any)
 		mt_net_any = 1; /* before the socket has anything to write */
-	sk_net_hint_set(sk);
+	sk_hint_set(sk, MT_HINT_NET);
 	if (!r) /* a server's socket carrying replies' tags */
 		r = bpf_sk_storage_get(&sk_role, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!r)
@@ -93,9 +93,9 @@ int BPF_PROG(mt_tcp_sendmsg, struct sock *sk, struct msghdr *msg, struct sk_buff
 	return 0;
 }
 
-/* The option's length for vector vec: what opt_build returns, without
- * building it (a HDR_OPT_LEN call, twice per segment sent, needs only
- * this). vec has at most MT_GLOBAL_BITS (16) bits. */
+/* The option's length for vector vec: MT_OPT_FIXED and a TTL byte for
+ * each of its first MT_OPT_MAX_TTLS set bits. A HDR_OPT_LEN call (twice
+ * per segment sent) needs only this, not the option (opt_build). */
 static __always_inline int opt_len(__u64 vec)
 {
 	int n = 0;
@@ -110,7 +110,6 @@ static __always_inline int opt_len(__u64 vec)
 static __always_inline int opt_build(struct mt_netsnap *ns, struct mt_tcpopt *o, __u32 digest)
 {
 	__u64 m = ns->vec;
-	int n = 0;
 
 	o->kind = MT_OPT_KIND;
 	o->magic = bpf_htons(MT_OPT_MAGIC);
@@ -124,9 +123,8 @@ static __always_inline int opt_build(struct mt_netsnap *ns, struct mt_tcpopt *o,
 
 		m &= m - 1;
 		o->ttl[i] = ns->ttl[b & (MT_GLOBAL_BITS - 1)];
-		n++;
 	}
-	o->len = MT_OPT_FIXED + n;
+	o->len = opt_len(ns->vec); /* the TTL bytes just written */
 	return o->len;
 }
 
@@ -183,7 +181,7 @@ int mt_sockops(struct bpf_sock_ops *skops)
 		struct bpf_sock *sk = skops->sk;
 		int len;
 
-		if (!mt_net_any || !sk || !sk_net_hinted(sk))
+		if (!mt_net_any || !sk || !sk_hinted(sk, MT_HINT_NET))
 			return 1;
 		r = bpf_sk_storage_get(&sk_role, sk, 0, 0);
 		if (!r || !r->net.vec)
@@ -255,7 +253,7 @@ int mt_sockops(struct bpf_sock_ops *skops)
 		}
 		if (!mt_rdep_any)
 			mt_rdep_any = 1;
-		sk_hint_set(sk);
+		sk_hint_set(sk, MT_HINT_DEP);
 		d = bpf_sk_storage_get(&sk_rdep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!d)
 			return 1;

@@ -110,8 +110,9 @@ static __always_inline void tcp_key(struct mt_ctl *c, struct sock *sk, struct mt
 
 /*
  * Whether TCP socket sk's route ends on this host: a local address of its
- * own network namespace (loopback, or any address the namespace has, in a
- * VRF too: the route's type, not its device). Only such a flow has a
+ * own network namespace (loopback, or any address the namespace has: the
+ * route's type, not its device, so a VRF's local routes should count too;
+ * untested). Only such a flow has a
  * reader that can take a local deposit: the reader of a flow to another
  * namespace or machine keys the flow with its own host (tcp_key) and gets
  * the global tags from the TCP option, so a deposit for it would be made
@@ -127,7 +128,6 @@ static __always_inline int route_is_local(struct sock *sk)
 
 	if (!dst)
 		return 1;
-	dst = bpf_core_cast(dst, struct dst_entry);
 	family = dst->ops ? dst->ops->family : 0;
 	if (family == AF_INET)
 		return bpf_core_cast(dst, struct rtable)->rt_type == RTN_LOCAL;
@@ -208,44 +208,30 @@ static __always_inline __u64 *sk_hint_word(const void *sk, __u64 *bit, __u64 mul
 	return bpf_map_lookup_elem(&sk_hint, &w);
 }
 
-/* Two bits per socket, by two hashes: one for its deposits (sk_dep,
- * sk_rdep: receives look), one for the global tags it carries (sk_role's
- * net: sends and the option callbacks look), so that neither kind of
- * socket makes the other's hooks look up storage it does not have. */
+/* Two bits per socket, by two hashes (the `which` of the functions
+ * below), so that neither kind of socket makes the other's hooks look up
+ * storage it does not have:
+ *   MT_HINT_DEP  it may have a socket-storage deposit (sk_dep, sk_rdep):
+ *                receives look; set before the first deposit entry.
+ *   MT_HINT_NET  it may carry global tags (sk_role's net): sends and the
+ *                option callbacks look; set before net is first written
+ *                (a socket's sends and option callbacks run under its
+ *                lock). */
 #define MT_HINT_DEP 0x9e3779b97f4a7c15ULL
 #define MT_HINT_NET 0xc2b2ae3d27d4eb4fULL
 
-/* Whether sk may have a socket-storage deposit (sk_dep, sk_rdep). */
-static __always_inline int sk_hinted(const void *sk)
+static __always_inline int sk_hinted(const void *sk, __u64 which)
 {
-	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_DEP);
+	__u64 bit, *h = sk_hint_word(sk, &bit, which);
 
 	return h && (*h & bit);
 }
 
-/* Before sk's first deposit entry is made: a locked OR (a full barrier),
- * so a reader that finds the entry's deposit finds the bit. */
-static __always_inline void sk_hint_set(const void *sk)
+/* A locked OR (a full barrier), so a hook that finds what the bit stands
+ * for finds the bit. */
+static __always_inline void sk_hint_set(const void *sk, __u64 which)
 {
-	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_DEP);
-
-	if (h && !(*h & bit))
-		__sync_fetch_and_or(h, bit);
-}
-
-/* Whether sk may carry global tags (set before its sk_role entry's net is
- * first written; a socket's sends and option callbacks run under its
- * lock). */
-static __always_inline int sk_net_hinted(const void *sk)
-{
-	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_NET);
-
-	return h && (*h & bit);
-}
-
-static __always_inline void sk_net_hint_set(const void *sk)
-{
-	__u64 bit, *h = sk_hint_word(sk, &bit, MT_HINT_NET);
+	__u64 bit, *h = sk_hint_word(sk, &bit, which);
 
 	if (h && !(*h & bit))
 		__sync_fetch_and_or(h, bit);
@@ -258,6 +244,17 @@ static __always_inline int chan_hinted(const struct mt_chan_key *k)
 	__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
 
 	return h && (*h & (1ULL << (b % 64)));
+}
+
+/* Before k's first deposit: a locked OR (a full barrier), so a reader that
+ * finds the deposit finds the bit. */
+static __always_inline void chan_hint_set(const struct mt_chan_key *k)
+{
+	__u32 b = hint_bit(k), w = b / 64;
+	__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
+
+	if (h && !(*h & (1ULL << (b % 64))))
+		__sync_fetch_and_or(h, 1ULL << (b % 64));
 }
 
 /* The deposit for k if one may exist (hint bit set), else 0. */
@@ -285,13 +282,7 @@ static __always_inline struct mt_deposit *chan_get(struct mt_ctl *c, struct mt_c
 		STAT(deposit_fail);
 		return 0;
 	}
-	{
-		__u32 b = hint_bit(k), w = b / 64;
-		__u64 *h = bpf_map_lookup_elem(&chan_hint, &w);
-
-		if (h && !(*h & (1ULL << (b % 64))))
-			__sync_fetch_and_or(h, 1ULL << (b % 64));
-	}
+	chan_hint_set(k);
 	/* pipes, eventfd and queues need no count: their readers always look */
 	if (k->type == MT_K_TCP) {
 		if (!c->n_tcp_deps)
@@ -381,7 +372,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	}
 	if (!mt_unix_any)
 		mt_unix_any = 1;
-	sk_hint_set(sk);
+	sk_hint_set(sk, MT_HINT_DEP);
 	d = bpf_sk_storage_get(&sk_dep, sk, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!d) {
 		STAT(deposit_fail);
@@ -456,7 +447,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 		 * socket-storage lookup only for threads in a call chain) */
 		if (holds_answerable(0) && sk->sk_type != SOCK_DGRAM && role_is_client(sk))
 			answered(0);
-		if (!mt_unix_any || !sk_hinted(sk))
+		if (!mt_unix_any || !sk_hinted(sk, MT_HINT_DEP))
 			return 0;
 		d = bpf_sk_storage_get(&sk_dep, sk, 0, 0);
 		if (!d)
@@ -493,7 +484,7 @@ int BPF_PROG(mt_sock_recv, struct sock *sk, int ret, int flags)
 
 		/* Tags that came from another host in TCP options (only while
 		 * a cluster table is loaded can there be any). */
-		d = c->global[0] && mt_rdep_any && sk_hinted(sk) ?
+		d = c->global[0] && mt_rdep_any && sk_hinted(sk, MT_HINT_DEP) ?
 			    bpf_sk_storage_get(&sk_rdep, sk, 0, 0) :
 			    0;
 		if (d && !vec_empty(d->vec)) {
