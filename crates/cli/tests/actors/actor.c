@@ -309,50 +309,36 @@ static void run(char *line)
 			SYSFAIL("listen");
 		KEEP(argv[1], fd);
 		report("%s ok", seq);
-	} else if (!strcmp(verb, "listen_tcp")) {
-		struct sockaddr_in a;
-		int fd, one = 1;
+	} else if (!strcmp(verb, "listen_tcp") || !strcmp(verb, "listen_tcp6") ||
+		   !strcmp(verb, "connect_tcp") || !strcmp(verb, "connect_tcp6")) {
+		/* one body for both families and both ends: the address is
+		 * loopback (127.0.0.1, ::1) but for connect_tcp6's ADDR6 */
+		int v6 = verb[strlen(verb) - 1] == '6', listening = verb[0] == 'l';
+		struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+		struct sockaddr_in a4;
+		struct sockaddr *a = v6 ? (struct sockaddr *)&a6 : (struct sockaddr *)&a4;
+		socklen_t alen = v6 ? sizeof(a6) : sizeof(a4);
+		int fd, one = 1, port = 0;
 
-		NEED(2);
-		fd = socket(AF_INET, SOCK_STREAM, 0);
-		if (fd < 0)
-			SYSFAIL("socket");
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		loopback(&a, 0);
-		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-			SYSFAIL("bind");
-		if (listen(fd, 16) < 0)
-			SYSFAIL("listen");
-		KEEP(argv[1], fd);
-		report("%s ok %d", seq, local_port(fd));
-	} else if (!strcmp(verb, "listen_tcp6")) {
-		struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
-		int fd, one = 1;
-
-		NEED(2);
-		fd = socket(AF_INET6, SOCK_STREAM, 0);
-		if (fd < 0)
-			SYSFAIL("socket");
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-			SYSFAIL("bind");
-		if (listen(fd, 16) < 0)
-			SYSFAIL("listen");
-		KEEP(argv[1], fd);
-		report("%s ok %d", seq, local_port(fd));
-	} else if (!strcmp(verb, "connect_tcp6")) {
-		struct sockaddr_in6 a = {.sin6_family = AF_INET6};
-		int fd;
-
-		NEED(4);
-		a.sin6_port = htons(atoi(argv[2]));
-		if (inet_pton(AF_INET6, argv[3], &a.sin6_addr) != 1)
+		NEED(listening ? 2 : v6 ? 4 : 3);
+		if (!listening)
+			port = atoi(argv[2]);
+		loopback(&a4, port);
+		a6.sin6_port = htons(port);
+		if (!listening && v6 && inet_pton(AF_INET6, argv[3], &a6.sin6_addr) != 1)
 			FAIL("%s err bad IPv6 address %s", seq, argv[3]);
-		fd = socket(AF_INET6, SOCK_STREAM, 0);
+		fd = socket(a->sa_family, SOCK_STREAM, 0);
 		if (fd < 0)
 			SYSFAIL("socket");
-		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
+		if (listening) {
+			setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+			if (bind(fd, a, alen) < 0)
+				SYSFAIL("bind");
+			if (listen(fd, 16) < 0)
+				SYSFAIL("listen");
+		} else if (connect(fd, a, alen) < 0) {
 			SYSFAIL("connect");
+		}
 		KEEP(argv[1], fd);
 		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "accept")) {
@@ -376,19 +362,6 @@ static void run(char *line)
 			SYSFAIL("connect");
 		KEEP(argv[1], fd);
 		report("%s ok", seq);
-	} else if (!strcmp(verb, "connect_tcp")) {
-		struct sockaddr_in a;
-		int fd;
-
-		NEED(3);
-		fd = socket(AF_INET, SOCK_STREAM, 0);
-		if (fd < 0)
-			SYSFAIL("socket");
-		loopback(&a, atoi(argv[2]));
-		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-			SYSFAIL("connect");
-		KEEP(argv[1], fd);
-		report("%s ok %d", seq, local_port(fd));
 	} else if (!strcmp(verb, "dgram_unix")) {
 		struct sockaddr_un a;
 		int fd;
