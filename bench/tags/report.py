@@ -191,6 +191,8 @@ def main():
     p("load average at start %s, at end %s; CPUs busy with others' work before the start: %s;"
       % (meta.get("loadavg_start"), meta.get("loadavg_end"), meta.get("busy_before_start")))
     p("wall time micro %ss, programs %ss" % (meta.get("seconds_micro"), meta.get("seconds_programs")))
+    if meta.get("gate"):
+        p("host-speed gate (--gate): %s" % meta["gate"])
     p("statistics: median, MAD and min..max over repetitions; ratio = median / median(baseline);")
     p("paired = range of per-repetition ratios to the baseline run of the same repetition;")
     p("p = two-sided Mann-Whitney U test against baseline (exact; < 0.05: the difference is")

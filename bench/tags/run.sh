@@ -128,6 +128,22 @@
 #                      for the CPUs to be <= 15% busy with other people's
 #                      work, and fail if they are not; 0 (the --quick
 #                      default): do not wait. The busy share is reported
+#   --gate PCT         time a run only while the host is in its fast state:
+#                      before and after every timed run, a getpid probe
+#                      (`micro getpid`, untagged, under the run's condition)
+#                      must be within PCT% of the fastest probe seen under
+#                      that condition (each condition is first probed 8
+#                      times, 1 s apart); before a run the script waits for
+#                      such a probe (up to 120 s, then runs anyway and counts
+#                      the run as ungated), and a run whose probe after it
+#                      fails is measured again (up to 3 times). The probes
+#                      are not the measured runs, so the gate selects on the
+#                      host's speed, never on a condition's result. The
+#                      report gives PCT, each condition's fastest probe, and
+#                      the runs redone, waited for and ungated. 0 (default):
+#                      no gate. On the CI VMs, whose host changes the guest's
+#                      speed for tens of seconds at a time (getpid 163 <->
+#                      230+ ns), 3 keeps the slow state out of the medians
 #   --out DIR          results directory (default bench/results)
 #   --mantle-dir DIR   measure the mantle and libmantle.so in DIR (e.g. a
 #                      clean build of a commit) instead of target/release
@@ -155,6 +171,9 @@ MANTLE_DIR=
 CASES_ONLY=
 UP_ARGS=
 CLUSTER=0
+GATE=0
+GATE_WAIT=120
+GATE_REDO=3
 
 usage() { sed -n '/^# Options:/,/^# Exit/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -171,6 +190,7 @@ while [[ $# -gt 0 ]]; do
 	--dma-latency) DMA=1 ;;
 	--no-profile) PROFILE=0 ;;
 	--max-wait) MAX_WAIT=$2; shift ;;
+	--gate) GATE=$2; shift ;;
 	--out) OUT=$2; shift ;;
 	--mantle-dir) MANTLE_DIR=$2; shift ;;
 	-h | --help) usage; exit 0 ;;
@@ -185,6 +205,7 @@ if [[ $QUICK == 1 ]]; then
 	MAX_WAIT=${MAX_WAIT:-0}
 fi
 MAX_WAIT=${MAX_WAIT:-600}
+[[ $GATE =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "run.sh: --gate $GATE: a percentage (e.g. 3)" >&2; exit 1; }
 
 die() { echo "run.sh: $*" >&2; exit 1; }
 log() { echo "[$(date +%T)] $*" >&2; }
@@ -507,10 +528,52 @@ RAW=$BIN/raw.tsv
 : >"$RAW"
 T_START=$(date +%s)
 
+# The host-speed gate (--gate): probe and compare with the condition's
+# fastest probe. GBEST: per condition, the fastest probe so far.
+declare -A GBEST=()
+G_REDONE=0 G_WAITED=0 G_UNGATED=0
+gate_probe() { taskset -c "$CPU" "$BIN/micro" getpid 200000 | awk '{ print $2 }'; }
+gate_ok() { # COND: probe now; 0 if within GATE% of the condition's fastest
+	local c=$1 p b
+	p=$(gate_probe)
+	b=${GBEST[$c]:-$p}
+	awk -v p="$p" -v b="$b" 'BEGIN { exit !(p < b) }' && b=$p
+	GBEST[$c]=$b
+	awk -v p="$p" -v b="$b" -v g="$GATE" 'BEGIN { exit !(p <= b * (1 + g / 100)) }'
+}
+gate_calibrate() { # COND: the condition's fastest of 8 probes, 1 s apart
+	local i
+	for i in 1 2 3 4 5 6 7 8; do gate_ok "$1" || true; sleep 1; done
+	log "gate: $1: fastest getpid probe ${GBEST[$1]} ns"
+}
+gate_wait() { # COND: wait for a fast probe (up to GATE_WAIT s); 1 if none came
+	local t0=$SECONDS
+	until gate_ok "$1"; do
+		if ((SECONDS - t0 >= GATE_WAIT)); then
+			G_UNGATED=$((G_UNGATED + 1))
+			return 1
+		fi
+		sleep 1
+	done
+	G_WAITED=$((G_WAITED + SECONDS - t0))
+}
+
 # run_one KIND CASE COND REP: one timed run, appends a row to $RAW.
 # Output goes to files, never to a pipe this shell reads: reading from a
 # tagged process's pipe would give the driver (and every later run) its tag.
 run_one() {
+	local tries=0
+	if [[ $GATE == 0 || $4 == 0 ]]; then run_once "$@"; return; fi
+	while :; do
+		gate_wait "$3" || { run_once "$@"; return; }
+		run_once "$@"
+		gate_ok "$3" && return
+		((++tries > GATE_REDO)) && { G_UNGATED=$((G_UNGATED + 1)); return; }
+		sed -i '$d' "$RAW" # the host slowed during the run: measure it again
+		G_REDONE=$((G_REDONE + 1))
+	done
+}
+run_once() {
 	local kind=$1 case=$2 cond=$3 rep=$4 h0 h1 val ops note=
 	local out=$BIN/out err=$BIN/err
 	h0=$(hops)
@@ -566,6 +629,9 @@ log "warm-up pass (untimed)"
 if [[ $DO_MICRO == 1 ]]; then for c in "${MICRO_CASES[@]}"; do run_one micro "$c" baseline 0; done; fi
 if [[ $DO_PROGS == 1 ]]; then for c in "${PROG_CASES[@]}"; do run_one program "$c" baseline 0; done; fi
 : >"$RAW"
+if [[ $GATE != 0 ]]; then
+	for cond in "${CONDS[@]}"; do goto "$cond"; gate_calibrate "$cond"; done
+fi
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 [[ $DO_MICRO == 1 ]] && run_suite micro "$REPS_MICRO" "${MICRO_CASES[@]}"
 T_MICRO=$(date +%s)
@@ -631,6 +697,7 @@ META=$(python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a i
 	"inputs=gzip ${MIB_GZ} MiB, xz ${KIB_XZ} KiB, sort ${MIB_SORT} MiB, sqlite 1M rows, tar /usr/include x${TAR_LOOPS}" \
 	"loadavg_start=$LOAD0" "loadavg_end=$LOAD1" "busy_before_start=${BUSY0}% of all CPUs before taking the lock, ${BUSY1}% after" \
 	"seconds_micro=$((T_MICRO - T_START))" "seconds_programs=$((T_END - T_MICRO))" \
+	"gate=$([[ $GATE == 0 ]] && echo off || echo "$GATE% over each condition's fastest getpid probe ($(for c in "${CONDS[@]}"; do printf '%s %s ns, ' "$c" "${GBEST[$c]:--}"; done | sed 's/, $//')); runs measured again: $G_REDONE; seconds waited for the fast state: $G_WAITED; runs taken ungated: $G_UNGATED")" \
 	"command=bash bench/tags/run.sh $ARGS")
 python3 "$HERE/report.py" "$RAW" "$PROF" "$META" "$OUT/tags-$STAMP"
 log "written $OUT/tags-$STAMP.txt and .json"
