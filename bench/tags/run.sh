@@ -140,7 +140,9 @@
 #                      are not the measured runs, so the gate selects on the
 #                      host's speed, never on a condition's result. The
 #                      report gives PCT, each condition's fastest probe, and
-#                      the runs redone, waited for and ungated. 0 (default):
+#                      the runs redone, waited for and ungated (each ungated
+#                      run is also logged; every probe goes to
+#                      tags-<date>.gate.tsv). 0 (default):
 #                      no gate. On the CI VMs, whose host changes the guest's
 #                      speed for tens of seconds at a time (getpid 163 <->
 #                      230+ ns), 3 keeps the slow state out of the medians
@@ -539,6 +541,7 @@ gate_ok() { # COND: probe now; 0 if within GATE% of the condition's fastest
 	b=${GBEST[$c]:-$p}
 	awk -v p="$p" -v b="$b" 'BEGIN { exit !(p < b) }' && b=$p
 	GBEST[$c]=$b
+	printf '%s\t%s\t%s\t%s\n' "$(date +%T)" "$c" "$p" "$b" >>"$BIN/gate.tsv"
 	awk -v p="$p" -v b="$b" -v g="$GATE" 'BEGIN { exit !(p <= b * (1 + g / 100)) }'
 }
 gate_calibrate() { # COND: the condition's fastest of 8 probes, 1 s apart
@@ -565,10 +568,18 @@ run_one() {
 	local tries=0
 	if [[ $GATE == 0 || $4 == 0 ]]; then run_once "$@"; return; fi
 	while :; do
-		gate_wait "$3" || { run_once "$@"; return; }
+		gate_wait "$3" || {
+			log "gate: no fast probe under $3 in ${GATE_WAIT} s: $2 rep $4 taken ungated"
+			run_once "$@"
+			return
+		}
 		run_once "$@"
 		gate_ok "$3" && return
-		((++tries > GATE_REDO)) && { G_UNGATED=$((G_UNGATED + 1)); return; }
+		if ((++tries > GATE_REDO)); then
+			log "gate: $2 rep $4 under $3 slowed $GATE_REDO times: kept ungated"
+			G_UNGATED=$((G_UNGATED + 1))
+			return
+		fi
 		sed -i '$d' "$RAW" # the host slowed during the run: measure it again
 		G_REDONE=$((G_REDONE + 1))
 	done
@@ -700,4 +711,5 @@ META=$(python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a i
 	"gate=$([[ $GATE == 0 ]] && echo off || echo "$GATE% over each condition's fastest getpid probe ($(for c in "${CONDS[@]}"; do printf '%s %s ns, ' "$c" "${GBEST[$c]:--}"; done | sed 's/, $//')); runs measured again: $G_REDONE; seconds waited for the fast state: $G_WAITED; runs taken ungated: $G_UNGATED")" \
 	"command=bash bench/tags/run.sh $ARGS")
 python3 "$HERE/report.py" "$RAW" "$PROF" "$META" "$OUT/tags-$STAMP"
+if [[ $GATE != 0 ]]; then cp "$BIN/gate.tsv" "$OUT/tags-$STAMP.gate.tsv"; fi # time, condition, probe, fastest
 log "written $OUT/tags-$STAMP.txt and .json"
