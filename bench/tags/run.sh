@@ -139,7 +139,7 @@
 #                      fails is measured again (up to 3 times). The probes
 #                      are not the measured runs, so the gate selects on the
 #                      host's speed, never on a condition's result. The
-#                      report gives PCT, each condition's fastest probe, and
+#                      report gives PCT, each condition's reference, and
 #                      the runs redone, waited for and ungated (each ungated
 #                      run is also logged; every probe goes to
 #                      tags-<date>.gate.tsv). 0 (default):
@@ -534,22 +534,24 @@ T_START=$(date +%s)
 # reference, the third fastest probe seen under it (GPROBES: its five
 # fastest). Not the fastest: a single probe can read ~7% under every other
 # (seen: floor 251 ns among 266-271), and a gate on it passes nothing.
-declare -A GPROBES=() GBEST=()
+declare -A GPROBES=()
 G_REDONE=0 G_WAITED=0 G_UNGATED=0
 gate_probe() { taskset -c "$CPU" "$BIN/micro" getpid 200000 | awk '{ print $2 }'; }
+gate_ref() { # COND: its reference probe (- before the first)
+	if [[ -n ${GPROBES[$1]:-} ]]; then printf '%s\n' ${GPROBES[$1]} | head -3 | tail -1; else echo -; fi
+}
 gate_ok() { # COND: probe now; 0 if within GATE% of the condition's reference
 	local c=$1 p b
 	p=$(gate_probe)
 	GPROBES[$c]=$(printf '%s\n' ${GPROBES[$c]:-} "$p" | sort -g | head -5 | tr '\n' ' ')
-	b=$(printf '%s\n' ${GPROBES[$c]} | head -3 | tail -1)
-	GBEST[$c]=$b
+	b=$(gate_ref "$c")
 	printf '%s\t%s\t%s\t%s\n' "$(date +%T)" "$c" "$p" "$b" >>"$BIN/gate.tsv"
 	awk -v p="$p" -v b="$b" -v g="$GATE" 'BEGIN { exit !(p <= b * (1 + g / 100)) }'
 }
-gate_calibrate() { # COND: the condition's fastest of 8 probes, 1 s apart
+gate_calibrate() { # COND: 8 probes, 1 s apart, for its first reference
 	local i
 	for i in 1 2 3 4 5 6 7 8; do gate_ok "$1" || true; sleep 1; done
-	log "gate: $1: reference getpid probe ${GBEST[$1]} ns (third fastest of 8)"
+	log "gate: $1: reference getpid probe $(gate_ref "$1") ns (third fastest of 8)"
 }
 gate_wait() { # COND: wait for a fast probe (up to GATE_WAIT s); 1 if none came
 	local t0=$SECONDS
@@ -578,7 +580,7 @@ run_one() {
 		run_once "$@"
 		gate_ok "$3" && return
 		if ((++tries > GATE_REDO)); then
-			log "gate: $2 rep $4 under $3 slowed $GATE_REDO times: kept ungated"
+			log "gate: $2 rep $4 under $3: the host slowed during each of its $tries runs: the last kept, ungated"
 			G_UNGATED=$((G_UNGATED + 1))
 			return
 		fi
@@ -710,8 +712,8 @@ META=$(python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a i
 	"inputs=gzip ${MIB_GZ} MiB, xz ${KIB_XZ} KiB, sort ${MIB_SORT} MiB, sqlite 1M rows, tar /usr/include x${TAR_LOOPS}" \
 	"loadavg_start=$LOAD0" "loadavg_end=$LOAD1" "busy_before_start=${BUSY0}% of all CPUs before taking the lock, ${BUSY1}% after" \
 	"seconds_micro=$((T_MICRO - T_START))" "seconds_programs=$((T_END - T_MICRO))" \
-	"gate=$([[ $GATE == 0 ]] && echo off || echo "$GATE% over each condition's third fastest getpid probe ($(for c in "${CONDS[@]}"; do printf '%s %s ns, ' "$c" "${GBEST[$c]:--}"; done | sed 's/, $//')); runs measured again: $G_REDONE; seconds waited for the fast state: $G_WAITED; runs taken ungated: $G_UNGATED")" \
+	"gate=$([[ $GATE == 0 ]] && echo off || echo "$GATE% over each condition's third fastest getpid probe ($(for c in "${CONDS[@]}"; do printf '%s %s ns, ' "$c" "$(gate_ref "$c")"; done | sed 's/, $//')); runs measured again: $G_REDONE; seconds waited for the fast state: $G_WAITED; runs taken ungated: $G_UNGATED")" \
 	"command=bash bench/tags/run.sh $ARGS")
 python3 "$HERE/report.py" "$RAW" "$PROF" "$META" "$OUT/tags-$STAMP"
-if [[ $GATE != 0 ]]; then cp "$BIN/gate.tsv" "$OUT/tags-$STAMP.gate.tsv"; fi # time, condition, probe, fastest
+if [[ $GATE != 0 ]]; then cp "$BIN/gate.tsv" "$OUT/tags-$STAMP.gate.tsv"; fi # time, condition, probe, reference
 log "written $OUT/tags-$STAMP.txt and .json"
