@@ -190,7 +190,8 @@ def main():
     p("program inputs: %s" % meta.get("inputs"))
     p("load average at start %s, at end %s; CPUs busy with others' work before the start: %s;"
       % (meta.get("loadavg_start"), meta.get("loadavg_end"), meta.get("busy_before_start")))
-    p("wall time micro %ss, programs %ss" % (meta.get("seconds_micro"), meta.get("seconds_programs")))
+    p("wall time micro %ss, programs %ss, the gate's second look %ss"
+      % (meta.get("seconds_micro"), meta.get("seconds_programs"), meta.get("seconds_second_look", 0)))
     if meta.get("gate"):
         p("host-speed gate (--gate): %s" % meta["gate"])
     p("statistics: median, MAD and min..max over repetitions; ratio = median / median(baseline);")

@@ -700,6 +700,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 [[ $DO_MICRO == 1 ]] && run_suite micro "$REPS_MICRO" "${MICRO_CASES[@]}"
 T_MICRO=$(date +%s)
 [[ $DO_PROGS == 1 ]] && run_suite program "$REPS_PROGS" "${PROG_CASES[@]}"
+T_PROGS=$(date +%s)
 if [[ $GATE != 0 ]]; then
 	cp "$GATED" "$BIN/gated.first"
 	: >"$GATED"
@@ -765,7 +766,7 @@ META=$(python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a i
 	"iters=$(for c in "${MICRO_CASES[@]}"; do printf '%s:%s ' "$c" "${ITERS[$c]}"; done)" \
 	"inputs=gzip ${MIB_GZ} MiB, xz ${KIB_XZ} KiB, sort ${MIB_SORT} MiB, sqlite 1M rows, tar /usr/include x${TAR_LOOPS}" \
 	"loadavg_start=$LOAD0" "loadavg_end=$LOAD1" "busy_before_start=${BUSY0}% of all CPUs before taking the lock, ${BUSY1}% after" \
-	"seconds_micro=$((T_MICRO - T_START))" "seconds_programs=$((T_END - T_MICRO))" \
+	"seconds_micro=$((T_MICRO - T_START))" "seconds_programs=$((T_PROGS - T_MICRO))" "seconds_second_look=$((T_END - T_PROGS))" \
 	"gate=$([[ $GATE == 0 ]] && echo off || echo "$GATE% over each condition's third fastest getpid probe ($(for c in "${CONDS[@]}"; do printf '%s %s ns, ' "$c" "$(gate_ref "$c")"; done | sed 's/, $//')); runs measured again: $G_REDONE; seconds waited for the fast state: $G_WAITED; runs taken ungated: $G_UNGATED; runs measured again after the references settled: $G_REGATED, kept outside them: $G_KEPT")" \
 	"command=bash bench/tags/run.sh $ARGS")
 python3 "$HERE/report.py" "$RAW" "$PROF" "$META" "$OUT/tags-$STAMP"
