@@ -647,7 +647,8 @@ run_once() {
 # is measured again, in place (its row is replaced), once; if
 # the new run cannot pass the gate either, the first is kept, and so are
 # the condition's other runs (the host has not come back to its reference).
-regate() { # FILE: the gated runs of the suites (GATED's rows)
+regate() { # FILE: the gated runs of the suites (GATED; sort reads it whole
+	# before the loop starts, so the rows its runs add are not read again)
 	local n kind case cond rep probe cur="" new ungated stuck=""
 	while IFS=$'\t' read -r -u 3 n kind case cond rep probe; do
 		gate_fast "$probe" "$(gate_ref "$cond")" && continue
@@ -701,11 +702,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 T_MICRO=$(date +%s)
 [[ $DO_PROGS == 1 ]] && run_suite program "$REPS_PROGS" "${PROG_CASES[@]}"
 T_PROGS=$(date +%s)
-if [[ $GATE != 0 ]]; then
-	cp "$GATED" "$BIN/gated.first"
-	: >"$GATED"
-	regate "$BIN/gated.first"
-fi
+[[ $GATE != 0 ]] && regate "$GATED"
 T_END=$(date +%s)
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
