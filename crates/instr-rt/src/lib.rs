@@ -60,7 +60,12 @@
 //! rewritten return address it could not restore; a trampoline run after
 //! its thread's stack was freed (a late destructor) allocates a new one. A trampoline whose
 //! frame is missing at exit (a corrupted stack) aborts with a message
-//! rather than return anywhere. Limits: the return address rewrite
+//! rather than return anywhere. An entry of the trampolines' stack is
+//! claimed (sp = MAX) before the stack's length counts it, and left
+//! claimed when popped, so a signal handler running instrumented code at
+//! any instruction, or at two in a row, sees every entry of the code it
+//! interrupted as live (the push in [`__mantle_instr_tramp_enter`] says
+//! why both halves are needed). Limits: the return address rewrite
 //! defeats the CPU's return predictor (the paper's own finding, §5.5);
 //! C++ exceptions cannot unwind through a slot or a trampoline (the
 //! planner refuses those functions in objects that use them); a CET
@@ -595,9 +600,11 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         "cmp [rsi + 16], rax",
         "je 4f",
         // Dead: skipped by longjmp. Its leave, if a hook runs (the
-        // tracer's frames are Rust's, closed there).
+        // tracer's frames are Rust's, closed there). Popped leaving its
+        // claim behind (see the push).
         "3:",
         "mov rdi, [rsi + 24]",
+        "mov qword ptr [rsi], -1",
         "dec qword ptr [rcx]",
         call_hook!("fast_leave", "user_leave"),
         "mov rax, [rsp + 48]",
@@ -605,6 +612,15 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         // Push. A signal handler running instrumented code may come at
         // any point: the entry is claimed with sp = MAX (a live frame to
         // anyone above) before the length grows, and completed after.
+        // A handler that comes between the claim and the count pushes
+        // its own frames into this very entry; every pop therefore
+        // leaves sp = MAX behind, so the claim is still there when the
+        // handler returns. Without that, a second handler one
+        // instruction later (the kernel delivers a signal that fell due
+        // during the first handler as soon as it returns) found the
+        // first one's stale sp, took this entry for a dead frame and
+        // popped it: "trampoline frame lost" in CI's signals fixture
+        // (tests/c/sigstep.c now runs a handler at every instruction).
         "4:",
         "mov rsi, [rcx]",
         "cmp rsi, {n}",
@@ -672,15 +688,18 @@ pub unsafe extern "C" fn __mantle_instr_tramp_leave() {
         "je 4f",
         "ja 9f",
         "mov rdi, [rsi + 24]",
+        "mov qword ptr [rsi], -1",
         "dec qword ptr [rcx]",
         call_hook!("fast_leave", "user_leave"),
         "jmp 2b",
         // Read the entry before the length shrinks (a signal handler
-        // may reuse the slot right after).
+        // may reuse the slot right after), and leave the claim behind
+        // (see __mantle_instr_tramp_enter's push).
         "4:",
         "mov rax, [rsi + 8]",
         "mov [rdx], rax",
         "mov rdi, [rsi + 24]",
+        "mov qword ptr [rsi], -1",
         "dec qword ptr [rcx]",
         hook_and_return!("fast_leave", "user_leave"),
         fast_leave = sym FAST_LEAVE,

@@ -186,7 +186,7 @@ fn check_exact(name: &str, flags: &[&str]) {
 /// counts, which then vary by run), every entry counted as the rewritten
 /// program counted it, and every function but `main` (still running when
 /// the counts are written) left as often as entered.
-fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) {
+fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) -> BTreeMap<String, u64> {
     let data = std::fs::read(&b.obj).unwrap();
     let (bytes, report) =
         mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
@@ -255,6 +255,7 @@ fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) {
         own.len(),
         "{name}: every counted function instrumented"
     );
+    own
 }
 
 /// How many instrumented functions got the exit `kind`.
@@ -381,6 +382,27 @@ fn signals() {
     link(&b, &[&b.obj], "orig", None);
     check_hooks("signals.c", &b, true, false);
     check_hooks("signals.c", &b, false, false);
+}
+
+/// A handler running instrumented code at every instruction of the
+/// trampolines' paths (the trap flag steps them: tests/c/sigstep.c), so
+/// also at every two consecutive instructions, the pair the timer fixture
+/// above meets only by chance. The rewritten program must take more steps
+/// than the original (its trampolines add instructions), or the stepping
+/// did not happen and the test proved nothing.
+#[test]
+fn signal_at_every_instruction() {
+    let b = compile("sigstep.c", "cc", C_FLAGS);
+    let orig = link(&b, &[&b.obj], "orig", None);
+    let plain = own_counts(&run(&orig, &[]).stdout)["on_trap"];
+    assert!(plain > 100, "sigstep.c stepped only {plain} instructions");
+    for fast in [true, false] {
+        let steps = check_hooks("sigstep.c", &b, fast, false)["on_trap"];
+        assert!(
+            steps > plain,
+            "sigstep.c (fast hooks {fast}): {steps} steps, the original {plain}"
+        );
+    }
 }
 
 #[test]
