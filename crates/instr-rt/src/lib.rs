@@ -667,8 +667,9 @@ unsafe extern "C" fn enter_t_slow() {
 
 /// The exit of a call-through trampoline: [rsp + 8] is the stack word
 /// where the function's return address was; the caller's (X) is written
-/// back there for the trampoline's `ret`. Pops frames above (skipped by
-/// longjmp); a frame that is not there means the stack was corrupted:
+/// back there for the trampoline's `ret`. Pops the entries above its own
+/// (frames skipped by longjmp, claims left by a signal handler that
+/// jumped out); a frame that is not there means the stack was corrupted:
 /// abort rather than return anywhere.
 #[unsafe(naked)]
 #[no_mangle]
@@ -686,7 +687,18 @@ pub unsafe extern "C" fn __mantle_instr_tramp_leave() {
         "lea rsi, [rcx + rsi - 16]",
         "cmp [rsi], rdx",
         "je 4f",
-        "ja 9f",
+        "jb 3f",
+        // Above this frame and not a stack address: a claim whose push
+        // never completed, left by a signal handler that jumped out
+        // (siglongjmp) of the code it interrupted. Its enter hook never
+        // ran: dropped without a leave. Anything else above is a
+        // corrupted stack.
+        "cmp qword ptr [rsi], -1",
+        "jne 9f",
+        "dec qword ptr [rcx]",
+        "jmp 2b",
+        // Below this frame: skipped by longjmp, closed with its leave.
+        "3:",
         "mov rdi, [rsi + 24]",
         "mov qword ptr [rsi], -1",
         "dec qword ptr [rcx]",
@@ -981,9 +993,18 @@ extern "C" fn leave_c(ret: usize) -> usize {
 }
 
 /// A return address cannot be restored: nothing sane is left to do.
+/// Every signal is blocked first: a handler running instrumented code
+/// would find the same broken stack and call abort(3) again from inside
+/// the first abort, which waits forever on glibc's abort lock (seen with
+/// tests/c/sigjump.c on the runtime of a3350a7, before the claim rules:
+/// a hang, not an abort). A synchronous signal (a trap) still ends the process.
 fn lost(msg: &[u8]) -> ! {
-    // SAFETY: write(2) of a caller's buffer, then abort.
+    // SAFETY: a sigset_t filled by sigfillset and given to
+    // pthread_sigmask; write(2) of a caller's buffer; abort.
     unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
         libc::write(2, msg.as_ptr().cast(), msg.len());
         libc::abort()
     }

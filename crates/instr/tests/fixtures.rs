@@ -181,17 +181,9 @@ fn check_exact(name: &str, flags: &[&str]) {
     check_hooks(name, &b, false, true);
 }
 
-/// Trampolines with user hooks, fast or ordinary (the assembly path, no
-/// Rust frames): same output (or, if not `exact`, the same lines but the
-/// counts, which then vary by run), every entry counted as the rewritten
-/// program counted it, and every function but `main` (still running when
-/// the counts are written) left as often as entered.
-fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) -> BTreeMap<String, u64> {
-    let data = std::fs::read(&b.obj).unwrap();
-    let (bytes, report) =
-        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
-    let new_obj = b.dir.join("tramp.o");
-    std::fs::write(&new_obj, bytes).unwrap();
+/// fast_hooks.c compiled as fast hooks or as ordinary ones, in `b`'s
+/// directory.
+fn hooks_object(b: &Built, fast: bool) -> PathBuf {
     let tag = if fast { "fast" } else { "ordinary" };
     let hooks = b.dir.join(format!("{tag}_hooks.o"));
     let inc = workspace().join("crates/instr-rt/include");
@@ -209,6 +201,22 @@ fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) -> BTreeMap<Strin
             .arg("-o")
             .arg(&hooks),
     );
+    hooks
+}
+
+/// Trampolines with user hooks, fast or ordinary (the assembly path, no
+/// Rust frames): same output (or, if not `exact`, the same lines but the
+/// counts, which then vary by run), every entry counted as the rewritten
+/// program counted it, and every function but `main` (still running when
+/// the counts are written) left as often as entered.
+fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) -> BTreeMap<String, u64> {
+    let data = std::fs::read(&b.obj).unwrap();
+    let (bytes, report) =
+        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
+    let new_obj = b.dir.join("tramp.o");
+    std::fs::write(&new_obj, bytes).unwrap();
+    let tag = if fast { "fast" } else { "ordinary" };
+    let hooks = hooks_object(b, fast);
     let exe = b.dir.join(tag);
     let mut c = Command::new(b.cc);
     c.arg(&new_obj).arg(&hooks).arg("-o").arg(&exe);
@@ -401,6 +409,50 @@ fn signal_at_every_instruction() {
         assert!(
             steps > plain,
             "sigstep.c (fast hooks {fast}): {steps} steps, the original {plain}"
+        );
+    }
+}
+
+/// Handlers that leave by siglongjmp from every instruction of a call's
+/// trampolines and hooks (tests/c/sigjump.c): the program gets past what
+/// each jump abandoned (a push claimed but not counted among others) and
+/// prints what the original prints. Hook counts are not compared: a jump
+/// between an entry hook and the body, or out of a hook, leaves them
+/// unpaired by design. The rewritten call must take more steps than the
+/// original (so every one of its instructions was a jump's point).
+#[test]
+fn siglongjmp_out_of_handlers_at_every_instruction() {
+    let b = compile("sigjump.c", "cc", C_FLAGS);
+    let orig = run(&link(&b, &[&b.obj], "orig", None), &[]);
+    let steps = |r: &Run| -> u64 {
+        r.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("steps "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let result = |r: &Run| -> (Vec<String>, Option<i32>) {
+        let lines = r.stdout.lines().filter(|l| l.starts_with("result "));
+        (lines.map(String::from).collect(), r.code)
+    };
+    assert!(steps(&orig) > 10, "sigjump.c: {:?}", orig.stdout);
+    let data = std::fs::read(&b.obj).unwrap();
+    let (bytes, _) =
+        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
+    let new_obj = b.dir.join("tramp.o");
+    std::fs::write(&new_obj, bytes).unwrap();
+    for fast in [true, false] {
+        let hooks = hooks_object(&b, fast);
+        let tag = if fast { "fast" } else { "ordinary" };
+        let exe = link(&b, &[&new_obj, &hooks], tag, Some(&runtime()));
+        let out = b.dir.join(format!("{tag}.txt"));
+        let n = run(&exe, &[("MANTLE_TEST_FAST_OUT", &out)]);
+        assert_eq!(result(&orig), result(&n), "sigjump.c {tag} hooks");
+        assert!(
+            steps(&n) > steps(&orig),
+            "sigjump.c {tag} hooks: {} steps, the original {}",
+            steps(&n),
+            steps(&orig)
         );
     }
 }
