@@ -8,38 +8,24 @@
  * get past what was left. The result line does not depend on the steps;
  * "steps" (the call's length in instructions) varies by build. */
 #include <setjmp.h>
-#include <signal.h>
-#include <string.h>
-#include <stdio.h>
-volatile long sink;
+#include "calls.h"
+#include "trap.h"
 static sigjmp_buf env;
 static volatile long target, steps;
-__attribute__((noinline)) long leaf(long x) {
-  sink = x;
-  return x * 3 + 1;
-}
-__attribute__((noinline)) long mid(long x) { return leaf(x) + leaf(x + 1); }
 __attribute__((noinline)) void on_trap(int sig) {
   sink += mid(sig);
   if (++steps == target) siglongjmp(env, 1);
 }
-/* The trap flag (EFLAGS bit 8), as in sigstep.c. A jump out of the
- * handler leaves it clear (the kernel cleared it for the handler). */
-#define STEP(op) \
-  __asm__ volatile("pushfq\n" op " (%%rsp)\n popfq" ::: "memory", "cc")
 int main(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_trap;
-  sigaction(SIGTRAP, &sa, 0);
+  on_each_step(on_trap);
   long k;
   for (k = 1; k <= 100000; k++) {
     target = k;
     steps = 0;
     if (sigsetjmp(env, 1) == 0) {
-      STEP("orq $0x100,");
+      STEP_ON();
       sink += mid(k);
-      STEP("andq $~0x100,");
+      STEP_OFF();
       break;
     }
     sink += mid(k);

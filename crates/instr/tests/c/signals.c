@@ -6,20 +6,8 @@
 #include <signal.h>
 #include <string.h>
 #include <time.h>
-#include "count.h"
-COUNTER(leaf);
-COUNTER(mid);
+#include "calls.h"
 COUNTER(on_signal);
-volatile long sink;
-__attribute__((noinline)) long leaf(long x) {
-  CNT(leaf);
-  sink = x;
-  return x * 3 + 1;
-}
-__attribute__((noinline)) long mid(long x) {
-  CNT(mid);
-  return leaf(x) + leaf(x + 1);
-}
 __attribute__((noinline)) void on_signal(int sig) {
   CNT(on_signal);
   sink += mid(sig);

@@ -9,24 +9,11 @@
  * line does not depend on the steps; the counts do, and the hooks must
  * match them. */
 #include <setjmp.h>
-#include <signal.h>
-#include <string.h>
-#include "count.h"
-COUNTER(leaf);
-COUNTER(mid);
+#include "calls.h"
+#include "trap.h"
 COUNTER(deep);
 COUNTER(on_trap);
-volatile long sink;
 static jmp_buf env;
-__attribute__((noinline)) long leaf(long x) {
-  CNT(leaf);
-  sink = x;
-  return x * 3 + 1;
-}
-__attribute__((noinline)) long mid(long x) {
-  CNT(mid);
-  return leaf(x) + leaf(x + 1);
-}
 __attribute__((noinline)) void deep(int n) {
   CNT(deep);
   if (n == 0) longjmp(env, 1);
@@ -37,23 +24,15 @@ __attribute__((noinline)) void on_trap(int sig) {
   CNT(on_trap);
   sink += mid(sig);
 }
-/* The trap flag (EFLAGS bit 8): a SIGTRAP after each instruction. The
- * kernel clears it for the handler and sigreturn restores it, so only
- * main's path is stepped. */
-#define STEP(op) \
-  __asm__ volatile("pushfq\n" op " (%%rsp)\n popfq" ::: "memory", "cc")
 int main(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_trap;
-  sigaction(SIGTRAP, &sa, 0);
+  on_each_step(on_trap);
   volatile long s = 0;
-  STEP("orq $0x100,");
+  STEP_ON();
   for (int i = 0; i < 6; i++) {
     s += mid(i);
     if (setjmp(env) == 0) deep(i % 3);
   }
-  STEP("andq $~0x100,");
+  STEP_OFF();
   printf("result %ld\n", (long)s);
   REPORT(leaf);
   REPORT(mid);
