@@ -207,7 +207,7 @@ pub extern "C" fn mantle_instr_set_fast_hooks(enter: Option<Hook>, leave: Option
 /// site's (pointing at the site's 2-byte `jmp` over the 32-bit id) and
 /// the function's.
 ///
-/// Every caller-saved register is kept ([`saving_all`]): [rbp + 8] is the
+/// Every caller-saved register is kept (`saving_all!`): [rbp + 8] is the
 /// stub's return address, [rbp + 16] the site's, [rbp + 24] the
 /// function's.
 #[unsafe(naked)]
@@ -576,7 +576,7 @@ hook_keeping!(hook_keeping_exit, "- 21");
 /// caller: X is not their R2), and calls a fast enter hook directly with
 /// five scratch registers saved (such a hook saves what it uses itself:
 /// `mantle_instr_set_fast_hooks`), or an ordinary hook through
-/// [`hook_keeping_entry`]. With neither it continues in [`enter_t_slow`]
+/// `hook_keeping_entry`. With neither it continues in `enter_t_slow`
 /// (every register saved, Rust frames for the tracer).
 #[unsafe(naked)]
 #[no_mangle]
