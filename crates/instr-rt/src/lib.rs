@@ -571,9 +571,11 @@ hook_keeping!(hook_keeping_exit, "- 21");
 /// caller's own `call` pairs with the trampoline's final `ret`), and the
 /// function's stack arguments are where they were (no shift by 8).
 ///
-/// Fast path, in assembly: pushes `{E, X, R2, id}` on `__mantle_instr_xs` (after
-/// popping frames below E, skipped by longjmp, or at E but not the tail
-/// caller: X is not their R2), and calls a fast enter hook directly with
+/// Fast path, in assembly: pushes `{E, X, R2, id}` on
+/// `__mantle_instr_xs` (after popping frames below E, skipped by longjmp,
+/// or at E but not the tail caller: X is not their R2; never a frame of
+/// the code that a handler on an alternate signal stack interrupted,
+/// `on_other_stack`), and calls a fast enter hook directly with
 /// five scratch registers saved (such a hook saves what it uses itself:
 /// `mantle_instr_set_fast_hooks`), or an ordinary hook through
 /// `hook_keeping_entry`. With neither it continues in `enter_t_slow`
@@ -599,10 +601,20 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         "jb 3f",
         "cmp [rsi + 16], rax",
         "je 4f",
-        // Dead: skipped by longjmp. Its leave, if a hook runs (the
-        // tracer's frames are Rust's, closed there). Popped leaving its
-        // claim behind (see the push).
+        // Dead: skipped by longjmp, unless this is a signal handler on
+        // an alternate stack and the entry is the interrupted code's, on
+        // another stack, whatever the addresses say (one sigaltstack(2)
+        // call, on this path only).
         "3:",
+        "push rdx",
+        "push qword ptr [rsi]",
+        "call {other}",
+        "pop rdi",
+        "pop rdx",
+        "test rdi, rdi",
+        "jnz 4f",
+        // Its leave, if a hook runs (the tracer's frames are Rust's,
+        // closed there). Popped leaving its claim behind (see the push).
         "mov rdi, [rsi + 24]",
         "mov qword ptr [rsi], -1",
         "dec qword ptr [rcx]",
@@ -647,6 +659,42 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         slow = sym enter_t_slow,
         fail = sym too_deep,
         xs_alloc = sym xs_alloc_saving,
+        other = sym on_other_stack_saving,
+    )
+}
+
+/// Whether a trampoline entry at stack address `sp`, which looks dead to
+/// a frame at `e` (below it, as if skipped by longjmp), is in fact on
+/// another stack: `e` on the thread's alternate signal stack and `sp` off
+/// it, the code a handler interrupted. Addresses on two stacks say
+/// nothing about which frame is older: an alternate stack mapped above
+/// the thread's stack made a handler pop the live frames it interrupted
+/// (tests/c/sigalt.c). 1 if so, else 0.
+extern "C" fn on_other_stack(sp: usize, e: usize) -> usize {
+    // SAFETY: sigaltstack(2) with no new stack only writes the current
+    // one into `ss`, a zeroed stack_t (plain integers and a pointer).
+    let mut ss: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::sigaltstack(std::ptr::null(), &mut ss) };
+    if rc != 0 || ss.ss_flags & libc::SS_ONSTACK == 0 {
+        return 0;
+    }
+    let lo = ss.ss_sp as usize;
+    let on = |a: usize| a >= lo && a - lo < ss.ss_size;
+    usize::from(on(e) && !on(sp))
+}
+
+/// Calls [`on_other_stack`] keeping every register: the entry's sp at
+/// [rsp + 8] and the frame's at [rsp + 16] when called; the answer
+/// replaces the first.
+#[unsafe(naked)]
+unsafe extern "C" fn on_other_stack_saving() {
+    saving_all!(
+        "mov rdi, [rbp + 16]",
+        "mov rsi, [rbp + 24]",
+        "call {f}",
+        "mov [rbp + 16], rax";
+        f = sym on_other_stack
     )
 }
 

@@ -395,20 +395,34 @@ fn signals() {
 /// A handler running instrumented code at every instruction of the
 /// trampolines' paths (the trap flag steps them: tests/c/sigstep.c), so
 /// also at every two consecutive instructions, the pair the timer fixture
-/// above meets only by chance. The rewritten program must take more steps
-/// than the original (its trampolines add instructions), or the stepping
-/// did not happen and the test proved nothing.
+/// above meets only by chance.
 #[test]
 fn signal_at_every_instruction() {
-    let b = compile("sigstep.c", "cc", C_FLAGS);
-    let orig = link(&b, &[&b.obj], "orig", None);
-    let plain = own_counts(&run(&orig, &[]).stdout)["on_trap"];
-    assert!(plain > 100, "sigstep.c stepped only {plain} instructions");
+    check_stepped("sigstep.c");
+}
+
+/// The same with the handler on an alternate signal stack, one below
+/// main's stack and one above it (tests/c/sigalt.c).
+#[test]
+fn signal_on_alternate_stacks_at_every_instruction() {
+    check_stepped("sigalt.c");
+}
+
+/// A fixture whose SIGTRAP handler runs at each step: output and hook
+/// counts as [`check_hooks`] wants them, and the rewritten program must
+/// take more steps than the original (its trampolines add instructions),
+/// or the stepping did not happen and the test proved nothing.
+fn check_stepped(name: &str) {
+    let b = compile(name, "cc", C_FLAGS);
+    let orig = run(&link(&b, &[&b.obj], "orig", None), &[]);
+    assert_eq!(orig.code, Some(0), "{name}: {:?}", orig.stdout);
+    let plain = own_counts(&orig.stdout)["on_trap"];
+    assert!(plain > 100, "{name} stepped only {plain} instructions");
     for fast in [true, false] {
-        let steps = check_hooks("sigstep.c", &b, fast, false)["on_trap"];
+        let steps = check_hooks(name, &b, fast, false)["on_trap"];
         assert!(
             steps > plain,
-            "sigstep.c (fast hooks {fast}): {steps} steps, the original {plain}"
+            "{name} (fast hooks {fast}): {steps} steps, the original {plain}"
         );
     }
 }

@@ -17,7 +17,7 @@ __attribute__((noinline)) void on_trap(int sig) {
   if (++steps == target) siglongjmp(env, 1);
 }
 int main(void) {
-  on_each_step(on_trap);
+  on_each_step(on_trap, 0);
   long k;
   for (k = 1; k <= 100000; k++) {
     target = k;

@@ -25,7 +25,7 @@ __attribute__((noinline)) void on_trap(int sig) {
   sink += mid(sig);
 }
 int main(void) {
-  on_each_step(on_trap);
+  on_each_step(on_trap, 0);
   volatile long s = 0;
   STEP_ON();
   for (int i = 0; i < 6; i++) {

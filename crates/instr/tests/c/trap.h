@@ -9,9 +9,10 @@
   __asm__ volatile("pushfq\n orq $0x100, (%%rsp)\n popfq" ::: "memory", "cc")
 #define STEP_OFF() \
   __asm__ volatile("pushfq\n andq $~0x100, (%%rsp)\n popfq" ::: "memory", "cc")
-static void on_each_step(void (*handler)(int)) {
+static void on_each_step(void (*handler)(int), int flags) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = handler;
+  sa.sa_flags = flags;
   sigaction(SIGTRAP, &sa, 0);
 }
