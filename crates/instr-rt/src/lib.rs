@@ -387,6 +387,30 @@ macro_rules! call_hook {
     };
 }
 
+/// Closes the top entry of the trampolines' stack (rcx), at rsi, found
+/// dead (skipped by longjmp), with its leave hook; then (or at once, if
+/// it is gone) continues at label 2. A signal handler running
+/// instrumented code may have closed it, and more, since the caller
+/// looked: the entry is claimed first (sp = MAX: no handler closes a
+/// claim) and closed only if it is still the top, else the caller looks
+/// again. Without that, both closed it and the second `dec` took a live
+/// frame (tests/c/sigpop.c). Uses rdi and rax (the hook's).
+macro_rules! close_dead {
+    () => {
+        concat!(
+            "mov qword ptr [rsi], -1\n",
+            "mov rdi, [rcx]\n",
+            "shl rdi, 5\n",
+            "lea rdi, [rcx + rdi - 16]\n",
+            "cmp rdi, rsi\n",
+            "jne 2b\n",
+            "mov rdi, [rsi + 24]\n",
+            "dec qword ptr [rcx]\n",
+            call_hook!("fast_leave", "user_leave"),
+        )
+    };
+}
+
 /// The end of the trampolines' entry and exit: the hook (fast or ordinary)
 /// with the id in rdi and return; no hook: continue in `{slow}` (the
 /// tracer's Rust frames); label 9: `{fail}` (which does not return).
@@ -613,12 +637,7 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         "pop rdx",
         "test rdi, rdi",
         "jnz 4f",
-        // Its leave, if a hook runs (the tracer's frames are Rust's,
-        // closed there). Popped leaving its claim behind (see the push).
-        "mov rdi, [rsi + 24]",
-        "mov qword ptr [rsi], -1",
-        "dec qword ptr [rcx]",
-        call_hook!("fast_leave", "user_leave"),
+        close_dead!(),
         "mov rax, [rsp + 48]",
         "jmp 2b",
         // Push. A signal handler running instrumented code may come at
@@ -747,10 +766,7 @@ pub unsafe extern "C" fn __mantle_instr_tramp_leave() {
         "jmp 2b",
         // Below this frame: skipped by longjmp, closed with its leave.
         "3:",
-        "mov rdi, [rsi + 24]",
-        "mov qword ptr [rsi], -1",
-        "dec qword ptr [rcx]",
-        call_hook!("fast_leave", "user_leave"),
+        close_dead!(),
         "jmp 2b",
         // Read the entry before the length shrinks (a signal handler
         // may reuse the slot right after), and leave the claim behind

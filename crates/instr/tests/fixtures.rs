@@ -210,9 +210,20 @@ fn hooks_object(b: &Built, fast: bool) -> PathBuf {
 /// program counted it, and every function but `main` (still running when
 /// the counts are written) left as often as entered.
 fn check_hooks(name: &str, b: &Built, fast: bool, exact: bool) -> BTreeMap<String, u64> {
+    check_hooks_of(name, b, fast, exact, &Selection::all())
+}
+
+/// [`check_hooks`] with the functions `sel` chooses instrumented.
+fn check_hooks_of(
+    name: &str,
+    b: &Built,
+    fast: bool,
+    exact: bool,
+    sel: &Selection,
+) -> BTreeMap<String, u64> {
     let data = std::fs::read(&b.obj).unwrap();
     let (bytes, report) =
-        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
+        mantle_instr::rewrite_file(&data, "orig.o", sel, 0, ExitMode::Auto).unwrap();
     let new_obj = b.dir.join("tramp.o");
     std::fs::write(&new_obj, bytes).unwrap();
     let tag = if fast { "fast" } else { "ordinary" };
@@ -406,6 +417,25 @@ fn signal_at_every_instruction() {
 #[test]
 fn signal_on_alternate_stacks_at_every_instruction() {
     check_stepped("sigalt.c");
+}
+
+/// A handler closing frames skipped by longjmp while the code it
+/// interrupted closes them too, at every instruction of that closing
+/// (tests/c/sigpop.c, its handler left uninstrumented): each frame is
+/// closed once, with its own leave, and the handler called mid() at all
+/// 400 steps it aimed at.
+#[test]
+fn handler_closing_skipped_frames_at_every_instruction() {
+    let b = compile("sigpop.c", "cc", C_FLAGS);
+    link(&b, &[&b.obj], "orig", None);
+    let mut sel = Selection::default();
+    for f in ["main", "mid", "leaf", "padded", "jump"] {
+        sel.add_exact(f);
+    }
+    for fast in [true, false] {
+        let own = check_hooks_of("sigpop.c", &b, fast, false, &sel);
+        assert_eq!(own["mid"], 800, "sigpop.c (fast hooks {fast}): {own:?}");
+    }
 }
 
 /// A fixture whose SIGTRAP handler runs at each step: output and hook
