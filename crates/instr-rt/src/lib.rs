@@ -65,7 +65,10 @@
 //! claimed when popped, so a signal handler running instrumented code at
 //! any instruction, or at two in a row, sees every entry of the code it
 //! interrupted as live (the push in [`__mantle_instr_tramp_enter`] says
-//! why both halves are needed). Limits: the return address rewrite
+//! why both halves are needed). The runtime makes its few system calls
+//! (write, abort, sigaltstack, the signal mask) through libc itself
+//! rather than through mantle-sys: it is linked into the guest program,
+//! which should not carry mantle's syscall layer. Limits: the return address rewrite
 //! defeats the CPU's return predictor (the paper's own finding, §5.5);
 //! C++ exceptions cannot unwind through a slot or a trampoline (the
 //! planner refuses those functions in objects that use them); a CET
@@ -647,8 +650,8 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         // its own frames into this very entry; every pop therefore
         // leaves sp = MAX behind, so the claim is still there when the
         // handler returns. Without that, a second handler one
-        // instruction later (the kernel delivers a signal that fell due
-        // during the first handler as soon as it returns) found the
+        // instruction later (a timer signal that fell due during the
+        // first handler can land there: a core dump showed it) found the
         // first one's stale sp, took this entry for a dead frame and
         // popped it: "trampoline frame lost" in CI's signals fixture
         // (tests/c/sigstep.c now runs a handler at every instruction).

@@ -204,6 +204,20 @@ fn hooks_object(b: &Built, fast: bool) -> PathBuf {
     hooks
 }
 
+/// `b` rewritten with trampolines for the functions `sel` chooses and
+/// linked with fast_hooks.c (fast or ordinary) and the runtime: the
+/// program ("fast" or "ordinary" in `b`'s directory) and the report.
+fn with_hooks(b: &Built, fast: bool, sel: &Selection) -> (PathBuf, mantle_instr::Report) {
+    let data = std::fs::read(&b.obj).unwrap();
+    let (bytes, report) =
+        mantle_instr::rewrite_file(&data, "orig.o", sel, 0, ExitMode::Auto).unwrap();
+    let new_obj = b.dir.join("tramp.o");
+    std::fs::write(&new_obj, bytes).unwrap();
+    let hooks = hooks_object(b, fast);
+    let tag = if fast { "fast" } else { "ordinary" };
+    (link(b, &[&new_obj, &hooks], tag, Some(&runtime())), report)
+}
+
 /// Trampolines with user hooks, fast or ordinary (the assembly path, no
 /// Rust frames): same output (or, if not `exact`, the same lines but the
 /// counts, which then vary by run), every entry counted as the rewritten
@@ -221,20 +235,8 @@ fn check_hooks_of(
     exact: bool,
     sel: &Selection,
 ) -> BTreeMap<String, u64> {
-    let data = std::fs::read(&b.obj).unwrap();
-    let (bytes, report) =
-        mantle_instr::rewrite_file(&data, "orig.o", sel, 0, ExitMode::Auto).unwrap();
-    let new_obj = b.dir.join("tramp.o");
-    std::fs::write(&new_obj, bytes).unwrap();
+    let (exe, report) = with_hooks(b, fast, sel);
     let tag = if fast { "fast" } else { "ordinary" };
-    let hooks = hooks_object(b, fast);
-    let exe = b.dir.join(tag);
-    let mut c = Command::new(b.cc);
-    c.arg(&new_obj).arg(&hooks).arg("-o").arg(&exe);
-    if b.no_pie {
-        c.arg("-no-pie");
-    }
-    run_cc(tag, c.arg(runtime()).args(["-lpthread", "-lm"]));
     let counts = b.dir.join(format!("{tag}.txt"));
     let a = run(&b.dir.join("orig"), &[]);
     let n = run(&exe, &[("MANTLE_TEST_FAST_OUT", &counts)]);
@@ -480,15 +482,9 @@ fn siglongjmp_out_of_handlers_at_every_instruction() {
         (lines.map(String::from).collect(), r.code)
     };
     assert!(steps(&orig) > 10, "sigjump.c: {:?}", orig.stdout);
-    let data = std::fs::read(&b.obj).unwrap();
-    let (bytes, _) =
-        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
-    let new_obj = b.dir.join("tramp.o");
-    std::fs::write(&new_obj, bytes).unwrap();
     for fast in [true, false] {
-        let hooks = hooks_object(&b, fast);
+        let (exe, _) = with_hooks(&b, fast, &Selection::all());
         let tag = if fast { "fast" } else { "ordinary" };
-        let exe = link(&b, &[&new_obj, &hooks], tag, Some(&runtime()));
         let out = b.dir.join(format!("{tag}.txt"));
         let n = run(&exe, &[("MANTLE_TEST_FAST_OUT", &out)]);
         assert_eq!(result(&orig), result(&n), "sigjump.c {tag} hooks");
