@@ -689,8 +689,8 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
 /// a frame at `e` (below it, as if skipped by longjmp), is in fact on
 /// another stack: `e` on the thread's alternate signal stack and `sp` off
 /// it, the code a handler interrupted. Addresses on two stacks say
-/// nothing about which frame is older: an alternate stack mapped above
-/// the thread's stack made a handler pop the live frames it interrupted
+/// nothing about which frame is older: an alternate stack above the
+/// frames a handler interrupted made it pop them as dead
 /// (tests/c/sigalt.c). 1 if so, else 0.
 extern "C" fn on_other_stack(sp: usize, e: usize) -> usize {
     // SAFETY: sigaltstack(2) with no new stack only writes the current

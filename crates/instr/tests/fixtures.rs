@@ -414,8 +414,8 @@ fn signal_at_every_instruction() {
     check_stepped("sigstep.c");
 }
 
-/// The same with the handler on an alternate signal stack, one below
-/// main's stack and one above it (tests/c/sigalt.c).
+/// The same with the handler on an alternate signal stack, one below the
+/// stepped frames and one above them (tests/c/sigalt.c).
 #[test]
 fn signal_on_alternate_stacks_at_every_instruction() {
     check_stepped("sigalt.c");
