@@ -21,6 +21,18 @@ pub const EXIT_PERMISSION: u8 = 4;
 /// the program `tag run` should start, or a tag's lifeline.
 pub const EXIT_NOT_FOUND: u8 = 5;
 
+// `mantle run` is a wrapper like env, timeout and chroot: its exit status
+// is the command's, so its own failures take the codes those tools use,
+// above any status a command is likely to choose (README "Exit codes").
+/// `mantle run`: mantle itself failed (a malformed command line, an
+/// executive that could not start or died, a redirect that cannot be
+/// made).
+pub const EXIT_RUN_ERROR: u8 = 125;
+/// `mantle run`: the command was found but cannot be run.
+pub const EXIT_RUN_CANNOT: u8 = 126;
+/// `mantle run`: the command was not found.
+pub const EXIT_RUN_NOT_FOUND: u8 = 127;
+
 /// An error of one of the libraries the commands call.
 pub enum LibError<'a> {
     Tags(&'a mantle_tags::Error),

@@ -404,6 +404,12 @@ pub fn parse_args() -> Cli {
                 tips.push(tip.into());
                 e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
             }
+            // `mantle run` passes its command's status through: its own
+            // usage errors must not look like one (README "Exit codes")
+            if e.use_stderr() && args.get(1).map(String::as_str) == Some("run") {
+                let _ = e.print();
+                std::process::exit(i32::from(crate::exit::EXIT_RUN_ERROR));
+            }
             e.exit()
         }
     }

@@ -5,8 +5,12 @@
 //! (128+N when a signal killed it); mantle's own codes (README "Exit
 //! codes") only when the guest could not be started or the executive died.
 
+//! Exit codes are a wrapper's (env, timeout, chroot): 125 when mantle
+//! itself failed, 126 when the command cannot run, 127 when it is not
+//! found; every Failure of this module is given one of them by [`run`].
+
 use crate::exit::{
-    Failure, EXIT_FAILURE, EXIT_MISSING, EXIT_NOT_FOUND, EXIT_PERMISSION, EXIT_USAGE,
+    Failure, EXIT_FAILURE, EXIT_RUN_CANNOT, EXIT_RUN_ERROR, EXIT_RUN_NOT_FOUND, EXIT_USAGE,
 };
 use clap::Args;
 use mantle_exec::agents::{from_specs, CountTable};
@@ -39,12 +43,25 @@ pub struct RunArgs {
     /// Trace and count as JSON lines.
     #[arg(long)]
     json: bool,
-    /// Fail system call NAME with ERRNO (default EPERM); repeatable.
+    /// Fail a call family with ERRNO (default EPERM), enforced by the
+    /// kernel on both paths; repeatable. NAME is a family (open, stat,
+    /// exec, chdir, unlink, rename, ...: docs/exec.md "Call families"), a
+    /// member of one (the whole family: `openat` also denies open, creat,
+    /// openat2, open_by_handle_at), another call, or a number (that call
+    /// alone). An exec deny starts after the command's own start.
     #[arg(long, value_name = "NAME[=ERRNO]")]
     deny: Vec<String>,
-    /// Rewrite path prefix OLD to NEW in the open, stat and exec families.
+    /// The guest sees NEW at OLD (both exist, two directories or two
+    /// files), like a bind mount, because it is one: a private mount
+    /// namespace, so every call, `..`, symlink, relative path and
+    /// directory fd lands in NEW. Repeatable.
     #[arg(long, value_name = "OLD=NEW")]
     redirect: Vec<String>,
+    /// While --deny or --redirect is on, io_uring is refused (EPERM): its
+    /// operations are not system calls, and no agent would see an open
+    /// made through it. This allows it, giving that up.
+    #[arg(long)]
+    allow_io_uring: bool,
     /// Hold every call NAME for DURATION (500us, 2ms, 1s) before it runs.
     #[arg(long, value_name = "NAME=DURATION")]
     delay: Vec<String>,
@@ -123,12 +140,9 @@ pub struct RunArgs {
 
 fn launch_failure(e: &LaunchError) -> Failure {
     let code = match e {
-        LaunchError::NotFound(_) => EXIT_NOT_FOUND,
-        LaunchError::NotExecutable(_) => EXIT_PERMISSION,
-        LaunchError::Nul(_) | LaunchError::TooManyCalls(_) => EXIT_USAGE,
-        e if matches!(e.errno(), Some(libc::EPERM | libc::EACCES)) => EXIT_PERMISSION,
-        e if matches!(e.errno(), Some(libc::ENOSYS | libc::EINVAL)) => EXIT_MISSING,
-        _ => EXIT_FAILURE,
+        LaunchError::NotFound(_) => EXIT_RUN_NOT_FOUND,
+        LaunchError::NotExecutable(_) => EXIT_RUN_CANNOT,
+        _ => EXIT_RUN_ERROR,
     };
     Failure::new(code, error_chain(e))
 }
@@ -207,14 +221,24 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
             Ok(None)
         }
         Err(FastError::NotFound(c)) => Err(Failure::new(
-            EXIT_NOT_FOUND,
+            EXIT_RUN_NOT_FOUND,
             format!("{c}: command not found"),
         )),
         Err(e) => Err(Failure::new(EXIT_FAILURE, error_chain(&e))),
     }
 }
 
+/// `mantle run`; every failure leaves with 125, 126 or 127 (module doc).
 pub fn run(a: RunArgs) -> Result<(), Failure> {
+    run_guests(a).map_err(|mut f| {
+        if f.code != EXIT_RUN_CANNOT && f.code != EXIT_RUN_NOT_FOUND {
+            f.code = EXIT_RUN_ERROR;
+        }
+        f
+    })
+}
+
+fn run_guests(a: RunArgs) -> Result<(), Failure> {
     if (a.rewrite_sites || a.spin != "auto") && a.path != "fast" {
         return Err(Failure::new(
             EXIT_USAGE,
@@ -255,6 +279,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                     timers: a.timers,
                     sched_calls: a.sched.is_some(),
                     json: a.json,
+                    allow_io_uring: a.allow_io_uring,
                     watch: [&a.trace, &a.count]
                         .into_iter()
                         .flatten()
@@ -298,6 +323,13 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             Failure::new(EXIT_USAGE, msg)
         })?;
         mantle_exec::launch::prepare(&d.command).map_err(|e| launch_failure(&e))?;
+        built
+            .enforce
+            .binds()
+            .map_err(|e| Failure::new(EXIT_USAGE, e))?;
+        if a.verbose {
+            say_enforcement(&d.name, &built);
+        }
         counts.push((d.name.clone(), built.count, d.agents.json));
         specs.push(GuestSpec {
             name: d.name.clone(),
@@ -305,6 +337,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
             agents: built.agents,
             sched: d.sched,
             qos: d.qos,
+            enforce: built.enforce,
         });
     }
     let system = a.system.is_some();
@@ -350,7 +383,7 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 format!("its guests were killed ({} processes)", end.killed)
             };
             Err(Failure::new(
-                EXIT_FAILURE,
+                EXIT_RUN_ERROR,
                 format!(
                     "the executive (pid {}) was killed by {}; {what}",
                     end.executive_pid,
@@ -358,6 +391,16 @@ pub fn run(a: RunArgs) -> Result<(), Failure> {
                 ),
             ))
         }
+    }
+}
+
+/// `-v`: what each --deny was taken to mean, and what the kernel enforces.
+fn say_enforcement(name: &str, built: &mantle_exec::agents::Built) {
+    for m in &built.deny_meant {
+        eprintln!("mantle: guest {name}: --deny {m}");
+    }
+    for line in built.enforce.describe() {
+        eprintln!("mantle: guest {name}: {line}");
     }
 }
 
@@ -384,7 +427,7 @@ fn executive_main(
                     let f = launch_failure(source);
                     Failure::new(f.code, error_chain(&e))
                 }
-                _ => Failure::new(EXIT_FAILURE, error_chain(&e)),
+                _ => Failure::new(EXIT_RUN_ERROR, error_chain(&e)),
             };
             eprintln!("mantle: {}", f.message);
             return i32::from(f.code);

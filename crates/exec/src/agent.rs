@@ -191,6 +191,9 @@ pub trait Agent: Send {
     /// Sees how a call ended, with the time it took in the kernel (when
     /// the executive made it) and in the executive.
     fn after(&mut self, _call: &Call, _decision: &Decision, _outcome: Outcome, _times: Times) {}
+    /// The guest's first process was forked with this pid; its next call
+    /// of the exec family is the launcher's exec of the command.
+    fn started(&mut self, _pid: u32) {}
 }
 
 /// Where a call's time went.
@@ -276,6 +279,13 @@ impl Chain {
 
     pub fn names(&self) -> Vec<String> {
         self.agents.iter().map(|a| a.name().to_string()).collect()
+    }
+
+    /// Tells every agent the pid of the guest's first process.
+    pub fn started(&mut self, pid: u32) {
+        for a in &mut self.agents {
+            a.started(pid);
+        }
     }
 }
 

@@ -110,6 +110,8 @@ pub struct GuestSpec {
     /// Its I/O reservation: the executive reads its sockets for it
     /// (crate::qos). None: it reads them itself.
     pub qos: Option<crate::qos::Rate>,
+    /// What the kernel enforces for it (`agents::Built::enforce`).
+    pub enforce: crate::enforce::Enforcement,
 }
 
 /// How a guest ended.
@@ -134,8 +136,16 @@ impl End {
         match self {
             End::Exited(c) => *c,
             End::Killed { signal, .. } => 128 + signal,
-            End::NotStarted { errno, .. } if *errno == libc::ENOENT => 127,
-            End::NotStarted { .. } => 126,
+            // the exec failed: a wrapper's codes (env, timeout)
+            End::NotStarted { step, errno } if *step == launch::step_name(supervise::STEP_EXEC) => {
+                if *errno == libc::ENOENT {
+                    127
+                } else {
+                    126
+                }
+            }
+            // a step of mantle's own before it (the redirect's mount...)
+            End::NotStarted { .. } => 125,
         }
     }
 }
@@ -342,7 +352,7 @@ impl Executive {
         let mut filters = Vec::new();
         let mut sync_all = true;
         for (k, (spec, p)) in prepared.into_iter().enumerate() {
-            let chain = Chain::new(spec.agents);
+            let mut chain = Chain::new(spec.agents);
             let wants = chain.wants();
             let mut nrs: Vec<u32> = wants.iter().map(|s| s.0).collect();
             // calls to the executive (crate::rpc), whatever the agents
@@ -359,10 +369,15 @@ impl Executive {
                 },
                 None => launch::Placement::default(),
             };
-            let sp = launch::spawn(&p, &nrs, opts.sync_wake, place).map_err(|e| Error::Launch {
-                name: spec.name.clone(),
-                source: e,
-            })?;
+            let sp =
+                launch::spawn(&p, &nrs, &spec.enforce, opts.sync_wake, place).map_err(|e| {
+                    Error::Launch {
+                        name: spec.name.clone(),
+                        source: e,
+                    }
+                })?;
+            // its first exec is the launcher's (agents::deny)
+            chain.started(sp.pid);
             sync_all &= sp.sync_wake_up;
             filters.push((
                 spec.name.clone(),

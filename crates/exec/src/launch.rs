@@ -44,6 +44,9 @@ pub enum LaunchError {
     },
     #[error("seccomp listener")]
     Listener(#[source] seccomp::Error),
+    /// A `--redirect` that cannot be a bind on this file system.
+    #[error("{0}")]
+    Redirect(String),
 }
 
 impl LaunchError {
@@ -146,10 +149,13 @@ pub struct Placement<'a> {
 }
 
 /// Starts `cmd` with a filter sending the calls `wants` (numbers) to the
-/// listener; `sync_wake` asks for SYNC_WAKE_UP (set when the kernel has it).
+/// listener and refusing what `enforce` refuses, in the mount namespace
+/// its redirect asks for; `sync_wake` asks for SYNC_WAKE_UP (set when
+/// the kernel has it).
 pub fn spawn(
     cmd: &Prepared,
     wants: &[u32],
+    enforce: &crate::enforce::Enforcement,
     sync_wake: bool,
     place: Placement,
 ) -> Result<Spawned, LaunchError> {
@@ -163,7 +169,13 @@ pub fn spawn(
         what: "getrandom",
         source,
     })?;
-    let filter = seccomp::notify_on_set(wants, Some(cookie));
+    let filter = seccomp::filter(wants, &enforce.refuse, Some(cookie));
+    let binds =
+        mantle_sys::mountns::Binds::prepare(&enforce.binds().map_err(LaunchError::Redirect)?)
+            .map_err(|source| LaunchError::Sys {
+                what: "prepare the redirect's binds",
+                source,
+            })?;
     let mut argv: Vec<*const libc::c_char> = cmd.args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = cmd.env.iter().map(|a| a.as_ptr()).collect();
@@ -179,6 +191,7 @@ pub fn spawn(
         launch_cookie: cookie,
         cgroup_procs: place.cgroup_procs,
         cpus: place.cpus,
+        binds: &binds,
     };
     let child = supervise::spawn_filtered(&x, theirs, status_w).map_err(sys("fork"))?;
     let pid = child.pid();
@@ -225,7 +238,7 @@ pub fn step_name(step: u32) -> &'static str {
         supervise::STEP_EXEC => "execve",
         supervise::STEP_CGROUP => "join the guest's cgroup",
         supervise::STEP_AFFINITY => "sched_setaffinity",
-        _ => "start",
+        s => mantle_sys::mountns::step_name(s).unwrap_or("start"),
     }
 }
 

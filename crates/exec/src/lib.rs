@@ -48,7 +48,9 @@
 pub mod agent;
 pub mod agents;
 pub mod dispatch;
+pub mod enforce;
 pub mod executive;
+pub mod family;
 pub mod fast;
 pub mod launch;
 pub mod perform;

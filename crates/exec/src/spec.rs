@@ -43,6 +43,10 @@ pub struct AgentSpecs {
     /// (`agents::DEFAULT_WATCH`). Each entry may hold a comma-separated
     /// list.
     pub watch: Vec<String>,
+    /// `--allow-io-uring`: while an agent enforces (deny, redirect),
+    /// io_uring is refused (its operations are not system calls: no
+    /// filter sees them); this lets the guest have it anyway.
+    pub allow_io_uring: bool,
 }
 
 impl AgentSpecs {

@@ -145,6 +145,8 @@ struct GuestEntry {
     timers: bool,
     #[serde(default)]
     watch: Vec<String>,
+    #[serde(default)]
+    allow_io_uring: bool,
     sched: Option<String>,
     /// Items per second, or "best-effort" (the executive reads its
     /// sockets, Figure 7).
@@ -233,6 +235,7 @@ pub fn parse(text: &str) -> Result<System, String> {
                 sched_calls: f.dispatch.is_some(),
                 json: g.json,
                 watch: g.watch,
+                allow_io_uring: g.allow_io_uring,
             },
             trace_out,
         });

@@ -89,6 +89,7 @@ fn allocations_serving(guest: &std::path::Path, calls: u32) -> u64 {
             agents,
             sched: None,
             qos: None,
+            enforce: Default::default(),
         }],
         Box::new(|m| eprintln!("executive: {m}")),
     )

@@ -33,6 +33,7 @@ fn spec(name: &str, argv: &[&str], agents: Vec<Box<dyn Agent>>) -> GuestSpec {
         agents,
         sched: None,
         qos: None,
+        enforce: Default::default(),
     }
 }
 

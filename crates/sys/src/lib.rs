@@ -23,6 +23,8 @@
 //!   fsuid/fsgid/groups, SCHED_FIFO, mlockall, SCM_RIGHTS, waitpid, poll.
 //! * [`epoll`]: epoll(7) wait sets registered once (the executive's loop).
 //! * [`lock`]: flock(2) with a bounded wait, and who holds a lock.
+//! * [`mountns`]: a private mount namespace with bind mounts (a redirected
+//!   guest's view), entered in a forked child.
 //! * [`netns`]: network namespace cookies (SO_NETNS_COOKIE, setns on a
 //!   scoped thread).
 //! * [`os`]: small process, fd and mount calls: gettid, pidfd_open,
@@ -39,6 +41,7 @@ pub mod bpf;
 pub mod epoll;
 pub mod layout;
 pub mod lock;
+pub mod mountns;
 pub mod netns;
 pub mod os;
 pub mod perf;

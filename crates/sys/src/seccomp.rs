@@ -154,6 +154,15 @@ const BLOCK: usize = 200;
 /// without CAP_SYS_ADMIN, so a guest cannot use it. Only sendmsg's
 /// verdict depends on an argument: every other call's stays cacheable.
 pub fn notify_on_set(nrs: &[u32], launch_cookie: Option<u64>) -> Vec<sock_filter> {
+    filter(nrs, &[], launch_cookie)
+}
+
+/// [`notify_on_set`] with refusals: each `(nr, errno)` of `refuse` fails
+/// with that errno in the kernel, before any notification (the filter is
+/// the enforcement layer: nothing in the guest can undo it, and the
+/// executive never sees the call). A number in both lists is refused.
+/// errno is clamped to 1..=4095 (the range a system call can return).
+pub fn filter(nrs: &[u32], refuse: &[(u32, i32)], launch_cookie: Option<u64>) -> Vec<sock_filter> {
     use libc::{BPF_ABS, BPF_JA, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let mut f = vec![
         stmt(BPF_LD | BPF_W | BPF_ABS, 4),
@@ -172,6 +181,11 @@ pub fn notify_on_set(nrs: &[u32], launch_cookie: Option<u64>) -> Vec<sock_filter
             stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ALLOW),
             stmt(BPF_LD | BPF_W | BPF_ABS, 0),
         ]);
+    }
+    for &(nr, errno) in refuse {
+        let e = errno.clamp(1, 4095) as u32;
+        f.push(jump(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 1));
+        f.push(stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ERRNO | e));
     }
     for block in nrs.chunks(BLOCK) {
         let k = block.len();
@@ -532,6 +546,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Refusals win over notification and leave every other number's
+    /// verdict as it was, for every call number 0..1024.
+    #[test]
+    fn refusals_fail_exactly_their_calls_with_their_errno() {
+        let notify: Vec<u32> = (0..300u32).map(|i| (i * 5) % 1024).collect();
+        let refuse: Vec<(u32, i32)> = (0..40u32)
+            .map(|i| (i * 13 % 1024, (i + 1) as i32))
+            .collect();
+        let f = filter(&notify, &refuse, None);
+        for nr in 0..1024u32 {
+            let want = match refuse.iter().find(|r| r.0 == nr) {
+                Some(&(_, e)) => libc::SECCOMP_RET_ERRNO | e as u32,
+                None if notify.contains(&nr) => libc::SECCOMP_RET_USER_NOTIF,
+                None => libc::SECCOMP_RET_ALLOW,
+            };
+            assert_eq!(verdict(&f, AUDIT_ARCH, nr, 0), want, "nr {nr}");
+        }
+        // out-of-range errnos are clamped, never another action
+        let f = filter(&[], &[(1, 0), (2, 99_999)], None);
+        assert_eq!(verdict(&f, AUDIT_ARCH, 1, 0), libc::SECCOMP_RET_ERRNO | 1);
+        assert_eq!(
+            verdict(&f, AUDIT_ARCH, 2, 0),
+            libc::SECCOMP_RET_ERRNO | 4095
+        );
     }
 
     /// A child installs a filter that notifies on getppid; the parent

@@ -596,6 +596,9 @@ pub struct FilteredExec<'a> {
     pub cgroup_procs: Option<RawFd>,
     /// CPUs the child (and what it starts) may run on; empty: unchanged.
     pub cpus: &'a [usize],
+    /// Bind mounts in a private mount namespace, made before the filter
+    /// (`--redirect`); empty: the caller's namespace.
+    pub binds: &'a crate::mountns::Binds,
 }
 
 /// Forks a child that sets no_new_privs, installs `x.filter` with a new
@@ -643,6 +646,9 @@ pub fn spawn_filtered(
                 STEP_AFFINITY,
                 io::Error::last_os_error().raw_os_error().unwrap_or(0),
             );
+        }
+        if let Err((step, errno)) = x.binds.enter() {
+            return fail(step, errno);
         }
         if let Err(e) = crate::seccomp::set_no_new_privs() {
             return fail(STEP_NO_NEW_PRIVS, e.errno().unwrap_or(0));

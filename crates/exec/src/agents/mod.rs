@@ -20,12 +20,13 @@
 //! 3. **delay**: before the other deciding agents, so that a delayed call is
 //!    then decided as usual (a delayed and denied call is slow *and*
 //!    denied, like a slow server that refuses).
-//! 4. **deny**: before redirect, so that a denied call is denied whatever
-//!    its path, without reading guest memory.
-//! 5. **redirect**: rewrites paths of calls nobody denied.
-//! 6. **perform**: last: it performs calls nobody else changed (with
-//!    `--redirect` and `--perform openat`, a redirected open is performed
-//!    with the new path, the others unchanged).
+//! 4. **deny**: a whole call family ([`crate::family`]) fails, without
+//!    reading guest memory.
+//! 5. **perform**: last: it performs calls nobody else changed.
+//!
+//! `--redirect` is no agent: it is a mount namespace the launcher makes
+//! ([`redirect`], [`crate::enforce`]); the calls it changes are made by
+//! the kernel in the guest's view, whatever the chain decides.
 //!
 //! What trace and count watch (their `wants`): every call the other
 //! agents want, plus the calls named in [`AgentSpecs::watch`] (`all` for
@@ -201,6 +202,11 @@ pub struct Built {
     pub count: Option<Arc<CountTable>>,
     /// What trace and count watch (empty without them).
     pub watch: Vec<Sysno>,
+    /// What the launcher makes the kernel enforce (the filter's refusals,
+    /// the redirect's mount namespace).
+    pub enforce: crate::enforce::Enforcement,
+    /// What each `--deny` was taken to mean (a family, a call, a number).
+    pub deny_meant: Vec<String>,
 }
 
 impl std::fmt::Debug for Built {
@@ -232,7 +238,7 @@ pub fn from_specs(
     for s in &specs.deny {
         dn.add(s)?;
     }
-    let mut rd = redirect::Redirect::default();
+    let mut rd = redirect::Redirects::default();
     for s in &specs.redirect {
         rd.add(s)?;
     }
@@ -254,11 +260,10 @@ pub fn from_specs(
     if !dl.is_empty() {
         deciding.push(Box::new(dl));
     }
+    let enforce = crate::enforce::Enforcement::new(&dn, rd, specs.allow_io_uring);
+    let deny_meant = dn.meant().to_vec();
     if !dn.is_empty() {
         deciding.push(Box::new(dn));
-    }
-    if !rd.is_empty() {
-        deciding.push(Box::new(rd));
     }
     if !pf.is_empty() {
         deciding.push(Box::new(pf));
@@ -308,6 +313,8 @@ pub fn from_specs(
         agents,
         count,
         watch: if watching { watch } else { Vec::new() },
+        enforce,
+        deny_meant,
     })
 }
 
@@ -327,7 +334,7 @@ pub fn default_watch() -> Vec<Sysno> {
 mod tests {
     use super::*;
     use crate::agent::fake::FakeGuest;
-    use crate::agent::{Call, Chain, Decision, Outcome, Perform, Times};
+    use crate::agent::{Call, Chain, Decision, Outcome, Times};
 
     fn nr(n: &str) -> Sysno {
         Sysno::from_name(n).unwrap()
@@ -386,10 +393,9 @@ mod tests {
             ..Default::default()
         };
         let b = from_specs(&s, sink()).unwrap();
-        assert_eq!(
-            names(&b),
-            ["trace", "count", "delay", "deny", "redirect", "perform"]
-        );
+        assert_eq!(names(&b), ["trace", "count", "delay", "deny", "perform"]);
+        // the redirect is the launcher's mount, not an agent
+        assert!(!b.enforce.binds_spec().is_empty());
         assert!(b.count.is_some());
         // trace and count watch what the others want, nothing more
         let mut want: Vec<Sysno> = b.agents[2..].iter().flat_map(|a| a.wants()).collect();
@@ -535,45 +541,14 @@ mod tests {
                 executive_ns: 700,
             },
         );
-        // an open under /data is redirected
-        let open = Call {
-            tid: 5,
-            nr: nr("open"),
-            args: [0x1000, 0, 0, 0, 0, 0],
-            ip: 2,
-            received_ns: 0,
-            start_ns: 0,
-        };
-        let (d, who) = chain.before(&open, &mut g);
-        assert_eq!(
-            (d.clone(), who),
-            (
-                Decision::Perform(Perform {
-                    nr: open.nr,
-                    args: open.args,
-                    path: Some((0, b"/srv/f".to_vec())),
-                }),
-                Some(4)
-            )
-        );
-        chain.after(
-            &open,
-            &d,
-            Outcome::Result(3),
-            Times {
-                kernel_ns: 2000,
-                executive_ns: 3000,
-            },
-        );
         drop(chain);
         let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
         assert_eq!(
             text,
-            "[5] unlink(\"/data/f\") = -1 EACCES (failed) <executive 700ns>\n\
-             [5] open(\"/data/f\", O_RDONLY) = 3 (performed, path \"/srv/f\") <kernel 2.0us, executive 3.0us>\n"
+            "[5] unlink(\"/data/f\") = -1 EACCES (failed) <executive 700ns>\n"
         );
         let sum = count.summary();
-        assert_eq!(sum.total.calls, 2);
+        assert_eq!(sum.total.calls, 1);
         assert_eq!(sum.total.errors, 1);
     }
 }

@@ -1,59 +1,34 @@
-//! `--redirect OLD=NEW`: paths under OLD are rewritten to the same place
-//! under NEW in the calls that look a path up (the open, stat, exec and
-//! directory-change families: the paper's "enshrouding" of file access).
-//! `cat /data/x` with `--redirect /data=/srv/other` reads /srv/other/x.
+//! `--redirect OLD=NEW`: the guest sees NEW at OLD, like a bind mount,
+//! because it is one: the launcher puts the guest in a private mount
+//! namespace with NEW bound over OLD (`mantle_sys::mountns`) before the
+//! filter and the exec. This module only parses and checks the specs;
+//! nothing is rewritten per call and no agent sits in the chain.
 //!
-//! Choices, each for a reason:
-//! * **Whole components.** OLD matches a path whose leading components
-//!   are OLD's: `/data` matches `/data`, `/data/` and `/data/x`, not
-//!   `/database`. Empty and `.` components are skipped on both sides
-//!   (`//data/./x` matches `/data`), `..` is not interpreted (that needs the
-//!   file system: symbolic links). OLD may not contain `..` or `=`.
-//! * **Longest OLD wins** when several match (`/data=/a` and
-//!   `/data/sub=/b` send `/data/sub/x` to `/b/x`); one rewrite per path,
-//!   the result is not matched again.
-//! * **Absolute paths only.** A relative path is resolved against the
-//!   guest's cwd or a directory fd, which this pure agent cannot see.
-//!   Since `chdir` is in the family, a guest that changes into OLD lands
-//!   in NEW, and relative lookups from there stay in NEW; a guest
-//!   *started* with its cwd under OLD, or holding a directory fd opened
-//!   before the executive, is not redirected. The rewrite is not hidden:
-//!   `getcwd` after such a `chdir` reports NEW. For the same reason the
-//!   dirfd of the `*at` calls does not matter: an absolute path ignores
-//!   it. A NULL path (`utimensat(fd, NULL, ...)`, i.e. `futimens`) is not
-//!   a path and is left alone.
-//! * **Never Continue after a rewrite.** The agent answers
-//!   `Perform { path: Some((index, new)) }`: the executive makes the call
-//!   with the bytes checked here, so the guest cannot swap the path after
-//!   the check. Calls whose path does not match continue unchanged (the
-//!   fast common case); this makes redirect enshrouding, not
-//!   confinement: a guest that races to change its path buffer after the
-//!   check, or reaches OLD through a symbolic link or `..`, sees OLD. Use
-//!   a mount namespace (or deny) to confine.
-//! * **Two-path calls** (rename, link and their `at` forms) can carry one
-//!   replacement (`Perform::path` is one path): when exactly one of the
-//!   two paths matches it is rewritten; when both do, the call fails with
-//!   EXDEV ("not on the same file system"), which `mv` answers by copying
-//!   and unlinking, each of which is then redirected. `ln` reports it.
-//!   symlink's target is content, not looked up: only its link path is.
-//! * **Guest memory is a claim.** A path that cannot be read fails the
-//!   call with EFAULT (the kernel's answer too); a path longer than
-//!   PATH_MAX (or made longer by the rewrite) fails with ENAMETOOLONG;
-//!   if the call vanished while its path was read, the call is failed
-//!   (the executive's answer is dropped anyway).
-//! * Whether a path can perform a given call (execve or chdir cannot be
-//!   performed from another process; the fast path performs it in the
-//!   guest) is the path's business: it answers ENOSYS otherwise.
+//! Why a mount (docs/exec.md "Redirect"): the kernel then resolves every
+//! path of every call the same way, once: the open, stat, exec, chdir,
+//! readlink, access and `*at` families, `..`, symbolic links, relative
+//! paths from a cwd or a directory fd under OLD, `/proc/self/root`, and
+//! io_uring's opens. A path rewritten by the executive in a guest's memory
+//! could be changed by another guest thread between the check and the
+//! kernel's read, and `..` and symbolic links would need the file system;
+//! a mount has neither problem.
+//!
+//! Rules: OLD and NEW are absolute, exist, and are both directories or
+//! both not; OLD is not `/` (a process's root does not follow a mount
+//! made over it: use a container for that) and contains no `..`; binds
+//! are made shortest OLD first, so `/data=/a` with `/data/sub=/b` binds
+//! /b over /a/sub (which must exist in /a). A guest cannot undo a bind:
+//! the filter refuses the mount family while a redirect is on, and a
+//! guest that is not root has no capability in the namespace.
 
 use super::{SpecError, Why};
-use crate::agent::{Agent, Call, Decision, Guest, GuestError, Perform};
-use crate::sysno::Sysno;
-use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 /// Linux's PATH_MAX, with the NUL: a path has at most 4095 bytes.
 pub const PATH_MAX: usize = 4096;
 
-/// The calls whose paths are rewritten, with the index of each path
+/// The calls that look a path up (what trace and count watch by default,
+/// and what a redirect changes), with the index of each path
 /// argument (x86-64 argument order). Written from the calls' manual pages.
 pub const FAMILY: &[(&str, &[usize])] = &[
     // open
@@ -114,36 +89,6 @@ pub const FAMILY: &[(&str, &[usize])] = &[
     ("inotify_add_watch", &[1]),
 ];
 
-/// One OLD=NEW rule.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Rule {
-    /// OLD's components (no empty or `.` ones).
-    old: Vec<Vec<u8>>,
-    /// NEW without trailing slashes (`""` for `/`).
-    new: Vec<u8>,
-}
-
-/// Rewrites path prefixes in the family's calls.
-#[derive(Debug)]
-pub struct Redirect {
-    /// Longest OLD first.
-    rules: Vec<Rule>,
-    family: BTreeMap<Sysno, &'static [usize]>,
-}
-
-impl Default for Redirect {
-    fn default() -> Self {
-        let family = FAMILY
-            .iter()
-            .filter_map(|&(n, idx)| Some((Sysno::from_name(n)?, idx)))
-            .collect();
-        Redirect {
-            rules: Vec::new(),
-            family,
-        }
-    }
-}
-
 /// The components of an absolute path, each with the offset just past it.
 fn components(p: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
     let mut at = 0;
@@ -165,8 +110,16 @@ fn components(p: &[u8]) -> impl Iterator<Item = (&[u8], usize)> {
     })
 }
 
-impl Redirect {
-    /// Adds one `OLD=NEW` spec.
+/// The `--redirect` specs of a guest.
+#[derive(Clone, Debug, Default)]
+pub struct Redirects {
+    /// (OLD components, NEW as written without trailing slashes).
+    rules: Vec<(Vec<Vec<u8>>, Vec<u8>)>,
+}
+
+impl Redirects {
+    /// Adds one `OLD=NEW` spec (syntax only; [`Redirects::binds`] checks
+    /// the file system).
     pub fn add(&mut self, spec: &str) -> Result<(), SpecError> {
         let err = |why: &str| SpecError::new("redirect", spec, Why::BadRedirect(why.into()));
         let (old, new) = spec
@@ -181,12 +134,15 @@ impl Redirect {
         }
         let comps: Vec<Vec<u8>> = components(old).map(|(c, _)| c.to_vec()).collect();
         if comps.iter().any(|c| c == b"..") {
+            return Err(err("OLD cannot contain `..`"));
+        }
+        if comps.is_empty() {
             return Err(err(
-                "OLD cannot contain `..` (it is matched without the file system)",
+                "OLD cannot be / (a process's root does not follow a mount over it)",
             ));
         }
         let mut new = new.to_vec();
-        while new.last() == Some(&b'/') {
+        while new.len() > 1 && new.last() == Some(&b'/') {
             new.pop();
         }
         if new.len() >= PATH_MAX {
@@ -196,16 +152,16 @@ impl Redirect {
         if new_comps == comps.iter().map(|c| c.as_slice()).collect::<Vec<_>>() {
             return Err(err("OLD and NEW are the same path"));
         }
-        if self.rules.iter().any(|r| r.old == comps) {
+        if self.rules.iter().any(|r| r.0 == comps) {
             return Err(SpecError::new(
                 "redirect",
                 spec,
                 Why::Repeated(String::from_utf8_lossy(old).into_owned()),
             ));
         }
-        self.rules.push(Rule { old: comps, new });
-        // longest first; stable, so equal lengths keep the user's order
-        self.rules.sort_by_key(|r| std::cmp::Reverse(r.old.len()));
+        self.rules.push((comps, new));
+        // shortest OLD first: a bind inside another's OLD comes after it
+        self.rules.sort_by_key(|r| r.0.len());
         Ok(())
     }
 
@@ -213,161 +169,44 @@ impl Redirect {
         self.rules.is_empty()
     }
 
-    /// The path `p` rewritten, if a rule matches it.
-    pub fn rewrite(&self, p: &[u8]) -> Option<Vec<u8>> {
-        if !p.starts_with(b"/") {
-            return None;
-        }
-        'rules: for r in &self.rules {
-            let mut end = 0;
-            let mut it = components(p);
-            for want in &r.old {
-                match it.next() {
-                    Some((c, e)) if c == want.as_slice() => end = e,
-                    _ => continue 'rules,
-                }
+    /// The binds, (NEW, OLD), in the order to make them, with OLD and NEW
+    /// checked on this file system: both exist, and are both directories
+    /// or both not.
+    pub fn binds(&self) -> Result<Vec<(PathBuf, PathBuf)>, String> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = Vec::new();
+        for (old, new) in &self.rules {
+            let mut o = PathBuf::from("/");
+            for c in old {
+                o.push(std::ffi::OsStr::from_bytes(c));
             }
-            let rest = &p[end..];
-            let mut out = r.new.clone();
-            // `rest` is empty or starts with `/` (it begins where a
-            // component ended, or is the whole absolute path when OLD is `/`)
-            if rest.is_empty() && out.is_empty() {
-                out.push(b'/');
+            let n = PathBuf::from(std::ffi::OsStr::from_bytes(new));
+            let kind = |p: &PathBuf| {
+                std::fs::metadata(p)
+                    .map(|m| m.is_dir())
+                    .map_err(|e| format!("--redirect: {}: {e}", p.display()))
+            };
+            let (ko, kn) = (kind(&o)?, kind(&n)?);
+            if ko != kn {
+                return Err(format!(
+                    "--redirect {}={}: one is a directory and the other is not (a bind needs two of a kind)",
+                    o.display(),
+                    n.display()
+                ));
             }
-            out.extend_from_slice(rest);
-            return Some(out);
+            out.push((n, o));
         }
-        None
-    }
-
-    /// Reads path argument `i` and rewrites it: Ok(None) when there is
-    /// nothing to do, Err(errno) when the call must fail.
-    fn one(&self, call: &Call, i: usize, guest: &mut dyn Guest) -> Result<Option<Vec<u8>>, i32> {
-        let addr = call.args[i];
-        if addr == 0 {
-            return Ok(None);
-        }
-        let p = guest.read_cstr(addr, PATH_MAX).map_err(|e| match e {
-            GuestError::TooLong { .. } => libc::ENAMETOOLONG,
-            _ => libc::EFAULT,
-        })?;
-        match self.rewrite(&p) {
-            Some(n) if n.len() >= PATH_MAX => Err(libc::ENAMETOOLONG),
-            r => Ok(r),
-        }
-    }
-}
-
-impl Agent for Redirect {
-    fn name(&self) -> &str {
-        "redirect"
-    }
-    fn wants(&self) -> Vec<Sysno> {
-        self.family.keys().copied().collect()
-    }
-    fn before(&mut self, call: &Call, guest: &mut dyn Guest) -> Decision {
-        let Some(&idx) = self.family.get(&call.nr) else {
-            return Decision::Continue;
-        };
-        let mut hit: Option<(usize, Vec<u8>)> = None;
-        for &i in idx {
-            match self.one(call, i, guest) {
-                Err(e) => return Decision::Fail(e),
-                Ok(None) => {}
-                Ok(Some(_)) if hit.is_some() => return Decision::Fail(libc::EXDEV),
-                Ok(Some(n)) => hit = Some((i, n)),
-            }
-        }
-        if !guest.still_pending() {
-            // what was read may belong to a recycled tid: act on nothing
-            return Decision::Fail(libc::EFAULT);
-        }
-        match hit {
-            None => Decision::Continue,
-            Some(path) => Decision::Perform(Perform {
-                nr: call.nr,
-                args: call.args,
-                path: Some(path),
-            }),
-        }
+        Ok(out)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::fake::FakeGuest;
-
-    fn redirect(specs: &[&str]) -> Redirect {
-        let mut r = Redirect::default();
-        for s in specs {
-            r.add(s).unwrap();
-        }
-        r
-    }
-
-    fn rw(r: &Redirect, p: &str) -> Option<String> {
-        r.rewrite(p.as_bytes())
-            .map(|v| String::from_utf8(v).unwrap())
-    }
-
-    #[test]
-    fn every_family_call_exists_and_its_path_indices_are_arguments() {
-        let r = Redirect::default();
-        for &(name, idx) in FAMILY {
-            assert!(Sysno::from_name(name).is_some(), "{name} is not a call");
-            assert!(!idx.is_empty() && idx.len() <= 2, "{name}");
-            for &i in idx {
-                assert!(i < 6, "{name}: argument {i}");
-            }
-        }
-        assert_eq!(r.family.len(), FAMILY.len(), "a call is listed twice");
-        assert_eq!(r.wants().len(), FAMILY.len());
-        // spot checks against libc's numbers
-        assert_eq!(
-            r.family.get(&Sysno(libc::SYS_openat as u32)),
-            Some(&&[1usize][..])
-        );
-        assert_eq!(
-            r.family.get(&Sysno(libc::SYS_renameat2 as u32)),
-            Some(&&[1usize, 3][..])
-        );
-    }
-
-    #[test]
-    fn prefixes_match_whole_components() {
-        let r = redirect(&["/data=/srv/other"]);
-        assert_eq!(rw(&r, "/data/x").as_deref(), Some("/srv/other/x"));
-        assert_eq!(rw(&r, "/data").as_deref(), Some("/srv/other"));
-        assert_eq!(rw(&r, "/data/").as_deref(), Some("/srv/other/"));
-        assert_eq!(rw(&r, "/data/a/b/c").as_deref(), Some("/srv/other/a/b/c"));
-        assert_eq!(rw(&r, "//data/./x").as_deref(), Some("/srv/other/./x"));
-        assert_eq!(rw(&r, "/./data/x").as_deref(), Some("/srv/other/x"));
-        assert_eq!(rw(&r, "/./data//x").as_deref(), Some("/srv/other//x"));
-        assert_eq!(rw(&r, "/database"), None);
-        assert_eq!(rw(&r, "/dat"), None);
-        assert_eq!(rw(&r, "/x/data"), None);
-        assert_eq!(rw(&r, "data/x"), None);
-        assert_eq!(rw(&r, ""), None);
-        assert_eq!(rw(&r, "/"), None);
-    }
-
-    #[test]
-    fn longest_old_wins_and_root_is_a_prefix_of_everything() {
-        let r = redirect(&["/data=/a", "/data/sub=/b/", "/=/jail"]);
-        assert_eq!(rw(&r, "/data/sub/x").as_deref(), Some("/b/x"));
-        assert_eq!(rw(&r, "/data/subway").as_deref(), Some("/a/subway"));
-        assert_eq!(rw(&r, "/data/x").as_deref(), Some("/a/x"));
-        assert_eq!(rw(&r, "/etc/passwd").as_deref(), Some("/jail/etc/passwd"));
-        assert_eq!(rw(&r, "/").as_deref(), Some("/jail/"));
-        let r = redirect(&["/data=/"]);
-        assert_eq!(rw(&r, "/data/x").as_deref(), Some("/x"));
-        assert_eq!(rw(&r, "/data").as_deref(), Some("/"));
-    }
 
     #[test]
     fn bad_specs_say_why() {
-        let mut r = Redirect::default();
+        let mut r = Redirects::default();
         for bad in [
             "/data",
             "data=/x",
@@ -375,6 +214,8 @@ mod tests {
             "=/x",
             "/data=",
             "/a/../b=/c",
+            "/=/jail",
+            "//=/jail",
             "/data=/data/",
             "/data\0=/x",
         ] {
@@ -391,257 +232,42 @@ mod tests {
         ));
     }
 
-    /// Random paths against a model: a rule matches exactly when the
-    /// path's components start with OLD's, and the result's components
-    /// are NEW's followed by the rest of the path's.
     #[test]
-    fn rewrite_agrees_with_a_component_model() {
-        let parts: [&[u8]; 8] = [
-            b"data",
-            b"database",
-            b"sub",
-            b"x",
-            b".",
-            b"..",
-            b"",
-            b"d\xffa",
-        ];
-        type Model<'a> = (&'a str, &'a [&'a [u8]], &'a [&'a [u8]]);
-        let rules: [Model; 3] = [
-            ("/data/sub=/b", &[b"data", b"sub"], &[b"b"]),
-            ("/data=/srv/a", &[b"data"], &[b"srv", b"a"]),
-            ("/x=/", &[b"x"], &[]),
-        ];
-        let mut r = Redirect::default();
-        for (spec, _, _) in rules {
-            r.add(spec).unwrap();
-        }
-        let comps = |p: &[u8]| -> Vec<Vec<u8>> { components(p).map(|(c, _)| c.to_vec()).collect() };
-        let mut seed = 0x9e3779b97f4a7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for _ in 0..20_000 {
-            let mut p = Vec::new();
-            if next() % 8 != 0 {
-                p.push(b'/');
-            }
-            for i in 0..(next() % 5) {
-                if i > 0 {
-                    p.extend(std::iter::repeat_n(b'/', 1 + (next() % 2) as usize));
-                }
-                p.extend_from_slice(parts[(next() % 8) as usize]);
-            }
-            if next() % 4 == 0 {
-                p.push(b'/');
-            }
-            let got = r.rewrite(&p);
-            let pc = comps(&p);
-            let want = rules.iter().find(|(_, old, _)| {
-                p.starts_with(b"/")
-                    && pc.len() >= old.len()
-                    && pc.iter().zip(old.iter()).all(|(a, b)| a.as_slice() == *b)
-            });
-            match (want, &got) {
-                (None, None) => {}
-                (Some((_, old, new)), Some(g)) => {
-                    let mut expect: Vec<Vec<u8>> = new.iter().map(|c| c.to_vec()).collect();
-                    expect.extend(pc[old.len()..].iter().cloned());
-                    assert_eq!(
-                        comps(g),
-                        expect,
-                        "{:?} -> {:?}",
-                        String::from_utf8_lossy(&p),
-                        String::from_utf8_lossy(g)
-                    );
-                    assert!(g.starts_with(b"/"));
-                    // a trailing slash (must be a directory) is kept
-                    assert!(
-                        !p.ends_with(b"/") || g.ends_with(b"/"),
-                        "{:?} -> {:?}",
-                        String::from_utf8_lossy(&p),
-                        String::from_utf8_lossy(g)
-                    );
-                }
-                _ => panic!(
-                    "{:?}: model {:?}, got {:?}",
-                    String::from_utf8_lossy(&p),
-                    want.map(|w| w.0),
-                    got
-                ),
-            }
-        }
-    }
-
-    fn guest_with(paths: &[(u64, &[u8])]) -> FakeGuest {
-        let mut g = FakeGuest::default();
-        for &(a, p) in paths {
-            let mut v = p.to_vec();
-            v.push(0);
-            g.mem.insert(a, v);
-        }
-        g
-    }
-
-    fn call(name: &str, args: [u64; 6]) -> Call {
-        Call {
-            tid: 42,
-            nr: Sysno::from_name(name).unwrap(),
-            args,
-            ip: 0,
-            received_ns: 0,
-            start_ns: 0,
+    fn every_family_call_exists_and_its_path_indices_are_arguments() {
+        for &(name, idx) in FAMILY {
+            assert!(
+                crate::sysno::Sysno::from_name(name).is_some(),
+                "{name} is not a call"
+            );
+            assert!(!idx.is_empty() && idx.len() <= 2, "{name}");
+            assert!(idx.iter().all(|&i| i < 6), "{name}");
         }
     }
 
     #[test]
-    fn a_matching_path_is_performed_with_the_new_bytes() {
-        let mut r = redirect(&["/data=/srv/other"]);
-        let mut g = guest_with(&[(0x1000, b"/data/x")]);
-        let at_fdcwd = -100i64 as u64;
-        let c = call("openat", [at_fdcwd, 0x1000, 0, 0, 0, 0]);
+    fn binds_come_shortest_first_and_need_two_of_a_kind() {
+        let base = std::env::temp_dir().join(format!("mantle-redirects-{}", std::process::id()));
+        let (d1, d2, f) = (base.join("d1"), base.join("d2"), base.join("f"));
+        std::fs::create_dir_all(d1.join("sub")).unwrap();
+        std::fs::create_dir_all(&d2).unwrap();
+        std::fs::write(&f, "").unwrap();
+        let s = |p: &PathBuf| p.display().to_string();
+        let mut r = Redirects::default();
+        r.add(&format!("{}={}", s(&d1.join("sub")), s(&d2)))
+            .unwrap();
+        r.add(&format!("{}/={}", s(&d1), s(&d2))).unwrap();
+        let b = r.binds().unwrap();
         assert_eq!(
-            r.before(&c, &mut g),
-            Decision::Perform(Perform {
-                nr: c.nr,
-                args: c.args,
-                path: Some((1, b"/srv/other/x".to_vec())),
-            })
+            b,
+            vec![(d2.clone(), d1.clone()), (d2.clone(), d1.join("sub"))]
         );
-        // the dirfd does not matter for an absolute path
-        let c = call("openat", [5, 0x1000, 0, 0, 0, 0]);
-        assert!(matches!(r.before(&c, &mut g), Decision::Perform(_)));
-        let c = call("execve", [0x1000, 0, 0, 0, 0, 0]);
-        assert!(matches!(
-            r.before(&c, &mut g),
-            Decision::Perform(Perform {
-                path: Some((0, _)),
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn other_paths_relative_paths_and_null_continue() {
-        let mut r = redirect(&["/data=/srv/other"]);
-        let mut g = guest_with(&[(0x1000, b"/etc/passwd"), (0x2000, b"data/x")]);
-        assert_eq!(
-            r.before(&call("open", [0x1000, 0, 0, 0, 0, 0]), &mut g),
-            Decision::Continue
-        );
-        assert_eq!(
-            r.before(&call("openat", [3, 0x2000, 0, 0, 0, 0]), &mut g),
-            Decision::Continue
-        );
-        assert_eq!(
-            r.before(&call("utimensat", [3, 0, 0, 0, 0, 0]), &mut g),
-            Decision::Continue
-        );
-        // not a family call: not even read
-        assert_eq!(
-            r.before(&call("read", [0, 0xdead, 0, 0, 0, 0]), &mut g),
-            Decision::Continue
-        );
-    }
-
-    #[test]
-    fn two_path_calls_rewrite_one_or_fail_with_exdev() {
-        let mut r = redirect(&["/data=/srv"]);
-        let mut g = guest_with(&[
-            (0x1000, b"/data/a"),
-            (0x2000, b"/tmp/b"),
-            (0x3000, b"/data/c"),
-        ]);
-        assert_eq!(
-            r.before(&call("rename", [0x1000, 0x2000, 0, 0, 0, 0]), &mut g),
-            Decision::Perform(Perform {
-                nr: Sysno::from_name("rename").unwrap(),
-                args: [0x1000, 0x2000, 0, 0, 0, 0],
-                path: Some((0, b"/srv/a".to_vec())),
-            })
-        );
-        assert!(matches!(
-            r.before(&call("renameat2", [0, 0x2000, 0, 0x3000, 0, 0]), &mut g),
-            Decision::Perform(Perform {
-                path: Some((3, _)),
-                ..
-            })
-        ));
-        assert_eq!(
-            r.before(&call("linkat", [0, 0x1000, 0, 0x3000, 0, 0]), &mut g),
-            Decision::Fail(libc::EXDEV)
-        );
-        // symlink's target is not looked up; its link path is
-        assert_eq!(
-            r.before(&call("symlink", [0x1000, 0x2000, 0, 0, 0, 0]), &mut g),
-            Decision::Continue
-        );
-        assert!(matches!(
-            r.before(&call("symlink", [0x2000, 0x1000, 0, 0, 0, 0]), &mut g),
-            Decision::Perform(Perform {
-                path: Some((1, _)),
-                ..
-            })
-        ));
-    }
-
-    #[test]
-    fn unreadable_long_or_vanished_paths_fail_the_call() {
-        let mut r = redirect(&["/data=/srv/other"]);
-        let mut g = guest_with(&[(0x1000, b"/data/x")]);
-        // unmapped
-        assert_eq!(
-            r.before(&call("open", [0xdead0000, 0, 0, 0, 0, 0]), &mut g),
-            Decision::Fail(libc::EFAULT)
-        );
-        // no NUL within PATH_MAX
-        g.mem.insert(0x10000, vec![b'a'; PATH_MAX + 10]);
-        assert_eq!(
-            r.before(&call("open", [0x10000, 0, 0, 0, 0, 0]), &mut g),
-            Decision::Fail(libc::ENAMETOOLONG)
-        );
-        // a path that fits, made too long by the rewrite
-        let mut p = b"/data/".to_vec();
-        p.resize(PATH_MAX - 1, b'y');
-        p.push(0);
-        g.mem.insert(0x20000, p);
-        assert_eq!(
-            r.before(&call("open", [0x20000, 0, 0, 0, 0, 0]), &mut g),
-            Decision::Fail(libc::ENAMETOOLONG)
-        );
-        // the call vanished while it was read
-        g.gone = true;
-        assert_eq!(
-            r.before(&call("open", [0x1000, 0, 0, 0, 0, 0]), &mut g),
-            Decision::Fail(libc::EFAULT)
-        );
-    }
-
-    /// A guest whose call vanishes after the read succeeded.
-    struct VanishingGuest(FakeGuest);
-    impl Guest for VanishingGuest {
-        fn read(&mut self, a: u64, b: &mut [u8]) -> Result<usize, GuestError> {
-            self.0.read(a, b)
-        }
-        fn still_pending(&mut self) -> bool {
-            false
-        }
-    }
-
-    #[test]
-    fn a_path_read_from_a_call_no_longer_pending_is_not_acted_on() {
-        let mut r = redirect(&["/data=/srv/other"]);
-        let mut g = VanishingGuest(guest_with(&[(0x1000, b"/data/x"), (0x2000, b"/etc/x")]));
-        assert_eq!(
-            r.before(&call("open", [0x1000, 0, 0, 0, 0, 0]), &mut g),
-            Decision::Fail(libc::EFAULT)
-        );
-        assert_eq!(
-            r.before(&call("open", [0x2000, 0, 0, 0, 0, 0]), &mut g),
-            Decision::Fail(libc::EFAULT)
-        );
+        let mut r = Redirects::default();
+        r.add(&format!("{}={}", s(&d1), s(&f))).unwrap();
+        assert!(r.binds().unwrap_err().contains("two of a kind"));
+        let mut r = Redirects::default();
+        r.add(&format!("{}={}", s(&base.join("nope")), s(&d2)))
+            .unwrap();
+        assert!(r.binds().is_err());
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
