@@ -186,12 +186,24 @@ fn print_counts(name: &str, count: &Option<Arc<CountTable>>, json: bool) {
 /// `--path fast`: one command, served in this process. `None`: the
 /// command is static, fall back to the protected path.
 fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
-    use mantle_exec::fast::{run_fast, FastError, FastOptions};
+    use mantle_exec::fast::{run_fast_enforced, FastError, FastOptions};
     let built = from_specs(&def.agents, trace_writer(&def.trace_out)?)
         .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+    built
+        .enforce
+        .binds()
+        .map_err(|e| Failure::new(EXIT_USAGE, e))?;
+    if a.verbose {
+        say_enforcement(&def.name, &built);
+    }
     let count = built.count.clone();
-    let chain = mantle_exec::Chain::new(built.agents);
+    // what enforces runs on the kernel's filter (the gate), never in the
+    // guest-reachable fast chain
+    let (enforcing, observing): (Vec<_>, Vec<_>) =
+        built.agents.into_iter().partition(|a| a.name() == "deny");
+    let chain = mantle_exec::Chain::new(observing);
     let mut opts = FastOptions {
+        enforce: built.enforce,
         rewrite: a.rewrite_sites,
         extended: a.extended.unwrap_or_default(),
         boost: a.boost,
@@ -203,7 +215,7 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         "off" => (opts.guest_spin, opts.exec_spin) = (0, 0),
         _ => {}
     }
-    match run_fast(&def.command, chain, &opts) {
+    match run_fast_enforced(&def.command, chain, enforcing, &opts) {
         Ok((status, _stats)) => {
             print_counts(&def.name, &count, a.json);
             use std::os::unix::process::ExitStatusExt;

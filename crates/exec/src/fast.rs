@@ -31,6 +31,7 @@
 //! limits: docs/exec-fast.md.
 
 pub mod door;
+pub mod gate;
 pub mod region;
 pub mod server;
 
@@ -77,6 +78,10 @@ pub struct FastOptions {
     /// a real-time executive costs a class switch per call on a shared
     /// CPU, docs/exec.md).
     pub priority: Option<i32>,
+    /// What the kernel enforces ([`gate`]): the filter's refusals and the
+    /// redirect's namespace; the enforcing agents come with
+    /// [`spawn_fast_enforced`].
+    pub enforce: crate::enforce::Enforcement,
 }
 
 impl Default for FastOptions {
@@ -93,6 +98,7 @@ impl Default for FastOptions {
             extended: Duration::ZERO,
             boost: None,
             priority: None,
+            enforce: Default::default(),
         }
     }
 }
@@ -190,7 +196,18 @@ pub fn run_fast(
     chain: Chain,
     opts: &FastOptions,
 ) -> Result<(ExitStatus, Stats), FastError> {
-    let (child, mut server) = spawn_fast(cmd, chain, opts)?;
+    run_fast_enforced(cmd, chain, Vec::new(), opts)
+}
+
+/// [`run_fast`] with enforcing agents for the [`gate`]
+/// ([`spawn_fast_enforced`]).
+pub fn run_fast_enforced(
+    cmd: &[String],
+    chain: Chain,
+    enforcing: Vec<Box<dyn crate::agent::Agent>>,
+    opts: &FastOptions,
+) -> Result<(ExitStatus, Stats), FastError> {
+    let (child, mut server) = spawn_fast_enforced(cmd, chain, enforcing, opts)?;
     // the executive keeps the guests' time: its timed waits end on time
     // (after the spawn: the guest keeps its own slack)
     mantle_sys::supervise::set_timer_slack_ns(1).map_err(os("set the timer slack"))?;
@@ -207,6 +224,18 @@ pub fn run_fast(
 pub fn spawn_fast(
     cmd: &[String],
     chain: Chain,
+    opts: &FastOptions,
+) -> Result<(std::process::Child, Server), FastError> {
+    spawn_fast_enforced(cmd, chain, Vec::new(), opts)
+}
+
+/// [`spawn_fast`] with enforcing agents (`--deny`), which the [`gate`]
+/// runs on a seccomp listener, never in `chain` (whose calls the guest
+/// could keep from the executive).
+pub fn spawn_fast_enforced(
+    cmd: &[String],
+    chain: Chain,
+    enforcing: Vec<Box<dyn crate::agent::Agent>>,
     opts: &FastOptions,
 ) -> Result<(std::process::Child, Server), FastError> {
     let prog = cmd.first().ok_or(FastError::Empty)?;
@@ -250,7 +279,11 @@ pub fn spawn_fast(
         .env("MANTLE_FAST_FD", fd.to_string())
         .env("MANTLE_FAST_DOOR", door.path());
     mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut c, fd);
+    // last: the filter and the namespace, after the other pre_execs
+    let armed =
+        gate::arm(&mut c, &opts.enforce, enforcing).map_err(os("arm the enforcement gate"))?;
     let child = c.spawn().map_err(os("start the guest"))?;
+    drop(armed.child_end);
     door.set_root(child.id());
     let mut server = Server::new(region, chain, child.id());
     server.keep_door(door);

@@ -764,6 +764,45 @@ pub fn inherit_fd_and_die_with_parent(cmd: &mut std::process::Command, fd: RawFd
     }
 }
 
+/// Makes `cmd`'s child, between fork and exec (after the pre_execs
+/// registered before this call), enter `binds`' mount namespace, set
+/// no_new_privs and install `filter`; with `sock`, a new listener is
+/// sent over it by a sendmsg carrying `cookie` (the filter's launch
+/// cookie, [`crate::seccomp::filter`]). A failed step fails the spawn
+/// with its errno.
+pub fn filter_before_exec(
+    cmd: &mut std::process::Command,
+    binds: crate::mountns::Binds,
+    filter: Vec<crate::seccomp::sock_filter>,
+    sock: Option<RawFd>,
+    cookie: u64,
+) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec; it
+    // makes system calls only (unshare, mount, open/write of /proc files,
+    // prctl, seccomp, sendmsg, close) on memory prepared before the fork
+    // (binds, filter) and allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let os = io::Error::from_raw_os_error;
+            binds.enter().map_err(|(_, e)| os(e))?;
+            crate::seccomp::set_no_new_privs().map_err(|e| os(e.errno().unwrap_or(libc::EPERM)))?;
+            match sock {
+                None => crate::seccomp::install(&filter)
+                    .map_err(|e| os(e.errno().unwrap_or(libc::EINVAL))),
+                Some(sock) => {
+                    let l = crate::seccomp::install_listener_fd(&filter)
+                        .map_err(|e| os(e.errno().unwrap_or(libc::EINVAL)))?;
+                    send_fd_tagged(BorrowedFd::borrow_raw(sock), l.as_raw_fd(), cookie)?;
+                    drop(l);
+                    libc::close(sock);
+                    Ok(())
+                }
+            }
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
