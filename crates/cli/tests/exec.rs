@@ -1727,3 +1727,363 @@ fn the_token_scheduler_delivers_in_proportion_to_tokens() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+// ---------------------------------------------------------------------------
+// The escape suite: a hostile guest (escape.c) tries every trick it knows,
+// as nobody, on both paths; each trick must be refused or redirected.
+
+const ESCAPE_C: &str = include_str!("escape.c");
+
+/// escape.c built dynamic and static, and a copy of mantle, all usable by
+/// nobody, in a 0755 directory of their own.
+fn escape_kit() -> &'static (PathBuf, PathBuf, PathBuf) {
+    static K: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
+    K.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("mantle-escape-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let src = dir.join("escape.c");
+        std::fs::write(&src, ESCAPE_C).unwrap();
+        let (dynamic, stat) = (dir.join("escape"), dir.join("escape-static"));
+        cc(&src, &dynamic, &["-pthread"]);
+        cc(&src, &stat, &["-pthread", "-static"]);
+        let m = dir.join("mantle");
+        std::fs::copy(MANTLE, &m).unwrap();
+        (m, dynamic, stat)
+    })
+}
+
+/// Runs `mantle ARGS` as nobody (no capability, no supplementary group).
+fn as_nobody(args: &[&str]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(&escape_kit().0)
+        .args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv")
+}
+
+/// A directory nobody may write, with a file `f` and a directory `d` that
+/// an unlink would remove.
+fn victims(name: &str) -> (PathBuf, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("mantle-victims-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("d")).unwrap();
+    std::fs::write(dir.join("f"), "victim\n").unwrap();
+    for p in [&dir, &dir.join("d")] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    std::fs::set_permissions(dir.join("f"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    (dir.join("f"), dir.join("d"))
+}
+
+/// Every line of `out` that names a try must say `errno E` (E per try:
+/// getppid is denied with EPERM, the rest with EACCES); `want` lines
+/// must all be there.
+fn all_refused(out: &Output, want: &[&str]) {
+    let so = text(&out.stdout);
+    let se = text(&out.stderr);
+    for w in want {
+        let line = so
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(w))
+            .unwrap_or_else(|| panic!("no line for {w}:\n{so}\n{se}"));
+        let e = if w.ends_with("getppid") {
+            "errno 1"
+        } else {
+            "errno 13"
+        };
+        assert!(line.ends_with(e), "{w} escaped: {line}\n{so}\n{se}");
+    }
+}
+
+#[test]
+#[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn escape_suite_deny_holds_on_both_paths_as_nobody() {
+    mantle_testsupport::require_root("the escape suite (run as nobody)");
+    let (_, dynamic, stat) = escape_kit();
+    let (dynamic, stat) = (dynamic.to_str().unwrap(), stat.to_str().unwrap());
+    for path in ["protected", "fast"] {
+        let (f, d) = victims(path);
+        let (fs, ds) = (f.to_str().unwrap(), d.to_str().unwrap());
+        let deny = [
+            "run",
+            "--path",
+            path,
+            "--deny",
+            "unlink=EACCES",
+            "--deny",
+            "getppid",
+            "--",
+        ];
+        let run = |extra: &[&str]| {
+            let mut a: Vec<&str> = deny.to_vec();
+            a.extend_from_slice(extra);
+            as_nobody(&a)
+        };
+        let family = [
+            "unlink",
+            "unlinkat",
+            "rmdir",
+            "unlinkat-dir",
+            "libc-unlink",
+            "getppid",
+        ];
+        all_refused(&run(&[dynamic, "unlink", fs, ds]), &family);
+        all_refused(
+            &run(&[dynamic, "sudoff", fs]),
+            &["prctl", "sudoff-unlinkat", "sudoff-getppid"][1..],
+        );
+        if path == "fast" {
+            all_refused(
+                &run(&[dynamic, "selector", fs]),
+                &["selector-unlinkat", "selector-getppid"],
+            );
+            all_refused(
+                &run(&[dynamic, "tramp", fs]),
+                &["tramp-unlinkat", "tramp-getppid"],
+            );
+        }
+        // a static binary (no stub), and an empty environment (no
+        // LD_PRELOAD): the filter came with the exec
+        all_refused(&run(&[dynamic, "exec", stat, "unlink", fs, ds]), &family);
+        all_refused(&run(&[dynamic, "exec", dynamic, "unlink", fs, ds]), &family);
+        assert!(f.exists() && d.exists(), "{path}: the victims were removed");
+        let _ = std::fs::remove_dir_all(f.parent().unwrap());
+    }
+}
+
+#[test]
+#[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn escape_suite_every_call_of_the_open_family_is_denied() {
+    mantle_testsupport::require_root("the escape suite (run as nobody)");
+    let (_, _, stat) = escape_kit();
+    let (f, _) = victims("open");
+    // a static guest: a dynamic one could not load its libraries
+    let o = as_nobody(&[
+        "run",
+        "--deny",
+        "openat=EACCES",
+        "--",
+        stat.to_str().unwrap(),
+        "open",
+        f.to_str().unwrap(),
+    ]);
+    all_refused(
+        &o,
+        &[
+            "open",
+            "openat",
+            "openat2",
+            "creat",
+            "name_to_handle_at",
+            "open_by_handle_at",
+            "fopen",
+        ],
+    );
+    let _ = std::fs::remove_dir_all(f.parent().unwrap());
+}
+
+#[test]
+#[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn escape_suite_io_uring_is_refused_while_enforcing() {
+    mantle_testsupport::require_root("the escape suite (run as nobody)");
+    let (_, dynamic, _) = escape_kit();
+    let d = dynamic.to_str().unwrap();
+    let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+        .map(|s| s.trim() != "0")
+        .unwrap_or(false);
+    for path in ["protected", "fast"] {
+        let o = as_nobody(&["run", "--path", path, "--deny", "getppid", "--", d, "uring"]);
+        assert_eq!(
+            text(&o.stdout).trim(),
+            "io_uring_setup errno 1",
+            "{path}: {}",
+            text(&o.stderr)
+        );
+        let o = as_nobody(&[
+            "run",
+            "--path",
+            path,
+            "--deny",
+            "getppid",
+            "--allow-io-uring",
+            "--",
+            d,
+            "uring",
+        ]);
+        if disabled {
+            eprintln!("kernel.io_uring_disabled is set: --allow-io-uring not checked");
+        } else {
+            assert_eq!(
+                text(&o.stdout).trim(),
+                "io_uring_setup ok",
+                "{path}: {}",
+                text(&o.stderr)
+            );
+        }
+        // no enforcing agent: io_uring is the guest's business
+        let o = as_nobody(&["run", "--path", path, "--count", "--", d, "uring"]);
+        if !disabled {
+            assert_eq!(text(&o.stdout).trim(), "io_uring_setup ok", "{path}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn escape_suite_redirect_is_a_mount_that_no_path_or_race_escapes() {
+    mantle_testsupport::require_root("the escape suite (run as nobody)");
+    use std::os::unix::fs::PermissionsExt;
+    let (_, dynamic, _) = escape_kit();
+    let d = dynamic.to_str().unwrap();
+    let base = std::env::temp_dir().join(format!("mantle-redirect-{}", std::process::id()));
+    let (old, new) = (base.join("old"), base.join("new"));
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::create_dir_all(&new).unwrap();
+    std::fs::write(old.join("x"), "OLD\n").unwrap();
+    std::fs::write(new.join("x"), "NEW\n").unwrap();
+    for p in [&base, &old, &new] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let spec = format!("{}={}", old.display(), new.display());
+    let os = old.to_str().unwrap();
+    let alt = format!("{}/./x", os);
+    let ox = format!("{os}/x");
+    for path in ["protected", "fast"] {
+        let o = as_nobody(&[
+            "run",
+            "--path",
+            path,
+            "--redirect",
+            &spec,
+            "--",
+            d,
+            "dirs",
+            os,
+        ]);
+        let so = text(&o.stdout);
+        for t in ["dotdot", "procroot", "dirfd", "symlink", "relative"] {
+            let line = so
+                .lines()
+                .find(|l| l.starts_with(t))
+                .unwrap_or_else(|| panic!("{path}: no {t} line:\n{so}{}", text(&o.stderr)));
+            assert_eq!(
+                line,
+                format!("{t} ok NEW"),
+                "{path}: {so}{}",
+                text(&o.stderr)
+            );
+        }
+        // the guest may not unmount what hides OLD, nor exec around it
+        let o = as_nobody(&[
+            "run",
+            "--path",
+            path,
+            "--redirect",
+            &spec,
+            "--",
+            "sh",
+            "-c",
+            &format!("umount {os} 2>/dev/null; cat {os}/x; stat -c %s {os}/x; ls {os}"),
+        ]);
+        assert_eq!(
+            text(&o.stdout),
+            "NEW\n4\nx\n",
+            "{path}: {}",
+            text(&o.stderr)
+        );
+        // a racing thread flips the path between two spellings of OLD:
+        // every one of 20,000 opens reads NEW
+        let o = as_nobody(&[
+            "run",
+            "--path",
+            path,
+            "--redirect",
+            &spec,
+            "--",
+            d,
+            "race",
+            &ox,
+            &alt,
+            "20000",
+        ]);
+        assert_eq!(
+            text(&o.stdout).trim(),
+            "race read NEW 20000 other 0 failed 0",
+            "{path}: {}",
+            text(&o.stderr)
+        );
+    }
+    // outside the guest, nothing changed
+    assert_eq!(std::fs::read_to_string(old.join("x")).unwrap(), "OLD\n");
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+#[test]
+fn an_exec_deny_starts_after_the_commands_own_start() {
+    for path in ["protected", "fast"] {
+        let o = mantle(&[
+            "run",
+            "--path",
+            path,
+            "--deny",
+            "exec=EACCES",
+            "--",
+            "sh",
+            "-c",
+            "echo started; /bin/true; echo rc=$?",
+        ]);
+        let so = text(&o.stdout);
+        assert!(
+            so.starts_with("started\n"),
+            "{path}: {so}{}",
+            text(&o.stderr)
+        );
+        assert!(
+            so.contains("rc=126"),
+            "{path}: the guest's own exec ran: {so}"
+        );
+    }
+}
+
+#[test]
+fn run_exits_like_a_wrapper() {
+    assert_eq!(
+        mantle(&["run", "--", "no-such-command-mantle"])
+            .status
+            .code(),
+        Some(127)
+    );
+    assert_eq!(
+        mantle(&["run", "--", "/etc/passwd"]).status.code(),
+        Some(126)
+    );
+    assert_eq!(
+        mantle(&["run", "--no-such-option", "--", "true"])
+            .status
+            .code(),
+        Some(125)
+    );
+    assert_eq!(
+        mantle(&["run", "--deny", "opnat", "--", "true"])
+            .status
+            .code(),
+        Some(125)
+    );
+    assert_eq!(
+        mantle(&["run", "--redirect", "/no/such/old=/tmp", "--", "true"])
+            .status
+            .code(),
+        Some(125)
+    );
+    // the command's own status passes through, even 125-127
+    for c in ["0", "3", "125", "126", "127"] {
+        let o = mantle(&["run", "--", "sh", "-c", &format!("exit {c}")]);
+        assert_eq!(o.status.code(), Some(c.parse().unwrap()));
+    }
+}

@@ -93,6 +93,14 @@ impl Binds {
             if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
                 return Err((STEP_UNSHARE, errno()));
             }
+            // a non-dumpable child's /proc/self files are root's, and
+            // its uid_map then cannot be written by its own user (the
+            // fast path's executive is non-dumpable before it spawns);
+            // the exec that follows sets dumpability anew
+            // SAFETY: prctl with integer arguments.
+            if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } != 0 {
+                return Err((STEP_USER_MAP, errno()));
+            }
             for (file, data) in [
                 (c"/proc/self/setgroups", &b"deny"[..]),
                 (c"/proc/self/uid_map", &self.uid_map[..]),
