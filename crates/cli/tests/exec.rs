@@ -413,13 +413,13 @@ fn a_static_binary() {
 fn bad_options_are_usage_errors() {
     // the fast path runs one command, not a system file
     let o = mantle(&["run", "--path", "fast", "--system", "/dev/null"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
     let o = mantle(&["run", "--deny", "nosuchcall", "--", "true"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(125));
     let o = mantle(&["run", "--", "no-such-command-for-mantle"]);
-    assert_eq!(o.status.code(), Some(5));
+    assert_eq!(o.status.code(), Some(127));
     let o = mantle(&["run", "--priority", "100", "--", "true"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(125));
     // 0: SCHED_OTHER, no warning
     let o = mantle(&["run", "-v", "--priority", "0", "--", "true"]);
     assert_eq!(o.status.code(), Some(0));
@@ -467,7 +467,7 @@ fn a_system_file_starts_every_guest() {
         mantle(&["run", "--system", f.to_str().unwrap()])
             .status
             .code(),
-        Some(2)
+        Some(125)
     );
     let _ = std::fs::remove_dir_all(d);
 }
@@ -533,7 +533,7 @@ fn executive_killed_kills_its_guests() {
         .status()
         .unwrap();
     let o = c.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(125));
     let e = text(&o.stderr);
     assert!(
         e.contains("killed by SIGKILL") && e.contains("guests were killed"),
@@ -558,7 +558,7 @@ fn executive_killed_with_fail_open_leaves_guests_running_with_enosys() {
     out.read_line(&mut line).unwrap();
     assert_eq!(line, format!("errno {}\n", libc::ENOSYS));
     let o = c.wait_with_output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(o.status.code(), Some(125));
     assert!(
         text(&o.stderr).contains("unsupervised"),
         "{}",
@@ -1107,9 +1107,9 @@ fn sleep_holds_the_guests_sleep_in_the_executive() {
     );
     // a bad option combination is refused as such
     let o = mantle(&["run", "--boost", "99", "--", "true"]);
-    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(o.status.code(), Some(125));
     let o = mantle(&["run", "--priority", "5", "--boost", "5", "--", "true"]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
     assert!(
         text(&o.stderr).contains("must be below"),
         "{}",
