@@ -125,8 +125,12 @@ fn open_as_guest(r: OpenRequest, own_fs: bool, root: bool) -> OpenDone {
         let path = CString::new(path).map_err(|_| libc::EINVAL)?;
         // where a relative path starts
         let relative = path.as_bytes().first() != Some(&b'/');
-        let dir: Option<OwnedFd> = if relative {
-            let d = if r.dirfd == libc::AT_FDCWD {
+        // an absolute path starts at the guest's root, in its mount
+        // namespace (a --redirect's binds, a chroot), never at ours
+        let dir: Option<OwnedFd> = {
+            let d = if !relative {
+                format!("/proc/{tid}/root")
+            } else if r.dirfd == libc::AT_FDCWD {
                 format!("/proc/{tid}/cwd")
             } else if r.dirfd >= 0 {
                 format!("/proc/{tid}/fd/{}", r.dirfd)
@@ -138,8 +142,6 @@ fn open_as_guest(r: OpenRequest, own_fs: bool, root: bool) -> OpenDone {
                 supervise::openat_raw(libc::AT_FDCWD, &d, libc::O_PATH | libc::O_DIRECTORY, 0)
                     .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?,
             )
-        } else {
-            None
         };
         let dirfd = dir.as_ref().map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
         let old_mask = match (own_fs, who.umask) {
@@ -162,7 +164,12 @@ fn open_as_guest(r: OpenRequest, own_fs: bool, root: bool) -> OpenDone {
             &path,
             r.flags,
             r.mode,
-            supervise::RESOLVE_NO_MAGICLINKS,
+            supervise::RESOLVE_NO_MAGICLINKS
+                | if relative {
+                    0
+                } else {
+                    supervise::RESOLVE_IN_ROOT
+                },
         );
         if let Some((uid, gid, groups)) = saved {
             supervise::set_thread_fsuid(uid);

@@ -483,6 +483,9 @@ pub fn openat_raw(dirfd: RawFd, path: &CStr, flags: i32, mode: u32) -> io::Resul
 /// RESOLVE_NO_MAGICLINKS (linux/openat2.h): refuse /proc/PID/fd/N-style
 /// links during resolution.
 pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+/// RESOLVE_IN_ROOT (linux/openat2.h): `/`, `..` and absolute symbolic
+/// links stay inside the directory fd, as if it were the root.
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
 
 /// openat2(2) (Linux 5.6) with `resolve` flags; the new fd is close-on-exec
 /// in this process. `mode` is dropped unless O_CREAT or O_TMPFILE (openat2
