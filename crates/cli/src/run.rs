@@ -189,13 +189,7 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
     use mantle_exec::fast::{run_fast_enforced, FastError, FastOptions};
     let built = from_specs(&def.agents, trace_writer(&def.trace_out)?)
         .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
-    built
-        .enforce
-        .binds()
-        .map_err(|e| Failure::new(EXIT_USAGE, e))?;
-    if a.verbose {
-        say_enforcement(&def.name, &built);
-    }
+    check_enforcement(&def.name, &built, a.verbose)?;
     let count = built.count.clone();
     // what enforces runs on the kernel's filter (the gate), never in the
     // guest-reachable fast chain
@@ -335,13 +329,7 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
             Failure::new(EXIT_USAGE, msg)
         })?;
         mantle_exec::launch::prepare(&d.command).map_err(|e| launch_failure(&e))?;
-        built
-            .enforce
-            .binds()
-            .map_err(|e| Failure::new(EXIT_USAGE, e))?;
-        if a.verbose {
-            say_enforcement(&d.name, &built);
-        }
+        check_enforcement(&d.name, &built, a.verbose)?;
         counts.push((d.name.clone(), built.count, d.agents.json));
         specs.push(GuestSpec {
             name: d.name.clone(),
@@ -406,14 +394,28 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
     }
 }
 
-/// `-v`: what each --deny was taken to mean, and what the kernel enforces.
-fn say_enforcement(name: &str, built: &mantle_exec::agents::Built) {
+/// Checks a guest's redirect against the file system before anything
+/// starts; with `-v`, says what each --deny was taken to mean and what the
+/// kernel enforces.
+fn check_enforcement(
+    name: &str,
+    built: &mantle_exec::agents::Built,
+    verbose: bool,
+) -> Result<(), Failure> {
+    built
+        .enforce
+        .binds()
+        .map_err(|e| Failure::new(EXIT_USAGE, e))?;
+    if !verbose {
+        return Ok(());
+    }
     for m in &built.deny_meant {
         eprintln!("mantle: guest {name}: --deny {m}");
     }
     for line in built.enforce.describe() {
         eprintln!("mantle: guest {name}: {line}");
     }
+    Ok(())
 }
 
 /// The executive process: start the guests, serve them, return the exit

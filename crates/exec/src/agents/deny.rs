@@ -123,7 +123,7 @@ mod tests {
         Sysno::from_name(n).unwrap()
     }
 
-    fn call(n: &str) -> Call {
+    pub(super) fn call(n: &str) -> Call {
         Call {
             tid: 7,
             nr: nr(n),
@@ -197,11 +197,7 @@ mod start_tests {
     fn exec_by(tid: u32, name: &str) -> Call {
         Call {
             tid,
-            nr: Sysno::from_name(name).unwrap(),
-            args: [0; 6],
-            ip: 0,
-            received_ns: 0,
-            start_ns: 0,
+            ..super::tests::call(name)
         }
     }
 
