@@ -132,6 +132,9 @@ pub const fn notify_on(nr: libc::c_long) -> [sock_filter; 7] {
     ]
 }
 
+/// __X32_SYSCALL_BIT (asm/unistd.h): set in the number of an x32 call.
+pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
 /// Compares per block of [`notify_on_set`]: a conditional jump's offset is
 /// 8 bits, so each block's compares jump to a `RET NOTIFY` of their own.
 const BLOCK: usize = 200;
@@ -163,12 +166,17 @@ pub fn notify_on_set(nrs: &[u32], launch_cookie: Option<u64>) -> Vec<sock_filter
 /// executive never sees the call). A number in both lists is refused.
 /// errno is clamped to 1..=4095 (the range a system call can return).
 pub fn filter(nrs: &[u32], refuse: &[(u32, i32)], launch_cookie: Option<u64>) -> Vec<sock_filter> {
-    use libc::{BPF_ABS, BPF_JA, BPF_JEQ, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
+    use libc::{BPF_ABS, BPF_JA, BPF_JEQ, BPF_JGE, BPF_JMP, BPF_K, BPF_LD, BPF_RET, BPF_W};
     let mut f = vec![
         stmt(BPF_LD | BPF_W | BPF_ABS, 4),
         jump(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH, 1, 0),
         stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_KILL_PROCESS),
         stmt(BPF_LD | BPF_W | BPF_ABS, 0),
+        // x32 calls share x86-64's AUDIT_ARCH with __X32_SYSCALL_BIT set
+        // in the number: `0x40000000 | openat` would match no compare
+        // below and be allowed on a kernel built with x32. Refused.
+        jump(BPF_JMP | BPF_JGE | BPF_K, X32_SYSCALL_BIT, 0, 1),
+        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
     ];
     if let Some(c) = launch_cookie {
         // seccomp_data.args[5] at 16 + 5 * 8, little-endian halves
@@ -503,6 +511,9 @@ mod tests {
                 c if c == libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K => {
                     pc += 1 + if acc == i.k { i.jt } else { i.jf } as usize;
                 }
+                c if c == libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K => {
+                    pc += 1 + if acc >= i.k { i.jt } else { i.jf } as usize;
+                }
                 c if c == libc::BPF_JMP | libc::BPF_JA => pc += 1 + i.k as usize,
                 c if c == libc::BPF_RET | libc::BPF_K => return i.k,
                 c => panic!("unexpected instruction {c:#x}"),
@@ -564,6 +575,16 @@ mod tests {
                 None => libc::SECCOMP_RET_ALLOW,
             };
             assert_eq!(verdict(&f, AUDIT_ARCH, nr, 0), want, "nr {nr}");
+        }
+        // x32 numbers (bit 30) are refused whatever the lists say, even
+        // one whose low bits name a notified or allowed call
+        for nr in [0u32, 1, 257, 0x4d41] {
+            for f in [filter(&notify, &refuse, None), notify_on_set(&[], None)] {
+                assert_eq!(
+                    verdict(&f, AUDIT_ARCH, X32_SYSCALL_BIT | nr, 0),
+                    libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+                );
+            }
         }
         // out-of-range errnos are clamped, never another action
         let f = filter(&[], &[(1, 0), (2, 99_999)], None);
