@@ -236,11 +236,52 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
 
 /// `mantle run`; every failure leaves with 125, 126 or 127 (module doc).
 pub fn run(a: RunArgs) -> Result<(), Failure> {
+    let json = a.json;
     run_guests(a).map_err(|mut f| {
         if f.code != EXIT_RUN_CANNOT && f.code != EXIT_RUN_NOT_FOUND {
             f.code = EXIT_RUN_ERROR;
         }
+        if json {
+            // the record is the last line: the message goes first
+            eprintln!("mantle: {}", f.message);
+            exit_record(i32::from(f.code), &[], Some(&f.message));
+            std::process::exit(i32::from(f.code));
+        }
         f
+    })
+}
+
+/// `--json`: the run's last line on standard error, one object of schema
+/// `mantle.run.exit/1` (docs/exec.md "JSON"): the status mantle exits
+/// with, whether it is a guest's or mantle's own (`error` is then the
+/// message), and how each guest ended. A script tells a guest's 125 from
+/// mantle's by `error`.
+fn exit_record(status: i32, guests: &[serde_json::Value], error: Option<&str>) {
+    eprintln!(
+        "{}",
+        serde_json::json!({
+            "schema": "mantle.run.exit/1",
+            "status": status,
+            "error": error,
+            "guests": guests,
+        })
+    );
+}
+
+/// A guest's end for [`exit_record`].
+fn guest_end_json(name: &str, pid: u32, end: &End) -> serde_json::Value {
+    let (state, code, signal) = match end {
+        End::Exited(c) => ("exited", Some(*c), None),
+        End::Killed { signal, .. } => ("killed", None, Some(*signal)),
+        End::NotStarted { .. } => ("not-started", None, None),
+    };
+    serde_json::json!({
+        "name": name,
+        "pid": pid,
+        "state": state,
+        "exit_code": code,
+        "signal": signal,
+        "status": end.shell_status(),
     })
 }
 
@@ -370,7 +411,8 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
     };
     let verbose = a.verbose;
     let fail_open = a.fail_open;
-    let executive = move || -> i32 { executive_main(opts, specs, counts, verbose, system) };
+    let json = a.json;
+    let executive = move || -> i32 { executive_main(opts, specs, counts, verbose, system, json) };
     let end = mantle_exec::reaper::run(fail_open, executive)
         .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot start the executive: {e}")))?;
     match (end.executive.code, end.executive.signal) {
@@ -426,6 +468,7 @@ fn executive_main(
     counts: Vec<(String, Option<Arc<CountTable>>, bool)>,
     verbose: bool,
     system: bool,
+    json: bool,
 ) -> i32 {
     let asked_other = opts.priority == Some(0);
     mantle_sys::supervise::catch_signals(
@@ -444,6 +487,9 @@ fn executive_main(
                 _ => Failure::new(EXIT_RUN_ERROR, error_chain(&e)),
             };
             eprintln!("mantle: {}", f.message);
+            if json {
+                exit_record(i32::from(f.code), &[], Some(&f.message));
+            }
             return i32::from(f.code);
         }
     };
@@ -504,6 +550,13 @@ fn executive_main(
         if status == 0 {
             status = e.end.shell_status();
         }
+    }
+    if json {
+        let guests: Vec<_> = ends
+            .iter()
+            .map(|e| guest_end_json(&e.name, e.pid, &e.end))
+            .collect();
+        exit_record(status, &guests, None);
     }
     status
 }

@@ -2086,4 +2086,29 @@ fn run_exits_like_a_wrapper() {
         let o = mantle(&["run", "--", "sh", "-c", &format!("exit {c}")]);
         assert_eq!(o.status.code(), Some(c.parse().unwrap()));
     }
+    // --json: the last line tells a guest's 125 from mantle's
+    let last = |o: &Output| -> serde_json::Value {
+        let e = text(&o.stderr);
+        serde_json::from_str(e.lines().last().unwrap_or("")).unwrap_or_else(|_| panic!("{e}"))
+    };
+    let o = mantle(&["run", "--json", "--", "sh", "-c", "exit 125"]);
+    let v = last(&o);
+    assert_eq!(v["schema"], "mantle.run.exit/1");
+    assert_eq!(
+        (v["status"].as_i64(), v["error"].is_null()),
+        (Some(125), true)
+    );
+    assert_eq!(v["guests"][0]["exit_code"], 125);
+    let o = mantle(&["run", "--json", "--deny", "opnat", "--", "true"]);
+    let v = last(&o);
+    assert_eq!(v["status"], 125);
+    assert!(v["error"].as_str().unwrap().contains("opnat"), "{v}");
+    let o = mantle(&["run", "--json", "--", "sh", "-c", "kill -9 $$"]);
+    let v = last(&o);
+    assert_eq!(
+        (v["status"].as_i64(), o.status.code()),
+        (Some(137), Some(137))
+    );
+    assert_eq!(v["guests"][0]["state"], "killed");
+    assert_eq!(v["guests"][0]["signal"], 9);
 }

@@ -176,7 +176,10 @@ pub fn filter(nrs: &[u32], refuse: &[(u32, i32)], launch_cookie: Option<u64>) ->
         // in the number: `0x40000000 | openat` would match no compare
         // below and be allowed on a kernel built with x32. Refused.
         jump(BPF_JMP | BPF_JGE | BPF_K, X32_SYSCALL_BIT, 0, 1),
-        stmt(BPF_RET | BPF_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
+        stmt(
+            BPF_RET | BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+        ),
     ];
     if let Some(c) = launch_cookie {
         // seccomp_data.args[5] at 16 + 5 * 8, little-endian halves
