@@ -2112,3 +2112,83 @@ fn run_exits_like_a_wrapper() {
     assert_eq!(v["guests"][0]["state"], "killed");
     assert_eq!(v["guests"][0]["signal"], 9);
 }
+
+/// Privilege is capabilities: a uid 0 without any, and root in its own
+/// user namespace, get the same enforcement as nobody (and the redirect
+/// still works for them), on both paths.
+#[test]
+#[ignore = "needs root to drop capabilities and make user namespaces (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn escape_suite_holds_for_capability_less_root_and_root_in_a_user_namespace() {
+    mantle_testsupport::require_root("the escape suite as capability-less uid 0");
+    use std::os::unix::fs::PermissionsExt;
+    let (m, dynamic, _) = escape_kit();
+    let base = std::env::temp_dir().join(format!("mantle-capless-{}", std::process::id()));
+    let (old, new) = (base.join("old"), base.join("new"));
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::create_dir_all(&new).unwrap();
+    std::fs::write(old.join("x"), "OLD\n").unwrap();
+    std::fs::write(new.join("x"), "NEW\n").unwrap();
+    for p in [&base, &old, &new] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let spec = format!("{}={}", old.display(), new.display());
+    let os = old.to_str().unwrap();
+    let wrappers: [&[&str]; 2] = [
+        &["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"],
+        &["unshare", "-Ur", "--"],
+    ];
+    for w in wrappers {
+        for path in ["protected", "fast"] {
+            let o = Command::new(w[0])
+                .args(&w[1..])
+                .arg(m)
+                .args([
+                    "run",
+                    "--path",
+                    path,
+                    "--redirect",
+                    &spec,
+                    "--deny",
+                    "unlink=EACCES",
+                ])
+                .args(["--", "sh", "-c"])
+                .arg(format!(
+                    "umount {os} 2>/dev/null; umount -l {os} 2>/dev/null; cat {os}/x; \
+                     cat /proc/self/root{os}/x; rm {os}/x 2>/dev/null || echo kept"
+                ))
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(
+                text(&o.stdout),
+                "NEW\nNEW\nkept\n",
+                "{w:?} {path}: {}",
+                text(&o.stderr)
+            );
+            let (f, _) = victims(&format!("capless-{path}"));
+            let o = Command::new(w[0])
+                .args(&w[1..])
+                .arg(m)
+                .args([
+                    "run",
+                    "--path",
+                    path,
+                    "--deny",
+                    "unlink=EACCES",
+                    "--deny",
+                    "getppid",
+                ])
+                .arg("--")
+                .arg(dynamic)
+                .args(["sudoff", f.to_str().unwrap()])
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            all_refused(&o, &["sudoff-unlinkat", "sudoff-getppid"]);
+            assert!(f.exists());
+            let _ = std::fs::remove_dir_all(f.parent().unwrap());
+        }
+    }
+    assert_eq!(std::fs::read_to_string(old.join("x")).unwrap(), "OLD\n");
+    let _ = std::fs::remove_dir_all(&base);
+}

@@ -15,8 +15,10 @@
 //!    the caller's user namespace), `unshare(CLONE_NEWUSER | CLONE_NEWNS)`
 //!    and a user namespace that maps the caller's own uid and gid to
 //!    themselves (`setgroups` denied first, as an unprivileged map
-//!    requires). After the exec a guest whose uid is not 0 has no
-//!    capability in that namespace, so it cannot unmount what hides OLD.
+//!    requires; a map the kernel refuses, uid 0's without CAP_SETFCAP,
+//!    is left out). After the exec a guest whose uid is not 0 in that
+//!    namespace has no capability in it, so it cannot unmount what hides
+//!    OLD.
 //! 2. `/` recursively private, so that nothing propagates back to the
 //!    machine's namespace.
 //! 3. For each pair, NEW bound (recursively) over OLD.
@@ -101,12 +103,22 @@ impl Binds {
             if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) } != 0 {
                 return Err((STEP_USER_MAP, errno()));
             }
+            // the maps are best effort: mapping uid 0 needs CAP_SETFCAP
+            // (Linux 5.12), which a capability-less root lacks; its guest
+            // then runs unmapped (seen inside as the overflow uid 65534,
+            // its files still the real uid's) and, not being root in the
+            // namespace, keeps no capability after its exec. The
+            // capabilities this process has now, over the new namespace,
+            // are all the binds below need.
+            write_file(c"/proc/self/setgroups", b"deny").map_err(|e| (STEP_USER_MAP, e))?;
             for (file, data) in [
-                (c"/proc/self/setgroups", &b"deny"[..]),
                 (c"/proc/self/uid_map", &self.uid_map[..]),
                 (c"/proc/self/gid_map", &self.gid_map[..]),
             ] {
-                write_file(file, data).map_err(|e| (STEP_USER_MAP, e))?;
+                match write_file(file, data) {
+                    Ok(()) | Err(libc::EPERM) => {}
+                    Err(e) => return Err((STEP_USER_MAP, e)),
+                }
             }
         }
         // SAFETY: C strings, NULL file system type and data, integer flags.
