@@ -169,10 +169,38 @@ fn print_counts(name: &str, count: &Option<Arc<CountTable>>, json: bool) {
     }
 }
 
-/// `--path fast`: one command, served in this process. `None`: the
-/// command is static, fall back to the protected path.
+/// `--path fast`: one command, served by an executive process under the
+/// same reaper as the protected path ([`mantle_exec::reaper::run`]): the
+/// reaper (this process) forwards SIGTERM/SIGHUP and, when the executive
+/// ends however it ends, kills what is left of the guest tree (cgroup.kill
+/// as root, a /proc walk in any case) unless `--fail-open`; the executive
+/// ([`mantle_exec::fast::run_fast_supervised`]) is a child subreaper that
+/// serves orphaned guests too and kills the guest tree itself if the
+/// reaper is killed. `None`: the command is static, fall back to the
+/// protected path.
 fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
-    use mantle_exec::fast::{run_fast, FastError, FastOptions};
+    use mantle_exec::fast::{
+        is_dynamic, resolve, run_fast_supervised, FastError, FastOptions, EXEC_SPIN,
+    };
+    // before forking: a static command falls back to the protected path
+    // (in this process), a missing one is this process's failure
+    let prog = def
+        .command
+        .first()
+        .ok_or_else(|| Failure::new(EXIT_USAGE, "no command to run"))?;
+    let exe = resolve(prog)
+        .ok_or_else(|| Failure::new(EXIT_NOT_FOUND, format!("{prog}: command not found")))?;
+    match is_dynamic(&exe) {
+        Ok(true) | Err(FastError::NotElf(_)) => {}
+        Ok(false) => {
+            eprintln!(
+                "mantle: {} is statically linked: the fast path needs a dynamically linked guest; using the protected path",
+                exe.display()
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(Failure::new(EXIT_FAILURE, error_chain(&e))),
+    }
     let built = from_specs(&def.agents, trace_writer(&def.trace_out)?)
         .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
     let count = built.count.clone();
@@ -182,35 +210,60 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         extended: a.extended.unwrap_or_default(),
         boost: a.boost,
         priority: a.priority,
+        fail_open: a.fail_open,
         ..FastOptions::default()
     };
     match a.spin.as_str() {
-        "on" => (opts.guest_spin, opts.exec_spin) = (2000, 50_000),
-        "off" => (opts.guest_spin, opts.exec_spin) = (0, 0),
+        "on" => (opts.guest_spin, opts.exec_spin) = (2000, EXEC_SPIN),
+        "off" => (opts.guest_spin, opts.exec_spin) = (0, std::time::Duration::ZERO),
         _ => {}
     }
-    match run_fast(&def.command, chain, &opts) {
-        Ok((status, _stats)) => {
-            print_counts(&def.name, &count, a.json);
-            use std::os::unix::process::ExitStatusExt;
-            Ok(Some(match (status.code(), status.signal()) {
-                (Some(c), _) => c,
-                (None, Some(sig)) => 128 + sig,
-                _ => 1,
-            }))
+    let (name, command, json) = (def.name.clone(), def.command.clone(), a.json);
+    let reaper = std::process::id();
+    let executive = move || -> i32 {
+        mantle_sys::supervise::catch_signals(
+            &[libc::SIGTERM, libc::SIGHUP],
+            &[libc::SIGINT, libc::SIGQUIT],
+        );
+        match run_fast_supervised(&command, chain, &opts, reaper) {
+            Ok((status, _stats)) => {
+                print_counts(&name, &count, json);
+                use std::os::unix::process::ExitStatusExt;
+                match (status.code(), status.signal()) {
+                    (Some(c), _) => c,
+                    (None, Some(sig)) => 128 + sig,
+                    _ => 1,
+                }
+            }
+            Err(e) => {
+                let code = match e {
+                    FastError::NotFound(_) => EXIT_NOT_FOUND,
+                    _ => EXIT_FAILURE,
+                };
+                eprintln!("mantle: {}", error_chain(&e));
+                i32::from(code)
+            }
         }
-        Err(FastError::Static(p)) => {
-            eprintln!(
-                "mantle: {} is statically linked: the fast path needs a dynamically linked guest; using the protected path",
-                p.display()
-            );
-            Ok(None)
+    };
+    let end = mantle_exec::reaper::run(a.fail_open, executive)
+        .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot start the executive: {e}")))?;
+    match (end.executive.code, end.executive.signal) {
+        (Some(code), _) => Ok(Some(code)),
+        (_, sig) => {
+            let what = if a.fail_open {
+                "its guests run on unsupervised (--fail-open): the fast path's stub makes their calls itself".to_string()
+            } else {
+                format!("its guests were killed ({} processes)", end.killed)
+            };
+            Err(Failure::new(
+                EXIT_FAILURE,
+                format!(
+                    "the executive (pid {}) was killed by {}; {what}",
+                    end.executive_pid,
+                    mantle_exec::executive::signal_name(sig.unwrap_or(0))
+                ),
+            ))
         }
-        Err(FastError::NotFound(c)) => Err(Failure::new(
-            EXIT_NOT_FOUND,
-            format!("{c}: command not found"),
-        )),
-        Err(e) => Err(Failure::new(EXIT_FAILURE, error_chain(&e))),
     }
 }
 

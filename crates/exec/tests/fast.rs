@@ -489,8 +489,8 @@ fn children_that_lost_the_fd_find_the_region_again() {
     let (child, mut server) =
         mantle_exec::fast::spawn_fast(&cmd(&["python3", "-c", script]), chain, &opts).unwrap();
     // a process outside the guest tree (this test) knocks: nothing given
-    let door = door_path_of(child.id());
-    let mut s = std::os::unix::net::UnixStream::connect(&door).unwrap();
+    let door = door_address_of(child.id());
+    let mut s = mantle_exec::fast::door::Door::connect(&door).unwrap();
     let mut b = [0u8; 1];
     use std::io::Read;
     assert_eq!(
@@ -504,26 +504,24 @@ fn children_that_lost_the_fd_find_the_region_again() {
     assert!(given >= 1, "the door gave the region ({given}, {refused})");
     assert!(refused >= 1, "and refused this test ({given}, {refused})");
     drop(server);
-    assert!(!door.exists(), "the door is removed with the server");
-    assert!(!door.parent().unwrap().exists(), "and its directory");
+    assert!(
+        mantle_exec::fast::door::Door::connect(&door).is_err(),
+        "the door is closed with the server"
+    );
 }
 
 /// MANTLE_FAST_DOOR of a guest, from its environment (read again for a
 /// while: a loaded CI machine once showed an environment without it, as
-/// if read before the guest's exec was complete).
-fn door_path_of(pid: u32) -> std::path::PathBuf {
+/// if read before the guest's exec was complete): an abstract socket's
+/// name, nothing in the filesystem.
+fn door_address_of(pid: u32) -> String {
     let v = mantle_testsupport::poll_until_for(std::time::Duration::from_secs(5), || {
         let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
         env.split(|&b| b == 0)
             .find_map(|kv| kv.strip_prefix(b"MANTLE_FAST_DOOR=").map(<[u8]>::to_vec))
     })
     .expect("MANTLE_FAST_DOOR in the guest's environment");
-    let p = std::path::PathBuf::from(String::from_utf8(v.to_vec()).unwrap());
-    let mode = std::os::unix::fs::PermissionsExt::mode(
-        &std::fs::metadata(p.parent().unwrap())
-            .unwrap()
-            .permissions(),
-    );
-    assert_eq!(mode & 0o777, 0o700, "the door's directory is private");
-    p
+    let a = String::from_utf8(v.to_vec()).unwrap();
+    assert!(a.starts_with("@mantle-fast."), "abstract: {a}");
+    a
 }
