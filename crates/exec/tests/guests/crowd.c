@@ -3,7 +3,9 @@
  *
  *   crowd threads N M PATH   N threads, all started before any begins
  *                            (a barrier), each opens PATH, reads a byte and
- *                            closes it M times; prints "threads N failed F"
+ *                            closes it M times, then waits until all are
+ *                            done (so all are alive, with their slots, at
+ *                            once); prints "threads N failed F"
  *   crowd forks N PATH       N children, all alive at once (each blocks
  *                            reading a pipe until every one is forked),
  *                            each opens PATH once and exits 0 if that
@@ -22,7 +24,7 @@
 
 static const char *path;
 static long rounds;
-static pthread_barrier_t start;
+static pthread_barrier_t start, end;
 
 static int one_open(void)
 {
@@ -44,6 +46,7 @@ static void *worker(void *arg)
 		if (syscall(SYS_getppid) < 0)
 			failed++;
 	}
+	pthread_barrier_wait(&end);
 	return (void *)failed;
 }
 
@@ -54,6 +57,7 @@ static int threads(int n)
 	pthread_attr_init(&a);
 	pthread_attr_setstacksize(&a, 64 * 1024);
 	pthread_barrier_init(&start, 0, (unsigned)n);
+	pthread_barrier_init(&end, 0, (unsigned)n);
 	for (int i = 0; i < n; i++) {
 		int e = pthread_create(&t[i], &a, worker, 0);
 		if (e) {
