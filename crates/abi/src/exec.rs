@@ -11,7 +11,7 @@
 //! ```text
 //! 0                  4096                 4096 + S*128, page-rounded (= paths_off)
 //! +------------------+--------------------+----------------------------+
-//! | FastHdr (192 B,  | FastSlot[S]        | path buffers, 4096 B each, |
+//! | FastHdr (208 B,  | FastSlot[S]        | path buffers, 4096 B each, |
 //! | rest of the page | (128 B each, one   | one per slot (executive-   |
 //! | reserved)        | per guest thread)  | written replacement paths) |
 //! +------------------+--------------------+----------------------------+
@@ -20,7 +20,8 @@
 //! 0  magic    4 version  8 nslots     12 slot_size  16 region_size (u64)
 //! 24 exec_pid 28 spin   32 doorbell   36 exec_sleeping
 //! 40 overflow 44 flags  48 paths_off (u64)          56 tramp (u64)
-//! 64 wanted[16] (u64 bitmap of trapped call numbers, 0..1024)      192
+//! 64 wanted[16] (u64 bitmap of trapped call numbers, 0..1024)
+//! 192 hwm     196 frees 200 exec_gone 204 reserved                 208
 //!
 //! FastSlot
 //! 0  state    4 tid      8 seq (u64)
@@ -28,21 +29,28 @@
 //! 72 ip (u64)           80 result (i64)
 //! 88 report_seq (u64)   96 report_result (i64)
 //! 104 base (u64)        112 t_trap (u64)
-//! 120 waiting           124 spins                                  128
+//! 120 waiting           124 gen                                    128
 //! ```
 //!
-//! Who writes what in a slot (the state word is the futex word):
+//! S (`nslots`) is a capacity (default thousands): the memfd is sparse, so
+//! only pages that were touched are memory. Slots `[0, hwm)` were claimed
+//! at some time; the executive scans only those (`hwm` bounded by its own
+//! capacity: the guest may write anything there).
+//!
+//! Who writes what in a slot (the state word is the futex word; `state`
+//! and `tid` form one 8-byte word, [`pair`], changed together by CAS when
+//! a slot changes owner or is answered):
 //!
 //! | state   | set by    | meaning                                             |
 //! |---------|-----------|-----------------------------------------------------|
-//! | FREE    | —         | no owner (`tid` 0)                                  |
-//! | IDLE    | guest     | claimed (`tid` = owner, by CAS 0 → tid)             |
+//! | FREE    | guest, executive | no owner (`tid` 0): released at exit, or reclaimed from a dead owner |
+//! | IDLE    | guest     | claimed (FREE,0 → IDLE,tid by CAS; `gen` + 1)       |
 //! | REQUEST | guest     | `seq`+1, `nr`, `args`, `ip`, `t_trap` written; waits |
 //! | ANSWER  | executive | `result`, `flags` (and changed `nr`/`args`; with UNTIL the TSC deadline in `args[0]`) written |
 //! | DONE    | guest     | `CONTINUE` call performed: `report_seq`/`report_result` |
 //!
 //! Trust: every byte is writable by the guest. The executive copies a slot
-//! out, validates the copy (state, owner tid, `seq` = its own count + 1,
+//! out, validates the copy (state, owner tid and `gen`, `seq` = its own count + 1,
 //! `nr` < [`NR_MAX`]) and keeps its own state in its own memory; any bit
 //! pattern is a value ([`FromBytes`]).
 
@@ -50,11 +58,12 @@ use crate::offsets;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 pub const FAST_MAGIC: u32 = 0x5046_584d;
-pub const FAST_VERSION: u32 = 1;
+pub const FAST_VERSION: u32 = 2;
 pub const FAST_HDR_SIZE: usize = 4096;
 pub const FAST_SLOT_SIZE: usize = 128;
 pub const FAST_PATH_SIZE: usize = 4096;
-pub const FAST_MAX_SLOTS: usize = 1024;
+/// Largest capacity of a region (slots).
+pub const FAST_MAX_SLOTS: usize = 65536;
 /// Call numbers at or above this are refused (and never trapped).
 pub const NR_MAX: u32 = 1024;
 pub const WANT_WORDS: usize = (NR_MAX / 64) as usize;
@@ -70,6 +79,11 @@ pub const ST_MAX: u32 = 5;
 /// Header flag: the stub rewrites `mov $nr,%eax; syscall` sites it traps
 /// into jumps to per-site stubs (`MX_HDR_REWRITE`).
 pub const HDR_REWRITE: u32 = 1;
+
+/// Header flag: when the executive is gone, the stub makes the guest's
+/// calls itself (unsupervised) instead of killing the process
+/// (`MX_HDR_FAIL_OPEN`, `mantle run --fail-open`).
+pub const HDR_FAIL_OPEN: u32 = 2;
 
 /// Answer flag: perform `nr`/`args` (as the executive left them) in the
 /// guest and report the result (`MX_ANS_CONTINUE`).
@@ -103,11 +117,23 @@ pub struct FastHdr {
     /// seccomp filter installed by the first image stays right after exec).
     pub tramp: u64,
     pub wanted: [u64; WANT_WORDS],
+    /// Slots `[0, hwm)` were claimed at some time (the guest raises it by
+    /// CAS, never above `nslots`; a claim: the executive bounds it).
+    pub hwm: u32,
+    /// Slots released (at a thread's exit) or reclaimed (from a dead
+    /// owner) so far: a thread that found none free tries again when this
+    /// changed.
+    pub frees: u32,
+    /// Set by a guest that found the executive gone under `HDR_FAIL_OPEN`:
+    /// every guest then makes its calls itself.
+    pub exec_gone: u32,
+    pub reserved: u32,
 }
 offsets!(FastHdr: magic @ 0, version @ 4, nslots @ 8, slot_size @ 12, region_size @ 16,
     exec_pid @ 24, spin @ 28, doorbell @ 32, exec_sleeping @ 36, overflow @ 40,
-    hdr_flags @ 44, paths_off @ 48, tramp @ 56, wanted @ 64);
-const _: () = assert!(size_of::<FastHdr>() == 192);
+    hdr_flags @ 44, paths_off @ 48, tramp @ 56, wanted @ 64, hwm @ 192, frees @ 196,
+    exec_gone @ 200, reserved @ 204);
+const _: () = assert!(size_of::<FastHdr>() == 208);
 
 /// `struct mx_fast_slot`.
 #[repr(C)]
@@ -126,12 +152,20 @@ pub struct FastSlot {
     pub base: u64,
     pub t_trap: u64,
     pub waiting: u32,
-    pub spins: u32,
+    /// The guest adds 1 at each claim: a new owner (a new thread, or the
+    /// same tid in a new image after exec) even when the tid is the same.
+    pub gen: u32,
 }
 offsets!(FastSlot: state @ 0, tid @ 4, seq @ 8, nr @ 16, flags @ 20, args @ 24, ip @ 72,
     result @ 80, report_seq @ 88, report_result @ 96, base @ 104, t_trap @ 112,
-    waiting @ 120, spins @ 124);
+    waiting @ 120, gen @ 124);
 const _: () = assert!(size_of::<FastSlot>() == FAST_SLOT_SIZE);
+
+/// The 8-byte word at a slot's offset 0: `state` in the low half, `tid`
+/// in the high half (little-endian x86-64, as `MX_PAIR` in fast.h).
+pub const fn pair(state: u32, tid: u32) -> u64 {
+    state as u64 | (tid as u64) << 32
+}
 
 /// Offset of the slot table.
 pub const fn slots_off() -> usize {
@@ -220,6 +254,9 @@ mod tests {
         assert_eq!(paths_off(32), 8192);
         assert_eq!(paths_off(33), 12288);
         assert_eq!(region_size(64), 4096 + 8192 + 64 * 4096);
+        // the largest region stays well below the stub's 1 GiB bound
+        assert!(region_size(FAST_MAX_SLOTS) < 1 << 30);
+        assert_eq!(pair(ST_REQUEST, 7), 0x7_0000_0002);
     }
 
     #[test]

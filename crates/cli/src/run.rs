@@ -183,10 +183,38 @@ fn print_counts(name: &str, count: &Option<Arc<CountTable>>, json: bool) {
     }
 }
 
-/// `--path fast`: one command, served in this process. `None`: the
-/// command is static, fall back to the protected path.
+/// `--path fast`: one command, served by an executive process under the
+/// same reaper as the protected path ([`mantle_exec::reaper::run`]): the
+/// reaper (this process) forwards SIGTERM/SIGHUP and, when the executive
+/// ends however it ends, kills what is left of the guest tree (cgroup.kill
+/// as root, a /proc walk in any case) unless `--fail-open`; the executive
+/// ([`mantle_exec::fast::run_fast_supervised`]) is a child subreaper that
+/// serves orphaned guests too and kills the guest tree itself if the
+/// reaper is killed. `None`: the command is static, fall back to the
+/// protected path.
 fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
-    use mantle_exec::fast::{run_fast_enforced, FastError, FastOptions};
+    use mantle_exec::fast::{
+        is_dynamic, resolve, run_fast_supervised, FastError, FastOptions, EXEC_SPIN,
+    };
+    // before forking: a static command falls back to the protected path
+    // (in this process), a missing one is this process's failure
+    let prog = def
+        .command
+        .first()
+        .ok_or_else(|| Failure::new(EXIT_USAGE, "no command to run"))?;
+    let exe = resolve(prog)
+        .ok_or_else(|| Failure::new(EXIT_RUN_NOT_FOUND, format!("{prog}: command not found")))?;
+    match is_dynamic(&exe) {
+        Ok(true) | Err(FastError::NotElf(_)) => {}
+        Ok(false) => {
+            eprintln!(
+                "mantle: {} is statically linked: the fast path needs a dynamically linked guest; using the protected path",
+                exe.display()
+            );
+            return Ok(None);
+        }
+        Err(e) => return Err(Failure::new(EXIT_RUN_ERROR, error_chain(&e))),
+    }
     let built = from_specs(&def.agents, trace_writer(&def.trace_out)?)
         .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
     check_enforcement(&def.name, &built, a.verbose)?;
@@ -202,35 +230,75 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         extended: a.extended.unwrap_or_default(),
         boost: a.boost,
         priority: a.priority,
+        fail_open: a.fail_open,
         ..FastOptions::default()
     };
     match a.spin.as_str() {
-        "on" => (opts.guest_spin, opts.exec_spin) = (2000, 50_000),
-        "off" => (opts.guest_spin, opts.exec_spin) = (0, 0),
+        "on" => (opts.guest_spin, opts.exec_spin) = (2000, EXEC_SPIN),
+        "off" => (opts.guest_spin, opts.exec_spin) = (0, std::time::Duration::ZERO),
         _ => {}
     }
-    match run_fast_enforced(&def.command, chain, enforcing, &opts) {
-        Ok((status, _stats)) => {
-            print_counts(&def.name, &count, a.json);
-            use std::os::unix::process::ExitStatusExt;
-            Ok(Some(match (status.code(), status.signal()) {
-                (Some(c), _) => c,
-                (None, Some(sig)) => 128 + sig,
-                _ => 1,
-            }))
+    let (name, command, json) = (def.name.clone(), def.command.clone(), a.json);
+    let reaper = std::process::id();
+    let executive = move || -> i32 {
+        mantle_sys::supervise::catch_signals(
+            &[libc::SIGTERM, libc::SIGHUP],
+            &[libc::SIGINT, libc::SIGQUIT],
+        );
+        match run_fast_supervised(&command, chain, enforcing, &opts, reaper) {
+            Ok((status, _stats)) => {
+                print_counts(&name, &count, json);
+                use std::os::unix::process::ExitStatusExt;
+                let end = match (status.code(), status.signal()) {
+                    (Some(c), _) => End::Exited(c),
+                    (None, Some(signal)) => End::Killed {
+                        signal,
+                        core: status.core_dumped(),
+                    },
+                    _ => End::Exited(1),
+                };
+                if json {
+                    exit_record(
+                        end.shell_status(),
+                        &[guest_end_json(&name, None, &end)],
+                        None,
+                    );
+                }
+                end.shell_status()
+            }
+            Err(e) => {
+                let code = match e {
+                    FastError::NotFound(_) => EXIT_RUN_NOT_FOUND,
+                    _ => EXIT_RUN_ERROR,
+                };
+                let msg = error_chain(&e);
+                eprintln!("mantle: {msg}");
+                if json {
+                    exit_record(i32::from(code), &[], Some(&msg));
+                }
+                i32::from(code)
+            }
         }
-        Err(FastError::Static(p)) => {
-            eprintln!(
-                "mantle: {} is statically linked: the fast path needs a dynamically linked guest; using the protected path",
-                p.display()
-            );
-            Ok(None)
+    };
+    let end = mantle_exec::reaper::run(a.fail_open, executive)
+        .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot start the executive: {e}")))?;
+    match (end.executive.code, end.executive.signal) {
+        (Some(code), _) => Ok(Some(code)),
+        (_, sig) => {
+            let what = if a.fail_open {
+                "its guests run on unsupervised (--fail-open): the fast path's stub makes their calls itself".to_string()
+            } else {
+                format!("its guests were killed ({} processes)", end.killed)
+            };
+            Err(Failure::new(
+                EXIT_FAILURE,
+                format!(
+                    "the executive (pid {}) was killed by {}; {what}",
+                    end.executive_pid,
+                    mantle_exec::executive::signal_name(sig.unwrap_or(0))
+                ),
+            ))
         }
-        Err(FastError::NotFound(c)) => Err(Failure::new(
-            EXIT_RUN_NOT_FOUND,
-            format!("{c}: command not found"),
-        )),
-        Err(e) => Err(Failure::new(EXIT_FAILURE, error_chain(&e))),
     }
 }
 
@@ -269,7 +337,7 @@ fn exit_record(status: i32, guests: &[serde_json::Value], error: Option<&str>) {
 }
 
 /// A guest's end for [`exit_record`].
-fn guest_end_json(name: &str, pid: u32, end: &End) -> serde_json::Value {
+fn guest_end_json(name: &str, pid: Option<u32>, end: &End) -> serde_json::Value {
     let (state, code, signal) = match end {
         End::Exited(c) => ("exited", Some(*c), None),
         End::Killed { signal, .. } => ("killed", None, Some(*signal)),
@@ -554,7 +622,7 @@ fn executive_main(
     if json {
         let guests: Vec<_> = ends
             .iter()
-            .map(|e| guest_end_json(&e.name, e.pid, &e.end))
+            .map(|e| guest_end_json(&e.name, Some(e.pid), &e.end))
             .collect();
         exit_record(status, &guests, None);
     }

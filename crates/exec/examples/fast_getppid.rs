@@ -4,7 +4,7 @@
 //! ```text
 //! cargo run --release -p mantle-exec --example fast_getppid -- \
 //!     [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N]
-//!     [--exec-spin N] [--continue] [--plain] [--other] [--dma] [--rewrite]
+//!     [--exec-spin MICROSECONDS] [--continue] [--plain] [--other] [--dma] [--rewrite]
 //! ```
 //!
 //! It builds the timer guest (`tests/guests/rt.c`) with `cc`, pins the
@@ -80,7 +80,7 @@ fn main() {
                 spins_set = true
             }
             "--exec-spin" => {
-                opts.exec_spin = num() as u32;
+                opts.exec_spin = std::time::Duration::from_micros(num());
                 spins_set = true
             }
             "--continue" => cont = true,
@@ -90,7 +90,7 @@ fn main() {
             "--rewrite" => opts.rewrite = true,
             "--no-one-way" => no_one_way = true,
             _ => {
-                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin N] [--continue] [--plain] [--other] [--dma] [--rewrite] [--no-one-way]");
+                eprintln!("usage: fast_getppid [--calls N] [--guest-cpu C] [--exec-cpu C] [--guest-spin N] [--exec-spin MICROSECONDS] [--continue] [--plain] [--other] [--dma] [--rewrite] [--no-one-way]");
                 std::process::exit(2);
             }
         }
@@ -153,7 +153,7 @@ fn main() {
         if !spins_set && gcpu.is_some() && gcpu == ecpu {
             // one CPU: a spinning side only delays the other
             opts.guest_spin = 0;
-            opts.exec_spin = 0;
+            opts.exec_spin = std::time::Duration::ZERO;
         }
         let chain = Chain::new(vec![Box::new(Ppid(cont))]);
         let (child, mut server) = spawn_fast(&cmd, chain, &opts).expect("spawn_fast");
@@ -181,7 +181,7 @@ fn main() {
     };
     let _ = std::fs::remove_file(&bin);
     eprintln!(
-        "mode: {mode}; guest cpu {gcpu:?}, executive cpu {ecpu:?}; spins guest {} executive {}; cpu_dma_latency held: {dma}; rewrite: {}; status {out:?}",
+        "mode: {mode}; guest cpu {gcpu:?}, executive cpu {ecpu:?}; spins guest {} executive {:?}; cpu_dma_latency held: {dma}; rewrite: {}; status {out:?}",
         opts.guest_spin, opts.exec_spin, opts.rewrite
     );
 }

@@ -27,8 +27,17 @@
 //! a free slot at its first wanted call (CAS of its tid), a child after
 //! fork claims its own (the stub compares its cached tid with gettid);
 //! exec clears dispatch and the stub in the new image maps the region
-//! again from the inherited fd and arms it. Protocol, validation and
-//! limits: docs/exec-fast.md.
+//! again from the inherited fd and arms it. The region holds thousands of
+//! slots (sparse memory); the executive scans those below the high-water
+//! mark; slots come back at exit (the stub) or from dead owners (the
+//! executive's sweep); a call that finds no slot is made unobserved, never
+//! failed. Protocol, validation and limits: docs/exec-fast.md.
+//!
+//! Lifetimes: [`run_fast`] serves one guest from the calling process;
+//! [`run_fast_supervised`] is the executive process of `mantle run --path
+//! fast` under [`crate::reaper`] (a child subreaper that adopts and serves
+//! orphaned guests, forwards SIGTERM/SIGHUP to the guest, and kills the
+//! guest tree if the reaper is killed, unless fail-open).
 
 pub mod door;
 pub mod gate;
@@ -51,15 +60,24 @@ use std::time::Duration;
 /// non-PIE binaries and their heap).
 pub const TRAMP_ADDR: u64 = 0x10_0000_0000;
 
+/// Default capacity of the region: guest threads with a slot at once.
+/// The memfd is sparse: 16384 slots are 66 MiB of address space in each
+/// guest process (2 MiB of slots, 64 MiB of path buffers) but only the
+/// pages touched are memory.
+pub const DEFAULT_SLOTS: usize = 16384;
+
 /// How to run the fast path.
 #[derive(Clone, Debug)]
 pub struct FastOptions {
-    /// Slots (guest threads alive at once), 1..=1024.
+    /// The region's capacity: slots (guest threads with a slot at once),
+    /// 1..=[`mantle_abi::exec::FAST_MAX_SLOTS`]. A thread that finds none
+    /// makes its calls unobserved (counted in [`Stats::overflow`]).
     pub slots: usize,
     /// Guest spin iterations (`pause`) before it sleeps on its slot.
     pub guest_spin: u32,
-    /// Empty passes over the slots before the executive sleeps.
-    pub exec_spin: u32,
+    /// How long the executive keeps polling after real work before it
+    /// sleeps (see [`Server::serve`]); zero: never spins.
+    pub exec_spin: Duration,
     /// The stub; default `MANTLE_STUB` or the one built with this crate.
     pub stub: Option<PathBuf>,
     /// Fixed address of the stub's syscall page.
@@ -74,24 +92,34 @@ pub struct FastOptions {
     /// until its next call ([`Server::set_boost`]).
     pub boost: Option<i32>,
     /// SCHED_FIFO priority of the executive (this thread) while it serves,
-    /// memory locked; None or 0: left as it is (the fast path's default:
-    /// a real-time executive costs a class switch per call on a shared
-    /// CPU, docs/exec.md).
+    /// memory locked (as it is touched: the region is sparse); None or 0:
+    /// left as it is (the fast path's default: a real-time executive costs
+    /// a class switch per call on a shared CPU, docs/exec.md).
     pub priority: Option<i32>,
     /// What the kernel enforces ([`gate`]): the filter's refusals and the
     /// redirect's namespace; the enforcing agents come with
     /// [`spawn_fast_enforced`].
     pub enforce: crate::enforce::Enforcement,
+    /// When the executive dies, the guests run on unsupervised (the stub
+    /// makes their calls itself; the root guest is not tied to the
+    /// executive by PR_SET_PDEATHSIG) instead of being killed.
+    pub fail_open: bool,
 }
+
+/// The executive's spin after work when this process may use more than
+/// one CPU (on one CPU a spinning side only delays the other): tens of
+/// microseconds, about a cross-CPU wake-up on these machines
+/// (docs/exec-fast.md "Spinning").
+pub const EXEC_SPIN: Duration = Duration::from_micros(50);
 
 impl Default for FastOptions {
     fn default() -> Self {
         // on one CPU a spinning side only delays the other
         let many = std::thread::available_parallelism().map_or(1, |n| n.get()) > 1;
         FastOptions {
-            slots: 64,
+            slots: DEFAULT_SLOTS,
             guest_spin: if many { 2000 } else { 0 },
-            exec_spin: if many { 50_000 } else { 0 },
+            exec_spin: if many { EXEC_SPIN } else { Duration::ZERO },
             stub: None,
             tramp: TRAMP_ADDR,
             rewrite: false,
@@ -99,6 +127,7 @@ impl Default for FastOptions {
             boost: None,
             priority: None,
             enforce: Default::default(),
+            fail_open: false,
         }
     }
 }
@@ -208,16 +237,27 @@ pub fn run_fast_enforced(
     opts: &FastOptions,
 ) -> Result<(ExitStatus, Stats), FastError> {
     let (child, mut server) = spawn_fast_enforced(cmd, chain, enforcing, opts)?;
-    // the executive keeps the guests' time: its timed waits end on time
-    // (after the spawn: the guest keeps its own slack)
-    mantle_sys::supervise::set_timer_slack_ns(1).map_err(os("set the timer slack"))?;
-    // after the spawn: the guest must not inherit it
-    if let Some(p) = opts.priority.filter(|&p| p > 0) {
-        mantle_sys::supervise::set_fifo(p).map_err(os("make the executive SCHED_FIFO"))?;
-        mantle_sys::supervise::lock_memory().map_err(os("lock the executive's memory"))?;
-    }
+    executive_thread(opts)?;
     serve_child(child, &mut server, opts)
 }
+
+/// The serving thread's timer slack and priority, after the spawn (the
+/// guest keeps its own slack and must not inherit the priority).
+fn executive_thread(opts: &FastOptions) -> Result<(), FastError> {
+    // the executive keeps the guests' time: its timed waits end on time
+    mantle_sys::supervise::set_timer_slack_ns(1).map_err(os("set the timer slack"))?;
+    if let Some(p) = opts.priority.filter(|&p| p > 0) {
+        mantle_sys::supervise::set_fifo(p).map_err(os("make the executive SCHED_FIFO"))?;
+        // on fault: locking ahead would commit the whole sparse region
+        mantle_sys::supervise::lock_memory_on_fault().map_err(os("lock the executive's memory"))?;
+    }
+    Ok(())
+}
+
+/// How long the executive sleeps at most when nothing happens: the
+/// guest's end and signals wake it earlier (a [`server::Waker`] rings),
+/// held calls wake it when due; this bounds only what nothing announces.
+const TICK: Duration = Duration::from_millis(100);
 
 /// Starts `cmd` on the fast path without serving it (the caller calls
 /// [`serve_child`]); for benchmarks that pin the executive themselves.
@@ -252,9 +292,16 @@ pub fn spawn_fast_enforced(
     let wanted: Vec<u32> = chain.wants().iter().map(|s| s.0).collect();
     let region = Region::create(opts.slots, &wanted, opts.guest_spin, opts.tramp)
         .map_err(os("create the shared region"))?;
-    if opts.rewrite {
-        region.set_flags(mantle_abi::exec::HDR_REWRITE);
-    }
+    let flags = if opts.rewrite {
+        mantle_abi::exec::HDR_REWRITE
+    } else {
+        0
+    } | if opts.fail_open {
+        mantle_abi::exec::HDR_FAIL_OPEN
+    } else {
+        0
+    };
+    region.set_flags(flags);
     let fd = region.fd().as_raw_fd();
     let door = door::Door::open(
         region
@@ -277,8 +324,12 @@ pub fn spawn_fast_enforced(
         .args(&cmd[1..])
         .env("LD_PRELOAD", preload)
         .env("MANTLE_FAST_FD", fd.to_string())
-        .env("MANTLE_FAST_DOOR", door.path());
-    mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut c, fd);
+        .env("MANTLE_FAST_DOOR", door.address());
+    if opts.fail_open {
+        mantle_sys::supervise::inherit_fd(&mut c, fd);
+    } else {
+        mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut c, fd);
+    }
     // last: the filter and the namespace, after the other pre_execs
     let armed =
         gate::arm(&mut c, &opts.enforce, enforcing).map_err(os("arm the enforcement gate"))?;
@@ -292,6 +343,65 @@ pub fn spawn_fast_enforced(
     Ok((child, server))
 }
 
+/// Rings `waker` when one of `pids` ends (its pidfd becomes readable),
+/// from a thread of its own that ends when the first of them
+/// (`pids[0]`, the guest's root) has ended. Those that cannot be watched
+/// (already gone) ring at once.
+fn ring_at_exit(pids: &[u32], waker: server::Waker) -> Result<(), FastError> {
+    let mut fds = Vec::new();
+    let mut gone = false;
+    for (k, &p) in pids.iter().enumerate() {
+        match mantle_sys::os::pidfd_open(p, false) {
+            Ok(fd) => fds.push((k == 0, fd)),
+            Err(_) => gone = true,
+        }
+    }
+    if gone {
+        waker.ring();
+    }
+    std::thread::Builder::new()
+        .name("mantle-watch".into())
+        .spawn(move || {
+            // a supervisor's signals are for the serving thread's wait
+            let _ = mantle_sys::supervise::block_signals_here(&[
+                libc::SIGTERM,
+                libc::SIGHUP,
+                libc::SIGINT,
+                libc::SIGQUIT,
+            ]);
+            while !fds.is_empty() {
+                let mut p: Vec<libc::pollfd> = fds
+                    .iter()
+                    .map(|(_, fd)| libc::pollfd {
+                        fd: fd.as_raw_fd(),
+                        events: libc::POLLIN,
+                        revents: 0,
+                    })
+                    .collect();
+                if mantle_sys::supervise::poll(&mut p, -1).is_err() {
+                    return;
+                }
+                let ended: Vec<bool> = p.iter().map(|p| p.revents != 0).collect();
+                if ended.iter().any(|&e| e) {
+                    waker.ring();
+                }
+                let mut k = 0;
+                let mut root_ended = false;
+                fds.retain(|(root, _)| {
+                    let e = ended[k];
+                    k += 1;
+                    root_ended |= e && *root;
+                    !e
+                });
+                if root_ended {
+                    return;
+                }
+            }
+        })
+        .map_err(os("start the exit watcher"))?;
+    Ok(())
+}
+
 /// Serves a guest started by [`spawn_fast`] until it exits.
 pub fn serve_child(
     mut child: std::process::Child,
@@ -300,7 +410,12 @@ pub fn serve_child(
 ) -> Result<(ExitStatus, Stats), FastError> {
     let mut status = None;
     let mut err = None;
-    server.serve(opts.exec_spin, Duration::from_millis(10), || {
+    // the guest's end wakes the executive at once, whatever its tick
+    ring_at_exit(
+        &[child.id()],
+        server.waker().map_err(os("map the region's header"))?,
+    )?;
+    server.serve(opts.exec_spin, TICK, || {
         match child.try_wait() {
             Ok(Some(s)) => status = Some(s),
             Ok(None) => return false,
@@ -315,6 +430,88 @@ pub fn serve_child(
             source: e,
         }),
         (None, None) => Err(FastError::Os {
+            what: "wait for the guest",
+            source: io::Error::other("the guest vanished"),
+        }),
+    }
+}
+
+/// How the executive process of `mantle run --path fast` ended its guest.
+fn status_of(w: &mantle_sys::supervise::Waited) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match (w.code, w.signal) {
+        (Some(c), _) => ExitStatus::from_raw((c & 0xff) << 8),
+        (_, Some(s)) => ExitStatus::from_raw(s | if w.core { 0x80 } else { 0 }),
+        _ => ExitStatus::from_raw(0),
+    }
+}
+
+/// The executive process of `mantle run --path fast`, forked by
+/// [`crate::reaper::run`] (`reaper`: that process's pid): runs `cmd` on
+/// the fast path and serves the whole guest tree until the root guest
+/// exits; its exit status and the counts.
+///
+/// What it adds to [`run_fast`], as the protected path's executive does:
+/// * it is a child subreaper (PR_SET_CHILD_SUBREAPER), so guests orphaned
+///   while the root runs become its children: still in the guest tree,
+///   still served ([`server::in_tree`]); it reaps them;
+/// * SIGTERM and SIGHUP (caught by the caller with
+///   [`mantle_sys::supervise::catch_signals`], forwarded by the reaper)
+///   are forwarded to the root guest, once each;
+/// * if the reaper dies (SIGKILL of `mantle run`), nothing would be left
+///   to kill the guests when this process ends: so it kills the guest
+///   tree itself at once (every process below it) and returns, the root
+///   counted as killed by SIGKILL; with [`FastOptions::fail_open`] it
+///   serves on instead, and the guests run on unsupervised after it.
+///
+/// When it returns, the reaper kills what is left below it (background
+/// guests), unless fail-open.
+pub fn run_fast_supervised(
+    cmd: &[String],
+    chain: Chain,
+    enforcing: Vec<Box<dyn crate::agent::Agent>>,
+    opts: &FastOptions,
+    reaper: u32,
+) -> Result<(ExitStatus, Stats), FastError> {
+    mantle_sys::supervise::set_child_subreaper().map_err(os("become a child subreaper"))?;
+    let (child, mut server) = spawn_fast_enforced(cmd, chain, enforcing, opts)?;
+    let root = child.id();
+    // reaped below with the adopted orphans (waitpid(-1)), never through
+    // `child`: dropping a Child neither waits nor kills
+    drop(child);
+    ring_at_exit(
+        &[root, reaper],
+        server.waker().map_err(os("map the region's header"))?,
+    )?;
+    executive_thread(opts)?;
+    let mut status = None;
+    let mut forwarded = 0;
+    let mut abandoned = false;
+    server.serve(opts.exec_spin, TICK, || {
+        while let Ok(Some(w)) = mantle_sys::supervise::wait_child(-1, false) {
+            if w.pid == root as i32 {
+                status = Some(status_of(&w));
+            }
+        }
+        let t = mantle_sys::supervise::term_requested();
+        if t != 0 && t != forwarded && status.is_none() {
+            forwarded = t;
+            let _ = mantle_sys::supervise::kill(root as i32, t);
+        }
+        if !abandoned && std::os::unix::process::parent_id() != reaper {
+            abandoned = true;
+            if !opts.fail_open {
+                // kills and reaps every process below this one, the root too
+                crate::reaper::kill_descendants();
+                use std::os::unix::process::ExitStatusExt;
+                status.get_or_insert(ExitStatus::from_raw(libc::SIGKILL));
+            }
+        }
+        status.is_some()
+    });
+    match status {
+        Some(s) => Ok((s, server.stats)),
+        None => Err(FastError::Os {
             what: "wait for the guest",
             source: io::Error::other("the guest vanished"),
         }),

@@ -10,19 +10,23 @@
  *   | mx_fast_hdr          | mx_fast_slot[S]     | path buffers, 4096 each |
  *   +----------------------+---------------------+-------------------------+
  *
+ * S (nslots) is the capacity, thousands by default: the memfd is sparse,
+ * so only the pages of slots ever claimed (below the high-water mark
+ * `hwm`) and of path buffers ever written are memory.
+ *
  * Everything here is writable by the guest: the executive treats every
- * byte as a claim (it copies a slot out, validates the copy, keeps its own
- * state in its own memory). */
+ * byte as a claim (it copies a slot out, validates the copy, bounds `hwm`
+ * by its own capacity, keeps its own state in its own memory). */
 #ifndef MANTLE_FAST_H
 #define MANTLE_FAST_H
 #include <stdint.h>
 
 #define MX_FAST_MAGIC 0x5046584d /* "MXFP" */
-#define MX_FAST_VERSION 1
+#define MX_FAST_VERSION 2
 #define MX_FAST_HDR_SIZE 4096
 #define MX_FAST_SLOT_SIZE 128
 #define MX_FAST_PATH_SIZE 4096
-#define MX_FAST_MAX_SLOTS 1024
+#define MX_FAST_MAX_SLOTS 65536
 #define MX_FAST_NR_MAX 1024
 #define MX_FAST_WANT_WORDS 16 /* MX_FAST_NR_MAX / 64 */
 
@@ -37,7 +41,8 @@ enum mx_fast_state {
 };
 
 /* header flags (mx_fast_hdr.hdr_flags, written by the executive) */
-#define MX_HDR_REWRITE 1 /* rewrite `mov $nr,%eax; syscall` sites into jumps */
+#define MX_HDR_REWRITE 1   /* rewrite `mov $nr,%eax; syscall` sites into jumps */
+#define MX_HDR_FAIL_OPEN 2 /* executive gone: make calls unsupervised, do not die */
 
 /* answer flags (mx_fast_slot.flags, written by the executive) */
 #define MX_ANS_CONTINUE 1 /* perform nr/args (possibly changed) yourself and report */
@@ -58,6 +63,10 @@ struct mx_fast_hdr {
 	uint64_t paths_off;     /* 48: offset of the path buffers */
 	uint64_t tramp;         /* 56: fixed address of the stub's syscall page */
 	uint64_t wanted[MX_FAST_WANT_WORDS]; /* 64: bitmap of trapped calls */
+	uint32_t hwm;           /* 192: slots [0, hwm) were ever claimed (guest: +1 by CAS) */
+	uint32_t frees;         /* 196: +1 per slot released or reclaimed */
+	uint32_t exec_gone;     /* 200: a guest found the executive dead (FAIL_OPEN) */
+	uint32_t reserved;      /* 204 */
 };
 
 struct mx_fast_slot {
@@ -74,10 +83,17 @@ struct mx_fast_slot {
 	uint64_t base;          /* 104: guest: address of the region in the guest */
 	uint64_t t_trap;        /* 112: guest TSC when the request was posted */
 	uint32_t waiting;       /* 120: guest is (about to be) in FUTEX_WAIT */
-	uint32_t spins;         /* 124: guest spin iterations of the last call */
+	uint32_t gen;           /* 124: guest: +1 at each claim (a new owner) */
 };
 
-_Static_assert(sizeof(struct mx_fast_hdr) == 192, "mx_fast_hdr");
+/* `state` and `tid` are one 8-byte word (state in the low half): a change
+ * of owner is one CAS of both, so no claim, release or answer can land on
+ * a slot that changed hands in between. */
+#define MX_PAIR(state, tid) ((uint64_t)(uint32_t)(state) | (uint64_t)(uint32_t)(tid) << 32)
+
+_Static_assert(sizeof(struct mx_fast_hdr) == 208, "mx_fast_hdr");
+_Static_assert(__builtin_offsetof(struct mx_fast_hdr, hwm) == 192, "hwm");
+_Static_assert(__builtin_offsetof(struct mx_fast_hdr, exec_gone) == 200, "exec_gone");
 _Static_assert(__builtin_offsetof(struct mx_fast_hdr, doorbell) == 32, "doorbell");
 _Static_assert(__builtin_offsetof(struct mx_fast_hdr, paths_off) == 48, "paths_off");
 _Static_assert(__builtin_offsetof(struct mx_fast_hdr, wanted) == 64, "wanted");
@@ -87,5 +103,6 @@ _Static_assert(__builtin_offsetof(struct mx_fast_slot, ip) == 72, "ip");
 _Static_assert(__builtin_offsetof(struct mx_fast_slot, report_seq) == 88, "report_seq");
 _Static_assert(__builtin_offsetof(struct mx_fast_slot, base) == 104, "base");
 _Static_assert(__builtin_offsetof(struct mx_fast_slot, waiting) == 120, "waiting");
+_Static_assert(__builtin_offsetof(struct mx_fast_slot, gen) == 124, "gen");
 
 #endif

@@ -18,8 +18,10 @@
  *   guest made anywhere else raises SIGSYS.
  * - The SIGSYS handler: a call whose bit is set in the header's `wanted`
  *   bitmap is forwarded through the thread's slot (claimed at its first
- *   trap by CAS of tid 0 -> tid; the slot of a dead thread is taken over
- *   when none is free): the call is written, the state set to REQUEST,
+ *   trap: a free slot below the high-water mark `hwm` by CAS of
+ *   (FREE, 0) -> (IDLE, tid), else a new one by raising `hwm`; released at
+ *   the thread's or process's exit; if none can be had, the call is made
+ *   directly and counted in `overflow`): the call is written, the state set to REQUEST,
  *   the executive's doorbell rung (FUTEX_WAKE only if it sleeps); the
  *   handler spins `spin` iterations, then FUTEX_WAITs on the slot's state.
  *   The answer is a value (put in rax) or CONTINUE: the handler makes the
@@ -42,7 +44,11 @@
  *   page; all signals are blocked while it runs (sa_mask), so a slot has
  *   at most one call in flight.
  * - The executive gone (exec_pid does not exist) while a call waits: the
- *   guest kills itself (fail closed: never silently unsupervised).
+ *   guest kills itself (fail closed: never silently unsupervised), unless
+ *   the executive said MX_HDR_FAIL_OPEN: then every guest makes its calls
+ *   itself from then on (`exec_gone`).
+ * - A guest call never fails for want of a slot: without one it is made
+ *   directly, unobserved (enforcement does not rest on this path).
  * - Cooperative: the guest can write anything in the region or jump into
  *   the excluded page; the executive validates every slot, and security
  *   decisions belong on the protected path.
@@ -162,6 +168,9 @@ static TLS uint32_t my_tid;
 /* forwards in flight on this thread (a signal handler that runs during a
  * call the stub makes may trap again: it gets a slot of its own) */
 static TLS uint32_t busy;
+/* this thread (my_tid) found no slot when hdr->frees was miss_frees: it
+ * tries again only once a slot was freed since */
+static TLS uint32_t missed, miss_frees;
 /* set once the process has made a thread: sites are rewritten only while
  * it has one (another thread could be executing the bytes being written) */
 static volatile int multi;
@@ -176,6 +185,22 @@ static inline uint64_t rdtsc(void)
 static inline uint32_t ld32(uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 static inline void st32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 
+/* a slot's (state, tid) word (MX_PAIR): changes of owner are one CAS */
+static inline uint64_t *pairp(struct mx_fast_slot *s) { return (uint64_t *)(void *)s; }
+static inline uint64_t ldpair(struct mx_fast_slot *s) { return __atomic_load_n(pairp(s), __ATOMIC_SEQ_CST); }
+static inline int caspair(struct mx_fast_slot *s, uint64_t old, uint64_t new)
+{
+	return __atomic_compare_exchange_n(pairp(s), &old, new, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+}
+
+/* slots [0, hwm) have been claimed at some time (never above nslots: the
+ * guest may have written anything into the header) */
+static inline uint32_t high_water(void)
+{
+	uint32_t hw = ld32(&hdr->hwm);
+	return hw < nslots ? hw : nslots;
+}
+
 static void die(void)
 {
 	sc2(SYS_kill, sc0(SYS_getpid), SIGKILL);
@@ -189,38 +214,74 @@ static long arm(void)
 }
 
 /* The calling thread's slot, claimed at its first trap. A cached slot is
- * re-checked against the tid (a vfork child shares the parent's TLS). */
+ * re-checked against the tid (a vfork-like child shares the parent's TLS).
+ * `except`: the slot of a call in flight on this thread (a signal handler
+ * traps again): another one, not cached. Growth: a slot this tid holds
+ * already (the same thread in a new image: exec keeps the tid), else a
+ * free one below the high-water mark, else a new one above it; 0 if the
+ * region is full. */
 static struct mx_fast_slot *claim(uint32_t tid, struct mx_fast_slot *except)
 {
-	uint32_t i;
-	for (i = 0; i < nslots; i++)
-		if (ld32(&slots[i].tid) == tid && &slots[i] != except &&
-		    (!except || ld32(&slots[i].state) == MX_ST_IDLE || ld32(&slots[i].state) == MX_ST_DONE))
+	uint32_t hw = high_water(), i;
+	for (i = 0; i < hw; i++) {
+		struct mx_fast_slot *s = &slots[i];
+		if (s == except || ld32(&s->tid) != tid)
+			continue;
+		uint64_t p = ldpair(s);
+		uint32_t st = (uint32_t)p;
+		if (except) {
+			/* an earlier nested call's slot, idle again */
+			if ((p >> 32) == tid && (st == MX_ST_IDLE || st == MX_ST_DONE))
+				return s;
+		} else if ((p >> 32) == tid && caspair(s, p, MX_PAIR(MX_ST_IDLE, tid))) {
+			/* what was in flight there belongs to an image that is gone */
 			goto got;
-	for (i = 0; i < nslots; i++) {
-		uint32_t zero = 0;
-		if (__atomic_compare_exchange_n(&slots[i].tid, &zero, tid, 0, __ATOMIC_SEQ_CST,
-						__ATOMIC_SEQ_CST))
-			goto got;
+		}
 	}
-	/* full: take over the slot of a thread that no longer exists */
-	for (i = 0; i < nslots; i++) {
-		uint32_t old = ld32(&slots[i].tid);
-		if (old && sc2(SYS_kill, old, 0) == -ESRCH &&
-		    __atomic_compare_exchange_n(&slots[i].tid, &old, tid, 0, __ATOMIC_SEQ_CST,
-						__ATOMIC_SEQ_CST))
+	for (i = 0; i < hw; i++)
+		if (ldpair(&slots[i]) == MX_PAIR(MX_ST_FREE, 0) &&
+		    caspair(&slots[i], MX_PAIR(MX_ST_FREE, 0), MX_PAIR(MX_ST_IDLE, tid)))
 			goto got;
+	while ((hw = ld32(&hdr->hwm)) < nslots) {
+		if (!__atomic_compare_exchange_n(&hdr->hwm, &hw, hw + 1, 0, __ATOMIC_SEQ_CST,
+						 __ATOMIC_SEQ_CST))
+			continue;
+		i = hw;
+		if (caspair(&slots[i], MX_PAIR(MX_ST_FREE, 0), MX_PAIR(MX_ST_IDLE, tid)))
+			goto got;
+		/* not free above the mark: written by a confused guest; next */
 	}
 	return 0;
 got:
+	/* a new owner, even of the same tid: the executive starts afresh */
+	__atomic_fetch_add(&slots[i].gen, 1, __ATOMIC_SEQ_CST);
 	slots[i].base = (uint64_t)(uintptr_t)hdr;
-	if (ld32(&slots[i].state) == MX_ST_FREE)
-		st32(&slots[i].state, MX_ST_IDLE);
 	if (except)
 		return &slots[i]; /* a nested call's slot: not cached */
 	my_slot = &slots[i];
 	my_tid = tid;
 	return my_slot;
+}
+
+/* At the exit of a thread (exit) or of its process (exit_group): every
+ * slot the thread holds goes back to FREE, so that the next thread takes
+ * it instead of raising the high-water mark. Slots of threads that die
+ * otherwise (killed, or ended by another thread's exit_group or exec) are
+ * reclaimed by the executive once their tid is gone. */
+static void release_all(uint32_t tid)
+{
+	uint32_t hw = high_water();
+	for (uint32_t i = 0; i < hw; i++) {
+		uint64_t p = ldpair(&slots[i]);
+		if ((p >> 32) == tid && caspair(&slots[i], p, MX_PAIR(MX_ST_FREE, 0)))
+			__atomic_fetch_add(&hdr->frees, 1, __ATOMIC_SEQ_CST);
+	}
+	my_slot = 0;
+}
+
+static inline int exiting(uint32_t nr)
+{
+	return nr == SYS_exit || nr == SYS_exit_group;
 }
 
 /* struct kernel_sigaction for rt_sigaction on x86-64 */
@@ -299,6 +360,7 @@ static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 		if (r == 0) {
 			arm();
 			my_slot = 0;
+			missed = 0;
 		}
 		return r;
 	case SYS_clone:
@@ -309,6 +371,7 @@ static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 			if (r == 0) {
 				arm();
 				my_slot = 0;
+				missed = 0;
 			}
 			return r;
 		}
@@ -357,10 +420,16 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 		st32(&s->waiting, 0);
 		st = ld32(&s->state);
 		if (r == -ETIMEDOUT && st == MX_ST_REQUEST &&
-		    sc2(SYS_kill, ld32(&hdr->exec_pid), 0) == -ESRCH)
-			die();
+		    sc2(SYS_kill, ld32(&hdr->exec_pid), 0) == -ESRCH) {
+			if (!(ld32(&hdr->hdr_flags) & MX_HDR_FAIL_OPEN))
+				die();
+			/* --fail-open: unsupervised from now on, every guest */
+			st32(&hdr->exec_gone, 1);
+			if (exiting(nr))
+				release_all(tid);
+			return perform(g, uc, nr, a);
+		}
 	}
-	s->spins = n;
 	if (st != MX_ST_ANSWER || ld32(&s->tid) != tid)
 		return -EIO; /* the region was corrupted under us */
 	if (!(s->flags & MX_ANS_CONTINUE)) {
@@ -382,7 +451,14 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 	uint64_t b[6];
 	for (int i = 0; i < 6; i++)
 		b[i] = s->args[i];
-	long r = perform(g, uc, s->nr, b);
+	uint32_t cnr = s->nr;
+	if (exiting(cnr)) {
+		/* never returns: the slots go back now (the executive sees the
+		 * continued call end unseen) */
+		release_all(tid);
+		return perform(g, uc, cnr, b);
+	}
+	long r = perform(g, uc, cnr, b);
 	if (sc0(SYS_gettid) != tid) {
 		/* a child of a continued fork-like call: not ours to report */
 		my_slot = 0;
@@ -555,19 +631,37 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 static long dispatch(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc)
 {
 	long r;
-	if (nr >= MX_FAST_NR_MAX || !(hdr->wanted[nr / 64] >> (nr % 64) & 1))
+	if (nr >= MX_FAST_NR_MAX || !(hdr->wanted[nr / 64] >> (nr % 64) & 1) ||
+	    ld32(&hdr->exec_gone)) {
+		/* a slot of this tid from an earlier image too (exec keeps it) */
+		if (exiting(nr) && high_water())
+			release_all((uint32_t)sc0(SYS_gettid));
 		return perform(g, uc, nr, a);
+	}
 	uint32_t tid = (uint32_t)sc0(SYS_gettid);
 	struct mx_fast_slot *s = my_slot;
 	if (!s || my_tid != tid || ld32(&s->tid) != tid) {
+		uint32_t f = ld32(&hdr->frees);
 		busy = 0; /* a new thread or process: nothing in flight */
-		s = claim(tid, 0);
+		s = 0;
+		if (!missed || my_tid != tid || miss_frees != f) {
+			s = claim(tid, 0);
+			missed = !s;
+			if (!s) {
+				my_slot = 0;
+				my_tid = tid;
+				miss_frees = f;
+			}
+		}
 	}
 	if (s && busy)
 		s = claim(tid, s);
 	if (!s) {
+		/* no slot to be had: made unobserved rather than failed */
 		__atomic_fetch_add(&hdr->overflow, 1, __ATOMIC_SEQ_CST);
-		return -EAGAIN;
+		if (exiting(nr))
+			release_all(tid);
+		return perform(g, uc, nr, a);
 	}
 	busy++;
 	r = forward(s, tid, nr, a, ip, g, uc);
@@ -586,18 +680,28 @@ static void fail(const char *msg)
 
 /* The region's fd from the executive's door (src/fast/door.rs): connect,
  * receive one fd by SCM_RIGHTS (inheritable: the next exec passes it on).
- * -1 if refused (not a process of the guest tree) or anything fails. */
-static int region_from_door(const char *path)
+ * A name starting with '@' is an abstract socket (the door's: nothing in
+ * the filesystem). -1 if refused (not a process of the guest tree) or
+ * anything fails. */
+static int region_from_door(const char *name)
 {
 	struct sockaddr_un a = {.sun_family = AF_UNIX};
-	if (!path || strlen(path) >= sizeof a.sun_path)
+	size_t n = name ? strlen(name) : 0;
+	socklen_t len = sizeof a;
+	if (n == 0 || n >= sizeof a.sun_path)
 		return -1;
-	strcpy(a.sun_path, path);
+	if (name[0] == '@') {
+		/* a NUL, then the name without a terminating NUL */
+		memcpy(a.sun_path + 1, name + 1, n - 1);
+		len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n);
+	} else {
+		memcpy(a.sun_path, name, n + 1);
+	}
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
 	int fd = -1;
-	if (connect(s, (struct sockaddr *)&a, sizeof a) == 0) {
+	if (connect(s, (struct sockaddr *)&a, len) == 0) {
 		char byte;
 		struct iovec io = {.iov_base = &byte, .iov_len = 1};
 		union {

@@ -203,6 +203,42 @@ pub fn lock_memory() -> io::Result<()> {
     Ok(())
 }
 
+/// mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) (Linux 4.4): pages
+/// are locked as they are touched, never populated ahead. For a process
+/// that maps large sparse memory (the fast path's region: thousands of
+/// slots of which only those in use are ever touched), where
+/// [`lock_memory`] would commit all of it.
+pub fn lock_memory_on_fault() -> io::Result<()> {
+    // SAFETY: integer flags.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Blocks `sigs` in the calling thread only (pthread_sigmask), so that
+/// the process's other threads receive them: a helper thread that waits
+/// in a system call must not take the signal meant to interrupt the main
+/// thread's wait.
+pub fn block_signals_here(sigs: &[i32]) -> io::Result<()> {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: set is a valid sigset_t for these calls to fill.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &s in sigs {
+        // SAFETY: as above; an invalid number is refused with EINVAL.
+        if unsafe { libc::sigaddset(&mut set, s) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    // SAFETY: set is initialised; the old mask is not asked for.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    Ok(())
+}
+
 /// socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC).
 pub fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
@@ -745,6 +781,24 @@ pub fn catch_signals(term: &[i32], absorb: &[i32]) {
 /// The last of [`catch_signals`]'s `term` signals received (0: none).
 pub fn term_requested() -> i32 {
     TERM.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+/// Makes the child `cmd` starts keep fd `fd` open across its exec (clears
+/// FD_CLOEXEC in the child only), without tying its life to its parent's:
+/// for guests that run on unsupervised when their executive dies
+/// (`--fail-open`).
+pub fn inherit_fd(cmd: &mut std::process::Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes an async-signal-safe system call (fcntl) on integers.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Makes the child `cmd` starts keep fd `fd` open across its exec (clears

@@ -2,6 +2,12 @@
 //! for `nslots` slots ([`mantle_abi::exec`] draws the layout), mapped
 //! `MAP_SHARED` here and, through the fd, in every guest process.
 //!
+//! `nslots` is a capacity (thousands by default): the memfd is sparse, so
+//! a page of it is memory only once touched (the header, the slots below
+//! the high-water mark, path buffers the executive wrote). The high-water
+//! mark is the guest's word: [`Region::high_water`] bounds it by the
+//! capacity before anything uses it as an index bound.
+//!
 //! Every access to the mapping is an atomic load or store of one aligned
 //! word: the guest writes the same memory concurrently, so a plain read
 //! would be a data race; an atomic read of garbage is just a wrong value.
@@ -12,6 +18,7 @@ use mantle_abi::exec::{self as abi, FastSlot};
 use mantle_sys::shm::SharedMem;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::sync::atomic::Ordering::Acquire;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub(crate) use mantle_sys::shm::{futex_wait, futex_wake};
@@ -23,6 +30,12 @@ pub(crate) mod hdr {
     pub const EXEC_SLEEPING: usize = 36;
     pub const OVERFLOW: usize = 40;
     pub const FLAGS: usize = 44;
+    pub const HWM: usize = 192;
+    pub const FREES: usize = 196;
+    pub const EXEC_GONE: usize = 200;
+    const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastHdr, hwm) == HWM);
+    const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastHdr, frees) == FREES);
+    const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastHdr, exec_gone) == EXEC_GONE);
 }
 /// Byte offsets inside a slot.
 pub(crate) mod slot {
@@ -39,8 +52,8 @@ pub(crate) mod slot {
     pub const BASE: usize = 104;
     pub const T_TRAP: usize = 112;
     pub const WAITING: usize = 120;
-    pub const SPINS: usize = 124;
-    const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastSlot, spins) == SPINS);
+    pub const GEN: usize = 124;
+    const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastSlot, gen) == GEN);
     const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastSlot, t_trap) == T_TRAP);
 }
 
@@ -51,7 +64,7 @@ pub struct Region {
 }
 
 impl Region {
-    /// A new region with `nslots` slots (1..=1024), the header filled in:
+    /// A new region with `nslots` slots (1..=[`abi::FAST_MAX_SLOTS`]), the header filled in:
     /// `wanted` call numbers (each < 1024), the guest's spin count, the
     /// fixed address of the stub's syscall page, this process as the
     /// executive.
@@ -82,6 +95,10 @@ impl Region {
             paths_off: abi::paths_off(nslots) as u64,
             tramp,
             wanted: [0; abi::WANT_WORDS],
+            hwm: 0,
+            frees: 0,
+            exec_gone: 0,
+            reserved: 0,
         };
         for &nr in wanted {
             if nr < abi::NR_MAX {
@@ -113,6 +130,17 @@ impl Region {
         self.nslots
     }
 
+    /// Slots `[0, high_water)` were claimed at some time: the header's
+    /// `hwm`, a guest's word, bounded by the capacity.
+    pub fn high_water(&self) -> usize {
+        (self.hdr32(hdr::HWM).load(Acquire) as usize).min(self.nslots)
+    }
+
+    /// Bytes of the region backed by memory now (the memfd is sparse).
+    pub fn committed_bytes(&self) -> io::Result<u64> {
+        self.mem.resident_bytes()
+    }
+
     // Offsets are the layout's constants and slot indices below nslots:
     // always inside and aligned (mantle_abi::exec asserts the layout), so
     // a miss is a bug in this file, not guest input.
@@ -131,6 +159,14 @@ impl Region {
     }
     pub(crate) fn s64(&self, i: usize, off: usize) -> &AtomicU64 {
         self.u64_at(abi::slots_off() + i * abi::FAST_SLOT_SIZE + off)
+    }
+    /// Slot `i`'s (state, tid) word ([`abi::pair`]): a change of owner, and
+    /// an answer, is one CAS of it. (The executive's one thread also reads
+    /// `state` and `tid` as u32s; the guests' accesses are another
+    /// process's, outside this program's memory model: the hardware
+    /// orders them.)
+    pub(crate) fn pair(&self, i: usize) -> &AtomicU64 {
+        self.s64(i, slot::STATE)
     }
 
     /// A copy of slot `i` (each word read once; the copy is what gets
@@ -156,7 +192,7 @@ impl Region {
             base: self.s64(i, BASE).load(r),
             t_trap: self.s64(i, T_TRAP).load(r),
             waiting: self.s32(i, WAITING).load(r),
-            spins: self.s32(i, SPINS).load(r),
+            gen: self.s32(i, GEN).load(r),
         }
     }
 
@@ -191,5 +227,37 @@ mod tests {
         assert!(r.write_path(3, b"/tmp/x"));
         assert!(!r.write_path(3, &[b'a'; 4096]));
         assert!(Region::create(0, &[], 0, 0).is_err());
+        assert!(Region::create(abi::FAST_MAX_SLOTS + 1, &[], 0, 0).is_err());
+    }
+
+    #[test]
+    fn the_high_water_mark_is_bounded_by_the_capacity() {
+        let r = Region::create(8, &[], 0, 0).unwrap();
+        assert_eq!(r.high_water(), 0);
+        r.hdr32(hdr::HWM).store(3, Ordering::Relaxed);
+        assert_eq!(r.high_water(), 3);
+        r.hdr32(hdr::HWM).store(u32::MAX, Ordering::Relaxed); // a guest's lie
+        assert_eq!(r.high_water(), 8);
+        r.pair(2)
+            .store(abi::pair(abi::ST_IDLE, 99), Ordering::Relaxed);
+        let s = r.snapshot(2);
+        assert_eq!((s.state, s.tid), (abi::ST_IDLE, 99));
+    }
+
+    /// Thousands of slots cost memory only where touched: a region of the
+    /// largest capacity commits the header and the pages written.
+    #[test]
+    fn a_large_region_is_sparse() {
+        let r = Region::create(abi::FAST_MAX_SLOTS, &[2], 0, 0).unwrap();
+        let before = r.committed_bytes().unwrap();
+        assert!(before <= 2 * 4096, "{before} bytes committed at creation");
+        for i in 0..100 {
+            r.pair(i)
+                .store(abi::pair(abi::ST_IDLE, 1), Ordering::Relaxed);
+        }
+        assert!(r.write_path(abi::FAST_MAX_SLOTS - 1, b"/x"));
+        let after = r.committed_bytes().unwrap();
+        // 100 slots = 12800 bytes: 4 pages, one path buffer page, header
+        assert!(after <= 6 * 4096, "{after} bytes committed");
     }
 }

@@ -2,11 +2,24 @@
 //! [`Region`], validates each request, runs the [`Chain`] and writes the
 //! answer.
 //!
+//! Slots: only `[0, high water)` are scanned (the header's mark, bounded
+//! by the capacity: [`Region::high_water`]), so a pass costs what the
+//! guest uses, not the capacity. A slot released by the guest (FREE) or
+//! claimed anew (its `gen` changed) ends what the executive held for the
+//! previous owner: a continued call still unreported gets its `after`
+//! with [`Outcome::Unseen`] (a continued `exit`, `exit_group` or `execve`
+//! never reports). Slots of owners that died without releasing them
+//! (killed, or ended by another thread's exit_group or exec) are
+//! reclaimed by [`Server::serve`]'s sweep: when the high-water mark rose
+//! or a guest found no slot since the last sweep, at most once per
+//! [`SWEEP_EVERY`], every claimed slot whose tid no longer exists goes
+//! back to FREE by one CAS of its (state, tid) word.
+//!
 //! Validation of a REQUEST (on a copy of the slot, [`Region::snapshot`]):
-//! * the slot's tid is its registered owner; a new owner (first claim, or
-//!   a take-over of a dead thread's slot) is accepted only if the tid is a
-//!   live task of the guest tree (its thread group's parent chain reaches
-//!   the guest's root) and the previous owner is gone;
+//! * the slot's (tid, gen) is its registered owner; a new owner (a claim:
+//!   another tid, or the same tid in a new image) is accepted only if the
+//!   tid is a live task of the guest tree (its thread group's parent chain
+//!   reaches the guest's root, or the executive for orphans it adopted);
 //! * `seq` is the owner's previous `seq` + 1 (the executive counts, in its
 //!   own memory);
 //! * `nr` < 1024 and is one of the wanted calls.
@@ -44,14 +57,29 @@ pub struct Stats {
     /// Slots whose owner is not a task of the guest tree (counted once per
     /// tid seen).
     pub foreign_tid: u64,
-    /// Guest calls that found no free slot (the guest's own count: a claim).
+    /// Guest calls that found no free slot and were made unobserved (the
+    /// guest's own count: a claim).
     pub overflow: u64,
+    /// Slots reclaimed from owners that died without releasing them.
+    pub reclaimed: u64,
+    /// The highest high-water mark seen: slots in use at once, at most.
+    pub hwm: u64,
+    /// Continued calls that never reported (the slot was released or
+    /// claimed anew first: exit, exit_group, a successful execve, a
+    /// killed thread); their `after` saw [`Outcome::Unseen`].
+    pub unseen: u64,
 }
+
+/// Sweeps for slots of dead owners at most this often (each sweep costs
+/// one `kill(tid, 0)` per claimed slot).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// The executive's own memory about one slot.
 #[derive(Default)]
 struct Own {
     owner: u32,
+    /// The owner's claim (the slot's `gen` when it was accepted).
+    gen: u32,
     seq: u64,
     /// A continued call awaiting its report: (seq, call, decision, time in
     /// the executive).
@@ -93,6 +121,12 @@ pub struct Server {
     extended: Duration,
     /// SCHED_FIFO priority of a guest thread whose held call was answered.
     boost: Option<i32>,
+    /// Set by a pass that found work worth spinning for (a new request or
+    /// a report; not a held call come due).
+    fresh: bool,
+    /// The high-water mark and the guest's overflow count at the last
+    /// sweep for dead owners, and when it was.
+    swept: (usize, u32, Option<Instant>),
 }
 
 /// The time-stamp counter (the guest stamps `t_trap` with `rdtsc` too).
@@ -109,7 +143,8 @@ impl Server {
                 wanted[(s.0 / 64) as usize] |= 1 << (s.0 % 64);
             }
         }
-        let own = (0..region.nslots()).map(|_| Own::default()).collect();
+        // grown with the high-water mark (poll), not sized for the capacity
+        let own = Vec::new();
         Server {
             region,
             chain,
@@ -123,6 +158,8 @@ impl Server {
             rate: mantle_sys::os::TscRate::calibrate(Duration::from_millis(2)),
             extended: Duration::ZERO,
             boost: None,
+            fresh: false,
+            swept: (0, 0, None),
         }
     }
 
@@ -175,15 +212,37 @@ impl Server {
         nr < abi::NR_MAX && self.wanted[(nr / 64) as usize] >> (nr % 64) & 1 == 1
     }
 
-    /// One pass over every slot; true if anything was done. Also the
-    /// earliest held request's deadline, for the caller's sleep.
+    /// A handle that rings this server's doorbell from another thread:
+    /// the executive wakes from its sleep and asks its `done` again.
+    pub fn waker(&self) -> std::io::Result<Waker> {
+        let hdr =
+            mantle_sys::shm::SharedMem::map(self.region.fd().try_clone()?, abi::FAST_HDR_SIZE)?;
+        Ok(Waker { hdr })
+    }
+
+    /// One pass over the slots claimed so far (below the high-water
+    /// mark); true if anything was done. Also the earliest held request's
+    /// deadline, for the caller's sleep.
     pub fn poll(&mut self) -> (bool, Option<Instant>) {
         let mut did = false;
         let mut next: Option<Instant> = None;
-        for i in 0..self.region.nslots() {
+        let hw = self.region.high_water();
+        if self.own.len() < hw {
+            self.own.resize_with(hw, Own::default);
+        }
+        self.stats.hwm = self.stats.hwm.max(hw as u64);
+        for i in 0..hw {
             let st = self.region.s32(i, slot::STATE).load(Acquire);
             match st {
-                abi::ST_FREE | abi::ST_IDLE | abi::ST_ANSWER => {}
+                abi::ST_IDLE | abi::ST_ANSWER => {}
+                abi::ST_FREE => {
+                    // released by its owner (at its exit), maybe after
+                    // reporting a last continued call
+                    if self.own[i].owner != 0 {
+                        did |= self.take_report(i);
+                        did |= self.forget(i);
+                    }
+                }
                 abi::ST_REQUEST => {
                     did |= self.take_report(i);
                     if let Some(t) = self.own[i].hold_until {
@@ -196,10 +255,12 @@ impl Server {
                 }
                 abi::ST_DONE => {
                     did |= self.take_report(i);
-                    // DONE -> IDLE unless the guest moved on meanwhile
-                    let _ = self.region.s32(i, slot::STATE).compare_exchange(
-                        abi::ST_DONE,
-                        abi::ST_IDLE,
+                    // DONE -> IDLE unless the guest moved on (or the slot
+                    // changed hands) meanwhile
+                    let tid = self.region.s32(i, slot::TID).load(Relaxed);
+                    let _ = self.region.pair(i).compare_exchange(
+                        abi::pair(abi::ST_DONE, tid),
+                        abi::pair(abi::ST_IDLE, tid),
                         SeqCst,
                         Relaxed,
                     );
@@ -217,12 +278,40 @@ impl Server {
         (did, next)
     }
 
-    /// The report of a continued call, if it is there.
+    /// Ends what the executive held for slot `i`'s owner (the slot was
+    /// released, reclaimed or claimed anew): a continued call that never
+    /// reported ends [`Outcome::Unseen`]. True if there was one.
+    fn forget(&mut self, i: usize) -> bool {
+        let bad = self.own[i].bad;
+        let old = std::mem::take(&mut self.own[i]);
+        self.own[i].bad = bad;
+        if old.boosted {
+            let _ = mantle_sys::supervise::set_other_of(old.owner);
+        }
+        let Some((_, call, d, ns)) = old.pending else {
+            return false;
+        };
+        self.stats.unseen += 1;
+        let t = Times {
+            executive_ns: ns,
+            kernel_ns: 0,
+        };
+        self.chain.after(&call, &d, Outcome::Unseen, t);
+        true
+    }
+
+    /// The report of a continued call, if it is there (and the slot is
+    /// still its owner's, or was released by it after it reported: a
+    /// thread that exits right after a continued call).
     fn take_report(&mut self, i: usize) -> bool {
         let Some((seq, _, _, _)) = &self.own[i].pending else {
             return false;
         };
-        if self.region.s64(i, slot::REPORT_SEQ).load(Acquire) != *seq {
+        let tid = self.region.s32(i, slot::TID).load(Acquire);
+        if self.region.s64(i, slot::REPORT_SEQ).load(Acquire) != *seq
+            || (tid != self.own[i].owner && tid != 0)
+            || self.region.s32(i, slot::GEN).load(Acquire) != self.own[i].gen
+        {
             return false;
         }
         let r = self.region.s64(i, slot::REPORT_RESULT).load(Acquire) as i64;
@@ -234,6 +323,7 @@ impl Server {
             };
             self.chain.after(&call, &d, Outcome::Result(r), t);
         }
+        self.fresh = true;
         true
     }
 
@@ -242,8 +332,10 @@ impl Server {
         if s.state != abi::ST_REQUEST {
             return false; // changed under us: next pass
         }
-        if s.tid != self.own[i].owner {
-            if !self.accept_owner(i, s.tid) {
+        // a held call come due is not worth a spin; a new request is
+        self.fresh |= self.own[i].held.is_none();
+        if s.tid != self.own[i].owner || s.gen != self.own[i].gen {
+            if !self.accept_owner(s.tid) {
                 // answered, so that no task waits forever on a slot the
                 // executive will not serve; counted once per tid
                 if self.own[i].bad != (s.state, s.tid) {
@@ -251,19 +343,17 @@ impl Server {
                     self.stats.foreign_tid += 1;
                 }
                 self.stats.refused += 1;
-                self.answer(i, -(libc::EPERM as i64), 0, None);
+                self.answer(i, &s, -(libc::EPERM as i64), 0, None);
                 return true;
             }
-            self.own[i] = Own {
-                owner: s.tid,
-                seq: s.seq.wrapping_sub(1),
-                ..Own::default()
-            };
+            self.forget(i);
+            let own = &mut self.own[i];
+            (own.owner, own.gen, own.seq) = (s.tid, s.gen, s.seq.wrapping_sub(1));
         }
         if s.seq != self.own[i].seq.wrapping_add(1) || !self.wants(s.nr) {
             self.stats.refused += 1;
             self.own[i].seq = s.seq; // resynchronise an honest but confused guest
-            self.answer(i, -(libc::EINVAL as i64), 0, None);
+            self.answer(i, &s, -(libc::EINVAL as i64), 0, None);
             return true;
         }
         let released = self.own[i].held.is_some();
@@ -331,7 +421,7 @@ impl Server {
             // the fast path does not dispatch: a yield is the kernel's
             Decision::Continue | Decision::Yield => {
                 self.own[i].pending = Some((s.seq, call, d.clone(), ns));
-                self.answer(i, 0, abi::ANS_CONTINUE, None);
+                self.answer(i, &s, 0, abi::ANS_CONTINUE, None);
             }
             Decision::Fail(e) => {
                 let e = if (1..4096).contains(e) {
@@ -339,7 +429,7 @@ impl Server {
                 } else {
                     libc::EINVAL
                 };
-                self.answer(i, -(e as i64), 0, None);
+                self.answer(i, &s, -(e as i64), 0, None);
                 self.chain
                     .after(&call, &d, Outcome::Result(-(e as i64)), times);
             }
@@ -352,9 +442,9 @@ impl Server {
                         let until = tsc().wrapping_add(self.rate.ticks(left));
                         let mut args = s.args;
                         args[0] = until;
-                        self.answer(i, *v, abi::ANS_UNTIL, Some((s.nr, args)));
+                        self.answer(i, &s, *v, abi::ANS_UNTIL, Some((s.nr, args)));
                     }
-                    None => self.answer(i, *v, 0, None),
+                    None => self.answer(i, &s, *v, 0, None),
                 }
                 self.chain.after(&call, &d, Outcome::Result(*v), times);
             }
@@ -368,7 +458,7 @@ impl Server {
                 let k0 = std::time::Instant::now();
                 let _ = mantle_sys::supervise::getppid_raw();
                 let kernel_ns = k0.elapsed().as_nanos() as u64;
-                self.answer(i, v, 0, None);
+                self.answer(i, &s, v, 0, None);
                 let t = Times {
                     executive_ns: ns,
                     kernel_ns,
@@ -389,16 +479,16 @@ impl Server {
                     };
                 if ok {
                     self.own[i].pending = Some((s.seq, call, d.clone(), ns));
-                    self.answer(i, 0, abi::ANS_CONTINUE, Some((p.nr.0, args)));
+                    self.answer(i, &s, 0, abi::ANS_CONTINUE, Some((p.nr.0, args)));
                 } else {
-                    self.answer(i, -(libc::ENOSYS as i64), 0, None);
+                    self.answer(i, &s, -(libc::ENOSYS as i64), 0, None);
                     let o = Outcome::Result(-(libc::ENOSYS as i64));
                     self.chain.after(&call, &d, o, times);
                 }
             }
             // the fast path keeps no timers (yet): the guest is told so
             Decision::Timer(_) | Decision::Sched(_) => {
-                self.answer(i, -(libc::ENOSYS as i64), 0, None);
+                self.answer(i, &s, -(libc::ENOSYS as i64), 0, None);
                 let o = Outcome::Result(-(libc::ENOSYS as i64));
                 self.chain.after(&call, &d, o, times);
             }
@@ -421,8 +511,18 @@ impl Server {
         true
     }
 
-    /// Writes an answer and wakes the guest if it sleeps.
-    fn answer(&mut self, i: usize, result: i64, flags: u32, call: Option<(u32, [u64; 6])>) {
+    /// Writes an answer to the request `s` (the snapshot it was decided
+    /// on) and wakes the guest if it sleeps. The answer lands only if the
+    /// slot still holds that request: same (REQUEST, tid) word by CAS,
+    /// same `seq` just before it.
+    fn answer(
+        &mut self,
+        i: usize,
+        s: &abi::FastSlot,
+        result: i64,
+        flags: u32,
+        call: Option<(u32, [u64; 6])>,
+    ) {
         let r = &self.region;
         if let Some((nr, args)) = call {
             r.s32(i, slot::NR).store(nr, Relaxed);
@@ -432,68 +532,170 @@ impl Server {
         }
         r.s64(i, slot::RESULT).store(result as u64, Relaxed);
         r.s32(i, slot::FLAGS).store(flags, Relaxed);
-        let state = r.s32(i, slot::STATE);
-        if state
-            .compare_exchange(abi::ST_REQUEST, abi::ST_ANSWER, SeqCst, Relaxed)
-            .is_err()
+        let (from, to) = (
+            abi::pair(abi::ST_REQUEST, s.tid),
+            abi::pair(abi::ST_ANSWER, s.tid),
+        );
+        if r.s64(i, slot::SEQ).load(SeqCst) != s.seq
+            || r.pair(i)
+                .compare_exchange(from, to, SeqCst, Relaxed)
+                .is_err()
         {
-            self.stats.refused += 1; // the guest changed the state meanwhile
+            self.stats.refused += 1; // the guest changed the slot meanwhile
             return;
         }
         if r.s32(i, slot::WAITING).load(SeqCst) != 0 {
-            futex_wake(state);
+            futex_wake(r.s32(i, slot::STATE));
         }
     }
 
-    /// Whether `tid` may own slot `i`: a live task of the guest tree, and
-    /// the slot's previous owner (if any) is gone. Reads /proc (start-up
-    /// of a thread only).
-    fn accept_owner(&self, i: usize, tid: u32) -> bool {
-        if tid == 0 || !in_tree(tid, self.root) {
-            return false;
-        }
-        let old = self.own[i].owner;
-        old == 0 || old == tid || !std::path::Path::new(&format!("/proc/{old}")).exists()
+    /// Whether `tid` may own a slot: a live task of the guest tree. Reads
+    /// /proc (a thread's first call only).
+    fn accept_owner(&self, tid: u32) -> bool {
+        tid != 0 && in_tree(tid, self.root)
     }
 
-    /// Serves until `done` says so: spins `spin` empty passes, then sleeps
-    /// on the doorbell (at most `tick`). `done` is asked every 4096 empty
-    /// passes, when a sleep ran out its time, and every 64 sleeps (not at
-    /// every sleep: on one CPU its system call is on the round trip).
-    pub fn serve(&mut self, spin: u32, tick: Duration, mut done: impl FnMut() -> bool) {
-        let mut idle: u32 = 0;
+    /// Sweeps for dead owners (see the module doc) if the high-water mark
+    /// rose or a guest found no slot since the last sweep, and the last
+    /// was at least [`SWEEP_EVERY`] ago.
+    fn maybe_sweep(&mut self) {
+        let hw = self.region.high_water();
+        let overflow = self.region.hdr32(hdr::OVERFLOW).load(Relaxed);
+        let (old_hw, old_overflow, at) = self.swept;
+        if (hw > old_hw || overflow != old_overflow)
+            && at.is_none_or(|t| t.elapsed() >= SWEEP_EVERY)
+        {
+            self.swept = (hw, overflow, Some(Instant::now()));
+            self.sweep();
+        }
+    }
+
+    /// Every claimed slot whose tid no longer exists goes back to FREE
+    /// (one CAS of its (state, tid) word, so a slot claimed meanwhile is
+    /// left alone); what the executive held for it ends ([`Self::forget`]).
+    pub fn sweep(&mut self) {
+        // pid_max is at most 2^22 (PID_MAX_LIMIT): larger tids are garbage,
+        // and kill() takes negative numbers as process groups
+        const TID_LIMIT: u32 = 1 << 22;
+        let hw = self.region.high_water();
+        if self.own.len() < hw {
+            self.own.resize_with(hw, Own::default);
+        }
+        for i in 0..hw {
+            let p = self.region.pair(i).load(Acquire);
+            let (st, tid) = (p as u32, (p >> 32) as u32);
+            if tid == 0 || tid > TID_LIMIT || st >= abi::ST_MAX {
+                continue;
+            }
+            // ESRCH: no task has this tid (a zombie still has it)
+            if !matches!(mantle_sys::supervise::kill(tid as i32, 0), Ok(false)) {
+                continue;
+            }
+            let free = abi::pair(abi::ST_FREE, 0);
+            if self
+                .region
+                .pair(i)
+                .compare_exchange(p, free, SeqCst, Relaxed)
+                .is_ok()
+            {
+                self.forget(i);
+                self.region.hdr32(hdr::FREES).fetch_add(1, SeqCst);
+                self.stats.reclaimed += 1;
+            }
+        }
+    }
+
+    /// A last pass when `done` said so: reports written just before the
+    /// guest ended are taken.
+    fn last_pass(&mut self) {
+        self.poll();
+    }
+
+    /// Serves until `done` says so. After real work (a new request or a
+    /// report) it keeps polling for `spin`, so that a busy guest's next
+    /// request is seen without a cross-CPU wake-up; then it sleeps on the
+    /// doorbell for at most `tick`, or until the next held call is due.
+    /// Only work restarts the spin: a wake-up that finds nothing, a timeout
+    /// and a held call come due do not, so an idle or sleeping guest costs
+    /// a wake-up per `tick` (and per held call), never a spin. `done` is
+    /// asked when a sleep timed out, when a wake-up found nothing to do
+    /// (a [`Waker`] rang: the guest ended, or a signal), every 64 sleeps,
+    /// and at least every `tick` while busy (not at every sleep: on one
+    /// CPU its system call is on the guest's round trip); one more pass
+    /// follows its yes.
+    pub fn serve(&mut self, spin: Duration, tick: Duration, mut done: impl FnMut() -> bool) {
+        let mut hot_until: Option<Instant> = None;
+        let mut last_done = Instant::now();
+        let mut woken = false;
         let mut sleeps: u32 = 0;
+        let mut turns: u32 = 0;
         loop {
-            let (did, next) = self.poll();
-            if did {
-                idle = 0;
-                continue;
-            }
-            idle = idle.saturating_add(1);
-            if idle < spin {
-                std::hint::spin_loop();
-                if idle.is_multiple_of(4096) && done() {
-                    return;
+            let (_, next) = self.poll();
+            turns = turns.wrapping_add(1);
+            if turns.is_multiple_of(256) && last_done.elapsed() >= tick {
+                last_done = Instant::now();
+                if done() {
+                    return self.last_pass();
                 }
+            }
+            if std::mem::take(&mut self.fresh) {
+                woken = false;
+                hot_until = (!spin.is_zero()).then(|| Instant::now() + spin);
                 continue;
             }
+            if woken {
+                woken = false;
+                last_done = Instant::now();
+                if done() {
+                    return self.last_pass();
+                }
+            }
+            if let Some(h) = hot_until {
+                if Instant::now() < h {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                hot_until = None;
+            }
+            self.maybe_sweep();
             let seen = self.region.hdr32(hdr::DOORBELL).load(SeqCst);
             self.region.hdr32(hdr::EXEC_SLEEPING).store(1, SeqCst);
-            let (did, next2) = self.poll();
-            let mut timed_out = false;
-            if !did {
-                let mut wait = tick;
-                if let Some(t) = next.or(next2) {
-                    wait = wait.min(t.saturating_duration_since(Instant::now()));
-                }
-                timed_out = region::futex_wait(self.region.hdr32(hdr::DOORBELL), seen, wait);
+            let (_, next2) = self.poll();
+            if std::mem::take(&mut self.fresh) {
+                self.region.hdr32(hdr::EXEC_SLEEPING).store(0, SeqCst);
+                hot_until = (!spin.is_zero()).then(|| Instant::now() + spin);
+                continue;
             }
+            let mut wait = tick;
+            for t in [next, next2].into_iter().flatten() {
+                wait = wait.min(t.saturating_duration_since(Instant::now()));
+            }
+            let timed_out = region::futex_wait(self.region.hdr32(hdr::DOORBELL), seen, wait);
             self.region.hdr32(hdr::EXEC_SLEEPING).store(0, SeqCst);
-            idle = 0;
             sleeps = sleeps.wrapping_add(1);
-            if (timed_out || sleeps.is_multiple_of(64)) && done() {
-                return;
+            if timed_out || sleeps.is_multiple_of(64) {
+                last_done = Instant::now();
+                if done() {
+                    return self.last_pass();
+                }
+            } else {
+                woken = true;
             }
+        }
+    }
+}
+
+/// Rings a [`Server`]'s doorbell from another thread (its own mapping of
+/// the region's header): the executive wakes and asks its `done`.
+pub struct Waker {
+    hdr: mantle_sys::shm::SharedMem,
+}
+
+impl Waker {
+    pub fn ring(&self) {
+        if let Some(d) = self.hdr.u32(hdr::DOORBELL) {
+            d.fetch_add(1, SeqCst);
+            futex_wake(d);
         }
     }
 }
@@ -592,6 +794,7 @@ mod tests {
 
     fn request(s: &Server, i: usize, tid: u32, seq: u64, nr: u32) {
         let r = s.region();
+        r.hdr32(hdr::HWM).fetch_max(i as u32 + 1, SeqCst);
         r.s32(i, slot::TID).store(tid, SeqCst);
         r.s64(i, slot::SEQ).store(seq, SeqCst);
         r.s32(i, slot::NR).store(nr, SeqCst);
@@ -673,11 +876,93 @@ mod tests {
         assert_eq!(s.region().snapshot(0).state, abi::ST_REQUEST);
         let t0 = Instant::now();
         // serve for 100 ms: the held request is decided again after 30
-        s.serve(0, Duration::from_millis(5), || {
+        s.serve(Duration::ZERO, Duration::from_millis(5), || {
             t0.elapsed() > Duration::from_millis(100)
         });
         let a = s.region().snapshot(0);
         assert_eq!((a.state, a.result), (abi::ST_ANSWER, 9));
+    }
+
+    /// A slot that its owner released (FREE, at its exit) or claimed anew
+    /// (same tid, `gen` + 1: a new image after exec) ends the continued
+    /// call it had not reported: `after` sees it Unseen, once; the new
+    /// owner starts a new sequence. Slots above the high-water mark are
+    /// never looked at.
+    #[test]
+    fn released_and_reclaimed_slots_end_their_calls_unseen() {
+        struct Log(Arc<Mutex<Vec<Outcome>>>);
+        impl Agent for Log {
+            fn name(&self) -> &str {
+                "log"
+            }
+            fn wants(&self) -> Vec<Sysno> {
+                vec![Sysno(110)]
+            }
+            fn before(&mut self, _: &Call, _: &mut dyn Guest) -> Decision {
+                Decision::Continue
+            }
+            fn after(&mut self, _: &Call, _: &Decision, o: Outcome, _: Times) {
+                self.0.lock().unwrap().push(o);
+            }
+        }
+        use std::sync::{Arc, Mutex};
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let me = mantle_sys::os::gettid();
+        let r = Region::create(8, &[110], 0, 0).unwrap();
+        let mut s = Server::new(
+            r,
+            Chain::new(vec![Box::new(Log(seen.clone()))]),
+            std::process::id(),
+        );
+        // above the mark: not seen
+        s.region().s32(5, slot::TID).store(me, SeqCst);
+        s.region()
+            .s32(5, slot::STATE)
+            .store(abi::ST_REQUEST, SeqCst);
+        request(&s, 0, me, 1, 110);
+        s.poll();
+        assert_eq!(s.region().snapshot(0).flags, abi::ANS_CONTINUE);
+        assert_eq!(s.region().snapshot(5).state, abi::ST_REQUEST);
+        assert_eq!(s.stats.hwm, 1);
+        // released before reporting (a continued exit): Unseen
+        s.region().pair(0).store(abi::pair(abi::ST_FREE, 0), SeqCst);
+        s.poll();
+        s.poll();
+        assert_eq!(*seen.lock().unwrap(), vec![Outcome::Unseen]);
+        // claimed again by the same tid: a new sequence from 7
+        s.region().s32(0, slot::GEN).fetch_add(1, SeqCst);
+        request(&s, 0, me, 7, 110);
+        s.poll();
+        assert_eq!(s.region().snapshot(0).flags, abi::ANS_CONTINUE);
+        // claimed anew (gen + 1) before reporting: Unseen again
+        s.region().s32(0, slot::GEN).fetch_add(1, SeqCst);
+        request(&s, 0, me, 20, 110);
+        s.poll();
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![Outcome::Unseen, Outcome::Unseen]
+        );
+        assert_eq!(s.stats.refused, 0, "{:?}", s.stats);
+        assert_eq!(s.stats.unseen, 2);
+    }
+
+    /// The sweep gives back slots whose tid is gone, and only those.
+    #[test]
+    fn the_sweep_reclaims_slots_of_dead_tids_only() {
+        let me = mantle_sys::os::gettid();
+        let mut s = server(vec![Decision::Return(7)]);
+        let r = s.region();
+        // a tid that existed and is gone: a thread that has ended
+        let dead = std::thread::spawn(mantle_sys::os::gettid).join().unwrap();
+        r.hdr32(hdr::HWM).store(3, SeqCst);
+        r.pair(0).store(abi::pair(abi::ST_IDLE, me), SeqCst);
+        r.pair(1).store(abi::pair(abi::ST_REQUEST, dead), SeqCst);
+        r.pair(2).store(abi::pair(0xdead, dead), SeqCst); // garbage: left
+        s.sweep();
+        assert_eq!(s.stats.reclaimed, 1);
+        assert_eq!(s.region().pair(1).load(SeqCst), abi::pair(abi::ST_FREE, 0));
+        assert_eq!(s.region().pair(0).load(SeqCst), abi::pair(abi::ST_IDLE, me));
+        assert_eq!(s.region().hdr32(hdr::FREES).load(SeqCst), 1);
     }
 
     /// Extended mode: a held call that then returns is answered `window`

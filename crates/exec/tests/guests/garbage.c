@@ -1,4 +1,6 @@
-/* A fast-path test guest that corrupts the shared region: a slot with a
+/* A fast-path test guest that corrupts the shared region: a high-water
+ * mark far above the capacity (the executive must bound it: it then scans
+ * every slot, up to the last), a slot with a
  * state that is no state, two slots claiming tasks outside the guest
  * (init, a tid that does not exist), a request of its own with a call
  * number out of range and one with a wrong sequence number; and it tries
@@ -53,6 +55,7 @@ int main(void)
 			me = &slots[i];
 	CHECK(me);
 
+	((struct mx_fast_hdr *)(void *)m)->hwm = 0xffffffff;
 	slots[n - 1].tid = 12345678;
 	slots[n - 1].state = 0xdeadbeef;
 	slots[n - 2].tid = 1;
