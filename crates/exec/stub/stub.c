@@ -415,8 +415,18 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 	}
 	while (st == MX_ST_REQUEST) {
 		struct timespec ts = {1, 0};
+		/* the wait takes the interrupted context's mask: a signal the
+		 * guest did not block is delivered now (a fatal one ends it now,
+		 * not when a held call is answered; a handler that returns
+		 * resumes the wait, its own calls trap into another slot) */
+		uint64_t m = uc ? *(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1)) : 0,
+			 all = ~0ull;
 		st32(&s->waiting, 1);
+		if (uc)
+			sc4(SYS_rt_sigprocmask, SIG_SETMASK, &m, 0, 8);
 		long r = sc4(SYS_futex, &s->state, FUTEX_WAIT, MX_ST_REQUEST, &ts);
+		if (uc)
+			sc4(SYS_rt_sigprocmask, SIG_SETMASK, &all, 0, 8);
 		st32(&s->waiting, 0);
 		st = ld32(&s->state);
 		if (r == -ETIMEDOUT && st == MX_ST_REQUEST &&
