@@ -2532,7 +2532,7 @@ fn sigkill_to_the_fast_executive_leaves_no_guest() {
     let (exec, list) = (t.exec, t.guests.clone());
     kill("-9", exec);
     let (code, e) = t.wait();
-    assert_eq!(code, Some(1), "{e}");
+    assert_eq!(code, Some(125), "{e}");
     assert!(
         e.contains("killed by SIGKILL") && e.contains("guests were killed"),
         "{e}"
@@ -2555,7 +2555,7 @@ fn with_fail_open_fast_guests_survive_their_executive() {
         } else {
             kill("-9", exec);
             let (code, e) = t.wait();
-            assert_eq!(code, Some(1), "{e}");
+            assert_eq!(code, Some(125), "{e}");
             assert!(e.contains("unsupervised"), "{e}");
         }
         std::thread::sleep(Duration::from_millis(1500));
