@@ -27,18 +27,28 @@
 //!   (libmantle's `mantle_exec_call`, `mantle_rpc_*`). Not on the fast path.
 //! * Both paths feed the same [`agent::Chain`]; the application-kernel mode
 //!   (multicore issue) will reuse the same trap.
+//! * **Enforcement** ([`enforce`]): what an agent enforces (`--deny` by
+//!   call family, [`family`]; `--redirect`) is the kernel's on both
+//!   paths: the seccomp filter (its refusals, and its notifications to the
+//!   protected executive or to the fast path's gate, [`fast::gate`]) and
+//!   a private mount namespace. The fast path's stub and shared memory
+//!   only accelerate what observes or schedules.
 //!
 //! Invariants: nothing the guest wrote is trusted (memory reads are
-//! claims, re-validated against the pending call); a vanished notification
-//! (the guest died, a signal interrupted the call) is normal, never fatal.
+//! claims, re-validated against the pending call); no enforcing decision
+//! rests on anything in the guest's address space or on memory a guest
+//! thread can change after a check; a vanished notification (the guest
+//! died, a signal interrupted the call) is normal, never fatal.
 //!
 //! Processes and threads: `mantle run` is the reaper (parent, subreaper;
 //! it kills what is left of the guests if the executive dies, `reaper`),
 //! the executive (one thread serving every guest, `executive`) and its
-//! opener thread (performs opens with the guest's identity, `perform`).
+//! opener thread (performs opens with the guest's identity, `perform`);
+//! on the fast path, the gate thread when something is denied.
 //!
 //! Lock order: no locks are shared on the interposition path. The
-//! executive and the opener exchange requests over channels; the fast
+//! executive and the opener exchange requests over channels; the gate
+//! owns its chain and shares only atomic counters; the fast
 //! path's slots are lock-free (a state word per slot, futex waits); the
 //! `--count` table is atomics.
 
