@@ -1736,6 +1736,24 @@ const ESCAPE_C: &str = include_str!("escape.c");
 
 /// escape.c built dynamic and static, and a copy of mantle, all usable by
 /// nobody, in a 0755 directory of their own.
+/// A redirect's two trees under the temporary directory, each holding `x`
+/// ("OLD" or "NEW"), with `mode` on all three directories; and the
+/// `OLD=NEW` spec. The caller removes `base`.
+fn redirect_tree(name: &str, mode: u32) -> (PathBuf, PathBuf, PathBuf, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let base = std::env::temp_dir().join(format!("mantle-{name}-{}", std::process::id()));
+    let (old, new) = (base.join("old"), base.join("new"));
+    for (dir, text) in [(&old, "OLD\n"), (&new, "NEW\n")] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("x"), text).unwrap();
+    }
+    for p in [&base, &old, &new] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let spec = format!("{}={}", old.display(), new.display());
+    (base, old, new, spec)
+}
+
 fn escape_kit() -> &'static (PathBuf, PathBuf, PathBuf) {
     static K: OnceLock<(PathBuf, PathBuf, PathBuf)> = OnceLock::new();
     K.get_or_init(|| {
@@ -1938,19 +1956,9 @@ fn escape_suite_io_uring_is_refused_while_enforcing() {
 #[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn escape_suite_redirect_is_a_mount_that_no_path_or_race_escapes() {
     mantle_testsupport::require_root("the escape suite (run as nobody)");
-    use std::os::unix::fs::PermissionsExt;
     let (_, dynamic, _) = escape_kit();
     let d = dynamic.to_str().unwrap();
-    let base = std::env::temp_dir().join(format!("mantle-redirect-{}", std::process::id()));
-    let (old, new) = (base.join("old"), base.join("new"));
-    std::fs::create_dir_all(&old).unwrap();
-    std::fs::create_dir_all(&new).unwrap();
-    std::fs::write(old.join("x"), "OLD\n").unwrap();
-    std::fs::write(new.join("x"), "NEW\n").unwrap();
-    for p in [&base, &old, &new] {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let spec = format!("{}={}", old.display(), new.display());
+    let (base, old, new, spec) = redirect_tree("redirect", 0o755);
     let os = old.to_str().unwrap();
     // the racing thread flips the path between OLD's file and one outside
     // OLD: an executive that checked the path and let the call continue
@@ -2127,18 +2135,8 @@ fn run_exits_like_a_wrapper() {
 #[ignore = "needs root to drop capabilities and make user namespaces (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn escape_suite_holds_for_capability_less_root_and_root_in_a_user_namespace() {
     mantle_testsupport::require_root("the escape suite as capability-less uid 0");
-    use std::os::unix::fs::PermissionsExt;
     let (m, dynamic, _) = escape_kit();
-    let base = std::env::temp_dir().join(format!("mantle-capless-{}", std::process::id()));
-    let (old, new) = (base.join("old"), base.join("new"));
-    std::fs::create_dir_all(&old).unwrap();
-    std::fs::create_dir_all(&new).unwrap();
-    std::fs::write(old.join("x"), "OLD\n").unwrap();
-    std::fs::write(new.join("x"), "NEW\n").unwrap();
-    for p in [&base, &old, &new] {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
-    }
-    let spec = format!("{}={}", old.display(), new.display());
+    let (base, old, _new, spec) = redirect_tree("capless", 0o777);
     let os = old.to_str().unwrap();
     let wrappers: [&[&str]; 2] = [
         &["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"],
