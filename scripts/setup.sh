@@ -39,5 +39,13 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: no Rust toolchain found; installing Debian's (may be older than the 1.87 mantle needs)"
   apt-get install -y -qq cargo rustc >/dev/null
 fi
+# the lint gate (scripts/lint.sh) needs rustfmt and clippy
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+  if command -v rustup >/dev/null 2>&1; then
+    rustup component add rustfmt clippy >/dev/null
+  else
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustfmt rust-clippy >/dev/null
+  fi
+fi
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 echo "setup: ok ($(cargo --version))"

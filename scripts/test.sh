@@ -6,6 +6,8 @@
 # it. Without root, plain `cargo test` lists them as ignored with the reason.
 # With CI set (non-empty, not 0/false; .ci/run sets CI=1), running without
 # root is an error: CI must run everything. Run as root on Debian.
+# First the lint gate (scripts/lint.sh: fmt, clippy and rustdoc, warnings
+# denied); its failure fails the run, after the tests have run too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -22,6 +24,12 @@ else
   echo "test.sh: not root: the tests that need root are listed as ignored, with the reason (run as root to include them)" >&2
   include=()
 fi
+lint=0
+bash scripts/lint.sh 2>&1 || lint=1
 cargo build --workspace --quiet
 # --no-fail-fast: one failing test binary must not hide the others' results
 cargo test --workspace --no-fail-fast "${include[@]}" 2>&1
+if [ "$lint" = 1 ]; then
+  echo "test.sh: the tests ran, but the lint gate failed (above; bash scripts/lint.sh)" >&2
+  exit 1
+fi

@@ -21,7 +21,7 @@ in turn), pinned with taskset to one CPU:
               movable ret, LOPI's return frames elsewhere), ordinary hooks
   mantle-rf   --exit return-frames (LOPI's design everywhere)
   mantle-linked  mantle instr on the linked program: base's objects linked
-              with the hooks and libmantle_instr.so, the executable
+              with the hooks and libmantle_instr_rt.so, the executable
               rewritten (--exit auto, ordinary hooks)
   uprobes     base under bpftrace uprobe + uretprobe on the chosen functions
 Every method runs the paper's instrumentation (hooks.c): read a 4-byte
@@ -160,7 +160,7 @@ def main():
     sh(["cargo", "build", "-p", "mantle-cli"], cwd=ROOT)
     mantle = os.path.join(ROOT, "target/debug/mantle")
     sh(["cargo", "build", "--release", "-p", "mantle-instr-rt"], cwd=ROOT)
-    rt = os.path.join(ROOT, "target/release/libmantle_instr.a")
+    rt = os.path.join(ROOT, "target/release/libmantle_instr_rt.a")
 
     # The input: real files, deterministic order.
     inp = os.path.join(OUT, "input.tar")
@@ -318,16 +318,16 @@ def run_program(a, mantle, rt, prog, srcs, pflags, libs, workloads, rows):
 def linked_rewrite(mantle, rt, prog, b, base_objs, hotfile):
     """mantle on the linked program: the baseline's own objects linked with
     hooks.c (ordinary hooks) and the shared runtime, the executable then
-    rewritten (stubs in new segments, libmantle_instr.so a DT_NEEDED bound
+    rewritten (stubs in new segments, libmantle_instr_rt.so a DT_NEEDED bound
     by ld.so; docs/instr.md "Linked executables and shared libraries"),
     the same functions as the .o rows, --exit auto."""
     rtdir = os.path.dirname(rt)
     hooked = b("mantle-linked", "gcc", ["-O2"], objs=base_objs, hooks=True, hook_flags=["-DMODE_MANTLE"],
-               ldflags=[f"-L{rtdir}", "-lmantle_instr", f"-Wl,-rpath,{rtdir}"])
+               ldflags=[f"-L{rtdir}", "-lmantle_instr_rt", f"-Wl,-rpath,{rtdir}"])
     exe = hooked + ".instr"
     r = json.loads(sh([mantle, "instr", "rewrite", hooked, "-o", exe, "--functions-from", hotfile, "--map",
                        os.path.join(os.path.dirname(hooked), "map.tsv"), "--runtime",
-                       os.path.join(rtdir, "libmantle_instr.so"), "--json"]).stdout)
+                       os.path.join(rtdir, "libmantle_instr_rt.so"), "--json"]).stdout)
     refused = [f"{f['name']} ({f['reason']['kind']})" for f in r["functions"] if f["status"] == "refused"]
     exits = {}
     for f in r["functions"]:

@@ -8,9 +8,9 @@ fair peer that row lacks: the .o rewrite with the same shared runtime.
 Variants, all running hooks.c's instrumentation (read a 4-byte value at
 entry, accumulate it at exit) on the same functions:
   base        gcc -O2, no instrumentation
-  o-static    the .o files rewritten, linked with libmantle_instr.a (bench.py's mantle-o)
-  o-shared    the same .o files linked with libmantle_instr.so
-  linked      base's objects + hooks linked with libmantle_instr.so, then the
+  o-static    the .o files rewritten, linked with libmantle_instr_rt.a (bench.py's mantle-o)
+  o-shared    the same .o files linked with libmantle_instr_rt.so
+  linked      base's objects + hooks linked with libmantle_instr_rt.so, then the
               linked program rewritten (stubs in new segments, runtime bound by ld.so)
 o-shared is the fair peer of linked: both reach the runtime in a shared
 library (its thread-local frames through __tls_get_addr).
@@ -48,10 +48,10 @@ def main():
     mantle = os.path.join(bench.ROOT, "target/debug/mantle")
     bench.sh(["cargo", "build", "--release", "-p", "mantle-instr-rt"], cwd=bench.ROOT)
     rtdir = os.path.join(bench.ROOT, "target/release")
-    rt_a, rt_so = os.path.join(rtdir, "libmantle_instr.a"), os.path.join(rtdir, "libmantle_instr.so")
+    rt_a, rt_so = os.path.join(rtdir, "libmantle_instr_rt.a"), os.path.join(rtdir, "libmantle_instr_rt.so")
     inc = os.path.join(bench.ROOT, "crates/instr-rt/include")
     hook_flags = ["-DMODE_MANTLE", f"-I{inc}"]
-    so_flags = [f"-L{rtdir}", "-lmantle_instr", f"-Wl,-rpath,{rtdir}"]
+    so_flags = [f"-L{rtdir}", "-lmantle_instr_rt", f"-Wl,-rpath,{rtdir}"]
     hot = a.functions.split(",")
     hotfile = os.path.join(out, "hot.txt")
     open(hotfile, "w").write("\n".join(hot) + "\n")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two builds of libmantle_instr.a side by side on micro.c (work() x N,
+# Two builds of libmantle_instr_rt.a side by side on micro.c (work() x N,
 # trampoline exit, fast and ordinary hooks from hooks.c): for a change to
 # the runtime's assembly, its cost per call measured in one run. The
 # programs run alternately (base, A, B for each hook kind, each

@@ -260,8 +260,8 @@ mod tests {
         assert_eq!(rpc_receive(&mut b), Err(ExecError::NotAGuest));
         assert_eq!(rpc_reply(Token(1), b"x"), Err(ExecError::NotAGuest));
         let mut t = 0u32;
-        // SAFETY: &mut t is a writable u32.
         assert_eq!(
+            // SAFETY: b is 4 writable bytes, &mut t a writable u32.
             unsafe { mantle_rpc_receive(b.as_mut_ptr().cast(), 4, &mut t) },
             -i64::from(libc::ENOSYS)
         );

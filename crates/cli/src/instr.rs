@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 pub enum InstrCmd {
     /// Rewrite an object file, executable or shared library: chosen
     /// functions call the runtime at entry and exit. Link a rewritten
-    /// object with -lmantle_instr; a rewritten linked file loads
-    /// libmantle_instr.so itself.
+    /// object with -lmantle_instr_rt; a rewritten linked file loads
+    /// libmantle_instr_rt.so itself.
     #[command(
-        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite a.o -o a.instr.o --from-prof run.prof --share 80   # the hottest functions of a mantle prof session\n  mantle instr rewrite a.o -o a.instr.o --all --exit return-frames       # LOPI's exits\n  mantle instr rewrite ./prog -o prog.instr --all --map prog.map       # linked: PIE, non-PIE\n  mantle instr rewrite libfoo.so -o out/libfoo.so -f 'foo_*' --runtime /usr/local/lib/libmantle_instr.so\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 ELF object, executable or shared library, a runtime others can write, or a malformed option, 5 no such file, 1 cannot write."
+        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr_rt\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite a.o -o a.instr.o --from-prof run.prof --share 80   # the hottest functions of a mantle prof session\n  mantle instr rewrite a.o -o a.instr.o --all --exit return-frames       # LOPI's exits\n  mantle instr rewrite ./prog -o prog.instr --all --map prog.map       # linked: PIE, non-PIE\n  mantle instr rewrite libfoo.so -o out/libfoo.so -f 'foo_*' --runtime /usr/local/lib/libmantle_instr_rt.so\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 ELF object, executable or shared library, a runtime others can write, or a malformed option, 5 no such file, 1 cannot write."
     )]
     Rewrite {
         /// The input: an object (.o), executable or shared library.
@@ -31,7 +31,7 @@ pub enum InstrCmd {
         /// Print the report as JSON (schema mantle-instr-report/1).
         #[arg(long)]
         json: bool,
-        /// Linked input only: the libmantle_instr.so the rewritten file
+        /// Linked input only: the libmantle_instr_rt.so the rewritten file
         /// loads (a DT_NEEDED by absolute path). Default: the one beside
         /// this mantle binary.
         #[arg(long)]
@@ -333,12 +333,12 @@ fn linked_runtime(given: Option<&Path>) -> Result<String, Failure> {
         Some(p) => p.to_path_buf(),
         None => std::env::current_exe()
             .ok()
-            .and_then(|e| Some(e.parent()?.join("libmantle_instr.so")))
+            .and_then(|e| Some(e.parent()?.join("libmantle_instr_rt.so")))
             .filter(|p| p.exists())
             .ok_or_else(|| {
                 Failure::new(
                     EXIT_USAGE,
-                    "no libmantle_instr.so beside mantle: give --runtime PATH",
+                    "no libmantle_instr_rt.so beside mantle: give --runtime PATH",
                 )
             })?,
     };

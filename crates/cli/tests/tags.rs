@@ -1002,8 +1002,8 @@ fn message_queues_and_eventfd() {
     let qn = format!("/mantle-test-{}", std::process::id());
     b.run(0, &format!("mq_open mq {qn}"));
     a.run(0, &format!("mq_open mq {qn}"));
-    // SAFETY: plain libc call with a NUL-terminated name.
     let cn = std::ffi::CString::new(qn.clone()).unwrap();
+    // SAFETY: plain libc call with a NUL-terminated name.
     unsafe { libc::mq_unlink(cn.as_ptr()) };
 
     // An untagged message first: nothing; then a tagged one.

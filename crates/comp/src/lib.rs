@@ -16,7 +16,7 @@
 //! [`runtime::tmem_get`]: relinquish bit, FUTEX_LOCK_PI on a holder's PI
 //! word (the kernel boosts the holder), sleep until `tmem_put`; the
 //! blocked thread then adds its block time to its entry of the cache's
-//! block table in shared memory ([`blocks`]), which the manager's policy
+//! block table in shared memory (`blocks`), which the manager's policy
 //! run reads ([`manager::Manager::run_policy`], [`policy`]).
 //!
 //! Invariants:

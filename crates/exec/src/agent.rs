@@ -57,7 +57,7 @@ pub enum Decision {
     /// A changed call is made on the guest's behalf instead, with the
     /// guest's identity (credentials, cwd, root); its result is the
     /// guest's. Which calls a path can perform is its business
-    /// ([`Guest::perform`]); others fail with ENOSYS, said in the trace.
+    /// (the protected path: [`crate::perform`]); others fail with ENOSYS, said in the trace.
     Perform(Perform),
     /// Hold the call for this long, then decide again (the delay agent;
     /// the scheduler of issue 11 holds calls the same way).

@@ -454,7 +454,7 @@ fn status_of(w: &mantle_sys::supervise::Waited) -> ExitStatus {
 /// What it adds to [`run_fast`], as the protected path's executive does:
 /// * it is a child subreaper (PR_SET_CHILD_SUBREAPER), so guests orphaned
 ///   while the root runs become its children: still in the guest tree,
-///   still served ([`server::in_tree`]); it reaps them;
+///   still served (`server::in_tree`); it reaps them;
 /// * SIGTERM and SIGHUP (caught by the caller with
 ///   [`mantle_sys::supervise::catch_signals`], forwarded by the reaper)
 ///   are forwarded to the root guest, once each;

@@ -16,7 +16,7 @@
 //!   builder as it patches an object: a stub section and the sites, with
 //!   relocations. This module places that code in a new R+X PT_LOAD behind
 //!   the file's last segment and resolves the relocations to final
-//!   addresses (S + A - P): a small static link ([`applied`], [`emit`]),
+//!   addresses (S + A - P): a small static link (`applied`, `emit`),
 //!   so linked files get whatever sites and stubs objects get;
 //! * the runtime is reached without LD_PRELOAD and without code that runs
 //!   before `main`: the dynamic table is copied into a new R+W segment
@@ -29,7 +29,7 @@
 //!   other libraries run first) and a dlopen()ed library would need it
 //!   again; the loader's own binding has neither problem.
 //!
-//! Invariants: the input is a claim: every offset is checked ([`image`]),
+//! Invariants: the input is a claim: every offset is checked (`image`),
 //! anything else than a well-formed x86-64 little-endian ET_EXEC/ET_DYN
 //! with a dynamic table is an [`Error`], never a panic. The original bytes
 //! keep their offsets and addresses (only sites, exits, e_phoff/e_phnum,
@@ -55,15 +55,15 @@ use object::elf;
 
 /// The runtime's shared library name when none is given: found through
 /// the loader's search path (LD_LIBRARY_PATH, ld.so.cache).
-pub const DEFAULT_RUNTIME: &str = "libmantle_instr.so";
+pub const DEFAULT_RUNTIME: &str = "libmantle_instr_rt.so";
 
-/// Libraries the runtime itself calls into (`ldd libmantle_instr.so`):
+/// Libraries the runtime itself calls into (`ldd libmantle_instr_rt.so`):
 /// instrumented, they would enter the runtime from inside the runtime.
 const RUNTIME_DEPENDS_ON: &[&[u8]] = &[
     b"libc.so.6",
     b"libgcc_s.so.1",
     b"ld-linux-x86-64.so.2",
-    b"libmantle_instr.so",
+    b"libmantle_instr_rt.so",
 ];
 
 /// Plans the rewrite of the linked file `img`: the plan and where the

@@ -2,7 +2,7 @@
 //! `.text.mantle_instr` with the stubs and its relocations, the patched
 //! entries, their moved relocations, and the CET property cleared.
 //! Functions in a COMDAT section group get their stubs in a section
-//! `.text.mantle_instr.<signature>` of that group ([`crate::group`]).
+//! `.text.mantle_instr.<signature>` of that group (`crate::group`).
 //! Pure (builds bytes in memory).
 
 use crate::group::Groups;

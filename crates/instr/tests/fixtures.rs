@@ -20,7 +20,7 @@ fn src(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// libmantle_instr.a of this build profile, (re)built by cargo.
+/// libmantle_instr_rt.a of this build profile, (re)built by cargo.
 fn runtime() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile = exe.parent().unwrap().parent().unwrap().to_path_buf();
@@ -35,7 +35,7 @@ fn runtime() -> PathBuf {
         cmd.status().unwrap().success(),
         "cargo build -p mantle-instr-rt"
     );
-    profile.join("libmantle_instr.a")
+    profile.join("libmantle_instr_rt.a")
 }
 
 fn tmpdir(name: &str) -> PathBuf {

@@ -34,11 +34,14 @@ fn cargo_build(args: &[&str]) {
     assert!(cmd.status().unwrap().success(), "cargo build {args:?}");
 }
 
-/// libmantle_instr.so of this profile, by absolute path (the DT_NEEDED).
+/// libmantle_instr_rt.so of this profile, by absolute path (the DT_NEEDED).
 fn runtime_so() -> String {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| cargo_build(&["-p", "mantle-instr-rt", "--lib"]));
-    let p = profile().join("libmantle_instr.so").canonicalize().unwrap();
+    let p = profile()
+        .join("libmantle_instr_rt.so")
+        .canonicalize()
+        .unwrap();
     p.to_str().unwrap().to_string()
 }
 
@@ -798,7 +801,7 @@ fn vector_registers_across_ordinary_hooks_linked() {
     args.extend([
         libdir.as_str(),
         rpath.as_str(),
-        "-lmantle_instr",
+        "-lmantle_instr_rt",
         "-lm",
         "-lpthread",
     ]);

@@ -13,7 +13,7 @@ fn profile() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-/// The mantle binary and libmantle_instr.so beside it, built by cargo.
+/// The mantle binary and libmantle_instr_rt.so beside it, built by cargo.
 fn mantle() -> PathBuf {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -129,8 +129,8 @@ fn bad_input_and_unsafe_runtime_are_refused() {
     // A runtime in a directory anyone can write to could be replaced.
     let open_dir = dir.join("open");
     std::fs::create_dir_all(&open_dir).unwrap();
-    let rt = open_dir.join("libmantle_instr.so");
-    std::fs::copy(profile().join("libmantle_instr.so"), &rt).unwrap();
+    let rt = open_dir.join("libmantle_instr_rt.so");
+    std::fs::copy(profile().join("libmantle_instr_rt.so"), &rt).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
     let o = mantle_run(&[
@@ -186,7 +186,7 @@ fn rewritten_program_as_nobody() {
     let (a, b) = (as_nobody(&prog), as_nobody(&out));
     assert_eq!(a.stdout, b.stdout, "{}", String::from_utf8_lossy(&b.stderr));
     assert_eq!(a.status.code(), b.status.code());
-    let rt = profile().join("libmantle_instr.so");
+    let rt = profile().join("libmantle_instr_rt.so");
     let w = Command::new("setpriv")
         .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
         .args(["sh", "-c", "echo x >> \"$0\""])
@@ -253,7 +253,8 @@ fn comdat_objects() {
         let mut c = Command::new("c++");
         c.arg(a).arg(b).arg("-o").arg(exe);
         if rt {
-            c.arg(profile().join("libmantle_instr.a")).arg("-lpthread");
+            c.arg(profile().join("libmantle_instr_rt.a"))
+                .arg("-lpthread");
         }
         run_cc("comdat2", &mut c);
     };

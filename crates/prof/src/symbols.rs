@@ -298,7 +298,7 @@ impl SessionSymbolizer {
         (build_id_of(&d).as_deref() == Some(id.as_str())).then(|| (d, p, Segments::read(f)))
     }
 
-    /// Symbolizes [vdso] samples from this image (checked by
+    /// Symbolizes \[vdso\] samples from this image (checked by
     /// [`crate::parse::elf_image`]).
     pub fn with_vdso(mut self, image: &[u8]) -> Self {
         match crate::kernel::memfd("mantle-prof-vdso", image) {

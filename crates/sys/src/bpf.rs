@@ -314,6 +314,7 @@ pub struct MappedMap {
 // is only read with volatile copies or through atomics, never through
 // references, so sharing the pointer between threads is sound.
 unsafe impl Send for MappedMap {}
+// SAFETY: as for Send: no references into the mapping are ever made.
 unsafe impl Sync for MappedMap {}
 
 impl MappedMap {

@@ -490,7 +490,7 @@ pub fn spawn_gated(argv: &[String]) -> io::Result<(GatedChild, Gate)> {
 }
 
 /// A copy of this process's vDSO image (the same for every process of
-/// this kernel and ABI), for symbolizing [vdso] samples later.
+/// this kernel and ABI), for symbolizing \[vdso\] samples later.
 pub fn vdso_image() -> Option<Vec<u8>> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let line = maps.lines().find(|l| l.ends_with("[vdso]"))?;

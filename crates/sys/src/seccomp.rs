@@ -142,7 +142,7 @@ const BLOCK: usize = 200;
 /// A filter that sends every system call in `nrs` of this architecture to
 /// the listener and allows everything else (another architecture's calls
 /// are killed, as in [`notify_on`]). One compare per call, in blocks of
-/// [`BLOCK`] that each end in `JA +1; RET NOTIFY` (an unconditional jump
+/// `BLOCK` that each end in `JA +1; RET NOTIFY` (an unconditional jump
 /// has a 32-bit offset), so any number of calls fits; the filter depends
 /// on the call number only, so the kernel caches its ALLOW verdicts per
 /// number (seccomp's action cache, Linux 5.11) and the calls that are not

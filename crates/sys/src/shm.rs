@@ -25,6 +25,7 @@ pub struct SharedMem {
 // SAFETY: the mapping is valid until Drop and only reached through atomics
 // (see the module doc), so any thread may own or share it.
 unsafe impl Send for SharedMem {}
+// SAFETY: as for Send: every access is atomic.
 unsafe impl Sync for SharedMem {}
 
 impl SharedMem {

@@ -677,8 +677,8 @@ pub fn spawn_filtered(
                 );
             }
         }
-        // SAFETY: set is a valid cpu_set_t built before the fork.
         if !x.cpus.is_empty()
+            // SAFETY: set is a valid cpu_set_t built before the fork.
             && unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0
         {
             return fail(

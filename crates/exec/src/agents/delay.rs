@@ -2,7 +2,7 @@
 //! goes on (a slow device, a slow server, a scheduling test).
 //!
 //! The agent answers [`Decision::Delay`]; agent.rs says the executive
-//! holds the call that long, "then decide[s] again": it asks the whole
+//! holds the call that long, "then decide\[s\] again": it asks the whole
 //! chain once more with the same call. The agent must then let it through
 //! (and the agents after it decide as they would have). So it remembers,
 //! per thread, the one call it is holding (a thread has one call pending

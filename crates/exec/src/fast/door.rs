@@ -14,7 +14,7 @@
 //! the network namespace may connect; that gives nothing: for each
 //! connection the kernel's SO_PEERCRED names the connecting process, and
 //! only if it belongs to the guest tree (the same check as a slot's new
-//! owner, [`super::server::in_tree`]) it receives the region's fd
+//! owner, `super::server::in_tree`) it receives the region's fd
 //! (SCM_RIGHTS, inheritable, so its next exec passes it on); otherwise the
 //! connection is closed with nothing sent. (A directory of mode 0700 in
 //! `$TMPDIR` held the socket before; it added nothing to that check and

@@ -572,7 +572,7 @@ impl Server {
 
     /// Every claimed slot whose tid no longer exists goes back to FREE
     /// (one CAS of its (state, tid) word, so a slot claimed meanwhile is
-    /// left alone); what the executive held for it ends ([`Self::forget`]).
+    /// left alone); what the executive held for it ends (`Self::forget`).
     pub fn sweep(&mut self) {
         // pid_max is at most 2^22 (PID_MAX_LIMIT): larger tids are garbage,
         // and kill() takes negative numbers as process groups

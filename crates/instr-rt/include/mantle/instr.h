@@ -1,6 +1,6 @@
 /* libmantle-instr: the runtime of functions rewritten by `mantle instr`.
- * Link the rewritten objects with -lmantle-instr (libmantle_instr.a or
- * libmantle_instr.so from crates/instr-rt). See docs/instr.md. */
+ * Link the rewritten objects with -lmantle-instr (libmantle_instr_rt.a or
+ * libmantle_instr_rt.so from crates/instr-rt). See docs/instr.md. */
 #ifndef MANTLE_INSTR_H
 #define MANTLE_INSTR_H
 #include <stdint.h>

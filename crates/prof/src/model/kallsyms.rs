@@ -12,7 +12,7 @@ pub struct Kallsyms {
 }
 
 impl Kallsyms {
-    /// Parses /proc/kallsyms text ("addr type name [module]"). Keeps text
+    /// Parses /proc/kallsyms text ("addr type name \[module\]"). Keeps text
     /// symbols (t/T/w/W); an all-zero table (addresses hidden) is empty.
     pub fn parse(text: &str) -> Kallsyms {
         let mut syms: Vec<(u64, String)> = text

@@ -70,7 +70,7 @@ pub struct TagRow {
     pub samples: u64,
     /// Share of all samples.
     pub percent: f64,
-    /// Per process ("comm[pid]"), user and kernel time of that process.
+    /// Per process ("comm\[pid\]"), user and kernel time of that process.
     pub processes: Vec<CompRow>,
     /// Per command name (all processes of one name together).
     pub commands: Vec<CompRow>,

@@ -4,17 +4,17 @@
 //!
 //! [`record`] runs the steps in order, one file each:
 //! 1. the options and the event, before anything needs root
-//!    ([`check_opts`], [`choose`]);
-//! 2. the host and the tag names ([`host`]);
-//! 3. the sample path loaded ([`run::SamplePath`]);
-//! 4. the target: tasks, or the gated command ([`target`]);
-//! 5. the side band opened and the /proc snapshot taken ([`sideband`],
-//!    [`host`]);
+//!    (`check_opts`, `choose`);
+//! 2. the host and the tag names (`host`);
+//! 3. the sample path loaded (`run::SamplePath`);
+//! 4. the target: tasks, or the gated command (`target`);
+//! 5. the side band opened and the /proc snapshot taken (`sideband`,
+//!    `host`);
 //! 6. the sampling events opened, with the fallback if need be
-//!    ([`choose::open_sampling`]), and the sample path attached;
-//! 7. the read loop: replay, drain, stop ([`run`]);
-//! 8. JIT maps, metadata, the session written, the summary ([`finish`],
-//!    [`summary`]).
+//!    (`choose::open_sampling`), and the sample path attached;
+//! 7. the read loop: replay, drain, stop (`run`);
+//! 8. JIT maps, metadata, the session written, the summary (`finish`,
+//!    `summary`).
 //!
 //! Invariant: everything that can be refused without root is refused
 //! before recording starts (a refusal after minutes of recording would

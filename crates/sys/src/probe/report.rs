@@ -20,7 +20,7 @@ pub struct Feature {
     pub needed_by: &'static str,
 }
 
-/// The result of [`probe_all`].
+/// The result of [`probe_all`](super::probe_all).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Report {
     /// Kernel release as reported by uname(2), e.g. `"6.18.44"`.

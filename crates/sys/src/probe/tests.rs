@@ -182,6 +182,7 @@ fn cgroup2_mount_is_a_cgroup2_fs() {
             let c = CString::new(p.to_str().unwrap()).unwrap();
             // SAFETY: statfs is plain old data; c is NUL-terminated.
             let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+            // SAFETY: c is NUL-terminated, s a valid statfs to fill.
             assert_eq!(unsafe { libc::statfs(c.as_ptr(), &mut s) }, 0);
             #[allow(clippy::unnecessary_cast)] // c_long here, c_uint elsewhere
             let magic = libc::CGROUP2_SUPER_MAGIC as i64;
