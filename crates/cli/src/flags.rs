@@ -82,6 +82,26 @@ pub enum Cmd {
         after_help = "Examples:\n  mantle comp up system.toml &\n  mantle comp status --json\n  mantle comp down"
     )]
     Comp(crate::comp::CompCmd),
+    /// Shell completions for mantle, printed to standard output.
+    #[command(
+        after_help = "Examples:\n  mantle completions bash > /etc/bash_completion.d/mantle\n  mantle completions zsh > \"${fpath[1]}/_mantle\"\n  mantle completions fish > ~/.config/fish/completions/mantle.fish"
+    )]
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Manual pages for mantle and every subcommand (roff), from the same
+    /// definitions as --help.
+    #[command(
+        after_help = "Examples:\n  mantle man | man -l -\n  mantle man run | man -l -\n  mantle man --out /usr/local/share/man/man1   # mantle.1, mantle-run.1, mantle-tag-create.1, ..."
+    )]
+    Man {
+        /// The subcommand's page (`run`, `tag create`); the top page if none.
+        command: Vec<String>,
+        /// Write every page into this directory instead (mantle-SUB-SUB.1).
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        out: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]

@@ -21,6 +21,7 @@ mod exit;
 mod flags;
 mod instr;
 mod lifeline;
+mod manual;
 mod names;
 mod prof;
 mod render;
@@ -69,5 +70,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Exec(c) => exec::run(c),
         Cmd::Instr(c) => instr::run(c),
         Cmd::Comp(c) => comp::run(c),
+        Cmd::Completions { shell } => {
+            manual::completions(shell);
+            Ok(())
+        }
+        Cmd::Man { command, out } => manual::man(&command, out.as_deref()),
     }
 }
