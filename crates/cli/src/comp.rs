@@ -38,7 +38,7 @@ pub enum CompCmd {
     /// waiters, desired δ^j, estimated requests r^j), blocked threads and
     /// their block counts and times.
     #[command(
-        after_help = "Examples:\n  mantle comp status\n  mantle comp status --json | jq '.components[].tmem'\n\nExit 5 when no system is up (for this user)."
+        after_help = "Examples:\n  mantle comp status\n  mantle comp status --json | jq '.components[].tmem'\n\nWith no system up (for this user) it says so and exits 0; --json prints null."
     )]
     Status {
         /// Print the status as JSON (schema in docs/comp.md).
@@ -115,7 +115,10 @@ pub fn run(c: CompCmd) -> Result<(), Failure> {
 
 fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     let text = std::fs::read_to_string(file).map_err(|e| Failure::io("system file", file, &e))?;
-    let spec = SystemFile::parse(&text).map_err(fail)?;
+    let spec = SystemFile::parse(&text).map_err(|e| {
+        let f = fail(e);
+        Failure::new(f.code, format!("{}: {}", file.display(), f.message))
+    })?;
     let d = dir()?;
     {
         use std::os::unix::fs::DirBuilderExt;
@@ -191,20 +194,30 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-fn read_status() -> Result<serde_json::Value, Failure> {
+/// The status file of this user's system, or None when none is up.
+fn read_status() -> Result<Option<serde_json::Value>, Failure> {
     let f = dir()?.join("status.json");
-    let t = std::fs::read_to_string(&f).map_err(|_| {
-        Failure::new(
-            EXIT_NOT_FOUND,
-            "no system of components is up (for this user)",
-        )
-    })?;
+    let t = match std::fs::read_to_string(&f) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Failure::io("cannot read", &f, &e)),
+    };
     serde_json::from_str(&t)
+        .map(Some)
         .map_err(|e| Failure::new(EXIT_FAILURE, format!("{}: {e}", f.display())))
 }
 
+/// Nothing up is an answer, not a failure (as `exec status`): exit 0,
+/// and `null` for --json.
 fn status(json: bool) -> Result<(), Failure> {
-    let v = read_status()?;
+    let Some(v) = read_status()? else {
+        if json {
+            println!("null");
+        } else {
+            println!("no system of components is up (for this user)");
+        }
+        return Ok(());
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(());

@@ -33,6 +33,27 @@ pub const EXIT_RUN_CANNOT: u8 = 126;
 /// `mantle run`: the command was not found.
 pub const EXIT_RUN_NOT_FOUND: u8 = 127;
 
+/// A message as the user reads it: Rust's io::Error appends
+/// " (os error N)" to the system's own words, which says nothing more.
+pub fn plain(message: &str) -> String {
+    const MARK: &str = " (os error ";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(i) = rest.find(MARK) {
+        let after = &rest[i + MARK.len()..];
+        let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && after[digits..].starts_with(')') {
+            out.push_str(&rest[..i]);
+            rest = &after[digits + 1..];
+        } else {
+            out.push_str(&rest[..i + MARK.len()]);
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// An error of one of the libraries the commands call.
 pub enum LibError<'a> {
     Tags(&'a mantle_tags::Error),
@@ -145,6 +166,17 @@ mod tests {
             Failure::from(T::UnknownTag("req".into())).message,
             "unknown tag \"req\""
         );
+    }
+
+    #[test]
+    fn plain_drops_rusts_errno_suffix_only() {
+        let e = std::io::Error::from_raw_os_error(libc::ENOENT);
+        assert_eq!(
+            plain(&format!("cannot read /x: {e}")),
+            "cannot read /x: No such file or directory"
+        );
+        assert_eq!(plain("a (os error x) b (os error 12)"), "a (os error x) b");
+        assert_eq!(plain("nothing to drop"), "nothing to drop");
     }
 
     /// A file the user named: missing is 5, not allowed is 4, else 1.

@@ -424,13 +424,21 @@ pub fn parse_args() -> Cli {
                 tips.push(tip.into());
                 e.insert(ContextKind::Suggested, ContextValue::StyledStrs(tips));
             }
+            if !e.use_stderr() {
+                // --help, --version: clap's own output on stdout, exit 0
+                e.exit()
+            }
+            // one style for every error: `mantle: <what>: <why>`
+            let text = e.render().to_string();
+            eprint!("mantle: {}", text.strip_prefix("error: ").unwrap_or(&text));
             // `mantle run` passes its command's status through: its own
             // usage errors must not look like one (README "Exit codes")
-            if e.use_stderr() && args.get(1).map(String::as_str) == Some("run") {
-                let _ = e.print();
-                std::process::exit(i32::from(crate::exit::EXIT_RUN_ERROR));
-            }
-            e.exit()
+            let code = if args.get(1).map(String::as_str) == Some("run") {
+                i32::from(crate::exit::EXIT_RUN_ERROR)
+            } else {
+                e.exit_code()
+            };
+            std::process::exit(code)
         }
     }
 }
@@ -519,6 +527,15 @@ fn tag_name(s: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// A parser of integers from `lo` to `hi` whose error says so in words
+/// (clap's own says `1..=98`).
+pub fn int_from_to(lo: i32, hi: i32) -> impl Fn(&str) -> Result<i32, String> + Clone {
+    move |s: &str| match s.parse::<i32>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number from {lo} to {hi}")),
+    }
+}
+
 /// `--lifeline N`: the real limit is the ring all tags share.
 fn lifeline_size(s: &str) -> Result<u32, String> {
     let max = mantle_tags::abi::MT_LIFELINE_SLOTS;
@@ -527,7 +544,7 @@ fn lifeline_size(s: &str) -> Result<u32, String> {
         Ok(_) => Err(format!(
             "a lifeline holds at most {max} records (the ring all tags share)"
         )),
-        Err(_) => Err(format!("{s:?} is not a number of records (0..={max})")),
+        Err(_) => Err(format!("{s:?} is not a number of records (0 to {max})")),
     }
 }
 

@@ -49,7 +49,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("mantle: {}", f.message);
+            eprintln!("mantle: {}", exit::plain(&f.message));
             ExitCode::from(f.code)
         }
     }

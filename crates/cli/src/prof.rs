@@ -16,7 +16,7 @@ pub enum ProfCmd {
     },
     /// Sample the system, a process or a command into a session (root).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record -f -o srv.prof -p 1234         # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
@@ -51,8 +51,9 @@ pub struct RecordArgs {
     #[arg(short, long, default_value = "mantle.prof")]
     output: PathBuf,
     /// Replace the session at --output (only a session directory, never
-    /// another file or directory).
-    #[arg(short, long)]
+    /// another file or directory). Long form only: `-f` is a function
+    /// everywhere else in mantle (`instr -f NAME`).
+    #[arg(long)]
     force: bool,
     /// Stop after this many seconds (more than 0).
     #[arg(long, value_name = "SECS", value_parser = parse_duration)]
@@ -456,7 +457,8 @@ mod tests {
     fn force_is_a_flag() {
         assert!(!record(&[]).unwrap().force);
         assert!(record(&["--force"]).unwrap().force);
-        assert!(record(&["-f"]).unwrap().force);
+        // -f is a function elsewhere (instr): force has no short form
+        assert!(record(&["-f"]).is_err());
     }
 
     /// The report's errors reach the user as the documented exit codes.

@@ -93,7 +93,7 @@ pub struct RunArgs {
     /// due, a delay over) runs at SCHED_FIFO N (1-98, below the executive)
     /// until its next interposed call: it runs before the machine's normal
     /// tasks and the guests that were not released.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i32).range(1..=98))]
+    #[arg(long, value_name = "N", value_parser = crate::flags::int_from_to(1, 98))]
     boost: Option<i32>,
     /// The executive decides when the guest runs, by these parameters:
     /// `edf BUDGET/PERIOD[/DEADLINE]`, `fifo PRIO`, `rr PRIO[/QUANTUM]`,
@@ -105,7 +105,7 @@ pub struct RunArgs {
     sched: Option<mantle_exec::sched::Params>,
     /// SCHED_FIFO priority of the executive thread, 1-99 (default 99 where
     /// allowed; a warning where not); 0 keeps it at SCHED_OTHER.
-    #[arg(long, value_parser = clap::value_parser!(i32).range(0..=99))]
+    #[arg(long, value_parser = crate::flags::int_from_to(0, 99), allow_negative_numbers = true)]
     priority: Option<i32>,
     /// If the executive dies, let the guests run on unsupervised (their
     /// interposed calls then fail with ENOSYS) instead of killing them.

@@ -30,7 +30,9 @@ impl Region {
     /// A new region of `nctx` parked contexts (the manager's side).
     pub fn create(name: &str, nctx: u32) -> Result<Region, Error> {
         if nctx == 0 || nctx > MAX_CTX {
-            return Err(Error::Spec(format!("{nctx} contexts: 1..={MAX_CTX}")));
+            return Err(Error::Spec(format!(
+                "{nctx} contexts: must be 1 to {MAX_CTX}"
+            )));
         }
         let cname = std::ffi::CString::new(format!("mantle-comp-{name}"))
             .map_err(|_| Error::Spec(format!("bad name {name:?}")))?;

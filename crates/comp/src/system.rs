@@ -242,7 +242,7 @@ impl SystemFile {
         }
         if !(1..=60_000).contains(&self.policy.period_ms) {
             return bad(format!(
-                "policy.period_ms {}: 1..=60000",
+                "policy.period_ms {}: must be 1 to 60000",
                 self.policy.period_ms
             ));
         }

@@ -47,7 +47,7 @@ pub fn parse_ttl(s: &str) -> Result<u8, String> {
     match s.parse::<u32>() {
         Ok(n) if n < MT_TTL_INF as u32 => Ok(n as u8),
         _ => Err(format!(
-            "TTL {s:?} must be a hop count 0..={} or 'inf'",
+            "TTL {s:?} must be a hop count from 0 to {} or 'inf'",
             MT_TTL_INF - 1
         )),
     }

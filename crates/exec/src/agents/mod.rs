@@ -105,7 +105,7 @@ pub enum Why {
     Syntax(&'static str),
     #[error("no system call named {name:?}{}", did_you_mean(.close))]
     UnknownCall { name: String, close: Vec<String> },
-    #[error("bad errno {0:?} (a name like EACCES, or a number 1..=4095)")]
+    #[error("bad errno {0:?} (a name like EACCES, or a number from 1 to 4095)")]
     BadErrno(String),
     #[error("bad duration: {0}")]
     BadDuration(String),

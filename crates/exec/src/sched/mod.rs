@@ -191,9 +191,9 @@ pub enum ParamError {
     DeadlineOverPeriod { deadline_ns: u64, period_ns: u64 },
     #[error("{what} {value_ns} ns is longer than the limit of {MAX_TIME_NS} ns")]
     TooLong { what: &'static str, value_ns: u64 },
-    #[error("priority {0} is outside {PRIO_MIN}..={PRIO_MAX}")]
+    #[error("priority {0} is not from {PRIO_MIN} to {PRIO_MAX}")]
     Priority(u8),
-    #[error("nice {0} is outside {NICE_MIN}..={NICE_MAX}")]
+    #[error("nice {0} is not from {NICE_MIN} to {NICE_MAX}")]
     Nice(i8),
 }
 
