@@ -424,7 +424,7 @@ def tag_attribution(d, args):
             subprocess.run([MANTLE, "tag", "create", "bench-prof"], capture_output=True)
             sh([srv, "serve", sock])
             rec = subprocess.Popen([MANTLE, "prof", "record", "-a", "-q", "-F", "5000",
-                                    "-o", f"{d}/tag.prof", "--duration", "600"],
+                                    "-o", f"{d}/tag.prof", "--duration", "600s"],
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             time.sleep(1.0)
             c1 = subprocess.Popen([MANTLE, "tag", "run", "bench-prof", "--", srv, "call", sock, str(A)])

@@ -55,7 +55,7 @@ pub enum Cmd {
     /// Profile the whole system, a process or a command (L4oprof-style).
     #[command(
         subcommand,
-        after_help = "Examples:\n  mantle prof events\n  mantle prof record -a --duration 10\n  mantle prof report"
+        after_help = "Examples:\n  mantle prof events\n  mantle prof record -a --duration 10s\n  mantle prof report"
     )]
     Prof(crate::prof::ProfCmd),
     /// Instrument function entries and exits of x86-64 objects (LOPI).

@@ -16,7 +16,7 @@ pub enum ProfCmd {
     },
     /// Sample the system, a process or a command into a session (root).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10              # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
@@ -55,15 +55,15 @@ pub struct RecordArgs {
     /// everywhere else in mantle (`instr -f NAME`).
     #[arg(long)]
     force: bool,
-    /// Stop after this many seconds (more than 0).
-    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    /// Stop after this long (10s, 500ms, 1m; more than 0).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     duration: Option<Duration>,
     /// How samples leave the kernel: aggregate (in-kernel counts) or ring.
     #[arg(long, default_value = "aggregate", value_parser = ["aggregate", "ring"])]
     transport: String,
-    /// Milliseconds between drains of the in-kernel counts.
-    #[arg(long, default_value_t = 1000)]
-    drain_ms: u64,
+    /// Time between drains of the in-kernel counts (at least 10ms).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_drain)]
+    drain_interval: Duration,
     /// Measure the sample path's own cost per sample (eBPF and user space).
     #[arg(long)]
     self_timing: bool,
@@ -136,19 +136,25 @@ pub struct ReportArgs {
     debug_dir: Vec<PathBuf>,
 }
 
-/// `--duration SECS`: a positive, finite number of seconds. (0 recorded
-/// for one poll interval, and a negative or NaN value made
-/// Duration::from_secs_f64 panic.)
+/// `--duration`: mantle's one grammar ([`mantle_units`]), more than 0
+/// (0 recorded for one poll interval).
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
-    if secs.is_nan() || secs <= 0.0 {
+    let d = mantle_units::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
         return Err(format!(
-            "{s} is not more than 0 seconds (leave --duration out to record until the command ends or Ctrl-C)"
+            "{s} is not more than 0 (leave --duration out to record until the command ends or Ctrl-C)"
         ));
     }
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s}: {e}"))
+    Ok(d)
+}
+
+/// `--drain-interval`: at least 10ms (each drain reads the whole map).
+fn parse_drain(s: &str) -> Result<Duration, String> {
+    let d = mantle_units::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(10) {
+        return Err(format!("{s} is shorter than 10ms"));
+    }
+    Ok(d)
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.
@@ -222,7 +228,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 } else {
                     Transport::Aggregate
                 },
-                drain_interval: Duration::from_millis(a.drain_ms.max(10)),
+                drain_interval: a.drain_interval,
                 self_timing: a.self_timing,
                 stacks: match a.stacks.as_str() {
                     "bpf" => Stacks::Bpf,
@@ -330,17 +336,26 @@ mod tests {
     #[test]
     fn duration_must_be_positive_and_finite() {
         assert_eq!(
-            record(&["--duration", "0.5"]).unwrap().duration,
+            record(&["--duration", "500ms"]).unwrap().duration,
             Some(Duration::from_millis(500))
         );
-        for bad in ["0", "-1", "NaN", "inf", "1e30", "x"] {
+        assert_eq!(
+            record(&["--duration", "1m"]).unwrap().duration,
+            Some(Duration::from_secs(60))
+        );
+        // a bare number has no unit in mantle's one grammar
+        for bad in ["0s", "0", "10", "-1s", "NaN", "inf", "1e30s", "x"] {
             let arg = format!("--duration={bad}");
             let e = record(&[&arg]).err().expect(bad);
             assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
             assert_eq!(e.exit_code(), crate::EXIT_USAGE as i32);
         }
-        let e = record(&["--duration", "0"]).err().unwrap().to_string();
-        assert!(e.contains("more than 0 seconds"), "{e}");
+        let e = record(&["--duration", "0s"]).err().unwrap().to_string();
+        assert!(e.contains("not more than 0"), "{e}");
+        let e = record(&["--duration", "10"]).err().unwrap().to_string();
+        assert!(e.contains("has no unit"), "{e}");
+        assert_eq!(record(&[]).unwrap().drain_interval, Duration::from_secs(1));
+        assert!(record(&["--drain-interval", "5ms"]).is_err());
     }
 
     /// Writes a session of `p` (cpu-clock) in `d`, with kernel symbols

@@ -122,13 +122,16 @@ fn expiring_tag_stops_and_disappears() {
     assert_eq!(o.status.code(), Some(5), "an expired tag is unknown");
     h.stdin.take().unwrap().write_all(b"\n").unwrap();
     h.wait().unwrap();
-    // bad durations are usage errors
-    assert_eq!(
-        mantle(&["tag", "create", "x-bad", "--expire", "2h"])
-            .status
-            .code(),
-        Some(2)
-    );
+    // bad durations are usage errors: over 24 h, no unit, not one
+    for bad in ["25h", "500", "soon"] {
+        assert_eq!(
+            mantle(&["tag", "create", "x-bad", "--expire", bad])
+                .status
+                .code(),
+            Some(2),
+            "--expire {bad}"
+        );
+    }
 }
 
 /// A tagged server answers an untagged client over a connected unix stream:

