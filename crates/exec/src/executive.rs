@@ -1184,27 +1184,7 @@ impl Executive {
     }
 }
 
-/// SIGSEGV, SIGKILL... or "signal N".
+/// SIGSEGV, SIGKILL... or "signal N" ([`crate::agents::decode::signal_name`]).
 pub fn signal_name(sig: i32) -> String {
-    let names = [
-        (libc::SIGHUP, "SIGHUP"),
-        (libc::SIGINT, "SIGINT"),
-        (libc::SIGQUIT, "SIGQUIT"),
-        (libc::SIGILL, "SIGILL"),
-        (libc::SIGTRAP, "SIGTRAP"),
-        (libc::SIGABRT, "SIGABRT"),
-        (libc::SIGBUS, "SIGBUS"),
-        (libc::SIGFPE, "SIGFPE"),
-        (libc::SIGKILL, "SIGKILL"),
-        (libc::SIGSEGV, "SIGSEGV"),
-        (libc::SIGPIPE, "SIGPIPE"),
-        (libc::SIGALRM, "SIGALRM"),
-        (libc::SIGTERM, "SIGTERM"),
-        (libc::SIGSYS, "SIGSYS"),
-    ];
-    names
-        .iter()
-        .find(|(n, _)| *n == sig)
-        .map(|(_, s)| s.to_string())
-        .unwrap_or_else(|| format!("signal {sig}"))
+    crate::agents::decode::signal_name(sig).unwrap_or_else(|| format!("signal {sig}"))
 }

@@ -357,12 +357,18 @@ const SIGNALS: &[(i32, &str)] = &[
 ];
 
 fn signal(s: i32) -> String {
+    signal_name(s).unwrap_or_else(|| s.to_string())
+}
+
+/// The name of signal `s` (`SIGSEGV`, `SIGRTMIN+3`), if it has one: the
+/// one signal table (the trace's decoder and the executive's reports).
+pub fn signal_name(s: i32) -> Option<String> {
     match SIGNALS.iter().find(|&&(n, _)| n == s) {
-        Some(&(_, name)) => name.into(),
+        Some(&(_, name)) => Some(name.into()),
         None if (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&s) => {
-            format!("SIGRTMIN+{}", s - libc::SIGRTMIN())
+            Some(format!("SIGRTMIN+{}", s - libc::SIGRTMIN()))
         }
-        None => s.to_string(),
+        None => None,
     }
 }
 
