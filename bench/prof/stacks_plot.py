@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
-"""Plots of bench/prof/stacks.py's JSON (bench/prof/RESULTS.md, "Call stacks"):
+"""Plots of bench/prof/stacks.py's JSON (bench/prof/HISTORY.md, "Call stacks"):
 
   python3 bench/prof/stacks_plot.py   # reads stacks-calls.json, stacks-overhead.json,
                                       # dwarf-calls.json, dwarf-overhead.json

@@ -15,7 +15,7 @@
 # kernel.bpf_stats_enabled=1, and prints per program the ns per call.
 #
 # Why: on the CI VMs the host changes the guest's speed for tens of seconds
-# at a time (bench/tags/RESULTS.md), which moves a whole side-by-side run by
+# at a time (bench/tags/HISTORY.md), which moves a whole side-by-side run by
 # more than the effect of one change. Alternating the builds in short loads,
 # and comparing the fastest trials (or trials with matching probes), tells
 # builds apart by a few ns per call where run.sh's medians cannot.
@@ -23,7 +23,7 @@
 # A bystander run must receive nothing: the tool reads every case's output
 # from a file (a pipe from a tagged case would tag the tool's shell and so
 # every later bystander; the medians of bystanders before this check were
-# such runs, bench/tags/RESULTS.md) and stops when the hops counter moves
+# such runs, bench/tags/HISTORY.md) and stops when the hops counter moves
 # during a bystander run.
 #
 # Output: one line per trial and mode (build round trial mode probe_ns

@@ -4,13 +4,15 @@
 //! In a nutshell: the eBPF kernel side, the tools and the applications'
 //! library exchange fixed-width C structs through BPF maps, ring buffers and
 //! program contexts. Each such struct has exactly one C definition (the
-//! header beside its `.bpf.c`) and exactly one Rust mirror, here. The
-//! executive's shared pages and the component runtime's stack and buffer
-//! descriptors will live here too.
+//! header beside its `.bpf.c`) and exactly one Rust mirror, here. So do
+//! the executive's shared pages (the fast path's region, [`exec`]) and the
+//! component runtime's invocation regions and CBUF tables ([`comp`]).
 //!
 //! Design principles:
 //! 1. **One definition per side.** C: `crates/<subsystem>/src/bpf/<x>.h`.
-//!    Rust: one module here ([`tags`], [`prof`]). Nobody else declares a
+//!    Rust: one module here ([`tags`], [`prof`], [`exec`], [`comp`]; the
+//!    components' layouts have no C header, C reaches them through
+//!    libmantle). Nobody else declares a
 //!    shared struct, enum, flag or errno.
 //! 2. **Numbers are generated, structs are checked.** Every integer
 //!    `#define` and `enum` member of the headers becomes a Rust constant at

@@ -48,7 +48,7 @@ pub enum Cmd {
         after_help = "Examples:\n  mantle demo                          # loads the kernel side if needed, cleans up after\n  mantle demo --json | jq '.lifeline[].rx_comm'"
     )]
     Demo {
-        /// Print the tag, its holders and its lifeline as JSON (README "JSON").
+        /// Print the tag, its holders and its lifeline as JSON (docs/json.md).
         #[arg(long)]
         json: bool,
     },
@@ -217,7 +217,7 @@ pub enum TagCmd {
         /// tag; it stops travelling at once and holders are swept.
         #[arg(long, value_parser = mantle_tags::model::parse_duration_ms)]
         expire: Option<u32>,
-        /// Print the new tag as JSON (README "JSON": a tag).
+        /// Print the new tag as JSON (docs/json.md: a tag).
         #[arg(long)]
         json: bool,
     },
@@ -236,7 +236,7 @@ pub enum TagCmd {
         after_help = "Examples:\n  mantle tag ls\n  mantle tag ls --json | jq -r '.[].name'"
     )]
     Ls {
-        /// Print the tags as JSON (README "JSON": a list of tags).
+        /// Print the tags as JSON (docs/json.md: a list of tags).
         #[arg(long)]
         json: bool,
     },
@@ -299,7 +299,7 @@ pub enum TagCmd {
         /// a terminator or a class mark).
         #[arg(value_parser = tag_name)]
         name: Option<String>,
-        /// Print the threads as JSON (README "JSON": a list of threads).
+        /// Print the threads as JSON (docs/json.md: a list of threads).
         #[arg(long)]
         json: bool,
     },
@@ -311,7 +311,7 @@ pub enum TagCmd {
         /// The thread: any thread id (a process id names its main thread).
         #[arg(long, allow_negative_numbers = true)]
         tid: u32,
-        /// Print the thread as JSON (README "JSON": a thread; TTLs,
+        /// Print the thread as JSON (docs/json.md: a thread; TTLs,
         /// terminators and class only for root).
         #[arg(long)]
         json: bool,

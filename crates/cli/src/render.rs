@@ -1,6 +1,6 @@
 //! Rendering: every text table and JSON document the tags commands print.
 //!
-//! One schema per object, the same in every command (README "JSON"): a tag
+//! One schema per object, the same in every command (docs/json.md): a tag
 //! is `TagInfo`, a thread is `ThreadInfo` (its tags are held tags: name and
 //! TTL), a lifeline record is `ReceptionInfo` (as JSON:
 //! `mantle_tags::lifeline_file::to_json`). A TTL is a number of hops, or

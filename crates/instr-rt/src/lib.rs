@@ -77,7 +77,7 @@
 //! ([`XS_LEN`]).
 //!
 //! The TSC is read only for the tracer: a read costs 11-20 ns on these
-//! VMs (bench/instr/RESULTS.md), more than a fast hook's whole call.
+//! VMs (bench/instr/HISTORY.md), more than a fast hook's whole call.
 //!
 //! Lock order: one global mutex ([`GLOBAL`]) taken at thread exit and at
 //! process exit; the enter/leave path takes no lock.
@@ -877,7 +877,7 @@ pub(crate) struct Frame {
     /// when it kept its own (patched exits, which never jump out).
     pub fake: usize,
     /// TSC at entry; 0 when a user hook ran instead of the tracer (the
-    /// TSC costs 11 ns a read on these VMs: bench/instr/RESULTS.md).
+    /// TSC costs 11 ns a read on these VMs: bench/instr/HISTORY.md).
     pub t0: u64,
     /// TSC ticks spent in instrumented callees (exclusive time).
     pub child: u64,

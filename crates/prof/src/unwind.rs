@@ -15,7 +15,7 @@
 //! in every x86-64 ELF file (the C++ and Rust unwinders need it), so this
 //! works on unmodified binaries, at the price of copying 8 KiB per sample
 //! in the sample interrupt and unwinding in user space
-//! (bench/prof/RESULTS.md, "DWARF unwinding", measures both).
+//! (bench/prof/HISTORY.md, "DWARF unwinding", measures both).
 //!
 //! What is lost: frames above the copied slice (a stack deeper than
 //! [`STACK_COPY`] bytes ends early; the sample counts for the functions

@@ -1,5 +1,5 @@
 //! Running the mantle CLI (and other programs) from a test, and reading
-//! what `mantle tag get|threads|lifeline --json` print (README "JSON").
+//! what `mantle tag get|threads|lifeline --json` print (docs/json.md).
 //!
 //! Output is captured through pipes here, so these run only commands that
 //! hold no tag: a tagged process writing into a pipe the test reads would

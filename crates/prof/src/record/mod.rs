@@ -60,8 +60,8 @@ pub enum Transport {
     Ring,
 }
 
-/// Whether and how call stacks are taken (bench/prof/RESULTS.md,
-/// "Stacks", measures the two ways).
+/// Whether and how call stacks are taken (bench/prof/HISTORY.md,
+/// "Call stacks", measures the two ways).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stacks {
     /// No stacks: the leaf only (flat profile, the cheapest sample).
