@@ -1071,7 +1071,9 @@ impl Executive {
         if self.boosted.contains(&tid) || self.boosted.len() == self.boosted.capacity() {
             return;
         }
-        if supervise::set_fifo_of(tid, p).is_ok() {
+        // a thread at a real-time policy of its own (cyclictest's FIFO 80)
+        // keeps it: a boost never lowers it, its next call never ends it
+        if !supervise::is_realtime(tid) && supervise::set_fifo_of(tid, p).is_ok() {
             self.boosted.push(tid);
         }
     }

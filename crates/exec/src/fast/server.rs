@@ -380,7 +380,10 @@ impl Server {
         let Some(k) = self.own.iter().position(|o| o.owner == tid) else {
             return;
         };
-        if !self.own[k].boosted && mantle_sys::supervise::set_fifo_of(tid, p).is_ok() {
+        if !self.own[k].boosted
+            && !mantle_sys::supervise::is_realtime(tid)
+            && mantle_sys::supervise::set_fifo_of(tid, p).is_ok()
+        {
             self.own[k].boosted = true;
         }
     }
@@ -506,7 +509,8 @@ impl Server {
         self.own[i].hold_until = None;
         if released && !matches!(d, Decision::Delay(_)) {
             // answered after a hold: boosted before the answer wakes it
-            if let Some(p) = self.boost {
+            // (a thread at a real-time policy of its own keeps it)
+            if let Some(p) = self.boost.filter(|_| !mantle_sys::supervise::is_realtime(s.tid)) {
                 if mantle_sys::supervise::set_fifo_of(s.tid, p).is_ok() {
                     self.own[i].boosted = true;
                 }
