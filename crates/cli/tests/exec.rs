@@ -1262,7 +1262,11 @@ fn no_sleep_ends_early_in_100000_on_either_path() {
                 (["abs", "monotonic"], "clock_nanosleep"),
                 (["rel", "nano"], "nanosleep"),
             ] {
-                let what = format!("--path {path} --sleep {} ({})", extra.join(" "), how.join(" "));
+                let what = format!(
+                    "--path {path} --sleep {} ({})",
+                    extra.join(" "),
+                    how.join(" ")
+                );
                 let o = Command::new("taskset")
                     .args(["-c", "0", MANTLE, "run", "--path", path, "--sleep"])
                     .args(extra)
@@ -1286,10 +1290,14 @@ fn no_sleep_ends_early_in_100000_on_either_path() {
                     || word("sleeps") != Some(N as i64)
                     || word("early") != Some(0)
                 {
-                    bad.push(format!("{what}: status {:?}: {line}\n{err}", o.status.code()));
-                } else if row.as_ref().is_none_or(|r| {
-                    r["calls"] != N || r["errors"] != 0 || r["kernel_ns"] != 0
-                }) {
+                    bad.push(format!(
+                        "{what}: status {:?}: {line}\n{err}",
+                        o.status.code()
+                    ));
+                } else if row
+                    .as_ref()
+                    .is_none_or(|r| r["calls"] != N || r["errors"] != 0 || r["kernel_ns"] != 0)
+                {
                     bad.push(format!("{what}: not every sleep was held: {row:?}"));
                 }
             }

@@ -229,7 +229,12 @@ mod tests {
         assert!(matches!(s.before(&c4, &mut g), Decision::Delay(_)));
         assert_eq!(s.asleep, vec![(7, 19_000_000)]);
         for k in 0..2 * MAX_ASLEEP as u64 {
-            let c = call(libc::SYS_nanosleep, [0x1000, 0, 0, 0, 0, 0], 7, 20_000_000 + k);
+            let c = call(
+                libc::SYS_nanosleep,
+                [0x1000, 0, 0, 0, 0, 0],
+                7,
+                20_000_000 + k,
+            );
             assert!(matches!(s.before(&c, &mut g), Decision::Delay(_)), "{k}");
         }
         assert_eq!(s.asleep.len(), 1);

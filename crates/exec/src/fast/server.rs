@@ -510,7 +510,10 @@ impl Server {
         if released && !matches!(d, Decision::Delay(_)) {
             // answered after a hold: boosted before the answer wakes it
             // (a thread at a real-time policy of its own keeps it)
-            if let Some(p) = self.boost.filter(|_| !mantle_sys::supervise::is_realtime(s.tid)) {
+            if let Some(p) = self
+                .boost
+                .filter(|_| !mantle_sys::supervise::is_realtime(s.tid))
+            {
                 if mantle_sys::supervise::set_fifo_of(s.tid, p).is_ok() {
                     self.own[i].boosted = true;
                 }
