@@ -338,11 +338,23 @@ impl Server {
     /// that fell behind skips the expiries it missed, as the kernel's
     /// overrun); the next due time, if any timer is left. A thread group
     /// that is gone (the signal cannot be sent) loses its timer.
+    /// Extended mode: the serving loop is told to wake `extended` before
+    /// a timer is due, and the last stretch is spun here (as the
+    /// protected path's executive spins to anything due).
     fn fire_timers(&mut self) -> Option<Instant> {
         if self.timers.is_empty() {
             return None;
         }
-        let now = Instant::now();
+        let mut now = Instant::now();
+        if !self.extended.is_zero() {
+            let first = self.timers.iter().map(|k| k.next).min();
+            if let Some(t) = first.filter(|&t| t > now && t - now <= self.extended) {
+                while Instant::now() < t {
+                    std::hint::spin_loop();
+                }
+                now = Instant::now();
+            }
+        }
         let mut next: Option<Instant> = None;
         let mut k = 0;
         while k < self.timers.len() {
@@ -369,7 +381,8 @@ impl Server {
                 self.boost_owner(tid);
             }
         }
-        next
+        // wake early enough to spin the last stretch (extended mode)
+        next.map(|t| t.checked_sub(self.extended).unwrap_or(t).max(now))
     }
 
     /// `--boost`: the thread a timer signalled runs at SCHED_FIFO until
