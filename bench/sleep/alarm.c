@@ -8,6 +8,11 @@
 // under chrt, and as a guest of `mantle run --timers`.
 //
 //   alarm PERIOD_US COUNT [WARMUP]
+//
+// `alarm once SECONDS` asks alarm(SECONDS) instead, waits for the signal
+// in pause() and writes the time it took in ns, and what alarm returned.
+//
+//   alarm once SECONDS
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdint.h>
@@ -37,6 +42,20 @@ static void on_alarm(int sig)
 
 int main(int argc, char **argv)
 {
+	if (argc == 3 && !strcmp(argv[1], "once")) {
+		struct sigaction sa;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_alarm;
+		sigaction(SIGALRM, &sa, 0);
+		want = 1;
+		stamps = calloc(1, sizeof *stamps);
+		uint64_t t0 = now_ns();
+		unsigned r = alarm((unsigned)atoi(argv[2]));
+		while (!got)
+			pause();
+		printf("%llu %u\n", (unsigned long long)(stamps[0] - t0), r);
+		return 0;
+	}
 	if (argc < 3) {
 		fprintf(stderr, "usage: alarm PERIOD_US COUNT [WARMUP]\n");
 		return 2;

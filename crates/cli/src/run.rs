@@ -92,7 +92,8 @@ pub struct RunArgs {
     /// A guest thread whose held call the executive releases (a sleep come
     /// due, a delay over) runs at SCHED_FIFO N (1-98, below the executive)
     /// until its next interposed call: it runs before the machine's normal
-    /// tasks and the guests that were not released.
+    /// tasks and the guests that were not released. A thread already at a
+    /// real-time policy of its own keeps it.
     #[arg(long, value_name = "N", value_parser = crate::flags::int_from_to(1, 98))]
     boost: Option<i32>,
     /// The executive decides when the guest runs, by these parameters:

@@ -1217,35 +1217,185 @@ fn fast_path_sleeps_are_held_and_never_end_early() {
     let _ = std::fs::remove_file(&bin);
 }
 
+/// The count row of `call` in `mantle run --count --json`'s stderr.
+fn count_row(err: &str, call: &str) -> Option<serde_json::Value> {
+    err.lines()
+        .filter(|l| l.contains("\"count\""))
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            let rows = v["count"]["rows"].as_array().cloned().unwrap_or_default();
+            rows.into_iter().find(|r| r["call"] == call)
+        })
+}
+
+/// No sleep ends before its time (issue 29: with --boost or --extended an
+/// absolute sleep came back up to 89 us early, 1-3 times in 5,000; the
+/// protected executive counted the release from a reading taken before
+/// the receipt). 100,000 clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)
+/// and 100,000 relative nanosleep calls of 20-25 us per configuration
+/// (`--sleep`, `--boost 10`, `--extended`, and the help's `--extended=50us
+/// --boost 10`, on both paths), by 4 threads of one guest so that sleeps
+/// are held at once, every one checked by the guest against the clock
+/// read after its return (bench/sleep/early.c). Everything on CPU 0 with
+/// the executive (SCHED_FIFO 99): the guest's threads compete with it and
+/// each other, which is what exposed the early returns (the old code:
+/// 27-45 of 100,000 early, by up to 6.8 us, under `--extended --boost
+/// 10`). Each sleep must have been held by the executive (counted, no
+/// kernel time), or the test would prove nothing.
+#[test]
+#[ignore = "needs root for SCHED_FIFO (--boost; scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn no_sleep_ends_early_in_100000_on_either_path() {
+    let _serial = timing();
+    mantle_testsupport::require_root("SCHED_FIFO for the executive and --boost");
+    mantle_testsupport::require_programs(&[("taskset", "util-linux")]);
+    let bin = bench_c("sleep/early");
+    const N: u64 = 100_000;
+    let mut bad = Vec::new();
+    for path in ["protected", "fast"] {
+        for extra in [
+            &[][..],
+            &["--boost", "10"],
+            &["--extended"],
+            &["--extended=50us", "--boost", "10"],
+        ] {
+            for (how, call) in [
+                (["abs", "monotonic"], "clock_nanosleep"),
+                (["rel", "nano"], "nanosleep"),
+            ] {
+                let what = format!(
+                    "--path {path} --sleep {} ({})",
+                    extra.join(" "),
+                    how.join(" ")
+                );
+                let o = Command::new("taskset")
+                    .args(["-c", "0", MANTLE, "run", "--path", path, "--sleep"])
+                    .args(extra)
+                    .args(["--count", "--json", "--"])
+                    .arg(&bin)
+                    .args(how)
+                    .args(["20000", &N.to_string(), "4"])
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
+                let (out, err) = (text(&o.stdout), text(&o.stderr));
+                let line = out.lines().next().unwrap_or("").to_string();
+                let word = |k: &str| -> Option<i64> {
+                    let mut it = line.split_whitespace();
+                    it.position(|w| w == k)?;
+                    it.next()?.parse().ok()
+                };
+                eprintln!("{what}: {line}");
+                let row = count_row(&err, call);
+                if o.status.code() != Some(0)
+                    || word("sleeps") != Some(N as i64)
+                    || word("early") != Some(0)
+                {
+                    bad.push(format!(
+                        "{what}: status {:?}: {line}\n{err}",
+                        o.status.code()
+                    ));
+                } else if row
+                    .as_ref()
+                    .is_none_or(|r| r["calls"] != N || r["errors"] != 0 || r["kernel_ns"] != 0)
+                {
+                    bad.push(format!("{what}: not every sleep was held: {row:?}"));
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&bin);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Every clock id clock_nanosleep takes (and some it does not) answers a
+/// guest as it answers a plain process: the executive holds the ones it
+/// can (docs/exec.md "Time"), the kernel does the rest (CPU-time clocks,
+/// the _ALARM ones, absolute REALTIME/TAI/BOOTTIME, unknown ids), and
+/// none ends early.
+#[test]
+fn every_clock_id_sleeps_as_linux_does_under_the_executive() {
+    let _serial = timing();
+    let bin = bench_c("sleep/early");
+    let native = Command::new(&bin).arg("clocks").output().unwrap();
+    assert_eq!(native.status.code(), Some(0), "{}", text(&native.stdout));
+    let native = text(&native.stdout);
+    assert!(native.lines().count() >= 38, "{native}");
+    for path in ["protected", "fast"] {
+        for extra in [&[][..], &["--extended"]] {
+            let o = Command::new(MANTLE)
+                .args(["run", "--path", path, "--sleep"])
+                .args(extra)
+                .arg("--")
+                .arg(&bin)
+                .arg("clocks")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            let what = format!("--path {path} {extra:?}");
+            assert_eq!(o.status.code(), Some(0), "{what}: {}", text(&o.stderr));
+            assert_eq!(text(&o.stdout), native, "{what}");
+        }
+    }
+    let _ = std::fs::remove_file(&bin);
+}
+
+/// `--timers` on both paths: setitimer's signals come from the executive
+/// at their period, and alarm(1) rings after a second (it returned ENOSYS
+/// on the fast path before, silently).
 #[test]
 fn timers_are_kept_and_fired_by_the_executive() {
     let _serial = timing();
     let bin = bench_c("sleep/alarm");
-    let o = Command::new(MANTLE)
-        .args(["run", "--timers", "--trace=setitimer", "--"])
-        .arg(&bin)
-        .args(["2000", "20"])
-        .output()
-        .unwrap();
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    // the executive kept the timer (the kernel never saw it) ...
-    assert!(
-        err.contains("(executive's timer: 14 in 2.0ms, every 2.0ms)"),
-        "{err}"
-    );
-    // ... and its signals came: 20 inter-arrival times near 2 ms
-    let mut xs: Vec<u64> = text(&o.stdout)
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(xs.len(), 20);
-    xs.sort();
-    let median = xs[10];
-    assert!(
-        (1_500_000..3_000_000).contains(&median),
-        "median inter-arrival {median} ns: {xs:?}"
-    );
+    for path in ["protected", "fast"] {
+        let o = Command::new(MANTLE)
+            .args(["run", "--path", path, "--timers", "--trace=setitimer", "--"])
+            .arg(&bin)
+            .args(["2000", "20"])
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{path}: {err}");
+        // the executive kept the timer (the kernel never saw it) ...
+        assert!(
+            err.contains("(executive's timer: 14 in 2.0ms, every 2.0ms)"),
+            "{path}: {err}"
+        );
+        // ... and its signals came: 20 inter-arrival times near 2 ms
+        let mut xs: Vec<u64> = text(&o.stdout)
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        assert_eq!(xs.len(), 20, "{path}");
+        xs.sort();
+        let median = xs[10];
+        assert!(
+            (1_500_000..3_000_000).contains(&median),
+            "{path}: median inter-arrival {median} ns: {xs:?}"
+        );
+        // alarm(1): kept, and rung after a second (never before)
+        let o = Command::new(MANTLE)
+            .args(["run", "--path", path, "--timers", "--trace=alarm", "--"])
+            .arg(&bin)
+            .args(["once", "1"])
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{path}: {err}");
+        assert!(
+            err.contains("(executive's timer: 14 in 1.00s, every 0ns)"),
+            "{path}: {err}"
+        );
+        let out = text(&o.stdout);
+        let took: u64 = out
+            .split_whitespace()
+            .next()
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("{path}: {out} {err}"));
+        assert!(
+            (1_000_000_000..1_500_000_000).contains(&took),
+            "{path}: alarm(1) rang after {took} ns"
+        );
+    }
     let _ = std::fs::remove_file(&bin);
 }
 

@@ -725,6 +725,14 @@ impl Executive {
                 .handle(&GuestPeers(&self.guests), i, n.id, n.pid, n.data.args);
             return;
         }
+        // The receipt, then t0, both CLOCK_MONOTONIC (std's Instant is),
+        // read one after the other: a held call is released at t0 + d, and
+        // an agent counts d from the receipt (an absolute sleep: its time
+        // minus the receipt), so t0 must not be read before the receipt.
+        // It was (issue 29): the unboost below sat between the two, and an
+        // absolute sleep under --boost/--extended came back early by that
+        // much (up to 89 us when the executive was interrupted there).
+        let received_ns = mantle_sys::os::monotonic_ns();
         let t0 = Instant::now();
         self.unboost(n.pid);
         if self.qos.as_ref().is_some_and(|q| q.has(i))
@@ -740,7 +748,7 @@ impl Executive {
                 return;
             }
         }
-        let Some(call) = protected::call_of(&n, mantle_sys::os::monotonic_ns()) else {
+        let Some(call) = protected::call_of(&n, received_ns) else {
             let _ = self.guests[i].listener.reply_error(n.id, libc::ENOSYS);
             return;
         };
@@ -1063,7 +1071,9 @@ impl Executive {
         if self.boosted.contains(&tid) || self.boosted.len() == self.boosted.capacity() {
             return;
         }
-        if supervise::set_fifo_of(tid, p).is_ok() {
+        // a thread at a real-time policy of its own (cyclictest's FIFO 80)
+        // keeps it: a boost never lowers it, its next call never ends it
+        if !supervise::is_realtime(tid) && supervise::set_fifo_of(tid, p).is_ok() {
             self.boosted.push(tid);
         }
     }

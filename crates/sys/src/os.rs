@@ -619,6 +619,26 @@ impl TscRate {
     pub fn ticks(&self, ns: u64) -> u64 {
         (ns as f64 * self.ticks_per_ns) as u64
     }
+
+    /// Ticks in `ns` nanoseconds, rounded up and [`TscRate::MARGIN`]
+    /// more: a TSC deadline made of it is never before `ns` of
+    /// CLOCK_MONOTONIC have passed (a sleep's end must not be early).
+    pub fn ticks_at_least(&self, ns: u64) -> u64 {
+        (ns as f64 * self.ticks_per_ns * (1.0 + Self::MARGIN)).ceil() as u64 + 1
+    }
+
+    /// Nanoseconds in `ticks`, rounded down and [`TscRate::MARGIN`] less:
+    /// never more CLOCK_MONOTONIC time than passed (a sleep counted from
+    /// a TSC stamp must not start earlier than the stamp).
+    pub fn ns_at_most(&self, ticks: u64) -> u64 {
+        (ticks as f64 / self.ticks_per_ns * (1.0 - Self::MARGIN)) as u64
+    }
+
+    /// The rate's error bound for the conversions that must not err on
+    /// one side: NTP slews CLOCK_MONOTONIC against the TSC by up to 500
+    /// ppm, and the calibration's two brackets are tens of ns over 2 ms
+    /// (10-20 ppm). 1000 ppm costs 50 ns on a 50 us stretch.
+    pub const MARGIN: f64 = 1e-3;
 }
 
 /// 64 random bits from the kernel's CSPRNG (getrandom(2)).

@@ -183,6 +183,15 @@ pub fn set_fifo_of(tid: u32, priority: i32) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether thread `tid` runs under a real-time policy (SCHED_FIFO,
+/// SCHED_RR or SCHED_DEADLINE, sched_getscheduler): its own choice, which
+/// a boost must neither lower nor end. False if it cannot be read.
+pub fn is_realtime(tid: u32) -> bool {
+    // SAFETY: plain system call with an integer argument.
+    let p = unsafe { libc::sched_getscheduler(tid as libc::pid_t) } & !libc::SCHED_RESET_ON_FORK;
+    p == libc::SCHED_FIFO || p == libc::SCHED_RR || p == libc::SCHED_DEADLINE
+}
+
 /// sched_setscheduler(tid, SCHED_OTHER, 0): thread `tid` back to the
 /// normal policy (nice unchanged).
 pub fn set_other_of(tid: u32) -> io::Result<()> {

@@ -16,13 +16,33 @@
 //! executive decides the held call again (the same call: same tid, same
 //! receipt), it answers 0. Absolute sleeps on CLOCK_MONOTONIC are converted
 //! with the receipt time (same clock); a time already past answers 0 at
-//! once. Other clocks (CLOCK_REALTIME absolute, CPU-time clocks) are left
-//! to the kernel (Continue), as are sleeps longer than [`MAX_HELD`].
+//! once. The executive releases a held call at its own reading of
+//! CLOCK_MONOTONIC taken after the receipt plus the delay (never before:
+//! docs/exec.md "Time"), so no held sleep ends before its time.
 //!
-//! Not done: a signal delivered to a sleeping guest withdraws the held
-//! notification, and the kernel restarts the call (the guest then sleeps
-//! its full time again, where the kernel's own nanosleep would return
-//! EINTR with the time left); `rem` is never written.
+//! By clock id (what Linux accepts, and who does it):
+//! * held: `nanosleep`; relative `clock_nanosleep` on CLOCK_REALTIME,
+//!   CLOCK_MONOTONIC, CLOCK_BOOTTIME and CLOCK_TAI (a relative sleep is a
+//!   duration whatever the clock: the kernel's relative timers ignore
+//!   clock steps too; over a suspend a held BOOTTIME sleep ends late,
+//!   never early); absolute on CLOCK_MONOTONIC.
+//! * the kernel's (Continue): absolute CLOCK_REALTIME and CLOCK_TAI (the
+//!   clock can be stepped back while the sleep waits, and only the kernel
+//!   re-times an absolute sleep then), absolute CLOCK_BOOTTIME, the
+//!   _ALARM clocks (CAP_WAKE_ALARM and an RTC: EPERM or ENOTSUP from the
+//!   kernel), the CPU-time clocks (process: a sleep on CPU time; thread:
+//!   EINVAL), the clocks that cannot sleep (MONOTONIC_RAW and the COARSE
+//!   ones: ENOTSUP) and every other id (EINVAL), as are sleeps longer
+//!   than [`MAX_HELD`]: each returns what Linux returns.
+//!
+//! Not done: on the protected path a signal handled by a sleeping guest
+//! withdraws the held notification: the guest gets EINTR, or with
+//! SA_RESTART the kernel restarts the call (a relative sleep then sleeps
+//! its full time again, late, never early; the kernel's own nanosleep
+//! returns EINTR with the time left in `rem`, which is never written
+//! here); the withdrawn call's (tid, receipt) is dropped at the thread's
+//! next sleep (a thread makes one call at a time). On the fast path the
+//! handler runs during the wait and the sleep goes on to its end.
 
 use crate::agent::{Agent, Call, Decision, Guest};
 use crate::sysno::Sysno;
@@ -88,9 +108,13 @@ impl Sleep {
             let clock = call.args[0] as i32;
             let abs = call.args[1] as i32 & libc::TIMER_ABSTIME != 0;
             match (clock, abs) {
-                (libc::CLOCK_MONOTONIC | libc::CLOCK_REALTIME | libc::CLOCK_BOOTTIME, false) => {
-                    (true, call.args[2])
-                }
+                (
+                    libc::CLOCK_MONOTONIC
+                    | libc::CLOCK_REALTIME
+                    | libc::CLOCK_BOOTTIME
+                    | libc::CLOCK_TAI,
+                    false,
+                ) => (true, call.args[2]),
                 (libc::CLOCK_MONOTONIC, true) => (false, call.args[2]),
                 _ => return Ask::Kernel,
             }
@@ -136,6 +160,9 @@ impl Agent for Sleep {
             self.asleep.swap_remove(k);
             return Decision::Return(0); // held until due: the sleep is over
         }
+        // a new call of this thread: a sleep of it still remembered was
+        // withdrawn (a signal interrupted it on the protected path)
+        self.asleep.retain(|&(tid, _)| tid != call.tid);
         match self.ask(call, g) {
             Ask::Kernel => Decision::Continue,
             Ask::Fail(e) => Decision::Fail(e),
@@ -196,6 +223,21 @@ mod tests {
         let c3 = call(libc::SYS_nanosleep, [0x1000, 0, 0, 0, 0, 0], 7, 9_000_000);
         assert!(matches!(s.before(&c3, &mut g), Decision::Delay(_)));
         assert!(s.asleep.len() == 1);
+        // ... and one that was never decided again (withdrawn by a
+        // signal) is forgotten at the thread's next call
+        let c4 = call(libc::SYS_nanosleep, [0x1000, 0, 0, 0, 0, 0], 7, 19_000_000);
+        assert!(matches!(s.before(&c4, &mut g), Decision::Delay(_)));
+        assert_eq!(s.asleep, vec![(7, 19_000_000)]);
+        for k in 0..2 * MAX_ASLEEP as u64 {
+            let c = call(
+                libc::SYS_nanosleep,
+                [0x1000, 0, 0, 0, 0, 0],
+                7,
+                20_000_000 + k,
+            );
+            assert!(matches!(s.before(&c, &mut g), Decision::Delay(_)), "{k}");
+        }
+        assert_eq!(s.asleep.len(), 1);
     }
 
     #[test]
@@ -241,8 +283,9 @@ mod tests {
         // absolute and already past: at once
         let c = call(cn, [mono, abs, 0x2000, 0, 0, 0], 2, 3_000_000_000);
         assert_eq!(s.before(&c, &mut g), Decision::Return(0));
-        // relative on monotonic, realtime, boottime: held
-        for clock in [mono, real, libc::CLOCK_BOOTTIME as u64] {
+        // relative on monotonic, realtime, boottime, tai: held
+        let (boot, tai) = (libc::CLOCK_BOOTTIME as u64, libc::CLOCK_TAI as u64);
+        for clock in [mono, real, boot, tai] {
             let c = call(cn, [clock, 0, 0x2000, 0, 0, 0], 3 + clock as u32, 10);
             assert_eq!(
                 s.before(&c, &mut g),
@@ -250,13 +293,26 @@ mod tests {
                 "{clock}"
             );
         }
-        // absolute realtime, cpu-time clocks: the kernel's
-        for (clock, flags) in [
-            (real, abs),
-            (libc::CLOCK_PROCESS_CPUTIME_ID as u64, 0),
-            (libc::CLOCK_THREAD_CPUTIME_ID as u64, 0),
-            (libc::CLOCK_TAI as u64, abs),
+        // absolute realtime, tai, boottime; cpu-time, alarm, raw, coarse
+        // and unknown clocks either way: the kernel's
+        let mut kernel = vec![(real, abs), (tai, abs), (boot, abs)];
+        for c in [
+            libc::CLOCK_PROCESS_CPUTIME_ID,
+            libc::CLOCK_THREAD_CPUTIME_ID,
+            libc::CLOCK_MONOTONIC_RAW,
+            libc::CLOCK_REALTIME_COARSE,
+            libc::CLOCK_MONOTONIC_COARSE,
+            libc::CLOCK_REALTIME_ALARM,
+            libc::CLOCK_BOOTTIME_ALARM,
+            10,
+            12,
+            -1,
+            -6, // a CPU clock of pid 0's thread group (dynamic ids < 0)
         ] {
+            kernel.push((c as i64 as u64, 0));
+            kernel.push((c as i64 as u64, abs));
+        }
+        for (clock, flags) in kernel {
             let c = call(cn, [clock, flags, 0x2000, 0, 0, 0], 50, 10);
             assert_eq!(s.before(&c, &mut g), Decision::Continue, "{clock} {flags}");
         }

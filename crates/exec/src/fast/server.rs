@@ -36,9 +36,10 @@
 //! allocate.
 
 use super::region::{self, futex_wake, hdr, slot, Region};
-use crate::agent::{Call, Chain, Decision, Guest, GuestError, Outcome, Times};
+use crate::agent::{Call, Chain, Decision, Guest, GuestError, Outcome, Timer, Times};
 use crate::sysno::Sysno;
 use mantle_abi::exec as abi;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,24 @@ pub struct Stats {
 /// Sweeps for slots of dead owners at most this often (each sweep costs
 /// one `kill(tid, 0)` per claimed slot).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Timers kept at once (the timers agent's, one per thread group and
+/// signal); a guest that arms more gets EAGAIN, as the protected path.
+pub const MAX_TIMERS: usize = 256;
+
+/// A timer kept for a guest's thread group ([`Decision::Timer`]), fired
+/// from the serving loop as the protected path's executive does.
+struct Kept {
+    tgid: u32,
+    /// The thread that armed it (boosted when it fires, `--boost`).
+    tid: u32,
+    signal: i32,
+    /// The thread group's pidfd: a signal never reaches a process that
+    /// reused its pid.
+    pidfd: OwnedFd,
+    next: Instant,
+    interval: Duration,
+}
 
 /// The executive's own memory about one slot.
 #[derive(Default)]
@@ -127,6 +146,10 @@ pub struct Server {
     /// The high-water mark and the guest's overflow count at the last
     /// sweep for dead owners, and when it was.
     swept: (usize, u32, Option<Instant>),
+    /// Timers kept for guests (`--timers`), in no order.
+    timers: Vec<Kept>,
+    /// Signals sent by kept timers.
+    pub fired: u64,
 }
 
 /// The time-stamp counter (the guest stamps `t_trap` with `rdtsc` too).
@@ -160,6 +183,8 @@ impl Server {
             boost: None,
             fresh: false,
             swept: (0, 0, None),
+            timers: Vec::new(),
+            fired: 0,
         }
     }
 
@@ -275,7 +300,105 @@ impl Server {
             }
         }
         self.stats.overflow = self.region.hdr32(hdr::OVERFLOW).load(Relaxed) as u64;
+        if let Some(t) = self.fire_timers() {
+            next = Some(next.map_or(t, |n| n.min(t)));
+        }
         (did, next)
+    }
+
+    /// Keeps the timer a guest's call asked for, replacing its thread
+    /// group's timer of the same signal (`first` zero disarms), counted
+    /// from `t0` (after the call's receipt: never early).
+    fn arm(&mut self, tid: u32, t: Timer, t0: Instant) -> Result<(), i32> {
+        let tgid = crate::perform::status_field(tid, "Tgid:").ok_or(libc::ESRCH)? as u32;
+        self.timers
+            .retain(|k| !(k.tgid == tgid && k.signal == t.signal));
+        if t.first.is_zero() {
+            return Ok(());
+        }
+        if self.timers.len() >= MAX_TIMERS {
+            return Err(libc::EAGAIN);
+        }
+        if self.timers.capacity() == 0 {
+            self.timers.reserve_exact(MAX_TIMERS);
+        }
+        let pidfd = mantle_sys::os::pidfd_open(tgid, false).map_err(|_| libc::ESRCH)?;
+        self.timers.push(Kept {
+            tgid,
+            tid,
+            signal: t.signal,
+            pidfd,
+            next: t0 + t.first,
+            interval: t.interval,
+        });
+        Ok(())
+    }
+
+    /// Sends the signals of the kept timers that are due (a periodic one
+    /// that fell behind skips the expiries it missed, as the kernel's
+    /// overrun); the next due time, if any timer is left. A thread group
+    /// that is gone (the signal cannot be sent) loses its timer.
+    /// Extended mode: the serving loop is told to wake `extended` before
+    /// a timer is due, and the last stretch is spun here (as the
+    /// protected path's executive spins to anything due).
+    fn fire_timers(&mut self) -> Option<Instant> {
+        if self.timers.is_empty() {
+            return None;
+        }
+        let mut now = Instant::now();
+        if !self.extended.is_zero() {
+            let first = self.timers.iter().map(|k| k.next).min();
+            if let Some(t) = first.filter(|&t| t > now && t - now <= self.extended) {
+                while Instant::now() < t {
+                    std::hint::spin_loop();
+                }
+                now = Instant::now();
+            }
+        }
+        let mut next: Option<Instant> = None;
+        let mut k = 0;
+        while k < self.timers.len() {
+            let t = &mut self.timers[k];
+            if t.next > now {
+                next = Some(next.map_or(t.next, |n| n.min(t.next)));
+                k += 1;
+                continue;
+            }
+            let sent = mantle_sys::os::pidfd_send_signal(t.pidfd.as_fd(), t.signal).is_ok();
+            let tid = t.tid;
+            if sent && !t.interval.is_zero() {
+                t.next += t.interval;
+                while t.next <= now {
+                    t.next += t.interval;
+                }
+                next = Some(next.map_or(t.next, |n| n.min(t.next)));
+                k += 1;
+            } else {
+                self.timers.swap_remove(k);
+            }
+            if sent {
+                self.fired += 1;
+                self.boost_owner(tid);
+            }
+        }
+        // wake early enough to spin the last stretch (extended mode)
+        next.map(|t| t.checked_sub(self.extended).unwrap_or(t).max(now))
+    }
+
+    /// `--boost`: the thread a timer signalled runs at SCHED_FIFO until
+    /// its next request (the slot it owns says so; a thread without a
+    /// slot is not boosted, there is nothing to end it).
+    fn boost_owner(&mut self, tid: u32) {
+        let Some(p) = self.boost else { return };
+        let Some(k) = self.own.iter().position(|o| o.owner == tid) else {
+            return;
+        };
+        if !self.own[k].boosted
+            && !mantle_sys::supervise::is_realtime(tid)
+            && mantle_sys::supervise::set_fifo_of(tid, p).is_ok()
+        {
+            self.own[k].boosted = true;
+        }
     }
 
     /// Ends what the executive held for slot `i`'s owner (the slot was
@@ -372,7 +495,7 @@ impl Server {
                 // the guest's stamp, a claim: kept between the receipt and
                 // START_SLACK_NS before it (a stamp in the future wraps
                 // to a huge age: the slack)
-                let age = self.rate.ns(trap).min(crate::agent::START_SLACK_NS);
+                let age = self.rate.ns_at_most(trap).min(crate::agent::START_SLACK_NS);
                 (received_ns, received_ns.saturating_sub(age))
             }
         };
@@ -399,7 +522,11 @@ impl Server {
         self.own[i].hold_until = None;
         if released && !matches!(d, Decision::Delay(_)) {
             // answered after a hold: boosted before the answer wakes it
-            if let Some(p) = self.boost {
+            // (a thread at a real-time policy of its own keeps it)
+            if let Some(p) = self
+                .boost
+                .filter(|_| !mantle_sys::supervise::is_realtime(s.tid))
+            {
                 if mantle_sys::supervise::set_fifo_of(s.tid, p).is_ok() {
                     self.own[i].boosted = true;
                 }
@@ -439,7 +566,7 @@ impl Server {
                     // the guest spins to the due time itself
                     Some(t) => {
                         let left = t.duration_since(now).as_nanos() as u64;
-                        let until = tsc().wrapping_add(self.rate.ticks(left));
+                        let until = tsc().wrapping_add(self.rate.ticks_at_least(left));
                         let mut args = s.args;
                         args[0] = until;
                         self.answer(i, &s, *v, abi::ANS_UNTIL, Some((s.nr, args)));
@@ -486,8 +613,18 @@ impl Server {
                     self.chain.after(&call, &d, o, times);
                 }
             }
-            // the fast path keeps no timers (yet): the guest is told so
-            Decision::Timer(_) | Decision::Sched(_) => {
+            // kept here and fired from the serving loop (the protected
+            // path's executive does the same)
+            Decision::Timer(t) => {
+                let r = match self.arm(s.tid, *t, t0) {
+                    Ok(()) => 0,
+                    Err(e) => -i64::from(e),
+                };
+                self.answer(i, &s, r, 0, None);
+                self.chain.after(&call, &d, Outcome::Result(r), times);
+            }
+            // the fast path does not dispatch: the guest is told so
+            Decision::Sched(_) => {
                 self.answer(i, &s, -(libc::ENOSYS as i64), 0, None);
                 let o = Outcome::Result(-(libc::ENOSYS as i64));
                 self.chain.after(&call, &d, o, times);
