@@ -286,7 +286,8 @@ mod tests {
         assert_eq!(paths_off(1), 8192);
         assert_eq!(paths_off(32), 8192);
         assert_eq!(paths_off(33), 12288);
-        assert_eq!(region_size(64), 4096 + 8192 + 64 * 4096);
+        assert_eq!(counts_off(64), 4096 + 8192 + 64 * 4096);
+        assert_eq!(region_size(64), counts_off(64) + 1024 * 32);
         // the largest region stays well below the stub's 1 GiB bound
         assert!(region_size(FAST_MAX_SLOTS) < 1 << 30);
         assert_eq!(pair(ST_REQUEST, 7), 0x7_0000_0002);

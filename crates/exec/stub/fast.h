@@ -81,7 +81,8 @@ struct mx_fast_hdr {
 struct mx_fast_count {
 	uint64_t calls;  /* 0: calls made (counted on entry: exit and exec count too) */
 	uint64_t errors; /* 8: results in -4095..-1 */
-	uint64_t ticks;  /* 16: TSC ticks from the trap to the result, summed over the timed calls */
+	uint64_t ticks;  /* 16: TSC ticks from the trap to the result, summed over the timed calls
+			  * (calls made by the stub itself, never forwarded ones) */
 	uint64_t timed;  /* 24: calls timed (one in MX_FAST_TIME_EVERY per thread) */
 };
 #define MX_FAST_COUNT_SIZE 32

@@ -687,10 +687,13 @@ static long dispatch(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, u
 	struct mx_fast_count *c = &counts[nr];
 	/* on entry: a call that does not return (exit, exec) is counted too */
 	__atomic_fetch_add(&c->calls, 1, __ATOMIC_RELAXED);
-	/* time is sampled: one call in MX_FAST_TIME_EVERY of each thread (its
-	 * first included), since a TSC read costs ~30 ns in a VM, more than
-	 * the rest of the counting; the executive scales ticks/timed by calls */
-	int timed = (time_nth++ % MX_FAST_TIME_EVERY) == 0;
+	/* time is that of the calls made here (a forwarded call's time is the
+	 * executive's business: a held sleep is not kernel time), sampled:
+	 * one call in MX_FAST_TIME_EVERY of each thread (its first included),
+	 * since a TSC read costs ~30 ns in a VM, more than the rest of the
+	 * counting; the executive scales ticks/timed by calls */
+	int timed = !(hdr->wanted[nr / 64] >> (nr % 64) & 1) &&
+		    (time_nth++ % MX_FAST_TIME_EVERY) == 0;
 	uint64_t t0 = timed ? rdtsc() : 0;
 	long r = dispatch1(nr, a, ip, g, uc);
 	if (timed) {
