@@ -3,8 +3,10 @@
 //! ending, and publishes its status.
 //!
 //! Mechanism: guests are started (crate::launch) before anything else;
-//! then the thread takes SCHED_FIFO (priority option, default 99; a
-//! warning when refused) and locks its memory (mlockall), and waits with
+//! then the thread takes SCHED_FIFO and locks its memory (mlockall) when
+//! asked (`priority`) or, by default, when it keeps time or dispatches
+//! ([`keeps_time`]; a warning when refused), else stays SCHED_OTHER, and
+//! waits with
 //! ppoll on a set kept between waits (mantle_sys::epoll::PollSet: poll,
 //! not epoll, so that SYNC_WAKE_UP's wake-up on the guest's CPU reaches
 //! the executive) on each guest's listener, pidfd and start-status pipe,
