@@ -1849,6 +1849,12 @@ fn escape_suite_deny_holds_on_both_paths_as_nobody() {
         ];
         let run = |extra: &[&str]| {
             let mut a: Vec<&str> = deny.to_vec();
+            // on the fast path an observing agent, so that the stub is
+            // loaded (with only enforcing agents it is not: issue 29) and
+            // the tricks below have a stub to defeat
+            if path == "fast" {
+                a.insert(1, "--count=getppid");
+            }
             a.extend_from_slice(extra);
             as_nobody(&a)
         };
