@@ -10,18 +10,22 @@
 //!
 //! ```text
 //! 0                  4096                 4096 + S*128, page-rounded (= paths_off)
-//! +------------------+--------------------+----------------------------+
-//! | FastHdr (208 B,  | FastSlot[S]        | path buffers, 4096 B each, |
-//! | rest of the page | (128 B each, one   | one per slot (executive-   |
-//! | reserved)        | per guest thread)  | written replacement paths) |
-//! +------------------+--------------------+----------------------------+
+//! +------------------+--------------------+----------------------------+-------------------+
+//! | FastHdr (336 B,  | FastSlot[S]        | path buffers, 4096 B each, | FastCount[1024]   |
+//! | rest of the page | (128 B each, one   | one per slot (executive-   | (32 B each, the   |
+//! | reserved)        | per guest thread)  | written replacement paths) | stub's counters)  |
+//! +------------------+--------------------+----------------------------+-------------------+
 //!
 //! FastHdr
 //! 0  magic    4 version  8 nslots     12 slot_size  16 region_size (u64)
 //! 24 exec_pid 28 spin   32 doorbell   36 exec_sleeping
 //! 40 overflow 44 flags  48 paths_off (u64)          56 tramp (u64)
 //! 64 wanted[16] (u64 bitmap of trapped call numbers, 0..1024)
-//! 192 hwm     196 frees 200 exec_gone 204 reserved                 208
+//! 192 hwm     196 frees 200 exec_gone 204 reserved
+//! 208 counted[16] (u64 bitmap of calls the stub counts itself)       336
+//!
+//! FastCount (at counts_off(S), one per call number)
+//! 0 calls (u64)  8 errors (u64)  16 ticks (u64, TSC)  24 timed (u64)  32
 //!
 //! FastSlot
 //! 0  state    4 tid      8 seq (u64)
@@ -58,7 +62,7 @@ use crate::offsets;
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 pub const FAST_MAGIC: u32 = 0x5046_584d;
-pub const FAST_VERSION: u32 = 2;
+pub const FAST_VERSION: u32 = 3;
 pub const FAST_HDR_SIZE: usize = 4096;
 pub const FAST_SLOT_SIZE: usize = 128;
 pub const FAST_PATH_SIZE: usize = 4096;
@@ -128,12 +132,36 @@ pub struct FastHdr {
     /// every guest then makes its calls itself.
     pub exec_gone: u32,
     pub reserved: u32,
+    /// Calls the stub counts itself into the [`FastCount`]s (no hand-off).
+    pub counted: [u64; WANT_WORDS],
 }
 offsets!(FastHdr: magic @ 0, version @ 4, nslots @ 8, slot_size @ 12, region_size @ 16,
     exec_pid @ 24, spin @ 28, doorbell @ 32, exec_sleeping @ 36, overflow @ 40,
     hdr_flags @ 44, paths_off @ 48, tramp @ 56, wanted @ 64, hwm @ 192, frees @ 196,
-    exec_gone @ 200, reserved @ 204);
-const _: () = assert!(size_of::<FastHdr>() == 208);
+    exec_gone @ 200, reserved @ 204, counted @ 208);
+const _: () = assert!(size_of::<FastHdr>() == 336);
+
+/// `struct mx_fast_count`: one call number's counters, written by every
+/// guest process with atomic adds (claims: a guest may write anything).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct FastCount {
+    /// Calls made (counted on entry: exit and exec too).
+    pub calls: u64,
+    /// Results in -4095..=-1.
+    pub errors: u64,
+    /// TSC ticks from the trap to the result, summed over the timed calls.
+    pub ticks: u64,
+    /// Calls timed: one in [`FAST_TIME_EVERY`] of each thread's counted
+    /// calls (a TSC read costs more than the rest of the counting).
+    pub timed: u64,
+}
+offsets!(FastCount: calls @ 0, errors @ 8, ticks @ 16, timed @ 24);
+pub const FAST_COUNT_SIZE: usize = 32;
+pub const FAST_TIME_EVERY: u32 = 8;
+const _: () = assert!(size_of::<FastCount>() == FAST_COUNT_SIZE);
 
 /// `struct mx_fast_slot`.
 #[repr(C)]
@@ -177,9 +205,14 @@ pub const fn paths_off(nslots: usize) -> usize {
     (FAST_HDR_SIZE + nslots * FAST_SLOT_SIZE).div_ceil(4096) * 4096
 }
 
+/// Offset of the stub's counters for `nslots` slots (after the paths).
+pub const fn counts_off(nslots: usize) -> usize {
+    paths_off(nslots) + nslots * FAST_PATH_SIZE
+}
+
 /// Size of a region with `nslots` slots.
 pub const fn region_size(nslots: usize) -> usize {
-    paths_off(nslots) + nslots * FAST_PATH_SIZE
+    counts_off(nslots) + NR_MAX as usize * FAST_COUNT_SIZE
 }
 
 // ---------------------------------------------------------------------
@@ -253,7 +286,8 @@ mod tests {
         assert_eq!(paths_off(1), 8192);
         assert_eq!(paths_off(32), 8192);
         assert_eq!(paths_off(33), 12288);
-        assert_eq!(region_size(64), 4096 + 8192 + 64 * 4096);
+        assert_eq!(counts_off(64), 4096 + 8192 + 64 * 4096);
+        assert_eq!(region_size(64), counts_off(64) + 1024 * 32);
         // the largest region stays well below the stub's 1 GiB bound
         assert!(region_size(FAST_MAX_SLOTS) < 1 << 30);
         assert_eq!(pair(ST_REQUEST, 7), 0x7_0000_0002);

@@ -104,8 +104,13 @@ pub struct RunArgs {
     /// table and `sched = ...` per guest.
     #[arg(long, value_name = "SPEC", value_parser = mantle_exec::system::parse_sched)]
     sched: Option<mantle_exec::sched::Params>,
-    /// SCHED_FIFO priority of the executive thread, 1-99 (default 99 where
-    /// allowed; a warning where not); 0 keeps it at SCHED_OTHER.
+    /// SCHED_FIFO priority of the executive thread, 1-99; 0 keeps it at
+    /// SCHED_OTHER. Default on the protected path: 99 (where allowed; a
+    /// warning where not) when it keeps time or dispatches (--sleep,
+    /// --delay, --timers, --extended, --boost, --sched, a qos), else
+    /// SCHED_OTHER, which answers fastest on a CPU shared with the guest
+    /// (no class switch per call; SYNC_WAKE_UP wakes it on the guest's
+    /// CPU). On --path fast: SCHED_OTHER unless given.
     #[arg(long, value_parser = crate::flags::int_from_to(0, 99), allow_negative_numbers = true)]
     priority: Option<i32>,
     /// If the executive dies, let the guests run on unsupervised (their
@@ -224,6 +229,11 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
     // guest-reachable fast chain
     let (enforcing, observing): (Vec<_>, Vec<_>) =
         built.agents.into_iter().partition(|a| a.name() == "deny");
+    // --count is served in the stub (counters in the shared region, no
+    // hand-off per call), never in the chain
+    let (counting, observing): (Vec<_>, Vec<_>) =
+        observing.into_iter().partition(|a| a.name() == "count");
+    let counted: Vec<_> = counting.iter().flat_map(|a| a.wants()).collect();
     let chain = mantle_exec::Chain::new(observing);
     let mut opts = FastOptions {
         enforce: built.enforce,
@@ -232,6 +242,7 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         boost: a.boost,
         priority: a.priority,
         fail_open: a.fail_open,
+        count: count.clone().map(|t| (t, counted)),
         ..FastOptions::default()
     };
     match a.spin.as_str() {
@@ -539,7 +550,6 @@ fn executive_main(
     system: bool,
     json: bool,
 ) -> i32 {
-    let asked_other = opts.priority == Some(0);
     mantle_sys::supervise::catch_signals(
         &[libc::SIGTERM, libc::SIGHUP],
         &[libc::SIGINT, libc::SIGQUIT],
@@ -563,11 +573,11 @@ fn executive_main(
         }
     };
     let s = ex.setup();
-    if let (Err(w), false) = (&s.priority, asked_other) {
+    if let (Err(w), true) = (&s.priority, s.fifo_wanted) {
         eprintln!("mantle: warning: {w}");
     }
     if verbose {
-        if let Err(w) = &s.memory_locked {
+        if let (Err(w), true) = (&s.memory_locked, s.fifo_wanted) {
             eprintln!("mantle: warning: {w}");
         }
         eprintln!(

@@ -3,8 +3,10 @@
 //! ending, and publishes its status.
 //!
 //! Mechanism: guests are started (crate::launch) before anything else;
-//! then the thread takes SCHED_FIFO (priority option, default 99; a
-//! warning when refused) and locks its memory (mlockall), and waits with
+//! then the thread takes SCHED_FIFO and locks its memory (mlockall) when
+//! asked (`priority`) or, by default, when it keeps time or dispatches
+//! ([`keeps_time`]; a warning when refused), else stays SCHED_OTHER, and
+//! waits with
 //! ppoll on a set kept between waits (mantle_sys::epoll::PollSet: poll,
 //! not epoll, so that SYNC_WAKE_UP's wake-up on the guest's CPU reaches
 //! the executive) on each guest's listener, pidfd and start-status pipe,
@@ -48,10 +50,19 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// getppid's number (the one call the protected path performs itself).
+const GETPPID: Sysno = Sysno(libc::SYS_getppid as u32);
+
 /// How the executive runs.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// SCHED_FIFO priority; None: 99 where allowed; 0: stay SCHED_OTHER.
+    /// SCHED_FIFO priority; 0: stay SCHED_OTHER; None: decided by
+    /// [`keeps_time`]: 99 (where allowed) when the executive keeps time or
+    /// dispatches, else SCHED_OTHER. Why: on a CPU shared with a guest at
+    /// SCHED_OTHER, a real-time executive pays a class switch each way per
+    /// call (about 2.3 us per round trip on the reference VM, and
+    /// SYNC_WAKE_UP's same-CPU wake-up is honoured by the fair class only),
+    /// which only buys something when an answer is due at a time.
     pub priority: Option<i32>,
     /// Use SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP where the kernel has it.
     pub sync_wake: bool,
@@ -165,10 +176,34 @@ pub struct GuestEnd {
 /// What the executive set up, for `-v` and `exec status`.
 #[derive(Clone, Debug)]
 pub struct Setup {
+    /// The executive asked for SCHED_FIFO (asked for, or by default
+    /// because it keeps time): an Err in `priority` is then a refusal.
+    pub fifo_wanted: bool,
     pub priority: Result<i32, String>,
     pub memory_locked: Result<(), String>,
     pub sync_wake_up: bool,
     pub filters: Vec<(String, Vec<String>)>,
+}
+
+/// Whether the executive keeps time or dispatches, so that its default
+/// priority is real-time: it holds calls until a time (`sleep`, `delay`,
+/// extended mode), fires timers, boosts released threads, dispatches
+/// guests (`sched` agent, a dispatcher) or paces reads (QoS). Agents that
+/// only observe or decide at once (count, trace, perform, stamp) answer
+/// as soon as they can, and a SCHED_OTHER executive does that fastest on
+/// a shared CPU (the class switch; SYNC_WAKE_UP).
+pub fn keeps_time<'a>(
+    opts: &Options,
+    agent_names: impl IntoIterator<Item = &'a str>,
+    qos: bool,
+) -> bool {
+    opts.dispatch.is_some()
+        || opts.boost.is_some()
+        || !opts.spin_before.is_zero()
+        || qos
+        || agent_names
+            .into_iter()
+            .any(|n| matches!(n, "sleep" | "delay" | "timers" | "sched"))
 }
 
 /// Why the executive could not run.
@@ -225,6 +260,7 @@ const TOKEN_PIDFD: u64 = 1;
 const TOKEN_STATUS: u64 = 2;
 const TOKEN_OPENER: u64 = u64::MAX;
 const TOKEN_QOS: u64 = u64::MAX - 1;
+const TOKEN_TICK: u64 = u64::MAX - 2;
 
 /// A timer kept for a guest's thread group (Decision::Timer).
 struct Armed {
@@ -433,7 +469,14 @@ impl Executive {
             ),
             None => None,
         };
-        let priority = opts.priority.unwrap_or(99);
+        let timekeeping = keeps_time(
+            &opts,
+            guests
+                .iter()
+                .flat_map(|g| g.agent_names.iter().map(String::as_str)),
+            qos.is_some(),
+        );
+        let priority = opts.priority.unwrap_or(if timekeeping { 99 } else { 0 });
         let (prio, locked) = if !opts.realtime {
             (
                 Err("not asked for".to_string()),
@@ -441,7 +484,9 @@ impl Executive {
             )
         } else {
             (
-                if priority == 0 {
+                if priority == 0 && opts.priority.is_none() {
+                    Err("SCHED_OTHER: no agent keeps time or dispatches (--priority N for SCHED_FIFO N)".to_string())
+                } else if priority == 0 {
                     Err("SCHED_OTHER asked for (--priority 0)".to_string())
                 } else {
                     supervise::set_fifo(priority).map(|()| priority).map_err(|e| {
@@ -450,13 +495,20 @@ impl Executive {
                         )
                     })
                 },
-                supervise::lock_memory().map_err(|e| {
-                    format!("mlockall refused ({e}): the executive's memory may be paged")
-                }),
+                // with real-time priority only: a SCHED_OTHER executive
+                // keeps no time, and locking costs milliseconds at start
+                if priority > 0 {
+                    supervise::lock_memory().map_err(|e| {
+                        format!("mlockall refused ({e}): the executive's memory may be paged")
+                    })
+                } else {
+                    Err("not locked at SCHED_OTHER".to_string())
+                },
             )
         };
         Ok(Executive {
             setup: Setup {
+                fifo_wanted: opts.realtime && priority > 0,
                 priority: prio,
                 memory_locked: locked,
                 sync_wake_up: sync_all && opts.sync_wake,
@@ -518,7 +570,15 @@ impl Executive {
                 return self.finish();
             }
         };
-        let mut ready: Vec<Ready> = Vec::with_capacity(3 * self.guests.len() + 1);
+        // The 100 ms duties (publish, sweeps) wake the loop through a
+        // timerfd, so that a wait with nothing due has no timeout: a
+        // ppoll timeout arms an hrtimer at every wait, ~0.3 us per
+        // notification round trip on the reference VM (mantle_sys::timerfd).
+        let tick = Duration::from_millis(100);
+        let ticker = mantle_sys::timerfd::Tick::new(tick)
+            .and_then(|t| ep.add(t.as_fd(), TOKEN_TICK).map(|()| t))
+            .ok();
+        let mut ready: Vec<Ready> = Vec::with_capacity(3 * self.guests.len() + 2);
         let mut last_publish = Instant::now() - Duration::from_secs(1);
         let mut forwarded_stop = false;
         self.publish();
@@ -528,16 +588,19 @@ impl Executive {
             if self.guests.iter().all(|g| g.end.is_some()) {
                 break;
             }
-            let tick = Duration::from_millis(100);
             let timeout = match self.next_due() {
-                None => tick,
-                Some(until) => until
-                    .saturating_duration_since(Instant::now())
-                    .saturating_sub(self.opts.spin_before)
-                    .min(tick),
+                None if ticker.is_some() => None,
+                None => Some(tick),
+                Some(until) => Some(
+                    until
+                        .saturating_duration_since(Instant::now())
+                        .saturating_sub(self.opts.spin_before)
+                        .min(tick),
+                ),
             };
             ready.clear();
-            match ep.wait_for(Some(timeout)) {
+            let mut ticked = false;
+            match ep.wait_for(timeout) {
                 Ok(r) => ready.extend(r),
                 Err(_) => std::thread::sleep(Duration::from_millis(1)),
             }
@@ -554,6 +617,12 @@ impl Executive {
                 }
                 if r.token == TOKEN_QOS {
                     self.serve_qos();
+                    continue;
+                }
+                if r.token == TOKEN_TICK {
+                    if let Some(t) = &ticker {
+                        ticked |= t.take() > 0;
+                    }
                     continue;
                 }
                 let i = (r.token / 4) as usize;
@@ -606,7 +675,9 @@ impl Executive {
             {
                 self.serve_qos();
             }
-            if last_publish.elapsed() >= Duration::from_millis(100) {
+            // with the timerfd, its tick says when (no clock read per call)
+            if (ticker.is_some() && ticked) || (ticker.is_none() && last_publish.elapsed() >= tick)
+            {
                 self.rpc.sweep(&GuestPeers(&self.guests));
                 self.publish();
                 last_publish = Instant::now();
@@ -767,7 +838,7 @@ impl Executive {
             g.chain.before(&call, &mut pg)
         };
         let gpid = g.pid;
-        let mut kernel_ns = 0;
+        let kernel_ns = 0;
         let sent = match &d {
             Decision::Continue => listener.reply_continue(id).map(|()| Outcome::Unseen),
             Decision::Fail(e) => {
@@ -829,17 +900,16 @@ impl Executive {
                 return;
             }
             Decision::Perform(p) => {
-                let name = p.nr.name();
-                if name == "getppid" {
+                if p.nr == GETPPID {
+                    // the guest's parent, as the executive knows it (the
+                    // call is not made again here: its value would be
+                    // the executive's parent)
                     let value = self.parents.of(call.tid, call.tid == gpid);
-                    let k0 = Instant::now();
-                    let _ = supervise::getppid_raw();
-                    kernel_ns = k0.elapsed().as_nanos() as u64;
                     listener
                         .reply(id, i64::from(value))
                         .map(|()| Outcome::Result(i64::from(value)))
                 } else if let Some((dirfd, addr, flags, mode, path_arg)) =
-                    perform::open_args(&name, &p.args)
+                    perform::open_args(&p.nr.name(), &p.args)
                 {
                     let path = match &p.path {
                         Some((idx, bytes)) if *idx == path_arg => Ok(bytes.clone()),
@@ -891,7 +961,8 @@ impl Executive {
                         g.said_enosys.push(p.nr);
                         let msg = format!(
                             "guest {}: performing {} on a guest's behalf is not supported on the protected path: answered ENOSYS",
-                            g.name, name
+                            g.name,
+                            p.nr.name()
                         );
                         (self.log)(&msg);
                     }
@@ -1039,6 +1110,9 @@ impl Executive {
     /// Sends the signals of the timers that are due (at the executive's
     /// priority: their delivery does not wait for the guests' CPU share).
     fn fire_timers(&mut self) {
+        if self.timers.is_empty() {
+            return; // no clock read per call for nothing
+        }
         let now = Instant::now();
         let mut k = 0;
         while k < self.timers.len() {
@@ -1087,6 +1161,9 @@ impl Executive {
     }
 
     fn expire_held(&mut self) {
+        if self.held.is_empty() {
+            return; // no clock read per call for nothing
+        }
         let now = Instant::now();
         let mut k = 0;
         while k < self.held.len() {

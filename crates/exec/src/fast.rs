@@ -48,6 +48,7 @@ pub use region::Region;
 pub use server::{FastGuest, Server, Stats};
 
 use crate::agent::Chain;
+use crate::sysno::Sysno;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -104,6 +105,11 @@ pub struct FastOptions {
     /// makes their calls itself; the root guest is not tied to the
     /// executive by PR_SET_PDEATHSIG) instead of being killed.
     pub fail_open: bool,
+    /// `--count` served in the stub: these calls are counted by the guest
+    /// processes themselves in the region's counters (no hand-off per
+    /// call), and added to the table when the guest ends
+    /// ([`fold_counts`]). The count agent is then not in the chain.
+    pub count: Option<(std::sync::Arc<crate::agents::count::CountTable>, Vec<Sysno>)>,
 }
 
 /// The executive's spin after work when this process may use more than
@@ -128,6 +134,7 @@ impl Default for FastOptions {
             priority: None,
             enforce: Default::default(),
             fail_open: false,
+            count: None,
         }
     }
 }
@@ -285,11 +292,21 @@ pub fn spawn_fast_enforced(
         Ok(false) => return Err(FastError::Static(exe)),
         Err(e) => return Err(e),
     }
+    let wanted: Vec<u32> = chain.wants().iter().map(|s| s.0).collect();
+    let counted: Vec<u32> = opts
+        .count
+        .as_ref()
+        .map(|(_, w)| w.iter().map(|s| s.0).collect())
+        .unwrap_or_default();
+    // Nothing for the stub to do (only enforcing agents, which are the
+    // filter's): the guest runs without it, at native speed (the stub
+    // would make every call trap, Syscall User Dispatch having no
+    // per-number selector).
+    let load_stub = !wanted.is_empty() || !counted.is_empty();
     let stub = stub_path(opts);
-    if !stub.is_file() {
+    if load_stub && !stub.is_file() {
         return Err(FastError::NoStub(stub));
     }
-    let wanted: Vec<u32> = chain.wants().iter().map(|s| s.0).collect();
     let region = Region::create(opts.slots, &wanted, opts.guest_spin, opts.tramp)
         .map_err(os("create the shared region"))?;
     let flags = if opts.rewrite {
@@ -302,6 +319,7 @@ pub fn spawn_fast_enforced(
         0
     };
     region.set_flags(flags);
+    region.set_counted(&counted);
     let fd = region.fd().as_raw_fd();
     let door = door::Door::open(
         region
@@ -320,11 +338,12 @@ pub fn spawn_fast_enforced(
         preload.push(old);
     }
     let mut c = Command::new(&exe);
-    c.arg0(prog)
-        .args(&cmd[1..])
-        .env("LD_PRELOAD", preload)
-        .env("MANTLE_FAST_FD", fd.to_string())
-        .env("MANTLE_FAST_DOOR", door.address());
+    c.arg0(prog).args(&cmd[1..]);
+    if load_stub {
+        c.env("LD_PRELOAD", preload)
+            .env("MANTLE_FAST_FD", fd.to_string())
+            .env("MANTLE_FAST_DOOR", door.address());
+    }
     if opts.fail_open {
         mantle_sys::supervise::inherit_fd(&mut c, fd);
     } else {
@@ -423,6 +442,7 @@ pub fn serve_child(
         }
         true
     });
+    fold_counts(server, opts);
     match (status, err) {
         (Some(s), _) => Ok((s, server.stats)),
         (None, Some(e)) => Err(FastError::Os {
@@ -433,6 +453,25 @@ pub fn serve_child(
             what: "wait for the guest",
             source: io::Error::other("the guest vanished"),
         }),
+    }
+}
+
+/// Adds the stub's counters (`opts.count`'s calls) to the count table:
+/// once, when the guest has ended. The counters are the guests' claims:
+/// numbers only (errors bounded by calls, time converted saturating).
+pub fn fold_counts(server: &Server, opts: &FastOptions) {
+    let Some((table, nrs)) = &opts.count else {
+        return;
+    };
+    for &nr in nrs {
+        let c = server.region().count_of(nr.0);
+        if c.calls > 0 {
+            // time is sampled (mantle_abi::exec::FAST_TIME_EVERY): the
+            // timed calls' average times every call
+            let timed = c.timed.clamp(1, c.calls);
+            let ns = (server.tsc_ns(c.ticks) as f64 / timed as f64 * c.calls as f64) as u64;
+            table.add(nr, c.calls, c.errors, ns);
+        }
     }
 }
 
@@ -509,6 +548,7 @@ pub fn run_fast_supervised(
         }
         status.is_some()
     });
+    fold_counts(&server, opts);
     match status {
         Some(s) => Ok((s, server.stats)),
         None => Err(FastError::Os {

@@ -5,10 +5,16 @@
  * Region = one memfd, mapped MAP_SHARED by the executive and by every guest
  * process that loaded the stub:
  *
- *   0                      4096                  4096 + S*128 (page-rounded = P)
- *   +----------------------+---------------------+-------------------------+
- *   | mx_fast_hdr          | mx_fast_slot[S]     | path buffers, 4096 each |
- *   +----------------------+---------------------+-------------------------+
+ *   0                  4096               4096 + S*128 (page-rounded = P)   P + S*4096
+ *   +------------------+------------------+-------------------------+--------------------+
+ *   | mx_fast_hdr      | mx_fast_slot[S]  | path buffers, 4096 each | mx_fast_count[1024] |
+ *   +------------------+------------------+-------------------------+--------------------+
+ *
+ * The counters (one per call number) are the stub's own observation: a
+ * call whose bit is set in `counted` is counted by the stub that makes it
+ * (calls, errors, and TSC ticks from trap to result of a sample of them), with no hand-off
+ * to the executive; the executive reads them at the end as claims
+ * (numbers a guest may have written anything into).
  *
  * S (nslots) is the capacity, thousands by default: the memfd is sparse,
  * so only the pages of slots ever claimed (below the high-water mark
@@ -22,7 +28,7 @@
 #include <stdint.h>
 
 #define MX_FAST_MAGIC 0x5046584d /* "MXFP" */
-#define MX_FAST_VERSION 2
+#define MX_FAST_VERSION 3
 #define MX_FAST_HDR_SIZE 4096
 #define MX_FAST_SLOT_SIZE 128
 #define MX_FAST_PATH_SIZE 4096
@@ -67,7 +73,20 @@ struct mx_fast_hdr {
 	uint32_t frees;         /* 196: +1 per slot released or reclaimed */
 	uint32_t exec_gone;     /* 200: a guest found the executive dead (FAIL_OPEN) */
 	uint32_t reserved;      /* 204 */
+	uint64_t counted[MX_FAST_WANT_WORDS]; /* 208: bitmap of calls the stub counts itself */
 };
+
+/* one call number's counters (MX_FAST_NR_MAX of them, after the path
+ * buffers), added to by every guest process with atomic adds */
+struct mx_fast_count {
+	uint64_t calls;  /* 0: calls made (counted on entry: exit and exec count too) */
+	uint64_t errors; /* 8: results in -4095..-1 */
+	uint64_t ticks;  /* 16: TSC ticks from the trap to the result, summed over the timed calls
+			  * (calls made by the stub itself, never forwarded ones) */
+	uint64_t timed;  /* 24: calls timed (one in MX_FAST_TIME_EVERY per thread) */
+};
+#define MX_FAST_COUNT_SIZE 32
+#define MX_FAST_TIME_EVERY 8
 
 struct mx_fast_slot {
 	uint32_t state;         /* 0: enum mx_fast_state, futex word */
@@ -91,7 +110,9 @@ struct mx_fast_slot {
  * a slot that changed hands in between. */
 #define MX_PAIR(state, tid) ((uint64_t)(uint32_t)(state) | (uint64_t)(uint32_t)(tid) << 32)
 
-_Static_assert(sizeof(struct mx_fast_hdr) == 208, "mx_fast_hdr");
+_Static_assert(sizeof(struct mx_fast_hdr) == 336, "mx_fast_hdr");
+_Static_assert(__builtin_offsetof(struct mx_fast_hdr, counted) == 208, "counted");
+_Static_assert(sizeof(struct mx_fast_count) == MX_FAST_COUNT_SIZE, "mx_fast_count");
 _Static_assert(__builtin_offsetof(struct mx_fast_hdr, hwm) == 192, "hwm");
 _Static_assert(__builtin_offsetof(struct mx_fast_hdr, exec_gone) == 200, "exec_gone");
 _Static_assert(__builtin_offsetof(struct mx_fast_hdr, doorbell) == 32, "doorbell");

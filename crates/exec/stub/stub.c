@@ -161,6 +161,7 @@ static volatile char mx_selector = SYSCALL_DISPATCH_FILTER_BLOCK;
 static struct mx_fast_hdr *hdr;
 static struct mx_fast_slot *slots;
 static uint32_t nslots;
+static struct mx_fast_count *counts;
 
 #define TLS __thread __attribute__((tls_model("initial-exec")))
 static TLS struct mx_fast_slot *my_slot;
@@ -171,6 +172,8 @@ static TLS uint32_t busy;
 /* this thread (my_tid) found no slot when hdr->frees was miss_frees: it
  * tries again only once a slot was freed since */
 static TLS uint32_t missed, miss_frees;
+/* counted calls of this thread so far (which of them are timed) */
+static TLS uint32_t time_nth;
 /* set once the process has made a thread: sites are rewritten only while
  * it has one (another thread could be executing the bytes being written) */
 static volatile int multi;
@@ -292,6 +295,38 @@ struct ksigaction {
 	uint64_t mask;
 };
 
+/* Calls that never sleep until an event (a signal, a peer, a timer): they
+ * finish on their own (at most after disk I/O, which no signal but a fatal
+ * one interrupts anyway), so making them with every signal blocked (the
+ * handler's mask) changes nothing the guest can see, and saves two
+ * rt_sigprocmask per call. Anything not listed takes the guest's mask. */
+static int never_waits(uint32_t nr, const uint64_t a[6])
+{
+	switch (nr) {
+	case SYS_getpid: case SYS_getppid: case SYS_gettid: case SYS_getuid: case SYS_geteuid:
+	case SYS_getgid: case SYS_getegid: case SYS_getpgrp: case SYS_getpgid: case SYS_getsid:
+	case SYS_getresuid: case SYS_getresgid: case SYS_getgroups: case SYS_getcwd:
+	case SYS_uname: case SYS_sysinfo: case SYS_time: case SYS_gettimeofday:
+	case SYS_clock_gettime: case SYS_clock_getres: case SYS_getrusage: case SYS_getrlimit:
+	case SYS_prlimit64: case SYS_umask: case SYS_getpriority:
+	case SYS_fstat: case SYS_stat: case SYS_lstat: case SYS_newfstatat: case SYS_statx:
+	case SYS_statfs: case SYS_fstatfs: case SYS_lseek: case SYS_getdents64:
+	case SYS_access: case SYS_faccessat: case SYS_faccessat2: case SYS_readlink:
+	case SYS_readlinkat: case SYS_getxattr: case SYS_lgetxattr: case SYS_fgetxattr:
+	case SYS_listxattr: case SYS_llistxattr: case SYS_flistxattr: case SYS_chdir:
+	case SYS_fchdir: case SYS_close: case SYS_dup: case SYS_dup2: case SYS_dup3:
+	case SYS_brk: case SYS_mmap: case SYS_munmap: case SYS_mprotect: case SYS_madvise:
+	case SYS_mremap: case SYS_arch_prctl: case SYS_set_tid_address: case SYS_set_robust_list:
+	case SYS_rseq: case SYS_sched_yield: case SYS_sched_getaffinity:
+		return 1;
+	case SYS_fcntl: /* all but the waiting locks */
+		return a[1] != F_SETLKW && a[1] != F_OFD_SETLKW;
+	case SYS_openat: /* a FIFO's open waits for its peer; a directory's cannot */
+		return (a[2] & O_DIRECTORY) != 0;
+	}
+	return 0;
+}
+
 /* Makes a call the guest made (or the executive changed) from inside the
  * handler; g is the interrupted context. */
 static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
@@ -381,6 +416,10 @@ static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 			*(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1));
 		return mx_clone(a[0], a[1], a[2], a[3], a[4], g[REG_RIP]);
 	}
+	/* a call that cannot wait for an event is made as it is: the mask
+	 * matters only to a call that a signal may interrupt */
+	if (never_waits(nr, a))
+		return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	/* with the interrupted context's mask, so that a blocking call can be
 	 * interrupted by the guest's signals as it would be without the stub */
 	uint64_t m = *(uint64_t *)&uc->uc_sigmask & ~(1ull << (SIGSYS - 1)), all = ~0ull;
@@ -636,9 +675,37 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 	g[REG_RAX] = r;
 }
 
-/* One call: forwarded if wanted, else made here. g/uc: the interrupted
+static long dispatch1(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc);
+
+/* One call: counted if `counted` says so (in the region's counters, no
+ * hand-off), forwarded if wanted, else made here. g/uc: the interrupted
  * context (null from a rewritten site). */
 static long dispatch(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc)
+{
+	if (!counts || nr >= MX_FAST_NR_MAX || !(hdr->counted[nr / 64] >> (nr % 64) & 1))
+		return dispatch1(nr, a, ip, g, uc);
+	struct mx_fast_count *c = &counts[nr];
+	/* on entry: a call that does not return (exit, exec) is counted too */
+	__atomic_fetch_add(&c->calls, 1, __ATOMIC_RELAXED);
+	/* time is that of the calls made here (a forwarded call's time is the
+	 * executive's business: a held sleep is not kernel time), sampled:
+	 * one call in MX_FAST_TIME_EVERY of each thread (its first included),
+	 * since a TSC read costs ~30 ns in a VM, more than the rest of the
+	 * counting; the executive scales ticks/timed by calls */
+	int timed = !(hdr->wanted[nr / 64] >> (nr % 64) & 1) &&
+		    (time_nth++ % MX_FAST_TIME_EVERY) == 0;
+	uint64_t t0 = timed ? rdtsc() : 0;
+	long r = dispatch1(nr, a, ip, g, uc);
+	if (timed) {
+		__atomic_fetch_add(&c->ticks, rdtsc() - t0, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&c->timed, 1, __ATOMIC_RELAXED);
+	}
+	if (r < 0 && r >= -4095)
+		__atomic_fetch_add(&c->errors, 1, __ATOMIC_RELAXED);
+	return r;
+}
+
+static long dispatch1(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc)
 {
 	long r;
 	if (nr >= MX_FAST_NR_MAX || !(hdr->wanted[nr / 64] >> (nr % 64) & 1) ||
@@ -776,6 +843,11 @@ __attribute__((constructor)) static void mx_stub_init(void)
 	hdr = m;
 	slots = (struct mx_fast_slot *)((char *)m + MX_FAST_HDR_SIZE);
 	nslots = n;
+	/* the counters after the path buffers (fast.h), if the region has them */
+	uint64_t coff = (((uint64_t)MX_FAST_HDR_SIZE + (uint64_t)n * MX_FAST_SLOT_SIZE + 4095) & ~4095ull) +
+			(uint64_t)n * MX_FAST_PATH_SIZE;
+	if (coff + (uint64_t)MX_FAST_NR_MAX * MX_FAST_COUNT_SIZE <= size)
+		counts = (struct mx_fast_count *)((char *)m + coff);
 
 	/* the excluded page, at the executive's fixed address */
 	uint64_t t = hdr->tramp;

@@ -51,6 +51,7 @@ pub mod seccomp;
 pub mod shm;
 pub mod sud;
 pub mod supervise;
+pub mod timerfd;
 
 /// The crate's tests count file descriptors and fork: the ones that do
 /// take this lock, so that they do not see each other's fds.

@@ -78,6 +78,20 @@ impl CountTable {
         c.kernel_ns.fetch_add(t.kernel_ns, Relaxed);
     }
 
+    /// Adds counts taken elsewhere (the fast path's stub counts in the
+    /// guest, crate::fast): `calls` calls of `nr`, `errors` of them failed
+    /// (bounded by `calls`: the numbers come from guest memory), `ns` spent
+    /// from trap to result (kept as kernel time: there is no executive
+    /// time without a hand-off).
+    pub fn add(&self, nr: Sysno, calls: u64, errors: u64, ns: u64) {
+        let Some(c) = self.by_nr.get(nr.0 as usize) else {
+            return;
+        };
+        c.calls.fetch_add(calls, Relaxed);
+        c.errors.fetch_add(errors.min(calls), Relaxed);
+        c.kernel_ns.fetch_add(ns, Relaxed);
+    }
+
     /// The calls seen so far, most time first.
     pub fn summary(&self) -> CountSummary {
         let mut rows: Vec<CountRow> = self

@@ -33,6 +33,8 @@ pub(crate) mod hdr {
     pub const HWM: usize = 192;
     pub const FREES: usize = 196;
     pub const EXEC_GONE: usize = 200;
+    pub const COUNTED: usize = 208;
+    const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastHdr, counted) == COUNTED);
     const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastHdr, hwm) == HWM);
     const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastHdr, frees) == FREES);
     const _: () = assert!(core::mem::offset_of!(mantle_abi::exec::FastHdr, exec_gone) == EXEC_GONE);
@@ -99,6 +101,7 @@ impl Region {
             frees: 0,
             exec_gone: 0,
             reserved: 0,
+            counted: [0; abi::WANT_WORDS],
         };
         for &nr in wanted {
             if nr < abi::NR_MAX {
@@ -116,6 +119,35 @@ impl Region {
     /// Sets or clears header flags (`HDR_*`), before the guest starts.
     pub fn set_flags(&self, flags: u32) {
         self.hdr32(hdr::FLAGS).store(flags, Ordering::SeqCst);
+    }
+
+    /// Sets the calls the stub counts itself (`counted`, each < 1024),
+    /// before the guest starts.
+    pub fn set_counted(&self, nrs: &[u32]) {
+        let mut words = [0u64; abi::WANT_WORDS];
+        for &nr in nrs.iter().filter(|&&n| n < abi::NR_MAX) {
+            words[(nr / 64) as usize] |= 1 << (nr % 64);
+        }
+        for (k, w) in words.iter().enumerate() {
+            self.u64_at(hdr::COUNTED + 8 * k)
+                .store(*w, Ordering::SeqCst);
+        }
+    }
+
+    /// The stub's counters of call `nr` (< 1024) as they are now: claims,
+    /// each word read once (a guest may have written anything there).
+    pub fn count_of(&self, nr: u32) -> abi::FastCount {
+        if nr >= abi::NR_MAX {
+            return abi::FastCount::default();
+        }
+        let off = abi::counts_off(self.nslots) + nr as usize * abi::FAST_COUNT_SIZE;
+        let r = Ordering::Acquire;
+        abi::FastCount {
+            calls: self.u64_at(off).load(r),
+            errors: self.u64_at(off + 8).load(r),
+            ticks: self.u64_at(off + 16).load(r),
+            timed: self.u64_at(off + 24).load(r),
+        }
     }
 
     /// The guest's spin count as the header says now.
@@ -227,6 +259,14 @@ mod tests {
         assert!(r.write_path(3, b"/tmp/x"));
         assert!(!r.write_path(3, &[b'a'; 4096]));
         assert!(Region::create(0, &[], 0, 0).is_err());
+        r.set_counted(&[0, 110, 1023, 5000]);
+        assert_eq!(r.count_of(110), abi::FastCount::default());
+        assert_eq!(r.count_of(5000), abi::FastCount::default());
+        let off = abi::counts_off(4) + 1023 * abi::FAST_COUNT_SIZE;
+        r.u64_at(off).store(3, Ordering::Relaxed);
+        r.u64_at(off + 16).store(7, Ordering::Relaxed);
+        let c = r.count_of(1023);
+        assert_eq!((c.calls, c.errors, c.ticks, c.timed), (3, 0, 7, 0));
         assert!(Region::create(abi::FAST_MAX_SLOTS + 1, &[], 0, 0).is_err());
     }
 

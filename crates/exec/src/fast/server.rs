@@ -229,6 +229,11 @@ impl Server {
         &self.one_way
     }
 
+    /// TSC ticks in ns, by the rate calibrated at start (saturating).
+    pub fn tsc_ns(&self, ticks: u64) -> u64 {
+        self.rate.ns(ticks)
+    }
+
     pub fn region(&self) -> &Region {
         &self.region
     }
