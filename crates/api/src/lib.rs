@@ -232,7 +232,7 @@ pub fn threads(name: &str) -> Result<Vec<ThreadInfo>, Error> {
     shared()?.tags.threads(Some(name))
 }
 
-pub mod chan;
 pub mod capi;
+pub mod chan;
 pub mod comp;
 pub mod exec;

@@ -68,7 +68,10 @@ fn system(tag: &str, guests: &[(&str, &[&str], Option<&[&str]>)]) -> PathBuf {
     for (name, args, to) in guests {
         let mut argv = vec![format!("{p:?}")];
         argv.extend(args.iter().map(|a| format!("{a:?}")));
-        t += &format!("[[guest]]\nname = {name:?}\ncommand = [{}]\n", argv.join(", "));
+        t += &format!(
+            "[[guest]]\nname = {name:?}\ncommand = [{}]\n",
+            argv.join(", ")
+        );
         if let Some(to) = to {
             let q: Vec<String> = to.iter().map(|n| format!("{n:?}")).collect();
             t += &format!("rpc_to = [{}]\n", q.join(", "));
@@ -172,7 +175,10 @@ fn a_hostile_server_cannot_corrupt_its_client_nor_hang_it() {
     let reset = format!("-{}", libc::ECONNRESET);
     assert_eq!(w[9], reset, "{v}");
     let after: f64 = w[11].parse().unwrap();
-    assert!(after < 2.0, "the dead server's client waited {after} s: {v}");
+    assert!(
+        after < 2.0,
+        "the dead server's client waited {after} s: {v}"
+    );
     assert_eq!(w[14], reset, "{v}");
 }
 

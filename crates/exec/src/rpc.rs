@@ -34,9 +34,9 @@
 pub use mantle_abi::exec::SYS_EXEC;
 use mantle_abi::exec::{
     chan_fds, rpc_recv_result, ChanCtl, ChanHdr, ChanSide, CHAN_CLIENT_OFF, CHAN_CLOSED,
-    CHAN_CTL_SIZE, CHAN_DATA_SIZE, CHAN_MAGIC, CHAN_MAX, CHAN_OPEN, CHAN_REVOKED,
-    CHAN_SERVER_OFF, CHAN_VERSION, OP_PING, OP_RPC_ACCEPT, OP_RPC_CALL, OP_RPC_CLOSE,
-    OP_RPC_CONNECT, OP_RPC_RECV, OP_RPC_REPLY, OP_RPC_REPLY_RECV, RPC_MAX, RPC_TOKEN_MAX,
+    CHAN_CTL_SIZE, CHAN_DATA_SIZE, CHAN_MAGIC, CHAN_MAX, CHAN_OPEN, CHAN_REVOKED, CHAN_SERVER_OFF,
+    CHAN_VERSION, OP_PING, OP_RPC_ACCEPT, OP_RPC_CALL, OP_RPC_CLOSE, OP_RPC_CONNECT, OP_RPC_RECV,
+    OP_RPC_REPLY, OP_RPC_REPLY_RECV, RPC_MAX, RPC_TOKEN_MAX,
 };
 use mantle_sys::seccomp::Listener;
 use mantle_sys::shm::{futex_wake_all, SharedMem};
@@ -613,9 +613,7 @@ impl Rpc {
         // each side's process, to revoke the channel when it ends; a
         // thread that cannot be looked up (gone already) leaves None and
         // its notification's re-validation catches it
-        let pidfd = |tid: u32| {
-            tgid_of(tid).and_then(|t| mantle_sys::os::pidfd_open(t, false).ok())
-        };
+        let pidfd = |tid: u32| tgid_of(tid).and_then(|t| mantle_sys::os::pidfd_open(t, false).ok());
         Ok(Chan {
             id,
             client: con.guest,
@@ -822,8 +820,12 @@ impl Rpc {
 /// (close-on-exec); the CONNECT/ACCEPT result that names them.
 fn install(l: &Listener, id: u64, c: &Chan) -> Result<i64, ()> {
     let flags = libc::O_CLOEXEC as u32;
-    let d = l.addfd(id, c.data.fd().as_fd(), 0, 0, flags).map_err(|_| ())?;
-    let k = l.addfd(id, c.ctl.fd().as_fd(), 0, 0, flags).map_err(|_| ())?;
+    let d = l
+        .addfd(id, c.data.fd().as_fd(), 0, 0, flags)
+        .map_err(|_| ())?;
+    let k = l
+        .addfd(id, c.ctl.fd().as_fd(), 0, 0, flags)
+        .map_err(|_| ())?;
     Ok(chan_fds(d, k))
 }
 
@@ -847,7 +849,9 @@ mod tests {
     fn an_ended_channel_says_so_on_the_page_guests_cannot_write_and_moves_both_words() {
         let data = SharedMem::create(c"t", CHAN_DATA_SIZE).unwrap();
         let ctl = SharedMem::create(c"t", CHAN_CTL_SIZE).unwrap();
-        ctl.u32(offset_of!(ChanCtl, state)).unwrap().store(CHAN_OPEN, SeqCst);
+        ctl.u32(offset_of!(ChanCtl, state))
+            .unwrap()
+            .store(CHAN_OPEN, SeqCst);
         let c = Chan {
             id: 1,
             client: 0,
@@ -856,7 +860,12 @@ mod tests {
             ctl,
             pidfds: [None, None],
         };
-        let w = |off| c.data.u32(off + offset_of!(ChanSide, seq)).unwrap().load(SeqCst);
+        let w = |off| {
+            c.data
+                .u32(off + offset_of!(ChanSide, seq))
+                .unwrap()
+                .load(SeqCst)
+        };
         let (a, b) = (w(CHAN_CLIENT_OFF), w(CHAN_SERVER_OFF));
         c.end(CHAN_REVOKED);
         assert_eq!(c.ctl.u32(8).unwrap().load(SeqCst), CHAN_REVOKED);

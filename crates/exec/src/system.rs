@@ -254,7 +254,10 @@ pub fn parse(text: &str) -> Result<System, String> {
         let mut to = Vec::new();
         for n in &names {
             let Some(k) = out.iter().position(|o| &o.name == n) else {
-                return Err(format!("guest {}: rpc_to: no guest named {n:?}", out[i].name));
+                return Err(format!(
+                    "guest {}: rpc_to: no guest named {n:?}",
+                    out[i].name
+                ));
             };
             to.push(k);
         }
@@ -352,7 +355,8 @@ command = ["c"]
         assert_eq!(g[0].rpc_to, Some(vec![1]));
         assert_eq!(g[1].rpc_to, Some(vec![]));
         assert_eq!(g[2].rpc_to, None);
-        let e = parse("[[guest]]\nname = \"a\"\ncommand = [\"x\"]\nrpc_to = [\"nope\"]\n").unwrap_err();
+        let e =
+            parse("[[guest]]\nname = \"a\"\ncommand = [\"x\"]\nrpc_to = [\"nope\"]\n").unwrap_err();
         assert!(e.contains("no guest named \"nope\""), "{e}");
     }
 

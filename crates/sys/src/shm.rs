@@ -101,10 +101,8 @@ impl SharedMem {
     /// mprotect to writable fail), however they reopen it. Why: a page the
     /// owner writes and others may only read (a channel's ctl page).
     pub fn seal_read_only_for_others(&self) -> io::Result<()> {
-        let seals = libc::F_SEAL_SHRINK
-            | libc::F_SEAL_GROW
-            | libc::F_SEAL_FUTURE_WRITE
-            | libc::F_SEAL_SEAL;
+        let seals =
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL;
         // SAFETY: fcntl on our own fd with integer arguments.
         if unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
             return Err(io::Error::last_os_error());
@@ -225,20 +223,25 @@ impl SharedMem {
         if off.checked_add(out.len()).is_none_or(|e| e > self.len) {
             return false;
         }
-        let mut k = 0;
-        while k < out.len() {
-            let at = off + k;
-            if at.is_multiple_of(8) && out.len() - k >= 8 {
-                if let Some(w) = self.u64(at) {
-                    out[k..k + 8].copy_from_slice(&w.load(Relaxed).to_le_bytes());
-                    k += 8;
-                    continue;
-                }
-            }
-            if let Some(b) = self.u8(at) {
-                out[k] = b.load(Relaxed);
-            }
-            k += 1;
+        // SAFETY: off + out.len() <= len: inside the mapping.
+        let src = unsafe { self.base.add(off) };
+        let n = out.len();
+        let head = src.align_offset(8).min(n);
+        let (a, rest) = out.split_at_mut(head);
+        let mut words = rest.chunks_exact_mut(8);
+        for (k, b) in a.iter_mut().enumerate() {
+            // SAFETY: inside the mapping (checked above); bytes are atomics.
+            *b = unsafe { AtomicU8::from_ptr(src.add(k)) }.load(Relaxed);
+        }
+        for (k, w) in (&mut words).enumerate() {
+            // SAFETY: inside and 8-aligned (head skipped to alignment).
+            let v = unsafe { AtomicU64::from_ptr(src.add(head + 8 * k).cast()) }.load(Relaxed);
+            w.copy_from_slice(&v.to_le_bytes());
+        }
+        let done = head + (n - head) / 8 * 8;
+        for (k, b) in words.into_remainder().iter_mut().enumerate() {
+            // SAFETY: inside the mapping.
+            *b = unsafe { AtomicU8::from_ptr(src.add(done + k)) }.load(Relaxed);
         }
         true
     }
@@ -249,22 +252,27 @@ impl SharedMem {
         if off.checked_add(bytes.len()).is_none_or(|e| e > self.len) {
             return false;
         }
-        let mut k = 0;
-        while k < bytes.len() {
-            let at = off + k;
-            if at.is_multiple_of(8) && bytes.len() - k >= 8 {
-                if let Some(w) = self.u64(at) {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&bytes[k..k + 8]);
-                    w.store(u64::from_le_bytes(b), Relaxed);
-                    k += 8;
-                    continue;
-                }
-            }
-            if let Some(b) = self.u8(at) {
-                b.store(bytes[k], Relaxed);
-            }
-            k += 1;
+        // SAFETY: off + bytes.len() <= len: inside the mapping.
+        let dst = unsafe { self.base.add(off) };
+        let head = dst.align_offset(8).min(bytes.len());
+        let (a, rest) = bytes.split_at(head);
+        let words = rest.chunks_exact(8);
+        for (k, &b) in a.iter().enumerate() {
+            // SAFETY: inside the mapping; bytes are atomics.
+            unsafe { AtomicU8::from_ptr(dst.add(k)) }.store(b, Relaxed);
+        }
+        let tail = words.remainder();
+        for (k, w) in words.enumerate() {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(w);
+            // SAFETY: inside and 8-aligned.
+            unsafe { AtomicU64::from_ptr(dst.add(head + 8 * k).cast()) }
+                .store(u64::from_le_bytes(v), Relaxed);
+        }
+        let done = head + (bytes.len() - head) / 8 * 8;
+        for (k, &b) in tail.iter().enumerate() {
+            // SAFETY: inside the mapping.
+            unsafe { AtomicU8::from_ptr(dst.add(done + k)) }.store(b, Relaxed);
         }
         true
     }
@@ -398,22 +406,36 @@ mod tests {
         m.u32(0).unwrap().store(5, Relaxed); // the owner's mapping stays writable
         let path = format!("/proc/self/fd/{}", m.fd().as_raw_fd());
         // a reopened fd: writes refused
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
         use std::io::Write;
-        assert_eq!((&f).write(b"x").unwrap_err().raw_os_error(), Some(libc::EPERM));
+        assert_eq!(
+            (&f).write(b"x").unwrap_err().raw_os_error(),
+            Some(libc::EPERM)
+        );
         let fd = OwnedFd::from(f);
         // a writable shared mapping: refused
         // SAFETY: a new mapping of our own fd, unmapped below if made.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         assert_eq!(p, libc::MAP_FAILED);
         // read-only: fine, and cannot be made writable
         let r = SharedMem::map_readonly(fd, 4096).unwrap();
         assert_eq!(r.u32(0).unwrap().load(Relaxed), 5);
         // SAFETY: mprotect of our own read-only mapping; expected to fail.
-        let rc = unsafe { libc::mprotect(r.base().cast(), 4096, libc::PROT_READ | libc::PROT_WRITE) };
+        let rc =
+            unsafe { libc::mprotect(r.base().cast(), 4096, libc::PROT_READ | libc::PROT_WRITE) };
         assert_eq!(rc, -1);
     }
 
