@@ -437,130 +437,6 @@ impl Drop for Channel {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn outside_an_executive_there_is_no_channel() {
-        assert_eq!(Channel::connect(0).unwrap_err(), ExecError::NotAGuest);
-        assert_eq!(Channel::accept().unwrap_err(), ExecError::NotAGuest);
-    }
-
-    /// Two ends of one channel in this process (what the executive's
-    /// broker makes), and the ctl page's writable mapping (the
-    /// executive's).
-    fn pair() -> (Channel, Channel, SharedMem) {
-        let data = SharedMem::create(c"mantle-test", CHAN_DATA_SIZE).unwrap();
-        let ctl = SharedMem::create(c"mantle-test", CHAN_CTL_SIZE).unwrap();
-        for (off, v) in [(0, CHAN_MAGIC), (4, CHAN_VERSION), (8, CHAN_OPEN), (12, 7)] {
-            ctl.u32(off).unwrap().store(v, SeqCst);
-        }
-        let end = |role| Channel {
-            data: SharedMem::map(data.fd().try_clone().unwrap(), CHAN_DATA_SIZE).unwrap(),
-            ctl: SharedMem::map_readonly(ctl.fd().try_clone().unwrap(), CHAN_CTL_SIZE).unwrap(),
-            id: 7,
-            role,
-            st: Mutex::new(State {
-                seq: 0,
-                late: false,
-                in_service: false,
-                room: 0,
-                spin: DEFAULT_SPIN,
-            }),
-        };
-        (end(Role::Client), end(Role::Server), ctl)
-    }
-
-    #[test]
-    fn calls_carry_bytes_both_ways_between_threads() {
-        let (c, s, _ctl) = pair();
-        let server = std::thread::spawn(move || {
-            let mut b = vec![0u8; CHAN_MAX];
-            let mut n = s.receive(&mut b, Some(Duration::from_secs(10))).unwrap();
-            while &b[..n] != b"!" {
-                let r: Vec<u8> = b[..n].iter().rev().copied().collect();
-                n = s
-                    .reply_receive(&r, &mut b, Some(Duration::from_secs(10)))
-                    .unwrap();
-            }
-            // longer than the client's room: refused, the request stays
-            assert_eq!(s.reply(b"bye"), Err(errno(libc::EMSGSIZE)));
-            s.reply(b"ok").unwrap();
-        });
-        let mut resp = vec![0u8; CHAN_MAX];
-        for len in (0..=CHAN_MAX).step_by(97).chain([CHAN_MAX]) {
-            let req: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
-            let n = c
-                .call(&req, &mut resp, Some(Duration::from_secs(10)))
-                .unwrap();
-            let want: Vec<u8> = req.iter().rev().copied().collect();
-            assert_eq!(&resp[..n], &want[..], "len {len}");
-        }
-        let big = vec![0u8; CHAN_MAX + 1];
-        assert_eq!(c.call(&big, &mut resp, None), Err(errno(libc::EMSGSIZE)));
-        // room for 2 bytes: the server's 3-byte reply is refused to it
-        let n = c
-            .call(b"!", &mut resp[..2], Some(Duration::from_secs(10)))
-            .unwrap();
-        assert_eq!(&resp[..n], b"ok");
-        server.join().unwrap();
-    }
-
-    #[test]
-    fn a_silent_server_times_out_and_its_late_answer_is_skipped() {
-        let (c, s, _ctl) = pair();
-        let mut resp = [0u8; 8];
-        let t0 = Instant::now();
-        let r = c.call(b"one", &mut resp, Some(Duration::from_millis(50)));
-        assert_eq!(r, Err(errno(libc::ETIMEDOUT)));
-        assert!(t0.elapsed() >= Duration::from_millis(50));
-        let server = std::thread::spawn(move || {
-            let mut b = [0u8; 8];
-            let n = s.receive(&mut b, None).unwrap();
-            assert_eq!(&b[..n], b"one");
-            s.reply(b"late").unwrap();
-            let n = s.receive(&mut b, None).unwrap();
-            assert_eq!(&b[..n], b"two");
-            s.reply(b"2").unwrap();
-        });
-        let n = c
-            .call(b"two", &mut resp, Some(Duration::from_secs(10)))
-            .unwrap();
-        assert_eq!(&resp[..n], b"2");
-        server.join().unwrap();
-    }
-
-    #[test]
-    fn a_revoked_channel_ends_a_wait_without_a_timeout_at_once() {
-        let (c, s, ctl) = pair();
-        let t = std::thread::spawn(move || {
-            let mut resp = [0u8; 8];
-            let t0 = Instant::now();
-            (c.call(b"x", &mut resp, None), t0.elapsed())
-        });
-        std::thread::sleep(Duration::from_millis(100));
-        // as the executive's Chan::end: state, then both words moved, woken
-        ctl.u32(8).unwrap().store(3, SeqCst);
-        for off in [CHAN_CLIENT_OFF, CHAN_SERVER_OFF] {
-            let w = s.data.u32(off).unwrap();
-            w.fetch_xor(1 << 31, SeqCst);
-            mantle_sys::shm::futex_wake_all(w);
-        }
-        let (r, took) = t.join().unwrap();
-        assert_eq!(r, Err(errno(libc::ECONNRESET)));
-        assert!(took < Duration::from_secs(5), "{took:?}");
-        let mut b = [0u8; 8];
-        assert_eq!(s.receive(&mut b, None), Err(errno(libc::ECONNRESET)));
-    }
-
-    #[test]
-    fn the_layout_fits_the_mapping() {
-        assert!(CHAN_SERVER_OFF + size_of::<ChanSide>() <= CHAN_REQ_OFF);
-        assert!(CHAN_RESP_OFF + CHAN_MAX <= CHAN_DATA_SIZE);
-    }
-}
-
 // ---- C ABI (include/mantle/exec.h): a `mantle_chan *` is a boxed
 // Channel; results are >= 0 or -errno; a timeout < 0 means no limit.
 
@@ -755,5 +631,129 @@ pub unsafe extern "C" fn mantle_chan_close(ch: *mut Channel) {
     if !ch.is_null() {
         // SAFETY: made by Box::into_raw in give; the caller gives it back.
         drop(unsafe { Box::from_raw(ch) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outside_an_executive_there_is_no_channel() {
+        assert_eq!(Channel::connect(0).unwrap_err(), ExecError::NotAGuest);
+        assert_eq!(Channel::accept().unwrap_err(), ExecError::NotAGuest);
+    }
+
+    /// Two ends of one channel in this process (what the executive's
+    /// broker makes), and the ctl page's writable mapping (the
+    /// executive's).
+    fn pair() -> (Channel, Channel, SharedMem) {
+        let data = SharedMem::create(c"mantle-test", CHAN_DATA_SIZE).unwrap();
+        let ctl = SharedMem::create(c"mantle-test", CHAN_CTL_SIZE).unwrap();
+        for (off, v) in [(0, CHAN_MAGIC), (4, CHAN_VERSION), (8, CHAN_OPEN), (12, 7)] {
+            ctl.u32(off).unwrap().store(v, SeqCst);
+        }
+        let end = |role| Channel {
+            data: SharedMem::map(data.fd().try_clone().unwrap(), CHAN_DATA_SIZE).unwrap(),
+            ctl: SharedMem::map_readonly(ctl.fd().try_clone().unwrap(), CHAN_CTL_SIZE).unwrap(),
+            id: 7,
+            role,
+            st: Mutex::new(State {
+                seq: 0,
+                late: false,
+                in_service: false,
+                room: 0,
+                spin: DEFAULT_SPIN,
+            }),
+        };
+        (end(Role::Client), end(Role::Server), ctl)
+    }
+
+    #[test]
+    fn calls_carry_bytes_both_ways_between_threads() {
+        let (c, s, _ctl) = pair();
+        let server = std::thread::spawn(move || {
+            let mut b = vec![0u8; CHAN_MAX];
+            let mut n = s.receive(&mut b, Some(Duration::from_secs(10))).unwrap();
+            while &b[..n] != b"!" {
+                let r: Vec<u8> = b[..n].iter().rev().copied().collect();
+                n = s
+                    .reply_receive(&r, &mut b, Some(Duration::from_secs(10)))
+                    .unwrap();
+            }
+            // longer than the client's room: refused, the request stays
+            assert_eq!(s.reply(b"bye"), Err(errno(libc::EMSGSIZE)));
+            s.reply(b"ok").unwrap();
+        });
+        let mut resp = vec![0u8; CHAN_MAX];
+        for len in (0..=CHAN_MAX).step_by(97).chain([CHAN_MAX]) {
+            let req: Vec<u8> = (0..len).map(|i| (i * 13 + len) as u8).collect();
+            let n = c
+                .call(&req, &mut resp, Some(Duration::from_secs(10)))
+                .unwrap();
+            let want: Vec<u8> = req.iter().rev().copied().collect();
+            assert_eq!(&resp[..n], &want[..], "len {len}");
+        }
+        let big = vec![0u8; CHAN_MAX + 1];
+        assert_eq!(c.call(&big, &mut resp, None), Err(errno(libc::EMSGSIZE)));
+        // room for 2 bytes: the server's 3-byte reply is refused to it
+        let n = c
+            .call(b"!", &mut resp[..2], Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(&resp[..n], b"ok");
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_silent_server_times_out_and_its_late_answer_is_skipped() {
+        let (c, s, _ctl) = pair();
+        let mut resp = [0u8; 8];
+        let t0 = Instant::now();
+        let r = c.call(b"one", &mut resp, Some(Duration::from_millis(50)));
+        assert_eq!(r, Err(errno(libc::ETIMEDOUT)));
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        let server = std::thread::spawn(move || {
+            let mut b = [0u8; 8];
+            let n = s.receive(&mut b, None).unwrap();
+            assert_eq!(&b[..n], b"one");
+            s.reply(b"late").unwrap();
+            let n = s.receive(&mut b, None).unwrap();
+            assert_eq!(&b[..n], b"two");
+            s.reply(b"2").unwrap();
+        });
+        let n = c
+            .call(b"two", &mut resp, Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(&resp[..n], b"2");
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_revoked_channel_ends_a_wait_without_a_timeout_at_once() {
+        let (c, s, ctl) = pair();
+        let t = std::thread::spawn(move || {
+            let mut resp = [0u8; 8];
+            let t0 = Instant::now();
+            (c.call(b"x", &mut resp, None), t0.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        // as the executive's Chan::end: state, then both words moved, woken
+        ctl.u32(8).unwrap().store(3, SeqCst);
+        for off in [CHAN_CLIENT_OFF, CHAN_SERVER_OFF] {
+            let w = s.data.u32(off).unwrap();
+            w.fetch_xor(1 << 31, SeqCst);
+            mantle_sys::shm::futex_wake_all(w);
+        }
+        let (r, took) = t.join().unwrap();
+        assert_eq!(r, Err(errno(libc::ECONNRESET)));
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        let mut b = [0u8; 8];
+        assert_eq!(s.receive(&mut b, None), Err(errno(libc::ECONNRESET)));
+    }
+
+    #[test]
+    fn the_layout_fits_the_mapping() {
+        const { assert!(CHAN_SERVER_OFF + size_of::<ChanSide>() <= CHAN_REQ_OFF) };
+        const { assert!(CHAN_RESP_OFF + CHAN_MAX <= CHAN_DATA_SIZE) };
     }
 }

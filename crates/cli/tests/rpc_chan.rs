@@ -61,8 +61,11 @@ fn prog() -> &'static Path {
     })
 }
 
-/// A system file of guests (name, mode args, rpc_to).
-fn system(tag: &str, guests: &[(&str, &[&str], Option<&[&str]>)]) -> PathBuf {
+/// One guest: name, the mode's arguments, rpc_to.
+type Guest<'a> = (&'a str, &'a [&'a str], Option<&'a [&'a str]>);
+
+/// A system file of guests.
+fn system(tag: &str, guests: &[Guest]) -> PathBuf {
     let p = prog().to_str().unwrap().to_string();
     let mut t = String::new();
     for (name, args, to) in guests {
