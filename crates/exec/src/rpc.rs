@@ -27,6 +27,16 @@
 //! notification (caller killed or interrupted) frees its slot: found when
 //! it is answered, and by [`Rpc::sweep`] (every 100 ms).
 //!
+//! Channels (OP_RPC_CONNECT / OP_RPC_ACCEPT / OP_RPC_CLOSE): here only the
+//! broker. A CONNECT allowed by [`may_call`] (the system file's `rpc_to`)
+//! is held until its server's ACCEPT; then two memfds (the data, size
+//! sealed; the ctl page, sealed F_SEAL_FUTURE_WRITE after the executive
+//! mapped it, so only the executive writes it) are installed in both
+//! guests with SECCOMP_IOCTL_NOTIF_ADDFD, and the calls go directly between
+//! the guests (libmantle's `chan`). The executive ends a channel
+//! ([`Chan::end`]: ctl state, both futex words moved and woken) when a
+//! side's process or guest ends, when a side closes it, and when it ends.
+//!
 //! Not allocation-free: queues grow only up to their bounds
 //! ([`MAX_QUEUED`], [`MAX_RECEIVERS`], [`MAX_SERVING`]), preallocated at
 //! start-up.
