@@ -277,6 +277,132 @@ pub const fn rpc_recv_split(r: i64) -> (u32, usize) {
     )
 }
 
+// ---------------------------------------------------------------------
+// Guest <-> guest channels: the executive brokers, the guests call each
+// other directly through shared memory (docs/exec.md "RPC channels").
+//
+// `syscall(SYS_EXEC, OP_RPC_CONNECT, server)` in the client and
+// `syscall(SYS_EXEC, OP_RPC_ACCEPT)` in the server meet in the executive,
+// which checks that the client may call that server, creates two memfds
+// and installs both in both guests (SECCOMP_IOCTL_NOTIF_ADDFD); each call
+// answers [`chan_fds`] `(ctl << 32) | data`:
+//
+// * data (CHAN_DATA_SIZE bytes, read-write in both guests, size sealed):
+//
+// ```text
+// 0    ChanHdr   (written once by the executive; nobody needs to trust it)
+// 64   ChanSide  the client's line: seq (futex word), len, waiting, cpu, cap
+// 128  ChanSide  the server's line: seq (futex word), len, waiting, cpu, status
+// 4096 request bytes  (CHAN_MAX)
+// 8192 reply bytes    (CHAN_MAX)
+// ```
+//
+// * ctl (one page, written by the executive only: sealed
+//   F_SEAL_FUTURE_WRITE after the executive mapped it, so a guest can map
+//   it read-only and nothing else): [`ChanCtl`], `state` OPEN until the
+//   executive closes or revokes the channel.
+//
+// A call: the client copies the request, stores `len`, `cap`, then `seq`+1
+// (release) and wakes the server if its `waiting` is set; the server
+// answers by storing its own `len`, `status`, then `seq` = the request's
+// seq. Each side waits for the other's `seq` by spinning a bounded time
+// when the peer last ran on another CPU, then FUTEX_WAIT with `waiting` set.
+// Every field is peer-writable: each side reads each of the peer's fields
+// once into its own memory and bounds it (lengths ≤ CHAN_MAX and the cap
+// it asked for; status a small errno), and trusts only the ctl page.
+// ---------------------------------------------------------------------
+
+/// Connects this guest (the client) to server guest `a1`: held until the
+/// server accepts; answers [`chan_fds`].
+pub const OP_RPC_CONNECT: u64 = 6;
+/// Waits for a client to connect to this guest; answers [`chan_fds`].
+pub const OP_RPC_ACCEPT: u64 = 7;
+/// Closes channel `a1` (the `id` of its ctl page): the peer's calls then
+/// fail with ECONNRESET. Only its two guests may close it.
+pub const OP_RPC_CLOSE: u64 = 8;
+
+pub const CHAN_MAGIC: u32 = 0x4e48_434d; // "MCHN"
+pub const CHAN_VERSION: u32 = 1;
+/// Largest request or reply on a channel (the old RPC's bound).
+pub const CHAN_MAX: usize = RPC_MAX;
+/// Offsets in the data memfd.
+pub const CHAN_CLIENT_OFF: usize = 64;
+pub const CHAN_SERVER_OFF: usize = 128;
+pub const CHAN_REQ_OFF: usize = 4096;
+pub const CHAN_RESP_OFF: usize = CHAN_REQ_OFF + CHAN_MAX;
+pub const CHAN_DATA_SIZE: usize = CHAN_RESP_OFF + CHAN_MAX;
+pub const CHAN_CTL_SIZE: usize = 4096;
+
+/// `ChanCtl::state` values.
+pub const CHAN_OPEN: u32 = 1;
+/// Closed by one of its guests (OP_RPC_CLOSE).
+pub const CHAN_CLOSED: u32 = 2;
+/// Revoked by the executive: a guest of it ended, or the executive is ending.
+pub const CHAN_REVOKED: u32 = 3;
+
+/// `struct mantle_chan_hdr`: offset 0 of the data memfd.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ChanHdr {
+    pub magic: u32,
+    pub version: u32,
+    pub size: u32,
+    pub max: u32,
+    pub reserved: [u32; 12],
+}
+offsets!(ChanHdr: magic @ 0, version @ 4, size @ 8, max @ 12, reserved @ 16);
+const _: () = assert!(size_of::<ChanHdr>() == 64);
+
+/// `struct mantle_chan_side`: one guest's line in the data memfd (client
+/// at [`CHAN_CLIENT_OFF`], server at [`CHAN_SERVER_OFF`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ChanSide {
+    /// Client: the request's number (1, 2, ...); server: the number of
+    /// the request answered. The futex word.
+    pub seq: u32,
+    /// Bytes of the request (client) or reply (server).
+    pub len: u32,
+    /// 1 while this side sleeps in FUTEX_WAIT on the *peer's* seq.
+    pub waiting: u32,
+    /// The CPU this side last ran on (a hint: spin only across CPUs).
+    pub cpu: u32,
+    /// Client: room for the reply; server: 0 or an errno answered instead
+    /// of a reply (EMSGSIZE: the request was larger than the server's room).
+    pub arg: u32,
+    pub reserved: [u32; 11],
+}
+offsets!(ChanSide: seq @ 0, len @ 4, waiting @ 8, cpu @ 12, arg @ 16, reserved @ 20);
+const _: () = assert!(size_of::<ChanSide>() == 64);
+
+/// `struct mantle_chan_ctl`: the ctl page, written only by the executive.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct ChanCtl {
+    pub magic: u32,
+    pub version: u32,
+    /// [`CHAN_OPEN`], [`CHAN_CLOSED`] or [`CHAN_REVOKED`].
+    pub state: u32,
+    /// The channel's number in its executive (for OP_RPC_CLOSE).
+    pub id: u32,
+    pub client: u32,
+    pub server: u32,
+    pub reserved: [u32; 10],
+}
+offsets!(ChanCtl: magic @ 0, version @ 4, state @ 8, id @ 12, client @ 16, server @ 20,
+    reserved @ 24);
+const _: () = assert!(size_of::<ChanCtl>() == 64);
+
+/// Packs a CONNECT/ACCEPT result: both installed fds.
+pub const fn chan_fds(data: i32, ctl: i32) -> i64 {
+    ((ctl as i64) << 32) | data as i64
+}
+
+/// Unpacks a CONNECT/ACCEPT result (>= 0) into (data fd, ctl fd).
+pub const fn chan_fds_split(r: i64) -> (i32, i32) {
+    ((r & 0xffff_ffff) as i32, (r >> 32) as i32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +426,14 @@ mod tests {
             assert!(r > 0);
             assert_eq!(rpc_recv_split(r), (t, l));
         }
+    }
+
+    #[test]
+    fn channel_geometry() {
+        assert_eq!(CHAN_DATA_SIZE, 3 * 4096);
+        assert!(CHAN_SERVER_OFF + size_of::<ChanSide>() <= CHAN_REQ_OFF);
+        assert_eq!(chan_fds_split(chan_fds(3, 1 << 20)), (3, 1 << 20));
+        assert!(chan_fds(i32::MAX, i32::MAX) > 0);
     }
 
     #[test]

@@ -233,5 +233,6 @@ pub fn threads(name: &str) -> Result<Vec<ThreadInfo>, Error> {
 }
 
 pub mod capi;
+pub mod chan;
 pub mod comp;
 pub mod exec;

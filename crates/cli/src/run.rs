@@ -420,6 +420,7 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
                 },
                 sched: a.sched,
                 qos: None,
+                rpc_to: None,
             }],
             a.sched
                 .map(|_| mantle_exec::dispatch::DispatchOptions::default()),
@@ -459,6 +460,7 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
             sched: d.sched,
             qos: d.qos,
             enforce: built.enforce,
+            rpc_to: d.rpc_to.clone(),
         });
     }
     let system = a.system.is_some();

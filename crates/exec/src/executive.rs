@@ -123,6 +123,9 @@ pub struct GuestSpec {
     pub qos: Option<crate::qos::Rate>,
     /// What the kernel enforces for it (`agents::Built::enforce`).
     pub enforce: crate::enforce::Enforcement,
+    /// The guests (indexes) it may call by RPC or connect a channel to;
+    /// None: every guest (crate::rpc::may_call).
+    pub rpc_to: Option<Vec<usize>>,
 }
 
 /// How a guest ended.
@@ -343,6 +346,8 @@ impl Executive {
             })
             .collect::<Result<_, Error>>()?;
         let n_guests = prepared.len();
+        let mut rpc = Rpc::new(n_guests, std::process::id());
+        rpc.set_allowed(prepared.iter().map(|(s, _)| s.rpc_to.clone()).collect());
         let mut dispatch = match &opts.dispatch {
             Some(d) => {
                 let params: Vec<_> = prepared.iter().map(|(s, _)| s.sched).collect();
@@ -522,7 +527,7 @@ impl Executive {
             started_ms: status::now_unix_ms(),
             log,
             pending_opens: 0,
-            rpc: Rpc::new(n_guests, std::process::id()),
+            rpc,
             boosted: Vec::with_capacity(256),
             timers: Vec::with_capacity(64),
             dispatch,

@@ -23,8 +23,10 @@
 //!   Details and measurements: docs/exec-fast.md.
 //! * **Calls to the executive** ([`rpc`]): a reserved system call number
 //!   (mantle_abi::exec::SYS_EXEC) always in the protected path's filter:
-//!   a ping, and RPC between two guests through the executive
-//!   (libmantle's `mantle_exec_call`, `mantle_rpc_*`). Not on the fast path.
+//!   a ping, RPC between two guests through the executive
+//!   (libmantle's `mantle_exec_call`, `mantle_rpc_*`), and the broker of
+//!   guest ↔ guest channels, whose calls then bypass the executive
+//!   (`mantle_chan_*`). Not on the fast path.
 //! * Both paths feed the same [`agent::Chain`]; the application-kernel mode
 //!   (multicore issue) will reuse the same trap.
 //! * **Enforcement** ([`enforce`]): what an agent enforces (`--deny` by

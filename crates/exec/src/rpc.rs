@@ -27,18 +27,34 @@
 //! notification (caller killed or interrupted) frees its slot: found when
 //! it is answered, and by [`Rpc::sweep`] (every 100 ms).
 //!
+//! Channels (OP_RPC_CONNECT / OP_RPC_ACCEPT / OP_RPC_CLOSE): here only the
+//! broker. A CONNECT allowed by [`may_call`] (the system file's `rpc_to`)
+//! is held until its server's ACCEPT; then two memfds (the data, size
+//! sealed; the ctl page, sealed F_SEAL_FUTURE_WRITE after the executive
+//! mapped it, so only the executive writes it) are installed in both
+//! guests with SECCOMP_IOCTL_NOTIF_ADDFD, and the calls go directly between
+//! the guests (libmantle's `chan`). The executive ends a channel
+//! ([`Chan::end`]: ctl state, both futex words moved and woken) when a
+//! side's process or guest ends, when a side closes it, and when it ends.
+//!
 //! Not allocation-free: queues grow only up to their bounds
 //! ([`MAX_QUEUED`], [`MAX_RECEIVERS`], [`MAX_SERVING`]), preallocated at
 //! start-up.
 
 pub use mantle_abi::exec::SYS_EXEC;
 use mantle_abi::exec::{
-    rpc_recv_result, OP_PING, OP_RPC_CALL, OP_RPC_RECV, OP_RPC_REPLY, OP_RPC_REPLY_RECV, RPC_MAX,
-    RPC_TOKEN_MAX,
+    chan_fds, rpc_recv_result, ChanCtl, ChanHdr, ChanSide, CHAN_CLIENT_OFF, CHAN_CLOSED,
+    CHAN_CTL_SIZE, CHAN_DATA_SIZE, CHAN_MAGIC, CHAN_MAX, CHAN_OPEN, CHAN_REVOKED, CHAN_SERVER_OFF,
+    CHAN_VERSION, OP_PING, OP_RPC_ACCEPT, OP_RPC_CALL, OP_RPC_CLOSE, OP_RPC_CONNECT, OP_RPC_RECV,
+    OP_RPC_REPLY, OP_RPC_REPLY_RECV, RPC_MAX, RPC_TOKEN_MAX,
 };
 use mantle_sys::seccomp::Listener;
+use mantle_sys::shm::{futex_wake_all, SharedMem};
 use mantle_sys::supervise;
 use std::collections::VecDeque;
+use std::mem::offset_of;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::Ordering::SeqCst;
 
 /// Requests queued per server guest before -EAGAIN.
 pub const MAX_QUEUED: usize = 256;
@@ -46,6 +62,83 @@ pub const MAX_QUEUED: usize = 256;
 pub const MAX_RECEIVERS: usize = 64;
 /// Requests in service (received, not replied to) before -EAGAIN.
 pub const MAX_SERVING: usize = 1024;
+
+/// Channels open at once (each: two memfds mapped in the executive).
+pub const MAX_CHANNELS: usize = 256;
+/// Connects waiting for one server guest's accept before -EAGAIN.
+pub const MAX_CONNECTING: usize = 64;
+
+/// Who may call whom: `allow[c]` lists the servers guest `c` may call
+/// (RPC_CALL, RPC_CONNECT); None: every guest of its system (the default,
+/// as before channels existed). Pure: the broker's permission check.
+pub fn may_call(allow: &[Option<Vec<usize>>], client: usize, server: usize) -> bool {
+    match allow.get(client) {
+        Some(Some(list)) => list.contains(&server),
+        Some(None) => true,
+        None => false,
+    }
+}
+
+/// A held CONNECT or ACCEPT.
+#[derive(Clone, Copy, Debug)]
+struct Party {
+    guest: usize,
+    id: u64,
+    tid: u32,
+}
+
+/// A channel the executive brokered: its two memfds (the executive's
+/// mappings: it writes the ctl page, the guests cannot) and a pidfd of
+/// each side's process, so that a side whose process ended revokes the
+/// channel even while its guest lives on in other processes.
+struct Chan {
+    id: u32,
+    client: usize,
+    server: usize,
+    data: SharedMem,
+    ctl: SharedMem,
+    pidfds: [Option<OwnedFd>; 2],
+}
+
+impl Chan {
+    /// Tells both sides the channel is over (`state`), and wakes them:
+    /// the ctl page first, then each side's futex word changed (so that a
+    /// side about to sleep on the value it read does not), then woken.
+    /// A side rereads the ctl page after every wake-up and before it
+    /// believes a change of its peer's word.
+    fn end(&self, state: u32) {
+        if let Some(w) = self.ctl.u32(offset_of!(ChanCtl, state)) {
+            w.store(state, SeqCst);
+        }
+        for side in [CHAN_CLIENT_OFF, CHAN_SERVER_OFF] {
+            if let Some(w) = self.data.u32(side + offset_of!(ChanSide, seq)) {
+                w.fetch_xor(1 << 31, SeqCst);
+                futex_wake_all(w);
+            }
+        }
+    }
+
+    /// Whether the process of either side has ended.
+    fn a_side_ended(&self) -> bool {
+        self.pidfds.iter().flatten().any(|fd| {
+            let mut p = [libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            matches!(supervise::poll(&mut p, 0), Ok(n) if n > 0)
+        })
+    }
+}
+
+/// The process (thread group) of thread `tid`, from /proc: read once when
+/// a channel is made, with the notification re-validated afterwards.
+fn tgid_of(tid: u32) -> Option<u32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
 
 /// The guests as the RPC layer sees them.
 pub trait Peers {
@@ -90,6 +183,9 @@ pub struct RpcStats {
     pub pings: u64,
     pub calls: u64,
     pub replies: u64,
+    /// Channels made, and ended (closed by a side or revoked).
+    pub channels: u64,
+    pub channels_ended: u64,
     /// Calls refused (bad argument, no server, full queue...).
     pub refused: u64,
     /// Notifications found gone (caller killed or interrupted).
@@ -104,6 +200,11 @@ pub struct Rpc {
     next_token: u32,
     buf: Vec<u8>,
     pid: u32,
+    allow: Vec<Option<Vec<usize>>>,
+    connecting: Vec<VecDeque<Party>>,
+    accepting: Vec<Vec<Party>>,
+    chans: Vec<Chan>,
+    next_chan: u32,
     pub stats: RpcStats,
 }
 
@@ -166,8 +267,29 @@ impl Rpc {
             next_token: 1,
             buf: vec![0u8; RPC_MAX],
             pid,
+            allow: vec![None; guests],
+            connecting: (0..guests)
+                .map(|_| VecDeque::with_capacity(MAX_CONNECTING))
+                .collect(),
+            accepting: (0..guests)
+                .map(|_| Vec::with_capacity(MAX_RECEIVERS))
+                .collect(),
+            chans: Vec::with_capacity(MAX_CHANNELS),
+            next_chan: 1,
             stats: RpcStats::default(),
         }
+    }
+
+    /// Who may call whom ([`may_call`]); one entry per guest.
+    pub fn set_allowed(&mut self, allow: Vec<Option<Vec<usize>>>) {
+        if allow.len() == self.allow.len() {
+            self.allow = allow;
+        }
+    }
+
+    /// Channels open now.
+    pub fn channels(&self) -> usize {
+        self.chans.len()
     }
 
     /// Calls held (unanswered) for guest `g`: its queued requests, its
@@ -181,7 +303,14 @@ impl Rpc {
             .count();
         let r = self.receivers.get(g).map_or(0, |v| v.len());
         let s = self.serving.iter().filter(|s| s.req.client == g).count();
-        (q + r + s) as u64
+        let c = self
+            .connecting
+            .iter()
+            .flatten()
+            .filter(|c| c.guest == g)
+            .count();
+        let a = self.accepting.get(g).map_or(0, |v| v.len());
+        (q + r + s + c + a) as u64
     }
 
     /// One [`SYS_EXEC`] notification `id` of guest `g`'s thread `tid`.
@@ -217,6 +346,20 @@ impl Rpc {
                     Err(e) => Err(e),
                 }
             }
+            OP_RPC_CONNECT => match self.connect(p, g, id, tid, args[1]) {
+                Ok(()) => return,
+                Err(e) => Err(e),
+            },
+            OP_RPC_ACCEPT => {
+                if self.accepting[g].len() >= MAX_RECEIVERS {
+                    Err(libc::EAGAIN)
+                } else {
+                    self.accepting[g].push(Party { guest: g, id, tid });
+                    self.pair(p, g);
+                    return;
+                }
+            }
+            OP_RPC_CLOSE => self.close(g, args[1]).map(|()| 0),
             _ => Err(libc::EINVAL),
         };
         if r.is_err() {
@@ -236,6 +379,10 @@ impl Rpc {
         a: &[u64; 6],
     ) -> Result<(), Errno> {
         let server = usize::try_from(a[1]).map_err(|_| libc::ESRCH)?;
+        // permission first: a guest that may not call learns nothing more
+        if !may_call(&self.allow, g, server) {
+            return Err(libc::EACCES);
+        }
         if server >= p.count() || p.listener(server).is_none() {
             return Err(libc::ESRCH);
         }
@@ -350,6 +497,170 @@ impl Rpc {
         }
     }
 
+    /// CONNECT from guest `g` to guest `server`: checked, then held until
+    /// the server accepts.
+    fn connect(
+        &mut self,
+        p: &dyn Peers,
+        g: usize,
+        id: u64,
+        tid: u32,
+        server: u64,
+    ) -> Result<(), Errno> {
+        let server = usize::try_from(server).map_err(|_| libc::ESRCH)?;
+        if !may_call(&self.allow, g, server) {
+            return Err(libc::EACCES);
+        }
+        if server >= p.count() || p.listener(server).is_none() {
+            return Err(libc::ESRCH);
+        }
+        if self.connecting[server].len() >= MAX_CONNECTING {
+            return Err(libc::EAGAIN);
+        }
+        self.connecting[server].push_back(Party { guest: g, id, tid });
+        self.pair(p, server);
+        Ok(())
+    }
+
+    /// Makes channels between server `s`'s held ACCEPTs and the CONNECTs
+    /// to it, in arrival order.
+    fn pair(&mut self, p: &dyn Peers, s: usize) {
+        while !self.connecting[s].is_empty() && !self.accepting[s].is_empty() {
+            let Some(sl) = p.listener(s) else { return };
+            let acc = self.accepting[s][0];
+            if !pending(sl, acc.id) {
+                self.accepting[s].remove(0);
+                self.stats.vanished += 1;
+                continue;
+            }
+            let Some(con) = self.connecting[s].pop_front() else {
+                return;
+            };
+            let Some(cl) = p.listener(con.guest).filter(|l| pending(l, con.id)) else {
+                self.stats.vanished += 1;
+                continue;
+            };
+            if self.chans.len() >= MAX_CHANNELS {
+                self.stats.refused += 1;
+                if !answer(cl, con.id, Err(libc::EMFILE)) {
+                    self.stats.vanished += 1;
+                }
+                continue;
+            }
+            let chan = match self.make_chan(&con, &acc, s) {
+                Ok(c) => c,
+                Err(e) => {
+                    self.stats.refused += 1;
+                    if !answer(cl, con.id, Err(e)) {
+                        self.stats.vanished += 1;
+                    }
+                    continue;
+                }
+            };
+            // the server first: if its thread is gone, the client waits
+            // for the next acceptor (fds already installed in a process
+            // whose accepting thread vanished stay there, close-on-exec,
+            // until it closes them or ends)
+            let Ok(sv) = install(sl, acc.id, &chan) else {
+                self.accepting[s].remove(0);
+                self.stats.vanished += 1;
+                self.connecting[s].push_front(con);
+                continue;
+            };
+            self.accepting[s].remove(0);
+            match install(cl, con.id, &chan) {
+                Ok(cv) => {
+                    let _ = answer(cl, con.id, Ok(cv));
+                }
+                Err(()) => {
+                    // the client vanished: the server gets an ended channel
+                    self.stats.vanished += 1;
+                    chan.end(CHAN_REVOKED);
+                }
+            }
+            if !answer(sl, acc.id, Ok(sv)) {
+                self.stats.vanished += 1;
+            }
+            self.stats.channels += 1;
+            self.chans.push(chan);
+        }
+    }
+
+    /// A new channel between `con` (client) and `acc` (server guest `s`).
+    fn make_chan(&mut self, con: &Party, acc: &Party, s: usize) -> Result<Chan, Errno> {
+        let errno = |e: std::io::Error| e.raw_os_error().unwrap_or(libc::ENOMEM);
+        let data = SharedMem::create(c"mantle-chan", CHAN_DATA_SIZE).map_err(errno)?;
+        data.seal_size().map_err(errno)?;
+        let ctl = SharedMem::create(c"mantle-chan-ctl", CHAN_CTL_SIZE).map_err(errno)?;
+        let id = self.next_chan;
+        self.next_chan = self.next_chan.wrapping_add(1).max(1);
+        let hdr = ChanHdr {
+            magic: CHAN_MAGIC,
+            version: CHAN_VERSION,
+            size: CHAN_DATA_SIZE as u32,
+            max: CHAN_MAX as u32,
+            reserved: [0; 12],
+        };
+        let c = ChanCtl {
+            magic: CHAN_MAGIC,
+            version: CHAN_VERSION,
+            state: CHAN_OPEN,
+            id,
+            client: con.guest as u32,
+            server: s as u32,
+            reserved: [0; 10],
+        };
+        use mantle_abi::IntoBytes;
+        data.copy_in(0, hdr.as_bytes());
+        // no side has run yet: "another CPU" until each says where it runs
+        for side in [CHAN_CLIENT_OFF, CHAN_SERVER_OFF] {
+            if let Some(w) = data.u32(side + offset_of!(ChanSide, cpu)) {
+                w.store(u32::MAX, SeqCst);
+            }
+        }
+        ctl.copy_in(0, c.as_bytes());
+        ctl.seal_read_only_for_others().map_err(errno)?;
+        // each side's process, to revoke the channel when it ends; a
+        // thread that cannot be looked up (gone already) leaves None and
+        // its notification's re-validation catches it
+        let pidfd = |tid: u32| tgid_of(tid).and_then(|t| mantle_sys::os::pidfd_open(t, false).ok());
+        Ok(Chan {
+            id,
+            client: con.guest,
+            server: s,
+            pidfds: [pidfd(con.tid), pidfd(acc.tid)],
+            data,
+            ctl,
+        })
+    }
+
+    /// OP_RPC_CLOSE of channel `id` by guest `g` (one of its two guests).
+    fn close(&mut self, g: usize, id: u64) -> Result<(), Errno> {
+        let k = self
+            .chans
+            .iter()
+            .position(|c| u64::from(c.id) == id && (c.client == g || c.server == g))
+            .ok_or(libc::ENOENT)?;
+        let c = self.chans.swap_remove(k);
+        c.end(CHAN_CLOSED);
+        self.stats.channels_ended += 1;
+        Ok(())
+    }
+
+    /// Revokes every channel of guest `g` (the executive's decision: the
+    /// guests learn it from the ctl page they cannot write).
+    pub fn revoke_guest(&mut self, g: usize) {
+        let before = self.chans.len();
+        self.chans.retain(|c| {
+            let hit = c.client == g || c.server == g;
+            if hit {
+                c.end(CHAN_REVOKED);
+            }
+            !hit
+        });
+        self.stats.channels_ended += (before - self.chans.len()) as u64;
+    }
+
     fn token(&mut self) -> u32 {
         loop {
             let t = self.next_token;
@@ -424,6 +735,41 @@ impl Rpc {
         let mut sv = std::mem::take(&mut self.serving);
         sv.retain(|s| self.keep_held(p, &s.req, p.listener(s.server).is_none()));
         self.serving = sv;
+        self.sweep_channels(p);
+    }
+
+    /// Revokes the channels one of whose guests, or processes, ended;
+    /// drops held CONNECTs/ACCEPTs that vanished, and answers -ECONNRESET
+    /// to the CONNECTs of a server guest that ended.
+    fn sweep_channels(&mut self, p: &dyn Peers) {
+        let before = self.chans.len();
+        self.chans.retain(|c| {
+            let gone = p.listener(c.client).is_none()
+                || p.listener(c.server).is_none()
+                || c.a_side_ended();
+            if gone {
+                c.end(CHAN_REVOKED);
+            }
+            !gone
+        });
+        self.stats.channels_ended += (before - self.chans.len()) as u64;
+        for s in 0..self.connecting.len() {
+            let server_gone = p.listener(s).is_none();
+            let mut q = std::mem::take(&mut self.connecting[s]);
+            q.retain(|c| match p.listener(c.guest) {
+                None => false,
+                Some(l) if server_gone => {
+                    let _ = answer(l, c.id, Err(libc::ECONNRESET));
+                    false
+                }
+                Some(l) => pending(l, c.id),
+            });
+            self.connecting[s] = q;
+            match p.listener(s) {
+                Some(l) => self.accepting[s].retain(|a| pending(l, a.id)),
+                None => self.accepting[s].clear(),
+            }
+        }
     }
 
     fn keep_held(&mut self, p: &dyn Peers, r: &Req, server_gone: bool) -> bool {
@@ -444,8 +790,25 @@ impl Rpc {
         }
     }
 
-    /// Answers every held call with -ECONNRESET (the executive is ending).
+    /// Answers every held call with -ECONNRESET (the executive is ending)
+    /// and revokes every channel.
     pub fn drain(&mut self, p: &dyn Peers) {
+        for c in self.chans.drain(..) {
+            c.end(CHAN_REVOKED);
+            self.stats.channels_ended += 1;
+        }
+        for (s, q) in self.connecting.iter_mut().enumerate() {
+            for c in q.drain(..) {
+                if let Some(l) = p.listener(c.guest) {
+                    let _ = answer(l, c.id, Err(libc::ECONNRESET));
+                }
+            }
+            if let Some(l) = p.listener(s) {
+                for a in self.accepting[s].drain(..) {
+                    let _ = answer(l, a.id, Err(libc::ECONNRESET));
+                }
+            }
+        }
         let queued: Vec<Req> = self.queued.iter_mut().flat_map(|q| q.drain(..)).collect();
         let serving: Vec<Req> = self.serving.drain(..).map(|s| s.req).collect();
         for r in queued.iter().chain(serving.iter()) {
@@ -463,9 +826,63 @@ impl Rpc {
     }
 }
 
+/// Installs a channel's two fds in the target of notification `id`
+/// (close-on-exec); the CONNECT/ACCEPT result that names them.
+fn install(l: &Listener, id: u64, c: &Chan) -> Result<i64, ()> {
+    let flags = libc::O_CLOEXEC as u32;
+    let d = l
+        .addfd(id, c.data.fd().as_fd(), 0, 0, flags)
+        .map_err(|_| ())?;
+    let k = l
+        .addfd(id, c.ctl.fd().as_fd(), 0, 0, flags)
+        .map_err(|_| ())?;
+    Ok(chan_fds(d, k))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_broker_lets_a_guest_call_only_the_servers_it_was_given() {
+        // guest 0 may call anyone, guest 1 only guest 2, guest 2 nobody
+        let allow = vec![None, Some(vec![2]), Some(vec![])];
+        assert!(may_call(&allow, 0, 1) && may_call(&allow, 0, 2) && may_call(&allow, 0, 0));
+        assert!(may_call(&allow, 1, 2));
+        assert!(!may_call(&allow, 1, 0) && !may_call(&allow, 1, 1));
+        assert!(!may_call(&allow, 2, 0) && !may_call(&allow, 2, 1));
+        // a guest the table does not know may call nobody
+        assert!(!may_call(&allow, 3, 0) && !may_call(&allow, usize::MAX, 0));
+    }
+
+    #[test]
+    fn an_ended_channel_says_so_on_the_page_guests_cannot_write_and_moves_both_words() {
+        let data = SharedMem::create(c"t", CHAN_DATA_SIZE).unwrap();
+        let ctl = SharedMem::create(c"t", CHAN_CTL_SIZE).unwrap();
+        ctl.u32(offset_of!(ChanCtl, state))
+            .unwrap()
+            .store(CHAN_OPEN, SeqCst);
+        let c = Chan {
+            id: 1,
+            client: 0,
+            server: 1,
+            data,
+            ctl,
+            pidfds: [None, None],
+        };
+        let w = |off| {
+            c.data
+                .u32(off + offset_of!(ChanSide, seq))
+                .unwrap()
+                .load(SeqCst)
+        };
+        let (a, b) = (w(CHAN_CLIENT_OFF), w(CHAN_SERVER_OFF));
+        c.end(CHAN_REVOKED);
+        assert_eq!(c.ctl.u32(8).unwrap().load(SeqCst), CHAN_REVOKED);
+        assert_ne!(w(CHAN_CLIENT_OFF), a);
+        assert_ne!(w(CHAN_SERVER_OFF), b);
+        assert!(!c.a_side_ended());
+    }
 
     #[test]
     fn lengths_are_bounded() {

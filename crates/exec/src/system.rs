@@ -151,6 +151,8 @@ struct GuestEntry {
     /// Items per second, or "best-effort" (the executive reads its
     /// sockets, Figure 7).
     qos: Option<toml::Value>,
+    /// The guests (names) it may call by RPC; absent: every guest.
+    rpc_to: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +174,9 @@ pub struct GuestDef {
     pub sched: Option<crate::sched::Params>,
     /// Its I/O reservation (the executive reads its sockets).
     pub qos: Option<crate::qos::Rate>,
+    /// The guests (indexes) it may call by RPC or connect a channel to
+    /// (`rpc_to = ["name", ...]`); None: every guest.
+    pub rpc_to: Option<Vec<usize>>,
 }
 
 /// Parses a system file's text.
@@ -181,6 +186,7 @@ pub fn parse(text: &str) -> Result<System, String> {
         return Err("no [[guest]] in the system file".into());
     }
     let mut out = Vec::new();
+    let mut rpc_names = Vec::new();
     for (i, g) in f.guest.into_iter().enumerate() {
         let Some(first) = g.command.first() else {
             return Err(format!("guest {}: empty command", i + 1));
@@ -216,7 +222,9 @@ pub fn parse(text: &str) -> Result<System, String> {
                 ))
             }
         };
+        rpc_names.push(g.rpc_to.clone());
         out.push(GuestDef {
+            rpc_to: None,
             qos,
             sched,
             name,
@@ -239,6 +247,21 @@ pub fn parse(text: &str) -> Result<System, String> {
             },
             trace_out,
         });
+    }
+    // names resolved once every guest is known (a guest may name a later one)
+    for (i, names) in rpc_names.into_iter().enumerate() {
+        let Some(names) = names else { continue };
+        let mut to = Vec::new();
+        for n in &names {
+            let Some(k) = out.iter().position(|o| &o.name == n) else {
+                return Err(format!(
+                    "guest {}: rpc_to: no guest named {n:?}",
+                    out[i].name
+                ));
+            };
+            to.push(k);
+        }
+        out[i].rpc_to = Some(to);
     }
     let dispatch = match f.dispatch {
         None => None,
@@ -308,6 +331,33 @@ trace = "/tmp/t"
         assert!(parse("[[guest]]\ncommand = []\n").is_err());
         assert!(parse("").is_err());
         assert!(parse("[[guest]]\ncommand=[\"a\"]\n[[guest]]\ncommand=[\"a\"]\n").is_err());
+    }
+
+    #[test]
+    fn rpc_to_names_guests_and_refuses_strangers() {
+        let g = parse(
+            r#"
+[[guest]]
+name = "client"
+command = ["a"]
+rpc_to = ["server"]
+[[guest]]
+name = "server"
+command = ["b"]
+rpc_to = []
+[[guest]]
+name = "free"
+command = ["c"]
+"#,
+        )
+        .unwrap()
+        .guests;
+        assert_eq!(g[0].rpc_to, Some(vec![1]));
+        assert_eq!(g[1].rpc_to, Some(vec![]));
+        assert_eq!(g[2].rpc_to, None);
+        let e =
+            parse("[[guest]]\nname = \"a\"\ncommand = [\"x\"]\nrpc_to = [\"nope\"]\n").unwrap_err();
+        assert!(e.contains("no guest named \"nope\""), "{e}");
     }
 
     #[test]

@@ -90,6 +90,7 @@ fn allocations_serving(guest: &std::path::Path, calls: u32) -> u64 {
             sched: None,
             qos: None,
             enforce: Default::default(),
+            rpc_to: None,
         }],
         Box::new(|m| eprintln!("executive: {m}")),
     )

@@ -34,6 +34,7 @@ fn spec(name: &str, argv: &[&str], agents: Vec<Box<dyn Agent>>) -> GuestSpec {
         sched: None,
         qos: None,
         enforce: Default::default(),
+        rpc_to: None,
     }
 }
 

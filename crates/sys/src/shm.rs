@@ -13,6 +13,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 /// A shared mapping of a memfd of its own.
@@ -87,6 +88,22 @@ impl SharedMem {
     /// path holds the fd). Sealed, ftruncate fails with EPERM for everyone.
     pub fn seal_size(&self) -> io::Result<()> {
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our own fd with integer arguments.
+        if unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Seals the memfd's size and all writes but those through mappings
+    /// that exist now (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_FUTURE_WRITE,
+    /// F_SEAL_SEAL): this mapping stays writable; anyone given the fd can
+    /// map it read-only only (a writable shared mmap, write(2), and an
+    /// mprotect to writable fail), however they reopen it. Why: a page the
+    /// owner writes and others may only read (a channel's ctl page).
+    pub fn seal_read_only_for_others(&self) -> io::Result<()> {
+        let seals =
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SEAL;
         // SAFETY: fcntl on our own fd with integer arguments.
         if unsafe { libc::fcntl(self.fd.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
             return Err(io::Error::last_os_error());
@@ -199,6 +216,68 @@ impl SharedMem {
             .map(|p| unsafe { AtomicU64::from_ptr(p.cast()) })
     }
 
+    /// Copies `out.len()` bytes at `off` into `out`, eight at a time
+    /// through atomic loads (another process may be writing them: `out`
+    /// gets some value of each word, never a torn pointer into Rust);
+    /// false if they are not inside.
+    pub fn copy_out(&self, off: usize, out: &mut [u8]) -> bool {
+        if off.checked_add(out.len()).is_none_or(|e| e > self.len) {
+            return false;
+        }
+        // SAFETY: off + out.len() <= len: inside the mapping.
+        let src = unsafe { self.base.add(off) };
+        let n = out.len();
+        let head = src.align_offset(8).min(n);
+        let (a, rest) = out.split_at_mut(head);
+        let mut words = rest.chunks_exact_mut(8);
+        for (k, b) in a.iter_mut().enumerate() {
+            // SAFETY: inside the mapping (checked above); bytes are atomics.
+            *b = unsafe { AtomicU8::from_ptr(src.add(k)) }.load(Relaxed);
+        }
+        for (k, w) in (&mut words).enumerate() {
+            // SAFETY: inside and 8-aligned (head skipped to alignment).
+            let v = unsafe { AtomicU64::from_ptr(src.add(head + 8 * k).cast()) }.load(Relaxed);
+            w.copy_from_slice(&v.to_le_bytes());
+        }
+        let done = head + (n - head) / 8 * 8;
+        for (k, b) in words.into_remainder().iter_mut().enumerate() {
+            // SAFETY: inside the mapping.
+            *b = unsafe { AtomicU8::from_ptr(src.add(done + k)) }.load(Relaxed);
+        }
+        true
+    }
+
+    /// Stores `bytes` at `off`, eight at a time where aligned (atomic
+    /// stores: another process may be reading); false if they do not fit.
+    pub fn copy_in(&self, off: usize, bytes: &[u8]) -> bool {
+        if off.checked_add(bytes.len()).is_none_or(|e| e > self.len) {
+            return false;
+        }
+        // SAFETY: off + bytes.len() <= len: inside the mapping.
+        let dst = unsafe { self.base.add(off) };
+        let head = dst.align_offset(8).min(bytes.len());
+        let (a, rest) = bytes.split_at(head);
+        let words = rest.chunks_exact(8);
+        for (k, &b) in a.iter().enumerate() {
+            // SAFETY: inside the mapping; bytes are atomics.
+            unsafe { AtomicU8::from_ptr(dst.add(k)) }.store(b, Relaxed);
+        }
+        let tail = words.remainder();
+        for (k, w) in words.enumerate() {
+            let mut v = [0u8; 8];
+            v.copy_from_slice(w);
+            // SAFETY: inside and 8-aligned.
+            unsafe { AtomicU64::from_ptr(dst.add(head + 8 * k).cast()) }
+                .store(u64::from_le_bytes(v), Relaxed);
+        }
+        let done = head + (bytes.len() - head) / 8 * 8;
+        for (k, &b) in tail.iter().enumerate() {
+            // SAFETY: inside the mapping.
+            unsafe { AtomicU8::from_ptr(dst.add(done + k)) }.store(b, Relaxed);
+        }
+        true
+    }
+
     /// Stores `bytes` at `off` byte by byte (atomically each: another
     /// process may be reading); false if they do not fit.
     pub fn write_bytes(&self, off: usize, bytes: &[u8]) -> bool {
@@ -253,10 +332,23 @@ pub fn futex_wake(word: &AtomicU32) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1) };
 }
 
+/// FUTEX_WAKE every waiter of a word shared with other processes.
+pub fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: word is a valid aligned u32; FUTEX_WAKE reads nothing else.
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX) };
+}
+
+/// The CPU this thread runs on now (getcpu through the vDSO; a hint, it
+/// may have moved by the time it is used); None if unknown.
+pub fn current_cpu() -> Option<u32> {
+    // SAFETY: no arguments; returns -1 on failure.
+    let c = unsafe { libc::sched_getcpu() };
+    u32::try_from(c).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
     fn accessors_check_bounds_and_alignment() {
@@ -291,6 +383,61 @@ mod tests {
         assert_eq!(r, -1);
         m.u64(8184).unwrap().store(1, Relaxed);
         assert_eq!(m.len(), 8192);
+    }
+
+    #[test]
+    fn copies_in_and_out_at_any_alignment_and_stay_inside() {
+        let m = SharedMem::create(c"mantle-test", 4096).unwrap();
+        let src: Vec<u8> = (0..100u8).collect();
+        for off in [0, 1, 7, 8, 4096 - 100] {
+            assert!(m.copy_in(off, &src));
+            let mut out = vec![0u8; 100];
+            assert!(m.copy_out(off, &mut out));
+            assert_eq!(out, src, "at {off}");
+        }
+        let mut out = vec![0u8; 100];
+        assert!(!m.copy_in(4097 - 100, &src));
+        assert!(!m.copy_out(usize::MAX - 10, &mut out));
+    }
+
+    #[test]
+    fn a_page_sealed_read_only_for_others_cannot_be_written_through_the_fd() {
+        let m = SharedMem::create(c"mantle-test", 4096).unwrap();
+        m.seal_read_only_for_others().unwrap();
+        m.u32(0).unwrap().store(5, Relaxed); // the owner's mapping stays writable
+        let path = format!("/proc/self/fd/{}", m.fd().as_raw_fd());
+        // a reopened fd: writes refused
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        use std::io::Write;
+        assert_eq!(
+            (&f).write(b"x").unwrap_err().raw_os_error(),
+            Some(libc::EPERM)
+        );
+        let fd = OwnedFd::from(f);
+        // a writable shared mapping: refused
+        // SAFETY: a new mapping of our own fd, unmapped below if made.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        assert_eq!(p, libc::MAP_FAILED);
+        // read-only: fine, and cannot be made writable
+        let r = SharedMem::map_readonly(fd, 4096).unwrap();
+        assert_eq!(r.u32(0).unwrap().load(Relaxed), 5);
+        // SAFETY: mprotect of our own read-only mapping; expected to fail.
+        let rc =
+            unsafe { libc::mprotect(r.base().cast(), 4096, libc::PROT_READ | libc::PROT_WRITE) };
+        assert_eq!(rc, -1);
     }
 
     #[test]
