@@ -1060,6 +1060,13 @@ impl Executive {
 
     fn boost(&mut self, tid: u32) {
         let Some(p) = self.opts.boost else { return };
+        if self.dispatch.is_some() {
+            // the dispatcher gives the guests' threads their host class
+            // (crate::dispatch): a released thread of a guest not
+            // dispatched must not run, one of the dispatched guest runs
+            // at its class already
+            return;
+        }
         if self.boosted.contains(&tid) || self.boosted.len() == self.boosted.capacity() {
             return;
         }
