@@ -17,6 +17,19 @@
 //! WUNTRACED, a shell's job control). Freezing is invisible to the guests,
 //! takes whole process trees, and leaves them at their normal policy.
 //!
+//! Freezing keeps guests off the CPU; host classes give the dispatched
+//! one its CPU (issue 29, docs/exec-sched.md): a dispatched reservation
+//! (EDF, fixed priority) runs at SCHED_RR `rt_priority` (below the
+//! executive), bounded to `rt_share_ppb` of every `rt_window` of its CPU
+//! (past it SCHED_OTHER until the window ends: real-time time that starves
+//! the host's normal tasks makes the kernel's fair server preempt every
+//! real-time task, the executive included); a dispatched best-effort guest
+//! runs at SCHED_OTHER; a blocked guest left thawed (so that its wake-up
+//! is seen: freezing would take a sleeping task out of its call) is
+//! SCHED_IDLE, so that woken it takes no CPU from the dispatched one until
+//! the next check freezes or picks it. (Thawed at SCHED_OTHER it ran by
+//! fair share, undispatched: the leak issue 29 measured.)
+//!
 //! The policy is [`crate::sched::Standard`] (EDF over fixed priority over
 //! round robin), one task per guest (a guest's threads share its turns by
 //! the host's fair share). Events: the executive asks [`Dispatcher::tick`]
@@ -25,8 +38,8 @@
 //! guest is blocked when none of its threads is runnable (read from
 //! /proc/TID/stat of each tid in `cgroup.threads`: a thread waiting for
 //! the executive's answer sleeps like one blocked in the kernel), checked
-//! every `check` while it is dispatched; a blocked guest stays thawed
-//! (it uses no CPU) so that its wake-up can be seen, and is frozen again
+//! every `check` while it is dispatched; a blocked guest stays thawed,
+//! at SCHED_IDLE, so that its wake-up can be seen, and is frozen again
 //! when it becomes runnable and is not picked.
 //!
 //! Several CPUs (`cpus = [0, 1]`): partitioned, each guest on one CPU
@@ -52,7 +65,7 @@
 //!
 //! Not yet: global (migrating) multiprocessor scheduling; a guest's
 //! wake-up from a kernel block is seen up to `check` late, and runs
-//! meanwhile.
+//! meanwhile only in its CPU's idle time (SCHED_IDLE).
 
 use crate::sched::partition::{partition, PartitionError};
 use crate::sched::{AdmitError, ChangeError, Params, Policy, Standard, TaskId, UnknownTask, PPB};
