@@ -99,7 +99,8 @@ pub struct DispatchOptions {
     pub per: Unit,
     /// The host priority (SCHED_RR) a dispatched reservation (EDF or
     /// fixed priority) runs at: below the executive's, so that the
-    /// executive always preempts it.
+    /// executive always preempts it (lowered to the executive's priority
+    /// minus one; 0: SCHED_OTHER, as when the executive is not real-time).
     pub rt_priority: i32,
     /// Real-time time per CPU is bounded: at most `rt_share_ppb` of every
     /// `rt_window` is given at `rt_priority`; past it, the dispatched
@@ -402,6 +403,17 @@ impl Dispatcher {
         t.class = Some(c);
     }
 
+    /// The executive runs at SCHED_FIFO `prio` (None: normal priority):
+    /// dispatched reservations run real-time below it (`rt_priority`,
+    /// lowered to `prio - 1`), or at SCHED_OTHER if it is not real-time
+    /// (a real-time guest would keep a normal executive from deciding).
+    pub fn below_executive(&mut self, prio: Option<i32>) {
+        self.opts.rt_priority = match prio {
+            Some(p) => self.opts.rt_priority.min(p - 1),
+            None => 0,
+        };
+    }
+
     fn rt_cap_ns(&self) -> u64 {
         (self.opts.rt_window.as_nanos() as u64).saturating_mul(self.opts.rt_share_ppb) / PPB
     }
@@ -415,7 +427,7 @@ impl Dispatcher {
             part.policy.params(TaskId(k as u32)),
             Some(Params::Edf { .. } | Params::Fixed { .. })
         );
-        if !reserved {
+        if !reserved || self.opts.rt_priority < 1 {
             return (HostClass::Other, None);
         }
         let cap = self.rt_cap_ns();

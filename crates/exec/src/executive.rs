@@ -455,6 +455,12 @@ impl Executive {
                 }),
             )
         };
+        // dispatched reservations run real-time below the executive, or
+        // not at all real-time if the executive is not (it must preempt
+        // them to keep its decisions)
+        if let Some(d) = &mut dispatch {
+            d.below_executive(prio.as_ref().ok().copied());
+        }
         Ok(Executive {
             setup: Setup {
                 priority: prio,
