@@ -1659,10 +1659,10 @@ fn a_guests_sched_setscheduler_lands_in_the_executives_policy() {
     // asked for: SCHED_RR (2) while dispatched (FIFO 20 made it a
     // reservation), SCHED_OTHER before, SCHED_IDLE (5) if it read it woken
     // and not yet dispatched again
-    let mut f: Vec<&str> = line.split_whitespace().collect();
-    assert!(["0", "2", "5"].contains(&f[1]), "host policy {line}");
-    f[1] = "0";
-    let line = f.join(" ");
+    let mut seen: Vec<&str> = line.split_whitespace().collect();
+    assert!(["0", "2", "5"].contains(&seen[1]), "host policy {line}");
+    seen[1] = "0";
+    let line = seen.join(" ");
     assert_eq!(
         line, "1 0 20 7 0",
         "what the guest and the host see: policy, host policy, priority, nice, host nice"
