@@ -17,6 +17,9 @@
 #
 # Then the same with mantle's executive: per guest, per thread (one guest
 # of two spinning threads) and on two CPUs (four guests, partitioned).
+# Last, bench/dispatch/promises.py: each guest's CPU time against its
+# dispatched time under every policy, and reservations (edf 2ms/10ms,
+# fifo 20, xz under edf) beside a CPU hog of the host's on the same CPU.
 #
 # As root. It creates cgroups under the cgroup v2 mount (removed after)
 # and does not load mantle's kernel side.
@@ -89,6 +92,10 @@ if [[ -x $MANTLE ]]; then
 			{ "$MANTLE" run -v --system "$csys" 2>&1 || true; } | grep 'dispatch:' | sed "s/^mantle: /  rep $rep: /" | tee -a "$OUT/$stamp.txt"
 		done
 	fi
+	# issue 29: does dispatching keep its promises? Each guest's CPU time
+	# against its dispatched time under every policy, and reservations
+	# beside a CPU hog of the host's (promises.py's comment)
+	MANTLE=$MANTLE python3 "$HERE/promises.py" -c "$cpu" -r "$r" | tee -a "$OUT/$stamp.txt"
 else
 	echo "no mantle binary at $MANTLE (cargo build --release): its row is not measured" | tee -a "$OUT/$stamp.txt"
 fi

@@ -17,6 +17,19 @@
 //! WUNTRACED, a shell's job control). Freezing is invisible to the guests,
 //! takes whole process trees, and leaves them at their normal policy.
 //!
+//! Freezing keeps guests off the CPU; host classes give the dispatched
+//! one its CPU (issue 29, docs/exec-sched.md): a dispatched reservation
+//! (EDF, fixed priority) runs at SCHED_RR `rt_priority` (below the
+//! executive), bounded to `rt_share_ppb` of every `rt_window` of its CPU
+//! (past it SCHED_OTHER until the window ends: real-time time that starves
+//! the host's normal tasks makes the kernel's fair server preempt every
+//! real-time task, the executive included); a dispatched best-effort guest
+//! runs at SCHED_OTHER; a blocked guest left thawed (so that its wake-up
+//! is seen: freezing would take a sleeping task out of its call) is
+//! SCHED_IDLE, so that woken it takes no CPU from the dispatched one until
+//! the next check freezes or picks it. (Thawed at SCHED_OTHER it ran by
+//! fair share, undispatched: the leak issue 29 measured.)
+//!
 //! The policy is [`crate::sched::Standard`] (EDF over fixed priority over
 //! round robin), one task per guest (a guest's threads share its turns by
 //! the host's fair share). Events: the executive asks [`Dispatcher::tick`]
@@ -25,8 +38,8 @@
 //! guest is blocked when none of its threads is runnable (read from
 //! /proc/TID/stat of each tid in `cgroup.threads`: a thread waiting for
 //! the executive's answer sleeps like one blocked in the kernel), checked
-//! every `check` while it is dispatched; a blocked guest stays thawed
-//! (it uses no CPU) so that its wake-up can be seen, and is frozen again
+//! every `check` while it is dispatched; a blocked guest stays thawed,
+//! at SCHED_IDLE, so that its wake-up can be seen, and is frozen again
 //! when it becomes runnable and is not picked.
 //!
 //! Several CPUs (`cpus = [0, 1]`): partitioned, each guest on one CPU
@@ -52,10 +65,11 @@
 //!
 //! Not yet: global (migrating) multiprocessor scheduling; a guest's
 //! wake-up from a kernel block is seen up to `check` late, and runs
-//! meanwhile.
+//! meanwhile only in its CPU's idle time (SCHED_IDLE).
 
 use crate::sched::partition::{partition, PartitionError};
 use crate::sched::{AdmitError, ChangeError, Params, Policy, Standard, TaskId, UnknownTask, PPB};
+use mantle_sys::supervise::{set_class_of, HostClass};
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, RawFd};
@@ -83,6 +97,19 @@ pub struct DispatchOptions {
     pub check: Duration,
     /// Whole guests or threads.
     pub per: Unit,
+    /// The host priority (SCHED_RR) a dispatched reservation (EDF or
+    /// fixed priority) runs at: below the executive's, so that the
+    /// executive always preempts it (lowered to the executive's priority
+    /// minus one; 0: SCHED_OTHER, as when the executive is not real-time).
+    pub rt_priority: i32,
+    /// Real-time time per CPU is bounded: at most `rt_share_ppb` of every
+    /// `rt_window` is given at `rt_priority`; past it, the dispatched
+    /// reservation runs on at SCHED_OTHER until the window ends, so that
+    /// the host's normal tasks are never starved and the kernel's fair
+    /// server (6.12+) never has to preempt every real-time task, the
+    /// executive included (bench/dispatch).
+    pub rt_window: Duration,
+    pub rt_share_ppb: u64,
 }
 
 impl Default for DispatchOptions {
@@ -92,6 +119,9 @@ impl Default for DispatchOptions {
             quantum: Duration::from_millis(10),
             check: Duration::from_millis(1),
             per: Unit::Guest,
+            rt_priority: 50,
+            rt_window: Duration::from_millis(100),
+            rt_share_ppb: 900_000_000,
         }
     }
 }
@@ -109,6 +139,8 @@ pub struct DispatchStats {
     pub misses: Vec<u64>,
     /// Threads dispatched as tasks of their own so far, per guest.
     pub threads: Vec<u64>,
+    /// ns of real-time (`rt_priority`) dispatching, per guest.
+    pub rt_ns: Vec<u64>,
     /// Quantum ends (and other policy deadlines) seen, and how late the
     /// executive acted on each (ns after the policy's `until`): the first
     /// [`LATENESS_KEPT`] kept, for percentiles.
@@ -132,6 +164,10 @@ struct GuestCg {
     /// Its CPU (index into `opts.cpus` and `parts`).
     part: usize,
     ended: bool,
+    /// Its cgroup's CPU time (`cpu.stat` usage_usec) when dispatching
+    /// started: what it used from then on is compared with its
+    /// dispatched time.
+    usage0_us: u64,
 }
 
 /// What the policy schedules: a guest's cgroup, or one thread's.
@@ -145,6 +181,9 @@ struct Task {
     /// Not runnable (every thread asleep), as last seen.
     blocked: bool,
     ended: bool,
+    /// The host class its threads were given last (None: not yet, they
+    /// have what they were started or created with).
+    class: Option<HostClass>,
 }
 
 /// One CPU of the system: its policy over its tasks, and who runs.
@@ -155,6 +194,13 @@ struct Part {
     since: u64,
     /// The policy's next decision instant (ns since epoch).
     until: Option<u64>,
+    /// The real-time window (index, `rt_window`s since epoch) and the
+    /// real-time ns given in it.
+    rt_window: u64,
+    rt_used: u64,
+    /// When `current`'s class must change: its real-time time in the
+    /// window runs out, or (demoted) the window ends.
+    rt_until: Option<u64>,
 }
 
 /// Why dispatching could not be set up.
@@ -205,6 +251,18 @@ fn any_runnable(dir: &Path) -> bool {
     })
 }
 
+/// A cgroup's CPU time so far (`cpu.stat` usage_usec, its descendants
+/// included), µs; 0 if unreadable.
+fn usage_us(dir: &Path) -> u64 {
+    std::fs::read_to_string(dir.join("cpu.stat"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// The thread ids listed in a cgroup's `cgroup.threads` (none if it is
 /// gone).
 fn threads_of(dir: &Path) -> Vec<u32> {
@@ -251,6 +309,7 @@ impl Dispatcher {
                     frozen: false,
                     blocked: false,
                     ended: false,
+                    class: None,
                 });
             }
             guests.push(GuestCg {
@@ -259,6 +318,7 @@ impl Dispatcher {
                 params,
                 part: part_of[i],
                 ended: false,
+                usage0_us: 0,
             });
         }
         let parts = opts
@@ -269,6 +329,9 @@ impl Dispatcher {
                 current: None,
                 since: 0,
                 until: None,
+                rt_window: 0,
+                rt_used: 0,
+                rt_until: None,
             })
             .collect();
         Ok(Dispatcher {
@@ -276,6 +339,7 @@ impl Dispatcher {
                 ran_ns: vec![0; n],
                 misses: vec![0; n],
                 threads: vec![0; n],
+                rt_ns: vec![0; n],
                 lateness_ns: Vec::with_capacity(LATENESS_KEPT),
                 switch_ns: Vec::with_capacity(LATENESS_KEPT),
                 ..Default::default()
@@ -325,6 +389,59 @@ impl Dispatcher {
         }
     }
 
+    /// Gives every thread of task `k` the host class `c` (nothing to do
+    /// when it has it: threads created since inherited it).
+    fn set_class(&mut self, k: usize, c: HostClass) {
+        let t = &mut self.tasks[k];
+        if t.ended || t.class == Some(c) {
+            return;
+        }
+        for tid in threads_of(&t.dir) {
+            // a thread that ended meanwhile: nothing to set
+            let _ = set_class_of(tid, c);
+        }
+        t.class = Some(c);
+    }
+
+    /// The executive runs at SCHED_FIFO `prio` (None: normal priority):
+    /// dispatched reservations run real-time below it (`rt_priority`,
+    /// lowered to `prio - 1`), or at SCHED_OTHER if it is not real-time
+    /// (a real-time guest would keep a normal executive from deciding).
+    pub fn below_executive(&mut self, prio: Option<i32>) {
+        self.opts.rt_priority = match prio {
+            Some(p) => self.opts.rt_priority.min(p - 1),
+            None => 0,
+        };
+    }
+
+    fn rt_cap_ns(&self) -> u64 {
+        (self.opts.rt_window.as_nanos() as u64).saturating_mul(self.opts.rt_share_ppb) / PPB
+    }
+
+    /// The class task `k`, dispatched on part `p`, runs at: real-time for a
+    /// reservation (EDF, fixed priority) while the CPU's real-time time in
+    /// this window lasts, normal otherwise; and when that must change.
+    fn dispatch_class(&self, k: usize, p: usize, now: u64) -> (HostClass, Option<u64>) {
+        let part = &self.parts[p];
+        let reserved = matches!(
+            part.policy.params(TaskId(k as u32)),
+            Some(Params::Edf { .. } | Params::Fixed { .. })
+        );
+        if !reserved || self.opts.rt_priority < 1 {
+            return (HostClass::Other, None);
+        }
+        let cap = self.rt_cap_ns();
+        let w = (self.opts.rt_window.as_nanos() as u64).max(1);
+        if part.rt_used < cap {
+            (
+                HostClass::Rr(self.opts.rt_priority),
+                Some(now + (cap - part.rt_used)),
+            )
+        } else {
+            (HostClass::Other, Some((now / w + 1) * w))
+        }
+    }
+
     /// Admits every guest (per thread: every thread there is now) with its
     /// parameters and freezes them all; the first [`Dispatcher::tick`]
     /// takes the first decision.
@@ -344,6 +461,9 @@ impl Dispatcher {
         }
         for k in 0..self.tasks.len() {
             self.set_frozen(k, true);
+        }
+        for g in &mut self.guests {
+            g.usage0_us = usage_us(&g.dir);
         }
         // the first decision when the executive's loop first ticks: taken
         // here, the first quantum would start before the loop does and its
@@ -415,6 +535,7 @@ impl Dispatcher {
             frozen: false,
             blocked: false,
             ended: false,
+            class: None,
         };
         let k = match self.tasks.iter().position(|t| t.ended) {
             Some(k) => {
@@ -477,7 +598,8 @@ impl Dispatcher {
         let at = self
             .parts
             .iter()
-            .filter_map(|p| p.until)
+            .flat_map(|p| [p.until, p.rt_until])
+            .flatten()
             .chain(self.next_check)
             .min();
         at.map(|ns| self.epoch + Duration::from_nanos(ns))
@@ -569,15 +691,33 @@ impl Dispatcher {
             .iter()
             .map(|ns| format!("{:.3}", *ns as f64 / 1e9))
             .collect();
+        let secs = |v: &[u64]| -> String {
+            v.iter()
+                .map(|ns| format!("{:.3}", *ns as f64 / 1e9))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
         format!(
-            "{} decisions, {} switches, {} deadline misses; lateness at quantum end: {}; switch: {}; dispatched s per guest: {}",
+            "{} decisions, {} switches, {} deadline misses; lateness at quantum end: {}; switch: {}; cpu s per guest: {}; real-time s per guest: {}; dispatched s per guest: {}",
             self.stats.decisions,
             self.stats.switches,
             self.stats.misses.iter().sum::<u64>(),
             q(&self.stats.lateness_ns),
             q(&self.stats.switch_ns),
+            secs(&self.cpu_ns()),
+            secs(&self.stats.rt_ns),
             ran.join(" ")
         )
+    }
+
+    /// The CPU time each guest's cgroup used since dispatching started
+    /// (`cpu.stat`, its processes and threads together), ns: to compare
+    /// with its dispatched time.
+    pub fn cpu_ns(&self) -> Vec<u64> {
+        self.guests
+            .iter()
+            .map(|g| usage_us(&g.dir).saturating_sub(g.usage0_us) * 1000)
+            .collect()
     }
 
     /// Which task is dispatched on each CPU (in `cpus` order): the guest,
@@ -611,13 +751,23 @@ impl Dispatcher {
     }
 
     fn account(&mut self, now: u64) {
+        let w = (self.opts.rt_window.as_nanos() as u64).max(1);
         for part in &mut self.parts {
             if let Some(c) = part.current {
                 let ran = now.saturating_sub(part.since);
-                self.stats.ran_ns[self.tasks[c].guest] += ran;
+                let g = self.tasks[c].guest;
+                self.stats.ran_ns[g] += ran;
+                if matches!(self.tasks[c].class, Some(HostClass::Rr(_))) {
+                    self.stats.rt_ns[g] += ran;
+                    part.rt_used += ran;
+                }
                 let _ = part.policy.charge(TaskId(c as u32), ran, now);
             }
             part.since = now;
+            if now / w != part.rt_window {
+                part.rt_window = now / w;
+                part.rt_used = 0;
+            }
         }
         self.discover(now);
         // who is runnable: the dispatched tasks and the thawed blocked ones
@@ -665,30 +815,51 @@ impl Dispatcher {
         self.stats.decisions += 1;
         let next = d.task.map(|t| t.0 as usize);
         let current = self.parts[p].current;
+        let (class, rt_until) = match next {
+            Some(n) => self.dispatch_class(n, p, now),
+            None => (HostClass::Other, None),
+        };
         if next != current {
             self.stats.switches += 1;
             let t0 = Instant::now();
-            // the leaving task: frozen, unless it is blocked (then it may
-            // stay thawed: it uses no CPU, and its wake-up must be seen)
+            // the leaving task: frozen, unless it is blocked; then it stays
+            // thawed, so that its wake-up is seen, but idle (SCHED_IDLE):
+            // woken, it takes no CPU from the dispatched task, real-time or
+            // normal, until the next check freezes it or picks it
             if let Some(c) = current {
-                if !self.tasks[c].blocked {
+                if self.tasks[c].blocked {
+                    self.set_class(c, HostClass::Idle);
+                } else {
                     self.set_frozen(c, true);
                 }
             }
             if let Some(n) = next {
+                self.set_class(n, class);
                 self.set_frozen(n, false);
             }
             self.parts[p].current = next;
             if self.stats.switch_ns.len() < LATENESS_KEPT {
                 self.stats.switch_ns.push(t0.elapsed().as_nanos() as u64);
             }
+        } else if let Some(n) = next {
+            // its real-time time in the window ran out, or a new window
+            self.set_class(n, class);
         }
-        // this CPU's runnable tasks that are thawed but not picked: frozen
+        // this CPU's tasks that are thawed but not picked: frozen if
+        // runnable, idle if blocked
         for k in 0..self.tasks.len() {
-            if self.part_of(k) == p && Some(k) != next && !self.tasks[k].blocked {
+            if self.part_of(k) != p || Some(k) == next || self.tasks[k].ended {
+                continue;
+            }
+            if self.tasks[k].blocked {
+                if !self.tasks[k].frozen {
+                    self.set_class(k, HostClass::Idle);
+                }
+            } else {
                 self.set_frozen(k, true);
             }
         }
+        self.parts[p].rt_until = rt_until;
         self.parts[p].since = now;
         self.parts[p].until = d.until;
     }
@@ -699,6 +870,11 @@ impl Drop for Dispatcher {
         // thawed, so that whatever is left runs to its end; threads'
         // cgroups first (a guest's cgroup goes once they are gone)
         for t in &self.tasks {
+            if !t.ended && t.class.is_some_and(|c| c != HostClass::Other) {
+                for tid in threads_of(&t.dir) {
+                    let _ = set_class_of(tid, HostClass::Other);
+                }
+            }
             let _ = (&t.freeze).write_all(b"0");
             if t.tid != 0 {
                 let _ = std::fs::remove_dir(&t.dir);

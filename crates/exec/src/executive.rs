@@ -511,6 +511,12 @@ impl Executive {
                 },
             )
         };
+        // dispatched reservations run real-time below the executive, or
+        // not at all real-time if the executive is not (it must preempt
+        // them to keep its decisions)
+        if let Some(d) = &mut dispatch {
+            d.below_executive(prio.as_ref().ok().copied());
+        }
         Ok(Executive {
             setup: Setup {
                 fifo_wanted: opts.realtime && priority > 0,
@@ -1147,6 +1153,13 @@ impl Executive {
 
     fn boost(&mut self, tid: u32) {
         let Some(p) = self.opts.boost else { return };
+        if self.dispatch.is_some() {
+            // the dispatcher gives the guests' threads their host class
+            // (crate::dispatch): a released thread of a guest not
+            // dispatched must not run, one of the dispatched guest runs
+            // at its class already
+            return;
+        }
         if self.boosted.contains(&tid) || self.boosted.len() == self.boosted.capacity() {
             return;
         }

@@ -912,3 +912,36 @@ mod tests {
         assert!(recv_fd(b.as_fd()).is_err());
     }
 }
+
+/// A thread's host scheduling class, as the executive's dispatcher sets it
+/// (crate mantle-exec's dispatch: a dispatched reservation runs real-time,
+/// a dispatched best-effort guest normal, a thawed guest that is not
+/// dispatched idle).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostClass {
+    /// SCHED_RR at this priority (1-99): threads of one guest at the same
+    /// level take turns by the kernel's round robin slice.
+    Rr(i32),
+    /// SCHED_OTHER (nice unchanged).
+    Other,
+    /// SCHED_IDLE: runs only when nothing normal or real-time wants the CPU.
+    Idle,
+}
+
+/// sched_setscheduler(tid, class): thread `tid`'s host class. Threads and
+/// children it creates later inherit it.
+pub fn set_class_of(tid: u32, class: HostClass) -> io::Result<()> {
+    let (policy, prio) = match class {
+        HostClass::Rr(p) => (libc::SCHED_RR, p),
+        HostClass::Other => (libc::SCHED_OTHER, 0),
+        HostClass::Idle => (libc::SCHED_IDLE, 0),
+    };
+    let p = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: p is a valid sched_param.
+    if unsafe { libc::sched_setscheduler(tid as libc::pid_t, policy, &p) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
