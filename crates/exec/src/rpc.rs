@@ -34,7 +34,7 @@
 //! mapped it, so only the executive writes it) are installed in both
 //! guests with SECCOMP_IOCTL_NOTIF_ADDFD, and the calls go directly between
 //! the guests (libmantle's `chan`). The executive ends a channel
-//! ([`Chan::end`]: ctl state, both futex words moved and woken) when a
+//! (`Chan::end`: ctl state, both futex words moved and woken) when a
 //! side's process or guest ends, when a side closes it, and when it ends.
 //!
 //! Not allocation-free: queues grow only up to their bounds
