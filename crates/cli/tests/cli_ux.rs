@@ -431,7 +431,7 @@ fn ttl_and_lifeline_errors_give_the_real_limits() {
         let o = mantle(&args);
         expect(&o, 2, &args.join(" "));
         assert!(
-            o.stderr.contains("0..=254 or 'inf'"),
+            o.stderr.contains("from 0 to 254 or 'inf'"),
             "{args:?}: {}",
             o.stderr
         );
