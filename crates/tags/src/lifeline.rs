@@ -497,9 +497,15 @@ mod tests {
         let t = render(&l, Format::Text, "");
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines.len(), 4, "{t}");
-        assert!(lines[0].contains("T+us") && !lines[0].contains("HOST"), "{t}");
+        assert!(
+            lines[0].contains("T+us") && !lines[0].contains("HOST"),
+            "{t}"
+        );
         assert!(lines[1].ends_with(" inf"), "{t}");
-        assert!(lines[3].contains(" 5000.0 ") && lines[3].ends_with("   3"), "{t}");
+        assert!(
+            lines[3].contains(" 5000.0 ") && lines[3].ends_with("   3"),
+            "{t}"
+        );
         let story = render(&l, Format::Story, "");
         assert_eq!(
             story,
@@ -516,8 +522,14 @@ mod tests {
         assert_eq!(render(&l, Format::Svg, "x"), svg(&l, "x"));
         l[2].host = "g".into();
         let t = render(&l, Format::Text, "");
-        assert!(t.starts_with(&format!("{:>6} {:>12}", "SEQ", "LAMPORT")), "{t}");
-        assert!(t.lines().nth(3).is_some_and(|x| x.ends_with("  g <- h")), "{t}");
+        assert!(
+            t.starts_with(&format!("{:>6} {:>12}", "SEQ", "LAMPORT")),
+            "{t}"
+        );
+        assert!(
+            t.lines().nth(3).is_some_and(|x| x.ends_with("  g <- h")),
+            "{t}"
+        );
     }
 
     #[test]

@@ -171,7 +171,11 @@ impl<'d> Image<'d> {
         }
         let phdrs: Vec<Phdr> = data
             .read_slice_at::<elf::ProgramHeader64<Le>>(phoff, usize::from(phnum))
-            .map_err(|_| bad(format!("{phnum} program headers at {phoff:#x} beyond the file")))?
+            .map_err(|_| {
+                bad(format!(
+                    "{phnum} program headers at {phoff:#x} beyond the file"
+                ))
+            })?
             .iter()
             .map(Phdr::from_elf)
             .collect();
@@ -183,7 +187,9 @@ impl<'d> Image<'d> {
         } else {
             data.read_slice_at::<elf::SectionHeader64<Le>>(shoff, usize::from(shnum))
                 .map_err(|_| {
-                    bad(format!("{shnum} section headers at {shoff:#x} beyond the file"))
+                    bad(format!(
+                        "{shnum} section headers at {shoff:#x} beyond the file"
+                    ))
                 })?
                 .iter()
                 .zip(0u64..)
