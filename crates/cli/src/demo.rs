@@ -84,21 +84,10 @@ fn run_loaded(exe: &std::path::Path, json: bool) -> Result<(), Error> {
         return Ok(());
     }
     println!("\nWho received tag {name}, in order (mantle tag lifeline {name}):");
-    let t0 = lifeline.first().map(|r| r.ts_ns).unwrap_or(0);
-    for r in &lifeline {
-        let how = match r.via.as_str() {
-            "set" => "set by `mantle tag run`".to_string(),
-            "fork" => format!("inherited at fork from pid {}", r.tx_pid),
-            via => format!("request over {via} from pid {}", r.tx_pid),
-        };
-        println!(
-            "  +{:>8.3} ms  {:<8} pid {:<7} {}",
-            (r.ts_ns - t0) as f64 / 1e6,
-            r.rx_comm,
-            r.rx_pid,
-            how
-        );
-    }
+    print!(
+        "{}",
+        mantle_tags::lifeline::render(&lifeline, mantle_tags::lifeline::Format::Story, "")
+    );
     let mut procs: Vec<(u32, &str)> = lifeline
         .iter()
         .map(|r| (r.rx_pid, r.rx_comm.as_str()))

@@ -1,10 +1,10 @@
 //! `mantle tag lifeline`: this machine's lifeline of a tag, merged with
 //! lifelines saved on other machines, written as text, JSON, a Chrome trace
-//! or SVG (mantle_tags::lifeline and lifeline_file do the work; this reads
-//! and writes the files the user names).
+//! or SVG (mantle_tags::lifeline_file gathers and mantle_tags::lifeline
+//! renders; this reads and writes the files the user names).
 
 use crate::exit::{Failure, EXIT_NOT_FOUND};
-use crate::render::lifeline_text;
+use mantle_tags::lifeline::{render, Format};
 use mantle_tags::lifeline_file;
 use std::path::PathBuf;
 
@@ -39,17 +39,14 @@ pub fn run(
         saved.push(lifeline_file::parse(&f.display().to_string(), &text)?);
     }
     let l = lifeline_file::gather(name, local, saved);
-    let text = match format {
-        "json" => serde_json::to_string_pretty(&lifeline_file::to_json(&l)).expect("json") + "\n",
-        "chrome" => {
-            serde_json::to_string(&mantle_tags::lifeline::chrome_trace(&l)).expect("json") + "\n"
-        }
-        "svg" => mantle_tags::lifeline::svg(
-            &l,
-            &format!("lifeline of tag {name} ({} receptions)", l.len()),
-        ),
-        _ => lifeline_text(&l),
+    let format = match format {
+        "json" => Format::Json,
+        "chrome" => Format::Chrome,
+        "svg" => Format::Svg,
+        _ => Format::Text,
     };
+    let title = format!("lifeline of tag {name} ({} receptions)", l.len());
+    let text = render(&l, format, &title);
     match output {
         Some(p) => std::fs::write(&p, text).map_err(|e| Failure::io("cannot write", &p, &e)),
         None => {

@@ -3,11 +3,12 @@
 //! One schema per object, the same in every command (docs/json.md): a tag
 //! is `TagInfo`, a thread is `ThreadInfo` (its tags are held tags: name and
 //! TTL), a lifeline record is `ReceptionInfo` (as JSON:
-//! `mantle_tags::lifeline_file::to_json`). A TTL is a number of hops, or
-//! null for unlimited, everywhere.
+//! `mantle_tags::lifeline_file::to_json`; lifelines in every format are
+//! rendered by `mantle_tags::lifeline::render`). A TTL is a number of hops,
+//! or null for unlimited, everywhere.
 
 use mantle_tags::kernel::UpReport;
-use mantle_tags::{ReceptionInfo, Status, TagInfo, ThreadInfo};
+use mantle_tags::{Status, TagInfo, ThreadInfo};
 
 /// Pretty JSON on standard output, one document.
 pub fn print_json<T: serde::Serialize>(v: &T) {
@@ -28,10 +29,6 @@ pub struct ThreadView {
 #[derive(serde::Serialize)]
 pub struct NameOnly {
     pub name: String,
-}
-
-fn ttl_text(ttl: Option<u8>) -> String {
-    ttl.map(|t| t.to_string()).unwrap_or_else(|| "inf".into())
 }
 
 /// `tag ls`: a table of tags.
@@ -90,45 +87,6 @@ pub fn threads(ts: &[ThreadInfo], json: bool) {
             line
         );
     }
-}
-
-/// A lifeline as a table, oldest first; merged from several machines,
-/// ordered by Lamport clock, with the hosts.
-pub fn lifeline_text(l: &[ReceptionInfo]) -> String {
-    use std::fmt::Write;
-    let multi = l.windows(2).any(|w| w[0].host != w[1].host);
-    let t0 = l.iter().map(|r| r.ts_ns).min().unwrap_or(0);
-    let mut s = format!(
-        "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}{}\n",
-        "SEQ",
-        if multi { "LAMPORT" } else { "T+us" },
-        "VIA",
-        "RX_TID",
-        "RX_PID",
-        "RX_COMM",
-        "TX_TID",
-        "TX_PID",
-        "TTL",
-        if multi { "  HOST <- FROM" } else { "" }
-    );
-    for r in l {
-        let when = if multi {
-            r.lamport.to_string()
-        } else {
-            format!("{:.1}", (r.ts_ns - t0) as f64 / 1e3)
-        };
-        let ttl = ttl_text(Some(r.ttl).filter(|&t| t != mantle_tags::abi::MT_TTL_INF as u8));
-        let _ = write!(
-            s,
-            "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
-            r.seq, when, r.via, r.rx_tid, r.rx_pid, r.rx_comm, r.tx_tid, r.tx_pid, ttl
-        );
-        if multi {
-            let _ = write!(s, "  {} <- {}", r.host, r.tx_host);
-        }
-        s.push('\n');
-    }
-    s
 }
 
 /// `tags up`: what was loaded (the cluster table's line comes first, when

@@ -25,7 +25,8 @@
 //! Invariants: every file is opened as a regular file only, never
 //! blocking ([`crate::files`]); a build ID that is not lower-case hex of
 //! at least 4 digits names no path; program headers are read with checked
-//! offsets (a malformed image has no segments, so no debug symbols).
+//! offsets by `object` (a malformed image has no segments, so no debug
+//! symbols).
 
 use crate::files;
 use std::fs::File;
@@ -90,6 +91,33 @@ pub fn find(build_id: &str, dirs: &[PathBuf]) -> Option<(File, PathBuf)> {
         .or_else(|| open(debuginfod_fetch(build_id)?))
 }
 
+/// A file read with pread (`FileExt::read_at`) through `Read` and `Seek`,
+/// for `object::ReadCache`: the shared file's own position is left alone.
+struct Pread<'f> {
+    f: &'f File,
+    pos: u64,
+}
+
+impl std::io::Read for Pread<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.f.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for Pread<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let base = match to {
+            std::io::SeekFrom::Start(p) => Some(p),
+            std::io::SeekFrom::End(d) => self.f.metadata()?.len().checked_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = base.ok_or(std::io::ErrorKind::InvalidInput)?;
+        Ok(self.pos)
+    }
+}
+
 /// The PT_LOAD segments of an ELF image: (p_offset, p_vaddr, p_filesz).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Segments(pub Vec<(u64, u64, u64)>);
@@ -97,28 +125,31 @@ pub struct Segments(pub Vec<(u64, u64, u64)>);
 impl Segments {
     /// Reads the program headers of a 64-bit little-endian ELF file.
     pub fn read(f: &File) -> Segments {
-        Self::parse(|off, buf| f.read_exact_at(buf, off).ok()).unwrap_or_default()
+        Self::parse(&object::ReadCache::new(Pread { f, pos: 0 })).unwrap_or_default()
     }
 
-    /// The program header walk over a reader of (offset, buffer).
-    fn parse(read: impl Fn(u64, &mut [u8]) -> Option<()>) -> Option<Segments> {
-        let mut eh = [0u8; 64];
-        read(0, &mut eh)?;
-        if &eh[..4] != b"\x7fELF" || eh[4] != 2 || eh[5] != 1 {
+    /// The PT_LOAD program headers, read by `object` (which checks the
+    /// entry size and that the table lies in the file). The identification
+    /// is checked here rather than by `FileHeader::parse`, which also
+    /// refuses an EI_VERSION other than 1: the kernel loads such a file, and
+    /// its segments were read before. (`object` reads e_phoff 0 as "no
+    /// program headers", where they were read at offset 0, over the ELF
+    /// header itself: no image the kernel maps has that.)
+    fn parse<'d, R: object::ReadRef<'d>>(data: R) -> Option<Segments> {
+        use object::elf::{FileHeader64, ELFCLASS64, ELFDATA2LSB, ELFMAG, PT_LOAD};
+        use object::read::elf::{FileHeader, ProgramHeader};
+        let le = object::LittleEndian;
+        let eh = data.read_at::<FileHeader64<object::LittleEndian>>(0).ok()?;
+        let id = &eh.e_ident;
+        if id.magic != ELFMAG || id.class != ELFCLASS64 || id.data != ELFDATA2LSB {
             return None;
         }
-        let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-        let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        let (phoff, phentsize, phnum) = (u64_at(&eh, 32), u16_at(&eh, 54), u16_at(&eh, 56));
-        if phentsize != 56 {
-            return None;
-        }
-        let mut ph = vec![0u8; phnum as usize * 56];
-        read(phoff, &mut ph)?;
-        let segs = ph
-            .chunks_exact(56)
-            .filter(|h| u32::from_le_bytes(h[..4].try_into().unwrap()) == 1) // PT_LOAD
-            .map(|h| (u64_at(h, 8), u64_at(h, 16), u64_at(h, 32)))
+        let segs = eh
+            .program_headers(le, data)
+            .ok()?
+            .iter()
+            .filter(|h| h.p_type(le) == PT_LOAD)
+            .map(|h| (h.p_offset(le), h.p_vaddr(le), h.p_filesz(le)))
             .collect();
         Some(Segments(segs))
     }
@@ -167,11 +198,7 @@ mod tests {
     }
 
     fn parse(b: &[u8]) -> Option<Segments> {
-        Segments::parse(|off, buf| {
-            let s = b.get(off as usize..)?.get(..buf.len())?;
-            buf.copy_from_slice(s);
-            Some(())
-        })
+        Segments::parse(b)
     }
 
     #[test]

@@ -591,35 +591,44 @@ pub fn jit_line(line: &str) -> Result<(u64, u64, String), (&'static str, String)
 /// Largest vDSO copy accepted (the vDSO is two to four pages).
 pub const VDSO_MAX: u64 = 1 << 20;
 
-const SHT_SYMTAB: u32 = 2;
-const SHT_NOBITS: u32 = 8;
-const SHT_DYNSYM: u32 = 11;
-const SHT_NOTE: u32 = 7;
-const SHF_COMPRESSED: u64 = 0x800;
+/// The ELF64 little-endian raw types of `object` read the headers in
+/// place, with every offset and size checked (`ReadRef::read_at`,
+/// `read_slice_at`); the checks below are mantle's, on top.
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _, Sym as _};
+use object::read::ReadRef as _;
+type Le = object::LittleEndian;
+type Ehdr = object::elf::FileHeader64<Le>;
+type Phdr = object::elf::ProgramHeader64<Le>;
+type Shdr = object::elf::SectionHeader64<Le>;
+type Sym = object::elf::Sym64<Le>;
+type Nhdr = object::elf::NoteHeader64<Le>;
+const LE: Le = object::LittleEndian;
 /// sizeof(Elf64_Sym)
-const SYM_SIZE: u64 = 24;
+const SYM_SIZE: u64 = std::mem::size_of::<Sym>() as u64;
+/// sizeof(Elf64_Phdr), sizeof(Elf64_Shdr)
+const PHDR_SIZE: u64 = std::mem::size_of::<Phdr>() as u64;
+const SHDR_SIZE: u64 = std::mem::size_of::<Shdr>() as u64;
 
-fn u16le(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-fn u32le(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-fn u64le(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
-
-/// Walks the notes of the note section at header `h` (section `i`): each
-/// is a 12-byte header (namesz, descsz, type), then name and descriptor,
-/// each padded to 4 bytes.
-fn notes(b: &[u8], h: usize, i: u64) -> Result<(), ParseError> {
-    let (off, size) = (u64le(b, h + 24), u64le(b, h + 32));
+/// Walks the notes of note section `i` (header `sh`): each is a 12-byte
+/// header (namesz, descsz, type), then name and descriptor, each padded to
+/// 4 bytes.
+///
+/// Hand-walked over `object`'s note header rather than with its
+/// `NoteIterator`: that iterator refuses a note cut short by the end of the
+/// section, where a symbolizer (blazesym 0.2) stops quietly, so the image
+/// must be accepted; and what must be refused here, a size that overflows
+/// when padded, needs its own offset in the error.
+fn notes(b: &[u8], sh: &Shdr, i: u64) -> Result<(), ParseError> {
+    let (off, size) = (sh.sh_offset(LE), sh.sh_size(LE));
     // inside the file: checked before
     let mut at = off;
     let end = off + size;
     while end - at >= 12 {
-        for (field, o) in [("namesz", 0), ("descsz", 4)] {
-            let v = u32le(b, (at + o) as usize);
+        let Ok(n) = b.read_at::<Nhdr>(at) else {
+            break; // cannot be: 12 bytes inside the file
+        };
+        let (namesz, descsz) = (n.n_namesz.get(LE), n.n_descsz.get(LE));
+        for (field, o, v) in [("namesz", 0, namesz), ("descsz", 4, descsz)] {
             if v > u32::MAX - 3 {
                 return Err(ParseError::new(
                     At::Offset(at + o),
@@ -628,7 +637,7 @@ fn notes(b: &[u8], h: usize, i: u64) -> Result<(), ParseError> {
             }
         }
         let pad = |v: u32| (v as u64 + 3) & !3;
-        let next = at + 12 + pad(u32le(b, at as usize)) + pad(u32le(b, at as usize + 4));
+        let next = at + 12 + pad(namesz) + pad(descsz);
         if next > end {
             // a symbolizer stops here too (the note is cut)
             break;
@@ -638,19 +647,17 @@ fn notes(b: &[u8], h: usize, i: u64) -> Result<(), ParseError> {
     Ok(())
 }
 
-/// The name of section header `h` in the section name table (None when
-/// the name is outside it or unterminated).
-fn section_name(b: &[u8], shoff: u64, shstrndx: u64, h: usize) -> Option<&[u8]> {
-    let strh = (shoff + 64 * shstrndx) as usize;
-    if u32le(b, strh + 4) == SHT_NOBITS {
+/// The name of section `sh` in the section name table `strtab` (None when
+/// the table has no data, or the name is outside it or unterminated).
+fn section_name<'b>(b: &'b [u8], strtab: &Shdr, sh: &Shdr) -> Option<&'b [u8]> {
+    if strtab.sh_type(LE) == object::elf::SHT_NOBITS {
         return None;
     }
     // inside the file: checked for every section before this is called
-    let (off, size) = (u64le(b, strh + 24) as usize, u64le(b, strh + 32) as usize);
-    let table = &b[off..off + size];
-    let rest = table.get(u32le(b, h) as usize..)?;
-    let end = rest.iter().position(|&c| c == 0)?;
-    Some(&rest[..end])
+    let (off, size) = (strtab.sh_offset(LE), strtab.sh_size(LE));
+    object::read::StringTable::new(b, off, off + size)
+        .get(sh.sh_name(LE))
+        .ok()
 }
 
 /// vdso.so: checks that the bytes are a 64-bit little-endian ELF image
@@ -663,50 +670,58 @@ fn section_name(b: &[u8], shoff: u64, shstrndx: u64, h: usize) -> Option<&[u8]> 
 /// symbolizer is let near it. (blazesym 0.2 adds st_value and st_size, and
 /// aligns note sizes, unchecked: found by fuzzing, it panics in debug
 /// builds.)
+///
+/// The headers are read with `object`'s raw ELF types. Its table getters
+/// (`FileHeader::program_headers`, `section_headers`, `shstrndx`) are not
+/// used: they read e_phoff or e_shoff 0 as "no table", e_phnum 0xffff and
+/// e_shnum 0 as extended counts kept in section 0, and refuse e_shstrndx 0,
+/// while these checks, fuzzed against what blazesym reads, take the fields
+/// literally; and every error names the field's offset.
 pub fn elf_image(b: &[u8]) -> Result<(), ParseError> {
+    use object::elf::{ELFCLASS64, ELFDATA2LSB, ELFMAG, EV_CURRENT};
+    use object::elf::{SHF_COMPRESSED, SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_SYMTAB};
     let bad = |o: u64, what: String| Err(ParseError::new(At::Offset(o), what));
-    if b.len() < 64 || &b[..4] != b"\x7fELF" {
-        return bad(0, "not an ELF file (no ELF header)".into());
-    }
-    if b[4] != 2 || b[5] != 1 {
+    let h = match b.read_at::<Ehdr>(0) {
+        Ok(h) if h.e_ident.magic == ELFMAG => h,
+        _ => return bad(0, "not an ELF file (no ELF header)".into()),
+    };
+    if h.e_ident.class != ELFCLASS64 || h.e_ident.data != ELFDATA2LSB {
         return bad(4, "not a 64-bit little-endian ELF file".into());
     }
-    if b[6] != 1 {
-        return bad(6, format!("ELF version {} (1 expected)", b[6]));
+    if h.e_ident.version != EV_CURRENT {
+        return bad(6, format!("ELF version {} (1 expected)", h.e_ident.version));
     }
     let len = b.len() as u64;
-    let phoff = u64le(b, 32);
-    let shoff = u64le(b, 40);
-    let ehsize = u16le(b, 52);
-    let phentsize = u16le(b, 54) as u64;
-    let phnum = u16le(b, 56) as u64;
-    let shentsize = u16le(b, 58) as u64;
-    let shnum = u16le(b, 60) as u64;
-    let shstrndx = u16le(b, 62) as u64;
+    let phoff = h.e_phoff(LE);
+    let shoff = h.e_shoff(LE);
+    let ehsize = h.e_ehsize(LE);
+    let phentsize = u64::from(h.e_phentsize(LE));
+    let phnum = u64::from(h.e_phnum(LE));
+    let shentsize = u64::from(h.e_shentsize(LE));
+    let shnum = u64::from(h.e_shnum(LE));
+    let shstrndx = u64::from(h.e_shstrndx(LE));
     if ehsize < 64 {
         return bad(52, format!("ELF header size {ehsize} (64 expected)"));
     }
-    let table_end =
-        |off: u64, n: u64, size: u64| n.checked_mul(size).and_then(|t| off.checked_add(t));
     if phnum > 0 {
-        if phentsize != 56 {
+        if phentsize != PHDR_SIZE {
             return bad(54, format!("program header size {phentsize} (56 expected)"));
         }
-        if table_end(phoff, phnum, 56).is_none_or(|e| e > len) {
+        let Ok(phdrs) = b.read_slice_at::<Phdr>(phoff, phnum as usize) else {
             return bad(
                 32,
                 format!("program headers ({phnum} at {phoff:#x}) end past the file ({len} bytes)"),
             );
-        }
+        };
         // a symbolizer maps file offsets to addresses and back through
         // the segments (blazesym 0.2 adds p_offset + p_filesz and
         // p_vaddr + p_filesz unchecked: found by fuzzing)
-        for i in 0..phnum {
-            let p = (phoff + 56 * i) as usize;
-            let (off, vaddr, filesz) = (u64le(b, p + 8), u64le(b, p + 16), u64le(b, p + 32));
+        for (i, ph) in (0u64..).zip(phdrs) {
+            let p = phoff + PHDR_SIZE * i;
+            let (off, vaddr, filesz) = (ph.p_offset(LE), ph.p_vaddr(LE), ph.p_filesz(LE));
             if off.checked_add(filesz).is_none_or(|e| e > len) {
                 return bad(
-                    p as u64 + 8,
+                    p + 8,
                     format!(
                         "segment {i}: {filesz} bytes at {off:#x} end past the file ({len} bytes)"
                     ),
@@ -714,7 +729,7 @@ pub fn elf_image(b: &[u8]) -> Result<(), ParseError> {
             }
             if vaddr.checked_add(filesz).is_none() {
                 return bad(
-                    p as u64 + 16,
+                    p + 16,
                     format!("segment {i}: {filesz} bytes at address {vaddr:#x} end past 2^64"),
                 );
             }
@@ -723,32 +738,32 @@ pub fn elf_image(b: &[u8]) -> Result<(), ParseError> {
     if shnum == 0 {
         return Ok(());
     }
-    if shentsize != 64 {
+    if shentsize != SHDR_SIZE {
         return bad(58, format!("section header size {shentsize} (64 expected)"));
     }
-    if table_end(shoff, shnum, 64).is_none_or(|e| e > len) {
+    let Ok(shdrs) = b.read_slice_at::<Shdr>(shoff, shnum as usize) else {
         return bad(
             40,
             format!("section headers ({shnum} at {shoff:#x}) end past the file ({len} bytes)"),
         );
-    }
-    if shstrndx >= shnum {
+    };
+    let Some(strtab) = shdrs.get(shstrndx as usize) else {
         return bad(
             62,
             format!("section name table index {shstrndx} is not a section (of {shnum})"),
         );
-    }
-    for i in 0..shnum {
-        // in bounds: checked above
-        let h = (shoff + 64 * i) as usize;
-        let sh_type = u32le(b, h + 4);
-        let off = u64le(b, h + 24);
-        let size = u64le(b, h + 32);
-        let link = u32le(b, h + 40) as u64;
+    };
+    // the file offset of section header i
+    let at = |i: u64| shoff + SHDR_SIZE * i;
+    for (i, sh) in (0u64..).zip(shdrs) {
+        let sh_type = sh.sh_type(LE);
+        let off = sh.sh_offset(LE);
+        let size = sh.sh_size(LE);
+        let link = u64::from(sh.sh_link(LE));
         let end = off.checked_add(size);
         if end.is_none() || (sh_type != SHT_NOBITS && end.is_some_and(|e| e > len)) {
             return bad(
-                h as u64,
+                at(i),
                 format!(
                     "section {i}: data ({size} bytes at {off:#x}) ends past the file ({len} bytes)"
                 ),
@@ -756,42 +771,44 @@ pub fn elf_image(b: &[u8]) -> Result<(), ParseError> {
         }
         if link >= shnum {
             return bad(
-                h as u64 + 40,
+                at(i) + 40,
                 format!("section {i}: link {link} is not a section (of {shnum})"),
             );
         }
     }
-    for i in 0..shnum {
-        let h = (shoff + 64 * i) as usize;
-        let sh_type = u32le(b, h + 4);
-        if u64le(b, h + 8) & SHF_COMPRESSED != 0 {
-            return bad(h as u64 + 8, format!("section {i} is compressed"));
+    for (i, sh) in (0u64..).zip(shdrs) {
+        let sh_type = sh.sh_type(LE);
+        if sh.sh_flags(LE) & u64::from(SHF_COMPRESSED) != 0 {
+            return bad(at(i) + 8, format!("section {i} is compressed"));
         }
         if sh_type == SHT_NOTE {
-            notes(b, h, i)?;
+            notes(b, sh, i)?;
             continue;
         }
-        let name = section_name(b, shoff, shstrndx, h);
+        let name = section_name(b, strtab, sh);
         let symbols = matches!(sh_type, SHT_SYMTAB | SHT_DYNSYM)
             || matches!(name, Some(b".symtab") | Some(b".dynsym"));
         if !symbols || sh_type == SHT_NOBITS {
             continue;
         }
-        let (off, size) = (u64le(b, h + 24), u64le(b, h + 32));
+        let (off, size) = (sh.sh_offset(LE), sh.sh_size(LE));
         if size % SYM_SIZE != 0 {
             return bad(
-                h as u64 + 32,
+                at(i) + 32,
                 format!(
                     "section {i}: a symbol table of {size} bytes (not a multiple of {SYM_SIZE})"
                 ),
             );
         }
-        for s in 0..size / SYM_SIZE {
-            let o = off + s * SYM_SIZE;
-            let (value, sz) = (u64le(b, o as usize + 8), u64le(b, o as usize + 16));
+        // inside the file: checked above
+        let syms = b
+            .read_slice_at::<Sym>(off, (size / SYM_SIZE) as usize)
+            .unwrap_or_default();
+        for (s, sym) in (0u64..).zip(syms) {
+            let (value, sz) = (sym.st_value(LE), sym.st_size(LE));
             if value.checked_add(sz).is_none() {
                 return bad(
-                    o + 8,
+                    off + s * SYM_SIZE + 8,
                     format!("section {i}: symbol {s} ({sz:#x} bytes at {value:#x}) ends past 2^64"),
                 );
             }

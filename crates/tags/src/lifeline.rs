@@ -1,7 +1,10 @@
-//! Lifelines for people and tools: the Chrome trace-event format (opens in
+//! Lifelines for people and tools, rendered in one place ([`render`]) for
+//! every command that prints one (`mantle tag lifeline`, `mantle demo`): a
+//! text table, a narrative for the demo, the JSON of
+//! [`crate::lifeline_file`], the Chrome trace-event format (opens in
 //! Perfetto and chrome://tracing), an SVG plot in the style of the mTags
 //! paper's Figure 4 (time across, one row per receiving thread, a mark per
-//! reception), and the merge of lifelines collected on several machines in
+//! reception); and the merge of lifelines collected on several machines in
 //! causal order (Lamport clocks; the paper, section 4, names a logical clock
 //! as required for ordering distributed lifelines). Pure: no system calls.
 
@@ -9,6 +12,105 @@ use crate::ReceptionInfo;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+
+/// How a lifeline is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// A table, one line per reception (`mantle tag lifeline`).
+    Text,
+    /// One sentence per reception, in milliseconds from the first
+    /// (`mantle demo`).
+    Story,
+    /// Pretty JSON ([`crate::lifeline_file::to_json`]).
+    Json,
+    /// A Chrome trace ([`chrome_trace`]), one line.
+    Chrome,
+    /// An SVG plot ([`svg`]) under `title`.
+    Svg,
+}
+
+/// A lifeline as text in `format` (`title` heads the SVG plot; the other
+/// formats have none). Every format but SVG ends with a newline.
+pub fn render(l: &[ReceptionInfo], format: Format, title: &str) -> String {
+    match format {
+        Format::Text => text(l),
+        Format::Story => story(l),
+        Format::Json => {
+            serde_json::to_string_pretty(&crate::lifeline_file::to_json(l))
+                .expect("a lifeline serializes")
+                + "\n"
+        }
+        Format::Chrome => {
+            serde_json::to_string(&chrome_trace(l)).expect("a lifeline serializes") + "\n"
+        }
+        Format::Svg => svg(l, title),
+    }
+}
+
+/// A lifeline as a table, oldest first; merged from several machines,
+/// ordered by Lamport clock, with the hosts.
+fn text(l: &[ReceptionInfo]) -> String {
+    let multi = multi_host(l);
+    let t0 = l.iter().map(|r| r.ts_ns).min().unwrap_or(0);
+    let mut s = format!(
+        "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}{}\n",
+        "SEQ",
+        if multi { "LAMPORT" } else { "T+us" },
+        "VIA",
+        "RX_TID",
+        "RX_PID",
+        "RX_COMM",
+        "TX_TID",
+        "TX_PID",
+        "TTL",
+        if multi { "  HOST <- FROM" } else { "" }
+    );
+    for r in l {
+        let when = if multi {
+            r.lamport.to_string()
+        } else {
+            format!("{:.1}", (r.ts_ns - t0) as f64 / 1e3)
+        };
+        let ttl = if r.ttl == crate::abi::MT_TTL_INF as u8 {
+            "inf".to_string()
+        } else {
+            r.ttl.to_string()
+        };
+        let _ = write!(
+            s,
+            "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
+            r.seq, when, r.via, r.rx_tid, r.rx_pid, r.rx_comm, r.tx_tid, r.tx_pid, ttl
+        );
+        if multi {
+            let _ = write!(s, "  {} <- {}", r.host, r.tx_host);
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// A lifeline told: when (ms after the first record), who received the
+/// tag, and how.
+fn story(l: &[ReceptionInfo]) -> String {
+    let t0 = l.first().map(|r| r.ts_ns).unwrap_or(0);
+    let mut s = String::new();
+    for r in l {
+        let how = match r.via.as_str() {
+            "set" => "set by `mantle tag run`".to_string(),
+            "fork" => format!("inherited at fork from pid {}", r.tx_pid),
+            via => format!("request over {via} from pid {}", r.tx_pid),
+        };
+        let _ = writeln!(
+            s,
+            "  +{:>8.3} ms  {:<8} pid {:<7} {}",
+            r.ts_ns.saturating_sub(t0) as f64 / 1e6,
+            r.rx_comm,
+            r.rx_pid,
+            how
+        );
+    }
+    s
+}
 
 /// Puts lifelines together for output. One lifeline (this machine's ring,
 /// or one saved file) keeps its own order: on one machine that is the order
@@ -379,6 +481,55 @@ mod tests {
             ttl: 3,
             ..crate::test_reception(seq, ts_ms * 1_000_000, rx, tx, via, host)
         }
+    }
+
+    /// The one renderer: the table (real time on one machine, Lamport
+    /// clock and hosts across several, "inf" for an unlimited TTL), the
+    /// demo's story, and the JSON and trace formats of their own functions.
+    #[test]
+    fn render_every_format() {
+        let mut l = vec![
+            rec("h", 1, 1, 10, 10, "set", 0),
+            rec("h", 2, 2, 11, 10, "fork", 2),
+            rec("h", 3, 3, 12, 11, "pipe", 5),
+        ];
+        l[0].ttl = crate::abi::MT_TTL_INF as u8;
+        let t = render(&l, Format::Text, "");
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(
+            lines[0].contains("T+us") && !lines[0].contains("HOST"),
+            "{t}"
+        );
+        assert!(lines[1].ends_with(" inf"), "{t}");
+        assert!(
+            lines[3].contains(" 5000.0 ") && lines[3].ends_with("   3"),
+            "{t}"
+        );
+        let story = render(&l, Format::Story, "");
+        assert_eq!(
+            story,
+            "  +   0.000 ms  p10      pid 10      set by `mantle tag run`\n\
+             \x20 +   2.000 ms  p11      pid 11      inherited at fork from pid 10\n\
+             \x20 +   5.000 ms  p12      pid 12      request over pipe from pid 11\n"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&render(&l, Format::Json, "")).expect("json");
+        assert_eq!(json, crate::lifeline_file::to_json(&l));
+        let chrome: serde_json::Value =
+            serde_json::from_str(&render(&l, Format::Chrome, "")).expect("json");
+        assert_eq!(chrome, chrome_trace(&l));
+        assert_eq!(render(&l, Format::Svg, "x"), svg(&l, "x"));
+        l[2].host = "g".into();
+        let t = render(&l, Format::Text, "");
+        assert!(
+            t.starts_with(&format!("{:>6} {:>12}", "SEQ", "LAMPORT")),
+            "{t}"
+        );
+        assert!(
+            t.lines().nth(3).is_some_and(|x| x.ends_with("  g <- h")),
+            "{t}"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! A validated view of a linked x86-64 ELF file (executable or shared
 //! library): header, program headers, section headers and the dynamic
-//! table, read from the bytes with every offset checked. Pure.
+//! table, read from the bytes with every offset checked (by `object`'s raw
+//! ELF64 types and `ReadRef`; the checks of what the rewrite needs are
+//! mantle's, on top). Pure.
 //!
 //! The file is a claim: a field that points outside the file, a table
 //! that does not fit, a missing dynamic table is an [`Error`], never a
@@ -8,37 +10,35 @@
 
 use crate::Error;
 use object::elf;
+use object::read::elf::{FileHeader as _, ProgramHeader as _, SectionHeader as _};
+use object::read::ReadRef as _;
 
 fn bad(what: impl Into<String>) -> Error {
     Error::Malformed(what.into())
 }
 
+type Le = object::LittleEndian;
+const LE: Le = object::LittleEndian;
+
+/// The value at file offset `o`, read by `object` (bounds checked).
+fn at<T: object::Pod>(d: &[u8], o: u64) -> Result<&T, Error> {
+    d.read_at::<T>(o)
+        .map_err(|_| bad(format!("offset {o:#x} beyond the file")))
+}
+
 /// Little-endian reads with bounds checks.
 pub(crate) fn u16_at(d: &[u8], o: u64) -> Result<u16, Error> {
-    let o = usize::try_from(o).map_err(|_| bad("offset beyond the file"))?;
-    d.get(o..o.wrapping_add(2))
-        .and_then(|b| b.try_into().ok())
-        .map(u16::from_le_bytes)
-        .ok_or_else(|| bad(format!("offset {o:#x} beyond the file")))
+    at::<object::U16<Le>>(d, o).map(|v| v.get(LE))
 }
 
 pub(crate) fn u32_at(d: &[u8], o: u64) -> Result<u32, Error> {
-    let o = usize::try_from(o).map_err(|_| bad("offset beyond the file"))?;
-    d.get(o..o.wrapping_add(4))
-        .and_then(|b| b.try_into().ok())
-        .map(u32::from_le_bytes)
-        .ok_or_else(|| bad(format!("offset {o:#x} beyond the file")))
+    at::<object::U32<Le>>(d, o).map(|v| v.get(LE))
 }
 
-pub(crate) fn u64_at(d: &[u8], o: u64) -> Result<u64, Error> {
-    let o = usize::try_from(o).map_err(|_| bad("offset beyond the file"))?;
-    d.get(o..o.wrapping_add(8))
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-        .ok_or_else(|| bad(format!("offset {o:#x} beyond the file")))
-}
-
-/// `len` bytes at file offset `o`.
+/// `len` bytes at file offset `o`. By hand, not `object`'s
+/// `ReadRef::read_bytes_at`: that returns an empty range at any offset,
+/// and an offset past the end is an error here even for 0 bytes (a
+/// PT_DYNAMIC of no bytes outside the file).
 pub(crate) fn bytes_at(d: &[u8], o: u64, len: u64) -> Result<&[u8], Error> {
     let end = o
         .checked_add(len)
@@ -67,17 +67,17 @@ pub(crate) const SYM_SIZE: u64 = 24;
 pub(crate) const RELA_SIZE: u64 = 24;
 
 impl Phdr {
-    fn read(d: &[u8], o: u64) -> Result<Self, Error> {
-        Ok(Phdr {
-            p_type: u32_at(d, o)?,
-            p_flags: u32_at(d, o + 4)?,
-            p_offset: u64_at(d, o + 8)?,
-            p_vaddr: u64_at(d, o + 16)?,
-            p_paddr: u64_at(d, o + 24)?,
-            p_filesz: u64_at(d, o + 32)?,
-            p_memsz: u64_at(d, o + 40)?,
-            p_align: u64_at(d, o + 48)?,
-        })
+    fn from_elf(h: &elf::ProgramHeader64<Le>) -> Self {
+        Phdr {
+            p_type: h.p_type(LE),
+            p_flags: h.p_flags(LE),
+            p_offset: h.p_offset(LE),
+            p_vaddr: h.p_vaddr(LE),
+            p_paddr: h.p_paddr(LE),
+            p_filesz: h.p_filesz(LE),
+            p_memsz: h.p_memsz(LE),
+            p_align: h.p_align(LE),
+        }
     }
 
     pub(crate) fn write(&self, out: &mut Vec<u8>) {
@@ -124,6 +124,14 @@ pub fn is_linked(data: &[u8]) -> bool {
 }
 
 impl<'d> Image<'d> {
+    /// Reads the headers with `object`'s raw types. Not through its
+    /// `FileHeader::parse`, `program_headers` and `section_headers`: parse
+    /// takes the class and byte order for one error, where mantle tells
+    /// "unsupported" (a 32-bit or big-endian file) from "malformed"; and the
+    /// table getters read e_phoff or e_shoff 0 as "no table" and e_phnum
+    /// 0xffff or e_shnum 0 as extended counts in section 0, which a linked
+    /// file the rewrite accepts never has: the counts are taken literally
+    /// and the tables must lie in the file.
     pub(crate) fn parse(data: &'d [u8]) -> Result<Self, Error> {
         if !data.starts_with(&elf::ELFMAG) {
             return Err(bad("no ELF magic"));
@@ -132,6 +140,8 @@ impl<'d> Image<'d> {
         if data.get(4) != Some(&elf::ELFCLASS64) || data.get(5) != Some(&elf::ELFDATA2LSB) {
             return Err(Error::Unsupported("not a 64-bit little-endian file".into()));
         }
+        // Type and machine first, as far as the file goes: a cut file of
+        // another machine is "unsupported", not "malformed".
         let e_type = u16_at(data, 16)?;
         let machine = u16_at(data, 18)?;
         if machine != elf::EM_X86_64 {
@@ -145,36 +155,52 @@ impl<'d> Image<'d> {
                 "ELF type {e_type} is not an executable or shared library"
             )));
         }
-        let e_entry = u64_at(data, 24)?;
-        let phoff = u64_at(data, 32)?;
-        let shoff = u64_at(data, 40)?;
-        let phentsize = u16_at(data, 54)?;
-        let phnum = u16_at(data, 56)?;
-        let shentsize = u16_at(data, 58)?;
-        let shnum = u16_at(data, 60)?;
+        let h = at::<elf::FileHeader64<Le>>(data, 0)?;
+        let e_entry = h.e_entry(LE);
+        let phoff = h.e_phoff(LE);
+        let shoff = h.e_shoff(LE);
+        let phentsize = h.e_phentsize(LE);
+        let phnum = h.e_phnum(LE);
+        let shentsize = h.e_shentsize(LE);
+        let shnum = h.e_shnum(LE);
         if u64::from(phentsize) != PHDR_SIZE {
             return Err(bad(format!("program header size {phentsize}")));
         }
         if phnum == 0 || phnum == u16::MAX {
             return Err(bad(format!("{phnum} program headers")));
         }
-        let phdrs = (0..u64::from(phnum))
-            .map(|i| Phdr::read(data, phoff.saturating_add(i * PHDR_SIZE)))
-            .collect::<Result<Vec<_>, _>>()?;
+        let phdrs: Vec<Phdr> = data
+            .read_slice_at::<elf::ProgramHeader64<Le>>(phoff, usize::from(phnum))
+            .map_err(|_| {
+                bad(format!(
+                    "{phnum} program headers at {phoff:#x} beyond the file"
+                ))
+            })?
+            .iter()
+            .map(Phdr::from_elf)
+            .collect();
         if shnum != 0 && u64::from(shentsize) != SHDR_SIZE {
             return Err(bad(format!("section header size {shentsize}")));
         }
-        let shdrs = (0..u64::from(shnum))
-            .map(|i| {
-                let at = shoff.saturating_add(i * SHDR_SIZE);
-                Ok(Shdr {
-                    at,
-                    sh_type: u32_at(data, at + 4)?,
-                    sh_addr: u64_at(data, at + 16)?,
-                    sh_size: u64_at(data, at + 32)?,
+        let shdrs = if shnum == 0 {
+            Vec::new()
+        } else {
+            data.read_slice_at::<elf::SectionHeader64<Le>>(shoff, usize::from(shnum))
+                .map_err(|_| {
+                    bad(format!(
+                        "{shnum} section headers at {shoff:#x} beyond the file"
+                    ))
+                })?
+                .iter()
+                .zip(0u64..)
+                .map(|(s, i)| Shdr {
+                    at: shoff + i * SHDR_SIZE,
+                    sh_type: s.sh_type(LE),
+                    sh_addr: s.sh_addr(LE),
+                    sh_size: s.sh_size(LE),
                 })
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
+                .collect()
+        };
         for p in phdrs.iter().filter(|p| p.p_type == elf::PT_LOAD) {
             if p.p_filesz > p.p_memsz
                 || p.p_offset.checked_add(p.p_filesz).is_none()
@@ -191,16 +217,17 @@ impl<'d> Image<'d> {
                     "a static executable (no dynamic table): no loader to bring the runtime".into(),
                 )
             })?;
-        let raw = bytes_at(data, dynp.p_offset, dynp.p_filesz)?;
-        let mut dynamic = Vec::new();
-        for e in raw.chunks_exact(DYN_SIZE as usize) {
-            let tag = i64::from_le_bytes(e[..8].try_into().unwrap_or_default());
-            let val = u64::from_le_bytes(e[8..].try_into().unwrap_or_default());
-            if tag == elf::DT_NULL as i64 {
-                break;
-            }
-            dynamic.push((tag, val));
-        }
+        // The whole segment must lie in the file; a partial entry at its
+        // end is ignored.
+        bytes_at(data, dynp.p_offset, dynp.p_filesz)?;
+        let entries = data
+            .read_slice_at::<elf::Dyn64<Le>>(dynp.p_offset, (dynp.p_filesz / DYN_SIZE) as usize)
+            .map_err(|_| bad("the dynamic table beyond the file"))?;
+        let dynamic = entries
+            .iter()
+            .map(|e| (e.d_tag.get(LE) as i64, e.d_val.get(LE)))
+            .take_while(|&(tag, _)| tag != i64::from(elf::DT_NULL))
+            .collect();
         let img = Image {
             data,
             e_entry,
