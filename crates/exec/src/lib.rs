@@ -70,7 +70,8 @@ pub mod protected;
 pub mod qos;
 pub mod reaper;
 pub mod rpc;
-pub mod sched;
+/// The scheduling policies, a pure crate of their own (`mantle-sched`).
+pub use mantle_sched as sched;
 pub mod spec;
 pub mod status;
 pub mod sysno;

@@ -108,7 +108,7 @@ pub fn partition(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sched::PPB;
+    use crate::PPB;
 
     const MS: u64 = 1_000_000;
 

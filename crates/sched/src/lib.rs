@@ -1,11 +1,15 @@
-//! The executive's scheduling policies: pure cores (issue 11).
+//! mantle-sched: the executive's scheduling policies, pure cores (issue
+//! 11), in a crate of their own (issue 34) so that nothing here can make a
+//! system call: the crate depends on no mantle crate and no OS interface.
+//! The executive (crates/exec, `mantle_exec::sched` re-exports this crate)
+//! drives them. No locks: every type is owned by its caller.
 //!
 //! Hijack's guests "execute only when scheduled by the executive"
 //! (seeds/001, section 2.1): the executive is the highest-priority thread,
 //! receives timer and kernel events with bounded latency (section 2.3) and
 //! runs its own policies over the guests, composed hierarchically "as is
 //! the case with the work on Hierarchical Loadable Schedulers (HLS)"
-//! (section 2.1). This module holds those policies as pure decision
+//! (section 2.1). This crate holds those policies as pure decision
 //! functions: no system calls, no threads, no clocks. Time is a `u64` of
 //! nanoseconds that the caller passes in (any monotonic clock; only
 //! differences matter). The mechanism (dispatching real guest threads,
@@ -57,7 +61,7 @@
 //! The executive's loop, in short:
 //!
 //! ```
-//! use mantle_exec::sched::{Params, Policy, Standard, TaskId, PPB};
+//! use mantle_sched::{Params, Policy, Standard, TaskId, PPB};
 //! const MS: u64 = 1_000_000;
 //! let mut policy = Standard::standard(PPB, 10 * MS);
 //! let (rt, bg) = (TaskId(1), TaskId(2));
