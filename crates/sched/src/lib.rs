@@ -1,6 +1,7 @@
 //! mantle-sched: the executive's scheduling policies, pure cores (issue
-//! 11), in a crate of their own (issue 34) so that nothing here can make a
-//! system call: the crate depends on no mantle crate and no OS interface.
+//! 11), in a crate of their own (issue 34), so that their purity shows in
+//! the dependencies: no mantle crate (not mantle-sys, which makes every
+//! system call), and libc for errno values only.
 //! The executive (crates/exec, `mantle_exec::sched` re-exports this crate)
 //! drives them. No locks: every type is owned by its caller.
 //!
