@@ -878,23 +878,7 @@ fn rpc_prog() -> &'static Path {
         let src = dir.join("rpc.c");
         std::fs::write(&src, RPC_C).unwrap();
         let bin = dir.join("rpc");
-        mantle_testsupport::build::run_cc(
-            "the RPC test program",
-            Command::new("cc")
-                .args(["-O1", "-Wall", "-Werror"])
-                .arg(format!(
-                    "-I{}",
-                    mantle_testsupport::build::workspace()
-                        .join("include")
-                        .display()
-                ))
-                .arg(&src)
-                .arg(format!("-L{}", lib_dir.display()))
-                .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-                .arg("-lmantle")
-                .arg("-o")
-                .arg(&bin),
-        );
+        mantle_testsupport::build::cc_with_libmantle("the RPC test program", &src, &bin, lib_dir);
         bin
     })
 }

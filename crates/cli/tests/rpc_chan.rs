@@ -40,23 +40,7 @@ fn prog() -> &'static Path {
         let src = d.join("rpc_chan.c");
         std::fs::write(&src, include_str!("rpc_chan.c")).unwrap();
         let bin = d.join("rpc_chan");
-        mantle_testsupport::build::run_cc(
-            "the channel test program",
-            Command::new("cc")
-                .args(["-O1", "-Wall", "-Werror"])
-                .arg(format!(
-                    "-I{}",
-                    mantle_testsupport::build::workspace()
-                        .join("include")
-                        .display()
-                ))
-                .arg(&src)
-                .arg(format!("-L{}", d.display()))
-                .arg(format!("-Wl,-rpath,{}", d.display()))
-                .arg("-lmantle")
-                .arg("-o")
-                .arg(&bin),
-        );
+        mantle_testsupport::build::cc_with_libmantle("the channel test program", &src, &bin, &d);
         bin
     })
 }

@@ -110,3 +110,22 @@ pub fn run_cc(what: &str, cmd: &mut Command) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Builds the C program `src` into `bin` against mantle's headers and the
+/// libmantle.so in `lib_dir` (found there at run time through its rpath),
+/// with warnings as errors; fails the test naming `what` if cc does.
+#[track_caller]
+pub fn cc_with_libmantle(what: &str, src: &Path, bin: &Path, lib_dir: &Path) {
+    run_cc(
+        what,
+        Command::new("cc")
+            .args(["-O1", "-Wall", "-Werror"])
+            .arg(format!("-I{}", workspace().join("include").display()))
+            .arg(src)
+            .arg(format!("-L{}", lib_dir.display()))
+            .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+            .arg("-lmantle")
+            .arg("-o")
+            .arg(bin),
+    );
+}
