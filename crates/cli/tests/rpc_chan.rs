@@ -40,7 +40,7 @@ fn prog() -> &'static Path {
         let src = d.join("rpc_chan.c");
         std::fs::write(&src, include_str!("rpc_chan.c")).unwrap();
         let bin = d.join("rpc_chan");
-        mantle_testsupport::build::cc_with_libmantle("the channel test program", &src, &bin, &d);
+        mantle_testsupport::build::cc_with_libmantle("the channel test program", &src, &bin, d);
         bin
     })
 }
