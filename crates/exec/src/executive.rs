@@ -35,7 +35,7 @@
 //! open family reads /proc and goes through channels, getppid of a new
 //! process other than a guest's first reads /proc.
 
-use crate::agent::{Agent, Call, Chain, Decision, Outcome, Timer, Times};
+use crate::agent::{Agent, Call, Chain, Decision, Outcome, Times};
 use crate::launch::{self, LaunchError, Prepared};
 use crate::perform::{self, OpenRequest, Opener, Parents};
 use crate::protected::{self, ProtectedGuest};
@@ -265,21 +265,6 @@ const TOKEN_OPENER: u64 = u64::MAX;
 const TOKEN_QOS: u64 = u64::MAX - 1;
 const TOKEN_TICK: u64 = u64::MAX - 2;
 
-/// A timer kept for a guest's thread group (Decision::Timer).
-struct Armed {
-    tgid: u32,
-    /// The thread that armed it (boosted when it fires).
-    tid: u32,
-    signal: i32,
-    /// The thread group, so that a signal never reaches a process that
-    /// reused its pid.
-    pidfd: OwnedFd,
-    next: Instant,
-    interval: Duration,
-    /// Expiries that came while the previous one was not yet sent.
-    overruns: u64,
-}
-
 struct Held {
     guest: usize,
     id: u64,
@@ -301,7 +286,7 @@ pub struct Executive {
     pending_opens: usize,
     rpc: Rpc,
     /// Timers kept for guests (the timers agent).
-    timers: Vec<Armed>,
+    timers: crate::kept::KeptTimers,
     /// Which guest runs, when the executive decides (Options::dispatch).
     dispatch: Option<crate::dispatch::Dispatcher>,
     /// Reads sockets for guests with a reservation (GuestSpec::qos).
@@ -535,7 +520,7 @@ impl Executive {
             pending_opens: 0,
             rpc,
             boosted: Vec::with_capacity(256),
-            timers: Vec::with_capacity(64),
+            timers: crate::kept::KeptTimers::preallocated(64),
             dispatch,
             qos,
             publisher,
@@ -888,7 +873,7 @@ impl Executive {
             }
             Decision::Timer(t) => {
                 let t = *t;
-                match self.arm(call.tid, t, t0) {
+                match self.timers.arm(call.tid, t, t0) {
                     Ok(()) => listener.reply(id, 0).map(|()| Outcome::Result(0)),
                     Err(e) => listener
                         .reply_error(id, e)
@@ -1087,35 +1072,10 @@ impl Executive {
         let held = self.held.iter().map(|h| h.until);
         let dispatch = self.dispatch.as_ref().and_then(|d| d.next_due());
         let qos = self.qos.as_ref().and_then(|q| q.next_due());
-        held.chain(self.timers.iter().map(|t| t.next))
+        held.chain(self.timers.next_due())
             .chain(dispatch)
             .chain(qos)
             .min()
-    }
-
-    /// Keeps the timer a guest's call asked for (replacing its thread
-    /// group's timer of the same signal; `first` zero disarms).
-    fn arm(&mut self, tid: u32, t: Timer, t0: Instant) -> Result<(), i32> {
-        let tgid = perform::status_field(tid, "Tgid:").ok_or(libc::ESRCH)? as u32;
-        self.timers
-            .retain(|a| !(a.tgid == tgid && a.signal == t.signal));
-        if t.first.is_zero() {
-            return Ok(());
-        }
-        if self.timers.len() == self.timers.capacity() {
-            return Err(libc::EAGAIN);
-        }
-        let pidfd = mantle_sys::os::pidfd_open(tgid, false).map_err(|_| libc::ESRCH)?;
-        self.timers.push(Armed {
-            tgid,
-            tid,
-            signal: t.signal,
-            pidfd,
-            next: t0 + t.first,
-            interval: t.interval,
-            overruns: 0,
-        });
-        Ok(())
     }
 
     /// Sends the signals of the timers that are due (at the executive's
@@ -1124,31 +1084,11 @@ impl Executive {
         if self.timers.is_empty() {
             return; // no clock read per call for nothing
         }
-        let now = Instant::now();
-        let mut k = 0;
-        while k < self.timers.len() {
-            if self.timers[k].next > now {
-                k += 1;
-                continue;
-            }
-            let t = &mut self.timers[k];
-            let sent = mantle_sys::os::pidfd_send_signal(t.pidfd.as_fd(), t.signal).is_ok();
-            let tid = t.tid;
-            let keep = sent && !t.interval.is_zero();
-            if keep {
-                t.next += t.interval;
-                while t.next <= now {
-                    t.next += t.interval;
-                    t.overruns += 1;
-                }
-                k += 1;
-            } else {
-                self.timers.swap_remove(k);
-            }
-            if sent {
-                self.boost(tid);
-            }
-        }
+        // out of self while it fires, so that each signalled thread can
+        // be boosted at once (an empty table allocates nothing)
+        let mut timers = std::mem::replace(&mut self.timers, crate::kept::KeptTimers::lazy(0));
+        timers.fire(Instant::now(), |tid| self.boost(tid));
+        self.timers = timers;
     }
 
     fn boost(&mut self, tid: u32) {

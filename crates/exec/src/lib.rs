@@ -64,6 +64,7 @@ pub mod enforce;
 pub mod executive;
 pub mod family;
 pub mod fast;
+pub mod kept;
 pub mod launch;
 pub mod perform;
 pub mod protected;

@@ -36,10 +36,9 @@
 //! allocate.
 
 use super::region::{self, futex_wake, hdr, slot, Region};
-use crate::agent::{Call, Chain, Decision, Guest, GuestError, Outcome, Timer, Times};
+use crate::agent::{Call, Chain, Decision, Guest, GuestError, Outcome, Times};
 use crate::sysno::Sysno;
 use mantle_abi::exec as abi;
-use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
 use std::time::{Duration, Instant};
 
@@ -78,20 +77,6 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Timers kept at once (the timers agent's, one per thread group and
 /// signal); a guest that arms more gets EAGAIN, as the protected path.
 pub const MAX_TIMERS: usize = 256;
-
-/// A timer kept for a guest's thread group ([`Decision::Timer`]), fired
-/// from the serving loop as the protected path's executive does.
-struct Kept {
-    tgid: u32,
-    /// The thread that armed it (boosted when it fires, `--boost`).
-    tid: u32,
-    signal: i32,
-    /// The thread group's pidfd: a signal never reaches a process that
-    /// reused its pid.
-    pidfd: OwnedFd,
-    next: Instant,
-    interval: Duration,
-}
 
 /// The executive's own memory about one slot.
 #[derive(Default)]
@@ -147,7 +132,7 @@ pub struct Server {
     /// sweep for dead owners, and when it was.
     swept: (usize, u32, Option<Instant>),
     /// Timers kept for guests (`--timers`), in no order.
-    timers: Vec<Kept>,
+    timers: crate::kept::KeptTimers,
     /// Signals sent by kept timers.
     pub fired: u64,
 }
@@ -183,7 +168,7 @@ impl Server {
             boost: None,
             fresh: false,
             swept: (0, 0, None),
-            timers: Vec::new(),
+            timers: crate::kept::KeptTimers::lazy(MAX_TIMERS),
             fired: 0,
         }
     }
@@ -311,81 +296,34 @@ impl Server {
         (did, next)
     }
 
-    /// Keeps the timer a guest's call asked for, replacing its thread
-    /// group's timer of the same signal (`first` zero disarms), counted
-    /// from `t0` (after the call's receipt: never early).
-    fn arm(&mut self, tid: u32, t: Timer, t0: Instant) -> Result<(), i32> {
-        let tgid = crate::perform::status_field(tid, "Tgid:").ok_or(libc::ESRCH)? as u32;
-        self.timers
-            .retain(|k| !(k.tgid == tgid && k.signal == t.signal));
-        if t.first.is_zero() {
-            return Ok(());
-        }
-        if self.timers.len() >= MAX_TIMERS {
-            return Err(libc::EAGAIN);
-        }
-        if self.timers.capacity() == 0 {
-            self.timers.reserve_exact(MAX_TIMERS);
-        }
-        let pidfd = mantle_sys::os::pidfd_open(tgid, false).map_err(|_| libc::ESRCH)?;
-        self.timers.push(Kept {
-            tgid,
-            tid,
-            signal: t.signal,
-            pidfd,
-            next: t0 + t.first,
-            interval: t.interval,
-        });
-        Ok(())
-    }
-
-    /// Sends the signals of the kept timers that are due (a periodic one
-    /// that fell behind skips the expiries it missed, as the kernel's
-    /// overrun); the next due time, if any timer is left. A thread group
-    /// that is gone (the signal cannot be sent) loses its timer.
-    /// Extended mode: the serving loop is told to wake `extended` before
-    /// a timer is due, and the last stretch is spun here (as the
-    /// protected path's executive spins to anything due).
+    /// Sends the signals of the kept timers that are due ([`crate::kept`]);
+    /// the next due time, if any timer is left. Extended mode: the serving
+    /// loop is told to wake `extended` before a timer is due, and the last
+    /// stretch is spun here (as the protected path's executive spins to
+    /// anything due).
     fn fire_timers(&mut self) -> Option<Instant> {
         if self.timers.is_empty() {
             return None;
         }
         let mut now = Instant::now();
         if !self.extended.is_zero() {
-            let first = self.timers.iter().map(|k| k.next).min();
-            if let Some(t) = first.filter(|&t| t > now && t - now <= self.extended) {
+            if let Some(t) = self
+                .timers
+                .next_due()
+                .filter(|&t| t > now && t - now <= self.extended)
+            {
                 while Instant::now() < t {
                     std::hint::spin_loop();
                 }
                 now = Instant::now();
             }
         }
-        let mut next: Option<Instant> = None;
-        let mut k = 0;
-        while k < self.timers.len() {
-            let t = &mut self.timers[k];
-            if t.next > now {
-                next = Some(next.map_or(t.next, |n| n.min(t.next)));
-                k += 1;
-                continue;
-            }
-            let sent = mantle_sys::os::pidfd_send_signal(t.pidfd.as_fd(), t.signal).is_ok();
-            let tid = t.tid;
-            if sent && !t.interval.is_zero() {
-                t.next += t.interval;
-                while t.next <= now {
-                    t.next += t.interval;
-                }
-                next = Some(next.map_or(t.next, |n| n.min(t.next)));
-                k += 1;
-            } else {
-                self.timers.swap_remove(k);
-            }
-            if sent {
-                self.fired += 1;
-                self.boost_owner(tid);
-            }
-        }
+        let mut timers = std::mem::replace(&mut self.timers, crate::kept::KeptTimers::lazy(0));
+        let next = timers.fire(now, |tid| {
+            self.fired += 1;
+            self.boost_owner(tid);
+        });
+        self.timers = timers;
         // wake early enough to spin the last stretch (extended mode)
         next.map(|t| t.checked_sub(self.extended).unwrap_or(t).max(now))
     }
@@ -621,7 +559,7 @@ impl Server {
             // kept here and fired from the serving loop (the protected
             // path's executive does the same)
             Decision::Timer(t) => {
-                let r = match self.arm(s.tid, *t, t0) {
+                let r = match self.timers.arm(s.tid, *t, t0) {
                     Ok(()) => 0,
                     Err(e) => -i64::from(e),
                 };
