@@ -77,11 +77,8 @@ int main(int argc, char **argv) {
 fn probes() -> &'static (PathBuf, Option<PathBuf>) {
     static P: OnceLock<(PathBuf, Option<PathBuf>)> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("mantle-exec-probe-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        // readable and executable by nobody too
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // readable and executable by nobody too; removed at exit
+        let dir = mantle_testsupport::scratch::dir("exec-probe");
         let src = dir.join("probe.c");
         std::fs::write(&src, PROBE_C).unwrap();
         let dynamic = dir.join("probe");

@@ -13,6 +13,7 @@
 //! * the machine-wide kernel lock ([`lock`]);
 //! * building the mantle binary's companions: libmantle.so and the C actors
 //!   ([`build`]);
+//! * scratch directories that go when the test binary exits ([`scratch`]);
 //! * the kernel side loaded once per test binary ([`kernel`]);
 //! * running the CLI and reading its JSON ([`cli`]);
 //! * the actor driver: actors started, commanded, their reports collected
@@ -23,6 +24,7 @@ pub mod build;
 pub mod cli;
 pub mod kernel;
 pub mod lock;
+pub mod scratch;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
