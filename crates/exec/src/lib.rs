@@ -53,6 +53,10 @@
 //! owns its chain and shares only atomic counters; the fast
 //! path's slots are lock-free (a state word per slot, futex waits); the
 //! `--count` table is atomics.
+//! Locks that several executive threads share (the executive on N CPUs,
+//! issue 31) are [`lockstat::StatLock`]s: counted, and ranked by the one
+//! table [`lockstat::rank`], which debug builds check on every
+//! acquisition.
 
 // Every system call is mantle-sys's (supervise, seccomp, shm, os).
 #![forbid(unsafe_code)]
@@ -66,6 +70,7 @@ pub mod family;
 pub mod fast;
 pub mod kept;
 pub mod launch;
+pub mod lockstat;
 pub mod perform;
 pub mod protected;
 pub mod qos;
