@@ -278,7 +278,9 @@ mod tests {
 
     #[test]
     #[cfg(debug_assertions)]
-    #[should_panic(expected = "lock order: taking runqueue (rank 20) while holding guest (rank 40)")]
+    #[should_panic(
+        expected = "lock order: taking runqueue (rank 20) while holding guest (rank 40)"
+    )]
     fn taking_against_rank_order_fires_in_debug_builds() {
         let a = StatLock::new("runqueue", rank::RUNQUEUE, ());
         let b = StatLock::new("guest", rank::GUEST, ());
@@ -320,6 +322,9 @@ mod tests {
             ..LockStats::default()
         };
         a.absorb(&b);
-        assert_eq!((a.acquisitions, a.max_hold_ns, a.hold_hist), (3, 5, vec![1, 2, 1]));
+        assert_eq!(
+            (a.acquisitions, a.max_hold_ns, a.hold_hist),
+            (3, 5, vec![1, 2, 1])
+        );
     }
 }
