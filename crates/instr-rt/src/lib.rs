@@ -48,9 +48,10 @@
 //!   the same per-thread stack, matched by the stack address of the return
 //!   address.
 //!
-//! The hooks: by default the built-in tracer (per-function calls,
-//! inclusive and exclusive TSC time, an optional Chrome trace), or the
-//! user's `enter(id)`/`leave(id)` set with `mantle_instr_set_hooks`.
+//! The hooks: the user's `enter(id)`/`leave(id)` set with
+//! `mantle_instr_set_hooks`, or else the built-in tracer (per-function
+//! calls, inclusive and exclusive TSC time, an optional Chrome trace) when
+//! an output is asked for, or else nothing ([`TRACER`]).
 //! Output is written at exit only when asked for (MANTLE_INSTR_OUT,
 //! MANTLE_INSTR_TRACE), so an instrumented program prints what it printed.
 //!
@@ -106,6 +107,20 @@ static USER_LEAVE: AtomicUsize = AtomicUsize::new(0);
 /// (`mantle_instr_set_fast_hooks`); read by the trampolines' assembly.
 static FAST_ENTER: AtomicUsize = AtomicUsize::new(0);
 static FAST_LEAVE: AtomicUsize = AtomicUsize::new(0);
+/// Whether the built-in tracer runs when no hook is set: [`TRACER_UNKNOWN`]
+/// until the first entry reads the environment, then [`TRACER_OFF`] (no
+/// output asked for: MANTLE_INSTR_OUT and MANTLE_INSTR_TRACE unset, so
+/// nothing would ever be written) or [`TRACER_ON`]. Read by the
+/// trampolines' assembly: off, an entry and exit with no hook push nothing
+/// and return at once (issue 35: the tracer ran for nothing, 26x on fib).
+pub(crate) static TRACER: AtomicUsize = AtomicUsize::new(TRACER_UNKNOWN);
+pub(crate) const TRACER_UNKNOWN: usize = 0;
+pub(crate) const TRACER_OFF: usize = 1;
+pub(crate) const TRACER_ON: usize = 2;
+
+fn tracer_on() -> bool {
+    TRACER.load(Ordering::Relaxed) == TRACER_ON
+}
 
 /// Replaces the built-in tracer with the user's hooks (NULL for none).
 /// Thread-safe; takes effect for entries after the call.
@@ -415,8 +430,11 @@ macro_rules! close_dead {
 }
 
 /// The end of the trampolines' entry and exit: the hook (fast or ordinary)
-/// with the id in rdi and return; no hook: continue in `{slow}` (the
-/// tracer's Rust frames); label 9: `{fail}` (which does not return).
+/// with the id in rdi and return; no hook: return if the tracer is off
+/// (`{tracer}` is `{tracer_off}`: no output asked for), else continue in `{slow}`
+/// (the tracer's Rust frames; its first run decides whether the tracer is
+/// on); label 9: `{fail}` (which does not return). `pop` keeps the flags
+/// of the `cmp`.
 macro_rules! hook_and_return {
     ($fast:literal, $user:literal) => {
         concat!(
@@ -433,9 +451,11 @@ macro_rules! hook_and_return {
             "\n",
             "ret\n",
             "6:\n",
+            "cmp qword ptr [rip + {tracer}], {tracer_off}\n",
             pop_scratch!(),
             "\n",
-            "jmp {slow}\n",
+            "jne {slow}\n",
+            "ret\n",
             "9:\n",
             "and rsp, -16\n",
             "call {fail}\n",
@@ -679,6 +699,8 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         user_leave = sym USER_LEAVE,
         saving = sym hook_keeping_entry,
         slow = sym enter_t_slow,
+        tracer = sym TRACER,
+        tracer_off = const TRACER_OFF,
         fail = sym too_deep,
         xs_alloc = sym xs_alloc_saving,
         other = sym on_other_stack_saving,
@@ -785,6 +807,8 @@ pub unsafe extern "C" fn __mantle_instr_tramp_leave() {
         user_leave = sym USER_LEAVE,
         saving = sym hook_keeping_exit,
         slow = sym leave_t_slow,
+        tracer = sym TRACER,
+        tracer_off = const TRACER_OFF,
         fail = sym tramp_lost,
         xs_alloc = sym xs_alloc_saving,
     )
@@ -905,7 +929,7 @@ fn now() -> u64 {
 /// a user hook does not (and a read costs 11 ns here).
 #[inline]
 fn stamp(hook: &AtomicUsize) -> u64 {
-    if hook.load(Ordering::Relaxed) == 0 {
+    if hook.load(Ordering::Relaxed) == 0 && tracer_on() {
         now()
     } else {
         0
@@ -927,10 +951,11 @@ fn close(th: &mut Thread, t: u64) -> Option<Frame> {
     let f = th.frames.pop()?;
     match user(&USER_LEAVE) {
         Some(h) => h(f.id),
-        None => {
+        None if tracer_on() => {
             let parent = th.frames.last_mut();
             th.trace.leave(&f, t, parent);
         }
+        None => {}
     }
     Some(f)
 }
@@ -971,6 +996,11 @@ fn enter_common(id: u32, slot: *mut usize, how: Entry) {
             // (the runtime calls no instrumented code), so no other
             // reference lives.
             let th = unsafe { &mut *cell.get() };
+            // No hook and no tracer: a frame is needed only to give a
+            // return-frame function its return address back.
+            if how != Entry::ReturnFrame && !tracer_on() && user(&USER_ENTER).is_none() {
+                return;
+            }
             let t = stamp(&USER_ENTER);
             let sp = slot as usize;
             // SAFETY: `slot` is the function's return address on its
@@ -1006,7 +1036,8 @@ fn enter_common(id: u32, slot: *mut usize, how: Entry) {
             }
             match user(&USER_ENTER) {
                 Some(h) => h(id),
-                None => th.trace.enter(id, t),
+                None if tracer_on() => th.trace.enter(id, t),
+                None => {}
             }
         })
         .ok();

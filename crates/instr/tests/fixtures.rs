@@ -1050,3 +1050,106 @@ fn corrupted_groups_are_errors() {
     fuzz(&good, Some(&ranges));
     fuzz(&good, None);
 }
+
+/// defaults.c with every function behind a trampoline (the default exit):
+/// the original and the rewritten program, built in one directory.
+fn defaults_built() -> (Built, PathBuf, PathBuf) {
+    let b = compile(
+        "defaults.c",
+        "cc",
+        &["-O2", "-fno-inline", "-fno-optimize-sibling-calls"],
+    );
+    let data = std::fs::read(&b.obj).unwrap();
+    let (bytes, report) =
+        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
+    assert_eq!(report.refused, 0, "{:#?}", report.functions);
+    assert_eq!(exits(&report, "trampoline"), report.instrumented);
+    let new_obj = b.dir.join("instr.o");
+    std::fs::write(&new_obj, bytes).unwrap();
+    std::fs::write(b.dir.join("map.tsv"), report.map_lines()).unwrap();
+    let orig = link(&b, &[&b.obj], "orig", None);
+    let new = link(&b, &[&new_obj], "instr", Some(&runtime()));
+    (b, orig, new)
+}
+
+fn run_args(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = Command::new(exe);
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// With no hook set and no output asked for, the built-in tracer does not
+/// run (it did, 26x on fib, for a profile nobody wrote): no frame is kept
+/// for a call; with an output asked for, it runs and counts.
+#[test]
+fn no_hooks_no_output_runs_no_tracer() {
+    let (b, _, new) = defaults_built();
+    let o = run_args(&new, &["depth"], &[]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "depth 0\n");
+    let prof = b.dir.join("prof.json");
+    let map = b.dir.join("map.tsv");
+    let o = run_args(
+        &new,
+        &["depth"],
+        &[
+            ("MANTLE_INSTR_OUT", prof.to_str().unwrap()),
+            ("MANTLE_INSTR_MAP", map.to_str().unwrap()),
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    // main and depth_here are open.
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "depth 2\n");
+    let calls = profile(&prof);
+    assert!(
+        calls.iter().any(|(_, n, c)| n == "depth_here" && *c == 1),
+        "{calls:?}"
+    );
+    std::fs::remove_dir_all(&b.dir).unwrap();
+}
+
+/// A trace that reaches MANTLE_INSTR_TRACE_MAX ends with a marker event
+/// that counts what was dropped, and the program warns at exit; under the
+/// limit, neither.
+#[test]
+fn trace_limit_is_marked_and_warned() {
+    let (b, _, new) = defaults_built();
+    let trace = b.dir.join("trace.json");
+    let t = trace.to_str().unwrap();
+    // leaf 1000 times and main once: 1001 events.
+    let o = run_args(
+        &new,
+        &["loop", "1000"],
+        &[("MANTLE_INSTR_TRACE", t), ("MANTLE_INSTR_TRACE_MAX", "100")],
+    );
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "loop 1000\n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("MANTLE_INSTR_TRACE_MAX=100") && err.contains("901 later events were dropped"),
+        "{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    assert_eq!(ev.len(), 101);
+    assert_eq!(ev.iter().filter(|e| e["ph"] == "X").count(), 100);
+    let m = &ev[100];
+    assert_eq!(m["ph"], "i");
+    assert!(m["name"]
+        .as_str()
+        .unwrap()
+        .contains("MANTLE_INSTR_TRACE_MAX"));
+    assert_eq!(m["args"]["dropped"], 901);
+    assert_eq!(m["args"]["limit"], 100);
+    // Under the limit: no marker, no warning.
+    let o = run_args(&new, &["loop", "1000"], &[("MANTLE_INSTR_TRACE", t)]);
+    assert!(o.status.success() && o.stderr.is_empty(), "{o:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(v["traceEvents"].as_array().unwrap().len(), 1001);
+    std::fs::remove_dir_all(&b.dir).unwrap();
+}

@@ -292,3 +292,23 @@ fn comdat_objects() {
     assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(text(&o).contains("section group"), "{}", text(&o));
 }
+
+/// The runtime's environment, the trace limit among it, is in --help.
+#[test]
+fn help_names_the_runtime_environment() {
+    let o = mantle_run(&[
+        Path::new("instr"),
+        Path::new("rewrite"),
+        Path::new("--help"),
+    ]);
+    let t = text(&o);
+    assert_eq!(code(&o), 0, "{t}");
+    for v in [
+        "MANTLE_INSTR_OUT",
+        "MANTLE_INSTR_TRACE=",
+        "MANTLE_INSTR_TRACE_MAX",
+        "MANTLE_INSTR_MAP",
+    ] {
+        assert!(t.contains(v), "{v} missing from --help:\n{t}");
+    }
+}
