@@ -312,3 +312,31 @@ fn help_names_the_runtime_environment() {
         assert!(t.contains(v), "{v} missing from --help:\n{t}");
     }
 }
+
+/// `verify` reads standard input as a filter does (no --stdin, or
+/// `--stdin -`) and gives both programs the same bytes: cat and tac
+/// differ on two lines, and agree on them with themselves.
+#[test]
+fn verify_reads_standard_input() {
+    use std::io::Write;
+    let verify = |a: &str, b: &str, extra: &[&str]| -> Output {
+        let mut c = Command::new(mantle());
+        c.args(["instr", "verify"])
+            .args(extra)
+            .args([a, b])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child.stdin.take().unwrap().write_all(b"a\nb\n").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    for extra in [&[][..], &["--stdin", "-"][..]] {
+        let o = verify("/bin/cat", "/usr/bin/tac", extra);
+        assert_eq!(code(&o), 1, "{extra:?}: {}", text(&o));
+        assert!(text(&o).contains("standard output differs"), "{}", text(&o));
+        let o = verify("/bin/cat", "/bin/cat", extra);
+        assert_eq!(code(&o), 0, "{extra:?}: {}", text(&o));
+        assert!(text(&o).contains("4 bytes of output"), "{}", text(&o));
+    }
+}
