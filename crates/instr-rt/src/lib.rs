@@ -74,8 +74,8 @@
 //! C++ exceptions cannot unwind through a slot or a trampoline (the
 //! planner refuses those functions in objects that use them); a CET
 //! shadow stack would reject a return frame's ret (the rewriter clears
-//! the property when it uses one); trampolines nest 4096 deep per thread
-//! ([`XS_LEN`]).
+//! the property when it uses one); trampolines nest 4,194,304 deep per
+//! thread ([`XS_LEN`], address space reserved and made usable as needed).
 //!
 //! The TSC is read only for the tracer: a read costs 11-20 ns on these
 //! VMs (bench/instr/HISTORY.md), more than a fast hook's whole call.
@@ -262,20 +262,28 @@ pub unsafe extern "C" fn __mantle_instr_enter_b() {
 /// same number).
 pub const TRAMP_RET_OFFSET: usize = 18;
 
-/// Entries of the per-thread stack of trampoline frames (`__mantle_instr_xs`): a
-/// trampoline nested deeper aborts (the limit is documented).
-pub const XS_LEN: usize = 4096;
+/// Entries of the per-thread stack of trampoline frames
+/// (`__mantle_instr_xs`) reserved per thread: address space only
+/// (`PROT_NONE`, no memory, no commit charge), made usable as the stack
+/// grows ([`xs_grow`]); a trampoline nested deeper aborts. 4,194,304
+/// frames: more than a thread's stack holds (a frame takes at least 16
+/// bytes of it; 64 MiB), 128 MiB of address space. It was a fixed 4,096.
+pub const XS_LEN: usize = 1 << 22;
+/// Entries usable at a thread's first trampoline (64 KiB with the header).
+const XS_FIRST: usize = 2047;
 const XS_ENTRY: usize = 32;
 
 // The per-thread stack of trampoline frames, in assembly so the fast path
 // reaches it without calling into Rust (which would make it save every
-// register): `len: u64, pad: u64`, then `XS_LEN` entries of
+// register): `len: u64, cap: u64` (entries usable now), then entries of
 // `{ sp, caller's return address, body return address (R2), id }`,
-// allocated at a thread's first trampoline ([`xs_alloc`]); the thread
-// pointer to it is initial-exec TLS (one `fs:` access; relaxed to
-// local-exec in an executable). 8 bytes, so the shared library can still
-// be dlopen'ed (the static TLS surplus is small: a 128 KiB block there
-// failed with "cannot allocate memory in static TLS block").
+// reserved at a thread's first trampoline ([`xs_alloc`]) and grown in
+// place ([`xs_grow`]: never moved, so code interrupted by a signal
+// handler that grows it keeps valid pointers); the thread pointer to it
+// is initial-exec TLS (one `fs:` access; relaxed to local-exec in an
+// executable). 8 bytes, so the shared library can still be dlopen'ed
+// (the static TLS surplus is small: a 128 KiB block there failed with
+// "cannot allocate memory in static TLS block").
 core::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
@@ -290,6 +298,12 @@ core::arch::global_asm!(
 
 const XS_BYTES: usize = 16 + XS_LEN * XS_ENTRY;
 
+/// Bytes of the block that hold the header and `cap` entries, rounded up
+/// to pages.
+fn xs_bytes_for(cap: usize) -> usize {
+    (16 + cap * XS_ENTRY).next_multiple_of(4096)
+}
+
 /// Frees the thread's trampoline stack when the thread ends.
 struct XsGuard(std::cell::Cell<usize>);
 
@@ -300,13 +314,13 @@ impl Drop for XsGuard {
             return;
         }
         // SAFETY: `slot` is this thread's TLS pointer, set by xs_alloc to
-        // a block of this layout; cleared first, so a trampoline run by a
-        // later destructor allocates a new one instead of using this.
+        // a mapping of XS_BYTES; cleared first, so a trampoline run by a
+        // later destructor reserves a new one instead of using this.
         unsafe {
             let p = *slot;
             *slot = std::ptr::null_mut();
             if !p.is_null() {
-                std::alloc::dealloc(p, xs_layout());
+                libc::munmap(p.cast(), XS_BYTES);
             }
         }
     }
@@ -316,24 +330,80 @@ thread_local! {
     static XS_GUARD: XsGuard = const { XsGuard(std::cell::Cell::new(0)) };
 }
 
-fn xs_layout() -> std::alloc::Layout {
-    // 16 + 4096 * 32 bytes, 16-aligned: a valid layout.
-    std::alloc::Layout::from_size_align(XS_BYTES, 16).unwrap_or(std::alloc::Layout::new::<u128>())
-}
-
-/// Allocates the calling thread's trampoline stack into `slot` (its TLS
-/// pointer), called from the assembly with every register saved.
+/// Reserves the calling thread's trampoline stack into `slot` (its TLS
+/// pointer), called from the assembly with every register saved. Only
+/// system calls (mmap, mprotect): a signal handler may be the thread's
+/// first trampoline.
 extern "C" fn xs_alloc(slot: *mut *mut u8) {
-    // SAFETY: a non-zero-sized layout.
-    let p = unsafe { std::alloc::alloc_zeroed(xs_layout()) };
-    if p.is_null() {
-        lost(b"libmantle-instr: cannot allocate the trampoline stack\n");
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            XS_BYTES,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    // SAFETY: the first pages of that mapping.
+    if p == libc::MAP_FAILED
+        || unsafe {
+            libc::mprotect(
+                p,
+                xs_bytes_for(XS_FIRST),
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        } != 0
+    {
+        lost(b"libmantle-instr: cannot map the trampoline stack\n");
     }
+    let p = p.cast::<u8>();
+    // SAFETY: the header of the block just made writable (zero-filled:
+    // len 0).
+    unsafe { *p.add(8).cast::<usize>() = XS_FIRST };
     // SAFETY: `slot` is the thread's TLS pointer, computed by the caller.
     unsafe { *slot = p };
-    // The guard frees it at thread exit; when thread-local destructors
-    // already ran (a trampoline in a late destructor), it is leaked.
+    // The guard unmaps it at thread exit; when thread-local destructors
+    // already ran (a trampoline in a late destructor), it stays.
     let _ = XS_GUARD.try_with(|g| g.0.set(slot as usize));
+}
+
+/// Makes twice the usable entries of the trampoline stack `xs` usable
+/// (up to [`XS_LEN`]); called by the push when it is full, with every
+/// register saved. The block never moves. A signal handler that grows it
+/// in the middle of this makes the same range usable (mprotect of pages
+/// already usable changes nothing) and the larger capacity wins.
+extern "C" fn xs_grow(xs: *mut u8) {
+    // SAFETY: `xs` is the thread's block; its header is always mapped.
+    let cap_at = unsafe { &*xs.add(8).cast::<AtomicUsize>() };
+    let cap = cap_at.load(Ordering::Relaxed);
+    if cap >= XS_LEN {
+        too_deep();
+    }
+    let new = ((cap + 1) * 2 - 1).min(XS_LEN);
+    // SAFETY: a prefix of the thread's own reservation.
+    let rc = unsafe {
+        libc::mprotect(
+            xs.cast(),
+            xs_bytes_for(new).min(XS_BYTES.next_multiple_of(4096)),
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    };
+    if rc != 0 {
+        lost(b"libmantle-instr: cannot grow the trampoline stack\n");
+    }
+    cap_at.fetch_max(new, Ordering::Relaxed);
+}
+
+/// Calls [`xs_grow`] with the stack in rcx, keeping every register.
+#[unsafe(naked)]
+unsafe extern "C" fn xs_grow_saving() {
+    saving_all!(
+        "mov rdi, rcx",
+        "call {grow}";
+        grow = sym xs_grow
+    )
 }
 
 /// Calls [`xs_alloc`] with the TLS pointer's address, keeping every
@@ -675,10 +745,13 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         // first one's stale sp, took this entry for a dead frame and
         // popped it: "trampoline frame lost" in CI's signals fixture
         // (tests/c/sigstep.c now runs a handler at every instruction).
+        // Full: grown in place (or abort past XS_LEN), then again.
+        "5:",
+        "call {grow}",
         "4:",
         "mov rsi, [rcx]",
-        "cmp rsi, {n}",
-        "jae 9f",
+        "cmp rsi, [rcx + 8]",
+        "jae 5b",
         "shl rsi, 5",
         "lea rsi, [rcx + rsi + 16]",
         "mov qword ptr [rsi], -1",
@@ -691,7 +764,7 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         "mov [rsi + 24], rdi",
         "mov [rsi], rdx",
         hook_and_return!("fast_enter", "user_enter"),
-        n = const XS_LEN,
+        grow = sym xs_grow_saving,
         off = const TRAMP_RET_OFFSET,
         fast_enter = sym FAST_ENTER,
         fast_leave = sym FAST_LEAVE,
@@ -830,7 +903,7 @@ extern "C" fn tramp_lost() -> ! {
 }
 
 extern "C" fn too_deep() -> ! {
-    lost(b"libmantle-instr: more than 4096 nested trampolines (use --exit patched-rets or return-frames)\n")
+    lost(b"libmantle-instr: more than 4194304 nested trampolines on one thread\n")
 }
 
 /// The return-frame code slots: slot `d` is the return address given to

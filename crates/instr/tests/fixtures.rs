@@ -1153,3 +1153,43 @@ fn trace_limit_is_marked_and_warned() {
     assert_eq!(v["traceEvents"].as_array().unwrap().len(), 1001);
     std::fs::remove_dir_all(&b.dir).unwrap();
 }
+
+/// Trampolines (the default exit) nest without a small fixed limit (they
+/// aborted past 4,095): 100,000 deep on the main thread, with the tracer
+/// and with no hook, and 1,000,000 deep on a thread with
+/// a 1 GiB stack; the output is the original's and every call counted.
+#[test]
+fn trampolines_nest_a_million_deep() {
+    let (b, orig, new) = defaults_built();
+    let prof = b.dir.join("prof.json");
+    let map = b.dir.join("map.tsv");
+    let env = [
+        ("MANTLE_INSTR_OUT", prof.to_str().unwrap()),
+        ("MANTLE_INSTR_MAP", map.to_str().unwrap()),
+    ];
+    for (args, want) in [
+        (&["deep", "100000"][..], 100_000u64),
+        (&["tdeep", "1000000"][..], 1_000_000),
+    ] {
+        let a = run_args(&orig, args, &[]);
+        assert!(a.status.success(), "{args:?} original: {a:?}");
+        let n = run_args(&new, args, &[]);
+        assert_eq!(
+            (n.status.code(), &n.stdout),
+            (a.status.code(), &a.stdout),
+            "{args:?} no hooks: {}",
+            String::from_utf8_lossy(&n.stderr)
+        );
+        let n = run_args(&new, args, &env);
+        assert_eq!(
+            (n.status.code(), &n.stdout),
+            (a.status.code(), &a.stdout),
+            "{args:?} tracer: {}",
+            String::from_utf8_lossy(&n.stderr)
+        );
+        let calls = profile(&prof);
+        let deep = calls.iter().find(|(_, n, _)| n == "deep").map(|c| c.2);
+        assert_eq!(deep, Some(want + 1), "{args:?}: {calls:?}");
+    }
+    std::fs::remove_dir_all(&b.dir).unwrap();
+}
