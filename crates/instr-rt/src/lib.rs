@@ -71,8 +71,10 @@
 //! rather than through mantle-sys: it is linked into the guest program,
 //! which should not carry mantle's syscall layer. Limits: the return address rewrite
 //! defeats the CPU's return predictor (the paper's own finding, §5.5);
-//! C++ exceptions cannot unwind through a slot or a trampoline (the
-//! planner refuses those functions in objects that use them); a CET
+//! C++ exceptions unwind through trampolines because the runtime
+//! uninstalls them for the unwinder and closes what it unwinds
+//! ([`unwind`]); the planner still refuses return frames in objects that
+//! use exceptions; a CET
 //! shadow stack would reject a return frame's ret (the rewriter clears
 //! the property when it uses one); trampolines nest 4,194,304 deep per
 //! thread ([`XS_LEN`], address space reserved and made usable as needed).
@@ -86,6 +88,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod tracer;
+pub mod unwind;
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -876,6 +879,25 @@ pub unsafe extern "C" fn __mantle_instr_tramp_leave() {
         "mov qword ptr [rsi], -1",
         "dec qword ptr [rcx]",
         hook_and_return!("fast_leave", "user_leave"),
+        // References that bring crate::unwind's definitions into every
+        // link of libmantle_instr_rt.a that has trampolines (an archive
+        // member is linked only for a symbol something needs): without
+        // them a C++ exception could not cross a trampoline.
+        ".pushsection .data.rel.ro.mantle_instr_unwind,\"aw\",@progbits",
+        ".p2align 3",
+        ".quad {u1}",
+        ".quad {u2}",
+        ".quad {u3}",
+        ".quad {u4}",
+        ".quad {u5}",
+        ".quad {u6}",
+        ".popsection",
+        u1 = sym unwind::_Unwind_RaiseException,
+        u2 = sym unwind::_Unwind_Resume,
+        u3 = sym unwind::_Unwind_Resume_or_Rethrow,
+        u4 = sym unwind::_Unwind_ForcedUnwind,
+        u5 = sym unwind::__gxx_personality_v0,
+        u6 = sym unwind::__gcc_personality_v0,
         fast_leave = sym FAST_LEAVE,
         user_leave = sym USER_LEAVE,
         saving = sym hook_keeping_exit,
@@ -951,7 +973,7 @@ pub unsafe extern "C" fn __mantle_instr_leave_b() {
     )
 }
 
-fn slots_base() -> usize {
+pub(crate) fn slots_base() -> usize {
     __mantle_instr_slots as unsafe extern "C" fn() as usize
 }
 
@@ -986,7 +1008,7 @@ pub(crate) struct Thread {
 }
 
 thread_local! {
-    static THREAD: UnsafeCell<Thread> = UnsafeCell::new(Thread {
+    pub(crate) static THREAD: UnsafeCell<Thread> = UnsafeCell::new(Thread {
         frames: Vec::with_capacity(64),
         trace: tracer::ThreadTrace::new(),
     });
@@ -1001,7 +1023,7 @@ fn now() -> u64 {
 /// The time for an event whose hook is `hook`: the tracer needs the TSC,
 /// a user hook does not (and a read costs 11 ns here).
 #[inline]
-fn stamp(hook: &AtomicUsize) -> u64 {
+pub(crate) fn stamp(hook: &AtomicUsize) -> u64 {
     if hook.load(Ordering::Relaxed) == 0 && tracer_on() {
         now()
     } else {
@@ -1009,7 +1031,7 @@ fn stamp(hook: &AtomicUsize) -> u64 {
     }
 }
 
-fn user(hook: &AtomicUsize) -> Option<Hook> {
+pub(crate) fn user(hook: &AtomicUsize) -> Option<Hook> {
     match hook.load(Ordering::Acquire) {
         0 => None,
         // SAFETY: only mantle_instr_set_hooks stores non-zero values, and
@@ -1020,7 +1042,7 @@ fn user(hook: &AtomicUsize) -> Option<Hook> {
 
 /// Closes the top frame at time `t` (its function returned, or was
 /// skipped by longjmp).
-fn close(th: &mut Thread, t: u64) -> Option<Frame> {
+pub(crate) fn close(th: &mut Thread, t: u64) -> Option<Frame> {
     let f = th.frames.pop()?;
     match user(&USER_LEAVE) {
         Some(h) => h(f.id),
@@ -1169,7 +1191,7 @@ extern "C" fn leave_c(ret: usize) -> usize {
 /// the first abort, which waits forever on glibc's abort lock (seen with
 /// tests/c/sigjump.c on the runtime of a3350a7, before the claim rules:
 /// a hang, not an abort). A synchronous signal (a trap) still ends the process.
-fn lost(msg: &[u8]) -> ! {
+pub(crate) fn lost(msg: &[u8]) -> ! {
     // SAFETY: a sigset_t filled by sigfillset and given to
     // pthread_sigmask; write(2) of a caller's buffer; abort.
     unsafe {

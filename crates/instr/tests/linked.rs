@@ -358,8 +358,9 @@ fn shared_library_linked_and_dlopened() {
     }
 }
 
-/// A C++ exception thrown through an instrumented (balanced) frame of a
-/// linked program; functions that would need a return frame are refused.
+/// A C++ exception thrown through an instrumented frame (a trampoline,
+/// the default exit) of a linked program, which loads the runtime's
+/// unwinder entry points (libmantle-instr's unwind.rs).
 #[test]
 fn cxx_exception_through_instrumented_frames() {
     let dir = tmpdir("cxx");
@@ -373,18 +374,13 @@ fn cxx_exception_through_instrumented_frames() {
         matches!(
             outcome(&r, "_Z6middlei"),
             Outcome::Instrumented {
-                exit: "balanced",
+                exit: "trampoline",
                 ..
             }
         ),
         "{:#?}",
         r.functions
     );
-    for f in &r.functions {
-        if let Outcome::Instrumented { exit, .. } = f.outcome {
-            assert_eq!(exit, "balanced", "{}", f.name);
-        }
-    }
     let map = dir.join("map.tsv");
     std::fs::write(&map, r.map_lines()).unwrap();
     let prof = dir.join("prof.json");
