@@ -349,16 +349,18 @@ extern "C" fn xs_alloc(slot: *mut *mut u8) {
             0,
         )
     };
-    // SAFETY: the first pages of that mapping.
-    if p == libc::MAP_FAILED
-        || unsafe {
-            libc::mprotect(
-                p,
-                xs_bytes_for(XS_FIRST),
-                libc::PROT_READ | libc::PROT_WRITE,
-            )
-        } != 0
-    {
+    if p == libc::MAP_FAILED {
+        lost(b"libmantle-instr: cannot map the trampoline stack\n");
+    }
+    // SAFETY: the first pages of that mapping, ours alone.
+    let rc = unsafe {
+        libc::mprotect(
+            p,
+            xs_bytes_for(XS_FIRST),
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    };
+    if rc != 0 {
         lost(b"libmantle-instr: cannot map the trampoline stack\n");
     }
     let p = p.cast::<u8>();

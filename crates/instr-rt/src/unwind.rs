@@ -34,6 +34,7 @@
 //! runtime first: linked into the executable (libmantle_instr_rt.a) it
 //! does; a rewritten linked file lists libmantle_instr_rt.so first.
 
+// The unwinder's entry points must have its exact names.
 #![allow(non_snake_case)]
 
 use crate::{close, user, Frame, THREAD, USER_LEAVE};
