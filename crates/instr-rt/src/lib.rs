@@ -51,7 +51,7 @@
 //! The hooks: the user's `enter(id)`/`leave(id)` set with
 //! `mantle_instr_set_hooks`, or else the built-in tracer (per-function
 //! calls, inclusive and exclusive TSC time, an optional Chrome trace) when
-//! an output is asked for, or else nothing ([`TRACER`]).
+//! an output is asked for, or else nothing (`TRACER`).
 //! Output is written at exit only when asked for (MANTLE_INSTR_OUT,
 //! MANTLE_INSTR_TRACE), so an instrumented program prints what it printed.
 //!
@@ -268,7 +268,7 @@ pub const TRAMP_RET_OFFSET: usize = 18;
 /// Entries of the per-thread stack of trampoline frames
 /// (`__mantle_instr_xs`) reserved per thread: address space only
 /// (`PROT_NONE`, no memory, no commit charge), made usable as the stack
-/// grows ([`xs_grow`]); a trampoline nested deeper aborts. 4,194,304
+/// grows (`xs_grow`); a trampoline nested deeper aborts. 4,194,304
 /// frames: more than a thread's stack holds (a frame takes at least 16
 /// bytes of it; 64 MiB), 128 MiB of address space. It was a fixed 4,096.
 pub const XS_LEN: usize = 1 << 22;

@@ -42,10 +42,11 @@ fn tmpdir(name: &str) -> PathBuf {
     // Tests run in parallel and may build the same fixture.
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let d = std::env::temp_dir().join(format!(
-        "mantle-instr-test-{}-{n}-{name}",
-        std::process::id()
-    ));
+    // Under one scratch directory, removed when the test binary exits
+    // (and by a later run if this one was killed).
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let root = ROOT.get_or_init(|| mantle_testsupport::scratch::dir("instr-fixtures"));
+    let d = root.join(format!("{n}-{name}"));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

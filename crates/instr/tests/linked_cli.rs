@@ -30,10 +30,11 @@ fn mantle() -> PathBuf {
 }
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "mantle-instr-linked-cli-{}-{name}",
-        std::process::id()
-    ));
+    // Under one scratch directory (mode 0755: `nobody` runs from it),
+    // removed when the test binary exits.
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let root = ROOT.get_or_init(|| mantle_testsupport::scratch::dir("instr-linked-cli"));
+    let d = root.join(name);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
