@@ -11,12 +11,13 @@
 # tests/); TEST: names of tests/src/unit-NAME.cpp that need no test data
 # files (default below). Needs target/release/mantle and
 # target/release/libmantle_instr_rt.a (cargo build --release -p mantle-cli
-# -p mantle-instr-rt). Works in a temporary directory, removed at the end.
+# -p mantle-instr-rt), or MANTLE and MANTLE_INSTR_RT naming others. Works
+# in a temporary directory, removed at the end.
 set -eu
 src=$(cd "$1" && pwd); shift
 root=$(cd "$(dirname "$0")/../.." && pwd)
-mantle=$root/target/release/mantle
-rt=$root/target/release/libmantle_instr_rt.a
+mantle=${MANTLE:-$root/target/release/mantle}
+rt=${MANTLE_INSTR_RT:-$root/target/release/libmantle_instr_rt.a}
 tests=${*:-class_parser element_access1 element_access2 json_pointer deserialization conversions iterators1 json_patch modifiers}
 w=$(mktemp -d /tmp/mantle-nlohmann.XXXXXX)
 trap 'rm -rf "$w"' EXIT
