@@ -373,6 +373,11 @@ def micro_bench(a, mantle, rt):
             os.path.join(HERE, "hooks.c"), "-o", hooks])
         exes[variant] = os.path.join(d, variant)
         sh(["gcc", o, hooks, rt, "-lpthread", "-o", exes[variant]])
+    # The default when nothing is set: trampolines, no hooks, no output
+    # asked for (the tracer does not run; it did before issue 35, 26x).
+    exes["mantle-nohooks"] = os.path.join(d, "mantle-nohooks")
+    exits["mantle-nohooks"] = exits.get("mantle")
+    sh(["gcc", os.path.join(d, "micro-mantle.o"), rt, "-lpthread", "-o", exes["mantle-nohooks"]])
     n = 20_000_000
     times = {m: [] for m in exes}
     for _ in range(a.reps):
@@ -431,7 +436,8 @@ def plot(res):
 LABELS = {"base": "gcc -O2", "src": "-finstrument-functions", "src-lto": "... -flto (hooks inlined)",
           "clang": "clang -O2", "xray": "XRay", "mantle": "mantle .o, trampolines, ordinary hooks",
           "mantle-fast": "mantle .o, trampolines, fast hooks", "mantle-pr": "mantle .o, patched rets",
-          "mantle-rf": "mantle .o, return frames", "mantle-linked": "mantle linked, trampolines, ordinary hooks",
+          "mantle-rf": "mantle .o, return frames",
+          "mantle-nohooks": "mantle .o, trampolines, no hooks (the default)", "mantle-linked": "mantle linked, trampolines, ordinary hooks",
           "uprobes": "uprobes + uretprobes (bpftrace)"}
 
 

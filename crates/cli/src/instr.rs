@@ -14,7 +14,7 @@ pub enum InstrCmd {
     /// object with -lmantle_instr_rt; a rewritten linked file loads
     /// libmantle_instr_rt.so itself.
     #[command(
-        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr_rt\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite a.o -o a.instr.o --from-prof run.prof --share 80   # the hottest functions of a mantle prof session\n  mantle instr rewrite a.o -o a.instr.o --all --exit return-frames       # LOPI's exits\n  mantle instr rewrite ./prog -o prog.instr --all --map prog.map       # linked: PIE, non-PIE\n  mantle instr rewrite libfoo.so -o out/libfoo.so -f 'foo_*' --runtime /usr/local/lib/libmantle_instr_rt.so\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 ELF object, executable or shared library, a runtime others can write, or a malformed option, 5 no such file, 1 cannot write."
+        after_help = "Examples:\n  mantle instr rewrite a.o -o a.instr.o --all --map prog.map\n  mantle instr rewrite b.o -o b.instr.o -f 'comp_*' --map prog.map   # ids continue\n  cc a.instr.o b.instr.o -o prog -L target/release -lmantle_instr_rt\n  MANTLE_INSTR_MAP=prog.map MANTLE_INSTR_OUT=prof.json MANTLE_INSTR_TRACE=trace.json ./prog\n  mantle instr rewrite a.o -o a.instr.o --from-prof run.prof --share 80   # the hottest functions of a mantle prof session\n  mantle instr rewrite a.o -o a.instr.o --all --exit return-frames       # LOPI's exits\n  mantle instr rewrite ./prog -o prog.instr --all --map prog.map       # linked: PIE, non-PIE\n  mantle instr rewrite libfoo.so -o out/libfoo.so -f 'foo_*' --runtime /usr/local/lib/libmantle_instr_rt.so\n\nThe rewritten program reads (at its first instrumented call):\n  MANTLE_INSTR_OUT=path        per-function profile, written at exit\n  MANTLE_INSTR_TRACE=path      Chrome trace, written at exit\n  MANTLE_INSTR_TRACE_MAX=n     trace events kept per thread (default 1000000); past it, a marker\n                               event counts the dropped ones and a warning is printed at exit\n  MANTLE_INSTR_MAP=path        the map, to name functions\nWith no hooks set and neither output asked for, the built-in tracer does not run.\n\nExit codes: 0 done (refused functions are listed, not errors), 2 not an x86-64 ELF object, executable or shared library, a runtime others can write, or a malformed option, 5 no such file, 1 cannot write."
     )]
     Rewrite {
         /// The input: an object (.o), executable or shared library.
@@ -53,14 +53,16 @@ pub enum InstrCmd {
     /// Run an original and a rewritten program with the same arguments and
     /// input; compare their output and exit status.
     #[command(
-        after_help = "Examples:\n  mantle instr verify ./prog ./prog.instr -- -v input.txt\n  mantle instr verify --stdin data.bin ./bzip2 ./bzip2.instr -- -c\n\nExit codes: 0 same behaviour, 1 they differ, 5 a program is missing."
+        after_help = "Examples:\n  mantle instr verify ./prog ./prog.instr -- -v input.txt\n  mantle instr verify ./bzip2 ./bzip2.instr -- -c < data.bin\n  mantle instr verify --stdin data.bin ./bzip2 ./bzip2.instr -- -c\n\nStandard input (or --stdin FILE, `-` for standard input) is read to its end and given to both programs;\nwhen it is a terminal and no --stdin is given, they get none (an empty input).\n\nExit codes: 0 same behaviour, 1 they differ, 5 a program or the input file is missing."
     )]
     Verify {
         /// The program as built.
         original: PathBuf,
         /// The program linked from rewritten objects.
         rewritten: PathBuf,
-        /// A file both programs read as standard input.
+        /// A file both programs read as standard input (`-`: this
+        /// command's standard input, also the default unless it is a
+        /// terminal).
         #[arg(long)]
         stdin: Option<PathBuf>,
         /// Arguments given to both programs.
@@ -374,19 +376,58 @@ fn keep_mode(from: &Path, to: &Path) -> Result<(), Failure> {
     std::fs::set_permissions(to, perm).map_err(|e| Failure::io("cannot chmod", to, &e))
 }
 
-fn verify(a: &Path, b: &Path, stdin: Option<&Path>, args: &[String]) -> Result<(), Failure> {
-    let run = |p: &Path| -> Result<std::process::Output, Failure> {
-        let mut c = std::process::Command::new(p);
-        c.args(args);
-        if let Some(s) = stdin {
-            let f = std::fs::File::open(s).map_err(|e| Failure::io("cannot read", s, &e))?;
-            c.stdin(f);
+/// The input both programs of `verify` get, read once: `--stdin FILE`,
+/// or this command's standard input (`--stdin -`, or no option unless
+/// standard input is a terminal, as a filter reads it).
+fn verify_input(stdin: Option<&Path>) -> Result<Vec<u8>, Failure> {
+    use std::io::{IsTerminal, Read};
+    match stdin {
+        Some(p) if p != Path::new("-") => {
+            std::fs::read(p).map_err(|e| Failure::io("cannot read", p, &e))
         }
-        c.output().map_err(|e| {
+        given => {
+            let mut i = std::io::stdin().lock();
+            if given.is_none() && i.is_terminal() {
+                return Ok(Vec::new());
+            }
+            let mut v = Vec::new();
+            i.read_to_end(&mut v)
+                .map_err(|e| Failure::io("cannot read", Path::new("standard input"), &e))?;
+            Ok(v)
+        }
+    }
+}
+
+fn verify(a: &Path, b: &Path, stdin: Option<&Path>, args: &[String]) -> Result<(), Failure> {
+    use std::io::Write;
+    use std::process::Stdio;
+    let input = verify_input(stdin)?;
+    let run = |p: &Path| -> Result<std::process::Output, Failure> {
+        let cannot = |e: std::io::Error| {
             Failure::new(
                 exit_code(LibError::Io(&e)),
                 format!("cannot run {}: {e}", p.display()),
             )
+        };
+        let mut child = std::process::Command::new(p)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(cannot)?;
+        let mut pipe = child.stdin.take();
+        // Written from a thread while the output is read, so neither side
+        // waits on a full pipe; a program that stops reading early (EPIPE)
+        // is its own business, as it is under a shell.
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                if let Some(w) = pipe.as_mut() {
+                    let _ = w.write_all(&input);
+                }
+                drop(pipe.take());
+            });
+            child.wait_with_output().map_err(cannot)
         })
     };
     let (x, y) = (run(a)?, run(b)?);

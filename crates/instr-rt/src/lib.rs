@@ -48,9 +48,10 @@
 //!   the same per-thread stack, matched by the stack address of the return
 //!   address.
 //!
-//! The hooks: by default the built-in tracer (per-function calls,
-//! inclusive and exclusive TSC time, an optional Chrome trace), or the
-//! user's `enter(id)`/`leave(id)` set with `mantle_instr_set_hooks`.
+//! The hooks: the user's `enter(id)`/`leave(id)` set with
+//! `mantle_instr_set_hooks`, or else the built-in tracer (per-function
+//! calls, inclusive and exclusive TSC time, an optional Chrome trace) when
+//! an output is asked for, or else nothing (`TRACER`).
 //! Output is written at exit only when asked for (MANTLE_INSTR_OUT,
 //! MANTLE_INSTR_TRACE), so an instrumented program prints what it printed.
 //!
@@ -70,11 +71,13 @@
 //! rather than through mantle-sys: it is linked into the guest program,
 //! which should not carry mantle's syscall layer. Limits: the return address rewrite
 //! defeats the CPU's return predictor (the paper's own finding, §5.5);
-//! C++ exceptions cannot unwind through a slot or a trampoline (the
-//! planner refuses those functions in objects that use them); a CET
+//! C++ exceptions unwind through trampolines because the runtime
+//! uninstalls them for the unwinder and closes what it unwinds
+//! ([`unwind`]); the planner still refuses return frames in objects that
+//! use exceptions; a CET
 //! shadow stack would reject a return frame's ret (the rewriter clears
-//! the property when it uses one); trampolines nest 4096 deep per thread
-//! ([`XS_LEN`]).
+//! the property when it uses one); trampolines nest 4,194,304 deep per
+//! thread ([`XS_LEN`], address space reserved and made usable as needed).
 //!
 //! The TSC is read only for the tracer: a read costs 11-20 ns on these
 //! VMs (bench/instr/HISTORY.md), more than a fast hook's whole call.
@@ -85,6 +88,7 @@
 #![allow(clippy::missing_safety_doc)]
 
 mod tracer;
+pub mod unwind;
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -106,6 +110,20 @@ static USER_LEAVE: AtomicUsize = AtomicUsize::new(0);
 /// (`mantle_instr_set_fast_hooks`); read by the trampolines' assembly.
 static FAST_ENTER: AtomicUsize = AtomicUsize::new(0);
 static FAST_LEAVE: AtomicUsize = AtomicUsize::new(0);
+/// Whether the built-in tracer runs when no hook is set: [`TRACER_UNKNOWN`]
+/// until the first entry reads the environment, then [`TRACER_OFF`] (no
+/// output asked for: MANTLE_INSTR_OUT and MANTLE_INSTR_TRACE unset, so
+/// nothing would ever be written) or [`TRACER_ON`]. Read by the
+/// trampolines' assembly: off, an entry and exit with no hook push nothing
+/// and return at once (issue 35: the tracer ran for nothing, 26x on fib).
+pub(crate) static TRACER: AtomicUsize = AtomicUsize::new(TRACER_UNKNOWN);
+pub(crate) const TRACER_UNKNOWN: usize = 0;
+pub(crate) const TRACER_OFF: usize = 1;
+pub(crate) const TRACER_ON: usize = 2;
+
+fn tracer_on() -> bool {
+    TRACER.load(Ordering::Relaxed) == TRACER_ON
+}
 
 /// Replaces the built-in tracer with the user's hooks (NULL for none).
 /// Thread-safe; takes effect for entries after the call.
@@ -247,20 +265,28 @@ pub unsafe extern "C" fn __mantle_instr_enter_b() {
 /// same number).
 pub const TRAMP_RET_OFFSET: usize = 18;
 
-/// Entries of the per-thread stack of trampoline frames (`__mantle_instr_xs`): a
-/// trampoline nested deeper aborts (the limit is documented).
-pub const XS_LEN: usize = 4096;
+/// Entries of the per-thread stack of trampoline frames
+/// (`__mantle_instr_xs`) reserved per thread: address space only
+/// (`PROT_NONE`, no memory, no commit charge), made usable as the stack
+/// grows (`xs_grow`); a trampoline nested deeper aborts. 4,194,304
+/// frames: more than a thread's stack holds (a frame takes at least 16
+/// bytes of it; 64 MiB), 128 MiB of address space. It was a fixed 4,096.
+pub const XS_LEN: usize = 1 << 22;
+/// Entries usable at a thread's first trampoline (64 KiB with the header).
+const XS_FIRST: usize = 2047;
 const XS_ENTRY: usize = 32;
 
 // The per-thread stack of trampoline frames, in assembly so the fast path
 // reaches it without calling into Rust (which would make it save every
-// register): `len: u64, pad: u64`, then `XS_LEN` entries of
+// register): `len: u64, cap: u64` (entries usable now), then entries of
 // `{ sp, caller's return address, body return address (R2), id }`,
-// allocated at a thread's first trampoline ([`xs_alloc`]); the thread
-// pointer to it is initial-exec TLS (one `fs:` access; relaxed to
-// local-exec in an executable). 8 bytes, so the shared library can still
-// be dlopen'ed (the static TLS surplus is small: a 128 KiB block there
-// failed with "cannot allocate memory in static TLS block").
+// reserved at a thread's first trampoline ([`xs_alloc`]) and grown in
+// place ([`xs_grow`]: never moved, so code interrupted by a signal
+// handler that grows it keeps valid pointers); the thread pointer to it
+// is initial-exec TLS (one `fs:` access; relaxed to local-exec in an
+// executable). 8 bytes, so the shared library can still be dlopen'ed
+// (the static TLS surplus is small: a 128 KiB block there failed with
+// "cannot allocate memory in static TLS block").
 core::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
@@ -275,6 +301,12 @@ core::arch::global_asm!(
 
 const XS_BYTES: usize = 16 + XS_LEN * XS_ENTRY;
 
+/// Bytes of the block that hold the header and `cap` entries, rounded up
+/// to pages.
+fn xs_bytes_for(cap: usize) -> usize {
+    (16 + cap * XS_ENTRY).next_multiple_of(4096)
+}
+
 /// Frees the thread's trampoline stack when the thread ends.
 struct XsGuard(std::cell::Cell<usize>);
 
@@ -285,13 +317,13 @@ impl Drop for XsGuard {
             return;
         }
         // SAFETY: `slot` is this thread's TLS pointer, set by xs_alloc to
-        // a block of this layout; cleared first, so a trampoline run by a
-        // later destructor allocates a new one instead of using this.
+        // a mapping of XS_BYTES; cleared first, so a trampoline run by a
+        // later destructor reserves a new one instead of using this.
         unsafe {
             let p = *slot;
             *slot = std::ptr::null_mut();
             if !p.is_null() {
-                std::alloc::dealloc(p, xs_layout());
+                libc::munmap(p.cast(), XS_BYTES);
             }
         }
     }
@@ -301,24 +333,82 @@ thread_local! {
     static XS_GUARD: XsGuard = const { XsGuard(std::cell::Cell::new(0)) };
 }
 
-fn xs_layout() -> std::alloc::Layout {
-    // 16 + 4096 * 32 bytes, 16-aligned: a valid layout.
-    std::alloc::Layout::from_size_align(XS_BYTES, 16).unwrap_or(std::alloc::Layout::new::<u128>())
-}
-
-/// Allocates the calling thread's trampoline stack into `slot` (its TLS
-/// pointer), called from the assembly with every register saved.
+/// Reserves the calling thread's trampoline stack into `slot` (its TLS
+/// pointer), called from the assembly with every register saved. Only
+/// system calls (mmap, mprotect): a signal handler may be the thread's
+/// first trampoline.
 extern "C" fn xs_alloc(slot: *mut *mut u8) {
-    // SAFETY: a non-zero-sized layout.
-    let p = unsafe { std::alloc::alloc_zeroed(xs_layout()) };
-    if p.is_null() {
-        lost(b"libmantle-instr: cannot allocate the trampoline stack\n");
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            XS_BYTES,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        lost(b"libmantle-instr: cannot map the trampoline stack\n");
     }
+    // SAFETY: the first pages of that mapping, ours alone.
+    let rc = unsafe {
+        libc::mprotect(
+            p,
+            xs_bytes_for(XS_FIRST),
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    };
+    if rc != 0 {
+        lost(b"libmantle-instr: cannot map the trampoline stack\n");
+    }
+    let p = p.cast::<u8>();
+    // SAFETY: the header of the block just made writable (zero-filled:
+    // len 0).
+    unsafe { *p.add(8).cast::<usize>() = XS_FIRST };
     // SAFETY: `slot` is the thread's TLS pointer, computed by the caller.
     unsafe { *slot = p };
-    // The guard frees it at thread exit; when thread-local destructors
-    // already ran (a trampoline in a late destructor), it is leaked.
+    // The guard unmaps it at thread exit; when thread-local destructors
+    // already ran (a trampoline in a late destructor), it stays.
     let _ = XS_GUARD.try_with(|g| g.0.set(slot as usize));
+}
+
+/// Makes twice the usable entries of the trampoline stack `xs` usable
+/// (up to [`XS_LEN`]); called by the push when it is full, with every
+/// register saved. The block never moves. A signal handler that grows it
+/// in the middle of this makes the same range usable (mprotect of pages
+/// already usable changes nothing) and the larger capacity wins.
+extern "C" fn xs_grow(xs: *mut u8) {
+    // SAFETY: `xs` is the thread's block; its header is always mapped.
+    let cap_at = unsafe { &*xs.add(8).cast::<AtomicUsize>() };
+    let cap = cap_at.load(Ordering::Relaxed);
+    if cap >= XS_LEN {
+        too_deep();
+    }
+    let new = ((cap + 1) * 2 - 1).min(XS_LEN);
+    // SAFETY: a prefix of the thread's own reservation.
+    let rc = unsafe {
+        libc::mprotect(
+            xs.cast(),
+            xs_bytes_for(new).min(XS_BYTES.next_multiple_of(4096)),
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    };
+    if rc != 0 {
+        lost(b"libmantle-instr: cannot grow the trampoline stack\n");
+    }
+    cap_at.fetch_max(new, Ordering::Relaxed);
+}
+
+/// Calls [`xs_grow`] with the stack in rcx, keeping every register.
+#[unsafe(naked)]
+unsafe extern "C" fn xs_grow_saving() {
+    saving_all!(
+        "mov rdi, rcx",
+        "call {grow}";
+        grow = sym xs_grow
+    )
 }
 
 /// Calls [`xs_alloc`] with the TLS pointer's address, keeping every
@@ -415,8 +505,11 @@ macro_rules! close_dead {
 }
 
 /// The end of the trampolines' entry and exit: the hook (fast or ordinary)
-/// with the id in rdi and return; no hook: continue in `{slow}` (the
-/// tracer's Rust frames); label 9: `{fail}` (which does not return).
+/// with the id in rdi and return; no hook: return if the tracer is off
+/// (`{tracer}` is `{tracer_off}`: no output asked for), else continue in `{slow}`
+/// (the tracer's Rust frames; its first run decides whether the tracer is
+/// on); label 9: `{fail}` (which does not return). `pop` keeps the flags
+/// of the `cmp`.
 macro_rules! hook_and_return {
     ($fast:literal, $user:literal) => {
         concat!(
@@ -433,9 +526,11 @@ macro_rules! hook_and_return {
             "\n",
             "ret\n",
             "6:\n",
+            "cmp qword ptr [rip + {tracer}], {tracer_off}\n",
             pop_scratch!(),
             "\n",
-            "jmp {slow}\n",
+            "jne {slow}\n",
+            "ret\n",
             "9:\n",
             "and rsp, -16\n",
             "call {fail}\n",
@@ -655,10 +750,13 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         // first one's stale sp, took this entry for a dead frame and
         // popped it: "trampoline frame lost" in CI's signals fixture
         // (tests/c/sigstep.c now runs a handler at every instruction).
+        // Full: grown in place (or abort past XS_LEN), then again.
+        "5:",
+        "call {grow}",
         "4:",
         "mov rsi, [rcx]",
-        "cmp rsi, {n}",
-        "jae 9f",
+        "cmp rsi, [rcx + 8]",
+        "jae 5b",
         "shl rsi, 5",
         "lea rsi, [rcx + rsi + 16]",
         "mov qword ptr [rsi], -1",
@@ -671,7 +769,7 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         "mov [rsi + 24], rdi",
         "mov [rsi], rdx",
         hook_and_return!("fast_enter", "user_enter"),
-        n = const XS_LEN,
+        grow = sym xs_grow_saving,
         off = const TRAMP_RET_OFFSET,
         fast_enter = sym FAST_ENTER,
         fast_leave = sym FAST_LEAVE,
@@ -679,6 +777,8 @@ pub unsafe extern "C" fn __mantle_instr_tramp_enter() {
         user_leave = sym USER_LEAVE,
         saving = sym hook_keeping_entry,
         slow = sym enter_t_slow,
+        tracer = sym TRACER,
+        tracer_off = const TRACER_OFF,
         fail = sym too_deep,
         xs_alloc = sym xs_alloc_saving,
         other = sym on_other_stack_saving,
@@ -781,10 +881,31 @@ pub unsafe extern "C" fn __mantle_instr_tramp_leave() {
         "mov qword ptr [rsi], -1",
         "dec qword ptr [rcx]",
         hook_and_return!("fast_leave", "user_leave"),
+        // References that bring crate::unwind's definitions into every
+        // link of libmantle_instr_rt.a that has trampolines (an archive
+        // member is linked only for a symbol something needs): without
+        // them a C++ exception could not cross a trampoline.
+        ".pushsection .data.rel.ro.mantle_instr_unwind,\"aw\",@progbits",
+        ".p2align 3",
+        ".quad {u1}",
+        ".quad {u2}",
+        ".quad {u3}",
+        ".quad {u4}",
+        ".quad {u5}",
+        ".quad {u6}",
+        ".popsection",
+        u1 = sym unwind::_Unwind_RaiseException,
+        u2 = sym unwind::_Unwind_Resume,
+        u3 = sym unwind::_Unwind_Resume_or_Rethrow,
+        u4 = sym unwind::_Unwind_ForcedUnwind,
+        u5 = sym unwind::__gxx_personality_v0,
+        u6 = sym unwind::__gcc_personality_v0,
         fast_leave = sym FAST_LEAVE,
         user_leave = sym USER_LEAVE,
         saving = sym hook_keeping_exit,
         slow = sym leave_t_slow,
+        tracer = sym TRACER,
+        tracer_off = const TRACER_OFF,
         fail = sym tramp_lost,
         xs_alloc = sym xs_alloc_saving,
     )
@@ -806,7 +927,7 @@ extern "C" fn tramp_lost() -> ! {
 }
 
 extern "C" fn too_deep() -> ! {
-    lost(b"libmantle-instr: more than 4096 nested trampolines (use --exit patched-rets or return-frames)\n")
+    lost(b"libmantle-instr: more than 4194304 nested trampolines on one thread\n")
 }
 
 /// The return-frame code slots: slot `d` is the return address given to
@@ -854,7 +975,7 @@ pub unsafe extern "C" fn __mantle_instr_leave_b() {
     )
 }
 
-fn slots_base() -> usize {
+pub(crate) fn slots_base() -> usize {
     __mantle_instr_slots as unsafe extern "C" fn() as usize
 }
 
@@ -889,7 +1010,7 @@ pub(crate) struct Thread {
 }
 
 thread_local! {
-    static THREAD: UnsafeCell<Thread> = UnsafeCell::new(Thread {
+    pub(crate) static THREAD: UnsafeCell<Thread> = UnsafeCell::new(Thread {
         frames: Vec::with_capacity(64),
         trace: tracer::ThreadTrace::new(),
     });
@@ -904,15 +1025,15 @@ fn now() -> u64 {
 /// The time for an event whose hook is `hook`: the tracer needs the TSC,
 /// a user hook does not (and a read costs 11 ns here).
 #[inline]
-fn stamp(hook: &AtomicUsize) -> u64 {
-    if hook.load(Ordering::Relaxed) == 0 {
+pub(crate) fn stamp(hook: &AtomicUsize) -> u64 {
+    if hook.load(Ordering::Relaxed) == 0 && tracer_on() {
         now()
     } else {
         0
     }
 }
 
-fn user(hook: &AtomicUsize) -> Option<Hook> {
+pub(crate) fn user(hook: &AtomicUsize) -> Option<Hook> {
     match hook.load(Ordering::Acquire) {
         0 => None,
         // SAFETY: only mantle_instr_set_hooks stores non-zero values, and
@@ -923,14 +1044,15 @@ fn user(hook: &AtomicUsize) -> Option<Hook> {
 
 /// Closes the top frame at time `t` (its function returned, or was
 /// skipped by longjmp).
-fn close(th: &mut Thread, t: u64) -> Option<Frame> {
+pub(crate) fn close(th: &mut Thread, t: u64) -> Option<Frame> {
     let f = th.frames.pop()?;
     match user(&USER_LEAVE) {
         Some(h) => h(f.id),
-        None => {
+        None if tracer_on() => {
             let parent = th.frames.last_mut();
             th.trace.leave(&f, t, parent);
         }
+        None => {}
     }
     Some(f)
 }
@@ -971,6 +1093,11 @@ fn enter_common(id: u32, slot: *mut usize, how: Entry) {
             // (the runtime calls no instrumented code), so no other
             // reference lives.
             let th = unsafe { &mut *cell.get() };
+            // No hook and no tracer: a frame is needed only to give a
+            // return-frame function its return address back.
+            if how != Entry::ReturnFrame && !tracer_on() && user(&USER_ENTER).is_none() {
+                return;
+            }
             let t = stamp(&USER_ENTER);
             let sp = slot as usize;
             // SAFETY: `slot` is the function's return address on its
@@ -1006,7 +1133,8 @@ fn enter_common(id: u32, slot: *mut usize, how: Entry) {
             }
             match user(&USER_ENTER) {
                 Some(h) => h(id),
-                None => th.trace.enter(id, t),
+                None if tracer_on() => th.trace.enter(id, t),
+                None => {}
             }
         })
         .ok();
@@ -1065,7 +1193,7 @@ extern "C" fn leave_c(ret: usize) -> usize {
 /// the first abort, which waits forever on glibc's abort lock (seen with
 /// tests/c/sigjump.c on the runtime of a3350a7, before the claim rules:
 /// a hang, not an abort). A synchronous signal (a trap) still ends the process.
-fn lost(msg: &[u8]) -> ! {
+pub(crate) fn lost(msg: &[u8]) -> ! {
     // SAFETY: a sigset_t filled by sigfillset and given to
     // pthread_sigmask; write(2) of a caller's buffer; abort.
     unsafe {

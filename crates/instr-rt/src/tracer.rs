@@ -7,9 +7,16 @@
 //! * `MANTLE_INSTR_OUT=path`: per-function summary, JSON (schema
 //!   `mantle-instr-profile/1`), written at exit;
 //! * `MANTLE_INSTR_TRACE=path`: Chrome trace JSON, written at exit;
-//! * `MANTLE_INSTR_TRACE_MAX=n`: events kept per thread (default 1000000);
+//! * `MANTLE_INSTR_TRACE_MAX=n`: events kept per thread (default
+//!   1000000); a thread that reaches it gets a marker event (an instant
+//!   event named [`MARKER_NAME`], with the number of events it dropped)
+//!   and the program a warning on stderr at exit;
 //! * `MANTLE_INSTR_MAP=path`: the sidecar `mantle instr` wrote, mapping ids
 //!   to names (TSV: `id<TAB>name<TAB>object`, `#` comments).
+//!
+//! With neither output asked for, the tracer does not run at all: an
+//! instrumented function with no hook set costs what one with empty hooks
+//! costs, or less (`crate::TRACER`).
 //!
 //! In a set-id program (AT_SECURE) the environment is ignored: no output.
 //!
@@ -31,6 +38,17 @@ struct Stat {
     /// Open activations on this thread (recursion depth).
     active: u32,
 }
+
+/// The name of the event that ends a thread's trace when it reached
+/// `MANTLE_INSTR_TRACE_MAX` events.
+pub const MARKER_NAME: &str =
+    "mantle-instr: trace limit reached (MANTLE_INSTR_TRACE_MAX), later events dropped";
+
+/// The id of that marker (ids are below 2^24).
+const MARKER_ID: u32 = u32::MAX;
+
+/// The default of `MANTLE_INSTR_TRACE_MAX`.
+pub const TRACE_MAX_DEFAULT: usize = 1_000_000;
 
 #[derive(Clone, Copy)]
 struct Event {
@@ -79,13 +97,21 @@ pub(crate) fn init() {
             trace: env("MANTLE_INSTR_TRACE"),
             trace_max: env("MANTLE_INSTR_TRACE_MAX")
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(1_000_000),
+                .unwrap_or(TRACE_MAX_DEFAULT),
             map: env("MANTLE_INSTR_MAP"),
             tsc0: crate::now(),
             t0: Instant::now(),
         };
         let want = c.out.is_some() || c.trace.is_some();
         let _ = CONFIG.set(c);
+        crate::TRACER.store(
+            if want {
+                crate::TRACER_ON
+            } else {
+                crate::TRACER_OFF
+            },
+            std::sync::atomic::Ordering::Relaxed,
+        );
         if want {
             // SAFETY: registering a plain extern "C" function.
             unsafe { libc::atexit(at_exit) };
@@ -139,13 +165,35 @@ impl ThreadTrace {
             p.child += dur;
         }
         if let Some(c) = config() {
-            if c.trace.is_some() && self.events.len() < c.trace_max {
-                self.events.push(Event {
-                    id: f.id,
-                    t0: f.t0,
-                    dur,
-                });
+            if c.trace.is_some() {
+                self.record(
+                    c.trace_max,
+                    Event {
+                        id: f.id,
+                        t0: f.t0,
+                        dur,
+                    },
+                    t,
+                );
             }
+        }
+    }
+
+    /// Keeps `e` if the thread has fewer than `max` events; the first one
+    /// past the limit becomes the marker (at time `t`), which then counts
+    /// the events dropped (in its `dur`).
+    fn record(&mut self, max: usize, e: Event, t: u64) {
+        let n = self.events.len();
+        if n < max {
+            self.events.push(e);
+        } else if n == max {
+            self.events.push(Event {
+                id: MARKER_ID,
+                t0: t,
+                dur: 1,
+            });
+        } else if let Some(m) = self.events.last_mut() {
+            m.dur += 1;
         }
     }
 
@@ -276,6 +324,23 @@ pub fn write_outputs() {
         for (i, (tid, e)) in g.events.iter().enumerate() {
             if i > 0 {
                 o.push(',');
+            }
+            if e.id == MARKER_ID {
+                let _ = write!(
+                    o,
+                    "\n{{\"name\":{},\"ph\":\"i\",\"s\":\"t\",\"pid\":{pid},\"tid\":{tid},\"ts\":{:.3},\"args\":{{\"limit\":{},\"dropped\":{}}}}}",
+                    json_str(MARKER_NAME),
+                    ns(e.t0.wrapping_sub(c.tsc0)) / 1e3,
+                    c.trace_max,
+                    e.dur
+                );
+                // The program's own output is left alone, but a trace
+                // that is not whole must say so where it is seen.
+                eprintln!(
+                    "libmantle-instr: warning: the trace of thread {tid} reached MANTLE_INSTR_TRACE_MAX={} events; {} later events were dropped (marked in {path})",
+                    c.trace_max, e.dur
+                );
+                continue;
             }
             let _ = write!(
                 o,

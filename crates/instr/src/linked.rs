@@ -221,8 +221,16 @@ pub fn rewrite_file(
     // builder, relocations and all; the linked file places and resolves
     // them.
     let cet = crate::rewrite::has_cet(&b);
+    // A file that throws C++ exceptions needs the runtime's unwinder
+    // entry points (libmantle-instr's unwind.rs) ahead of libgcc_s's and
+    // libstdc++'s, so the runtime's DT_NEEDED goes first; otherwise last,
+    // so it interposes on nothing.
+    let first = b.dynamic_symbols.iter().any(|s| {
+        let n: &[u8] = &s.name;
+        n == b"__gxx_personality_v0" || n == b"__cxa_throw" || n == b"_Unwind_Resume"
+    });
     crate::rewrite::apply(&mut b, &p)?;
     let ap = applied::collect(&b, &secs, cet)?;
-    let out = emit::emit(&img, &ap, &secs, runtime.as_bytes())?;
+    let out = emit::emit(&img, &ap, &secs, runtime.as_bytes(), first)?;
     Ok((out, report))
 }

@@ -409,8 +409,7 @@ pub fn plan(o: &Object<'_, '_>, chosen: &[Candidate], first_id: u32, mode: ExitM
     let mut exit_ids: HashMap<ExitKey, usize> = HashMap::new();
     let mut next_id = first_id;
     // What ordinary hooks must keep, for the trampolines.
-    let keeps =
-        (mode == ExitMode::Auto && !o.uses_cxx_exceptions).then(|| crate::vregs::analyze(o));
+    let keeps = (mode == ExitMode::Auto).then(|| crate::vregs::analyze(o));
     for c in chosen {
         let sec_name = String::from_utf8_lossy(&o.b.sections.get(c.section).name).into_owned();
         let outcome = match site(o, c, mode) {
@@ -657,9 +656,16 @@ fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Re
         }),
         None => Ok(()),
     };
-    if mode == ExitMode::Auto && !o.uses_cxx_exceptions {
+    if mode == ExitMode::Auto {
         let (covered, t) = trampoline(o, c, start, end)?;
         not_targeted(o, c, start, covered)?;
+        // Exceptions cross trampolines (the runtime uninstalls them for
+        // the unwinder, libmantle-instr's unwind.rs), but a call moved
+        // into the trampoline's body would return into code no FDE or
+        // LSDA covers: refused in objects that use exceptions.
+        if o.uses_cxx_exceptions && moves_a_call(o, c, start, covered) {
+            return Err(Refusal::CxxExceptions);
+        }
         // The body's return address is the trampoline's.
         reads_ra()?;
         return Ok(Planned {
@@ -706,6 +712,23 @@ fn site(o: &Object<'_, '_>, c: &Candidate, mode: ExitMode) -> Result<Planned, Re
         covered,
         entry: PlannedEntry::Stub(key, exits.unwrap_or_default()),
     })
+}
+
+/// Whether the `covered` bytes from `start` hold a call.
+fn moves_a_call(o: &Object<'_, '_>, c: &Candidate, start: u64, covered: usize) -> bool {
+    let data = section_bytes(o.b, c.section);
+    let (from, to) = (start as usize, start as usize + covered);
+    let Some(code) = data.get(from..to) else {
+        return true;
+    };
+    Decoder::with_ip(64, code, start, DecoderOptions::NONE)
+        .into_iter()
+        .any(|i| {
+            matches!(
+                i.flow_control(),
+                FlowControl::Call | FlowControl::IndirectCall
+            )
+        })
 }
 
 /// Nothing may jump into the patched bytes except at their start.

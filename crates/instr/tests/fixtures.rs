@@ -42,10 +42,11 @@ fn tmpdir(name: &str) -> PathBuf {
     // Tests run in parallel and may build the same fixture.
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let d = std::env::temp_dir().join(format!(
-        "mantle-instr-test-{}-{n}-{name}",
-        std::process::id()
-    ));
+    // Under one scratch directory, removed when the test binary exits
+    // (and by a later run if this one was killed).
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let root = ROOT.get_or_init(|| mantle_testsupport::scratch::dir("instr-fixtures"));
+    let d = root.join(format!("{n}-{name}"));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -593,7 +594,8 @@ fn cxx_exceptions() {
     assert_eq!(reason("throweri.cold"), Some(Refusal::NotAnEntry));
     assert!(calls.is_empty());
     assert_eq!((&a.stdout, a.code), (&n.stdout, n.code));
-    // Balanced exits: the exception crosses instrumented `middle`; the
+    // The default exits: trampolines (the runtime uninstalls them for
+    // the unwinder); the exception crosses instrumented `middle`; the
     // output and every instrumented function's count are exact.
     let (a, n, calls, report) = instrument_as(&b, ExitMode::Auto);
     let middle = report
@@ -605,7 +607,7 @@ fn cxx_exceptions() {
         matches!(
             middle.outcome,
             Outcome::Instrumented {
-                exit: "balanced",
+                exit: "trampoline",
                 ..
             }
         ),
@@ -1049,4 +1051,257 @@ fn corrupted_groups_are_errors() {
     ranges.extend(groups.iter().map(|g| g.table.clone()));
     fuzz(&good, Some(&ranges));
     fuzz(&good, None);
+}
+
+/// defaults.c with every function behind a trampoline (the default exit):
+/// the original and the rewritten program, built in one directory.
+fn defaults_built() -> (Built, PathBuf, PathBuf) {
+    let b = compile(
+        "defaults.c",
+        "cc",
+        &["-O2", "-fno-inline", "-fno-optimize-sibling-calls"],
+    );
+    let data = std::fs::read(&b.obj).unwrap();
+    let (bytes, report) =
+        mantle_instr::rewrite_file(&data, "orig.o", &Selection::all(), 0, ExitMode::Auto).unwrap();
+    assert_eq!(report.refused, 0, "{:#?}", report.functions);
+    assert_eq!(exits(&report, "trampoline"), report.instrumented);
+    let new_obj = b.dir.join("instr.o");
+    std::fs::write(&new_obj, bytes).unwrap();
+    std::fs::write(b.dir.join("map.tsv"), report.map_lines()).unwrap();
+    let orig = link(&b, &[&b.obj], "orig", None);
+    let new = link(&b, &[&new_obj], "instr", Some(&runtime()));
+    (b, orig, new)
+}
+
+fn run_args(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut c = Command::new(exe);
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+/// With no hook set and no output asked for, the built-in tracer does not
+/// run (it did, 26x on fib, for a profile nobody wrote): no frame is kept
+/// for a call; with an output asked for, it runs and counts.
+#[test]
+fn no_hooks_no_output_runs_no_tracer() {
+    let (b, _, new) = defaults_built();
+    let o = run_args(&new, &["depth"], &[]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "depth 0\n");
+    let prof = b.dir.join("prof.json");
+    let map = b.dir.join("map.tsv");
+    let o = run_args(
+        &new,
+        &["depth"],
+        &[
+            ("MANTLE_INSTR_OUT", prof.to_str().unwrap()),
+            ("MANTLE_INSTR_MAP", map.to_str().unwrap()),
+        ],
+    );
+    assert!(o.status.success(), "{o:?}");
+    // main and depth_here are open.
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "depth 2\n");
+    let calls = profile(&prof);
+    assert!(
+        calls.iter().any(|(_, n, c)| n == "depth_here" && *c == 1),
+        "{calls:?}"
+    );
+    std::fs::remove_dir_all(&b.dir).unwrap();
+}
+
+/// A trace that reaches MANTLE_INSTR_TRACE_MAX ends with a marker event
+/// that counts what was dropped, and the program warns at exit; under the
+/// limit, neither.
+#[test]
+fn trace_limit_is_marked_and_warned() {
+    let (b, _, new) = defaults_built();
+    let trace = b.dir.join("trace.json");
+    let t = trace.to_str().unwrap();
+    // leaf 1000 times and main once: 1001 events.
+    let o = run_args(
+        &new,
+        &["loop", "1000"],
+        &[("MANTLE_INSTR_TRACE", t), ("MANTLE_INSTR_TRACE_MAX", "100")],
+    );
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "loop 1000\n");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("MANTLE_INSTR_TRACE_MAX=100") && err.contains("901 later events were dropped"),
+        "{err}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    assert_eq!(ev.len(), 101);
+    assert_eq!(ev.iter().filter(|e| e["ph"] == "X").count(), 100);
+    let m = &ev[100];
+    assert_eq!(m["ph"], "i");
+    assert!(m["name"]
+        .as_str()
+        .unwrap()
+        .contains("MANTLE_INSTR_TRACE_MAX"));
+    assert_eq!(m["args"]["dropped"], 901);
+    assert_eq!(m["args"]["limit"], 100);
+    // Under the limit: no marker, no warning.
+    let o = run_args(&new, &["loop", "1000"], &[("MANTLE_INSTR_TRACE", t)]);
+    assert!(o.status.success() && o.stderr.is_empty(), "{o:?}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    assert_eq!(v["traceEvents"].as_array().unwrap().len(), 1001);
+    std::fs::remove_dir_all(&b.dir).unwrap();
+}
+
+/// Trampolines (the default exit) nest without a small fixed limit (they
+/// aborted past 4,095): 100,000 deep on the main thread, with the tracer
+/// and with no hook, and 1,000,000 deep on a thread with
+/// a 1 GiB stack; the output is the original's and every call counted.
+#[test]
+fn trampolines_nest_a_million_deep() {
+    let (b, orig, new) = defaults_built();
+    let prof = b.dir.join("prof.json");
+    let map = b.dir.join("map.tsv");
+    let env = [
+        ("MANTLE_INSTR_OUT", prof.to_str().unwrap()),
+        ("MANTLE_INSTR_MAP", map.to_str().unwrap()),
+    ];
+    for (args, want) in [
+        (&["deep", "100000"][..], 100_000u64),
+        (&["tdeep", "1000000"][..], 1_000_000),
+    ] {
+        let a = run_args(&orig, args, &[]);
+        assert!(a.status.success(), "{args:?} original: {a:?}");
+        let n = run_args(&new, args, &[]);
+        assert_eq!(
+            (n.status.code(), &n.stdout),
+            (a.status.code(), &a.stdout),
+            "{args:?} no hooks: {}",
+            String::from_utf8_lossy(&n.stderr)
+        );
+        let n = run_args(&new, args, &env);
+        assert_eq!(
+            (n.status.code(), &n.stdout),
+            (a.status.code(), &a.stdout),
+            "{args:?} tracer: {}",
+            String::from_utf8_lossy(&n.stderr)
+        );
+        let calls = profile(&prof);
+        let deep = calls.iter().find(|(_, n, _)| n == "deep").map(|c| c.2);
+        assert_eq!(deep, Some(want + 1), "{args:?}: {calls:?}");
+    }
+    std::fs::remove_dir_all(&b.dir).unwrap();
+}
+
+/// Events of a Chrome trace that do not nest in the event enclosing them
+/// on their thread (an exception left a frame open past its caller's end,
+/// or closed it late): (name, name of the enclosing event).
+fn nesting_violations(trace: &Path) -> (usize, Vec<(String, String)>) {
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(trace).unwrap()).unwrap();
+    let mut by_tid: BTreeMap<u64, Vec<(f64, f64, String)>> = BTreeMap::new();
+    for e in v["traceEvents"].as_array().unwrap() {
+        if e["ph"] != "X" {
+            continue;
+        }
+        let ts = e["ts"].as_f64().unwrap();
+        by_tid.entry(e["tid"].as_u64().unwrap()).or_default().push((
+            ts,
+            ts + e["dur"].as_f64().unwrap(),
+            e["name"].as_str().unwrap().to_string(),
+        ));
+    }
+    // Times are printed in µs with 3 decimals: 2 ns of rounding.
+    let eps = 0.002;
+    let mut bad = Vec::new();
+    let mut n = 0;
+    for evs in by_tid.values_mut() {
+        n += evs.len();
+        evs.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut stack: Vec<&(f64, f64, String)> = Vec::new();
+        for e in evs.iter() {
+            while stack
+                .last()
+                .is_some_and(|t| e.0 >= t.1 - eps && e.1 > t.1 + eps)
+            {
+                stack.pop();
+            }
+            if let Some(t) = stack.last() {
+                if e.1 > t.1 + eps {
+                    bad.push((e.2.clone(), t.2.clone()));
+                }
+            }
+            stack.push(e);
+        }
+    }
+    (n, bad)
+}
+
+/// C++ exceptions thrown through 10 instrumented levels (cleanups,
+/// a rethrow, catches at two depths, 100 iterations): every function
+/// behind a trampoline (they were refused, or given patched rets, in
+/// objects that use exceptions), the same output, exact call counts, a
+/// properly nested trace (200 violations in 100 iterations before), and
+/// with ordinary and fast hooks every entry matched by one exit.
+#[test]
+fn cxx_exceptions_through_ten_trampolines() {
+    for pie in [false, true] {
+        let flags: &[&str] = if pie {
+            &["-O2", "-fno-inline", "-fpie"]
+        } else {
+            &["-O2", "-fno-inline", "-fno-pie"]
+        };
+        let b = compile("cxx10.cpp", "c++", flags);
+        let (a, n, calls, report) = instrument_as(&b, ExitMode::Auto);
+        let own = own_counts(&a.stdout);
+        for f in &report.functions {
+            let counted = own.keys().any(|k| f.name.contains(k.as_str()));
+            if counted && !f.name.contains(".cold") {
+                assert!(
+                    matches!(
+                        f.outcome,
+                        Outcome::Instrumented {
+                            exit: "trampoline",
+                            ..
+                        }
+                    ),
+                    "pie {pie}: {} {:?}",
+                    f.name,
+                    f.outcome
+                );
+            }
+        }
+        assert_eq!((&a.stdout, a.code), (&n.stdout, n.code), "pie {pie}");
+        for (name, c) in &own {
+            let got: u64 = calls
+                .iter()
+                .filter(|(k, _)| k.contains(name.as_str()))
+                .map(|(_, v)| v)
+                .sum();
+            assert_eq!(got, *c, "pie {pie}: calls of {name}: {calls:?}");
+        }
+        let trace = b.dir.join("trace.json");
+        let map = b.dir.join("map.tsv");
+        let r = run(
+            &b.dir.join("instr"),
+            &[("MANTLE_INSTR_TRACE", &trace), ("MANTLE_INSTR_MAP", &map)],
+        );
+        assert_eq!(r.stdout, a.stdout);
+        let (events, bad) = nesting_violations(&trace);
+        assert!(events > 900, "{events} events");
+        assert!(
+            bad.is_empty(),
+            "pie {pie}: {} violations: {:?}",
+            bad.len(),
+            &bad[..bad.len().min(10)]
+        );
+        if !pie {
+            check_hooks("cxx10.cpp", &b, false, true);
+            check_hooks("cxx10.cpp", &b, true, true);
+        }
+        std::fs::remove_dir_all(&b.dir).unwrap();
+    }
 }

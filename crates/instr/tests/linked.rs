@@ -48,10 +48,11 @@ fn runtime_so() -> String {
 fn tmpdir(name: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let d = std::env::temp_dir().join(format!(
-        "mantle-instr-linked-{}-{n}-{name}",
-        std::process::id()
-    ));
+    // Under one scratch directory, removed when the test binary exits
+    // (and by a later run if this one was killed).
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let root = ROOT.get_or_init(|| mantle_testsupport::scratch::dir("instr-linked"));
+    let d = root.join(format!("{n}-{name}"));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -358,8 +359,9 @@ fn shared_library_linked_and_dlopened() {
     }
 }
 
-/// A C++ exception thrown through an instrumented (balanced) frame of a
-/// linked program; functions that would need a return frame are refused.
+/// A C++ exception thrown through an instrumented frame (a trampoline,
+/// the default exit) of a linked program, which loads the runtime's
+/// unwinder entry points (libmantle-instr's unwind.rs).
 #[test]
 fn cxx_exception_through_instrumented_frames() {
     let dir = tmpdir("cxx");
@@ -373,18 +375,13 @@ fn cxx_exception_through_instrumented_frames() {
         matches!(
             outcome(&r, "_Z6middlei"),
             Outcome::Instrumented {
-                exit: "balanced",
+                exit: "trampoline",
                 ..
             }
         ),
         "{:#?}",
         r.functions
     );
-    for f in &r.functions {
-        if let Outcome::Instrumented { exit, .. } = f.outcome {
-            assert_eq!(exit, "balanced", "{}", f.name);
-        }
-    }
     let map = dir.join("map.tsv");
     std::fs::write(&map, r.map_lines()).unwrap();
     let prof = dir.join("prof.json");

@@ -30,10 +30,11 @@ fn mantle() -> PathBuf {
 }
 
 fn tmpdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "mantle-instr-linked-cli-{}-{name}",
-        std::process::id()
-    ));
+    // Under one scratch directory (mode 0755: `nobody` runs from it),
+    // removed when the test binary exits.
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let root = ROOT.get_or_init(|| mantle_testsupport::scratch::dir("instr-linked-cli"));
+    let d = root.join(name);
     std::fs::create_dir_all(&d).unwrap();
     d
 }
@@ -291,4 +292,52 @@ fn comdat_objects() {
     ]);
     assert_eq!(code(&o), 2, "{}", text(&o));
     assert!(text(&o).contains("section group"), "{}", text(&o));
+}
+
+/// The runtime's environment, the trace limit among it, is in --help.
+#[test]
+fn help_names_the_runtime_environment() {
+    let o = mantle_run(&[
+        Path::new("instr"),
+        Path::new("rewrite"),
+        Path::new("--help"),
+    ]);
+    let t = text(&o);
+    assert_eq!(code(&o), 0, "{t}");
+    for v in [
+        "MANTLE_INSTR_OUT",
+        "MANTLE_INSTR_TRACE=",
+        "MANTLE_INSTR_TRACE_MAX",
+        "MANTLE_INSTR_MAP",
+    ] {
+        assert!(t.contains(v), "{v} missing from --help:\n{t}");
+    }
+}
+
+/// `verify` reads standard input as a filter does (no --stdin, or
+/// `--stdin -`) and gives both programs the same bytes: cat and tac
+/// differ on two lines, and agree on them with themselves.
+#[test]
+fn verify_reads_standard_input() {
+    use std::io::Write;
+    let verify = |a: &str, b: &str, extra: &[&str]| -> Output {
+        let mut c = Command::new(mantle());
+        c.args(["instr", "verify"])
+            .args(extra)
+            .args([a, b])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        child.stdin.take().unwrap().write_all(b"a\nb\n").unwrap();
+        child.wait_with_output().unwrap()
+    };
+    for extra in [&[][..], &["--stdin", "-"][..]] {
+        let o = verify("/bin/cat", "/usr/bin/tac", extra);
+        assert_eq!(code(&o), 1, "{extra:?}: {}", text(&o));
+        assert!(text(&o).contains("standard output differs"), "{}", text(&o));
+        let o = verify("/bin/cat", "/bin/cat", extra);
+        assert_eq!(code(&o), 0, "{extra:?}: {}", text(&o));
+        assert!(text(&o).contains("4 bytes of output"), "{}", text(&o));
+    }
 }

@@ -209,7 +209,9 @@ fn copy_tables(
 }
 
 /// The new dynamic table (values relative to the R segment at `v_r`).
-fn dynamic(img: &Image<'_>, t: &Tables, v_r: u64) -> Vec<u8> {
+/// `first`: the runtime's DT_NEEDED before the program's own (it must
+/// interpose on the unwinder), else after them.
+fn dynamic(img: &Image<'_>, t: &Tables, v_r: u64, first: bool) -> Vec<u8> {
     let mut out: Vec<(i64, u64)> = Vec::new();
     let had_rela = img.dyn_val(elf::DT_RELA).is_some();
     let needed = img
@@ -217,7 +219,7 @@ fn dynamic(img: &Image<'_>, t: &Tables, v_r: u64) -> Vec<u8> {
         .iter()
         .rposition(|&(tag, _)| tag == i64::from(elf::DT_NEEDED));
     let our_needed = (i64::from(elf::DT_NEEDED), t.names[0]);
-    if needed.is_none() {
+    if needed.is_none() || first {
         out.push(our_needed);
     }
     for (i, &(tag, val)) in img.dynamic.iter().enumerate() {
@@ -234,7 +236,7 @@ fn dynamic(img: &Image<'_>, t: &Tables, v_r: u64) -> Vec<u8> {
         out.push((tag, val));
         // After the program's own libraries: the runtime must not
         // interpose on anything they define.
-        if Some(i) == needed {
+        if Some(i) == needed && !first {
             out.push(our_needed);
         }
     }
@@ -260,12 +262,14 @@ fn put(out: &mut [u8], at: u64, bytes: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
-/// The rewritten file. `runtime` is the DT_NEEDED name of libmantle-instr.
+/// The rewritten file. `runtime` is the DT_NEEDED name of libmantle-instr,
+/// listed `first` or after the file's own.
 pub(crate) fn emit(
     img: &Image<'_>,
     ap: &Applied,
     secs: &Sections,
     runtime: &[u8],
+    first: bool,
 ) -> Result<Vec<u8>, Error> {
     let loads: Vec<&Phdr> = img
         .phdrs
@@ -312,7 +316,7 @@ pub(crate) fn emit(
     };
     let f_w = f_x + align_up(code.len() as u64 + THUNK * n as u64, PAGE);
     let v_w = v_r + (f_w - f_r);
-    let mut rw = dynamic(img, &t, v_r);
+    let mut rw = dynamic(img, &t, v_r, first);
     let dyn_len = rw.len() as u64;
     pad(&mut rw, 8);
     let slots: Vec<u64> = (0..n)
