@@ -67,6 +67,7 @@ pub mod record;
 pub mod report;
 pub mod session;
 pub mod symbols;
+pub mod synth;
 pub mod unwind;
 
 pub use model::{Report, ReportOpts};
