@@ -212,6 +212,15 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 Target::Command(a.command)
             } else if let Some(p) = a.pid {
                 Target::Pid(p)
+            } else if std::env::args()
+                .skip_while(|x| x != "record")
+                .any(|x| x == "--")
+            {
+                // `record --` alone: a command was meant; clap gives an
+                // empty one, which would record the whole system
+                return Err(mantle_prof::Error::Invalid(
+                    "no command given after --".into(),
+                ));
             } else {
                 Target::All
             };
@@ -246,6 +255,13 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 print_json(&s);
             } else {
                 eprint!("{}", s.render());
+            }
+            // the command's own status, as perf (and env, time) pass it
+            // on: a failed build must not look like a good profile
+            if let Some(code) = s.command_status.filter(|c| *c != 0) {
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                std::process::exit(code);
             }
             Ok(())
         }

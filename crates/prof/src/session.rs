@@ -112,6 +112,23 @@ pub fn check_output(dir: &Path, force: bool) -> Result<(), Error> {
     }
 }
 
+/// Whether a session can be written at `dir` at all, checked before
+/// recording (perf fails at once; a recording found unwritable only at the
+/// end is lost): its parent must be an existing directory in which this
+/// process can create one, tried by creating (and removing) the temporary
+/// sibling the session will be written to. Parents are never created: a
+/// mistyped `-o /nonexistent/dir/s` is an error, not a new tree.
+pub fn check_writable(dir: &Path) -> Result<(), Error> {
+    let probe = sibling(dir, "probe");
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&probe)
+        .map_err(|e| {
+            let parent = probe.parent().unwrap_or(Path::new("."));
+            ioerr("create a session in", parent, e)
+        })?;
+    std::fs::remove_dir(&probe).map_err(|e| ioerr("remove", &probe, e))
+}
+
 /// A sibling of `dir` (same file system, so rename works) for `what`.
 fn sibling(dir: &Path, what: &str) -> PathBuf {
     let name = dir
@@ -134,10 +151,7 @@ fn sibling(dir: &Path, what: &str) -> PathBuf {
 pub fn write_session(dir: &Path, d: &SessionData, replace: bool) -> Result<(), Error> {
     check_output(dir, replace)?;
     let tmp = sibling(dir, "new");
-    // `-o a/b/session` creates a/b, as it always did
-    if let Some(parent) = tmp.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| ioerr("create", parent, e))?;
-    }
+    // parents are not created (check_writable)
     let _ = std::fs::remove_dir_all(&tmp);
     // 0700, as perf writes perf.data 0600: a session holds kernel
     // addresses (kallsyms.gz, kernel samples and stacks) that
@@ -545,8 +559,28 @@ mod tests {
         .unwrap();
         let s = read_session(&dir).unwrap();
         assert_eq!(s.meta.samples, 9);
-        // missing parents are created; nothing is left beside the session
+        // missing parents are not created
         let deep = dir.join("a/b/s");
+        assert!(check_writable(&deep).is_err());
+        assert!(write_session(
+            &deep,
+            &SessionData {
+                meta: &meta,
+                profile: &p,
+                procs: &sp.procs,
+                history: &sp.history,
+                tags: &names,
+                kallsyms_text: None,
+                vdso: None,
+                jit_maps: &[],
+            },
+            false,
+        )
+        .is_err());
+        assert!(!dir.join("a").exists());
+        // in an existing directory: nothing is left beside the session
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        check_writable(&deep).unwrap();
         write_session(
             &deep,
             &SessionData {

@@ -177,6 +177,7 @@ fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
         }
     }
     session::check_output(&o.output, o.force)?;
+    session::check_writable(&o.output)?;
     Ok((freq, period))
 }
 
