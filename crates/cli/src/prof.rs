@@ -303,11 +303,23 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                     .as_ref()
                     .or(a.callees.as_ref())
                     .expect("one is set");
-                let g = mantle_prof::model::call_graph(&r, sym).ok_or_else(|| {
-                    mantle_prof::Error::NoMatch {
-                        filter: format!("symbol {sym} in any stack"),
+                use mantle_prof::model::Lookup;
+                let g = mantle_prof::model::find_call_graph(&r, sym).map_err(|e| match e {
+                    Lookup::NotFound => mantle_prof::Error::NoMatch {
+                        filter: format!("symbol {sym} (full or short name) in any stack"),
                         session: a.input.display().to_string(),
-                    }
+                    },
+                    // a usage error: the user names one of them
+                    Lookup::Ambiguous(names) => mantle_prof::Error::Invalid(format!(
+                        "{sym} names {} functions; give one of: {}",
+                        names.len(),
+                        names
+                            .iter()
+                            .take(10)
+                            .map(|n| format!("{n:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
                 })?;
                 if a.json {
                     print_json(&g);

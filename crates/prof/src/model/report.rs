@@ -702,8 +702,71 @@ pub struct CallGraph {
     pub callees: Vec<SymRow>,
 }
 
-/// The call graph of `symbol` (matched by name, in any image); None when
-/// no sample's stack holds it.
+/// The short name of a function as users type it: a C++ or Rust name
+/// without its parameters, template arguments and namespaces
+/// (`ns::Table<int>::get(int) const` -> `get`), a C name as it is.
+pub fn short_name(symbol: &str) -> &str {
+    // cut at the parameter list: the first '(' outside template brackets
+    let mut depth = 0i32;
+    let mut end = symbol.len();
+    for (i, c) in symbol.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            // `operator()(int)`: the first parentheses are the name's
+            '(' if depth == 0 && symbol[..i].ends_with("operator") => {}
+            ')' if depth == 0 && symbol[..i].ends_with("operator(") => {}
+            '(' if depth == 0 && i > 0 => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let head = &symbol[..end];
+    // drop template arguments at the end, then keep the last path segment
+    let head = match head.strip_suffix('>') {
+        Some(_) => head.find('<').map_or(head, |i| &head[..i]),
+        None => head,
+    };
+    head.rsplit("::").next().unwrap_or(head)
+}
+
+/// Why [`find_call_graph`] found no graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// No function of that name (full or short) is in any stack.
+    NotFound,
+    /// The short name names several functions: their full names.
+    Ambiguous(Vec<String>),
+}
+
+/// The call graph of the function the user named: its full name (as the
+/// report prints it) or, failing that, its short name ([`short_name`]:
+/// `lua_geti` for `lua_geti(lua_State*, int, long long)`), when exactly
+/// one function has it.
+pub fn find_call_graph(r: &Report, name: &str) -> Result<CallGraph, Lookup> {
+    if let Some(g) = call_graph(r, name) {
+        return Ok(g);
+    }
+    let mut full: Vec<String> = r
+        .graph
+        .funcs
+        .iter()
+        .filter(|f| short_name(&f.symbol) == name)
+        .map(|f| f.symbol.clone())
+        .collect();
+    full.sort();
+    full.dedup();
+    match full.len() {
+        0 => Err(Lookup::NotFound),
+        1 => call_graph(r, &full[0]).ok_or(Lookup::NotFound),
+        _ => Err(Lookup::Ambiguous(full)),
+    }
+}
+
+/// The call graph of `symbol` (matched by its full name, in any image);
+/// None when no sample's stack holds it.
 pub fn call_graph(r: &Report, symbol: &str) -> Option<CallGraph> {
     let g = &r.graph;
     let want: Vec<bool> = g.funcs.iter().map(|f| f.symbol == symbol).collect();
