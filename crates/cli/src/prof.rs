@@ -212,6 +212,15 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 Target::Command(a.command)
             } else if let Some(p) = a.pid {
                 Target::Pid(p)
+            } else if std::env::args()
+                .skip_while(|x| x != "record")
+                .any(|x| x == "--")
+            {
+                // `record --` alone: a command was meant; clap gives an
+                // empty one, which would record the whole system
+                return Err(mantle_prof::Error::Invalid(
+                    "no command given after --".into(),
+                ));
             } else {
                 Target::All
             };
@@ -246,6 +255,13 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 print_json(&s);
             } else {
                 eprint!("{}", s.render());
+            }
+            // the command's own status, as perf (and env, time) pass it
+            // on: a failed build must not look like a good profile
+            if let Some(code) = s.command_status.filter(|c| *c != 0) {
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                std::process::exit(code);
             }
             Ok(())
         }
@@ -287,11 +303,23 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                     .as_ref()
                     .or(a.callees.as_ref())
                     .expect("one is set");
-                let g = mantle_prof::model::call_graph(&r, sym).ok_or_else(|| {
-                    mantle_prof::Error::NoMatch {
-                        filter: format!("symbol {sym} in any stack"),
+                use mantle_prof::model::Lookup;
+                let g = mantle_prof::model::find_call_graph(&r, sym).map_err(|e| match e {
+                    Lookup::NotFound => mantle_prof::Error::NoMatch {
+                        filter: format!("symbol {sym} (full or short name) in any stack"),
                         session: a.input.display().to_string(),
-                    }
+                    },
+                    // a usage error: the user names one of them
+                    Lookup::Ambiguous(names) => mantle_prof::Error::Invalid(format!(
+                        "{sym} names {} functions; give one of: {}",
+                        names.len(),
+                        names
+                            .iter()
+                            .take(10)
+                            .map(|n| format!("{n:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )),
                 })?;
                 if a.json {
                     print_json(&g);

@@ -67,6 +67,7 @@ pub mod record;
 pub mod report;
 pub mod session;
 pub mod symbols;
+pub mod synth;
 pub mod unwind;
 
 pub use model::{Report, ReportOpts};
@@ -165,6 +166,8 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Os { source, .. } => mantle_sys::os::errno_in_chain(source.as_ref()),
+            // a session file another user's (0700 directory): EACCES
+            Error::Io { source, .. } => source.raw_os_error(),
             _ => None,
         }
     }

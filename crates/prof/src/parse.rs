@@ -253,77 +253,169 @@ fn data_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
     text.lines()
         .enumerate()
         .map(|(n, l)| (n + 1, l))
-        .filter(|(_, l)| !l.starts_with('#') && !l.trim().is_empty())
+        .filter(|(_, l)| is_data_line(l))
 }
 
 /// Longest call stack accepted in stacks.tsv (frames): a kernel and a
 /// user stack of `MP_MAX_STACK` each, with room to spare.
 pub const STACK_MAX: usize = 1024;
 
+/// One data line of stacks.tsv (line number `n`): `id frames`, the id
+/// must be `expect`; the frames go to `out` (cleared first).
+pub fn stack_line(
+    n: usize,
+    line: &str,
+    n_images: usize,
+    expect: usize,
+    out: &mut Vec<Frame>,
+) -> Result<(), ParseError> {
+    out.clear();
+    let (id, frames) = match line.split_once('\t') {
+        Some((a, b)) if !b.contains('\t') => (a, b),
+        _ => {
+            return Err(ParseError::new(
+                At::Line(n),
+                format!(
+                    "{} tab-separated fields, 2 expected",
+                    line.split('\t').count()
+                ),
+            ))
+        }
+    };
+    let id: usize = dec(id, At::Field(n, "id"))?;
+    if id != expect {
+        return Err(ParseError::new(
+            At::Field(n, "id"),
+            format!("{id}: stack {expect} expected (ids are 1, 2, 3, ... in order)"),
+        ));
+    }
+    for fr in frames.split(',') {
+        let (i, o) = fr.split_once(':').ok_or_else(|| {
+            ParseError::new(
+                At::Field(n, "frames"),
+                format!("{fr:?} is not image:offset"),
+            )
+        })?;
+        let image: u32 = dec(i, At::Field(n, "frames"))?;
+        if image as usize >= n_images {
+            return Err(ParseError::new(
+                At::Field(n, "frames"),
+                format!("image {image} is not in images.json ({n_images} images)"),
+            ));
+        }
+        out.push(Frame {
+            image,
+            offset: hex(o, At::Field(n, "frames"))?,
+        });
+        if out.len() > STACK_MAX {
+            return Err(ParseError::new(
+                At::Field(n, "frames"),
+                format!("more than {STACK_MAX} frames"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// stacks.tsv, the stack table: `id frames`, ids 1, 2, 3, ... in order,
 /// frames `image:offset` (decimal image index, hex offset) separated by
 /// commas, nearest caller first. `n_images` is the number of entries of
 /// images.json. Returns the table with the empty stack at index 0.
+/// (Reports read the file line by line with [`stack_line`].)
 pub fn stacks(b: &[u8], n_images: usize) -> Result<Vec<Vec<Frame>>, ParseError> {
     let text = utf8(b)?;
     let mut v: Vec<Vec<Frame>> = vec![Vec::new()];
     let mut seen: HashSet<Vec<Frame>> = HashSet::new();
+    let mut frames = Vec::new();
     for (n, line) in data_lines(text) {
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 2 {
-            return Err(ParseError::new(
-                At::Line(n),
-                format!("{} tab-separated fields, 2 expected", f.len()),
-            ));
-        }
-        let id: usize = dec(f[0], At::Field(n, "id"))?;
-        if id != v.len() {
-            return Err(ParseError::new(
-                At::Field(n, "id"),
-                format!(
-                    "{id}: stack {} expected (ids are 1, 2, 3, ... in order)",
-                    v.len()
-                ),
-            ));
-        }
-        let mut frames = Vec::new();
-        for fr in f[1].split(',') {
-            let (i, o) = fr.split_once(':').ok_or_else(|| {
-                ParseError::new(
-                    At::Field(n, "frames"),
-                    format!("{fr:?} is not image:offset"),
-                )
-            })?;
-            let image: u32 = dec(i, At::Field(n, "frames"))?;
-            if image as usize >= n_images {
-                return Err(ParseError::new(
-                    At::Field(n, "frames"),
-                    format!("image {image} is not in images.json ({n_images} images)"),
-                ));
-            }
-            frames.push(Frame {
-                image,
-                offset: hex(o, At::Field(n, "frames"))?,
-            });
-            if frames.len() > STACK_MAX {
-                return Err(ParseError::new(
-                    At::Field(n, "frames"),
-                    format!("more than {STACK_MAX} frames"),
-                ));
-            }
-        }
+        stack_line(n, line, n_images, v.len(), &mut frames)?;
         if !seen.insert(frames.clone()) {
             return Err(ParseError::new(At::Line(n), "the same stack twice"));
         }
-        v.push(frames);
+        v.push(frames.clone());
     }
     Ok(v)
 }
 
-/// profile.tsv, the sample file: `pid tid cpu mode image offset tags
-/// count stack` (format 2; format 1 has no stack column: stack 0).
-/// `images` are the entries of images.json, `stacks` the stack table;
-/// `words` the tag vector's width.
+/// One data line of profile.tsv (line number `n`): `pid tid cpu mode
+/// image offset tags count stack` (format 2; format 1 has no stack
+/// column: stack 0), with `n_images` images, `n_stacks` stacks (with the
+/// empty stack 0) and tag vectors of `words` words.
+pub fn profile_line(
+    n: usize,
+    line: &str,
+    n_images: usize,
+    n_stacks: usize,
+    words: usize,
+) -> Result<(RowKey, u64), ParseError> {
+    let mut f = [""; 9];
+    let mut nf = 0;
+    for (i, x) in line.split('\t').enumerate() {
+        if i < 9 {
+            f[i] = x;
+        }
+        nf = i + 1;
+    }
+    if nf != 8 && nf != 9 {
+        return Err(ParseError::new(
+            At::Line(n),
+            format!("{nf} tab-separated fields, 9 (or 8, format 1) expected"),
+        ));
+    }
+    let stack: u32 = if nf == 9 {
+        dec(f[8], At::Field(n, "stack"))?
+    } else {
+        0
+    };
+    if stack as usize >= n_stacks.max(1) {
+        return Err(ParseError::new(
+            At::Field(n, "stack"),
+            format!(
+                "stack {stack} is not in stacks.tsv ({} stacks)",
+                n_stacks.max(1) - 1
+            ),
+        ));
+    }
+    let key = RowKey {
+        pid: dec(f[0], At::Field(n, "pid"))?,
+        tid: dec(f[1], At::Field(n, "tid"))?,
+        cpu: dec(f[2], At::Field(n, "cpu"))?,
+        mode: match f[3] {
+            "u" => Mode::User,
+            "k" => Mode::Kernel,
+            other => {
+                return Err(ParseError::new(
+                    At::Field(n, "mode"),
+                    format!("{other:?} is neither u nor k"),
+                ))
+            }
+        },
+        image: dec(f[4], At::Field(n, "image"))?,
+        offset: hex(f[5], At::Field(n, "offset"))?,
+        tags: parse_tags_hex(f[6], words).ok_or_else(|| {
+            ParseError::new(
+                At::Field(n, "tags"),
+                format!("{:?} is not a tag vector of {words} word(s) in hex", f[6]),
+            )
+        })?,
+        stack,
+    };
+    if key.image as usize >= n_images {
+        return Err(ParseError::new(
+            At::Field(n, "image"),
+            format!(
+                "image {} is not in images.json ({n_images} images)",
+                key.image
+            ),
+        ));
+    }
+    let count: u64 = dec(f[7], At::Field(n, "count"))?;
+    Ok((key, count))
+}
+
+/// profile.tsv, the sample file (see [`profile_line`]). `images` are the
+/// entries of images.json, `stacks` the stack table; `words` the tag
+/// vector's width.
 pub fn profile(
     b: &[u8],
     images: Vec<Image>,
@@ -336,67 +428,16 @@ pub fn profile(
     let mut p = Profile::with_images(images);
     p.set_stacks(stacks);
     for (n, line) in data_lines(text) {
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() != 8 && f.len() != 9 {
-            return Err(ParseError::new(
-                At::Line(n),
-                format!(
-                    "{} tab-separated fields, 9 (or 8, format 1) expected",
-                    f.len()
-                ),
-            ));
-        }
-        let stack: u32 = match f.get(8) {
-            Some(s) => dec(s, At::Field(n, "stack"))?,
-            None => 0,
-        };
-        if stack as usize >= n_stacks {
-            return Err(ParseError::new(
-                At::Field(n, "stack"),
-                format!(
-                    "stack {stack} is not in stacks.tsv ({} stacks)",
-                    n_stacks - 1
-                ),
-            ));
-        }
-        let key = RowKey {
-            pid: dec(f[0], At::Field(n, "pid"))?,
-            tid: dec(f[1], At::Field(n, "tid"))?,
-            cpu: dec(f[2], At::Field(n, "cpu"))?,
-            mode: match f[3] {
-                "u" => Mode::User,
-                "k" => Mode::Kernel,
-                other => {
-                    return Err(ParseError::new(
-                        At::Field(n, "mode"),
-                        format!("{other:?} is neither u nor k"),
-                    ))
-                }
-            },
-            image: dec(f[4], At::Field(n, "image"))?,
-            offset: hex(f[5], At::Field(n, "offset"))?,
-            tags: parse_tags_hex(f[6], words).ok_or_else(|| {
-                ParseError::new(
-                    At::Field(n, "tags"),
-                    format!("{:?} is not a tag vector of {words} word(s) in hex", f[6]),
-                )
-            })?,
-            stack,
-        };
-        if key.image as usize >= n_images {
-            return Err(ParseError::new(
-                At::Field(n, "image"),
-                format!(
-                    "image {} is not in images.json ({n_images} images)",
-                    key.image
-                ),
-            ));
-        }
-        let count: u64 = dec(f[7], At::Field(n, "count"))?;
+        let (key, count) = profile_line(n, line, n_images, n_stacks, words)?;
         p.add_row(key, count)
             .map_err(|e| ParseError::new(At::Field(n, "count"), e.to_string()))?;
     }
     Ok(p)
+}
+
+/// Whether a line of a table carries data (not a comment, not blank).
+pub fn is_data_line(l: &str) -> bool {
+    !l.starts_with('#') && !l.trim().is_empty()
 }
 
 /// Escapes a path for a tab-separated line (mappings.tsv): a file name may

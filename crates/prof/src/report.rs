@@ -11,7 +11,9 @@ use std::path::Path;
 /// that selects no sample is [`Error::NoMatch`], not an empty report: an
 /// empty table would read as "this process used no CPU".
 pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
-    let s = session::read_session(dir)?;
+    let s = session::read_head(dir)?;
+    let mut b = model::ReportBuilder::new(s.images.clone(), &s.procs, opts);
+    session::stream_tables(&s, &mut b)?;
     let mut sym = SessionSymbolizer::new(s.kallsyms.clone()).with_jit(s.jit.clone());
     if let Some(d) = &opts.debug_dirs {
         sym = sym.with_debug_dirs(d.clone());
@@ -19,7 +21,7 @@ pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
     if let Some(v) = &s.vdso {
         sym = sym.with_vdso(v);
     }
-    let mut r = model::build_report(&s.profile, &s.procs, &s.tags, &s.meta, &mut sym, opts);
+    let mut r = b.finish(&s.tags, &s.meta, &mut sym);
     if r.total == 0 && (opts.pid.is_some() || opts.comm.is_some()) {
         let mut filter = Vec::new();
         if let Some(p) = opts.pid {
@@ -45,25 +47,26 @@ fn werr(out: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-fn folded_lines(r: &Report) -> Vec<String> {
-    r.folded
-        .iter()
-        .map(|(stack, n)| format!("{stack} {n}"))
-        .collect()
-}
-
 /// Writes the folded stacks ("root;caller;...;leaf count" per line, the
-/// format of Brendan Gregg's stackcollapse scripts and inferno).
+/// format of Brendan Gregg's stackcollapse scripts and inferno), one line
+/// at a time.
 pub fn write_folded(r: &Report, out: &Path) -> Result<(), Error> {
-    let mut s = folded_lines(r).join("\n");
-    s.push('\n');
-    std::fs::write(out, s).map_err(werr(out))
+    let f = std::fs::File::create(out).map_err(werr(out))?;
+    let mut w = std::io::BufWriter::new(f);
+    r.graph
+        .write_folded(&mut w)
+        .and_then(|()| std::io::Write::flush(&mut w))
+        .map_err(werr(out))
 }
 
 /// Writes a flame graph SVG: the root (process, component or tag), then
 /// the call stack, callers at the bottom.
 pub fn write_flame(r: &Report, out: &Path) -> Result<(), Error> {
-    let lines = folded_lines(r);
+    let mut lines: Vec<String> = Vec::new();
+    let _ = r.graph.for_each_folded(&mut |l, n| {
+        lines.push(format!("{l} {n}"));
+        Ok(())
+    });
     let f = std::fs::File::create(out).map_err(werr(out))?;
     let mut o = inferno::flamegraph::Options::default();
     o.title = format!("mantle prof: {} ({} samples)", r.meta.event, r.total);
@@ -82,6 +85,6 @@ pub fn write_flame(r: &Report, out: &Path) -> Result<(), Error> {
 
 /// Writes a gzipped pprof profile.
 pub fn write_pprof(r: &Report, out: &Path) -> Result<(), Error> {
-    let p = crate::pprof::build(r);
-    std::fs::write(out, crate::pprof::encode_gz(&p)).map_err(werr(out))
+    let f = std::fs::File::create(out).map_err(werr(out))?;
+    crate::pprof::write_gz(r, std::io::BufWriter::new(f)).map_err(werr(out))
 }

@@ -112,6 +112,23 @@ pub fn check_output(dir: &Path, force: bool) -> Result<(), Error> {
     }
 }
 
+/// Whether a session can be written at `dir` at all, checked before
+/// recording (perf fails at once; a recording found unwritable only at the
+/// end is lost): its parent must be an existing directory in which this
+/// process can create one, tried by creating (and removing) the temporary
+/// sibling the session will be written to. Parents are never created: a
+/// mistyped `-o /nonexistent/dir/s` is an error, not a new tree.
+pub fn check_writable(dir: &Path) -> Result<(), Error> {
+    let probe = sibling(dir, "probe");
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(&probe)
+        .map_err(|e| {
+            let parent = probe.parent().unwrap_or(Path::new("."));
+            ioerr("create a session in", parent, e)
+        })?;
+    std::fs::remove_dir(&probe).map_err(|e| ioerr("remove", &probe, e))
+}
+
 /// A sibling of `dir` (same file system, so rename works) for `what`.
 fn sibling(dir: &Path, what: &str) -> PathBuf {
     let name = dir
@@ -134,10 +151,7 @@ fn sibling(dir: &Path, what: &str) -> PathBuf {
 pub fn write_session(dir: &Path, d: &SessionData, replace: bool) -> Result<(), Error> {
     check_output(dir, replace)?;
     let tmp = sibling(dir, "new");
-    // `-o a/b/session` creates a/b, as it always did
-    if let Some(parent) = tmp.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| ioerr("create", parent, e))?;
-    }
+    // parents are not created (check_writable)
     let _ = std::fs::remove_dir_all(&tmp);
     // 0700, as perf writes perf.data 0600: a session holds kernel
     // addresses (kallsyms.gz, kernel samples and stacks) that
@@ -272,9 +286,23 @@ fn corrupt(dir: &Path, name: &str) -> impl FnOnce(ParseError) -> Error {
     move |source| Error::Corrupt { file, source }
 }
 
-/// Reads and validates a session directory: every file is checked here,
-/// once, so that what follows (report, symbols) works on sound data.
-pub fn read_session(dir: &Path) -> Result<Session, Error> {
+/// A session's files but its two tables (profile.tsv and stacks.tsv),
+/// read and validated.
+pub struct Head {
+    pub dir: PathBuf,
+    pub meta: Meta,
+    pub images: Vec<crate::model::Image>,
+    pub procs: HashMap<u32, Process>,
+    pub tags: Vec<TagName>,
+    pub kallsyms: Kallsyms,
+    pub mappings: Vec<(u32, Mapping)>,
+    pub vdso: Option<Vec<u8>>,
+    pub jit: HashMap<u32, JitMap>,
+}
+
+/// Reads and validates every file of a session but profile.tsv and
+/// stacks.tsv (see [`read_session`], [`stream_tables`]).
+pub fn read_head(dir: &Path) -> Result<Head, Error> {
     let meta = match load_optional(dir, "meta.json", JSON_MAX)? {
         Some(b) => parse::meta(&b).map_err(corrupt(dir, "meta.json"))?,
         None => return Err(Error::NoSession(dir.display().to_string())),
@@ -290,18 +318,6 @@ pub fn read_session(dir: &Path) -> Result<Session, Error> {
         .filter(|i| i.kind == ImageKind::Jit)
         .filter_map(|i| i.pid)
         .collect();
-    // format 1 had no stacks: no file, every row stack 0
-    let stacks = match load_optional(dir, "stacks.tsv", TABLE_MAX)? {
-        Some(b) => parse::stacks(&b, images.len()).map_err(corrupt(dir, "stacks.tsv"))?,
-        None => vec![Vec::new()],
-    };
-    let profile = parse::profile(
-        &load(dir, "profile.tsv", TABLE_MAX)?,
-        images,
-        stacks,
-        crate::abi::MT_WORDS,
-    )
-    .map_err(corrupt(dir, "profile.tsv"))?;
     let mappings = parse::mappings(&load(dir, "mappings.tsv", TABLE_MAX)?)
         .map_err(corrupt(dir, "mappings.tsv"))?;
     let kallsyms = match load_optional(dir, "kallsyms.gz", KALLSYMS_GZ_MAX)? {
@@ -330,16 +346,127 @@ pub fn read_session(dir: &Path) -> Result<Session, Error> {
         let m = parse::jit_map(&load(dir, &name, JSON_MAX)?).map_err(corrupt(dir, &name))?;
         jit.insert(pid, m);
     }
-    Ok(Session {
+    Ok(Head {
         dir: dir.to_path_buf(),
         meta,
-        profile,
+        images,
         procs: procs.into_iter().map(|p| (p.pid, p)).collect(),
         tags,
         kallsyms,
         mappings,
         vdso,
         jit,
+    })
+}
+
+/// Calls `f` with each data line of a table (1-based line number),
+/// reading it a line at a time (regular files only, at most `limit`
+/// bytes). Returns false when the file does not exist.
+fn for_each_line(
+    dir: &Path,
+    name: &str,
+    limit: u64,
+    f: &mut dyn FnMut(usize, &str) -> Result<(), ParseError>,
+) -> Result<bool, Error> {
+    use std::io::{BufRead, Read};
+    let p = dir.join(name);
+    let file = match files::open_regular(&p) {
+        Ok(file) => file,
+        Err(e) if e.is_not_found() => return Ok(false),
+        Err(e) => return Err(Error::open(&p, e)),
+    };
+    let len = file.metadata().map_err(|e| ioerr("read", &p, e))?.len();
+    if len > limit {
+        return Err(Error::TooLarge { path: p, limit });
+    }
+    // take(): the file may grow after the fstat
+    let mut r = std::io::BufReader::with_capacity(1 << 20, file.take(limit + 1));
+    let mut buf = Vec::new();
+    let mut n = 0usize;
+    let mut read = 0u64;
+    loop {
+        buf.clear();
+        let got = r
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| ioerr("read", &p, e))?;
+        if got == 0 {
+            return Ok(true);
+        }
+        read += got as u64;
+        if read > limit {
+            return Err(Error::TooLarge { path: p, limit });
+        }
+        n += 1;
+        let line = std::str::from_utf8(&buf)
+            .map_err(|_| ParseError::new(parse::At::Line(n), "not UTF-8 text"))
+            .map_err(corrupt(dir, name))?;
+        // as str::lines: without the newline and a carriage return before it
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if parse::is_data_line(line) {
+            f(n, line).map_err(corrupt(dir, name))?;
+        }
+    }
+}
+
+/// Streams stacks.tsv, then profile.tsv, into a report builder, a line at
+/// a time: neither file is ever whole in memory.
+pub fn stream_tables(head: &Head, b: &mut crate::model::ReportBuilder) -> Result<(), Error> {
+    let dir = &head.dir;
+    let n_images = head.images.len();
+    let mut frames = Vec::new();
+    // format 1 had no stacks: no file, every row stack 0
+    for_each_line(dir, "stacks.tsv", TABLE_MAX, &mut |n, line| {
+        parse::stack_line(n, line, n_images, b.stacks(), &mut frames)?;
+        b.add_stack(&frames)
+            .map(|_| ())
+            .map_err(|e| ParseError::new(parse::At::Line(n), e.to_string()))
+    })?;
+    let n_stacks = b.stacks();
+    let words = crate::abi::MT_WORDS;
+    let found = for_each_line(dir, "profile.tsv", TABLE_MAX, &mut |n, line| {
+        let (key, count) = parse::profile_line(n, line, n_images, n_stacks, words)?;
+        b.add_row(&key, count)
+            .map_err(|e| ParseError::new(parse::At::Field(n, "count"), e.to_string()))
+    })?;
+    if !found {
+        let p = dir.join("profile.tsv");
+        return Err(Error::open(
+            &p,
+            files::OpenError::Io(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads and validates a session directory: every file is checked here,
+/// once, so that what follows (symbols) works on sound data. Holds the
+/// whole profile in memory: reports stream it instead ([`read_head`],
+/// [`stream_tables`]).
+pub fn read_session(dir: &Path) -> Result<Session, Error> {
+    let h = read_head(dir)?;
+    // format 1 had no stacks: no file, every row stack 0
+    let stacks = match load_optional(dir, "stacks.tsv", TABLE_MAX)? {
+        Some(b) => parse::stacks(&b, h.images.len()).map_err(corrupt(dir, "stacks.tsv"))?,
+        None => vec![Vec::new()],
+    };
+    let profile = parse::profile(
+        &load(dir, "profile.tsv", TABLE_MAX)?,
+        h.images,
+        stacks,
+        crate::abi::MT_WORDS,
+    )
+    .map_err(corrupt(dir, "profile.tsv"))?;
+    Ok(Session {
+        dir: h.dir,
+        meta: h.meta,
+        profile,
+        procs: h.procs,
+        tags: h.tags,
+        kallsyms: h.kallsyms,
+        mappings: h.mappings,
+        vdso: h.vdso,
+        jit: h.jit,
     })
 }
 
@@ -432,8 +559,28 @@ mod tests {
         .unwrap();
         let s = read_session(&dir).unwrap();
         assert_eq!(s.meta.samples, 9);
-        // missing parents are created; nothing is left beside the session
+        // missing parents are not created
         let deep = dir.join("a/b/s");
+        assert!(check_writable(&deep).is_err());
+        assert!(write_session(
+            &deep,
+            &SessionData {
+                meta: &meta,
+                profile: &p,
+                procs: &sp.procs,
+                history: &sp.history,
+                tags: &names,
+                kallsyms_text: None,
+                vdso: None,
+                jit_maps: &[],
+            },
+            false,
+        )
+        .is_err());
+        assert!(!dir.join("a").exists());
+        // in an existing directory: nothing is left beside the session
+        std::fs::create_dir_all(dir.join("a/b")).unwrap();
+        check_writable(&deep).unwrap();
         write_session(
             &deep,
             &SessionData {

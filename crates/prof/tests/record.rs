@@ -609,12 +609,12 @@ fn stacks_of_a_frame_pointer_program_are_exact() {
     report::write_flame(&r, &d.join("f.svg")).unwrap();
     let svg = std::fs::read_to_string(d.join("f.svg")).unwrap();
     let depth = r
-        .folded
+        .folded()
         .iter()
         .map(|(l, _)| l.split(';').count())
         .max()
         .unwrap();
-    assert!(depth >= 5, "{:?}", r.folded);
+    assert!(depth >= 5, "{:?}", r.folded());
     for f in ["main", "a", "b", "c", "spin"] {
         assert!(
             svg.contains(&format!("<title>{f} (")),

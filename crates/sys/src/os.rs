@@ -438,16 +438,35 @@ pub fn spawn_gated(argv: &[String]) -> io::Result<(GatedChild, Gate)> {
         .collect::<io::Result<_>>()?;
     let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
     ptrs.push(std::ptr::null());
-    // does the program exist? (after fork we can only exit)
+    // can the program run? (after fork we can only exit: a command that
+    // cannot would be recorded as a session of its _exit(127))
+    let runnable = |p: &std::path::Path| -> bool {
+        let Ok(c) = CString::new(p.as_os_str().as_encoded_bytes()) else {
+            return false;
+        };
+        // SAFETY: access reads the NUL-terminated path we own.
+        p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+    };
     if !argv[0].contains('/') {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(&argv[0]).is_file()))
-            .unwrap_or(false);
-        if !found {
+        let dirs: Vec<std::path::PathBuf> = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect())
+            .unwrap_or_default();
+        if !dirs.iter().any(|d| d.join(&argv[0]).is_file()) {
             return Err(io::Error::new(io::ErrorKind::NotFound, "not found in PATH"));
+        }
+        if !dirs.iter().any(|d| runnable(&d.join(&argv[0]))) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "not an executable file",
+            ));
         }
     } else if !std::path::Path::new(&argv[0]).exists() {
         return Err(io::Error::new(io::ErrorKind::NotFound, "no such file"));
+    } else if !runnable(std::path::Path::new(&argv[0])) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "not an executable file",
+        ));
     }
     let mut fds = [0; 2];
     // SAFETY: fds is a valid 2-int array.

@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(p) = parse::profile(rows, images, stacks, mantle_prof::abi::MT_WORDS) else { return };
     let r = build_report(&p, &Default::default(), &[], &Meta::default(), &mut NoSym, &ReportOpts::default());
-    assert_eq!(r.folded.iter().map(|f| f.1).sum::<u64>(), r.total);
+    assert_eq!(r.folded().iter().map(|f| f.1).sum::<u64>(), r.total);
     // (a row may count 0 samples: its functions are then in no call graph)
     for s in r.inclusive.iter().filter(|s| s.samples > 0).take(3) {
         let g = call_graph(&r, &s.symbol).expect("an inclusive symbol is in some stack");

@@ -8,12 +8,14 @@
 //! * [`profile`]: the compact merged profile ([`Profile`]) and tag vectors;
 //! * [`kallsyms`]: kernel addresses looked up in a kallsyms snapshot;
 //! * [`meta`]: the recording's metadata and its caveats;
-//! * [`report`]: the report model ([`build_report`]);
+//! * [`report`]: the report model ([`ReportBuilder`], [`build_report`]);
+//! * [`graph`]: the report's interned stacks ([`StackGraph`]);
 //! * [`text`]: the text renderer ([`render_text`]).
 //!
 //! Everything is re-exported here, so `mantle_prof::model::X` names each
 //! item whichever file holds it.
 
+pub mod graph;
 pub mod image;
 pub mod kallsyms;
 pub mod meta;
@@ -22,6 +24,7 @@ pub mod report;
 pub mod space;
 pub mod text;
 
+pub use graph::*;
 pub use image::*;
 pub use kallsyms::*;
 pub use meta::*;

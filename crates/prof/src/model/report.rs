@@ -1,20 +1,23 @@
-//! The report model: [`build_report`] turns a profile plus a
-//! [`Symbolizer`] into tables (symbols, images, components, per tag),
-//! folded stacks for flame graphs and located rows for pprof, ready for
-//! any renderer.
+//! The report model: a [`ReportBuilder`] takes a session's stacks and
+//! rows as they are read and, with a [`Symbolizer`], makes the tables
+//! (symbols, images, components, per tag) and the interned stacks
+//! ([`StackGraph`]) that flame graphs, folded stacks, pprof and call graphs
+//! are made from, ready for any renderer ([`build_report`]: the same from
+//! an in-memory profile).
 //!
-//! Mechanism: each (image, offset) is symbolized once (a caller's return
-//! address at `offset - 1`, the call instruction, as perf and blazesym's
-//! users do), then every row is summed into each table: exclusive (the
-//! leaf), inclusive (every distinct function of the row's stack, once),
-//! and its stack folded root first. An address no symbol covers is named
+//! Mechanism: each (image, offset) a row reaches is symbolized once (a
+//! caller's return address at `offset - 1`, the call instruction, as perf
+//! and blazesym's users do), then every row is summed into each table:
+//! exclusive (the leaf), inclusive (every distinct function of the row's
+//! stack, once). An address no symbol covers is named
 //! per address, `image+0xoffset`, never folded into one `[unknown]`.
 //! Invariant: the sums cannot overflow, because each table sums a subset
 //! of the profile's rows once and the profile's total fits a u64.
 
+use super::graph::{Func, FxMap, GraphRow, StackGraph};
 use super::image::{Image, ImageKind, Mode};
 use super::meta::Meta;
-use super::profile::{tag_bits, Profile, RowKey};
+use super::profile::{tag_bits, CountOverflow, Frame, Profile, RowKey};
 use super::space::Process;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -98,34 +101,20 @@ pub struct Report {
     /// Inclusive samples per function (the function or anything it
     /// called was running), like `perf report --children`.
     pub inclusive: Vec<SymRow>,
-    /// Folded stacks for flame graphs, root first:
-    /// "root;caller;...;leaf count" (the root as [`FlameRoot`] says).
+    /// Every row with its interned stack, for flame graphs, folded
+    /// stacks, pprof and call graphs ([`StackGraph`]).
     #[serde(skip)]
-    pub folded: Vec<(String, u64)>,
-    /// Rows with their symbolized stacks, for pprof and call graphs.
-    #[serde(skip)]
-    pub located: Vec<Located>,
+    pub graph: StackGraph,
 }
 
-/// One frame with its symbol.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Loc {
-    pub image: Image,
-    /// As recorded: the leaf's offset, or a caller's return address.
-    pub offset: u64,
-    pub symbol: String,
-}
-
-/// A sample row with its symbolized stack, for pprof and call graphs.
-#[derive(Debug, Clone)]
-pub struct Located {
-    /// Leaf first, then the callers, nearest first.
-    pub frames: Vec<Loc>,
-    pub pid: u32,
-    pub comm: String,
-    pub mode: Mode,
-    pub tags: Vec<String>,
-    pub count: u64,
+impl Report {
+    /// Folded stacks for flame graphs, root first, sorted:
+    /// ("root;caller;...;leaf", count) (the root as [`FlameRoot`] says).
+    /// Makes every line's text: for large reports, stream them with
+    /// [`StackGraph::write_folded`].
+    pub fn folded(&self) -> Vec<(String, u64)> {
+        self.graph.folded()
+    }
 }
 
 /// The bottom frame of each flame-graph stack.
@@ -242,201 +231,354 @@ fn sym_rows(m: HashMap<(String, String), u64>, total: u64, limit: usize) -> Vec<
     v
 }
 
-/// Builds the report: symbolizes every (image, offset) once, then sums.
-pub fn build_report(
-    profile: &Profile,
+/// A stack given twice to [`ReportBuilder::add_stack`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the same stack twice")]
+pub struct DuplicateStack;
+
+/// The streaming report: stacks, then rows, are added as they are read
+/// (never all of profile.tsv in memory), interned and aggregated at once;
+/// [`ReportBuilder::finish`] symbolizes each frame a row reaches, once,
+/// and sums the tables.
+///
+/// Memory: a frame table entry per distinct (image, address), 4 bytes per
+/// stack frame, 32 bytes per row with distinct (pid, mode, leaf, stack,
+/// tags) (tid and cpu are not reported, so rows differing only there
+/// merge); the rows are sorted and merged in place.
+pub struct ReportBuilder<'a> {
+    procs: &'a HashMap<u32, Process>,
+    opts: &'a ReportOpts,
+    g: StackGraph,
+    frame_ids: FxMap<(u32, u64), u32>,
+    /// Stack hash -> id, to refuse a stack given twice (a 64-bit hash
+    /// collision between two different stacks skips that check only).
+    stack_hash: FxMap<u64, u32>,
+    tagsets: FxMap<Vec<u64>, u32>,
+    tag_vectors: Vec<Vec<u64>>,
+    /// Whether each pid passes the report's filter (cached).
+    keep: HashMap<u32, bool>,
+    total: u64,
+}
+
+fn frames_hash(frames: &[Frame]) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for f in frames {
+        for w in [f.image as u64, f.offset] {
+            h = (h ^ w).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    h
+}
+
+impl<'a> ReportBuilder<'a> {
+    /// A builder for a session whose image table is `images`.
+    pub fn new(images: Vec<Image>, procs: &'a HashMap<u32, Process>, opts: &'a ReportOpts) -> Self {
+        let g = StackGraph {
+            images,
+            stack_start: vec![0, 0],
+            flame_root: opts.flame_root,
+            ..Default::default()
+        };
+        ReportBuilder {
+            procs,
+            opts,
+            g,
+            frame_ids: FxMap::default(),
+            stack_hash: FxMap::default(),
+            tagsets: FxMap::default(),
+            tag_vectors: Vec::new(),
+            keep: HashMap::new(),
+            total: 0,
+        }
+    }
+
+    fn frame(&mut self, image: u32, addr: u64) -> u32 {
+        let frames = &mut self.g.frames;
+        *self.frame_ids.entry((image, addr)).or_insert_with(|| {
+            frames.push((image, addr));
+            (frames.len() - 1) as u32
+        })
+    }
+
+    /// Adds the next stack of the table (ids 1, 2, 3, ... in order): its
+    /// callers, nearest first, at their return addresses.
+    pub fn add_stack(&mut self, frames: &[Frame]) -> Result<u32, DuplicateStack> {
+        let id = (self.g.stack_start.len() - 1) as u32;
+        let h = frames_hash(frames);
+        let start = self.g.stack_frames.len();
+        for f in frames {
+            let fr = self.frame(f.image, f.offset.saturating_sub(1));
+            self.g.stack_frames.push(fr);
+        }
+        if let Some(&other) = self.stack_hash.get(&h) {
+            let new = &self.g.stack_frames[start..];
+            if self.g.callers(other) == new || frames.is_empty() {
+                self.g.stack_frames.truncate(start);
+                return Err(DuplicateStack);
+            }
+        } else {
+            self.stack_hash.insert(h, id);
+        }
+        self.g.stack_start.push(self.g.stack_frames.len());
+        Ok(id)
+    }
+
+    /// The number of stacks added, with the empty stack 0.
+    pub fn stacks(&self) -> usize {
+        self.g.stack_start.len() - 1
+    }
+
+    fn kept(&mut self, pid: u32) -> bool {
+        let (procs, opts) = (self.procs, self.opts);
+        *self.keep.entry(pid).or_insert_with(|| {
+            opts.pid.is_none_or(|p| p == pid)
+                && opts
+                    .comm
+                    .as_ref()
+                    .is_none_or(|c| *c == proc_name(pid, procs))
+        })
+    }
+
+    /// Adds a row (its stack must have been added). Rows the report's
+    /// filter leaves out are counted in no table, but still in the
+    /// overflow check, as the whole session must fit a u64.
+    pub fn add_row(&mut self, k: &RowKey, count: u64) -> Result<(), CountOverflow> {
+        self.total = self.total.checked_add(count).ok_or(CountOverflow)?;
+        if !self.kept(k.pid) {
+            return Ok(());
+        }
+        let leaf = self.frame(k.image, k.offset);
+        let tags = match self.tagsets.get(&k.tags) {
+            Some(&t) => t,
+            None => {
+                let t = self.tag_vectors.len() as u32;
+                self.tag_vectors.push(k.tags.clone());
+                self.tagsets.insert(k.tags.clone(), t);
+                t
+            }
+        };
+        self.g.rows.push(GraphRow {
+            pid: k.pid,
+            mode: k.mode,
+            leaf,
+            stack: k.stack,
+            tags,
+            count,
+        });
+        Ok(())
+    }
+
+    /// Symbolizes the frames the rows reach and builds the report.
+    pub fn finish(self, tags: &[TagName], meta: &Meta, sym: &mut dyn Symbolizer) -> Report {
+        let ReportBuilder {
+            procs, opts, mut g, ..
+        } = self;
+        drop(self.frame_ids);
+        drop(self.stack_hash);
+        drop(self.tagsets);
+        // merge rows that differ only in tid and cpu; by stack first, so
+        // that the inclusive sums walk each stack once
+        g.rows
+            .sort_unstable_by_key(|r| (r.stack, r.leaf, r.pid, r.mode, r.tags));
+        g.rows.dedup_by(|b, a| {
+            let same = (a.pid, a.mode, a.leaf, a.stack, a.tags)
+                == (b.pid, b.mode, b.leaf, b.stack, b.tags);
+            if same {
+                // both counts are parts of the checked total
+                a.count += b.count;
+            }
+            same
+        });
+        g.rows.shrink_to_fit();
+        symbolize(&mut g, sym);
+        let tag_name = |bit: u32| -> String {
+            tags.iter()
+                .find(|t| t.bit == bit)
+                .map(|t| t.name.clone())
+                .unwrap_or_else(|| format!("bit{bit}"))
+        };
+        let tag_bits_of: Vec<Vec<u32>> = self.tag_vectors.iter().map(|v| tag_bits(v)).collect();
+        g.tagsets = tag_bits_of
+            .iter()
+            .map(|b| b.iter().map(|&b| tag_name(b)).collect())
+            .collect();
+        for r in &g.rows {
+            g.comms
+                .entry(r.pid)
+                .or_insert_with(|| proc_name(r.pid, procs));
+            g.components
+                .entry((r.pid, r.mode))
+                .or_insert_with(|| component(r.pid, r.mode, procs));
+        }
+        tables(g, &tag_bits_of, &tag_name, procs, meta, opts)
+    }
+}
+
+/// Names every frame a row reaches: per image, each address once.
+fn symbolize(g: &mut StackGraph, sym: &mut dyn Symbolizer) {
+    let mut used = vec![false; g.frames.len()];
+    let mut stack_used = vec![false; g.stack_start.len().saturating_sub(1)];
+    for r in &g.rows {
+        used[r.leaf as usize] = true;
+        if let Some(u) = stack_used.get_mut(r.stack as usize) {
+            *u = true;
+        }
+    }
+    for (s, u) in stack_used.iter().enumerate() {
+        if *u {
+            for &f in g.callers(s as u32) {
+                used[f as usize] = true;
+            }
+        }
+    }
+    let mut per_image: BTreeMap<u32, Vec<(u64, u32)>> = BTreeMap::new();
+    for (i, &(img, addr)) in g.frames.iter().enumerate() {
+        if used[i] {
+            per_image.entry(img).or_default().push((addr, i as u32));
+        }
+    }
+    drop(used);
+    g.frame_func = vec![u32::MAX; g.frames.len()];
+    let mut func_ids: HashMap<Func, u32> = HashMap::new();
+    let mut offs: Vec<u64> = Vec::new();
+    for (img, mut v) in per_image {
+        v.sort_unstable();
+        offs.clear();
+        offs.extend(v.iter().map(|x| x.0));
+        let image = &g.images[img as usize];
+        let names = sym.symbolize(image, &offs);
+        let iname = image.display();
+        let kernel = image.kind == ImageKind::Kernel;
+        for ((addr, f), name) in v
+            .into_iter()
+            .zip(names.into_iter().chain(std::iter::repeat(None)))
+        {
+            let func = Func {
+                image: iname.clone(),
+                symbol: name.unwrap_or_else(|| unknown_name(image, addr)),
+                kernel,
+            };
+            let funcs = &mut g.funcs;
+            let id = *func_ids.entry(func).or_insert_with_key(|k| {
+                funcs.push(k.clone());
+                (funcs.len() - 1) as u32
+            });
+            g.frame_func[f as usize] = id;
+        }
+    }
+}
+
+/// The tables of a symbolized graph.
+fn tables(
+    g: StackGraph,
+    tag_bits_of: &[Vec<u32>],
+    tag_name: &dyn Fn(u32) -> String,
     procs: &HashMap<u32, Process>,
-    tags: &[TagName],
     meta: &Meta,
-    sym: &mut dyn Symbolizer,
     opts: &ReportOpts,
 ) -> Report {
-    // symbolize per image, each offset once
-    let keep = |k: &RowKey| {
-        opts.pid.is_none_or(|p| p == k.pid)
-            && opts
-                .comm
-                .as_ref()
-                .is_none_or(|c| *c == proc_name(k.pid, procs))
-    };
-    // (image, offset looked up): the leaf exactly, callers at the call
-    let mut per_image: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-    for k in profile.counts().keys() {
-        if !keep(k) {
-            continue;
-        }
-        per_image.entry(k.image).or_default().push(k.offset);
-        for f in profile.stack(k.stack) {
-            per_image
-                .entry(f.image)
-                .or_default()
-                .push(f.offset.saturating_sub(1));
-        }
-    }
-    let mut names: HashMap<(u32, u64), String> = HashMap::new();
-    for (img, mut offs) in per_image {
-        offs.sort_unstable();
-        offs.dedup();
-        let image = &profile.images[img as usize];
-        let res = sym.symbolize(image, &offs);
-        for (o, s) in offs.iter().zip(res) {
-            names.insert((img, *o), s.unwrap_or_else(|| unknown_name(image, *o)));
-        }
-    }
-    let name_of = |img: u32, at: u64| -> String {
-        names
-            .get(&(img, at))
-            .cloned()
-            .unwrap_or_else(|| unknown_name(&profile.images[img as usize], at))
-    };
-    let tag_name = |bit: u32| -> String {
-        tags.iter()
-            .find(|t| t.bit == bit)
-            .map(|t| t.name.clone())
-            .unwrap_or_else(|| format!("bit{bit}"))
-    };
-
+    let nf = g.funcs.len();
     let mut total = 0u64;
-    let mut syms: HashMap<(String, String), u64> = HashMap::new();
-    let mut images: HashMap<u32, u64> = HashMap::new();
-    let mut comps: HashMap<String, (u64, u64)> = HashMap::new();
-    let mut folded: HashMap<String, u64> = HashMap::new();
-    let mut inclusive: HashMap<(String, String), u64> = HashMap::new();
-    let mut located = Vec::new();
-    let mut any_stack = false;
+    let mut syms = vec![0u64; nf];
+    let mut inclusive = vec![0u64; nf];
+    let mut stamp = vec![u32::MAX; nf];
+    let mut images = vec![0u64; g.images.len()];
+    let mut comp_n: FxMap<(u32, Mode), u64> = FxMap::default();
     let mut per_pid: HashMap<u32, u64> = HashMap::new();
+    let mut any_stack = false;
     struct TagAcc {
         n: u64,
-        procs: HashMap<String, (u64, u64)>,
-        cmds: HashMap<String, (u64, u64)>,
-        syms: HashMap<(String, String), u64>,
+        procs: HashMap<u32, (u64, u64)>,
+        syms: HashMap<u32, u64>,
     }
     let mut per_tag: BTreeMap<Option<u32>, TagAcc> = BTreeMap::new();
-
     // Plain additions below: each accumulator sums a subset of the rows
-    // (a row at most once per accumulator), and the rows' total fits a u64
-    // (the Profile invariant).
-    for (k, &n) in profile.counts() {
-        if !keep(k) {
-            continue;
+    // (a row at most once per accumulator), and the rows' total fits a
+    // u64 (checked as they were added).
+    let rows = &g.rows;
+    let mut at = 0;
+    let mut epoch = 0u32;
+    while at < rows.len() {
+        // the rows of one stack (sorted by stack)
+        let stack = rows[at].stack;
+        let end = at + rows[at..].iter().take_while(|r| r.stack == stack).count();
+        let group = &rows[at..end];
+        at = end;
+        any_stack |= stack != 0;
+        // inclusive: each function of the stack once (recursion counts
+        // once): the callers' functions get the group's samples, a leaf
+        // its row's unless it is one of them
+        let weight: u64 = group.iter().map(|r| r.count).sum();
+        epoch += 1;
+        for &f in g.callers(stack) {
+            let func = g.func_of(f) as usize;
+            if stamp[func] != epoch {
+                stamp[func] = epoch;
+                inclusive[func] += weight;
+            }
         }
-        total += n;
-        let image = &profile.images[k.image as usize];
-        let iname = image.display();
-        let sname = name_of(k.image, k.offset);
-        *syms.entry((iname.clone(), sname.clone())).or_insert(0) += n;
-        *images.entry(k.image).or_insert(0) += n;
-        let comp = component(k.pid, k.mode, procs);
-        let e = comps.entry(comp.clone()).or_insert((0, 0));
-        match k.mode {
+        for r in group {
+            let n = r.count;
+            total += n;
+            let leaf_func = g.func_of(r.leaf);
+            if stamp[leaf_func as usize] != epoch {
+                inclusive[leaf_func as usize] += n;
+            }
+            syms[leaf_func as usize] += n;
+            images[g.frames[r.leaf as usize].0 as usize] += n;
+            *comp_n.entry((r.pid, r.mode)).or_insert(0) += n;
+            *per_pid.entry(r.pid).or_insert(0) += n;
+            if opts.by_tag {
+                let bits = &tag_bits_of[r.tags as usize];
+                let keys: Vec<Option<u32>> = if bits.is_empty() {
+                    vec![None]
+                } else {
+                    bits.iter().map(|b| Some(*b)).collect()
+                };
+                for key in keys {
+                    let t = per_tag.entry(key).or_insert_with(|| TagAcc {
+                        n: 0,
+                        procs: HashMap::new(),
+                        syms: HashMap::new(),
+                    });
+                    t.n += n;
+                    let pe = t.procs.entry(r.pid).or_insert((0, 0));
+                    match r.mode {
+                        Mode::User => pe.0 += n,
+                        Mode::Kernel => pe.1 += n,
+                    }
+                    *t.syms.entry(leaf_func).or_insert(0) += n;
+                }
+            }
+        }
+    }
+    let mut comps: HashMap<String, (u64, u64)> = HashMap::new();
+    for ((pid, mode), n) in comp_n {
+        let e = comps
+            .entry(g.components[&(pid, mode)].clone())
+            .or_insert((0, 0));
+        match mode {
             Mode::User => e.0 += n,
             Mode::Kernel => e.1 += n,
         }
-        let pname = proc_name(k.pid, procs);
-        *per_pid.entry(k.pid).or_insert(0) += n;
-        let callers = profile.stack(k.stack);
-        any_stack |= !callers.is_empty();
-        let mut frames = Vec::with_capacity(1 + callers.len());
-        frames.push(Loc {
-            image: image.clone(),
-            offset: k.offset,
-            symbol: sname.clone(),
-        });
-        for f in callers {
-            frames.push(Loc {
-                image: profile.images[f.image as usize].clone(),
-                offset: f.offset,
-                symbol: name_of(f.image, f.offset.saturating_sub(1)),
-            });
-        }
-        // inclusive: each function of the stack once (recursion counts once)
-        let mut seen: Vec<(String, &str)> = Vec::with_capacity(frames.len());
-        for l in &frames {
-            let key = (l.image.display(), l.symbol.as_str());
-            if !seen.contains(&key) {
-                seen.push(key);
-            }
-        }
-        for (i, sy) in seen {
-            *inclusive.entry((i, sy.to_string())).or_insert(0) += n;
-        }
-        let bits = tag_bits(&k.tags);
-        let tags: Vec<String> = bits.iter().map(|b| tag_name(*b)).collect();
-        let chain: Vec<String> = frames
-            .iter()
-            .rev()
-            .map(|l| {
-                let s = sanitize_folded(&l.symbol);
-                if l.image.kind == ImageKind::Kernel {
-                    // perf's and inferno's mark of a kernel frame
-                    format!("{s}_[k]")
-                } else {
-                    s
-                }
-            })
-            .collect();
-        let chain = chain.join(";");
-        let roots: Vec<String> = match opts.flame_root {
-            FlameRoot::Process => vec![format!("{pname}[{}]", k.pid)],
-            FlameRoot::Component => vec![comp.clone()],
-            FlameRoot::Tag if tags.is_empty() => vec!["(untagged)".into()],
-            FlameRoot::Tag => tags.iter().map(|t| format!("tag {t}")).collect(),
-            FlameRoot::None => vec![],
-        };
-        if roots.is_empty() {
-            *folded.entry(chain.clone()).or_insert(0) += n;
-        }
-        for r in roots {
-            *folded
-                .entry(format!("{};{chain}", sanitize_folded(&r)))
-                .or_insert(0) += n;
-        }
-        located.push(Located {
-            frames,
-            pid: k.pid,
-            comm: pname.clone(),
-            mode: k.mode,
-            tags,
-            count: n,
-        });
-        if opts.by_tag {
-            let keys: Vec<Option<u32>> = if bits.is_empty() {
-                vec![None]
-            } else {
-                bits.iter().map(|b| Some(*b)).collect()
-            };
-            for key in keys {
-                let t = per_tag.entry(key).or_insert_with(|| TagAcc {
-                    n: 0,
-                    procs: HashMap::new(),
-                    cmds: HashMap::new(),
-                    syms: HashMap::new(),
-                });
-                t.n += n;
-                let pe = t
-                    .procs
-                    .entry(format!("{pname}[{}]", k.pid))
-                    .or_insert((0, 0));
-                let ce = t.cmds.entry(pname.clone()).or_insert((0, 0));
-                match k.mode {
-                    Mode::User => {
-                        pe.0 += n;
-                        ce.0 += n
-                    }
-                    Mode::Kernel => {
-                        pe.1 += n;
-                        ce.1 += n
-                    }
-                }
-                *t.syms.entry((iname.clone(), sname.clone())).or_insert(0) += n;
-            }
-        }
     }
-
+    drop(stamp);
+    let func_rows = |v: &[u64]| -> HashMap<(String, String), u64> {
+        let mut m = HashMap::new();
+        for (i, &n) in v.iter().enumerate() {
+            if n > 0 {
+                let f = &g.funcs[i];
+                m.insert((f.image.clone(), f.symbol.clone()), n);
+            }
+        }
+        m
+    };
     let mut image_rows: Vec<ImageRow> = images
         .into_iter()
+        .enumerate()
+        .filter(|(_, n)| *n > 0)
         .map(|(i, n)| {
-            let im = &profile.images[i as usize];
+            let im = &g.images[i];
             ImageRow {
                 samples: n,
                 percent: pct(n, total),
@@ -446,20 +588,41 @@ pub fn build_report(
             }
         })
         .collect();
-    // the same path with two build IDs stays two rows; merge only equal names+ids
+    // the same path with two build IDs stays two rows
     image_rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.image.cmp(&b.image)));
 
     let by_tag = opts.by_tag.then(|| {
         let mut v: Vec<TagRow> = per_tag
             .into_iter()
-            .map(|(bit, t)| TagRow {
-                tag: bit.map(tag_name).unwrap_or_else(|| "(untagged)".into()),
-                bit,
-                samples: t.n,
-                percent: pct(t.n, total),
-                processes: comp_rows(t.procs, t.n),
-                commands: comp_rows(t.cmds, t.n),
-                symbols: sym_rows(t.syms, t.n, if opts.limit == 0 { 0 } else { opts.limit }),
+            .map(|(bit, t)| {
+                let mut pm: HashMap<String, (u64, u64)> = HashMap::new();
+                let mut cm: HashMap<String, (u64, u64)> = HashMap::new();
+                for (pid, (u, k)) in t.procs {
+                    let name = g.comm(pid).to_string();
+                    let e = pm.entry(format!("{name}[{pid}]")).or_insert((0, 0));
+                    e.0 += u;
+                    e.1 += k;
+                    let e = cm.entry(name).or_insert((0, 0));
+                    e.0 += u;
+                    e.1 += k;
+                }
+                let sm = t
+                    .syms
+                    .into_iter()
+                    .map(|(f, n)| {
+                        let f = &g.funcs[f as usize];
+                        ((f.image.clone(), f.symbol.clone()), n)
+                    })
+                    .collect();
+                TagRow {
+                    tag: bit.map(tag_name).unwrap_or_else(|| "(untagged)".into()),
+                    bit,
+                    samples: t.n,
+                    percent: pct(t.n, total),
+                    processes: comp_rows(pm, t.n),
+                    commands: comp_rows(cm, t.n),
+                    symbols: sym_rows(sm, t.n, opts.limit),
+                }
             })
             .collect();
         // tagged first (by samples), untagged last
@@ -471,30 +634,42 @@ pub fn build_report(
         });
         v
     });
-
-    let mut folded: Vec<(String, u64)> = folded.into_iter().collect();
-    folded.sort();
-    located.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then(a.frames[0].offset.cmp(&b.frames[0].offset))
-    });
     Report {
         meta: meta.clone(),
         caveats: meta.caveats(),
         total,
-        symbols: sym_rows(syms, total, opts.limit),
+        symbols: sym_rows(func_rows(&syms), total, opts.limit),
         images: image_rows,
         components: comp_rows(comps, total),
         by_tag,
         main_binary: main_binary(&per_pid, procs),
         stacks: any_stack,
-        inclusive: sym_rows(inclusive, total, opts.limit),
-        folded,
-        located,
+        inclusive: sym_rows(func_rows(&inclusive), total, opts.limit),
+        graph: g,
     }
 }
 
+/// Builds the report of an in-memory profile (the streaming path's
+/// [`ReportBuilder`] fed from it).
+pub fn build_report(
+    profile: &Profile,
+    procs: &HashMap<u32, Process>,
+    tags: &[TagName],
+    meta: &Meta,
+    sym: &mut dyn Symbolizer,
+    opts: &ReportOpts,
+) -> Report {
+    let mut b = ReportBuilder::new(profile.images.clone(), procs, opts);
+    for s in profile.stacks().iter().skip(1) {
+        // a Profile's stack table has no duplicates (stack_id)
+        let _ = b.add_stack(s);
+    }
+    for (k, &n) in profile.counts() {
+        // the profile's total fits a u64, so no row overflows here
+        let _ = b.add_row(k, n);
+    }
+    b.finish(tags, meta, sym)
+}
 /// The executable of the process with the most samples (ties: the
 /// lower pid), leaving out idle and mantle's own processes.
 fn main_binary(per_pid: &HashMap<u32, u64>, procs: &HashMap<u32, Process>) -> Option<String> {
@@ -527,42 +702,120 @@ pub struct CallGraph {
     pub callees: Vec<SymRow>,
 }
 
-/// The call graph of `symbol` (matched by name, in any image); None when
-/// no sample's stack holds it.
-pub fn call_graph(r: &Report, symbol: &str) -> Option<CallGraph> {
-    let (mut inc, mut own) = (0u64, 0u64);
-    let mut callers: HashMap<(String, String), u64> = HashMap::new();
-    let mut callees: HashMap<(String, String), u64> = HashMap::new();
-    let key = |l: &Loc| (l.image.display(), l.symbol.clone());
-    for l in &r.located {
-        let Some(i) = l.frames.iter().rposition(|f| f.symbol == symbol) else {
-            continue;
-        };
-        inc += l.count;
-        if l.frames[0].symbol == symbol {
-            own += l.count;
-        }
-        let caller = l
-            .frames
-            .get(i + 1)
-            .map(key)
-            .unwrap_or_else(|| (String::new(), "[root]".into()));
-        *callers.entry(caller).or_insert(0) += l.count;
-        if i > 0 {
-            *callees.entry(key(&l.frames[i - 1])).or_insert(0) += l.count;
+/// The short name of a function as users type it: a C++ or Rust name
+/// without its parameters, template arguments and namespaces
+/// (`ns::Table<int>::get(int) const` -> `get`), a C name as it is.
+pub fn short_name(symbol: &str) -> &str {
+    // cut at the parameter list: the first '(' outside template brackets
+    let mut depth = 0i32;
+    let mut end = symbol.len();
+    for (i, c) in symbol.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            // `operator()(int)`: the first parentheses are the name's
+            '(' if depth == 0 && symbol[..i].ends_with("operator") => {}
+            ')' if depth == 0 && symbol[..i].ends_with("operator(") => {}
+            '(' if depth == 0 && i > 0 => {
+                end = i;
+                break;
+            }
+            _ => {}
         }
     }
+    let head = &symbol[..end];
+    // drop template arguments at the end, then keep the last path segment
+    let head = match head.strip_suffix('>') {
+        Some(_) => head.find('<').map_or(head, |i| &head[..i]),
+        None => head,
+    };
+    head.rsplit("::").next().unwrap_or(head)
+}
+
+/// Why [`find_call_graph`] found no graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// No function of that name (full or short) is in any stack.
+    NotFound,
+    /// The short name names several functions: their full names.
+    Ambiguous(Vec<String>),
+}
+
+/// The call graph of the function the user named: its full name (as the
+/// report prints it) or, failing that, its short name ([`short_name`]:
+/// `lua_geti` for `lua_geti(lua_State*, int, long long)`), when exactly
+/// one function has it.
+pub fn find_call_graph(r: &Report, name: &str) -> Result<CallGraph, Lookup> {
+    if let Some(g) = call_graph(r, name) {
+        return Ok(g);
+    }
+    let mut full: Vec<String> = r
+        .graph
+        .funcs
+        .iter()
+        .filter(|f| short_name(&f.symbol) == name)
+        .map(|f| f.symbol.clone())
+        .collect();
+    full.sort();
+    full.dedup();
+    match full.len() {
+        0 => Err(Lookup::NotFound),
+        1 => call_graph(r, &full[0]).ok_or(Lookup::NotFound),
+        _ => Err(Lookup::Ambiguous(full)),
+    }
+}
+
+/// The call graph of `symbol` (matched by its full name, in any image);
+/// None when no sample's stack holds it.
+pub fn call_graph(r: &Report, symbol: &str) -> Option<CallGraph> {
+    let g = &r.graph;
+    let want: Vec<bool> = g.funcs.iter().map(|f| f.symbol == symbol).collect();
+    if !want.iter().any(|w| *w) {
+        return None;
+    }
+    let (mut inc, mut own) = (0u64, 0u64);
+    let mut callers: HashMap<Option<u32>, u64> = HashMap::new();
+    let mut callees: HashMap<u32, u64> = HashMap::new();
+    let mut chain: Vec<u32> = Vec::new();
+    for row in &g.rows {
+        chain.clear();
+        chain.extend(g.row_funcs(row));
+        let Some(i) = chain.iter().rposition(|&f| want[f as usize]) else {
+            continue;
+        };
+        inc += row.count;
+        if want[chain[0] as usize] {
+            own += row.count;
+        }
+        *callers.entry(chain.get(i + 1).copied()).or_insert(0) += row.count;
+        if i > 0 {
+            *callees.entry(chain[i - 1]).or_insert(0) += row.count;
+        }
+    }
+    let name = |f: Option<u32>| match f {
+        Some(f) => {
+            let f = &g.funcs[f as usize];
+            (f.image.clone(), f.symbol.clone())
+        }
+        None => (String::new(), "[root]".into()),
+    };
     (inc > 0).then(|| CallGraph {
         symbol: symbol.to_string(),
         total: r.total,
         inclusive: inc,
         self_samples: own,
-        callers: sym_rows(callers, r.total, 0),
-        callees: sym_rows(callees, r.total, 0),
+        callers: sym_rows(
+            callers.into_iter().map(|(f, n)| (name(f), n)).collect(),
+            r.total,
+            0,
+        ),
+        callees: sym_rows(
+            callees
+                .into_iter()
+                .map(|(f, n)| (name(Some(f)), n))
+                .collect(),
+            r.total,
+            0,
+        ),
     })
-}
-
-/// Folded-stack frames may not contain ';' (frame separator) or newlines.
-fn sanitize_folded(s: &str) -> String {
-    s.replace([';', '\n'], ":")
 }

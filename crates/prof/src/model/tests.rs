@@ -255,9 +255,9 @@ fn report_tables() {
     let text = render_text(&r);
     assert!(text.contains("Per component:"), "{text}");
     assert!(text.contains("slow"));
-    let folded: u64 = r.folded.iter().map(|f| f.1).sum();
+    let folded: u64 = r.folded().iter().map(|f| f.1).sum();
     assert_eq!(folded, 100);
-    assert!(r.folded.iter().any(|(l, _)| l == "app[10];slow"));
+    assert!(r.folded().iter().any(|(l, _)| l == "app[10];slow"));
 }
 
 #[test]
@@ -407,13 +407,14 @@ fn stacks_give_inclusive_shares_and_call_edges() {
     assert!(text.contains("Callers of b:"), "{text}");
     assert!(text.contains("b: 70 samples inclusive"), "{text}");
     // folded: root first, depth > 1, counts kept
+    let folded = r.folded();
     let f: std::collections::HashMap<&str, u64> =
-        r.folded.iter().map(|(l, n)| (l.as_str(), *n)).collect();
+        folded.iter().map(|(l, n)| (l.as_str(), *n)).collect();
     assert_eq!(f.get("app[10];main;a;b"), Some(&40));
     assert_eq!(f.get("app[10];main;c;b"), Some(&30));
     assert_eq!(f.get("app[10];main;libs.so+0x10"), Some(&3));
     assert_eq!(f.get("app[10];a"), Some(&3));
-    assert_eq!(r.folded.iter().map(|x| x.1).sum::<u64>(), 110);
+    assert_eq!(r.folded().iter().map(|x| x.1).sum::<u64>(), 110);
     let text = render_text(&r);
     assert!(text.contains("Inclusive"), "{text}");
 }
@@ -434,11 +435,17 @@ fn unresolved_addresses_are_listed_per_address() {
 #[test]
 fn flame_roots() {
     let none = stack_report(FlameRoot::None);
-    assert!(none.folded.iter().any(|(l, n)| l == "main;a;b" && *n == 40));
+    assert!(none
+        .folded()
+        .iter()
+        .any(|(l, n)| l == "main;a;b" && *n == 40));
     let comp = stack_report(FlameRoot::Component);
-    assert!(comp.folded.iter().all(|(l, _)| l.starts_with("app[10];")));
+    assert!(comp.folded().iter().all(|(l, _)| l.starts_with("app[10];")));
     let tag = stack_report(FlameRoot::Tag);
-    assert!(tag.folded.iter().all(|(l, _)| l.starts_with("(untagged);")));
+    assert!(tag
+        .folded()
+        .iter()
+        .all(|(l, _)| l.starts_with("(untagged);")));
 }
 
 #[test]
@@ -477,4 +484,76 @@ fn histogram_quantiles() {
     assert_eq!(hist_quantile(&h, 32.0, 0.98), 96.0);
     assert_eq!(hist_quantile(&h, 32.0, 0.99), 256.0);
     assert_eq!(hist_quantile(&h, 32.0, 1.0), 256.0);
+}
+
+#[test]
+fn short_names_and_lookup_by_them() {
+    assert_eq!(
+        short_name("lua_geti(lua_State*, int, long long)"),
+        "lua_geti"
+    );
+    assert_eq!(short_name("ns::Table<int>::get(int) const"), "get");
+    assert_eq!(
+        short_name("llvm::AnalysisManager<llvm::Module>::run"),
+        "run"
+    );
+    assert_eq!(short_name("std::vector<int>"), "vector");
+    assert_eq!(short_name("main"), "main");
+    assert_eq!(short_name("operator()(int)"), "operator()");
+    struct Cpp;
+    impl Symbolizer for Cpp {
+        fn symbolize(&mut self, _: &Image, offsets: &[u64]) -> Vec<Option<String>> {
+            offsets
+                .iter()
+                .map(|o| {
+                    Some(match o / 0x100 {
+                        0x10 => "lua_geti(lua_State*, int, long long)".into(),
+                        0x11 => "a::run(int)".into(),
+                        0x12 => "b::run(int)".into(),
+                        _ => "main".into(),
+                    })
+                })
+                .collect()
+        }
+    }
+    let mut p = Profile::with_images(vec![Image::named("/bin/lua", ImageKind::Elf)]);
+    for (leaf, n) in [(0x1010u64, 5u64), (0x1110, 3), (0x1210, 2)] {
+        let stack = p.stack_id(&[Frame {
+            image: 0,
+            offset: 0x2001,
+        }]);
+        p.add_row(
+            RowKey {
+                pid: 1,
+                tid: 1,
+                cpu: 0,
+                mode: Mode::User,
+                image: 0,
+                offset: leaf,
+                tags: vec![0; 1],
+                stack,
+            },
+            n,
+        )
+        .unwrap();
+    }
+    let r = build_report(
+        &p,
+        &std::collections::HashMap::new(),
+        &[],
+        &Meta::default(),
+        &mut Cpp,
+        &ReportOpts::default(),
+    );
+    // before: only the full signature matched, and nothing said why
+    assert!(call_graph(&r, "lua_geti").is_none());
+    let g = find_call_graph(&r, "lua_geti").unwrap();
+    assert_eq!((g.inclusive, g.self_samples), (5, 5));
+    assert_eq!(g.symbol, "lua_geti(lua_State*, int, long long)");
+    assert_eq!(
+        find_call_graph(&r, "run").unwrap_err(),
+        Lookup::Ambiguous(vec!["a::run(int)".into(), "b::run(int)".into()])
+    );
+    assert_eq!(find_call_graph(&r, "a::run(int)").unwrap().inclusive, 3);
+    assert_eq!(find_call_graph(&r, "nosuch").unwrap_err(), Lookup::NotFound);
 }

@@ -3,7 +3,7 @@
 //! profile, and writes the session.
 //!
 //! [`record`] runs the steps in order, one file each:
-//! 1. the options and the event, before anything needs root
+//! 1. the options and the event, before anything needs privilege
 //!    (`check_opts`, `choose`);
 //! 2. the host and the tag names (`host`);
 //! 3. the sample path loaded (`run::SamplePath`);
@@ -177,17 +177,55 @@ fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
         }
     }
     session::check_output(&o.output, o.force)?;
+    session::check_writable(&o.output)?;
     Ok((freq, period))
 }
 
-/// Root, and a frequency the kernel accepts; returns the rate limit at the
-/// start (compared with the one at the end: the kernel lowers it when
-/// sample interrupts take too long).
-fn check_root_and_rate(freq: Option<u64>) -> Result<Option<i64>, Error> {
-    if mantle_sys::os::geteuid() != 0 {
-        return Err(Error::Permission(
-            "recording needs root (system-wide perf events and eBPF)".into(),
-        ));
+/// The capabilities a recording needs that a process lacks, by name: every
+/// way of recording loads the eBPF sample path (bpf(2) needs CAP_BPF,
+/// a perf_event program CAP_PERFMON as well; CAP_SYS_ADMIN stands for
+/// either) and samples kernel mode (CAP_PERFMON above
+/// `perf_event_paranoid` 1), and `-a` opens system-wide events
+/// (CAP_PERFMON). Capabilities count only in the initial user namespace
+/// (the kernel checks them there for perf events and BPF): uid 0 in
+/// `unshare -Ur` has all of its namespace's and none that count. Pure:
+/// `caps` is the effective set (bit n = capability n).
+pub fn missing_caps(caps: u64, initial_ns: bool) -> Vec<&'static str> {
+    use mantle_sys::os::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
+    let has = |c: u32| initial_ns && caps & (1u64 << c) != 0;
+    let mut v = Vec::new();
+    if !has(CAP_BPF) && !has(CAP_SYS_ADMIN) {
+        v.push("CAP_BPF");
+    }
+    if !has(CAP_PERFMON) && !has(CAP_SYS_ADMIN) {
+        v.push("CAP_PERFMON");
+    }
+    v
+}
+
+/// The refusal for what [`missing_caps`] found missing.
+pub fn privilege_error(missing: &[&str], initial_ns: bool) -> Error {
+    let mut s = format!(
+        "recording needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN), for the eBPF sample path and kernel samples; missing: {}",
+        missing.join(", ")
+    );
+    if !initial_ns {
+        s.push_str(
+            " (this process is in a user namespace other than the initial one, where no capability counts for perf events or BPF)",
+        );
+    }
+    Error::Permission(s)
+}
+
+/// The capabilities, and a frequency the kernel accepts; returns the rate
+/// limit at the start (compared with the one at the end: the kernel
+/// lowers it when sample interrupts take too long).
+fn check_privilege_and_rate(freq: Option<u64>) -> Result<Option<i64>, Error> {
+    let initial_ns = mantle_sys::os::in_initial_user_ns();
+    let caps = mantle_sys::os::effective_caps().unwrap_or(0);
+    let missing = missing_caps(caps, initial_ns);
+    if !missing.is_empty() {
+        return Err(privilege_error(&missing, initial_ns));
     }
     let max_rate_start = max_sample_rate();
     if let (Some(f), Some(m)) = (freq, max_rate_start) {
@@ -214,10 +252,10 @@ fn snapshot(sp: &mut AddressSpaces, target: &Target) {
 /// Records a session. Blocks until the command exits, the process exits,
 /// the duration ends, or SIGINT/SIGTERM.
 pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
-    // refusals that need no root, then root and the rate limit
+    // refusals that need no privilege, then the capabilities and the rate
     let (freq, period) = check_opts(o)?;
     let chosen = choose::choose_event(o)?;
-    let max_rate_start = check_root_and_rate(freq)?;
+    let max_rate_start = check_privilege_and_rate(freq)?;
     // set up: host, sample path, target, side band, sampling events
     let cpus = online_cpus();
     let mut sp = AddressSpaces::new(host::mantle_comms());
@@ -276,4 +314,30 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             throttle_visible,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mantle_sys::os::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
+
+    #[test]
+    fn capabilities_not_uid_decide() {
+        let c = |caps: &[u32]| caps.iter().fold(0u64, |s, c| s | 1 << c);
+        assert_eq!(missing_caps(0, true), vec!["CAP_BPF", "CAP_PERFMON"]);
+        assert!(missing_caps(c(&[CAP_BPF, CAP_PERFMON]), true).is_empty());
+        assert!(missing_caps(c(&[CAP_SYS_ADMIN]), true).is_empty());
+        assert_eq!(missing_caps(c(&[CAP_PERFMON]), true), vec!["CAP_BPF"]);
+        assert_eq!(missing_caps(c(&[CAP_BPF]), true), vec!["CAP_PERFMON"]);
+        // every capability, in a user namespace: none counts
+        assert_eq!(
+            missing_caps(u64::MAX, false),
+            vec!["CAP_BPF", "CAP_PERFMON"]
+        );
+        let e = privilege_error(&["CAP_BPF"], false).to_string();
+        assert!(
+            e.contains("missing: CAP_BPF") && e.contains("user namespace"),
+            "{e}"
+        );
+    }
 }
