@@ -54,7 +54,12 @@
 //! 88 u64 since_ns (CLOCK_MONOTONIC when taken)
 //! 96 u32 used (set on every take; cleared by the policy run)
 //! 100 u32 status (0, or an errno from the server)
-//! 104 u32 caller_pid               108..128 reserved
+//! 104 u32 caller_pid
+//! 108 u32 hold_pi (PI futex word: the tid of the caller holding the
+//!     context, from its pop until after its push; a caller blocked on
+//!     the empty cache locks it, so the kernel boosts the holder through
+//!     its whole critical section, including the push back)
+//! 112..128 reserved
 //! ```
 //!
 //! ## CBUF table (one per component)
@@ -74,7 +79,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 pub const REGION_MAGIC: u32 = 0x4d43_5452; // "MCTR"
 pub const CBUF_MAGIC: u32 = 0x4d43_4246; // "MCBF"
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 /// Contexts per component (slot indices fit in the freelist's 32 bits
 /// many times over; the bound keeps a region at most 64 KiB + header).
 pub const MAX_CTX: u32 = 511;
@@ -162,7 +167,8 @@ pub struct CtxSlot {
     pub used: u32,
     pub status: u32,
     pub caller_pid: u32,
-    pub reserved: [u32; 5],
+    pub hold_pi: u32,
+    pub reserved: [u32; 4],
 }
 
 pub const HDR_MAGIC: usize = 0;
@@ -196,6 +202,7 @@ pub const CTX_SINCE: usize = 88;
 pub const CTX_USED: usize = 96;
 pub const CTX_STATUS: usize = 100;
 pub const CTX_CALLER_PID: usize = 104;
+pub const CTX_HOLD_PI: usize = 108;
 pub const CTX_SIZE: usize = 128;
 
 /// Bytes of an invocation region with `nctx` slots.
@@ -250,6 +257,7 @@ const _: () = {
     assert!(offset_of!(CtxSlot, used) == CTX_USED);
     assert!(offset_of!(CtxSlot, status) == CTX_STATUS);
     assert!(offset_of!(CtxSlot, caller_pid) == CTX_CALLER_PID);
+    assert!(offset_of!(CtxSlot, hold_pi) == CTX_HOLD_PI);
     assert!(
         CTX_CALL.is_multiple_of(4) && CTX_ARGS.is_multiple_of(8) && HDR_FREE_HEAD.is_multiple_of(8)
     );
@@ -351,7 +359,11 @@ pub const CBUF_META_LEN: usize = 4096;
 /// 0   u32 magic (CBUF_MAGIC)   4  u32 version
 /// 8   u32 relinquish (REL_CBUF) 12 u32 free_seq (futex, tmem_put)
 /// 16  u32 waiters              20 u32 blocks
-/// 24  u64 block_ns             32..64 reserved
+/// 24  u64 block_ns
+/// 32  u64 limit (δ^j in bytes)  40 u64 bytes (slab bytes held): written by
+///     the manager, read by the component to go to tmem_get without a
+///     round trip when a new slab cannot fit (the manager still checks)
+/// 48..64 reserved
 /// 64  u32 l1[CB_L1]            leaf number + 1, 0 = none (manager writes)
 /// 576 u32 leaves[CB_LEAVES][CB_L2]   1 = slab mapped here, 0 = not
 /// 8768 BlockEntry[BLK_ENTRIES]  per-thread block stats (component writes)
@@ -364,6 +376,8 @@ pub const CBT_FREE_SEQ: usize = 12;
 pub const CBT_WAITERS: usize = 16;
 pub const CBT_BLOCKS: usize = 20;
 pub const CBT_BLOCK_NS: usize = 24;
+pub const CBT_LIMIT: usize = 32;
+pub const CBT_BYTES: usize = 40;
 pub const CBT_L1: usize = 64;
 pub const CBT_LEAVES: usize = CBT_L1 + CB_L1 * 4;
 pub const CBT_BLK: usize = CBT_LEAVES + CB_LEAVES * CB_L2 * 4;
@@ -381,5 +395,6 @@ const _: () = {
     assert!(SLAB_OBJS * CBM_SIZE <= CBUF_META_LEN);
     assert!(CB_L1 * CB_L2 == MAX_SLABS as usize);
     assert!(CBT_LEAVES.is_multiple_of(64) && CBT_BLOCK_NS.is_multiple_of(8));
+    assert!(CBT_LIMIT.is_multiple_of(8) && CBT_BYTES == CBT_LIMIT + 8 && CBT_BYTES + 8 <= CBT_L1);
     assert!(CBT_BLK == 8768 && CBT_BLK.is_multiple_of(64));
 };

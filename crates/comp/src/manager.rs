@@ -41,6 +41,22 @@ use crate::system::{HoldAction, PolicyName, SystemFile};
 /// instance see CALL_DEAD at once, and a caller between its pop and its
 /// request notices the dead region within [`crate::runtime::LIVENESS_CHECK`].
 pub const RESTART_GRACE: Duration = Duration::from_millis(100);
+
+/// How long a component has, once started, to park every context thread
+/// (`Env::serve_forever` / `mantle_comp_serve`): past it the start fails
+/// (and `Manager::up` with it). docs/comp.md says so.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Restarts of one component allowed within [`RESTART_WINDOW`]: past
+/// them a component that keeps dying stays down (RestartFailed).
+pub const RESTART_BURST: usize = 5;
+pub const RESTART_WINDOW: Duration = Duration::from_secs(10);
+
+/// Reports of units held past the bound: each hold is reported once, and
+/// at most this many a second in all (the rest are counted in one
+/// [`Event::ReportsSuppressed`]).
+pub const REPORTS_PER_SEC: u32 = 20;
+
 use crate::Error;
 
 pub struct Component {
@@ -69,6 +85,13 @@ pub struct Manager {
     /// Per component: restart wanted (hold_action), and when it is due.
     restart_wanted: Vec<bool>,
     restart_at: Vec<Option<Instant>>,
+    /// Per component: when it was restarted lately (crash-loop guard).
+    restarts: Vec<Vec<Instant>>,
+    /// Holds already reported: (component, unit, since); pruned each tick
+    /// to the holds still past the bound.
+    reported: std::collections::HashSet<(usize, u64, u64)>,
+    /// The report budget: the second it counts, reports in it, suppressed.
+    report_window: (Instant, u32, u32),
 }
 
 /// Something a tick found.
@@ -105,6 +128,14 @@ pub enum Event {
         component: String,
         error: String,
     },
+    /// Holds past the bound found in the last second and not reported
+    /// one by one (over [`REPORTS_PER_SEC`]).
+    ReportsSuppressed {
+        count: u32,
+    },
+    /// The policy asked for more (or less) than the bounds or the pool
+    /// allow: what it asked and what was set.
+    Clamped(crate::policy::Clamped),
     /// The policy set δ^j of a cache.
     Desired {
         component: String,
@@ -167,6 +198,9 @@ impl Manager {
             last_snapshot: Snapshot::default(),
             restart_wanted: vec![false; n],
             restart_at: vec![None; n],
+            restarts: vec![Vec::new(); n],
+            reported: Default::default(),
+            report_window: (Instant::now(), 0, 0),
             cbufs: Arc::new(Mutex::new(cbufs)),
             socks: Arc::new(socks),
             child_socks,
@@ -188,6 +222,12 @@ impl Manager {
             spec,
         };
         m.service = Some(m.spawn_service()?);
+        // the policy's first decisions before any component runs: the
+        // shares it gives hold from the first allocation (no component
+        // can take the whole pool before the first period)
+        if m.policy.is_some() {
+            m.run_policy();
+        }
         for idx in m.spec.start_order() {
             let stacks = m.spec.components[idx].stacks;
             if let Err(e) = m.start(idx, stacks) {
@@ -205,6 +245,17 @@ impl Manager {
         cmd.args(&cs.exec[1..]);
         let own = region.fd().as_raw_fd();
         mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, own);
+        // Isolation between components: each keeps only CAP_SYS_NICE (to
+        // run its contexts at its callers' real-time priorities), so a
+        // component started by root has no CAP_SYS_PTRACE and no
+        // CAP_DAC_OVERRIDE; its runtime makes it non-dumpable at start
+        // (Env::from_env). A sibling then cannot read or write its memory
+        // (/proc/PID/mem, process_vm_*) nor reopen its memfds through
+        // /proc/PID/fd. docs/comp.md, Security.
+        mantle_sys::supervise::bound_caps_before_exec(
+            &mut cmd,
+            &[mantle_sys::supervise::CAP_SYS_NICE],
+        );
         let mut servers = Vec::new();
         for t in &cs.invokes {
             let j = self.spec.index(t).ok_or_else(|| Error::Spec(t.clone()))?;
@@ -237,12 +288,21 @@ impl Manager {
                     std::io::Error::other(format!("exited during start: {st}")),
                 ));
             }
-            if t0.elapsed() > Duration::from_secs(10) {
+            if t0.elapsed() > START_TIMEOUT {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(Error::Start(
                     cs.name.clone(),
-                    std::io::Error::from(std::io::ErrorKind::TimedOut),
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "its {} contexts were not all serving within {} s \
+                             (a component must call mantle_comp_serve or \
+                             Env::serve_forever at start)",
+                            region.nctx(),
+                            START_TIMEOUT.as_secs()
+                        ),
+                    ),
                 ));
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -262,6 +322,20 @@ impl Manager {
     fn restart(&mut self, idx: usize) -> Event {
         let name = self.comps[idx].name.clone();
         let r = self.comps[idx].region.clone();
+        let now = Instant::now();
+        self.restarts[idx].retain(|t| now.duration_since(*t) < RESTART_WINDOW);
+        if self.restarts[idx].len() >= RESTART_BURST {
+            self.comps[idx].exit = Some("restarting too often".into());
+            return Event::RestartFailed {
+                component: name,
+                error: format!(
+                    "died {} times within {} s: left down",
+                    RESTART_BURST + 1,
+                    RESTART_WINDOW.as_secs()
+                ),
+            };
+        }
+        self.restarts[idx].push(now);
         let desired = r.h32(HDR_DESIRED).load(Acquire).max(1);
         r.reset();
         self.cbufs.lock().unwrap_or_else(|e| e.into_inner()).reset(
@@ -384,11 +458,16 @@ impl Manager {
     /// snapshot is still taken (for status).
     pub fn run_policy(&mut self) -> Vec<Event> {
         let snap = self.snapshot();
-        let decisions = match self.policy.as_mut() {
+        let (mut decisions, clamped) = match self.policy.as_mut() {
             Some(p) => policy::enforce(&snap, p.run(&snap)),
-            None => Vec::new(),
+            None => Default::default(),
         };
-        let mut ev = Vec::new();
+        let mut ev: Vec<Event> = clamped.into_iter().map(Event::Clamped).collect();
+        // decreases first: the pool is never over-committed in between
+        decisions.sort_by_key(|d| {
+            let cur = snap.caches.get(&(d.component.clone(), d.kind));
+            cur.is_some_and(|v| d.desired > v.desired)
+        });
         for d in decisions {
             let Some(idx) = self.spec.index(&d.component) else {
                 continue;
@@ -507,7 +586,9 @@ impl Manager {
         for (idx, c) in self.comps.iter_mut().enumerate() {
             let Some(ch) = c.child.as_mut() else { continue };
             if let Ok(Some(st)) = ch.try_wait() {
-                if self.restart_wanted[idx] {
+                // killed for a hold, or died by itself: under "restart"
+                // both come back
+                if self.restart_wanted[idx] || self.spec.limits.hold_action == HoldAction::Restart {
                     self.restart_at[idx] = Some(Instant::now() + RESTART_GRACE);
                 }
                 c.exit = Some(st.to_string());
@@ -539,6 +620,9 @@ impl Manager {
         let now = pifutex::monotonic_ns();
         let bound = self.spec.limits.hold_bound_ms;
         let mut kill = Vec::new();
+        // holds past the bound, keyed (component, unit, since): reported
+        // once each, within the rate limit, after the loops
+        let mut holds: Vec<((usize, u64, u64), Event)> = Vec::new();
         // Threads waiting now on a call into a component: a hold past the
         // bound by one of them is explained by its callee's (the paper's
         // P2 is per invocation), so only the innermost holder of a chain
@@ -598,14 +682,17 @@ impl Manager {
                 let held_ms = now.saturating_sub(since) / 1_000_000;
                 if call == CALL_REQ && held_ms > bound {
                     let action = act(c, r.s32(i, CTX_TID).load(Relaxed));
-                    ev.push(Event::HoldPastBound {
-                        component: c.name.clone(),
-                        slot: i,
-                        caller_pid: caller,
-                        caller_tid: r.s32(i, CTX_CALLER_TID).load(Relaxed),
-                        held_ms,
-                        action,
-                    });
+                    holds.push((
+                        (idx, i as u64, since),
+                        Event::HoldPastBound {
+                            component: c.name.clone(),
+                            slot: i,
+                            caller_pid: caller,
+                            caller_tid: r.s32(i, CTX_CALLER_TID).load(Relaxed),
+                            held_ms,
+                            action,
+                        },
+                    ));
                     if action != HoldAction::Report {
                         kill.push((idx, action));
                     }
@@ -616,21 +703,26 @@ impl Manager {
         let mut cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
         for (i, c) in self.comps.iter().enumerate() {
             cb.apply(i);
-            for (slab, obj, tid, held_ms) in cb.holders_past(i, bound) {
+            for (slab, obj, tid, held_ms, since) in cb.holders_past(i, bound) {
                 let action = act(c, tid);
-                ev.push(Event::CbufHeldPastBound {
-                    component: c.name.clone(),
-                    cbuf: slab << SLAB_SHIFT | obj,
-                    holder_tid: tid,
-                    held_ms,
-                    action,
-                });
+                let cbuf = slab << SLAB_SHIFT | obj;
+                holds.push((
+                    (i, 1 << 32 | cbuf as u64, since as u64),
+                    Event::CbufHeldPastBound {
+                        component: c.name.clone(),
+                        cbuf,
+                        holder_tid: tid,
+                        held_ms,
+                        action,
+                    },
+                ));
                 if action != HoldAction::Report {
                     kill.push((i, action));
                 }
             }
         }
         drop(cb);
+        ev.extend(self.report(holds));
         kill.sort_by_key(|k| k.0);
         kill.dedup_by_key(|k| k.0);
         for (idx, action) in kill {
@@ -651,6 +743,35 @@ impl Manager {
             ev.extend(self.run_policy());
         }
         ev
+    }
+
+    /// The holds past the bound to report now: each hold once (the set
+    /// of reported holds keeps only those still past the bound), at most
+    /// [`REPORTS_PER_SEC`] a second; the others are counted, and the
+    /// count reported when its second ends.
+    fn report(&mut self, holds: Vec<((usize, u64, u64), Event)>) -> Vec<Event> {
+        let mut out = Vec::new();
+        let (start, sent, suppressed) = &mut self.report_window;
+        if start.elapsed() >= Duration::from_secs(1) {
+            if *suppressed > 0 {
+                out.push(Event::ReportsSuppressed { count: *suppressed });
+            }
+            (*start, *sent, *suppressed) = (Instant::now(), 0, 0);
+        }
+        let now: std::collections::HashSet<_> = holds.iter().map(|h| h.0).collect();
+        self.reported.retain(|k| now.contains(k));
+        for (key, e) in holds {
+            if !self.reported.insert(key) {
+                continue;
+            }
+            if *sent < REPORTS_PER_SEC {
+                *sent += 1;
+                out.push(e);
+            } else {
+                *suppressed += 1;
+            }
+        }
+        out
     }
 
     pub fn status(&self) -> Status {

@@ -203,7 +203,14 @@ impl Region {
         self.h32(HDR_EPOCH).fetch_add(1, AcqRel);
         self.h64(HDR_FREE_HEAD).store(0, Release);
         for i in 0..self.nctx {
-            for off in [CTX_PI, CTX_TID, CTX_NEXT, CTX_USED, CTX_CALLER_PID] {
+            for off in [
+                CTX_PI,
+                CTX_TID,
+                CTX_NEXT,
+                CTX_USED,
+                CTX_CALLER_PID,
+                CTX_HOLD_PI,
+            ] {
                 self.s32(i, off).store(0, Relaxed);
             }
             self.s32(i, CTX_OWN).store(OWN_PARKED, Relaxed);

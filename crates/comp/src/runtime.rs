@@ -57,9 +57,6 @@ pub fn set_spin(n: u32) {
 }
 
 thread_local! {
-    /// The calling thread's scheduling, encoded for a slot; None until
-    /// first read. Contexts update it when they take a caller's priority.
-    static MY_PRIO: Cell<Option<u32>> = const { Cell::new(None) };
     static MY_TID: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -96,22 +93,46 @@ pub fn decode_prio(p: u32) -> Option<Sched> {
     }
 }
 
-/// The caller's priority, cached per thread: call
-/// [`priority_changed`] after changing a thread's scheduling.
+/// The caller's priority now: read at every invocation (one
+/// sched_getattr), so a thread that changes its scheduling between calls
+/// (from Rust or from C, through libmantle) is followed at once.
 fn my_prio() -> u32 {
-    MY_PRIO.with(|p| match p.get() {
-        Some(v) => v,
-        None => {
-            let v = pifutex::self_sched().map(encode_prio).unwrap_or(0);
-            p.set(Some(v));
-            v
-        }
-    })
+    pifutex::self_sched().map(encode_prio).unwrap_or(0)
 }
 
-/// Forget the cached priority of the calling thread (it changed).
-pub fn priority_changed() {
-    MY_PRIO.with(|p| p.set(None));
+/// Kept for callers of earlier versions: the priority is no longer
+/// cached, so there is nothing to forget.
+pub fn priority_changed() {}
+
+/// Takes a PI word for `me`: a CAS from 0, or, while another thread holds
+/// it for a moment (a blocked caller that was handed it), FUTEX_LOCK_PI,
+/// which also boosts that thread. A word left by a thread that died is
+/// taken over. `give_up` is asked at each timeout (the server died).
+fn take_pi(word: &AtomicU32, me: u32, give_up: &dyn Fn() -> bool) -> Result<(), ()> {
+    loop {
+        let cur = match word.compare_exchange(0, me, AcqRel, Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(cur) => cur,
+        };
+        match pifutex::lock_pi(word, Some(LIVENESS_CHECK)) {
+            Ok(true) => {
+                // ours; a dead previous owner leaves FUTEX_OWNER_DIED,
+                // which our own unlock clears
+                return Ok(());
+            }
+            Ok(false) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                // the owner's tid no longer exists: take the word over
+                if word.compare_exchange(cur, me, AcqRel, Relaxed).is_ok() {
+                    return Ok(());
+                }
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+        if give_up() {
+            return Err(());
+        }
+    }
 }
 
 /// Whether the process behind a pidfd is still running: a pidfd polls
@@ -193,6 +214,16 @@ impl Server {
             Some(i) => i,
             None => tmem_get(r, &|| self.live.alive(r))?,
         };
+        // hold_pi: ours from the pop until after the push, so that a
+        // caller blocked on the empty cache boosts this thread through
+        // the whole hold, the push back included (the paper's bound: a
+        // high-priority caller waits at most the holder's remaining
+        // critical section, whatever runs at a middle priority)
+        let me = my_tid();
+        let hold = r.s32(i, CTX_HOLD_PI);
+        if take_pi(hold, me, &|| !self.live.alive(r)).is_err() {
+            return Err(Error::ServerDied(self.name.clone()));
+        }
         let mut res = self.call_on(i, func, args);
         if r.epoch() != epoch {
             // the server was restarted under this call: its context
@@ -205,6 +236,8 @@ impl Server {
                 tmem_put(r);
             }
         }
+        // after the push: a waiter handed the word finds the context free
+        let _ = pifutex::unlock_pi(hold, me);
         res
     }
 
@@ -253,12 +286,45 @@ impl Server {
             std::hint::spin_loop();
             k += 1;
         }
+        let pi = r.s32(i, CTX_PI);
         loop {
             match call.load(Acquire) {
                 CALL_DONE => break,
                 CALL_REQ => {
-                    if futex_wait(call, CALL_REQ, LIVENESS_CHECK) && !self.live.alive(r) {
-                        return Err(Error::ServerDied(self.name.clone()));
+                    // wait on the context's PI word, not on the call word:
+                    // the kernel runs the context thread at our priority
+                    // from the moment we block (a free context's thread
+                    // may still have its last caller's), and hands us the
+                    // word when it sets DONE
+                    match pifutex::lock_pi(pi, Some(LIVENESS_CHECK)) {
+                        Ok(true) => {
+                            let _ = pifutex::unlock_pi(pi, my_tid());
+                            // the context sets DONE before it lets go: a
+                            // word free with the call still REQ means its
+                            // thread died (the kernel gave us the word) or
+                            // the server lies; look, never spin
+                            if call.load(Acquire) == CALL_REQ
+                                && (!self.live.alive(r)
+                                    || futex_wait(call, CALL_REQ, Duration::from_millis(1))
+                                        && !self.live.alive(r))
+                            {
+                                return Err(Error::ServerDied(self.name.clone()));
+                            }
+                        }
+                        Ok(false) => {
+                            if !self.live.alive(r) {
+                                return Err(Error::ServerDied(self.name.clone()));
+                            }
+                        }
+                        // the owner is gone (ESRCH) or the word is not a
+                        // PI word any more: the server is dying or lying
+                        Err(_) => {
+                            if futex_wait(call, CALL_REQ, Duration::from_millis(1))
+                                && !self.live.alive(r)
+                            {
+                                return Err(Error::ServerDied(self.name.clone()));
+                            }
+                        }
                     }
                 }
                 CALL_DEAD => return Err(Error::ServerDied(self.name.clone())),
@@ -345,15 +411,27 @@ pub fn tmem_get(r: &Region, alive: &dyn Fn() -> bool) -> Result<u32, Error> {
         }
         // single-unit PIP: pick a holder and block on its PI word; the
         // kernel lends it our priority until it releases the context.
-        if let Some(h) = pick_holder(r) {
-            let pi = r.s32(h, CTX_PI);
-            if let Ok(true) = pifutex::lock_pi(pi, Some(LIVENESS_CHECK)) {
-                let _ = pifutex::unlock_pi(pi, my_tid());
+        // The kernel lends our priority to the caller holding it, and
+        // through the PI word it waits on, to the context thread: both
+        // the rest of the call and the push back run boosted.
+        let me = my_tid();
+        let handed = match pick_holder(r, me) {
+            Some(h) => {
+                let pi = r.s32(h, CTX_HOLD_PI);
+                match pifutex::lock_pi(pi, Some(LIVENESS_CHECK)) {
+                    Ok(true) => {
+                        let _ = pifutex::unlock_pi(pi, me);
+                        true
+                    }
+                    _ => false,
+                }
             }
-        }
-        // the holder finished; its caller pushes the context back and
-        // tmem_put bumps free_seq (priority-ordered wake)
-        if r.h32(HDR_FREE_SEQ).load(Acquire) == seq {
+            None => false,
+        };
+        // handed the word: the holder pushed the context before it let
+        // go. Otherwise (no holder to boost: reserved contexts, a removal
+        // under way) wait for tmem_put (priority-ordered wake).
+        if !handed && r.h32(HDR_FREE_SEQ).load(Acquire) == seq {
             futex_wait(r.h32(HDR_FREE_SEQ), seq, Duration::from_millis(2));
         }
         if !alive() {
@@ -369,12 +447,13 @@ pub fn tmem_get(r: &Region, alive: &dyn Fn() -> bool) -> Result<u32, Error> {
     res
 }
 
-/// A busy context whose PI word has an owner: the holder to boost.
-fn pick_holder(r: &Region) -> Option<u32> {
+/// A busy context held by a caller other than `me` (its hold word has
+/// an owner): the holder to boost. A thread that holds every context
+/// itself (a nested call into the same server) has nobody to wait for.
+fn pick_holder(r: &Region, me: u32) -> Option<u32> {
     (0..r.nctx()).find(|&i| {
-        r.s32(i, CTX_OWN).load(Relaxed) == OWN_BUSY
-            && r.s32(i, CTX_CALL).load(Relaxed) == CALL_REQ
-            && r.s32(i, CTX_PI).load(Relaxed) & pifutex::FUTEX_TID_MASK != 0
+        let owner = r.s32(i, CTX_HOLD_PI).load(Relaxed) & pifutex::FUTEX_TID_MASK;
+        r.s32(i, CTX_OWN).load(Relaxed) == OWN_BUSY && owner != 0 && owner != me
     })
 }
 
@@ -443,7 +522,6 @@ fn context_loop(r: &Region, i: u32, iface: &Interface) {
             if let Some(s) = decode_prio(want) {
                 if pifutex::set_self_sched(s).is_ok() {
                     cur = want;
-                    MY_PRIO.with(|p| p.set(Some(want)));
                 }
             }
         }
@@ -458,9 +536,12 @@ fn context_loop(r: &Region, i: u32, iface: &Interface) {
         };
         r.s64(i, CTX_RET).store(ret as u64, Relaxed);
         r.s32(i, CTX_STATUS).store(status, Relaxed);
-        let _ = pifutex::unlock_pi(r.s32(i, CTX_PI), tid);
+        // DONE before the PI word: the caller, handed the word, finds the
+        // result at once (were it the other way round, a caller of our own
+        // base priority could spin on REQ while we wait for the CPU). A
+        // caller on its fallback wait (a lying PI word) polls every 1 ms.
         call.store(CALL_DONE, Release);
-        pifutex::wake(call, 2);
+        let _ = pifutex::unlock_pi(r.s32(i, CTX_PI), tid);
     }
 }
 
@@ -500,6 +581,9 @@ fn env_fd(v: &str) -> Result<OwnedFd, Error> {
 impl Env {
     /// Reads the environment the manager set for this component.
     pub fn from_env() -> Result<Env, Error> {
+        // before anything of the manager's is mapped: no sibling (same
+        // uid, no CAP_SYS_PTRACE) may read our memory or our fds
+        mantle_sys::supervise::set_not_dumpable().map_err(Error::sys("PR_SET_DUMPABLE"))?;
         let var = |k: &str| {
             std::env::var(k)
                 .map_err(|_| Error::Spec(format!("{k} not set: not started by `mantle comp up`")))
