@@ -51,6 +51,10 @@ pub struct CacheView {
     pub desired: u32,
     /// The most this cache may ever hold (the system file's bound).
     pub max: u32,
+    /// The least it may hold (P3: its largest single allocation, e.g. the
+    /// pages of its largest CBUF slab); 0: the snapshot's `minimum`.
+    #[serde(default)]
+    pub min: u32,
     /// r^j as [`CacheView::estimated_requests`] computes it (for status).
     pub estimated_requests: u32,
 }
@@ -107,6 +111,10 @@ pub struct Snapshot {
     pub pool: BTreeMap<Kind, u32>,
     /// The least each cache may hold (P3: one maximal allocation).
     pub minimum: u32,
+    /// The real-time threads (T) and their average tardiness since the
+    /// last run, from checked reports ([`crate::tmem::TardinessReport`]).
+    #[serde(skip)]
+    pub tardiness: crate::tmem::Tardiness,
 }
 
 /// `set_desired(c, amount)`.
@@ -121,6 +129,11 @@ pub struct Decision {
 pub trait Policy: Send + Sync {
     fn name(&self) -> &'static str;
     fn run(&mut self, s: &Snapshot) -> Vec<Decision>;
+    /// Whether threads blocked on an empty cache lend their priority to a
+    /// holder (the paper's "w/o PI" variants say no).
+    fn pi(&self) -> bool {
+        true
+    }
 }
 
 /// A decision [`enforce`] changed: what the policy asked, what it got.
@@ -153,7 +166,7 @@ pub fn enforce(s: &Snapshot, decisions: Vec<Decision>) -> (Vec<Decision>, Vec<Cl
             order.push(key);
         }
     }
-    let lo = |v: &CacheView| s.minimum.min(v.max);
+    let lo = |v: &CacheView| s.minimum.max(v.min).min(v.max);
     let mut got: BTreeMap<(String, Kind), u32> = asked
         .iter()
         .map(|(k, &n)| {
@@ -326,6 +339,7 @@ mod tests {
         Snapshot {
             pool: [(kind, pool)].into(),
             minimum: 1,
+            tardiness: Default::default(),
             caches: caches
                 .iter()
                 .map(|&(n, desired, max)| {
