@@ -320,7 +320,10 @@ impl Cbufs {
                         })
                         .map(|o| s.word(o, CBM_PI))
                 });
+            // the "w/o PI" variants: wait without lending our priority
+            let nopi = table_word(t, CBT_NOPI).load(Relaxed) != 0;
             match holder {
+                Some(_) if nopi => {}
                 Some(pi) => {
                     if let Ok(true) = pifutex::lock_pi(pi, Some(Duration::from_millis(20))) {
                         let _ = pifutex::unlock_pi(pi, me);
@@ -349,7 +352,7 @@ impl Cbufs {
         }
         let ns = pifutex::monotonic_ns().saturating_sub(t0);
         t.u64(CBT_BLOCK_NS).map(|w| w.fetch_add(ns, Relaxed));
-        crate::blocks::record(t, CBT_BLK, crate::runtime::my_tid(), ns);
+        crate::blocks::record(t, CBT_BLK, crate::runtime::origin_tid(), ns);
     }
 
     /// `cbuf_free(ptr)`: ptr must be a buffer this component allocated.
@@ -427,6 +430,18 @@ impl Cbufs {
         Ok(s.ptr(id.obj()))
     }
 
+    /// Records one completed job of the thread this one works for
+    /// ([`crate::runtime::origin_tid`]) with its tardiness, in the table
+    /// the manager reads at each policy run (see [`crate::runtime::Periodic`]).
+    pub fn report_job(&self, tardiness_ns: u64) {
+        crate::blocks::record(
+            &self.table,
+            CBT_TARDY,
+            crate::runtime::origin_tid(),
+            tardiness_ns,
+        );
+    }
+
     /// Threads blocked in the CBUF tmem_get of this component now.
     pub fn waiters(&self) -> u32 {
         table_word(&self.table, CBT_WAITERS).load(Acquire)
@@ -454,6 +469,9 @@ struct CompRec {
     max: usize,
     /// Components allowed to map this component's slabs (downstream).
     readers: Vec<usize>,
+    /// Its largest slab so far, bytes: the least its cache may hold and
+    /// still make progress (P3).
+    largest: usize,
 }
 
 /// The CBUF manager's state: every slab, every component's table.
@@ -503,6 +521,7 @@ impl CbufManager {
                     limit,
                     max: limit,
                     readers,
+                    largest: 0,
                 })
             })
             .collect::<Result<_, Error>>()?;
@@ -608,6 +627,7 @@ impl CbufManager {
             mapped_into: vec![c],
         }));
         self.comps[c].bytes += len;
+        self.comps[c].largest = self.comps[c].largest.max(len);
         self.used += len;
         self.publish(c);
         Ok((slab, fds.0, fds.1))
@@ -701,7 +721,23 @@ impl CbufManager {
             blocked: table_word(&comp.table, CBT_WAITERS).load(Relaxed),
             desired: (comp.limit / 4096) as u32,
             max: comp.max.div_ceil(4096) as u32,
+            min: comp.largest.div_ceil(4096) as u32,
             ..Default::default()
+        }
+    }
+
+    /// Per-thread tardiness reports of component `c` (cumulative: count =
+    /// jobs, ns = summed tardiness), as the component wrote them.
+    pub fn tardiness(&self, c: usize) -> Vec<crate::policy::ThreadBlock> {
+        self.comps
+            .get(c)
+            .map_or_else(Vec::new, |k| crate::blocks::read(&k.table, CBT_TARDY))
+    }
+
+    /// Sets or clears the "w/o PI" flag of component `c`'s CBUF cache.
+    pub fn set_nopi(&self, c: usize, nopi: bool) {
+        if let Some(k) = self.comps.get(c) {
+            table_word(&k.table, CBT_NOPI).store(nopi as u32, Release);
         }
     }
 
@@ -726,6 +762,7 @@ impl CbufManager {
                 w.store(0, Relaxed);
             }
             crate::blocks::clear(&k.table, CBT_BLK);
+            crate::blocks::clear(&k.table, CBT_TARDY);
         }
         for s in [mine, theirs] {
             let mut p = [libc::pollfd {

@@ -92,6 +92,50 @@ pub struct Manager {
     reported: std::collections::HashSet<(usize, u64, u64)>,
     /// The report budget: the second it counts, reports in it, suppressed.
     report_window: (Instant, u32, u32),
+    policy_name: PolicyName,
+    /// Cumulative tardiness tables at the last policy run, per component.
+    prev_tardy: BTreeMap<usize, Vec<ThreadBlock>>,
+    /// Tardiness reports refused at the boundary, since start.
+    pub tardiness_rejected: u64,
+    /// The last policy runs' decisions, newest last (at most HISTORY).
+    history: std::collections::VecDeque<Run>,
+}
+
+/// Policy runs kept for `status` (the CLI also appends every run to its
+/// decision log).
+pub const HISTORY: usize = 64;
+
+/// One policy run: what the policy decided, as set.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Run {
+    pub run: u64,
+    /// CLOCK_MONOTONIC ms.
+    pub at_ms: u64,
+    pub policy: &'static str,
+    /// Real-time threads with tardiness since the run before: tid → ns.
+    pub tardiness: BTreeMap<u32, u64>,
+    pub decisions: Vec<policy::Decision>,
+    pub clamped: Vec<policy::Clamped>,
+}
+
+/// The policy of a name for a system (None for `none`).
+pub fn make_policy(spec: &SystemFile, name: PolicyName) -> Option<Box<dyn Policy>> {
+    match name {
+        PolicyName::None => None,
+        PolicyName::Fixed => Some(Box::new(policy::Fixed {
+            initial: spec
+                .components
+                .iter()
+                .flat_map(|c| {
+                    [
+                        ((c.name.clone(), Kind::Stack), c.desired_stacks()),
+                        ((c.name.clone(), Kind::Cbuf), c.desired_cbuf_pages()),
+                    ]
+                })
+                .collect(),
+        })),
+        other => crate::tmem::by_name(other.as_str()),
+    }
 }
 
 /// Something a tick found.
@@ -175,21 +219,7 @@ impl Manager {
             socks.push(a);
             child_socks.push(b);
         }
-        let policy: Option<Box<dyn Policy>> = match spec.policy.name {
-            PolicyName::None => None,
-            PolicyName::Fixed => Some(Box::new(policy::Fixed {
-                initial: spec
-                    .components
-                    .iter()
-                    .flat_map(|c| {
-                        [
-                            ((c.name.clone(), Kind::Stack), c.desired_stacks()),
-                            ((c.name.clone(), Kind::Cbuf), c.desired_cbuf_pages()),
-                        ]
-                    })
-                    .collect(),
-            })),
-        };
+        let policy = make_policy(&spec, spec.policy.name);
         let mut m = Manager {
             policy,
             last_policy: Instant::now(),
@@ -201,6 +231,10 @@ impl Manager {
             restarts: vec![Vec::new(); n],
             reported: Default::default(),
             report_window: (Instant::now(), 0, 0),
+            policy_name: spec.policy.name,
+            prev_tardy: BTreeMap::new(),
+            tardiness_rejected: 0,
+            history: Default::default(),
             cbufs: Arc::new(Mutex::new(cbufs)),
             socks: Arc::new(socks),
             child_socks,
@@ -222,6 +256,7 @@ impl Manager {
             spec,
         };
         m.service = Some(m.spawn_service()?);
+        m.publish_pi();
         // the policy's first decisions before any component runs: the
         // shares it gives hold from the first allocation (no component
         // can take the whole pool before the first period)
@@ -451,6 +486,36 @@ impl Manager {
             .set_desired(idx, pages)
     }
 
+    /// Switches the policy of the running system (`mantle comp policy`):
+    /// the next run is the new policy's, at once.
+    pub fn set_policy(&mut self, name: PolicyName) {
+        self.policy = make_policy(&self.spec, name);
+        self.policy_name = name;
+        self.publish_pi();
+        self.last_policy = Instant::now() - Duration::from_millis(self.spec.policy.period_ms);
+    }
+
+    /// The policy's period (`[policy] period_ms`, or as set).
+    pub fn set_period(&mut self, period: Duration) {
+        self.spec.policy.period_ms = (period.as_millis() as u64).clamp(1, 60_000);
+    }
+
+    /// Tells every cache whether blocked threads lend their priority (the
+    /// policy's `pi`; no policy: yes).
+    fn publish_pi(&self) {
+        let nopi = self.policy.as_ref().is_some_and(|p| !p.pi());
+        let cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, c) in self.comps.iter().enumerate() {
+            c.region.h32(HDR_NOPI).store(nopi as u32, Release);
+            cb.set_nopi(i, nopi);
+        }
+    }
+
+    /// The last policy runs, oldest first.
+    pub fn history(&self) -> impl Iterator<Item = &Run> {
+        self.history.iter()
+    }
+
     /// One run of the TMEM policy now: the snapshot of every cache (used
     /// bits counted and cleared, per-thread blocks since the last run),
     /// the policy's decisions held to the bounds and the pools, and
@@ -462,7 +527,8 @@ impl Manager {
             Some(p) => policy::enforce(&snap, p.run(&snap)),
             None => Default::default(),
         };
-        let mut ev: Vec<Event> = clamped.into_iter().map(Event::Clamped).collect();
+        let mut ev: Vec<Event> = clamped.iter().cloned().map(Event::Clamped).collect();
+        let mut set = Vec::new();
         // decreases first: the pool is never over-committed in between
         decisions.sort_by_key(|d| {
             let cur = snap.caches.get(&(d.component.clone(), d.kind));
@@ -479,6 +545,11 @@ impl Manager {
                 }
                 Kind::Cbuf => self.set_desired_cbufs(idx, d.desired),
             };
+            set.push(policy::Decision {
+                component: d.component.clone(),
+                kind: d.kind,
+                desired,
+            });
             ev.push(Event::Desired {
                 component: d.component,
                 kind: d.kind,
@@ -499,6 +570,17 @@ impl Manager {
                 };
             }
         }
+        self.history.push_back(Run {
+            run: self.policy_runs + 1,
+            at_ms: pifutex::monotonic_ns() / 1_000_000,
+            policy: self.policy_name.as_str(),
+            tardiness: snap.tardiness.0.clone(),
+            decisions: set,
+            clamped,
+        });
+        if self.history.len() > HISTORY {
+            self.history.pop_front();
+        }
         self.last_snapshot = snap;
         self.policy_runs += 1;
         self.last_policy = Instant::now();
@@ -516,6 +598,7 @@ impl Manager {
             minimum: 1,
             ..Default::default()
         };
+        let mut jobs = BTreeMap::new();
         for (idx, c) in self.comps.iter().enumerate() {
             let r = &c.region;
             let k = r.counters();
@@ -528,10 +611,42 @@ impl Manager {
                 max: k.nctx,
                 ..Default::default()
             };
-            let (cbufs, cb_threads) = {
+            let (cbufs, cb_threads, tardy) = {
                 let cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
-                (cb.view(idx), cb.thread_blocks(idx))
+                (cb.view(idx), cb.thread_blocks(idx), cb.tardiness(idx))
             };
+            // the component's tardiness reports since the last run, each
+            // checked at the boundary: a counter that went back is a
+            // negative report, a thread not real-time now is refused
+            let prev = self
+                .prev_tardy
+                .insert(idx, tardy.clone())
+                .unwrap_or_default();
+            for now in &tardy {
+                let before = prev
+                    .iter()
+                    .find(|p| p.tid == now.tid)
+                    .copied()
+                    .unwrap_or_default();
+                if now.blocks == before.blocks && now.block_ns == before.block_ns {
+                    continue;
+                }
+                let report = crate::tmem::TardinessReport {
+                    tid: if now.tid == mantle_abi::comp::BLK_OTHERS {
+                        0
+                    } else {
+                        now.tid
+                    },
+                    realtime: pifutex::is_realtime(now.tid),
+                    jobs: now.blocks.wrapping_sub(before.blocks),
+                    total_ns: (now.block_ns as i128 - before.block_ns as i128)
+                        .clamp(i64::MIN as i128, i64::MAX as i128)
+                        as i64,
+                };
+                if s.tardiness.add(&report, &mut jobs).is_err() {
+                    self.tardiness_rejected += 1;
+                }
+            }
             for (kind, mut v, now) in [
                 (Kind::Stack, stacks, k.threads),
                 (Kind::Cbuf, cbufs, cb_threads),
@@ -777,10 +892,13 @@ impl Manager {
     pub fn status(&self) -> Status {
         Status {
             policy: PolicyStatus {
-                name: self.policy.as_ref().map_or("none", |p| p.name()),
+                name: self.policy_name.as_str(),
                 period_ms: self.spec.policy.period_ms,
                 runs: self.policy_runs,
+                pi: self.policy.as_ref().is_none_or(|p| p.pi()),
+                tardiness_rejected: self.tardiness_rejected,
             },
+            last_run: self.history.back().cloned(),
             components: self
                 .comps
                 .iter()
@@ -863,6 +981,8 @@ fn mark_dead(r: &Region) {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Status {
     pub policy: PolicyStatus,
+    /// The last policy run's decisions (None before the first).
+    pub last_run: Option<Run>,
     pub components: Vec<ComponentStatus>,
 }
 
@@ -872,6 +992,11 @@ pub struct PolicyStatus {
     pub period_ms: u64,
     /// Policy runs so far.
     pub runs: u64,
+    /// Whether blocked threads lend their priority (the "-nopi" policies
+    /// say no).
+    pub pi: bool,
+    /// Tardiness reports refused at the boundary since start.
+    pub tardiness_rejected: u64,
 }
 
 /// One cache as the last policy run saw it: a^j, in use, used since the

@@ -181,6 +181,12 @@ impl Region {
         crate::blocks::record(&self.mem, region_blk_off(self.nctx), tid, ns);
     }
 
+    /// Whether blocked callers wait without lending their priority (the
+    /// policy's "w/o PI" variants; the manager sets it).
+    pub fn nopi(&self) -> bool {
+        self.h32(HDR_NOPI).load(Acquire) != 0
+    }
+
     /// Per-thread block statistics, cumulative (Table II).
     pub fn thread_blocks(&self) -> Vec<crate::policy::ThreadBlock> {
         crate::blocks::read(&self.mem, region_blk_off(self.nctx))

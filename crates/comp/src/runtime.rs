@@ -57,6 +57,9 @@ pub fn set_spin(n: u32) {
 }
 
 thread_local! {
+    /// While a context thread runs a call: the tid of the thread the call
+    /// runs for (the first caller of the chain); 0 otherwise.
+    static ORIGIN: Cell<u32> = const { Cell::new(0) };
     static MY_TID: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -67,6 +70,17 @@ pub(crate) fn my_tid() -> u32 {
         }
         t.get()
     })
+}
+
+/// The thread this thread works for now: the origin of the call a
+/// context thread runs, or the thread itself. Block and tardiness records
+/// are kept under it, so that a real-time thread is one thread of the
+/// policy's T in every component its invocations reach.
+pub fn origin_tid() -> u32 {
+    match ORIGIN.with(|o| o.get()) {
+        0 => my_tid(),
+        o => o,
+    }
 }
 
 pub fn encode_prio(s: Sched) -> u32 {
@@ -271,6 +285,7 @@ impl Server {
         r.s32(i, CTX_CALLER_TID).store(my_tid(), Relaxed);
         r.s32(i, CTX_CALLER_PID).store(std::process::id(), Relaxed);
         r.s32(i, CTX_PRIO).store(my_prio(), Relaxed);
+        r.s32(i, CTX_ORIGIN).store(origin_tid(), Relaxed);
         r.s32(i, CTX_FUNC).store(func, Relaxed);
         for k in 0..NARGS {
             r.s64(i, CTX_ARGS + 8 * k)
@@ -415,7 +430,9 @@ pub fn tmem_get(r: &Region, alive: &dyn Fn() -> bool) -> Result<u32, Error> {
         // through the PI word it waits on, to the context thread: both
         // the rest of the call and the push back run boosted.
         let me = my_tid();
-        let handed = match pick_holder(r, me) {
+        // the "w/o PI" variants (the manager sets nopi): no boost, wait
+        let pi = r.h32(HDR_NOPI).load(Relaxed) == 0;
+        let handed = match pick_holder(r, me).filter(|_| pi) {
             Some(h) => {
                 let pi = r.s32(h, CTX_HOLD_PI);
                 match pifutex::lock_pi(pi, Some(LIVENESS_CHECK)) {
@@ -443,7 +460,7 @@ pub fn tmem_get(r: &Region, alive: &dyn Fn() -> bool) -> Result<u32, Error> {
     }
     let ns = pifutex::monotonic_ns().saturating_sub(t0);
     r.h64(HDR_BLOCK_NS).fetch_add(ns, Relaxed);
-    r.record_block(my_tid(), ns);
+    r.record_block(origin_tid(), ns);
     res
 }
 
@@ -530,10 +547,13 @@ fn context_loop(r: &Region, i: u32, iface: &Interface) {
             *a = r.s64(i, CTX_ARGS + 8 * k).load(Relaxed);
         }
         let func = r.s32(i, CTX_FUNC).load(Relaxed);
+        // a claim of the caller's: only used as a key for statistics
+        ORIGIN.with(|o| o.set(r.s32(i, CTX_ORIGIN).load(Relaxed)));
         let (ret, status) = match iface.funcs.get(func as usize) {
             Some(f) => (f(&args), 0),
             None => (0, libc::ENOSYS as u32),
         };
+        ORIGIN.with(|o| o.set(0));
         r.s64(i, CTX_RET).store(ret as u64, Relaxed);
         r.s32(i, CTX_STATUS).store(status, Relaxed);
         // DONE before the PI word: the caller, handed the word, finds the
@@ -542,6 +562,79 @@ fn context_loop(r: &Region, i: u32, iface: &Interface) {
         // caller on its fallback wait (a lying PI word) polls every 1 ms.
         call.store(CALL_DONE, Release);
         let _ = pifutex::unlock_pi(r.s32(i, CTX_PI), tid);
+    }
+}
+
+/// The periodic-task helper (TMEM paper §V: the policy needs each
+/// real-time thread's tardiness): a thread releases a job every `period`,
+/// its deadline the next release; [`Periodic::job_done`] reports the job's
+/// tardiness (max(0, completion − deadline)) in the component's table,
+/// under the thread's origin tid, and sleeps until the next release (a
+/// job that ends past it starts the next one at once). The manager reads
+/// the reports at each policy run, and takes only those of threads that
+/// run a real-time policy then.
+pub struct Periodic {
+    cbufs: Arc<crate::cbuf::Cbufs>,
+    period_ns: u64,
+    release: u64,
+}
+
+impl Periodic {
+    /// The first job is released now.
+    pub fn new(cbufs: Arc<crate::cbuf::Cbufs>, period: Duration) -> Periodic {
+        Periodic {
+            cbufs,
+            period_ns: (period.as_nanos() as u64).max(1),
+            release: pifutex::monotonic_ns(),
+        }
+    }
+
+    /// The current job's release and deadline (CLOCK_MONOTONIC ns).
+    pub fn window(&self) -> (u64, u64) {
+        (self.release, self.release + self.period_ns)
+    }
+
+    /// Ends the current job: reports it, waits for the next release.
+    /// Returns the job's tardiness.
+    pub fn job_done(&mut self) -> Duration {
+        let now = pifutex::monotonic_ns();
+        let tardy = now.saturating_sub(self.release + self.period_ns);
+        self.cbufs.report_job(tardy);
+        self.release += self.period_ns;
+        let now = pifutex::monotonic_ns();
+        if self.release > now {
+            std::thread::sleep(Duration::from_nanos(self.release - now));
+        }
+        Duration::from_nanos(tardy)
+    }
+}
+
+/// For a thread without a period (the paper's Table IV reading): its
+/// tardiness is its response time above its own average so far.
+pub struct Responses {
+    cbufs: Arc<crate::cbuf::Cbufs>,
+    jobs: u64,
+    total_ns: u128,
+}
+
+impl Responses {
+    pub fn new(cbufs: Arc<crate::cbuf::Cbufs>) -> Responses {
+        Responses {
+            cbufs,
+            jobs: 0,
+            total_ns: 0,
+        }
+    }
+
+    /// Reports one response; returns the tardiness counted for it.
+    pub fn job_done(&mut self, response: Duration) -> Duration {
+        let ns = response.as_nanos();
+        let avg = self.total_ns.checked_div(self.jobs as u128).unwrap_or(ns);
+        let tardy = ns.saturating_sub(avg).min(u64::MAX as u128) as u64;
+        self.jobs += 1;
+        self.total_ns += ns;
+        self.cbufs.report_job(tardy);
+        Duration::from_nanos(tardy)
     }
 }
 
@@ -608,6 +701,16 @@ impl Env {
             servers,
             cbufs,
         })
+    }
+
+    /// A periodic-task helper for the calling thread (see [`Periodic`]).
+    pub fn periodic(&self, period: Duration) -> Periodic {
+        Periodic::new(self.cbufs.clone(), period)
+    }
+
+    /// A response-time reporter for a thread without a period.
+    pub fn responses(&self) -> Responses {
+        Responses::new(self.cbufs.clone())
     }
 
     pub fn server(&self, name: &str) -> Result<&Server, Error> {

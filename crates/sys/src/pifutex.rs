@@ -165,6 +165,21 @@ pub fn set_self_sched(s: Sched) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether thread `tid` runs a real-time policy now (SCHED_FIFO,
+/// SCHED_RR or SCHED_DEADLINE); false for a thread that does not exist.
+pub fn is_realtime(tid: u32) -> bool {
+    if tid == 0 || tid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: sched_getscheduler takes a tid and no pointers.
+    let p = unsafe { libc::sched_getscheduler(tid as libc::pid_t) };
+    p >= 0
+        && matches!(
+            p & !libc::SCHED_RESET_ON_FORK,
+            libc::SCHED_FIFO | libc::SCHED_RR | 6
+        )
+}
+
 /// The kernel's effective priority of thread `tid` of `pid` (the `prio`
 /// line of /proc/PID/task/TID/sched: 0..99 RT, 100..139 normal; lower is
 /// more urgent). It includes a PI boost, which our own bookkeeping cannot

@@ -21,7 +21,9 @@
 //! * f10(pid): the sibling attack: tries to open process pid's memory
 //!   (/proc/pid/mem, read-write), to read its maps, to read one word of
 //!   it with process_vm_readv, and to reopen read-write every memfd of
-//!   the manager's it holds (/proc/pid/fd); returns how many worked.
+//!   the manager's it holds (/proc/pid/fd); returns how many worked;
+//! * f11(us): reports one job of the calling thread (the call's origin)
+//!   with a tardiness of us microseconds; returns 0.
 //!
 //! `relay TARGET` (a link):
 //! * f0(x) = TARGET.f0(x + 1) + 1; f1(ms) = TARGET.f1(ms);
@@ -154,7 +156,8 @@ fn main() {
     let own = env.own.clone();
     let iface = match role.as_str() {
         "echo" => {
-            let (c4, c5, c6, c9) = (cb.clone(), cb.clone(), cb.clone(), cb.clone());
+            let (c4, c5, c6, c9, c11) =
+                (cb.clone(), cb.clone(), cb.clone(), cb.clone(), cb.clone());
             Interface::new()
                 .func(|a| (a[0].wrapping_add(a[5])) as i64)
                 .func(|a| {
@@ -206,6 +209,10 @@ fn main() {
                     n * 1000 + err
                 })
                 .func(|a| sibling_attack(a[0]))
+                .func(move |a| {
+                    c11.report_job(a[0].saturating_mul(1000));
+                    0
+                })
         }
         "relay" => {
             let target = std::env::args().nth(2).unwrap_or_default();
