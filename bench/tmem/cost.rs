@@ -60,7 +60,11 @@ fn synthetic(c: usize, t: usize, m: u32, seed: u64) -> Snapshot {
     let mut s = Snapshot {
         pool: [(Kind::Stack, m)].into(),
         minimum: 1,
-        tardiness: Tardiness((1..=t as u32).map(|i| (i, 1_000_000 + rnd(50_000_000))).collect()),
+        tardiness: Tardiness(
+            (1..=t as u32)
+                .map(|i| (i, 1_000_000 + rnd(50_000_000)))
+                .collect(),
+        ),
         ..Default::default()
     };
     for j in 0..c {

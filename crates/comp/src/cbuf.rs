@@ -397,8 +397,18 @@ impl Cbufs {
         }
         // last: while we hold the word a blocked allocator boosts us, so
         // the buffer is back in the cache before our priority drops (a
-        // middle-priority task cannot stop us in between)
-        let _ = pifutex::unlock_pi(s.word(obj, CBM_PI), crate::runtime::my_tid());
+        // middle-priority task cannot stop us in between). A buffer freed
+        // by another thread than the one that allocated it: only the
+        // owner can hand a PI word over, so the word is cleared with a
+        // CAS; a thread blocked on it sees that at its next 20 ms timeout.
+        let pi = s.word(obj, CBM_PI);
+        let me = crate::runtime::my_tid();
+        let cur = pi.load(Acquire);
+        if cur & pifutex::FUTEX_TID_MASK == me {
+            let _ = pifutex::unlock_pi(pi, me);
+        } else if cur != 0 {
+            let _ = pi.compare_exchange(cur, 0, AcqRel, Relaxed);
+        }
         Ok(())
     }
 

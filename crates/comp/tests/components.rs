@@ -772,8 +772,20 @@ fn a_unit_held_past_the_bound_is_reported_once_and_reports_are_rate_limited() {
             _ => 0,
         })
         .sum();
-    assert_eq!(stacks, 1, "{ev:?}");
-    // 65 holds: each reported or counted once, within the limit
+    // 65 holds: each reported or counted once, within the limit (which
+    // of them cross the bound first and get the 20 reports is a matter
+    // of a millisecond: the context's, or 20 of the buffers')
+    assert!(stacks <= 1, "{ev:?}");
+    let mut ids: Vec<u32> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::CbufHeldPastBound { cbuf, .. } => Some(*cbuf),
+            _ => None,
+        })
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len() as u32, cbufs, "a buffer reported twice: {ev:?}");
     assert_eq!(stacks as u32 + cbufs + suppressed, 65, "{ev:?}");
     assert!(stacks as u32 + cbufs <= mantle_comp::manager::REPORTS_PER_SEC);
 }
