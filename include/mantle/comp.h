@@ -15,7 +15,9 @@ int mantle_comp_init(void);
 
 /* Invokes function `func` of `server` (a component this one may invoke)
  * with up to 6 words; the caller blocks, the server runs it at the
- * caller's priority. -EPIPE: the server died; -EACCES: not allowed. */
+ * caller's priority, read at every call (a thread that changes its
+ * scheduling between calls needs to tell nobody).
+ * -EPIPE: the server died; -EACCES: not allowed. */
 int mantle_comp_invoke(const char *server, uint32_t func, const uint64_t *args,
                        size_t nargs, int64_t *ret);
 

@@ -38,7 +38,9 @@
 //! 56 u64 block_ns (total time callers spent in tmem_get)
 //! 64 u32 epoch (bumped by the manager when it restarts the component: a
 //!    caller that started a call in another epoch gets an error)
-//! 68..128 reserved
+//! 68 u32 nopi (1: callers blocked on the empty cache do not lend their
+//!    priority: the policies' "w/o PI" variants; the manager writes it)
+//! 72..128 reserved
 //! ```
 //! `CtxSlot` (one execution context: a thread with its own stack in the
 //! server):
@@ -54,7 +56,15 @@
 //! 88 u64 since_ns (CLOCK_MONOTONIC when taken)
 //! 96 u32 used (set on every take; cleared by the policy run)
 //! 100 u32 status (0, or an errno from the server)
-//! 104 u32 caller_pid               108..128 reserved
+//! 104 u32 caller_pid
+//! 108 u32 hold_pi (PI futex word: the tid of the caller holding the
+//!     context, from its pop until after its push; a caller blocked on
+//!     the empty cache locks it, so the kernel boosts the holder through
+//!     its whole critical section, including the push back)
+//! 112 u32 origin (the tid of the thread the call runs for: the first
+//!     caller of a chain of invocations; block and tardiness records use
+//!     it, so a thread is one thread of T across components)
+//! 116..128 reserved
 //! ```
 //!
 //! ## CBUF table (one per component)
@@ -74,7 +84,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 pub const REGION_MAGIC: u32 = 0x4d43_5452; // "MCTR"
 pub const CBUF_MAGIC: u32 = 0x4d43_4246; // "MCBF"
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 /// Contexts per component (slot indices fit in the freelist's 32 bits
 /// many times over; the bound keeps a region at most 64 KiB + header).
 pub const MAX_CTX: u32 = 511;
@@ -125,7 +135,8 @@ pub struct RegionHeader {
     pub blocks: u32,
     pub block_ns: u64,
     pub epoch: u32,
-    pub reserved: [u32; 15],
+    pub nopi: u32,
+    pub reserved: [u32; 14],
 }
 
 /// One thread's block statistics (see the module doc).
@@ -162,7 +173,9 @@ pub struct CtxSlot {
     pub used: u32,
     pub status: u32,
     pub caller_pid: u32,
-    pub reserved: [u32; 5],
+    pub hold_pi: u32,
+    pub origin: u32,
+    pub reserved: [u32; 3],
 }
 
 pub const HDR_MAGIC: usize = 0;
@@ -180,6 +193,7 @@ pub const HDR_READY: usize = 48;
 pub const HDR_BLOCKS: usize = 52;
 pub const HDR_BLOCK_NS: usize = 56;
 pub const HDR_EPOCH: usize = 64;
+pub const HDR_NOPI: usize = 68;
 pub const HDR_SIZE: usize = 128;
 
 pub const CTX_CALL: usize = 0;
@@ -196,6 +210,8 @@ pub const CTX_SINCE: usize = 88;
 pub const CTX_USED: usize = 96;
 pub const CTX_STATUS: usize = 100;
 pub const CTX_CALLER_PID: usize = 104;
+pub const CTX_HOLD_PI: usize = 108;
+pub const CTX_ORIGIN: usize = 112;
 pub const CTX_SIZE: usize = 128;
 
 /// Bytes of an invocation region with `nctx` slots.
@@ -231,6 +247,7 @@ const _: () = {
     assert!(offset_of!(RegionHeader, blocks) == HDR_BLOCKS);
     assert!(offset_of!(RegionHeader, block_ns) == HDR_BLOCK_NS);
     assert!(offset_of!(RegionHeader, epoch) == HDR_EPOCH);
+    assert!(offset_of!(RegionHeader, nopi) == HDR_NOPI);
     assert!(size_of::<BlockEntry>() == BLK_SIZE);
     assert!(offset_of!(BlockEntry, tid) == BLK_TID);
     assert!(offset_of!(BlockEntry, count) == BLK_COUNT);
@@ -250,6 +267,8 @@ const _: () = {
     assert!(offset_of!(CtxSlot, used) == CTX_USED);
     assert!(offset_of!(CtxSlot, status) == CTX_STATUS);
     assert!(offset_of!(CtxSlot, caller_pid) == CTX_CALLER_PID);
+    assert!(offset_of!(CtxSlot, hold_pi) == CTX_HOLD_PI);
+    assert!(offset_of!(CtxSlot, origin) == CTX_ORIGIN);
     assert!(
         CTX_CALL.is_multiple_of(4) && CTX_ARGS.is_multiple_of(8) && HDR_FREE_HEAD.is_multiple_of(8)
     );
@@ -351,10 +370,16 @@ pub const CBUF_META_LEN: usize = 4096;
 /// 0   u32 magic (CBUF_MAGIC)   4  u32 version
 /// 8   u32 relinquish (REL_CBUF) 12 u32 free_seq (futex, tmem_put)
 /// 16  u32 waiters              20 u32 blocks
-/// 24  u64 block_ns             32..64 reserved
+/// 24  u64 block_ns
+/// 32  u64 limit (δ^j in bytes)  40 u64 bytes (slab bytes held): written by
+///     the manager, read by the component to go to tmem_get without a
+///     round trip when a new slab cannot fit (the manager still checks)
+/// 48  u32 nopi (as the region header's)  52..64 reserved
 /// 64  u32 l1[CB_L1]            leaf number + 1, 0 = none (manager writes)
 /// 576 u32 leaves[CB_LEAVES][CB_L2]   1 = slab mapped here, 0 = not
 /// 8768 BlockEntry[BLK_ENTRIES]  per-thread block stats (component writes)
+/// 9280 BlockEntry[BLK_ENTRIES]  per-thread tardiness: count = jobs done,
+///      ns = their summed tardiness (the periodic-task helper writes)
 /// ```
 pub const CB_L1: usize = 128;
 pub const CB_L2: usize = 128;
@@ -364,10 +389,14 @@ pub const CBT_FREE_SEQ: usize = 12;
 pub const CBT_WAITERS: usize = 16;
 pub const CBT_BLOCKS: usize = 20;
 pub const CBT_BLOCK_NS: usize = 24;
+pub const CBT_LIMIT: usize = 32;
+pub const CBT_BYTES: usize = 40;
+pub const CBT_NOPI: usize = 48;
 pub const CBT_L1: usize = 64;
 pub const CBT_LEAVES: usize = CBT_L1 + CB_L1 * 4;
 pub const CBT_BLK: usize = CBT_LEAVES + CB_LEAVES * CB_L2 * 4;
-pub const CBUF_TABLE_LEN: usize = CBT_BLK + BLK_LEN;
+pub const CBT_TARDY: usize = CBT_BLK + BLK_LEN;
+pub const CBUF_TABLE_LEN: usize = CBT_TARDY + BLK_LEN;
 /// Smallest CBUF size class (bytes); classes are `CB_MIN << k`.
 pub const CB_MIN: usize = 64;
 pub const CB_CLASSES: usize = 11;
@@ -381,5 +410,7 @@ const _: () = {
     assert!(SLAB_OBJS * CBM_SIZE <= CBUF_META_LEN);
     assert!(CB_L1 * CB_L2 == MAX_SLABS as usize);
     assert!(CBT_LEAVES.is_multiple_of(64) && CBT_BLOCK_NS.is_multiple_of(8));
+    assert!(CBT_LIMIT.is_multiple_of(8) && CBT_BYTES == CBT_LIMIT + 8 && CBT_BYTES + 8 <= CBT_L1);
     assert!(CBT_BLK == 8768 && CBT_BLK.is_multiple_of(64));
+    assert!(CBT_TARDY == 9280 && CBT_NOPI + 4 <= CBT_L1);
 };

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Subcommand;
+use mantle_comp::system::PolicyName;
 use mantle_comp::{Manager, SystemFile};
 
 use crate::exit::{Failure, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_PERMISSION, EXIT_USAGE};
@@ -44,6 +45,19 @@ pub enum CompCmd {
         /// Print the status as JSON (schema in docs/comp.md).
         #[arg(long)]
         json: bool,
+        /// Print the policy's decisions, every run logged since the
+        /// system started (oldest first), instead of the status.
+        #[arg(long)]
+        history: bool,
+    },
+    /// Switch the TMEM policy of the running system: none, fixed, min,
+    /// max, fair, greedy, greedy-nopi, tmem, tmem-nopi (docs/comp.md).
+    #[command(
+        after_help = "Examples:\n  mantle comp policy tmem\n  mantle comp policy greedy-nopi\n\nOnly the user who started the system can (exit 5: no system up for this user)."
+    )]
+    Policy {
+        /// The policy's name.
+        name: String,
     },
     /// Stop the running system (SIGTERM to its manager, which ends every
     /// component).
@@ -108,7 +122,9 @@ fn fail(e: mantle_comp::Error) -> Failure {
 pub fn run(c: CompCmd) -> Result<(), Failure> {
     match c {
         CompCmd::Up { file, json } => up(&file, json),
-        CompCmd::Status { json } => status(json),
+        CompCmd::Status { json, history } if history => show_history(json),
+        CompCmd::Status { json, .. } => status(json),
+        CompCmd::Policy { name } => switch_policy(&name),
         CompCmd::Down => down(),
     }
 }
@@ -151,6 +167,11 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     std::fs::write(&pidf, std::process::id().to_string())
         .map_err(|e| Failure::io("pid file", &pidf, &e))?;
     let statf = d.join("status.json");
+    let reqf = d.join(POLICY_REQUEST);
+    let logf = d.join(DECISION_LOG);
+    let _ = std::fs::remove_file(&reqf);
+    let _ = std::fs::remove_file(&logf);
+    let mut logged = 0u64;
     let mut events: Vec<serde_json::Value> = Vec::new();
     let mut last = Instant::now() - Duration::from_secs(1);
     let write = |m: &Manager, events: &[serde_json::Value]| {
@@ -160,6 +181,7 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
             "manager_pid": std::process::id(),
             "file": file.display().to_string(),
             "policy": st.policy,
+            "last_run": st.last_run,
             "components": st.components,
             "events": events,
         });
@@ -169,12 +191,33 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
         }
     };
     while mantle_sys::supervise::term_requested() == 0 {
-        for e in m.tick() {
-            let v = serde_json::to_value(&e).unwrap_or_default();
+        let mut ev: Vec<serde_json::Value> = Vec::new();
+        // `mantle comp policy NAME`: a request file in our own directory
+        // (0755 root's, or the user's 0700: nobody else can write it)
+        if let Ok(name) = std::fs::read_to_string(&reqf) {
+            let _ = std::fs::remove_file(&reqf);
+            let from = m.status().policy.name;
+            match PolicyName::parse(name.trim()) {
+                Some(p) => {
+                    m.set_policy(p);
+                    ev.push(serde_json::json!({"event": "policy", "from": from, "to": p.as_str()}));
+                }
+                None => {
+                    ev.push(serde_json::json!({"event": "policy_refused", "name": name.trim()}))
+                }
+            }
+        }
+        ev.extend(
+            m.tick()
+                .iter()
+                .map(|e| serde_json::to_value(e).unwrap_or_default()),
+        );
+        logged = log_decisions(&m, &logf, logged);
+        for v in ev {
             if json {
                 println!("{v}");
             } else {
-                eprintln!("mantle comp: {e:?}");
+                eprintln!("mantle comp: {v}");
             }
             events.push(v);
             if events.len() > 64 {
@@ -191,6 +234,8 @@ fn up(file: &std::path::Path, json: bool) -> Result<(), Failure> {
     write(&m, &events);
     let _ = std::fs::remove_file(&pidf);
     let _ = std::fs::remove_file(&statf);
+    let _ = std::fs::remove_file(&reqf);
+    let _ = std::fs::remove_file(&logf);
     Ok(())
 }
 
@@ -262,10 +307,14 @@ fn status(json: bool) -> Result<(), Failure> {
         );
     }
     println!(
-        "\npolicy {} every {} ms, {} runs (Table II at the last run; pages of 4 KiB for cbufs)",
+        "\npolicy {} every {} ms, {} runs{} (Table II at the last run; pages of 4 KiB for cbufs)",
         v["policy"]["name"].as_str().unwrap_or("?"),
         v["policy"]["period_ms"],
-        v["policy"]["runs"]
+        v["policy"]["runs"],
+        match v["policy"]["tardiness_rejected"].as_u64() {
+            Some(n) if n > 0 => format!(", {n} tardiness reports refused"),
+            _ => String::new(),
+        }
     );
     println!(
         "{:<16} {:<5} {:>6} {:>6} {:>6} {:>7} {:>7} {:>6}  blocked threads (tid: count, ms since last run)",
@@ -300,10 +349,182 @@ fn status(json: bool) -> Result<(), Failure> {
             );
         }
     }
+    if let Some(r) = v["last_run"].as_object() {
+        let ds: Vec<String> = r["decisions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                format!(
+                    "{}/{}={}",
+                    d["component"].as_str().unwrap_or("?"),
+                    d["kind"].as_str().unwrap_or("?"),
+                    d["desired"]
+                )
+            })
+            .collect();
+        println!(
+            "last decisions (run {}, {}): {}",
+            r["run"],
+            r["policy"].as_str().unwrap_or("?"),
+            if ds.is_empty() {
+                "none".to_string()
+            } else {
+                ds.join(" ")
+            }
+        );
+    }
     for e in v["events"].as_array().into_iter().flatten() {
         println!("event: {e}");
     }
     Ok(())
+}
+
+/// The request file `mantle comp policy` writes and the manager consumes.
+const POLICY_REQUEST: &str = "policy.request";
+/// Every policy run's decisions, JSON lines (`status --history`).
+const DECISION_LOG: &str = "decisions.log";
+/// The log is cut to its newer half past this size.
+const DECISION_LOG_MAX: u64 = 4 << 20;
+
+/// Appends the runs after `logged` to the decision log; returns the last
+/// run logged.
+fn log_decisions(m: &Manager, logf: &std::path::Path, logged: u64) -> u64 {
+    use std::io::Write;
+    let mut last = logged;
+    let mut text = String::new();
+    for r in m.history().filter(|r| r.run > logged) {
+        text += &serde_json::to_string(r).unwrap_or_default();
+        text.push('\n');
+        last = r.run;
+    }
+    if text.is_empty() {
+        return last;
+    }
+    if std::fs::metadata(logf).is_ok_and(|md| md.len() > DECISION_LOG_MAX) {
+        if let Ok(old) = std::fs::read_to_string(logf) {
+            let keep = old.len() / 2;
+            let cut = old[keep..].find('\n').map_or(old.len(), |i| keep + i + 1);
+            let _ = std::fs::write(logf, &old[cut..]);
+        }
+    }
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(logf)
+    {
+        let _ = f.write_all(text.as_bytes());
+    }
+    last
+}
+
+fn show_history(json: bool) -> Result<(), Failure> {
+    let d = dir()?;
+    if read_status()?.is_none() {
+        if json {
+            println!("null");
+        } else {
+            println!("no system of components is up (for this user)");
+        }
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(d.join(DECISION_LOG)).unwrap_or_default();
+    let runs: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&runs).unwrap_or_default()
+        );
+        return Ok(());
+    }
+    for r in &runs {
+        let ds: Vec<String> = r["decisions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| {
+                format!(
+                    "{}/{}={}",
+                    d["component"].as_str().unwrap_or("?"),
+                    d["kind"].as_str().unwrap_or("?"),
+                    d["desired"]
+                )
+            })
+            .collect();
+        let tardy: Vec<String> = r["tardiness"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(tid, ns)| format!("{tid}: {:.3} ms", ns.as_u64().unwrap_or(0) as f64 / 1e6))
+            .collect();
+        println!(
+            "run {} at {} ms, {}: {}{}{}",
+            r["run"],
+            r["at_ms"],
+            r["policy"].as_str().unwrap_or("?"),
+            ds.join(" "),
+            if tardy.is_empty() { "" } else { "; tardiness " },
+            tardy.join(", ")
+        );
+        for c in r["clamped"].as_array().into_iter().flatten() {
+            println!(
+                "  clamped {}/{}: asked {}, set {}",
+                c["component"].as_str().unwrap_or("?"),
+                c["kind"].as_str().unwrap_or("?"),
+                c["asked"],
+                c["desired"]
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `mantle comp policy NAME`: hands the name to this user's manager and
+/// waits (2 s at most) for its status to show it.
+fn switch_policy(name: &str) -> Result<(), Failure> {
+    let Some(p) = PolicyName::parse(name) else {
+        let names: Vec<&str> = PolicyName::ALL.iter().map(|p| p.as_str()).collect();
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!("policy {name:?}: not one of {}", names.join(", ")),
+        ));
+    };
+    let d = dir()?;
+    let Some(before) = read_status()? else {
+        return Err(Failure::new(
+            EXIT_NOT_FOUND,
+            "no system of components is up (for this user)",
+        ));
+    };
+    let runs = before["policy"]["runs"].as_u64().unwrap_or(0);
+    let req = d.join(POLICY_REQUEST);
+    let tmp = d.join("policy.request.tmp");
+    std::fs::write(&tmp, p.as_str()).map_err(|e| Failure::io("policy request", &tmp, &e))?;
+    std::fs::rename(&tmp, &req).map_err(|e| Failure::io("policy request", &req, &e))?;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(v) = read_status()? {
+            if v["policy"]["name"] == p.as_str()
+                && !req.exists()
+                && v["policy"]["runs"].as_u64() > Some(runs)
+            {
+                println!(
+                    "policy {} (was {})",
+                    p.as_str(),
+                    before["policy"]["name"].as_str().unwrap_or("?")
+                );
+                return Ok(());
+            }
+        }
+    }
+    Err(Failure::new(
+        EXIT_FAILURE,
+        format!("the manager did not take policy {} within 2 s", p.as_str()),
+    ))
 }
 
 fn down() -> Result<(), Failure> {

@@ -137,6 +137,56 @@ fn a_running_system_shows_table_ii_and_nobody_cannot_touch_it() {
         "{text}"
     );
 
+    // the policy switched on the running system, its decisions logged
+    let o = mantle(&["comp", "policy", "max"]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("policy max (was fixed)"),
+        "{o:?}"
+    );
+    let st = || -> serde_json::Value {
+        serde_json::from_slice(&mantle(&["comp", "status", "--json"]).stdout).unwrap()
+    };
+    let v = st();
+    assert_eq!(
+        (&v["policy"]["name"], &v["last_run"]["policy"]),
+        (&"max".into(), &"max".into())
+    );
+    // max: a's stacks at their bound of 3
+    assert!(
+        v["last_run"]["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["component"] == "a" && d["kind"] == "stack" && d["desired"] == 3),
+        "{v}"
+    );
+    let h: serde_json::Value =
+        serde_json::from_slice(&mantle(&["comp", "status", "--history", "--json"]).stdout).unwrap();
+    let policies: Vec<&str> = h
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["policy"].as_str().unwrap())
+        .collect();
+    assert!(
+        policies.contains(&"fixed") && policies.contains(&"max"),
+        "{policies:?}"
+    );
+    let text =
+        String::from_utf8_lossy(&mantle(&["comp", "status", "--history"]).stdout).to_string();
+    assert!(text.contains(", max: a/stack=3"), "{text}");
+    let o = mantle(&["comp", "policy", "magic"]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    // nobody cannot change the policy of root's system: its own
+    // directory has none, and root's request file is not writable
+    let o = as_nobody(MANTLE, &["comp", "policy", "min"]);
+    assert_eq!(o.status.code(), Some(5), "{o:?}");
+    let o = as_nobody("sh", &["-c", "echo min > /run/mantle/comp/policy.request"]);
+    assert!(!o.status.success(), "{o:?}");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(st()["policy"]["name"], "max");
+
     // what nobody can do: read the status (0644, root's), not write it,
     // not stop the system
     let dir = std::path::Path::new("/run/mantle/comp");

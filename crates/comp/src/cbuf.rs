@@ -132,6 +132,30 @@ pub struct Cbufs {
     by_addr: RwLock<Vec<(usize, usize, u32)>>,
 }
 
+/// Takes a buffer's PI word for its new holder: a CAS from 0, or, while
+/// the previous holder is between its free and its unlock, FUTEX_LOCK_PI
+/// (boosting it through that last step). A few tries only: a word left
+/// by a thread that died is taken over; failing that, the buffer is held
+/// without a PI word (a blocked allocator then waits for another holder).
+fn take_pi(w: &AtomicU32, tid: u32) {
+    for _ in 0..8 {
+        let cur = match w.compare_exchange(0, tid, AcqRel, Relaxed) {
+            Ok(_) => return,
+            Err(cur) => cur,
+        };
+        match pifutex::lock_pi(w, Some(Duration::from_millis(20))) {
+            Ok(true) => return,
+            Err(e)
+                if e.raw_os_error() == Some(libc::ESRCH)
+                    && w.compare_exchange(cur, tid, AcqRel, Relaxed).is_ok() =>
+            {
+                return
+            }
+            _ => {}
+        }
+    }
+}
+
 fn now_ms() -> u32 {
     (pifutex::monotonic_ns() / 1_000_000) as u32
 }
@@ -229,9 +253,7 @@ impl Cbufs {
             // the used bit rides on the holder word (tids fit 22 bits)
             s.word(obj, CBM_HOLDER).store(tid | CBM_USED, Relaxed);
             s.word(obj, CBM_SINCE).store(now_ms(), Relaxed);
-            let _ = s
-                .word(obj, CBM_PI)
-                .compare_exchange(0, tid, AcqRel, Relaxed);
+            take_pi(s.word(obj, CBM_PI), tid);
             return Ok((s.ptr(obj), CbufId::new(v >> 2, slab, obj)));
         }
     }
@@ -239,6 +261,19 @@ impl Cbufs {
     /// The empty-cache path: a new slab from the manager, or, past the
     /// component's limit, PI on a holder until a buffer is freed.
     fn grow(&self, class: usize) -> Result<(), Error> {
+        // a slab that cannot fit under δ^j (as the manager last published
+        // it): straight to the wait, with no round trip to the manager,
+        // whose thread may not get the CPU while a middle-priority task
+        // runs (the manager checks again on every request)
+        let limit = self
+            .table
+            .u64(CBT_LIMIT)
+            .map_or(u64::MAX, |w| w.load(Acquire));
+        let bytes = self.table.u64(CBT_BYTES).map_or(0, |w| w.load(Acquire));
+        let len = (SLAB_OBJS * class_size(class)) as u64;
+        if bytes.saturating_add(len) > limit {
+            return self.tmem_get(class);
+        }
         match self.request(OP_NEW_SLAB, class as u32) {
             Ok((slab, Some((data, meta)))) => {
                 if slab == 0 || slab >= MAX_SLABS {
@@ -262,12 +297,14 @@ impl Cbufs {
         table_word(t, CBT_BLOCKS).fetch_add(1, Relaxed);
         table_word(t, CBT_RELINQUISH).fetch_or(REL_CBUF, AcqRel);
         let seq = table_word(t, CBT_FREE_SEQ).load(Acquire);
+        let me = crate::runtime::my_tid();
         if self.free[class]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .is_empty()
         {
-            // a holder of this class: lend it our priority until it frees
+            // a holder of this class other than us: lend it our priority
+            // until it frees (it frees before it lets go of the word)
             let holder = self
                 .slabs
                 .iter()
@@ -276,19 +313,25 @@ impl Cbufs {
                 .find_map(|s| {
                     (0..SLAB_OBJS as u32)
                         .find(|&o| {
+                            let owner = s.word(o, CBM_PI).load(Relaxed) & pifutex::FUTEX_TID_MASK;
                             s.word(o, CBM_STATE_GEN).load(Relaxed) & CB_STATE_MASK == CB_ALLOC
-                                && s.word(o, CBM_PI).load(Relaxed) != 0
+                                && owner != 0
+                                && owner != me
                         })
                         .map(|o| s.word(o, CBM_PI))
                 });
+            // the "w/o PI" variants: wait without lending our priority
+            let nopi = table_word(t, CBT_NOPI).load(Relaxed) != 0;
             match holder {
+                Some(_) if nopi => {}
                 Some(pi) => {
                     if let Ok(true) = pifutex::lock_pi(pi, Some(Duration::from_millis(20))) {
-                        let _ = pifutex::unlock_pi(pi, crate::runtime::my_tid());
+                        let _ = pifutex::unlock_pi(pi, me);
                     }
                 }
-                // nobody holds a buffer of this class: none will be freed,
-                // waiting would be forever (the limit is below one slab)
+                // nobody else holds a buffer of this class: none will be
+                // freed while we wait (the limit is below one slab, or we
+                // hold every buffer ourselves): ENOMEM, as documented
                 None => {
                     self.end_wait(t0);
                     return Err(Error::Cbuf(libc::ENOMEM));
@@ -309,7 +352,7 @@ impl Cbufs {
         }
         let ns = pifutex::monotonic_ns().saturating_sub(t0);
         t.u64(CBT_BLOCK_NS).map(|w| w.fetch_add(ns, Relaxed));
-        crate::blocks::record(t, CBT_BLK, crate::runtime::my_tid(), ns);
+        crate::blocks::record(t, CBT_BLK, crate::runtime::origin_tid(), ns);
     }
 
     /// `cbuf_free(ptr)`: ptr must be a buffer this component allocated.
@@ -343,7 +386,6 @@ impl Cbufs {
         }
         let next = (((v >> 2).wrapping_add(1) & ((1 << CBID_GEN_BITS) - 1)) << 2) | CB_FREE;
         w.store(next, Release);
-        let _ = pifutex::unlock_pi(s.word(obj, CBM_PI), crate::runtime::my_tid());
         self.free[s.class]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -352,6 +394,20 @@ impl Cbufs {
             let seq = table_word(&self.table, CBT_FREE_SEQ);
             seq.fetch_add(1, AcqRel);
             pifutex::wake(seq, 1);
+        }
+        // last: while we hold the word a blocked allocator boosts us, so
+        // the buffer is back in the cache before our priority drops (a
+        // middle-priority task cannot stop us in between). A buffer freed
+        // by another thread than the one that allocated it: only the
+        // owner can hand a PI word over, so the word is cleared with a
+        // CAS; a thread blocked on it sees that at its next 20 ms timeout.
+        let pi = s.word(obj, CBM_PI);
+        let me = crate::runtime::my_tid();
+        let cur = pi.load(Acquire);
+        if cur & pifutex::FUTEX_TID_MASK == me {
+            let _ = pifutex::unlock_pi(pi, me);
+        } else if cur != 0 {
+            let _ = pi.compare_exchange(cur, 0, AcqRel, Relaxed);
         }
         Ok(())
     }
@@ -384,6 +440,18 @@ impl Cbufs {
         Ok(s.ptr(id.obj()))
     }
 
+    /// Records one completed job of the thread this one works for
+    /// ([`crate::runtime::origin_tid`]) with its tardiness, in the table
+    /// the manager reads at each policy run (see [`crate::runtime::Periodic`]).
+    pub fn report_job(&self, tardiness_ns: u64) {
+        crate::blocks::record(
+            &self.table,
+            CBT_TARDY,
+            crate::runtime::origin_tid(),
+            tardiness_ns,
+        );
+    }
+
     /// Threads blocked in the CBUF tmem_get of this component now.
     pub fn waiters(&self) -> u32 {
         table_word(&self.table, CBT_WAITERS).load(Acquire)
@@ -411,6 +479,9 @@ struct CompRec {
     max: usize,
     /// Components allowed to map this component's slabs (downstream).
     readers: Vec<usize>,
+    /// Its largest slab so far, bytes: the least its cache may hold and
+    /// still make progress (P3).
+    largest: usize,
 }
 
 /// The CBUF manager's state: every slab, every component's table.
@@ -460,15 +531,32 @@ impl CbufManager {
                     limit,
                     max: limit,
                     readers,
+                    largest: 0,
                 })
             })
             .collect::<Result<_, Error>>()?;
-        Ok(CbufManager {
+        let m = CbufManager {
             comps,
             slabs: vec![None],
             pool,
             used: 0,
-        })
+        };
+        for c in 0..m.comps.len() {
+            m.publish(c);
+        }
+        Ok(m)
+    }
+
+    /// Writes δ^j and the bytes held into component c's table, where its
+    /// allocator reads them to wait without asking (see `Cbufs::grow`).
+    fn publish(&self, c: usize) {
+        let Some(k) = self.comps.get(c) else { return };
+        if let Some(w) = k.table.u64(CBT_LIMIT) {
+            w.store(k.limit as u64, Release);
+        }
+        if let Some(w) = k.table.u64(CBT_BYTES) {
+            w.store(k.bytes as u64, Release);
+        }
     }
 
     pub fn table_fd(&self, c: usize) -> &OwnedFd {
@@ -549,7 +637,9 @@ impl CbufManager {
             mapped_into: vec![c],
         }));
         self.comps[c].bytes += len;
+        self.comps[c].largest = self.comps[c].largest.max(len);
         self.used += len;
+        self.publish(c);
         Ok((slab, fds.0, fds.1))
     }
 
@@ -593,6 +683,7 @@ impl CbufManager {
             return 0;
         };
         comp.limit = (pages as usize * 4096).min(comp.max);
+        self.publish(c);
         self.apply(c);
         (self.comps[c].limit / 4096) as u32
     }
@@ -640,7 +731,23 @@ impl CbufManager {
             blocked: table_word(&comp.table, CBT_WAITERS).load(Relaxed),
             desired: (comp.limit / 4096) as u32,
             max: comp.max.div_ceil(4096) as u32,
+            min: comp.largest.div_ceil(4096) as u32,
             ..Default::default()
+        }
+    }
+
+    /// Per-thread tardiness reports of component `c` (cumulative: count =
+    /// jobs, ns = summed tardiness), as the component wrote them.
+    pub fn tardiness(&self, c: usize) -> Vec<crate::policy::ThreadBlock> {
+        self.comps
+            .get(c)
+            .map_or_else(Vec::new, |k| crate::blocks::read(&k.table, CBT_TARDY))
+    }
+
+    /// Sets or clears the "w/o PI" flag of component `c`'s CBUF cache.
+    pub fn set_nopi(&self, c: usize, nopi: bool) {
+        if let Some(k) = self.comps.get(c) {
+            table_word(&k.table, CBT_NOPI).store(nopi as u32, Release);
         }
     }
 
@@ -665,6 +772,7 @@ impl CbufManager {
                 w.store(0, Relaxed);
             }
             crate::blocks::clear(&k.table, CBT_BLK);
+            crate::blocks::clear(&k.table, CBT_TARDY);
         }
         for s in [mine, theirs] {
             let mut p = [libc::pollfd {
@@ -731,6 +839,7 @@ impl CbufManager {
             let _ = s.data.punch_hole(0, len);
             self.comps[c].bytes -= len;
             self.used -= len;
+            self.publish(c);
             back += len;
             self.slabs[n] = None;
         }
@@ -762,8 +871,8 @@ impl CbufManager {
     }
 
     /// Holders of component c's buffers since longer than `bound_ms`:
-    /// (slab, obj, holder tid, held ms).
-    pub fn holders_past(&self, c: usize, bound_ms: u64) -> Vec<(u32, u32, u32, u64)> {
+    /// (slab, obj, holder tid, held ms, since: the holder's ms stamp).
+    pub fn holders_past(&self, c: usize, bound_ms: u64) -> Vec<(u32, u32, u32, u64, u32)> {
         let now = now_ms();
         let mut out = Vec::new();
         for (n, s) in self.slabs.iter().enumerate() {
@@ -779,7 +888,13 @@ impl CbufManager {
                 if w(CBM_STATE_GEN) & CB_STATE_MASK == CB_ALLOC {
                     let held = now.wrapping_sub(w(CBM_SINCE)) as u64;
                     if held > bound_ms {
-                        out.push((n as u32, o as u32, w(CBM_HOLDER) & !CBM_USED, held));
+                        out.push((
+                            n as u32,
+                            o as u32,
+                            w(CBM_HOLDER) & !CBM_USED,
+                            held,
+                            w(CBM_SINCE),
+                        ));
                     }
                 }
             }

@@ -33,8 +33,8 @@
 //!   truncation); δ^j decisions are held to the bounds and the pool
 //!   partition ([`policy::enforce`]) whatever the policy says.
 //!
-//! Pure cores: [`system`] (file, graph) and [`policy`] (Table II) make no
-//! system calls.
+//! Pure cores: [`system`] (file, graph), [`policy`] (Table II) and
+//! [`tmem`] (Algorithm 1 and the alternatives) make no system calls.
 //!
 //! Lock order: the runtime takes no locks across blocking (it blocks only
 //! on futex words); in the manager process, `Manager::cbufs` is the only
@@ -47,6 +47,7 @@ pub mod policy;
 pub mod region;
 pub mod runtime;
 pub mod system;
+pub mod tmem;
 
 pub use manager::Manager;
 pub use runtime::{Env, Interface, Server};

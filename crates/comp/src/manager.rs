@@ -41,6 +41,22 @@ use crate::system::{HoldAction, PolicyName, SystemFile};
 /// instance see CALL_DEAD at once, and a caller between its pop and its
 /// request notices the dead region within [`crate::runtime::LIVENESS_CHECK`].
 pub const RESTART_GRACE: Duration = Duration::from_millis(100);
+
+/// How long a component has, once started, to park every context thread
+/// (`Env::serve_forever` / `mantle_comp_serve`): past it the start fails
+/// (and `Manager::up` with it). docs/comp.md says so.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Restarts of one component allowed within [`RESTART_WINDOW`]: past
+/// them a component that keeps dying stays down (RestartFailed).
+pub const RESTART_BURST: usize = 5;
+pub const RESTART_WINDOW: Duration = Duration::from_secs(10);
+
+/// Reports of units held past the bound: each hold is reported once, and
+/// at most this many a second in all (the rest are counted in one
+/// [`Event::ReportsSuppressed`]).
+pub const REPORTS_PER_SEC: u32 = 20;
+
 use crate::Error;
 
 pub struct Component {
@@ -69,6 +85,57 @@ pub struct Manager {
     /// Per component: restart wanted (hold_action), and when it is due.
     restart_wanted: Vec<bool>,
     restart_at: Vec<Option<Instant>>,
+    /// Per component: when it was restarted lately (crash-loop guard).
+    restarts: Vec<Vec<Instant>>,
+    /// Holds already reported: (component, unit, since); pruned each tick
+    /// to the holds still past the bound.
+    reported: std::collections::HashSet<(usize, u64, u64)>,
+    /// The report budget: the second it counts, reports in it, suppressed.
+    report_window: (Instant, u32, u32),
+    policy_name: PolicyName,
+    /// Cumulative tardiness tables at the last policy run, per component.
+    prev_tardy: BTreeMap<usize, Vec<ThreadBlock>>,
+    /// Tardiness reports refused at the boundary, since start.
+    pub tardiness_rejected: u64,
+    /// The last policy runs' decisions, newest last (at most HISTORY).
+    history: std::collections::VecDeque<Run>,
+}
+
+/// Policy runs kept for `status` (the CLI also appends every run to its
+/// decision log).
+pub const HISTORY: usize = 64;
+
+/// One policy run: what the policy decided, as set.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Run {
+    pub run: u64,
+    /// CLOCK_MONOTONIC ms.
+    pub at_ms: u64,
+    pub policy: &'static str,
+    /// Real-time threads with tardiness since the run before: tid → ns.
+    pub tardiness: BTreeMap<u32, u64>,
+    pub decisions: Vec<policy::Decision>,
+    pub clamped: Vec<policy::Clamped>,
+}
+
+/// The policy of a name for a system (None for `none`).
+pub fn make_policy(spec: &SystemFile, name: PolicyName) -> Option<Box<dyn Policy>> {
+    match name {
+        PolicyName::None => None,
+        PolicyName::Fixed => Some(Box::new(policy::Fixed {
+            initial: spec
+                .components
+                .iter()
+                .flat_map(|c| {
+                    [
+                        ((c.name.clone(), Kind::Stack), c.desired_stacks()),
+                        ((c.name.clone(), Kind::Cbuf), c.desired_cbuf_pages()),
+                    ]
+                })
+                .collect(),
+        })),
+        other => crate::tmem::by_name(other.as_str()),
+    }
 }
 
 /// Something a tick found.
@@ -105,6 +172,14 @@ pub enum Event {
         component: String,
         error: String,
     },
+    /// Holds past the bound found in the last second and not reported
+    /// one by one (over [`REPORTS_PER_SEC`]).
+    ReportsSuppressed {
+        count: u32,
+    },
+    /// The policy asked for more (or less) than the bounds or the pool
+    /// allow: what it asked and what was set.
+    Clamped(crate::policy::Clamped),
     /// The policy set δ^j of a cache.
     Desired {
         component: String,
@@ -144,21 +219,7 @@ impl Manager {
             socks.push(a);
             child_socks.push(b);
         }
-        let policy: Option<Box<dyn Policy>> = match spec.policy.name {
-            PolicyName::None => None,
-            PolicyName::Fixed => Some(Box::new(policy::Fixed {
-                initial: spec
-                    .components
-                    .iter()
-                    .flat_map(|c| {
-                        [
-                            ((c.name.clone(), Kind::Stack), c.desired_stacks()),
-                            ((c.name.clone(), Kind::Cbuf), c.desired_cbuf_pages()),
-                        ]
-                    })
-                    .collect(),
-            })),
-        };
+        let policy = make_policy(&spec, spec.policy.name);
         let mut m = Manager {
             policy,
             last_policy: Instant::now(),
@@ -167,6 +228,13 @@ impl Manager {
             last_snapshot: Snapshot::default(),
             restart_wanted: vec![false; n],
             restart_at: vec![None; n],
+            restarts: vec![Vec::new(); n],
+            reported: Default::default(),
+            report_window: (Instant::now(), 0, 0),
+            policy_name: spec.policy.name,
+            prev_tardy: BTreeMap::new(),
+            tardiness_rejected: 0,
+            history: Default::default(),
             cbufs: Arc::new(Mutex::new(cbufs)),
             socks: Arc::new(socks),
             child_socks,
@@ -188,6 +256,13 @@ impl Manager {
             spec,
         };
         m.service = Some(m.spawn_service()?);
+        m.publish_pi();
+        // the policy's first decisions before any component runs: the
+        // shares it gives hold from the first allocation (no component
+        // can take the whole pool before the first period)
+        if m.policy.is_some() {
+            m.run_policy();
+        }
         for idx in m.spec.start_order() {
             let stacks = m.spec.components[idx].stacks;
             if let Err(e) = m.start(idx, stacks) {
@@ -205,6 +280,17 @@ impl Manager {
         cmd.args(&cs.exec[1..]);
         let own = region.fd().as_raw_fd();
         mantle_sys::supervise::inherit_fd_and_die_with_parent(&mut cmd, own);
+        // Isolation between components: each keeps only CAP_SYS_NICE (to
+        // run its contexts at its callers' real-time priorities), so a
+        // component started by root has no CAP_SYS_PTRACE and no
+        // CAP_DAC_OVERRIDE; its runtime makes it non-dumpable at start
+        // (Env::from_env). A sibling then cannot read or write its memory
+        // (/proc/PID/mem, process_vm_*) nor reopen its memfds through
+        // /proc/PID/fd. docs/comp.md, Security.
+        mantle_sys::supervise::bound_caps_before_exec(
+            &mut cmd,
+            &[mantle_sys::supervise::CAP_SYS_NICE],
+        );
         let mut servers = Vec::new();
         for t in &cs.invokes {
             let j = self.spec.index(t).ok_or_else(|| Error::Spec(t.clone()))?;
@@ -237,12 +323,21 @@ impl Manager {
                     std::io::Error::other(format!("exited during start: {st}")),
                 ));
             }
-            if t0.elapsed() > Duration::from_secs(10) {
+            if t0.elapsed() > START_TIMEOUT {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(Error::Start(
                     cs.name.clone(),
-                    std::io::Error::from(std::io::ErrorKind::TimedOut),
+                    std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!(
+                            "its {} contexts were not all serving within {} s \
+                             (a component must call mantle_comp_serve or \
+                             Env::serve_forever at start)",
+                            region.nctx(),
+                            START_TIMEOUT.as_secs()
+                        ),
+                    ),
                 ));
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -262,6 +357,20 @@ impl Manager {
     fn restart(&mut self, idx: usize) -> Event {
         let name = self.comps[idx].name.clone();
         let r = self.comps[idx].region.clone();
+        let now = Instant::now();
+        self.restarts[idx].retain(|t| now.duration_since(*t) < RESTART_WINDOW);
+        if self.restarts[idx].len() >= RESTART_BURST {
+            self.comps[idx].exit = Some("restarting too often".into());
+            return Event::RestartFailed {
+                component: name,
+                error: format!(
+                    "died {} times within {} s: left down",
+                    RESTART_BURST + 1,
+                    RESTART_WINDOW.as_secs()
+                ),
+            };
+        }
+        self.restarts[idx].push(now);
         let desired = r.h32(HDR_DESIRED).load(Acquire).max(1);
         r.reset();
         self.cbufs.lock().unwrap_or_else(|e| e.into_inner()).reset(
@@ -377,6 +486,36 @@ impl Manager {
             .set_desired(idx, pages)
     }
 
+    /// Switches the policy of the running system (`mantle comp policy`):
+    /// the next run is the new policy's, at once.
+    pub fn set_policy(&mut self, name: PolicyName) {
+        self.policy = make_policy(&self.spec, name);
+        self.policy_name = name;
+        self.publish_pi();
+        self.last_policy = Instant::now() - Duration::from_millis(self.spec.policy.period_ms);
+    }
+
+    /// The policy's period (`[policy] period_ms`, or as set).
+    pub fn set_period(&mut self, period: Duration) {
+        self.spec.policy.period_ms = (period.as_millis() as u64).clamp(1, 60_000);
+    }
+
+    /// Tells every cache whether blocked threads lend their priority (the
+    /// policy's `pi`; no policy: yes).
+    fn publish_pi(&self) {
+        let nopi = self.policy.as_ref().is_some_and(|p| !p.pi());
+        let cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, c) in self.comps.iter().enumerate() {
+            c.region.h32(HDR_NOPI).store(nopi as u32, Release);
+            cb.set_nopi(i, nopi);
+        }
+    }
+
+    /// The last policy runs, oldest first.
+    pub fn history(&self) -> impl Iterator<Item = &Run> {
+        self.history.iter()
+    }
+
     /// One run of the TMEM policy now: the snapshot of every cache (used
     /// bits counted and cleared, per-thread blocks since the last run),
     /// the policy's decisions held to the bounds and the pools, and
@@ -384,11 +523,17 @@ impl Manager {
     /// snapshot is still taken (for status).
     pub fn run_policy(&mut self) -> Vec<Event> {
         let snap = self.snapshot();
-        let decisions = match self.policy.as_mut() {
+        let (mut decisions, clamped) = match self.policy.as_mut() {
             Some(p) => policy::enforce(&snap, p.run(&snap)),
-            None => Vec::new(),
+            None => Default::default(),
         };
-        let mut ev = Vec::new();
+        let mut ev: Vec<Event> = clamped.iter().cloned().map(Event::Clamped).collect();
+        let mut set = Vec::new();
+        // decreases first: the pool is never over-committed in between
+        decisions.sort_by_key(|d| {
+            let cur = snap.caches.get(&(d.component.clone(), d.kind));
+            cur.is_some_and(|v| d.desired > v.desired)
+        });
         for d in decisions {
             let Some(idx) = self.spec.index(&d.component) else {
                 continue;
@@ -400,6 +545,11 @@ impl Manager {
                 }
                 Kind::Cbuf => self.set_desired_cbufs(idx, d.desired),
             };
+            set.push(policy::Decision {
+                component: d.component.clone(),
+                kind: d.kind,
+                desired,
+            });
             ev.push(Event::Desired {
                 component: d.component,
                 kind: d.kind,
@@ -420,6 +570,17 @@ impl Manager {
                 };
             }
         }
+        self.history.push_back(Run {
+            run: self.policy_runs + 1,
+            at_ms: pifutex::monotonic_ns() / 1_000_000,
+            policy: self.policy_name.as_str(),
+            tardiness: snap.tardiness.0.clone(),
+            decisions: set,
+            clamped,
+        });
+        if self.history.len() > HISTORY {
+            self.history.pop_front();
+        }
         self.last_snapshot = snap;
         self.policy_runs += 1;
         self.last_policy = Instant::now();
@@ -437,6 +598,7 @@ impl Manager {
             minimum: 1,
             ..Default::default()
         };
+        let mut jobs = BTreeMap::new();
         for (idx, c) in self.comps.iter().enumerate() {
             let r = &c.region;
             let k = r.counters();
@@ -449,10 +611,42 @@ impl Manager {
                 max: k.nctx,
                 ..Default::default()
             };
-            let (cbufs, cb_threads) = {
+            let (cbufs, cb_threads, tardy) = {
                 let cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
-                (cb.view(idx), cb.thread_blocks(idx))
+                (cb.view(idx), cb.thread_blocks(idx), cb.tardiness(idx))
             };
+            // the component's tardiness reports since the last run, each
+            // checked at the boundary: a counter that went back is a
+            // negative report, a thread not real-time now is refused
+            let prev = self
+                .prev_tardy
+                .insert(idx, tardy.clone())
+                .unwrap_or_default();
+            for now in &tardy {
+                let before = prev
+                    .iter()
+                    .find(|p| p.tid == now.tid)
+                    .copied()
+                    .unwrap_or_default();
+                if now.blocks == before.blocks && now.block_ns == before.block_ns {
+                    continue;
+                }
+                let report = crate::tmem::TardinessReport {
+                    tid: if now.tid == mantle_abi::comp::BLK_OTHERS {
+                        0
+                    } else {
+                        now.tid
+                    },
+                    realtime: pifutex::is_realtime(now.tid),
+                    jobs: now.blocks.wrapping_sub(before.blocks),
+                    total_ns: (now.block_ns as i128 - before.block_ns as i128)
+                        .clamp(i64::MIN as i128, i64::MAX as i128)
+                        as i64,
+                };
+                if s.tardiness.add(&report, &mut jobs).is_err() {
+                    self.tardiness_rejected += 1;
+                }
+            }
             for (kind, mut v, now) in [
                 (Kind::Stack, stacks, k.threads),
                 (Kind::Cbuf, cbufs, cb_threads),
@@ -507,7 +701,9 @@ impl Manager {
         for (idx, c) in self.comps.iter_mut().enumerate() {
             let Some(ch) = c.child.as_mut() else { continue };
             if let Ok(Some(st)) = ch.try_wait() {
-                if self.restart_wanted[idx] {
+                // killed for a hold, or died by itself: under "restart"
+                // both come back
+                if self.restart_wanted[idx] || self.spec.limits.hold_action == HoldAction::Restart {
                     self.restart_at[idx] = Some(Instant::now() + RESTART_GRACE);
                 }
                 c.exit = Some(st.to_string());
@@ -539,6 +735,9 @@ impl Manager {
         let now = pifutex::monotonic_ns();
         let bound = self.spec.limits.hold_bound_ms;
         let mut kill = Vec::new();
+        // holds past the bound, keyed (component, unit, since): reported
+        // once each, within the rate limit, after the loops
+        let mut holds: Vec<((usize, u64, u64), Event)> = Vec::new();
         // Threads waiting now on a call into a component: a hold past the
         // bound by one of them is explained by its callee's (the paper's
         // P2 is per invocation), so only the innermost holder of a chain
@@ -598,14 +797,17 @@ impl Manager {
                 let held_ms = now.saturating_sub(since) / 1_000_000;
                 if call == CALL_REQ && held_ms > bound {
                     let action = act(c, r.s32(i, CTX_TID).load(Relaxed));
-                    ev.push(Event::HoldPastBound {
-                        component: c.name.clone(),
-                        slot: i,
-                        caller_pid: caller,
-                        caller_tid: r.s32(i, CTX_CALLER_TID).load(Relaxed),
-                        held_ms,
-                        action,
-                    });
+                    holds.push((
+                        (idx, i as u64, since),
+                        Event::HoldPastBound {
+                            component: c.name.clone(),
+                            slot: i,
+                            caller_pid: caller,
+                            caller_tid: r.s32(i, CTX_CALLER_TID).load(Relaxed),
+                            held_ms,
+                            action,
+                        },
+                    ));
                     if action != HoldAction::Report {
                         kill.push((idx, action));
                     }
@@ -616,21 +818,26 @@ impl Manager {
         let mut cb = self.cbufs.lock().unwrap_or_else(|e| e.into_inner());
         for (i, c) in self.comps.iter().enumerate() {
             cb.apply(i);
-            for (slab, obj, tid, held_ms) in cb.holders_past(i, bound) {
+            for (slab, obj, tid, held_ms, since) in cb.holders_past(i, bound) {
                 let action = act(c, tid);
-                ev.push(Event::CbufHeldPastBound {
-                    component: c.name.clone(),
-                    cbuf: slab << SLAB_SHIFT | obj,
-                    holder_tid: tid,
-                    held_ms,
-                    action,
-                });
+                let cbuf = slab << SLAB_SHIFT | obj;
+                holds.push((
+                    (i, 1 << 32 | cbuf as u64, since as u64),
+                    Event::CbufHeldPastBound {
+                        component: c.name.clone(),
+                        cbuf,
+                        holder_tid: tid,
+                        held_ms,
+                        action,
+                    },
+                ));
                 if action != HoldAction::Report {
                     kill.push((i, action));
                 }
             }
         }
         drop(cb);
+        ev.extend(self.report(holds));
         kill.sort_by_key(|k| k.0);
         kill.dedup_by_key(|k| k.0);
         for (idx, action) in kill {
@@ -653,13 +860,45 @@ impl Manager {
         ev
     }
 
+    /// The holds past the bound to report now: each hold once (the set
+    /// of reported holds keeps only those still past the bound), at most
+    /// [`REPORTS_PER_SEC`] a second; the others are counted, and the
+    /// count reported when its second ends.
+    fn report(&mut self, holds: Vec<((usize, u64, u64), Event)>) -> Vec<Event> {
+        let mut out = Vec::new();
+        let (start, sent, suppressed) = &mut self.report_window;
+        if start.elapsed() >= Duration::from_secs(1) {
+            if *suppressed > 0 {
+                out.push(Event::ReportsSuppressed { count: *suppressed });
+            }
+            (*start, *sent, *suppressed) = (Instant::now(), 0, 0);
+        }
+        let now: std::collections::HashSet<_> = holds.iter().map(|h| h.0).collect();
+        self.reported.retain(|k| now.contains(k));
+        for (key, e) in holds {
+            if !self.reported.insert(key) {
+                continue;
+            }
+            if *sent < REPORTS_PER_SEC {
+                *sent += 1;
+                out.push(e);
+            } else {
+                *suppressed += 1;
+            }
+        }
+        out
+    }
+
     pub fn status(&self) -> Status {
         Status {
             policy: PolicyStatus {
-                name: self.policy.as_ref().map_or("none", |p| p.name()),
+                name: self.policy_name.as_str(),
                 period_ms: self.spec.policy.period_ms,
                 runs: self.policy_runs,
+                pi: self.policy.as_ref().is_none_or(|p| p.pi()),
+                tardiness_rejected: self.tardiness_rejected,
             },
+            last_run: self.history.back().cloned(),
             components: self
                 .comps
                 .iter()
@@ -742,6 +981,8 @@ fn mark_dead(r: &Region) {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Status {
     pub policy: PolicyStatus,
+    /// The last policy run's decisions (None before the first).
+    pub last_run: Option<Run>,
     pub components: Vec<ComponentStatus>,
 }
 
@@ -751,6 +992,11 @@ pub struct PolicyStatus {
     pub period_ms: u64,
     /// Policy runs so far.
     pub runs: u64,
+    /// Whether blocked threads lend their priority (the "-nopi" policies
+    /// say no).
+    pub pi: bool,
+    /// Tardiness reports refused at the boundary since start.
+    pub tardiness_rejected: u64,
 }
 
 /// One cache as the last policy run saw it: a^j, in use, used since the

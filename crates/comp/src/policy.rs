@@ -51,6 +51,10 @@ pub struct CacheView {
     pub desired: u32,
     /// The most this cache may ever hold (the system file's bound).
     pub max: u32,
+    /// The least it may hold (P3: its largest single allocation, e.g. the
+    /// pages of its largest CBUF slab); 0: the snapshot's `minimum`.
+    #[serde(default)]
+    pub min: u32,
     /// r^j as [`CacheView::estimated_requests`] computes it (for status).
     pub estimated_requests: u32,
 }
@@ -107,6 +111,10 @@ pub struct Snapshot {
     pub pool: BTreeMap<Kind, u32>,
     /// The least each cache may hold (P3: one maximal allocation).
     pub minimum: u32,
+    /// The real-time threads (T) and their average tardiness since the
+    /// last run, from checked reports ([`crate::tmem::TardinessReport`]).
+    #[serde(skip)]
+    pub tardiness: crate::tmem::Tardiness,
 }
 
 /// `set_desired(c, amount)`.
@@ -121,37 +129,95 @@ pub struct Decision {
 pub trait Policy: Send + Sync {
     fn name(&self) -> &'static str;
     fn run(&mut self, s: &Snapshot) -> Vec<Decision>;
+    /// Whether threads blocked on an empty cache lend their priority to a
+    /// holder (the paper's "w/o PI" variants say no).
+    fn pi(&self) -> bool {
+        true
+    }
 }
 
-/// Holds decisions to the rules the managers keep whatever the policy:
-/// each cache between `minimum` and its `max`, unknown caches dropped,
-/// and the sum of δ^j per kind within the pool (caches without a
-/// decision keep their δ^j; a decision that does not fit gets what is
-/// left, never below the minimum).
-pub fn enforce(s: &Snapshot, decisions: Vec<Decision>) -> Vec<Decision> {
-    let mut want: BTreeMap<(String, Kind), u32> = s
-        .caches
-        .iter()
-        .map(|(k, v)| (k.clone(), v.desired))
-        .collect();
-    let mut out = Vec::new();
+/// A decision [`enforce`] changed: what the policy asked, what it got.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Clamped {
+    pub component: String,
+    pub kind: Kind,
+    pub asked: u32,
+    pub desired: u32,
+}
+
+/// Holds decisions to the rules the managers keep whatever the policy, as
+/// one transaction: each cache between `minimum` and its `max`, unknown
+/// caches dropped (the last decision for a cache counts), and the sum of
+/// δ^j per kind within the pool, the decisions taken together: the
+/// caches without a decision keep their δ^j, and when the decided ones
+/// do not fit in the rest, each keeps its minimum and the part above it
+/// is scaled down in proportion (never below the minimum: P3 holds even
+/// when the pool is full). Returns the decisions in the order first
+/// given, and those it changed.
+pub fn enforce(s: &Snapshot, decisions: Vec<Decision>) -> (Vec<Decision>, Vec<Clamped>) {
+    let mut order: Vec<(String, Kind)> = Vec::new();
+    let mut asked: BTreeMap<(String, Kind), u32> = BTreeMap::new();
     for d in decisions {
-        let key = (d.component.clone(), d.kind);
-        let Some(v) = s.caches.get(&key) else {
+        let key = (d.component, d.kind);
+        if !s.caches.contains_key(&key) {
             continue;
-        };
-        let pool = s.pool.get(&d.kind).copied().unwrap_or(0) as u64;
-        let others: u64 = want
-            .iter()
-            .filter(|((c, k), _)| *k == d.kind && *c != d.component)
-            .map(|(_, &n)| n as u64)
-            .sum();
-        let room = pool.saturating_sub(others).min(u32::MAX as u64) as u32;
-        let n = d.desired.min(v.max).min(room).max(s.minimum.min(v.max));
-        want.insert(key, n);
-        out.push(Decision { desired: n, ..d });
+        }
+        if asked.insert(key.clone(), d.desired).is_none() {
+            order.push(key);
+        }
     }
-    out
+    let lo = |v: &CacheView| s.minimum.max(v.min).min(v.max);
+    let mut got: BTreeMap<(String, Kind), u32> = asked
+        .iter()
+        .map(|(k, &n)| {
+            let v = &s.caches[k];
+            (k.clone(), n.min(v.max).max(lo(v)))
+        })
+        .collect();
+    let kinds: std::collections::BTreeSet<Kind> = got.keys().map(|k| k.1).collect();
+    for kind in kinds {
+        let pool = s.pool.get(&kind).copied().unwrap_or(0) as u64;
+        let kept: u64 = s
+            .caches
+            .iter()
+            .filter(|(k, _)| k.1 == kind && !got.contains_key(*k))
+            .map(|(_, v)| v.desired as u64)
+            .sum();
+        let room = pool.saturating_sub(kept);
+        let mine: Vec<(String, Kind)> = got.keys().filter(|k| k.1 == kind).cloned().collect();
+        let total: u64 = mine.iter().map(|k| got[k] as u64).sum();
+        if total <= room {
+            continue;
+        }
+        let base: u64 = mine.iter().map(|k| lo(&s.caches[k]) as u64).sum();
+        let (extra_room, extra) = (room.saturating_sub(base), total - base);
+        for k in mine {
+            let l = lo(&s.caches[&k]) as u64;
+            let n = got[&k] as u64;
+            // extra > 0: total > room >= ... and total > base here
+            let scaled = l + (n - l) * extra_room / extra.max(1);
+            got.insert(k, scaled as u32);
+        }
+    }
+    let mut out = Vec::new();
+    let mut clamped = Vec::new();
+    for key in order {
+        let (n, a) = (got[&key], asked[&key]);
+        if n != a {
+            clamped.push(Clamped {
+                component: key.0.clone(),
+                kind: key.1,
+                asked: a,
+                desired: n,
+            });
+        }
+        out.push(Decision {
+            component: key.0,
+            kind: key.1,
+            desired: n,
+        });
+    }
+    (out, clamped)
 }
 
 /// The trivial fixed policy: every cache keeps the amount the system file
@@ -199,6 +265,34 @@ impl Policy for Fixed {
 mod tests {
     use super::*;
 
+    #[test]
+    fn enforce_never_exceeds_the_pool_for_any_shares() {
+        // three caches, every split of asks 0..=12 each, pools 0..=20
+        for pool in 0..=20u32 {
+            let s = snap(Kind::Stack, pool, &[("a", 1, 9), ("b", 1, 9), ("c", 1, 9)]);
+            for x in 0..=12 {
+                for y in 0..=12 {
+                    let (d, _) = enforce(
+                        &s,
+                        vec![
+                            dec("a", Kind::Stack, x),
+                            dec("b", Kind::Stack, y),
+                            dec("c", Kind::Stack, 12 - x.min(12)),
+                        ],
+                    );
+                    let sum: u32 = d.iter().map(|d| d.desired).sum();
+                    assert!(d.iter().all(|d| (1..=9).contains(&d.desired)), "{d:?}");
+                    assert!(sum <= pool.max(3), "pool {pool}: {d:?}");
+                    let clamped = x.clamp(1, 9) + y.clamp(1, 9) + (12 - x).clamp(1, 9);
+                    if clamped <= pool {
+                        // it fits: nothing is cut but the bound
+                        assert_eq!(d[0].desired, x.clamp(1, 9));
+                    }
+                }
+            }
+        }
+    }
+
     fn tb(tid: u32, blocks: u32, block_ns: u64) -> ThreadBlock {
         ThreadBlock {
             tid,
@@ -245,6 +339,7 @@ mod tests {
         Snapshot {
             pool: [(kind, pool)].into(),
             minimum: 1,
+            tardiness: Default::default(),
             caches: caches
                 .iter()
                 .map(|&(n, desired, max)| {
@@ -275,19 +370,34 @@ mod tests {
         // pool of 10, "a" at most 8
         let s = snap(Kind::Stack, 10, &[("a", 2, 8), ("b", 4, 8)]);
         for want in 0..=20 {
-            let d = enforce(&s, vec![dec("a", Kind::Stack, want)]);
-            assert_eq!(d, [dec("a", Kind::Stack, want.clamp(1, 6))], "want {want}");
+            let (d, c) = enforce(&s, vec![dec("a", Kind::Stack, want)]);
+            let got = want.clamp(1, 6);
+            assert_eq!(d, [dec("a", Kind::Stack, got)], "want {want}");
+            // every change is reported, with what was asked
+            assert_eq!(c.len(), (got != want) as usize, "want {want}");
         }
-        // decisions are checked in order against the ones before
-        let d = enforce(&s, vec![dec("a", Kind::Stack, 8), dec("b", Kind::Stack, 8)]);
-        assert_eq!(d, [dec("a", Kind::Stack, 6), dec("b", Kind::Stack, 4)]);
+        // decisions are one transaction: taken together, each keeps the
+        // minimum and the rest is shared in proportion
+        let (d, c) = enforce(&s, vec![dec("a", Kind::Stack, 8), dec("b", Kind::Stack, 8)]);
+        assert_eq!(d, [dec("a", Kind::Stack, 5), dec("b", Kind::Stack, 5)]);
+        assert_eq!(c.len(), 2);
+        // a decrease makes room for an increase in the same run, in any
+        // order
+        for ds in [
+            vec![dec("a", Kind::Stack, 8), dec("b", Kind::Stack, 2)],
+            vec![dec("b", Kind::Stack, 2), dec("a", Kind::Stack, 8)],
+        ] {
+            let (d, c) = enforce(&s, ds);
+            assert!(c.is_empty(), "{c:?}");
+            assert_eq!(d.iter().map(|d| d.desired).sum::<u32>(), 10);
+        }
         // unknown caches and kinds are dropped; the minimum survives a
         // full pool
-        let d = enforce(&s, vec![dec("z", Kind::Stack, 1), dec("a", Kind::Cbuf, 1)]);
+        let (d, _) = enforce(&s, vec![dec("z", Kind::Stack, 1), dec("a", Kind::Cbuf, 1)]);
         assert!(d.is_empty());
         let full = snap(Kind::Stack, 4, &[("a", 1, 8), ("b", 4, 8)]);
         assert_eq!(
-            enforce(&full, vec![dec("a", Kind::Stack, 3)]),
+            enforce(&full, vec![dec("a", Kind::Stack, 3)]).0,
             [dec("a", Kind::Stack, 1)]
         );
     }

@@ -181,6 +181,12 @@ impl Region {
         crate::blocks::record(&self.mem, region_blk_off(self.nctx), tid, ns);
     }
 
+    /// Whether blocked callers wait without lending their priority (the
+    /// policy's "w/o PI" variants; the manager sets it).
+    pub fn nopi(&self) -> bool {
+        self.h32(HDR_NOPI).load(Acquire) != 0
+    }
+
     /// Per-thread block statistics, cumulative (Table II).
     pub fn thread_blocks(&self) -> Vec<crate::policy::ThreadBlock> {
         crate::blocks::read(&self.mem, region_blk_off(self.nctx))
@@ -203,7 +209,14 @@ impl Region {
         self.h32(HDR_EPOCH).fetch_add(1, AcqRel);
         self.h64(HDR_FREE_HEAD).store(0, Release);
         for i in 0..self.nctx {
-            for off in [CTX_PI, CTX_TID, CTX_NEXT, CTX_USED, CTX_CALLER_PID] {
+            for off in [
+                CTX_PI,
+                CTX_TID,
+                CTX_NEXT,
+                CTX_USED,
+                CTX_CALLER_PID,
+                CTX_HOLD_PI,
+            ] {
                 self.s32(i, off).store(0, Relaxed);
             }
             self.s32(i, CTX_OWN).store(OWN_PARKED, Relaxed);

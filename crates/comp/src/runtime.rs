@@ -57,9 +57,9 @@ pub fn set_spin(n: u32) {
 }
 
 thread_local! {
-    /// The calling thread's scheduling, encoded for a slot; None until
-    /// first read. Contexts update it when they take a caller's priority.
-    static MY_PRIO: Cell<Option<u32>> = const { Cell::new(None) };
+    /// While a context thread runs a call: the tid of the thread the call
+    /// runs for (the first caller of the chain); 0 otherwise.
+    static ORIGIN: Cell<u32> = const { Cell::new(0) };
     static MY_TID: Cell<u32> = const { Cell::new(0) };
 }
 
@@ -70,6 +70,17 @@ pub(crate) fn my_tid() -> u32 {
         }
         t.get()
     })
+}
+
+/// The thread this thread works for now: the origin of the call a
+/// context thread runs, or the thread itself. Block and tardiness records
+/// are kept under it, so that a real-time thread is one thread of the
+/// policy's T in every component its invocations reach.
+pub fn origin_tid() -> u32 {
+    match ORIGIN.with(|o| o.get()) {
+        0 => my_tid(),
+        o => o,
+    }
 }
 
 pub fn encode_prio(s: Sched) -> u32 {
@@ -96,22 +107,46 @@ pub fn decode_prio(p: u32) -> Option<Sched> {
     }
 }
 
-/// The caller's priority, cached per thread: call
-/// [`priority_changed`] after changing a thread's scheduling.
+/// The caller's priority now: read at every invocation (one
+/// sched_getattr), so a thread that changes its scheduling between calls
+/// (from Rust or from C, through libmantle) is followed at once.
 fn my_prio() -> u32 {
-    MY_PRIO.with(|p| match p.get() {
-        Some(v) => v,
-        None => {
-            let v = pifutex::self_sched().map(encode_prio).unwrap_or(0);
-            p.set(Some(v));
-            v
-        }
-    })
+    pifutex::self_sched().map(encode_prio).unwrap_or(0)
 }
 
-/// Forget the cached priority of the calling thread (it changed).
-pub fn priority_changed() {
-    MY_PRIO.with(|p| p.set(None));
+/// Kept for callers of earlier versions: the priority is no longer
+/// cached, so there is nothing to forget.
+pub fn priority_changed() {}
+
+/// Takes a PI word for `me`: a CAS from 0, or, while another thread holds
+/// it for a moment (a blocked caller that was handed it), FUTEX_LOCK_PI,
+/// which also boosts that thread. A word left by a thread that died is
+/// taken over. `give_up` is asked at each timeout (the server died).
+fn take_pi(word: &AtomicU32, me: u32, give_up: &dyn Fn() -> bool) -> Result<(), ()> {
+    loop {
+        let cur = match word.compare_exchange(0, me, AcqRel, Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(cur) => cur,
+        };
+        match pifutex::lock_pi(word, Some(LIVENESS_CHECK)) {
+            Ok(true) => {
+                // ours; a dead previous owner leaves FUTEX_OWNER_DIED,
+                // which our own unlock clears
+                return Ok(());
+            }
+            Ok(false) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                // the owner's tid no longer exists: take the word over
+                if word.compare_exchange(cur, me, AcqRel, Relaxed).is_ok() {
+                    return Ok(());
+                }
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+        if give_up() {
+            return Err(());
+        }
+    }
 }
 
 /// Whether the process behind a pidfd is still running: a pidfd polls
@@ -193,6 +228,16 @@ impl Server {
             Some(i) => i,
             None => tmem_get(r, &|| self.live.alive(r))?,
         };
+        // hold_pi: ours from the pop until after the push, so that a
+        // caller blocked on the empty cache boosts this thread through
+        // the whole hold, the push back included (the paper's bound: a
+        // high-priority caller waits at most the holder's remaining
+        // critical section, whatever runs at a middle priority)
+        let me = my_tid();
+        let hold = r.s32(i, CTX_HOLD_PI);
+        if take_pi(hold, me, &|| !self.live.alive(r)).is_err() {
+            return Err(Error::ServerDied(self.name.clone()));
+        }
         let mut res = self.call_on(i, func, args);
         if r.epoch() != epoch {
             // the server was restarted under this call: its context
@@ -205,6 +250,8 @@ impl Server {
                 tmem_put(r);
             }
         }
+        // after the push: a waiter handed the word finds the context free
+        let _ = pifutex::unlock_pi(hold, me);
         res
     }
 
@@ -238,6 +285,7 @@ impl Server {
         r.s32(i, CTX_CALLER_TID).store(my_tid(), Relaxed);
         r.s32(i, CTX_CALLER_PID).store(std::process::id(), Relaxed);
         r.s32(i, CTX_PRIO).store(my_prio(), Relaxed);
+        r.s32(i, CTX_ORIGIN).store(origin_tid(), Relaxed);
         r.s32(i, CTX_FUNC).store(func, Relaxed);
         for k in 0..NARGS {
             r.s64(i, CTX_ARGS + 8 * k)
@@ -253,12 +301,45 @@ impl Server {
             std::hint::spin_loop();
             k += 1;
         }
+        let pi = r.s32(i, CTX_PI);
         loop {
             match call.load(Acquire) {
                 CALL_DONE => break,
                 CALL_REQ => {
-                    if futex_wait(call, CALL_REQ, LIVENESS_CHECK) && !self.live.alive(r) {
-                        return Err(Error::ServerDied(self.name.clone()));
+                    // wait on the context's PI word, not on the call word:
+                    // the kernel runs the context thread at our priority
+                    // from the moment we block (a free context's thread
+                    // may still have its last caller's), and hands us the
+                    // word when it sets DONE
+                    match pifutex::lock_pi(pi, Some(LIVENESS_CHECK)) {
+                        Ok(true) => {
+                            let _ = pifutex::unlock_pi(pi, my_tid());
+                            // the context sets DONE before it lets go: a
+                            // word free with the call still REQ means its
+                            // thread died (the kernel gave us the word) or
+                            // the server lies; look, never spin
+                            if call.load(Acquire) == CALL_REQ
+                                && (!self.live.alive(r)
+                                    || futex_wait(call, CALL_REQ, Duration::from_millis(1))
+                                        && !self.live.alive(r))
+                            {
+                                return Err(Error::ServerDied(self.name.clone()));
+                            }
+                        }
+                        Ok(false) => {
+                            if !self.live.alive(r) {
+                                return Err(Error::ServerDied(self.name.clone()));
+                            }
+                        }
+                        // the owner is gone (ESRCH) or the word is not a
+                        // PI word any more: the server is dying or lying
+                        Err(_) => {
+                            if futex_wait(call, CALL_REQ, Duration::from_millis(1))
+                                && !self.live.alive(r)
+                            {
+                                return Err(Error::ServerDied(self.name.clone()));
+                            }
+                        }
                     }
                 }
                 CALL_DEAD => return Err(Error::ServerDied(self.name.clone())),
@@ -345,15 +426,29 @@ pub fn tmem_get(r: &Region, alive: &dyn Fn() -> bool) -> Result<u32, Error> {
         }
         // single-unit PIP: pick a holder and block on its PI word; the
         // kernel lends it our priority until it releases the context.
-        if let Some(h) = pick_holder(r) {
-            let pi = r.s32(h, CTX_PI);
-            if let Ok(true) = pifutex::lock_pi(pi, Some(LIVENESS_CHECK)) {
-                let _ = pifutex::unlock_pi(pi, my_tid());
+        // The kernel lends our priority to the caller holding it, and
+        // through the PI word it waits on, to the context thread: both
+        // the rest of the call and the push back run boosted.
+        let me = my_tid();
+        // the "w/o PI" variants (the manager sets nopi): no boost, wait
+        let pi = r.h32(HDR_NOPI).load(Relaxed) == 0;
+        let handed = match pick_holder(r, me).filter(|_| pi) {
+            Some(h) => {
+                let pi = r.s32(h, CTX_HOLD_PI);
+                match pifutex::lock_pi(pi, Some(LIVENESS_CHECK)) {
+                    Ok(true) => {
+                        let _ = pifutex::unlock_pi(pi, me);
+                        true
+                    }
+                    _ => false,
+                }
             }
-        }
-        // the holder finished; its caller pushes the context back and
-        // tmem_put bumps free_seq (priority-ordered wake)
-        if r.h32(HDR_FREE_SEQ).load(Acquire) == seq {
+            None => false,
+        };
+        // handed the word: the holder pushed the context before it let
+        // go. Otherwise (no holder to boost: reserved contexts, a removal
+        // under way) wait for tmem_put (priority-ordered wake).
+        if !handed && r.h32(HDR_FREE_SEQ).load(Acquire) == seq {
             futex_wait(r.h32(HDR_FREE_SEQ), seq, Duration::from_millis(2));
         }
         if !alive() {
@@ -365,16 +460,17 @@ pub fn tmem_get(r: &Region, alive: &dyn Fn() -> bool) -> Result<u32, Error> {
     }
     let ns = pifutex::monotonic_ns().saturating_sub(t0);
     r.h64(HDR_BLOCK_NS).fetch_add(ns, Relaxed);
-    r.record_block(my_tid(), ns);
+    r.record_block(origin_tid(), ns);
     res
 }
 
-/// A busy context whose PI word has an owner: the holder to boost.
-fn pick_holder(r: &Region) -> Option<u32> {
+/// A busy context held by a caller other than `me` (its hold word has
+/// an owner): the holder to boost. A thread that holds every context
+/// itself (a nested call into the same server) has nobody to wait for.
+fn pick_holder(r: &Region, me: u32) -> Option<u32> {
     (0..r.nctx()).find(|&i| {
-        r.s32(i, CTX_OWN).load(Relaxed) == OWN_BUSY
-            && r.s32(i, CTX_CALL).load(Relaxed) == CALL_REQ
-            && r.s32(i, CTX_PI).load(Relaxed) & pifutex::FUTEX_TID_MASK != 0
+        let owner = r.s32(i, CTX_HOLD_PI).load(Relaxed) & pifutex::FUTEX_TID_MASK;
+        r.s32(i, CTX_OWN).load(Relaxed) == OWN_BUSY && owner != 0 && owner != me
     })
 }
 
@@ -443,7 +539,6 @@ fn context_loop(r: &Region, i: u32, iface: &Interface) {
             if let Some(s) = decode_prio(want) {
                 if pifutex::set_self_sched(s).is_ok() {
                     cur = want;
-                    MY_PRIO.with(|p| p.set(Some(want)));
                 }
             }
         }
@@ -452,15 +547,94 @@ fn context_loop(r: &Region, i: u32, iface: &Interface) {
             *a = r.s64(i, CTX_ARGS + 8 * k).load(Relaxed);
         }
         let func = r.s32(i, CTX_FUNC).load(Relaxed);
+        // a claim of the caller's: only used as a key for statistics
+        ORIGIN.with(|o| o.set(r.s32(i, CTX_ORIGIN).load(Relaxed)));
         let (ret, status) = match iface.funcs.get(func as usize) {
             Some(f) => (f(&args), 0),
             None => (0, libc::ENOSYS as u32),
         };
+        ORIGIN.with(|o| o.set(0));
         r.s64(i, CTX_RET).store(ret as u64, Relaxed);
         r.s32(i, CTX_STATUS).store(status, Relaxed);
-        let _ = pifutex::unlock_pi(r.s32(i, CTX_PI), tid);
+        // DONE before the PI word: the caller, handed the word, finds the
+        // result at once (were it the other way round, a caller of our own
+        // base priority could spin on REQ while we wait for the CPU). A
+        // caller on its fallback wait (a lying PI word) polls every 1 ms.
         call.store(CALL_DONE, Release);
-        pifutex::wake(call, 2);
+        let _ = pifutex::unlock_pi(r.s32(i, CTX_PI), tid);
+    }
+}
+
+/// The periodic-task helper (TMEM paper §V: the policy needs each
+/// real-time thread's tardiness): a thread releases a job every `period`,
+/// its deadline the next release; [`Periodic::job_done`] reports the job's
+/// tardiness (max(0, completion − deadline)) in the component's table,
+/// under the thread's origin tid, and sleeps until the next release (a
+/// job that ends past it starts the next one at once). The manager reads
+/// the reports at each policy run, and takes only those of threads that
+/// run a real-time policy then.
+pub struct Periodic {
+    cbufs: Arc<crate::cbuf::Cbufs>,
+    period_ns: u64,
+    release: u64,
+}
+
+impl Periodic {
+    /// The first job is released now.
+    pub fn new(cbufs: Arc<crate::cbuf::Cbufs>, period: Duration) -> Periodic {
+        Periodic {
+            cbufs,
+            period_ns: (period.as_nanos() as u64).max(1),
+            release: pifutex::monotonic_ns(),
+        }
+    }
+
+    /// The current job's release and deadline (CLOCK_MONOTONIC ns).
+    pub fn window(&self) -> (u64, u64) {
+        (self.release, self.release + self.period_ns)
+    }
+
+    /// Ends the current job: reports it, waits for the next release.
+    /// Returns the job's tardiness.
+    pub fn job_done(&mut self) -> Duration {
+        let now = pifutex::monotonic_ns();
+        let tardy = now.saturating_sub(self.release + self.period_ns);
+        self.cbufs.report_job(tardy);
+        self.release += self.period_ns;
+        let now = pifutex::monotonic_ns();
+        if self.release > now {
+            std::thread::sleep(Duration::from_nanos(self.release - now));
+        }
+        Duration::from_nanos(tardy)
+    }
+}
+
+/// For a thread without a period (the paper's Table IV reading): its
+/// tardiness is its response time above its own average so far.
+pub struct Responses {
+    cbufs: Arc<crate::cbuf::Cbufs>,
+    jobs: u64,
+    total_ns: u128,
+}
+
+impl Responses {
+    pub fn new(cbufs: Arc<crate::cbuf::Cbufs>) -> Responses {
+        Responses {
+            cbufs,
+            jobs: 0,
+            total_ns: 0,
+        }
+    }
+
+    /// Reports one response; returns the tardiness counted for it.
+    pub fn job_done(&mut self, response: Duration) -> Duration {
+        let ns = response.as_nanos();
+        let avg = self.total_ns.checked_div(self.jobs as u128).unwrap_or(ns);
+        let tardy = ns.saturating_sub(avg).min(u64::MAX as u128) as u64;
+        self.jobs += 1;
+        self.total_ns += ns;
+        self.cbufs.report_job(tardy);
+        Duration::from_nanos(tardy)
     }
 }
 
@@ -500,6 +674,9 @@ fn env_fd(v: &str) -> Result<OwnedFd, Error> {
 impl Env {
     /// Reads the environment the manager set for this component.
     pub fn from_env() -> Result<Env, Error> {
+        // before anything of the manager's is mapped: no sibling (same
+        // uid, no CAP_SYS_PTRACE) may read our memory or our fds
+        mantle_sys::supervise::set_not_dumpable().map_err(Error::sys("PR_SET_DUMPABLE"))?;
         let var = |k: &str| {
             std::env::var(k)
                 .map_err(|_| Error::Spec(format!("{k} not set: not started by `mantle comp up`")))
@@ -524,6 +701,16 @@ impl Env {
             servers,
             cbufs,
         })
+    }
+
+    /// A periodic-task helper for the calling thread (see [`Periodic`]).
+    pub fn periodic(&self, period: Duration) -> Periodic {
+        Periodic::new(self.cbufs.clone(), period)
+    }
+
+    /// A response-time reporter for a thread without a period.
+    pub fn responses(&self) -> Responses {
+        Responses::new(self.cbufs.clone())
     }
 
     pub fn server(&self, name: &str) -> Result<&Server, Error> {

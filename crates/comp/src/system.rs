@@ -9,7 +9,8 @@
 //! hold_action = "report"   # or "kill" (SIGKILL the holder) or "restart"
 //!
 //! [policy]                 # the TMEM policy loop (Table II)
-//! name = "fixed"           # or "none" (δ^j only moved by hand)
+//! name = "fixed"           # or none, min, max, fair, greedy,
+//!                          # greedy-nopi, tmem, tmem-nopi
 //! period_ms = 250          # the paper's quarter second
 //!
 //! [[component]]
@@ -70,6 +71,47 @@ pub enum PolicyName {
     #[default]
     Fixed,
     None,
+    Min,
+    Max,
+    Fair,
+    Greedy,
+    #[serde(rename = "greedy-nopi")]
+    GreedyNopi,
+    Tmem,
+    #[serde(rename = "tmem-nopi")]
+    TmemNopi,
+}
+
+impl PolicyName {
+    pub const ALL: [PolicyName; 9] = [
+        PolicyName::None,
+        PolicyName::Fixed,
+        PolicyName::Min,
+        PolicyName::Max,
+        PolicyName::Fair,
+        PolicyName::Greedy,
+        PolicyName::GreedyNopi,
+        PolicyName::Tmem,
+        PolicyName::TmemNopi,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PolicyName::None => "none",
+            PolicyName::Fixed => "fixed",
+            PolicyName::Min => "min",
+            PolicyName::Max => "max",
+            PolicyName::Fair => "fair",
+            PolicyName::Greedy => "greedy",
+            PolicyName::GreedyNopi => "greedy-nopi",
+            PolicyName::Tmem => "tmem",
+            PolicyName::TmemNopi => "tmem-nopi",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<PolicyName> {
+        PolicyName::ALL.into_iter().find(|p| p.as_str() == name)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -442,6 +484,20 @@ mod tests {
                 (5, 2, 2)
             );
         }
+    }
+
+    #[test]
+    fn every_policy_name_parses_and_round_trips() {
+        for p in PolicyName::ALL {
+            assert_eq!(PolicyName::parse(p.as_str()), Some(p));
+            let s = SystemFile::parse(&format!(
+                "[policy]\nname='{}'\n[[component]]\nname='a'\nexec=['x']\n",
+                p.as_str()
+            ))
+            .unwrap();
+            assert_eq!(s.policy.name, p);
+        }
+        assert_eq!(PolicyName::parse("Tmem"), None);
     }
 
     #[test]

@@ -101,32 +101,46 @@ pub struct Sched {
     pub value: i32,
 }
 
-/// The calling thread's scheduling.
+/// The kernel's `struct sched_attr` (SCHED_ATTR_SIZE_VER1, 56 bytes).
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
+    util_min: u32,
+    util_max: u32,
+}
+
+/// The calling thread's scheduling, in one system call (sched_getattr):
+/// the component runtime reads it at every invocation, so that the
+/// context runs at the caller's priority of the moment.
 pub fn self_sched() -> io::Result<Sched> {
-    // SAFETY: 0 = the calling thread; sched_getscheduler has no pointers.
-    let policy = unsafe { libc::sched_getscheduler(0) };
-    if policy < 0 {
+    let mut a = SchedAttr::default();
+    // SAFETY: a is a valid, writable sched_attr of the size passed; 0 is
+    // the calling thread; flags 0.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut a as *mut SchedAttr,
+            std::mem::size_of::<SchedAttr>() as u32,
+            0u32,
+        )
+    };
+    if r != 0 {
         return Err(io::Error::last_os_error());
     }
-    let policy = policy & !libc::SCHED_RESET_ON_FORK;
+    let policy = a.policy as i32 & !libc::SCHED_RESET_ON_FORK;
     let value = if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR {
-        let mut p = libc::sched_param { sched_priority: 0 };
-        // SAFETY: p is a valid out-pointer.
-        if unsafe { libc::sched_getparam(0, &mut p) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        p.sched_priority
+        a.priority as i32
     } else {
-        // SAFETY: getpriority has no pointers; -1 is a valid nice, so
-        // errno is cleared first and checked after.
-        unsafe {
-            *libc::__errno_location() = 0;
-            let n = libc::getpriority(libc::PRIO_PROCESS, 0);
-            if n == -1 && *libc::__errno_location() != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            n
-        }
+        a.nice
     };
     Ok(Sched { policy, value })
 }
@@ -149,6 +163,21 @@ pub fn set_self_sched(s: Sched) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether thread `tid` runs a real-time policy now (SCHED_FIFO,
+/// SCHED_RR or SCHED_DEADLINE); false for a thread that does not exist.
+pub fn is_realtime(tid: u32) -> bool {
+    if tid == 0 || tid > i32::MAX as u32 {
+        return false;
+    }
+    // SAFETY: sched_getscheduler takes a tid and no pointers.
+    let p = unsafe { libc::sched_getscheduler(tid as libc::pid_t) };
+    p >= 0
+        && matches!(
+            p & !libc::SCHED_RESET_ON_FORK,
+            libc::SCHED_FIFO | libc::SCHED_RR | 6
+        )
 }
 
 /// The kernel's effective priority of thread `tid` of `pid` (the `prio`

@@ -830,6 +830,50 @@ pub fn inherit_fd_and_die_with_parent(cmd: &mut std::process::Command, fd: RawFd
     }
 }
 
+/// CAP_SYS_NICE (linux/capability.h): raise priorities, set real-time
+/// scheduling.
+pub const CAP_SYS_NICE: u32 = 23;
+
+/// The highest capability number of this kernel
+/// (/proc/sys/kernel/cap_last_cap; 40 when unreadable).
+pub fn cap_last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+}
+
+/// Makes `cmd`'s child drop from its bounding set every capability but
+/// those in `keep`, and set no_new_privs, between fork and exec: a child
+/// started as root then holds only `keep` after the exec (root's
+/// capabilities are recomputed from the bounding set). Without
+/// CAP_SETPCAP (a manager that is not root) the drops fail and are
+/// skipped: such a child has no capabilities to drop.
+pub fn bound_caps_before_exec(cmd: &mut std::process::Command, keep: &[u32]) {
+    use std::os::unix::process::CommandExt;
+    let last = cap_last_cap().min(63);
+    let mut mask = 0u64;
+    for &k in keep.iter().filter(|&&k| k <= 63) {
+        mask |= 1 << k;
+    }
+    // SAFETY: the closure runs in the child between fork and exec and only
+    // makes async-signal-safe system calls (prctl) on integers.
+    unsafe {
+        cmd.pre_exec(move || {
+            for cap in 0..=last {
+                if mask & (1 << cap) == 0 {
+                    // EPERM without CAP_SETPCAP: nothing to drop then
+                    libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0);
+                }
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Makes `cmd`'s child, between fork and exec (after the pre_execs
 /// registered before this call), enter `binds`' mount namespace, set
 /// no_new_privs and install `filter`; with `sock`, a new listener is

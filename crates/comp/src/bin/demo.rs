@@ -14,7 +14,16 @@
 //!   (at most 100 ms): the holder side of the "invocation with PI" bench;
 //! * f8(): the truncation attack (both roles): tries to shrink and to
 //!   grow every memfd it holds (regions, CBUF table, slabs), reopened
-//!   writable through /proc/self/fd; returns `tried << 16 | succeeded`.
+//!   writable through /proc/self/fd; returns `tried << 16 | succeeded`;
+//! * f9(n, ms): allocates up to n 64-byte CBUFs (stopping at the first
+//!   error), holds them ms, frees them; returns `got * 1000 + errno` of
+//!   the failed allocation (0 when all n were had);
+//! * f10(pid): the sibling attack: tries to open process pid's memory
+//!   (/proc/pid/mem, read-write), to read its maps, to read one word of
+//!   it with process_vm_readv, and to reopen read-write every memfd of
+//!   the manager's it holds (/proc/pid/fd); returns how many worked;
+//! * f11(us): reports one job of the calling thread (the call's origin)
+//!   with a tardiness of us microseconds; returns 0.
 //!
 //! `relay TARGET` (a link):
 //! * f0(x) = TARGET.f0(x + 1) + 1; f1(ms) = TARGET.f1(ms);
@@ -79,6 +88,61 @@ fn truncate_attack() -> i64 {
     tried << 16 | done
 }
 
+/// f10: every way into a sibling process of the same uid.
+fn sibling_attack(pid: u64) -> i64 {
+    let mut got = 0;
+    let p = format!("/proc/{pid}");
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("{p}/mem"))
+        .is_ok()
+    {
+        got += 1;
+    }
+    if let Ok(maps) = std::fs::read_to_string(format!("{p}/maps")) {
+        got += 1;
+        let addr = maps
+            .lines()
+            .next()
+            .and_then(|l| l.split('-').next())
+            .and_then(|a| u64::from_str_radix(a, 16).ok())
+            .unwrap_or(0);
+        let mut word = 0u64;
+        let local = libc::iovec {
+            iov_base: (&mut word as *mut u64).cast(),
+            iov_len: 8,
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: 8,
+        };
+        // SAFETY: local points at our own 8-byte word; the remote address
+        // is only read by the kernel, on the other process's side.
+        if unsafe { libc::process_vm_readv(pid as i32, &local, 1, &remote, 1, 0) } == 8 {
+            got += 1;
+        }
+    }
+    for e in std::fs::read_dir(format!("{p}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let is_memfd = std::fs::read_link(e.path())
+            .is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:mantle"));
+        if is_memfd
+            && std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(e.path())
+                .is_ok()
+        {
+            got += 1;
+        }
+    }
+    got
+}
+
 fn main() {
     let role = std::env::args().nth(1).unwrap_or_default();
     let env = match Env::from_env() {
@@ -92,7 +156,8 @@ fn main() {
     let own = env.own.clone();
     let iface = match role.as_str() {
         "echo" => {
-            let (c4, c5, c6) = (cb.clone(), cb.clone(), cb.clone());
+            let (c4, c5, c6, c9, c11) =
+                (cb.clone(), cb.clone(), cb.clone(), cb.clone(), cb.clone());
             Interface::new()
                 .func(|a| (a[0].wrapping_add(a[5])) as i64)
                 .func(|a| {
@@ -124,6 +189,30 @@ fn main() {
                     0
                 })
                 .func(|_| truncate_attack())
+                .func(move |a| {
+                    let mut got = Vec::new();
+                    let mut err = 0;
+                    while (got.len() as u64) < a[0] {
+                        match c9.alloc(64) {
+                            Ok((p, _)) => got.push(p),
+                            Err(e) => {
+                                err = -errno(e);
+                                break;
+                            }
+                        }
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(a[1]));
+                    let n = got.len() as i64;
+                    for p in got {
+                        let _ = c9.free(p);
+                    }
+                    n * 1000 + err
+                })
+                .func(|a| sibling_attack(a[0]))
+                .func(move |a| {
+                    c11.report_job(a[0].saturating_mul(1000));
+                    0
+                })
         }
         "relay" => {
             let target = std::env::args().nth(2).unwrap_or_default();
