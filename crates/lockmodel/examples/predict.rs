@@ -36,7 +36,10 @@ fn main() {
         cpus = vec![1, 2, 4, 8, 16, 64];
     }
     for n in cpus {
-        match speedup(&Workload { cpus: n, ..w.clone() }) {
+        match speedup(&Workload {
+            cpus: n,
+            ..w.clone()
+        }) {
             Ok(s) => println!(
                 "{}",
                 serde_json::json!({
