@@ -25,6 +25,7 @@ mod manual;
 mod names;
 mod prof;
 mod render;
+mod offload;
 mod run;
 mod selfset;
 mod tag;

@@ -140,18 +140,18 @@ static inline long rs6(long n, long a, long b, long c, long d, long e, long f)
  *   delivered from ok_wait_a up to the last syscall instruction (ok_wait_b);
  *   the restorer then resumes at ok_wait_c with rax = INTR_MARK + signo
  *   (the mask is still switched back). No stack use inside the window.
- * - ok_bperform(m, intr, seq): the bootstrap thread's call m[0](m[1..6]);
- *   unless *intr == seq (checked inside the window ok_bp_a..ok_bp_sc, so a
- *   kick that lands before the syscall instruction cancels it: EINTR).
- *   r12 = intr, r13 = seq while in the window (the kick handler reads them).
+ * - ok_bperform(m): the bootstrap thread's call m[0](m[1..6]). A kick
+ *   (SIGSYS from its application thread) interrupts it only if it blocks,
+ *   as the program's signal would have; one that lands before the call
+ *   starts is as a signal handled just before the call: the call runs.
  * - ok_spawn(flags, stack, ctid, fn, arg): a raw clone whose child calls
  *   fn(arg) on `stack`, then exits.
  * - ok_clone_app(flags, stack, ptid, ctid, tls): the program's thread-like
  *   clone, made by a bootstrap thread; the child calls ok_app_child(info)
  *   with info at stack-16, then resumes the program at the pc at stack-8
  *   with rax = 0 and rsp = stack. */
-extern char ok_wait_a[] HIDDEN, ok_wait_b[] HIDDEN, ok_wait_c[] HIDDEN, ok_bp_a[] HIDDEN, ok_bp_sc[] HIDDEN,
-	ok_bp_cancel[] HIDDEN, ok_restorer[] HIDDEN, ok_restorers[] HIDDEN;
+extern char ok_wait_a[] HIDDEN, ok_wait_b[] HIDDEN, ok_wait_c[] HIDDEN, ok_restorer[] HIDDEN,
+	ok_restorers[] HIDDEN;
 HIDDEN void ok_sigret(uint64_t rsp) __attribute__((noreturn));
 struct wait_args {
 	const uint64_t *mask;     /* 0: the program's mask, while waiting */
@@ -161,15 +161,15 @@ struct wait_args {
 	const uint64_t *after;    /* 32: the mask after (everything blocked) */
 };
 HIDDEN long ok_wait(const struct wait_args *w);
-HIDDEN long ok_bperform(const uint64_t *m, const uint64_t *intr, uint64_t seq);
+HIDDEN long ok_bperform(const uint64_t *m);
 HIDDEN long ok_spawn(long flags, void *stack, uint32_t *ctid, void (*fn)(void *), void *arg);
 HIDDEN long ok_clone_app(long flags, long stack, long ptid, long ctid, long tls);
 HIDDEN void ok_app_child(void *info);
 __asm__(".text\n"
-	".globl ok_sigret, ok_restorer, ok_restorers, ok_wait, ok_wait_a, ok_wait_b, ok_wait_c, ok_bperform, ok_bp_a, ok_bp_sc\n"
-	".globl ok_bp_cancel, ok_spawn, ok_clone_app\n"
-	".hidden ok_sigret, ok_restorer, ok_restorers, ok_wait, ok_wait_a, ok_wait_b, ok_wait_c, ok_bperform, ok_bp_a, ok_bp_sc\n"
-	".hidden ok_bp_cancel, ok_spawn, ok_clone_app\n"
+	".globl ok_sigret, ok_restorer, ok_restorers, ok_wait, ok_wait_a, ok_wait_b, ok_wait_c, ok_bperform\n"
+	".globl ok_spawn, ok_clone_app\n"
+	".hidden ok_sigret, ok_restorer, ok_restorers, ok_wait, ok_wait_a, ok_wait_b, ok_wait_c, ok_bperform\n"
+	".hidden ok_spawn, ok_clone_app\n"
 	"ok_sigret:\n"
 	"\tmov %rdi,%rsp\n"
 	"\tmov $15,%eax\n"
@@ -227,14 +227,7 @@ __asm__(".text\n"
 	"\tmov %r9,%rax\n"
 	"\tret\n"
 	"ok_bperform:\n"
-	"\tpush %r12\n"
-	"\tpush %r13\n"
-	"\tmov %rsi,%r12\n"
-	"\tmov %rdx,%r13\n"
 	"\tmov %rdi,%r11\n"
-	"ok_bp_a:\n"
-	"\tcmp (%r12),%r13\n"
-	"\tje ok_bp_cancel\n"
 	"\tmov 0(%r11),%rax\n"
 	"\tmov 8(%r11),%rdi\n"
 	"\tmov 16(%r11),%rsi\n"
@@ -242,15 +235,7 @@ __asm__(".text\n"
 	"\tmov 32(%r11),%r10\n"
 	"\tmov 40(%r11),%r8\n"
 	"\tmov 48(%r11),%r9\n"
-	"ok_bp_sc:\n"
 	"\tsyscall\n"
-	"\tpop %r13\n"
-	"\tpop %r12\n"
-	"\tret\n"
-	"ok_bp_cancel:\n"
-	"\tmov $-4,%rax\n"
-	"\tpop %r13\n"
-	"\tpop %r12\n"
 	"\tret\n"
 	"ok_spawn:\n"
 	"\tmov %rcx,-8(%rsi)\n"
@@ -297,6 +282,10 @@ static struct mx_ok_hdr *area;
 static struct mx_ok_entry *entries;
 static char *stacks;                        /* two per entry */
 static unsigned char stack_half[MX_OK_MAX_PAIRS]; /* which half the entry's bootstrap uses */
+/* the sequence a new bootstrap thread starts from: set before it starts
+ * (never read from the entry, which the application may already have
+ * filled with its first message) */
+static uint64_t start_seq[MX_OK_MAX_PAIRS];
 static uint64_t app_set[16], boot_set[16], orig_set[16]; /* cpu_set_t, 1024 CPUs */
 static uint32_t spin_iters = 4000;
 static uint64_t text_lo, text_hi;            /* this library's code: the excluded range */
@@ -371,6 +360,7 @@ static long start_bootstrap(struct mx_ok_entry *p)
 {
 	uint32_t i = (uint32_t)(p - entries);
 	stack_half[i] ^= 1;
+	start_seq[i] = my_seq;
 	char *top = stacks + ((size_t)i * 2 + stack_half[i] + 1) * MX_OK_STACK_SIZE;
 	long r = ok_spawn(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
 				  CLONE_SYSVSEM | CLONE_CHILD_CLEARTID,
@@ -497,18 +487,6 @@ static long boot_clone(struct mx_ok_entry *p, const struct mx_ok_syscall *m, uin
 	return r;
 }
 
-/* The bootstrap thread's SIGSYS (a kick from its application thread): a
- * kick that lands in ok_bperform's window before the syscall instruction
- * cancels the call if it is still the one to interrupt. */
-static void boot_kicked(ucontext_t *uc)
-{
-	greg_t *g = uc->uc_mcontext.gregs;
-	uint64_t ip = (uint64_t)g[REG_RIP];
-	if (ip >= (uint64_t)(uintptr_t)ok_bp_a && ip <= (uint64_t)(uintptr_t)ok_bp_sc &&
-	    *(const uint64_t *)(uintptr_t)g[REG_R12] == (uint64_t)g[REG_R13])
-		g[REG_RIP] = (greg_t)(uintptr_t)ok_bp_cancel;
-}
-
 static int valid(const struct mx_ok_entry *c, uint64_t last)
 {
 	if (c->check != mx_ok_check(c->nr, c->pc, &c->syscall, c->seq, c->uc) || c->seq <= last)
@@ -533,7 +511,7 @@ static void boot_loop(void *arg)
 	rs4(SYS_rt_sigprocmask, SIG_SETMASK, &mask, 0, 8);
 	rs3(SYS_sched_setaffinity, 0, sizeof boot_set, boot_set);
 	p->boot_tid = (uint32_t)rs0(SYS_gettid);
-	uint64_t last = p->seq;
+	uint64_t last = start_seq[p - entries];
 	long served = 0;
 	uint32_t z = MX_OK_CLAIMED;
 	__atomic_compare_exchange_n(&p->bootstrap_has_msg, &z, MX_OK_IDLE, 0, __ATOMIC_SEQ_CST,
@@ -579,7 +557,7 @@ static void boot_loop(void *arg)
 					 c.syscall.arg[2], c.syscall.arg[3], c.syscall.arg[4],
 					 c.syscall.arg[5]};
 			do
-				r = ok_bperform(m, &p->intr_seq, c.seq);
+				r = ok_bperform(m);
 			while (r == -EINTR && __atomic_load_n(&p->intr_seq, __ATOMIC_ACQUIRE) != c.seq);
 		}
 		p->syscall.ret = r;
@@ -644,11 +622,8 @@ static long send(struct mx_ok_entry *p, uint32_t kind, uint64_t nr, const uint64
 	}
 	if (st == MX_OK_GONE)
 		boot_gone(p);
-	if (st != MX_OK_ANSWER && st != MX_OK_REFUSED) {
-		char b[4] = {(char)('0' + st), ' ', (char)('0' + (nr % 10)), 0};
-		say("DEBUG eio st nr%10=", b);
+	if (st != MX_OK_ANSWER && st != MX_OK_REFUSED)
 		return -EIO; /* the entry was corrupted under us */
-	}
 	long r = p->syscall.ret;
 	st32(&p->bootstrap_has_msg, MX_OK_IDLE);
 	return r;
@@ -793,10 +768,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 	ucontext_t *uc = ucv;
 	greg_t *g = uc->uc_mcontext.gregs;
 	(void)sig;
-	if (si->si_code != SYS_USER_DISPATCH) {
-		boot_kicked(uc);
-		return;
-	}
+	if (si->si_code != SYS_USER_DISPATCH)
+		return; /* a kick of a bootstrap thread (its blocking call returns EINTR), or stray */
 	uint32_t nr = (uint32_t)si->si_syscall;
 	if (nr == SYS_rt_sigreturn)
 		ok_sigret((uint64_t)g[REG_RSP]); /* the program's own restorer */
