@@ -63,5 +63,7 @@ fn mantle_becomes_the_command_and_ends_as_it_does() {
         .args(["run", "--offload", "--deny", "unlink", "--", "true"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    // a malformed `run` command line is the wrapper's 125 (README)
+    assert_eq!(o.status.code(), Some(125), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"), "{o:?}");
 }
