@@ -43,8 +43,5 @@ fn main() {
         .status()
         .unwrap_or_else(|e| panic!("running {cc} for the offload library: {e}"));
     assert!(st.success(), "{cc} failed to build lib/offload.c");
-    println!(
-        "cargo:rustc-env=MANTLE_OFFLOAD_LIB_BUILT={}",
-        so.display()
-    );
+    println!("cargo:rustc-env=MANTLE_OFFLOAD_LIB_BUILT={}", so.display());
 }

@@ -75,7 +75,9 @@ const _: () = assert!(size_of::<OffloadHdr>() == 32);
 
 /// `struct mx_ok_syscall`: the system-call member of the paper's union.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct OffloadSyscall {
     pub nr: u64,
     pub arg: [u64; 6],
@@ -113,7 +115,16 @@ const _: () = assert!(OK_HDR_SIZE + OK_MAX_PAIRS * OK_ENTRY_SIZE <= 1 << 20);
 /// kind, pc, number, arguments and sequence, then the ucontext address).
 pub const fn check(kind: u32, pc: u64, s: &OffloadSyscall, seq: u64, uc: u64) -> u64 {
     let w = [
-        kind as u64, pc, s.nr, s.arg[0], s.arg[1], s.arg[2], s.arg[3], s.arg[4], s.arg[5], seq,
+        kind as u64,
+        pc,
+        s.nr,
+        s.arg[0],
+        s.arg[1],
+        s.arg[2],
+        s.arg[3],
+        s.arg[4],
+        s.arg[5],
+        seq,
     ];
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut i = 0;
@@ -132,7 +143,11 @@ mod tests {
 
     #[test]
     fn check_depends_on_every_field() {
-        let s = OffloadSyscall { nr: 39, arg: [1, 2, 3, 4, 5, 6], ret: 0 };
+        let s = OffloadSyscall {
+            nr: 39,
+            arg: [1, 2, 3, 4, 5, 6],
+            ret: 0,
+        };
         let base = check(OK_SYSCALL, 0x1000, &s, 7, 0x2000);
         assert_ne!(base, check(OK_CLONE, 0x1000, &s, 7, 0x2000));
         assert_ne!(base, check(OK_SYSCALL, 0x1001, &s, 7, 0x2000));

@@ -52,7 +52,10 @@ pub fn run(command: &[String], boot: Option<u32>, app: Option<&str>) -> Result<(
     if !lib.is_file() {
         return Err(Failure::new(
             EXIT_RUN_ERROR,
-            format!("{}: the offload library is missing (MANTLE_OFFLOAD_LIB)", lib.display()),
+            format!(
+                "{}: the offload library is missing (MANTLE_OFFLOAD_LIB)",
+                lib.display()
+            ),
         ));
     }
     if !have_sud() {
@@ -68,6 +71,10 @@ pub fn run(command: &[String], boot: Option<u32>, app: Option<&str>) -> Result<(
         .exec();
     Err(Failure::new(
         EXIT_RUN_CANNOT,
-        format!("{}: {}", exe.display(), crate::exit::plain(&err.to_string())),
+        format!(
+            "{}: {}",
+            exe.display(),
+            crate::exit::plain(&err.to_string())
+        ),
     ))
 }

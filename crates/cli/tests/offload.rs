@@ -16,7 +16,10 @@ fn a_bootstrap_cpu_that_is_not_online_is_a_usage_error() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(e.starts_with("mantle: --bootstrap-cpu: CPU 999 is not online"), "{e}");
+    assert!(
+        e.starts_with("mantle: --bootstrap-cpu: CPU 999 is not online"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -28,7 +31,11 @@ fn a_bootstrap_cpu_outside_the_affinity_is_a_usage_error() {
         .output()
         .unwrap();
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    let want = if online.trim() == "0" { "is not online" } else { "is not allowed" };
+    let want = if online.trim() == "0" {
+        "is not online"
+    } else {
+        "is not allowed"
+    };
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains(want), "{o:?}");
 }
@@ -37,9 +44,15 @@ fn a_bootstrap_cpu_outside_the_affinity_is_a_usage_error() {
 fn a_static_program_is_refused_clearly() {
     // the dynamic loader itself is a static executable
     let ld = "/lib64/ld-linux-x86-64.so.2";
-    let o = mantle().args(["run", "--offload", "--", ld, "--version"]).output().unwrap();
+    let o = mantle()
+        .args(["run", "--offload", "--", ld, "--version"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(126), "{o:?}");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("is statically linked"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is statically linked"),
+        "{o:?}"
+    );
 }
 
 #[test]
@@ -48,7 +61,11 @@ fn mantle_becomes_the_command_and_ends_as_it_does() {
         .args(["run", "--offload", "--", "sh", "-c", "echo hi; exit 7"])
         .output()
         .unwrap();
-    assert_eq!((o.status.code(), o.stdout.as_slice()), (Some(7), &b"hi\n"[..]), "{o:?}");
+    assert_eq!(
+        (o.status.code(), o.stdout.as_slice()),
+        (Some(7), &b"hi\n"[..]),
+        "{o:?}"
+    );
     let o = mantle()
         .args(["run", "--offload", "--", "sh", "-c", "kill -TERM $$"])
         .output()
@@ -65,5 +82,8 @@ fn mantle_becomes_the_command_and_ends_as_it_does() {
         .unwrap();
     // a malformed `run` command line is the wrapper's 125 (README)
     assert_eq!(o.status.code(), Some(125), "{o:?}");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot be used with"),
+        "{o:?}"
+    );
 }

@@ -841,6 +841,10 @@ static void setup(void)
 	const char *sp = getenv("MANTLE_OFFLOAD_SPIN");
 	if (sp && *sp)
 		spin_iters = (uint32_t)strtoul(sp, 0, 10);
+	else if (app_set[boot / 64] >> (boot % 64) & 1)
+		/* the program may run on the bootstrap CPU: a thread spinning
+		 * there only keeps the other side from running */
+		spin_iters = 0;
 	const char *f = getenv("MANTLE_OFFLOAD_FAULT");
 	if (f && strncmp(f, "boot-exit:", 10) == 0)
 		fault_exit_after = strtol(f + 10, 0, 10);

@@ -175,21 +175,12 @@ pub fn online_cpus() -> Result<BTreeSet<u32>, OffloadError> {
 /// The CPUs this process may run on (its affinity, which the cpuset
 /// bounds).
 pub fn allowed_cpus() -> Result<BTreeSet<u32>, OffloadError> {
-    // SAFETY: cpu_set_t is plain bits; sched_getaffinity fills at most
-    // size_of::<cpu_set_t>() bytes of it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a cpu_set_t of the size passed.
-    let r = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return Err(OffloadError::Os {
+    mantle_sys::os::allowed_cpus()
+        .map(|v| v.into_iter().collect())
+        .map_err(|err| OffloadError::Os {
             what: "sched_getaffinity",
-            err: std::io::Error::last_os_error(),
-        });
-    }
-    // SAFETY: CPU_ISSET reads the set filled above, for CPUs below its size.
-    Ok((0..libc::CPU_SETSIZE as u32)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
-        .collect())
+            err,
+        })
 }
 
 /// The preloaded library: `MANTLE_OFFLOAD_LIB`, else the one built with

@@ -218,7 +218,12 @@ mod tests {
             assert_eq!(placement(nr), Placement::Local, "{nr}");
             assert!(!bootstrap_may_perform(nr), "{nr}");
         }
-        for nr in [libc::SYS_exit, libc::SYS_clone, libc::SYS_execve, libc::SYS_gettid] {
+        for nr in [
+            libc::SYS_exit,
+            libc::SYS_clone,
+            libc::SYS_execve,
+            libc::SYS_gettid,
+        ] {
             assert_eq!(placement(nr), Placement::Special);
             assert!(!bootstrap_may_perform(nr), "{nr}");
         }

@@ -177,7 +177,11 @@ fn threads_fork_and_signals_give_the_native_output() {
 
 #[test]
 fn a_program_killed_by_a_signal_ends_as_natively() {
-    for script in ["kill -TERM $$", "kill -SEGV $$", "sleep 30 >/dev/null 2>&1 & kill -KILL $$"] {
+    for script in [
+        "kill -TERM $$",
+        "kill -SEGV $$",
+        "sleep 30 >/dev/null 2>&1 & kill -KILL $$",
+    ] {
         same_as_native(&["sh", "-c", script]);
     }
     // killed from outside while its bootstrap thread blocks in a call
@@ -235,13 +239,25 @@ fn the_bootstrap_thread_runs_on_the_bootstrap_cpu_and_the_program_does_not() {
     let _ = child.wait();
     let boot = c.boot.to_string();
     let app = mantle_offload::format_cpu_list(&c.app);
-    assert_eq!(t.len(), 2, "one application and one bootstrap thread: {t:?}");
+    assert_eq!(
+        t.len(),
+        2,
+        "one application and one bootstrap thread: {t:?}"
+    );
     let (main, bootstrap) = (&t[0], &t[1]);
     assert_eq!(main.0, child.id(), "{t:?}");
     assert_eq!(main.1, app, "the program's thread: {t:?}");
-    assert!(c.app.contains(&main.2), "the program's thread ran on {}: {t:?}", main.2);
+    assert!(
+        c.app.contains(&main.2),
+        "the program's thread ran on {}: {t:?}",
+        main.2
+    );
     assert_eq!(bootstrap.1, boot, "the bootstrap thread: {t:?}");
-    assert_eq!(bootstrap.2, c.boot, "the bootstrap thread ran on {}: {t:?}", bootstrap.2);
+    assert_eq!(
+        bootstrap.2, c.boot,
+        "the bootstrap thread ran on {}: {t:?}",
+        bootstrap.2
+    );
 }
 
 #[test]
@@ -255,7 +271,10 @@ fn the_escape_hatch_runs_natively_through_the_library() {
     let st = child.wait().unwrap();
     assert!(st.success());
     assert_eq!(t.len(), 1, "no bootstrap thread: {t:?}");
-    assert!(maps.contains("libmantle-offload.so"), "the library is loaded");
+    assert!(
+        maps.contains("libmantle-offload.so"),
+        "the library is loaded"
+    );
     let all = mantle_offload::format_cpu_list(&allowed_cpus().unwrap());
     assert_eq!(t[0].1, all, "not pinned");
 }
@@ -282,7 +301,10 @@ fn a_killed_bootstrap_thread_ends_the_program() {
         if t.len() == 2 {
             break t[1].0;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "no bootstrap thread");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no bootstrap thread"
+        );
         std::thread::sleep(Duration::from_millis(10));
     };
     // SAFETY: tgkill of a thread of our own child.
@@ -309,7 +331,10 @@ fn a_corrupted_shared_area_is_refused_and_the_program_goes_on() {
         assert!(out.contains(&format!("{what} refused: 1")), "{what}: {out}");
     }
     assert!(out.contains("refused in all: 6"), "{out}");
-    assert!(out.contains("t1 goes on: 1") && out.contains("main goes on"), "{out}");
+    assert!(
+        out.contains("t1 goes on: 1") && out.contains("main goes on"),
+        "{out}"
+    );
 }
 
 #[test]
