@@ -343,6 +343,8 @@ fn an_idle_offloaded_program_costs_almost_no_cpu() {
     // each side spins a bounded time and then sleeps on a futex
     let mut c = offloaded(&["sleep", "2"]);
     let t0 = Instant::now();
+    // reaped by wait4 below, which also gives its rusage
+    #[allow(clippy::zombie_processes)]
     let child = c.spawn().unwrap();
     let mut st = 0;
     // SAFETY: rusage is plain data that wait4 fills.

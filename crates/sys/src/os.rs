@@ -656,19 +656,6 @@ pub fn random_u64() -> io::Result<u64> {
     Ok(u64::from_ne_bytes(b))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identity_map() {
-        assert!(is_identity_map("         0          0 4294967295\n"));
-        assert!(!is_identity_map("         0      65534          1\n"));
-        assert!(!is_identity_map("0 0 1000\n1000 1000 4294966295\n"));
-        assert!(!is_identity_map(""));
-    }
-}
-
 /// The CPUs the calling thread may run on (its affinity mask, which the
 /// cpuset bounds), ascending.
 pub fn allowed_cpus() -> io::Result<Vec<u32>> {
@@ -683,4 +670,17 @@ pub fn allowed_cpus() -> io::Result<Vec<u32>> {
         // SAFETY: CPU_ISSET reads the set filled above, below its size.
         .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_map() {
+        assert!(is_identity_map("         0          0 4294967295\n"));
+        assert!(!is_identity_map("         0      65534          1\n"));
+        assert!(!is_identity_map("0 0 1000\n1000 1000 4294966295\n"));
+        assert!(!is_identity_map(""));
+    }
 }
