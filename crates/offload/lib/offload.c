@@ -292,6 +292,7 @@ static uint64_t text_lo, text_hi;            /* this library's code: the exclude
 static volatile char selector = SYSCALL_DISPATCH_FILTER_BLOCK;
 static uint32_t pid_cached;
 static long fault_exit_after = -1;           /* MANTLE_OFFLOAD_FAULT=boot-exit:N (tests) */
+static int boot_prio;                        /* MANTLE_OFFLOAD_BOOT_PRIO: SCHED_FIFO of bootstrap threads */
 
 static TLS struct mx_ok_entry *my_entry;
 static TLS uint64_t my_seq;
@@ -510,6 +511,11 @@ static void boot_loop(void *arg)
 	uint64_t mask = ~SIGSYS_BIT;
 	rs4(SYS_rt_sigprocmask, SIG_SETMASK, &mask, 0, 8);
 	rs3(SYS_sched_setaffinity, 0, sizeof boot_set, boot_set);
+	if (boot_prio > 0) {
+		/* privileged only; without it the thread stays SCHED_OTHER */
+		struct sched_param sp = {.sched_priority = boot_prio};
+		rs3(SYS_sched_setscheduler, 0, SCHED_FIFO, &sp);
+	}
 	p->boot_tid = (uint32_t)rs0(SYS_gettid);
 	uint64_t last = start_seq[p - entries];
 	long served = 0;
@@ -845,6 +851,9 @@ static void setup(void)
 		/* the program may run on the bootstrap CPU: a thread spinning
 		 * there only keeps the other side from running */
 		spin_iters = 0;
+	const char *bp = getenv("MANTLE_OFFLOAD_BOOT_PRIO");
+	if (bp && *bp)
+		boot_prio = (int)strtol(bp, 0, 10);
 	const char *f = getenv("MANTLE_OFFLOAD_FAULT");
 	if (f && strncmp(f, "boot-exit:", 10) == 0)
 		fault_exit_after = strtol(f + 10, 0, 10);
