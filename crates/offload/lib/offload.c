@@ -401,6 +401,7 @@ HIDDEN void ok_app_child(void *v)
 {
 	struct child_info c = *(struct child_info *)v, *ci = &c;
 	__atomic_store_n(&((struct child_info *)v)->taken, 1, __ATOMIC_RELEASE);
+	wake(&((struct child_info *)v)->taken);
 	if (ci->p) {
 		become_app(ci->p, 0);
 	} else {
@@ -472,10 +473,13 @@ static long boot_clone(struct mx_ok_entry *p, const struct mx_ok_syscall *m, uin
 			return r;
 		}
 		/* bounded by the child's life: it copies ci first thing */
-		for (unsigned long k = 1; !__atomic_load_n(&ci.taken, __ATOMIC_ACQUIRE); k++) {
-			__builtin_ia32_pause();
-			if (!(k & 0xfffff) && rs3(SYS_tgkill, (flags & CLONE_THREAD) ? pid_cached : r,
-						  r, 0) == -ESRCH)
+		/* blocking, not spinning: the child may need this CPU (it
+		 * starts with this thread's affinity) */
+		while (!__atomic_load_n(&ci.taken, __ATOMIC_ACQUIRE)) {
+			struct timespec ts = {0, 10000000};
+			rs4(SYS_futex, &ci.taken, FUTEX_WAIT, 0, &ts);
+			if (!__atomic_load_n(&ci.taken, __ATOMIC_ACQUIRE) &&
+			    rs3(SYS_tgkill, (flags & CLONE_THREAD) ? pid_cached : r, r, 0) == -ESRCH)
 				break;
 		}
 		return r;
@@ -514,7 +518,9 @@ static void boot_loop(void *arg)
 	if (boot_prio > 0) {
 		/* privileged only; without it the thread stays SCHED_OTHER */
 		struct sched_param sp = {.sched_priority = boot_prio};
-		rs3(SYS_sched_setscheduler, 0, SCHED_FIFO, &sp);
+		/* children (new application threads, fork children) start at
+		 * SCHED_OTHER again */
+		rs3(SYS_sched_setscheduler, 0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp);
 	}
 	p->boot_tid = (uint32_t)rs0(SYS_gettid);
 	uint64_t last = start_seq[p - entries];
