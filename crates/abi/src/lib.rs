@@ -38,6 +38,7 @@
 //! | tags: view, ctl, tag table, lifeline, ops, admin, deadlock reports | `crates/tags/src/bpf/tags.h` | [`tags`] |
 //! | profiler: sample key, sample-path counters | `crates/prof/src/bpf/prof.h` | [`prof`] |
 //! | executive ↔ guest: the fast path's region header and per-thread slots | `crates/exec/stub/fast.h` | [`exec`] |
+//! | application thread ↔ bootstrap thread (`run --offload`): the shared area of Figure 4.3 | `crates/offload/lib/offload.h` | [`offload`] |
 //! | manager ↔ component: invocation regions, slots, CBUF tables and slab metadata, cbids | — (Rust only; C via libmantle) | [`comp`] |
 //! | pin paths, lock and note files         | —                           | [`paths`]   |
 //!
@@ -45,6 +46,7 @@
 
 pub mod comp;
 pub mod exec;
+pub mod offload;
 pub mod paths;
 pub mod prof;
 pub mod tags;

@@ -141,9 +141,25 @@ pub struct RunArgs {
     /// (docs/exec.md "System files"); no command then.
     #[arg(long, value_name = "FILE", conflicts_with = "command")]
     system: Option<PathBuf>,
+    /// The application kernel (docs/offload.md): the command's user code
+    /// runs on the application CPUs while a bootstrap thread of its own
+    /// process, pinned to the bootstrap CPU, performs each of its system
+    /// calls (a preloaded library and Syscall User Dispatch: dynamically
+    /// linked programs only; no executive). mantle becomes the command.
+    #[arg(long, conflicts_with_all = ["system", "trace", "count", "deny", "redirect",
+          "delay", "perform", "stamp", "sleep", "timers", "sched", "rewrite_sites", "fail_open"])]
+    pub(crate) offload: bool,
+    /// --offload: the bootstrap CPU (default: the lowest allowed CPU);
+    /// online and allowed by the cpuset, else a usage error.
+    #[arg(long, value_name = "N", requires = "offload")]
+    pub(crate) bootstrap_cpu: Option<u32>,
+    /// --offload: the application CPUs (a list, `1,3-5`; default: every
+    /// allowed CPU but the bootstrap CPU); may include the bootstrap CPU.
+    #[arg(long, value_name = "LIST", requires = "offload")]
+    pub(crate) app_cpus: Option<String>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required_unless_present = "system")]
-    command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 fn launch_failure(e: &LaunchError) -> Failure {
@@ -318,6 +334,9 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
 
 /// `mantle run`; every failure leaves with 125, 126 or 127 (module doc).
 pub fn run(a: RunArgs) -> Result<(), Failure> {
+    if a.offload {
+        return crate::offload::run(&a.command, a.bootstrap_cpu, a.app_cpus.as_deref());
+    }
     let json = a.json;
     run_guests(a).map_err(|mut f| {
         if f.code != EXIT_RUN_CANNOT && f.code != EXIT_RUN_NOT_FOUND {

@@ -675,6 +675,22 @@ pub fn random_u64() -> io::Result<u64> {
     Ok(u64::from_ne_bytes(b))
 }
 
+/// The CPUs the calling thread may run on (its affinity mask, which the
+/// cpuset bounds), ascending.
+pub fn allowed_cpus() -> io::Result<Vec<u32>> {
+    // SAFETY: cpu_set_t is plain bits; all zero is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as u32)
+        // SAFETY: CPU_ISSET reads the set filled above, below its size.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
