@@ -23,6 +23,7 @@ mod instr;
 mod lifeline;
 mod manual;
 mod names;
+mod otlp;
 mod prof;
 mod render;
 mod run;
