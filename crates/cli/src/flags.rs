@@ -147,12 +147,10 @@ pub enum TagsCmd {
     /// Send lifelines to an OpenTelemetry collector as they grow, until
     /// stopped (SIGTERM, Ctrl-C): each tag a trace, each reception a span
     /// (root; docs/otel.md, which also has its systemd unit).
-    #[command(
-        after_help = "Examples:
+    #[command(after_help = "Examples:
   mantle tags export --otlp http://127.0.0.1:4318
   mantle tags export --otlp http://127.0.0.1:4318 --tags req,batch --new
-  systemctl enable --now mantle-tags-export   # scripts/mantle-tags-export.service"
-    )]
+  systemctl enable --now mantle-tags-export   # scripts/mantle-tags-export.service")]
     Export(crate::otlp::ExportArgs),
 }
 

@@ -34,10 +34,7 @@ pub fn run(
 
 /// This machine's lifeline of `name` merged with the files in `merge`
 /// (also for `--otlp`).
-pub fn records(
-    name: &str,
-    merge: &[PathBuf],
-) -> Result<Vec<mantle_tags::ReceptionInfo>, Failure> {
+pub fn records(name: &str, merge: &[PathBuf]) -> Result<Vec<mantle_tags::ReceptionInfo>, Failure> {
     // A tag made without a lifeline is "not found" (exit 5), like a tag
     // that does not exist.
     let local = lifeline_file::local(name)

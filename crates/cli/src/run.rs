@@ -228,8 +228,11 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         }
         Err(e) => return Err(Failure::new(EXIT_RUN_ERROR, error_chain(&e))),
     }
-    let built = from_specs(&def.agents, crate::otlp::exec_writer(&def.name, &def.trace_out)?)
-        .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+    let built = from_specs(
+        &def.agents,
+        crate::otlp::exec_writer(&def.name, &def.trace_out)?,
+    )
+    .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
     check_enforcement(&def.name, &built, a.verbose)?;
     let count = built.count.clone();
     // what enforces runs on the kernel's filter (the gate), never in the
@@ -453,14 +456,15 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
     let mut specs = Vec::new();
     let mut counts = Vec::new();
     for d in &defs {
-        let built = from_specs(&d.agents, crate::otlp::exec_writer(&d.name, &d.trace_out)?).map_err(|e| {
-            let msg = if a.system.is_some() {
-                format!("guest {}: {e}", d.name)
-            } else {
-                e.to_string()
-            };
-            Failure::new(EXIT_USAGE, msg)
-        })?;
+        let built = from_specs(&d.agents, crate::otlp::exec_writer(&d.name, &d.trace_out)?)
+            .map_err(|e| {
+                let msg = if a.system.is_some() {
+                    format!("guest {}: {e}", d.name)
+                } else {
+                    e.to_string()
+                };
+                Failure::new(EXIT_USAGE, msg)
+            })?;
         mantle_exec::launch::prepare(&d.command).map_err(|e| launch_failure(&e))?;
         check_enforcement(&d.name, &built, a.verbose)?;
         counts.push((d.name.clone(), built.count, d.agents.json));

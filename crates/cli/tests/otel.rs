@@ -247,7 +247,15 @@ fn demo_pipeline(tag: &str, dir: &Path) {
 /// A few tagged receptions (set, fork, pipe) without a server.
 fn small_pipeline(tag: &str) {
     let st = Command::new(MANTLE)
-        .args(["tag", "run", tag, "--", "sh", "-c", "echo x | cat > /dev/null"])
+        .args([
+            "tag",
+            "run",
+            tag,
+            "--",
+            "sh",
+            "-c",
+            "echo x | cat > /dev/null",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .stdin(Stdio::null())
@@ -265,9 +273,9 @@ fn expected_parents(l: &[Value]) -> Vec<Option<usize>> {
             if r["via"] == "set" {
                 return None;
             }
-            (0..i).rev().find(|&j| {
-                l[j]["rx_tid"] == r["tx_tid"] && l[j]["host"] == r["tx_host"]
-            })
+            (0..i)
+                .rev()
+                .find(|&j| l[j]["rx_tid"] == r["tx_tid"] && l[j]["host"] == r["tx_host"])
         })
         .collect()
 }
@@ -283,12 +291,18 @@ fn lifeline_to_a_receiver_has_exact_parents_attributes_and_resources() {
     let rx = Receiver::start(OK);
     let o = mantle(&["tag", "lifeline", &tag.0, "--otlp", &rx.url()]);
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.stdout.contains(&format!("sent {} span(s)", l.len())), "{}", o.stdout);
+    assert!(
+        o.stdout.contains(&format!("sent {} span(s)", l.len())),
+        "{}",
+        o.stdout
+    );
     let spans = rx.spans();
     assert_eq!(spans.len(), l.len(), "a span per reception");
     // by sequence number
-    let by_seq: BTreeMap<i64, &(Vec<KeyValue>, Span)> =
-        spans.iter().map(|s| (int(&s.1.attributes, "mantle.seq"), s)).collect();
+    let by_seq: BTreeMap<i64, &(Vec<KeyValue>, Span)> = spans
+        .iter()
+        .map(|s| (int(&s.1.attributes, "mantle.seq"), s))
+        .collect();
     let trace = &spans[0].1.trace_id;
     let parents = expected_parents(&l);
     let mut comms = Vec::new();
@@ -308,8 +322,14 @@ fn lifeline_to_a_receiver_has_exact_parents_attributes_and_resources() {
         assert_eq!(int(a, "mantle.ttl"), r["ttl"].as_i64().unwrap_or(-1));
         assert_eq!(int(a, "mantle.sender.pid"), r["tx_pid"].as_i64().unwrap());
         assert_eq!(int(a, "mantle.sender.tid"), r["tx_tid"].as_i64().unwrap());
-        assert_eq!(string(a, "mantle.sender.host"), r["tx_host"].as_str().unwrap());
-        assert_eq!(s.name, format!("{} via {}", tag.0, r["via"].as_str().unwrap()));
+        assert_eq!(
+            string(a, "mantle.sender.host"),
+            r["tx_host"].as_str().unwrap()
+        );
+        assert_eq!(
+            s.name,
+            format!("{} via {}", tag.0, r["via"].as_str().unwrap())
+        );
         assert_eq!(s.start_time_unix_nano, s.end_time_unix_nano, "zero-length");
         // the parent: the sender's latest reception
         match parents[i] {
@@ -343,19 +363,41 @@ fn a_collector_that_does_not_answer_fails_within_the_timeout() {
     // answers nothing: the timeout
     let rx = Receiver::start(SILENT);
     let t = Instant::now();
-    let o = mantle(&["tag", "lifeline", &tag.0, "--otlp", &rx.url(), "--timeout", "1s"]);
+    let o = mantle(&[
+        "tag",
+        "lifeline",
+        &tag.0,
+        "--otlp",
+        &rx.url(),
+        "--timeout",
+        "1s",
+    ]);
     let took = t.elapsed();
     assert_eq!(o.code, 1, "{o:?}");
-    assert!(o.stderr.contains("no answer within the timeout"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("no answer within the timeout"),
+        "{}",
+        o.stderr
+    );
     assert!(took < Duration::from_secs(8), "{took:?}");
     // nothing listens: refused at once
     let port = {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let o = mantle(&["tag", "lifeline", &tag.0, "--otlp", &format!("http://127.0.0.1:{port}")]);
+    let o = mantle(&[
+        "tag",
+        "lifeline",
+        &tag.0,
+        "--otlp",
+        &format!("http://127.0.0.1:{port}"),
+    ]);
     assert_eq!(o.code, 1, "{o:?}");
-    assert!(o.stderr.starts_with("mantle: OTLP export to "), "{}", o.stderr);
+    assert!(
+        o.stderr.starts_with("mantle: OTLP export to "),
+        "{}",
+        o.stderr
+    );
     assert!(o.stderr.contains("cannot connect"), "{}", o.stderr);
     // a malformed URL is a usage error
     for bad in ["localhost:4318", "https://x:4318", "http://x:0"] {
@@ -381,7 +423,14 @@ fn tags_export_as_nobody_is_refused() {
     }
     assert!(rx.got.lock().unwrap().is_empty());
     // as root, a tag that does not exist is "not found"
-    let o = mantle(&["tags", "export", "--otlp", &rx.url(), "--tags", "otel-no-such-tag"]);
+    let o = mantle(&[
+        "tags",
+        "export",
+        "--otlp",
+        &rx.url(),
+        "--tags",
+        "otel-no-such-tag",
+    ]);
     assert_eq!(o.code, 5, "{o:?}");
 }
 
@@ -410,12 +459,20 @@ impl Export {
         // SAFETY: a plain kill(2) of our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         let mut out = String::new();
-        self.child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+        self.child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
         let st = self.child.wait().unwrap();
         let err = std::fs::read_to_string(&self.stderr).unwrap_or_default();
         let _ = std::fs::remove_file(&self.stderr);
         assert!(st.success(), "tags export: {st}: {err}");
-        (serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?} {err}")), err)
+        (
+            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?} {err}")),
+            err,
+        )
     }
 }
 
@@ -448,14 +505,19 @@ fn tags_export_retries_while_the_collector_is_unavailable_and_counts_what_it_dro
         small_pipeline(&tag.0);
     }
     let n = lifeline(&tag.0).len();
-    poll_until_for(Duration::from_secs(30), || (rx.spans().len() >= n).then_some(()))
-        .unwrap_or_else(|| panic!("{} of {n} spans", rx.spans().len()));
+    poll_until_for(Duration::from_secs(30), || {
+        (rx.spans().len() >= n).then_some(())
+    })
+    .unwrap_or_else(|| panic!("{} of {n} spans", rx.spans().len()));
     let (r, err) = ex.stop();
     assert_eq!(rx.spans().len(), n, "each reception once");
     assert_eq!(r["queue"]["sent"], n as u64, "{r}");
     assert_eq!(r["queue"]["dropped_expired"], 0, "{r}");
     assert!(r["queue"]["failures"].as_u64().unwrap() >= 1, "{r}");
-    assert!(err.contains("the collector fails: HTTP status 503"), "{err}");
+    assert!(
+        err.contains("the collector fails: HTTP status 503"),
+        "{err}"
+    );
     assert!(err.contains("takes spans again"), "{err}");
 
     // Unavailable beyond the retry window: dropped, counted, said.
@@ -515,12 +577,24 @@ fn run_trace_and_count_go_out_as_spans_and_metrics() {
     ]);
     assert_eq!(o.code, 0, "{o:?}");
     assert!(o.stderr.contains("span(s) sent, 0 dropped"), "{}", o.stderr);
-    assert!(!o.stderr.contains("openat("), "the trace is not printed: {}", o.stderr);
+    assert!(
+        !o.stderr.contains("openat("),
+        "the trace is not printed: {}",
+        o.stderr
+    );
     let spans = rx.spans();
-    let by_id: BTreeMap<Vec<u8>, &Span> = spans.iter().map(|(_, s)| (s.span_id.clone(), s)).collect();
-    let root: Vec<_> = spans.iter().filter(|(_, s)| s.parent_span_id.is_empty()).collect();
+    let by_id: BTreeMap<Vec<u8>, &Span> =
+        spans.iter().map(|(_, s)| (s.span_id.clone(), s)).collect();
+    let root: Vec<_> = spans
+        .iter()
+        .filter(|(_, s)| s.parent_span_id.is_empty())
+        .collect();
     assert_eq!(root.len(), 1, "one root");
-    assert!(root[0].1.name.starts_with("mantle run sh"), "{}", root[0].1.name);
+    assert!(
+        root[0].1.name.starts_with("mantle run sh"),
+        "{}",
+        root[0].1.name
+    );
     let calls: Vec<_> = spans.iter().filter(|(_, s)| s.name == "openat").collect();
     assert!(!calls.is_empty());
     for (res, s) in &calls {
@@ -528,12 +602,18 @@ fn run_trace_and_count_go_out_as_spans_and_metrics() {
         let p = by_id.get(&s.parent_span_id).expect("the process span");
         assert_eq!(int(&p.attributes, "process.pid"), int(res, "process.pid"));
         assert!(["sh", "cat"].contains(&p.name.as_str()), "{}", p.name);
-        assert!(matches!(attr(&s.attributes, "mantle.args"), Some(V::ArrayValue(_))));
+        assert!(matches!(
+            attr(&s.attributes, "mantle.args"),
+            Some(V::ArrayValue(_))
+        ));
         assert_eq!(string(&s.attributes, "mantle.decision"), "continue");
         assert_eq!(string(res, "service.name"), "sh");
     }
     // cat's process span is a child of sh's
-    let cat = spans.iter().find(|(_, s)| s.name == "cat").expect("cat's span");
+    let cat = spans
+        .iter()
+        .find(|(_, s)| s.name == "cat")
+        .expect("cat's span");
     let parent = by_id.get(&cat.1.parent_span_id).expect("its parent");
     assert_eq!(parent.name, "sh");
     // --count: cumulative sums per call
@@ -544,7 +624,10 @@ fn run_trace_and_count_go_out_as_spans_and_metrics() {
         .iter()
         .map(|x| x.name.clone())
         .collect();
-    assert!(names.contains(&"mantle.exec.calls".to_string()), "{names:?}");
+    assert!(
+        names.contains(&"mantle.exec.calls".to_string()),
+        "{names:?}"
+    );
 }
 
 // ---------------------------------------------------------------------
@@ -563,7 +646,11 @@ struct Jaeger {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Jaeger, or None outside CI when it is not installed (said on stderr).
@@ -599,9 +686,8 @@ impl Jaeger {
             log,
         };
         poll_until_for(Duration::from_secs(30), || {
-            (TcpStream::connect(("127.0.0.1", otlp)).is_ok()
-                && j.get("/api/services").is_some())
-            .then_some(())
+            (TcpStream::connect(("127.0.0.1", otlp)).is_ok() && j.get("/api/services").is_some())
+                .then_some(())
         })
         .unwrap_or_else(|| {
             panic!(
@@ -620,7 +706,11 @@ impl Jaeger {
     fn get(&self, path: &str) -> Option<Value> {
         let mut s = TcpStream::connect(("127.0.0.1", self.query)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n").ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
         let mut b = Vec::new();
         s.read_to_end(&mut b).ok()?;
         let t = String::from_utf8_lossy(&b);
@@ -628,7 +718,10 @@ impl Jaeger {
         if !head.starts_with("HTTP/1.1 200") {
             return None;
         }
-        let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
             dechunk(body)
         } else {
             body.to_string()
@@ -670,7 +763,10 @@ fn dechunk(mut b: &str) -> String {
 
 /// Jaeger's tag value of `key` on a span or process.
 fn jtag<'a>(tags: &'a Value, key: &str) -> Option<&'a Value> {
-    tags.as_array()?.iter().find(|t| t["key"] == key).map(|t| &t["value"])
+    tags.as_array()?
+        .iter()
+        .find(|t| t["key"] == key)
+        .map(|t| &t["value"])
 }
 
 #[test]
@@ -686,11 +782,25 @@ fn the_demo_in_jaeger() {
     let l = lifeline(&tag.0);
     let o = mantle(&["tag", "lifeline", &tag.0, "--otlp", &j.url()]);
     assert_eq!(o.code, 0, "{o:?}");
-    let id = o.stdout.split("(trace ").nth(1).unwrap().trim_end().trim_end_matches(')').to_string();
+    let id = o
+        .stdout
+        .split("(trace ")
+        .nth(1)
+        .unwrap()
+        .trim_end()
+        .trim_end_matches(')')
+        .to_string();
     let t = poll_until_for(Duration::from_secs(20), || {
-        j.trace(&id).filter(|t| t["spans"].as_array().map_or(0, |s| s.len()) == l.len())
+        j.trace(&id)
+            .filter(|t| t["spans"].as_array().map_or(0, |s| s.len()) == l.len())
     })
-    .unwrap_or_else(|| panic!("Jaeger has not the trace {id} with {} spans: {:?}", l.len(), j.trace(&id)));
+    .unwrap_or_else(|| {
+        panic!(
+            "Jaeger has not the trace {id} with {} spans: {:?}",
+            l.len(),
+            j.trace(&id)
+        )
+    });
     // Jaeger's view: every reception a span, with its process (service,
     // host), its via and its parent (a CHILD_OF reference).
     let spans = t["spans"].as_array().unwrap();
@@ -720,7 +830,11 @@ fn the_demo_in_jaeger() {
     let services = j.get("/api/services").unwrap();
     for want in ["sed", "socat", "tr"] {
         assert!(
-            services["data"].as_array().unwrap().iter().any(|s| s == want),
+            services["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s == want),
             "{want} in {services}"
         );
     }
@@ -735,13 +849,21 @@ fn jaeger_stopped_and_restarted_during_an_export_loses_nothing_within_the_retry_
         return;
     };
     let tag = Tag::new("restart");
-    let ex = Export::start(&k.dir, &j.url(), &["--tags", &tag.0, "--retry-window", "60s"]);
+    let ex = Export::start(
+        &k.dir,
+        &j.url(),
+        &["--tags", &tag.0, "--retry-window", "60s"],
+    );
     small_pipeline(&tag.0);
     let first = lifeline(&tag.0).len();
     // Jaeger down: these wait in the exporter
     poll_until_for(Duration::from_secs(20), || {
         let t = j.get(&format!("/api/traces?service=cat&limit=5"))?;
-        (t["data"].as_array()?.iter().map(|t| t["spans"].as_array().map_or(0, |s| s.len())).sum::<usize>()
+        (t["data"]
+            .as_array()?
+            .iter()
+            .map(|t| t["spans"].as_array().map_or(0, |s| s.len()))
+            .sum::<usize>()
             >= 1)
             .then_some(())
     })
@@ -752,7 +874,10 @@ fn jaeger_stopped_and_restarted_during_an_export_loses_nothing_within_the_retry_
     }
     std::thread::sleep(Duration::from_secs(2));
     let all = lifeline(&tag.0);
-    let during: Vec<i64> = all[first..].iter().map(|r| r["seq"].as_i64().unwrap()).collect();
+    let during: Vec<i64> = all[first..]
+        .iter()
+        .map(|r| r["seq"].as_i64().unwrap())
+        .collect();
     let (otlp, query, grpc) = (j.otlp, j.query, j.grpc);
     let j2 = Jaeger::start(otlp, query, grpc);
     // Jaeger's memory started empty: what it has now came from the retries
@@ -775,7 +900,10 @@ fn jaeger_stopped_and_restarted_during_an_export_loses_nothing_within_the_retry_
         during.iter().all(|s| seqs2.contains(s)).then_some(seqs2)
     });
     let (r, err) = ex.stop();
-    assert!(got.is_some(), "receptions made while Jaeger was down are in Jaeger after its restart: {r} {err}");
+    assert!(
+        got.is_some(),
+        "receptions made while Jaeger was down are in Jaeger after its restart: {r} {err}"
+    );
     assert_eq!(r["queue"]["dropped_expired"], 0, "{r}");
     assert_eq!(r["queue"]["dropped_full"], 0, "{r}");
     assert!(r["queue"]["failures"].as_u64().unwrap() >= 1, "{r}");

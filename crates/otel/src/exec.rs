@@ -229,7 +229,9 @@ impl ExecExport {
     fn request(&self, items: &[&Item]) -> ExportTraceServiceRequest {
         let mut by: BTreeMap<(String, u32), Vec<Span>> = BTreeMap::new();
         for i in items {
-            by.entry((i.guest.clone(), i.pid)).or_default().push(i.span.clone());
+            by.entry((i.guest.clone(), i.pid))
+                .or_default()
+                .push(i.span.clone());
         }
         ExportTraceServiceRequest {
             resource_spans: by
@@ -284,7 +286,10 @@ impl ExecExport {
                         .map(|t| t.saturating_duration_since(now))
                         .unwrap_or(Duration::from_millis(100))
                         .clamp(Duration::from_millis(1), Duration::from_millis(100));
-                    g = cv.wait_timeout(g, wait).unwrap_or_else(|e| e.into_inner()).0;
+                    g = cv
+                        .wait_timeout(g, wait)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
                 }
             };
             let r = http::post(&self.ep, "/v1/traces", &body, self.timeout);
@@ -292,7 +297,8 @@ impl ExecExport {
             match r {
                 Ok(_) => g.queue.sent(n),
                 Err(f) => {
-                    g.queue.failed(Instant::now(), n, f.retryable(), f.to_string());
+                    g.queue
+                        .failed(Instant::now(), n, f.retryable(), f.to_string());
                     if g.done {
                         // the end, and the collector fails: no waiting
                         g.queue.drop_all();
@@ -322,7 +328,8 @@ impl ExecExport {
                 end_time_unix_nano: end,
                 ..Default::default()
             };
-            root.attributes.push(int_attr("process.pid", std::process::id() as i64));
+            root.attributes
+                .push(int_attr("process.pid", std::process::id() as i64));
             st.queue.push(
                 now,
                 Item {
@@ -450,9 +457,24 @@ fn count_metrics(summary: &Value, start: u64, end: u64) -> Vec<Metric> {
     };
     vec![
         sum("mantle.exec.calls", "{call}", "interposed calls", "calls"),
-        sum("mantle.exec.errors", "{call}", "interposed calls that failed", "errors"),
-        sum("mantle.exec.executive_time", "ns", "time in the executive", "executive_ns"),
-        sum("mantle.exec.kernel_time", "ns", "time in the kernel for calls the executive made", "kernel_ns"),
+        sum(
+            "mantle.exec.errors",
+            "{call}",
+            "interposed calls that failed",
+            "errors",
+        ),
+        sum(
+            "mantle.exec.executive_time",
+            "ns",
+            "time in the executive",
+            "executive_ns",
+        ),
+        sum(
+            "mantle.exec.kernel_time",
+            "ns",
+            "time in the kernel for calls the executive made",
+            "kernel_ns",
+        ),
     ]
 }
 
@@ -481,7 +503,10 @@ fn call_span(v: &Value, trace: [u8; 16], parent: [u8; 8], tid: u32, start: u64, 
             ..Default::default()
         },
         str_attr("mantle.decision", v["decision"].as_str().unwrap_or("?")),
-        int_attr("mantle.executive_ns", v["executive_ns"].as_i64().unwrap_or(0)),
+        int_attr(
+            "mantle.executive_ns",
+            v["executive_ns"].as_i64().unwrap_or(0),
+        ),
         int_attr("mantle.kernel_ns", v["kernel_ns"].as_i64().unwrap_or(0)),
     ];
     if let Some(r) = v["result"].as_i64() {
@@ -590,8 +615,14 @@ mod tests {
                 .and_then(|v| v.value)
         };
         assert_eq!(get("mantle.result"), Some(any_value::Value::IntValue(-13)));
-        assert_eq!(get("mantle.decision"), Some(any_value::Value::StringValue("fail".into())));
-        assert_eq!(get("mantle.errno"), Some(any_value::Value::StringValue("EACCES".into())));
+        assert_eq!(
+            get("mantle.decision"),
+            Some(any_value::Value::StringValue("fail".into()))
+        );
+        assert_eq!(
+            get("mantle.errno"),
+            Some(any_value::Value::StringValue("EACCES".into()))
+        );
         match get("mantle.args") {
             Some(any_value::Value::ArrayValue(a)) => assert_eq!(a.values.len(), 1),
             o => panic!("{o:?}"),
@@ -606,9 +637,14 @@ mod tests {
         ]});
         let m = count_metrics(&summary, 1, 2);
         assert_eq!(m.len(), 4);
-        let Some(metric::Data::Sum(s)) = &m[0].data else { panic!() };
+        let Some(metric::Data::Sum(s)) = &m[0].data else {
+            panic!()
+        };
         assert!(s.is_monotonic);
         assert_eq!(s.data_points.len(), 2);
-        assert_eq!(s.data_points[0].value, Some(number_data_point::Value::AsInt(5)));
+        assert_eq!(
+            s.data_points[0].value,
+            Some(number_data_point::Value::AsInt(5))
+        );
     }
 }

@@ -22,7 +22,7 @@ use crate::http::{self, Endpoint};
 use crate::lifeline::{self, Linker, Out};
 use crate::queue::{Policy, Queue, Stats};
 use crate::Error;
-use mantle_tags::{Tags, TagInfo};
+use mantle_tags::{TagInfo, Tags};
 use prost::Message;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
@@ -188,9 +188,7 @@ pub fn run(
             let read = match t.lifeline_since(&i.name, f.after) {
                 Ok(r) => r,
                 // deleted (or made without a lifeline) since it was listed
-                Err(mantle_tags::Error::UnknownTag(_) | mantle_tags::Error::Invalid(_)) => {
-                    continue
-                }
+                Err(mantle_tags::Error::UnknownTag(_) | mantle_tags::Error::Invalid(_)) => continue,
                 Err(e) => return Err(e.into()),
             };
             if read.generation != f.generation {

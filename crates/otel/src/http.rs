@@ -37,7 +37,9 @@ impl Endpoint {
                 "https is not supported: send to a collector on this machine over http (docs/otel.md)",
             ));
         } else {
-            return Err(bad("expected http://HOST[:PORT][/PATH], e.g. http://127.0.0.1:4318"));
+            return Err(bad(
+                "expected http://HOST[:PORT][/PATH], e.g. http://127.0.0.1:4318",
+            ));
         };
         let (auth, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
@@ -72,7 +74,9 @@ impl Endpoint {
                 .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?
         };
         if path.contains(['?', '#', ' ']) || path.chars().any(|c| c.is_control()) {
-            return Err(bad("the path may not hold a query, a fragment, spaces or control characters"));
+            return Err(bad(
+                "the path may not hold a query, a fragment, spaces or control characters",
+            ));
         }
         Ok(Endpoint {
             host,
@@ -177,7 +181,8 @@ pub fn post(ep: &Endpoint, signal: &str, body: &[u8], timeout: Duration) -> Resu
         env!("CARGO_PKG_VERSION"),
         body.len()
     );
-    s.set_write_timeout(Some(left()?)).map_err(|e| io("sending to", e))?;
+    s.set_write_timeout(Some(left()?))
+        .map_err(|e| io("sending to", e))?;
     s.write_all(head.as_bytes())
         .and_then(|_| s.write_all(body))
         .map_err(|e| io("sending to", e))?;
@@ -185,14 +190,18 @@ pub fn post(ep: &Endpoint, signal: &str, body: &[u8], timeout: Duration) -> Resu
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16384];
     loop {
-        s.set_read_timeout(Some(left()?)).map_err(|e| io("reading from", e))?;
+        s.set_read_timeout(Some(left()?))
+            .map_err(|e| io("reading from", e))?;
         let n = s.read(&mut chunk).map_err(|e| io("reading from", e))?;
         if n == 0 {
             break;
         }
         buf.extend_from_slice(&chunk[..n]);
         if buf.len() > 4 << 20 {
-            return Err(Fail::Io(format!("{}: an answer over 4 MiB", ep.url_of(signal))));
+            return Err(Fail::Io(format!(
+                "{}: an answer over 4 MiB",
+                ep.url_of(signal)
+            )));
         }
         if let Some(done) = complete(&buf) {
             buf.truncate(done);
@@ -233,7 +242,8 @@ fn header(head: &[u8], name: &str) -> Option<String> {
 fn parse_response(b: &[u8]) -> Option<(u16, Vec<u8>)> {
     let end = find(b, b"\r\n\r\n")?;
     let head = &b[..end];
-    let first = String::from_utf8_lossy(&head[..find(head, b"\r\n").unwrap_or(head.len())]).into_owned();
+    let first =
+        String::from_utf8_lossy(&head[..find(head, b"\r\n").unwrap_or(head.len())]).into_owned();
     let mut parts = first.split_whitespace();
     if !parts.next()?.starts_with("HTTP/1.") {
         return None;
@@ -283,7 +293,10 @@ mod tests {
     #[test]
     fn urls() {
         let e = Endpoint::parse("http://127.0.0.1:4318").unwrap();
-        assert_eq!((e.host.as_str(), e.port, e.prefix.as_str()), ("127.0.0.1", 4318, ""));
+        assert_eq!(
+            (e.host.as_str(), e.port, e.prefix.as_str()),
+            ("127.0.0.1", 4318, "")
+        );
         assert_eq!(e.url_of("/v1/traces"), "http://127.0.0.1:4318/v1/traces");
         let e = Endpoint::parse("http://collector/otlp/").unwrap();
         assert_eq!((e.port, e.prefix.as_str()), (80, "/otlp"));

@@ -161,10 +161,7 @@ impl Linker {
             });
             match found {
                 Some(id) => (Some(id), "ring"),
-                None => (
-                    Some(first_id(&trace, &r.tx_host, r.tx_tid)),
-                    "sender-first",
-                ),
+                None => (Some(first_id(&trace, &r.tx_host, r.tx_tid)), "sender-first"),
             }
         };
         let key = (trace, r.host.clone(), r.rx_tid);
@@ -288,7 +285,10 @@ mod tests {
         }
     }
 
-    fn attr<'a>(s: &'a Span, k: &str) -> &'a opentelemetry_proto::tonic::common::v1::any_value::Value {
+    fn attr<'a>(
+        s: &'a Span,
+        k: &str,
+    ) -> &'a opentelemetry_proto::tonic::common::v1::any_value::Value {
         s.attributes
             .iter()
             .find(|a| a.key == k)
@@ -326,16 +326,25 @@ mod tests {
         all.dedup();
         assert_eq!(all.len(), 6);
         assert_eq!(out[2].span.start_time_unix_nano, 3000 + 1_000_000);
-        assert_eq!(out[2].span.end_time_unix_nano, out[2].span.start_time_unix_nano);
+        assert_eq!(
+            out[2].span.end_time_unix_nano,
+            out[2].span.start_time_unix_nano
+        );
         assert_eq!(out[2].span.name, "t via pipe");
         assert_eq!(out[2].span.kind, SpanKind::Consumer as i32);
         assert_eq!(out[1].span.kind, SpanKind::Internal as i32);
         use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
-        assert_eq!(attr(&out[2].span, "mantle.via"), &V::StringValue("pipe".into()));
+        assert_eq!(
+            attr(&out[2].span, "mantle.via"),
+            &V::StringValue("pipe".into())
+        );
         assert_eq!(attr(&out[2].span, "mantle.ttl"), &V::IntValue(-1));
         assert_eq!(attr(&out[2].span, "mantle.lamport"), &V::IntValue(5));
         assert_eq!(attr(&out[2].span, "mantle.sender.pid"), &V::IntValue(11));
-        assert_eq!(attr(&out[2].span, "mantle.parent"), &V::StringValue("ring".into()));
+        assert_eq!(
+            attr(&out[2].span, "mantle.parent"),
+            &V::StringValue("ring".into())
+        );
         assert_eq!(out[2].resource.service, "p12");
         // The same records in two batches give the same spans.
         let mut k2 = Linker::new(1_000_000, 100);
@@ -351,7 +360,10 @@ mod tests {
     #[test]
     fn parents_across_machines_meet() {
         let tr = trace_id("g", None);
-        let a = vec![rec("a", 1, 1, 10, 10, "set"), rec("a", 2, 3, 11, 10, "pipe")];
+        let a = vec![
+            rec("a", 1, 1, 10, 10, "set"),
+            rec("a", 2, 3, 11, 10, "pipe"),
+        ];
         let mut b1 = rec("b", 1, 5, 20, 11, "tcp");
         b1.tx_host = "a".into();
         let b = vec![b1, rec("b", 2, 7, 21, 20, "pipe")];
@@ -380,7 +392,9 @@ mod tests {
     fn the_linker_is_bounded() {
         let mut k = Linker::new(0, 4);
         let tr = trace_id("t", None);
-        let l: Vec<_> = (1..=20).map(|i| rec("h", i, i, 100 + i as u32, 99 + i as u32, "pipe")).collect();
+        let l: Vec<_> = (1..=20)
+            .map(|i| rec("h", i, i, 100 + i as u32, 99 + i as u32, "pipe"))
+            .collect();
         k.spans(tr, &l);
         assert!(k.threads.len() <= 4);
         assert!(k.forgotten >= 4);
@@ -395,7 +409,11 @@ mod tests {
         ];
         let r = request(Linker::new(0, 10).spans(trace_id("t", None), &l));
         assert_eq!(r.resource_spans.len(), 2);
-        let n: usize = r.resource_spans.iter().map(|rs| rs.scope_spans[0].spans.len()).sum();
+        let n: usize = r
+            .resource_spans
+            .iter()
+            .map(|rs| rs.scope_spans[0].spans.len())
+            .sum();
         assert_eq!(n, 3);
     }
 }

@@ -141,7 +141,13 @@ impl<T> Queue<T> {
         if self.items.len() < self.p.batch && !waited && !flush_all && self.failing.is_none() {
             return None;
         }
-        Some(self.items.iter().take(self.p.batch).map(|(_, x)| x).collect())
+        Some(
+            self.items
+                .iter()
+                .take(self.p.batch)
+                .map(|(_, x)| x)
+                .collect(),
+        )
     }
 
     /// When the next send may be tried (backing off), if later than now.
