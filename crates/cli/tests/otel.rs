@@ -40,11 +40,14 @@ const OK: u8 = 0;
 const UNAVAILABLE: u8 = 1;
 const SILENT: u8 = 2;
 
+/// Requests received: (path, body).
+type Got = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// A collector on a loopback port: records every request (path, body)
 /// and answers 200, 503 or nothing, as `mode` says.
 struct Receiver {
     port: u16,
-    got: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    got: Got,
     mode: Arc<AtomicU8>,
     stop: Arc<AtomicBool>,
 }
@@ -476,6 +479,27 @@ impl Export {
     }
 }
 
+fn keys(v: &Value) -> std::collections::BTreeSet<String> {
+    v.as_object().unwrap().keys().cloned().collect()
+}
+
+/// The keys docs/json.md lists under `### kind`.
+fn documented_keys(kind: &str) -> std::collections::BTreeSet<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/json.md"))
+        .unwrap();
+    let sub = doc
+        .split("\n### ")
+        .find(|s| s.lines().next() == Some(kind))
+        .unwrap_or_else(|| panic!("docs/json.md has no {kind}"));
+    sub.lines()
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(String::from)
+        .collect()
+}
+
 fn rand_suffix() -> String {
     format!(
         "{}-{}",
@@ -511,6 +535,9 @@ fn tags_export_retries_while_the_collector_is_unavailable_and_counts_what_it_dro
     .unwrap_or_else(|| panic!("{} of {n} spans", rx.spans().len()));
     let (r, err) = ex.stop();
     assert_eq!(rx.spans().len(), n, "each reception once");
+    // the report's keys are docs/json.md's
+    assert_eq!(keys(&r), documented_keys("tags export report"), "{r}");
+    assert_eq!(keys(&r["queue"]), documented_keys("export queue"), "{r}");
     assert_eq!(r["queue"]["sent"], n as u64, "{r}");
     assert_eq!(r["queue"]["dropped_expired"], 0, "{r}");
     assert!(r["queue"]["failures"].as_u64().unwrap() >= 1, "{r}");
@@ -858,7 +885,7 @@ fn jaeger_stopped_and_restarted_during_an_export_loses_nothing_within_the_retry_
     let first = lifeline(&tag.0).len();
     // Jaeger down: these wait in the exporter
     poll_until_for(Duration::from_secs(20), || {
-        let t = j.get(&format!("/api/traces?service=cat&limit=5"))?;
+        let t = j.get("/api/traces?service=cat&limit=5")?;
         (t["data"]
             .as_array()?
             .iter()

@@ -141,7 +141,7 @@ pub fn post(ep: &Endpoint, signal: &str, body: &[u8], timeout: Duration) -> Resu
         deadline
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
-            .ok_or_else(|| Fail::Timeout(format!("{}", ep.url_of(signal))))
+            .ok_or_else(|| Fail::Timeout(ep.url_of(signal)))
     };
     let addrs: Vec<_> = (ep.host.as_str(), ep.port)
         .to_socket_addrs()
