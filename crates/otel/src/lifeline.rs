@@ -17,6 +17,8 @@
 //!   the machine's reception sequence on one machine and by the Lamport
 //!   clock across machines (a sender's reception happened before its
 //!   send, so its clock is smaller). A reception made by `set` is a root.
+//!   TCP's header option names the sending process, not its thread
+//!   (`tx_tid` 0): then the process's latest reception.
 //! - Ids are computed alike everywhere (crate::ids): a thread's first
 //!   reception of the tag has the id of (trace, host, tid) alone, later
 //!   ones also hash their sequence and clock. A child whose sender's
@@ -79,6 +81,8 @@ const PER_THREAD: usize = 8;
 pub struct Linker {
     /// (trace, host, tid) -> its latest receptions, oldest first.
     threads: HashMap<([u8; 16], String, u32), Vec<Seen>>,
+    /// (trace, host, pid) -> the process's latest receptions.
+    procs: HashMap<([u8; 16], String, u32), Vec<Seen>>,
     max_threads: usize,
     /// Times the map was cleared for being full.
     pub forgotten: u64,
@@ -121,6 +125,7 @@ impl Linker {
     pub fn new(epoch_offset_ns: i128, max_threads: usize) -> Linker {
         Linker {
             threads: HashMap::new(),
+            procs: HashMap::new(),
             max_threads: max_threads.max(1),
             forgotten: 0,
             epoch_offset_ns,
@@ -145,9 +150,15 @@ impl Linker {
         let (parent, how) = if r.via == "set" {
             (None, "root")
         } else {
-            let key = (trace, r.tx_host.clone(), r.tx_tid);
             let same_host = r.tx_host == r.host;
-            let found = self.threads.get(&key).and_then(|seen| {
+            // TCP's header option carries the sending process, not its
+            // thread (tx_tid 0): its receptions, whichever thread.
+            let found = if r.tx_tid == 0 {
+                self.procs.get(&(trace, r.tx_host.clone(), r.tx_pid))
+            } else {
+                self.threads.get(&(trace, r.tx_host.clone(), r.tx_tid))
+            };
+            let found = found.and_then(|seen| {
                 seen.iter()
                     .filter(|s| {
                         if same_host {
@@ -161,7 +172,15 @@ impl Linker {
             });
             match found {
                 Some(id) => (Some(id), "ring"),
-                None => (Some(first_id(&trace, &r.tx_host, r.tx_tid)), "sender-first"),
+                // (a process's main thread has its pid for tid)
+                None => (
+                    Some(first_id(
+                        &trace,
+                        &r.tx_host,
+                        if r.tx_tid == 0 { r.tx_pid } else { r.tx_tid },
+                    )),
+                    "sender-first",
+                ),
             }
         };
         let key = (trace, r.host.clone(), r.rx_tid);
@@ -181,14 +200,25 @@ impl Linker {
                 &r.lamport.to_le_bytes(),
             ])
         };
-        if seen.len() == PER_THREAD {
-            seen.remove(0);
-        }
-        seen.push(Seen {
+        let me = Seen {
             seq: r.seq,
             lamport: r.lamport,
             id,
-        });
+        };
+        if seen.len() == PER_THREAD {
+            seen.remove(0);
+        }
+        seen.push(me);
+        let pkey = (trace, r.host.clone(), r.rx_pid);
+        if !self.procs.contains_key(&pkey) && self.procs.len() >= self.max_threads {
+            self.procs.clear();
+            self.forgotten += 1;
+        }
+        let seen = self.procs.entry(pkey).or_default();
+        if seen.len() == PER_THREAD {
+            seen.remove(0);
+        }
+        seen.push(me);
         let t = (r.ts_ns as i128 + self.epoch_offset_ns).max(0) as u64;
         let ttl = if r.ttl == mantle_tags::abi::MT_TTL_INF as u8 {
             -1
@@ -382,6 +412,14 @@ mod tests {
         let m = Linker::new(0, 10).spans(tr, &mantle_tags::lifeline::merge(vec![all]));
         assert_eq!(m[2].span.parent_span_id, sa[1].span.span_id);
         assert_eq!(m[2].span.span_id, sb[0].span.span_id);
+        // TCP names the sending process, not its thread (tx_tid 0): the
+        // process's latest reception is the parent
+        let mut t = b[0].clone();
+        t.tx_tid = 0;
+        let mut k = Linker::new(0, 10);
+        let sa2 = k.spans(tr, &a);
+        let st = k.spans(tr, &[t]);
+        assert_eq!(st[0].span.parent_span_id, sa2[1].span.span_id);
         // a global tag's trace is the same on both; a local one's is not
         assert_ne!(trace_id("g", Some(("a", 1))), trace_id("g", Some(("b", 1))));
         assert_ne!(trace_id("g", Some(("a", 1))), trace_id("g", Some(("a", 2))));
