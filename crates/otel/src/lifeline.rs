@@ -408,7 +408,7 @@ mod tests {
         );
         // merged (Lamport order) in one exporter: the same ids
         let mut all = a.clone();
-        all.extend(b);
+        all.extend(b.clone());
         let m = Linker::new(0, 10).spans(tr, &mantle_tags::lifeline::merge(vec![all]));
         assert_eq!(m[2].span.parent_span_id, sa[1].span.span_id);
         assert_eq!(m[2].span.span_id, sb[0].span.span_id);
