@@ -9,7 +9,7 @@
 
 use mantle_testsupport::cli::{lifeline, mantle, mantle_as};
 use mantle_testsupport::kernel::{self, Spec};
-use mantle_testsupport::{ci, poll_until_for, require_root};
+use mantle_testsupport::{poll_until_for, require_root};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as V;
