@@ -14,7 +14,7 @@
 //! `mantle run` covering the run; a span per guest process (name = its
 //! command, children of the process that forked it, if seen, else of the
 //! root), sent at the end with the time between the process's first and
-//! last call; each call a child of its process. A call's time is when its
+//! last call, named by its command as last read; each call a child of its process. A call's time is when its
 //! line was written (its end) minus the executive's and the kernel's time:
 //! the trace line carries durations, not times.
 //!
@@ -50,6 +50,8 @@ struct Proc {
     ppid: u32,
     first_ns: u64,
     last_ns: u64,
+    /// When its name was last read.
+    comm_read_ns: u64,
 }
 
 /// A span waiting to be sent and its guest (the resource's service).
@@ -193,6 +195,7 @@ impl ExecExport {
                             ppid,
                             first_ns: start,
                             last_ns: end_ns,
+                            comm_read_ns: end_ns,
                         },
                     );
                 }
@@ -202,6 +205,16 @@ impl ExecExport {
         if let Some(p) = st.procs.get_mut(&pid) {
             p.first_ns = p.first_ns.min(start);
             p.last_ns = p.last_ns.max(end_ns);
+            // A process execs after its first calls (the guest starts as
+            // a copy of mantle; sh forks before it runs cat): its name is
+            // read again, at most once per 200 us (a /proc read, a few
+            // microseconds, on the executive's thread).
+            if end_ns.saturating_sub(p.comm_read_ns) >= 200_000 {
+                p.comm_read_ns = end_ns;
+                if let Ok(c) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+                    p.comm = c.trim_end().to_string();
+                }
+            }
         }
         let span = call_span(&v, self.trace, self.proc_span_id(pid), tid, start, end_ns);
         st.queue.push(
