@@ -51,7 +51,10 @@ exec 9>>/run/mantle-kernel.lock
 flock 9
 LOADED_HERE=0
 if [[ ! -e /sys/fs/bpf/mantle/tags/maps/ctl ]]; then
-	"$MANTLE" tags up >/dev/null
+	# libmantle.so beside the binary, or the debug build's (tests build it)
+	LIB=$(dirname "$MANTLE")/libmantle.so
+	[[ -e $LIB ]] || LIB=$ROOT/target/debug/libmantle.so
+	"$MANTLE" tags up --lib "$LIB" >/dev/null
 	LOADED_HERE=1
 fi
 SINK_PID= EXP_PID=
