@@ -4,7 +4,7 @@
 # MANTLE_VMLINUX=running and the benchmarks), libelf/zlib for libbpf, socat for the demo, and the tools the
 # tests and benchmarks drive (tcpdump for tags_net, go for `go tool pprof` and graphviz for its -svg, strace
 # and matplotlib for bench/executive; g++ for the instrumenter's C++ fixture, rt-tests
-# (cyclictest) for bench/sleep:
+# (cyclictest) for bench/sleep; Jaeger (built from Go modules) for the OpenTelemetry tests:
 # the tests themselves install nothing). Rust comes from the machine's rustup
 # toolchain (mantle needs Rust >= 1.87); Debian's own rustc is too old.
 set -euo pipefail
@@ -46,6 +46,25 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
   else
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustfmt rust-clippy >/dev/null
   fi
+fi
+# Jaeger v2 for the OpenTelemetry tests (crates/cli/tests/otel.rs, docs/otel.md):
+# built once from the Go module proxy (a few minutes; about 120 MB), kept at
+# /usr/local/lib/mantle/jaeger-1.76.0. Its build has no web UI (the UI's
+# assets are not in the Go module); the tests use its query API.
+jaeger=/usr/local/lib/mantle/jaeger-1.76.0
+if [ ! -x "$jaeger" ]; then
+  gobin=/usr/local/go/bin/go
+  [ -x "$gobin" ] || gobin=$(command -v go)
+  work=$(mktemp -d)
+  echo "setup: building Jaeger v1.76.0 (the tests' OpenTelemetry backend) with $gobin"
+  if (cd "$work" && "$gobin" mod init mantle-jaeger >/dev/null 2>&1 \
+        && "$gobin" get -tool github.com/jaegertracing/jaeger/cmd/jaeger@v1.76.0 >/dev/null 2>&1 \
+        && "$gobin" build -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger); then
+    mkdir -p /usr/local/lib/mantle && mv "$work/jaeger" "$jaeger"
+  else
+    echo "setup: could not build Jaeger: the tests that need it fail under CI and are skipped, saying so, outside it"
+  fi
+  rm -rf "$work"
 fi
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf
 echo "setup: ok ($(cargo --version))"

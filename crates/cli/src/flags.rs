@@ -144,6 +144,14 @@ pub enum TagsCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Send lifelines to an OpenTelemetry collector as they grow, until
+    /// stopped (SIGTERM, Ctrl-C): each tag a trace, each reception a span
+    /// (root; docs/otel.md, which also has its systemd unit).
+    #[command(after_help = "Examples:
+  mantle tags export --otlp http://127.0.0.1:4318
+  mantle tags export --otlp http://127.0.0.1:4318 --tags req,batch --new
+  systemctl enable --now mantle-tags-export   # scripts/mantle-tags-export.service")]
+    Export(crate::otlp::ExportArgs),
 }
 
 #[derive(Args)]
@@ -338,6 +346,14 @@ pub enum TagCmd {
         /// by Lamport clock); the local one is included when it exists.
         #[arg(long, num_args = 1..)]
         merge: Vec<PathBuf>,
+        /// Send the lifeline as one OpenTelemetry trace to the collector at
+        /// URL (OTLP over HTTP, e.g. http://127.0.0.1:4318; docs/otel.md)
+        /// instead of printing it.
+        #[arg(long, value_name = "URL", conflicts_with_all = ["output", "format", "json"])]
+        otlp: Option<String>,
+        /// With --otlp: how long the collector may take (500ms, 10s).
+        #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = crate::otlp::duration, requires = "otlp")]
+        timeout: std::time::Duration,
     },
     /// Guard a process's synchronous call chains against circular waits
     /// (mTags section 5.3), without changing its code.
@@ -521,7 +537,7 @@ fn usage_tip(e: &clap::Error, args: &[String]) -> Option<(String, bool)> {
 
 /// A tag name on the command line, checked once here (exit 2 when
 /// malformed, like any other malformed argument).
-fn tag_name(s: &str) -> Result<String, String> {
+pub(crate) fn tag_name(s: &str) -> Result<String, String> {
     mantle_tags::model::validate_name(s)
         .map(|()| s.to_string())
         .map_err(|e| e.to_string())

@@ -24,6 +24,7 @@ mod lifeline;
 mod manual;
 mod names;
 mod offload;
+mod otlp;
 mod prof;
 mod render;
 mod run;

@@ -14,6 +14,27 @@ pub fn run(
     output: Option<PathBuf>,
     merge: &[PathBuf],
 ) -> Result<(), Failure> {
+    let l = records(name, merge)?;
+    let format = match format {
+        "json" => Format::Json,
+        "chrome" => Format::Chrome,
+        "svg" => Format::Svg,
+        _ => Format::Text,
+    };
+    let title = format!("lifeline of tag {name} ({} receptions)", l.len());
+    let text = render(&l, format, &title);
+    match output {
+        Some(p) => std::fs::write(&p, text).map_err(|e| Failure::io("cannot write", &p, &e)),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+/// This machine's lifeline of `name` merged with the files in `merge`
+/// (also for `--otlp`).
+pub fn records(name: &str, merge: &[PathBuf]) -> Result<Vec<mantle_tags::ReceptionInfo>, Failure> {
     // A tag made without a lifeline is "not found" (exit 5), like a tag
     // that does not exist.
     let local = lifeline_file::local(name)
@@ -38,20 +59,5 @@ pub fn run(
         let text = std::fs::read_to_string(f).map_err(|e| Failure::io("cannot read", f, &e))?;
         saved.push(lifeline_file::parse(&f.display().to_string(), &text)?);
     }
-    let l = lifeline_file::gather(name, local, saved);
-    let format = match format {
-        "json" => Format::Json,
-        "chrome" => Format::Chrome,
-        "svg" => Format::Svg,
-        _ => Format::Text,
-    };
-    let title = format!("lifeline of tag {name} ({} receptions)", l.len());
-    let text = render(&l, format, &title);
-    match output {
-        Some(p) => std::fs::write(&p, text).map_err(|e| Failure::io("cannot write", &p, &e)),
-        None => {
-            print!("{text}");
-            Ok(())
-        }
-    }
+    Ok(lifeline_file::gather(name, local, saved))
 }

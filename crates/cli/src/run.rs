@@ -43,6 +43,11 @@ pub struct RunArgs {
     /// Trace and count as JSON lines.
     #[arg(long)]
     json: bool,
+    /// Send --trace as OpenTelemetry spans and --count as metrics to the
+    /// collector at URL (OTLP over HTTP, e.g. http://127.0.0.1:4318;
+    /// docs/otel.md) instead of printing them.
+    #[arg(long, value_name = "URL", conflicts_with = "trace_output")]
+    otlp: Option<String>,
     /// Fail a call family with ERRNO (default EPERM), enforced by the
     /// kernel on both paths; repeatable. NAME is a family (open, stat,
     /// exec, chdir, unlink, rename, ...: docs/exec.md "Call families"), a
@@ -183,7 +188,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Where a guest's trace goes.
-fn trace_writer(out: &TraceOut) -> Result<Box<dyn std::io::Write + Send>, Failure> {
+pub(crate) fn trace_writer(out: &TraceOut) -> Result<Box<dyn std::io::Write + Send>, Failure> {
     Ok(match out {
         TraceOut::Stderr => Box::new(std::io::stderr()),
         TraceOut::File(p) => Box::new(std::io::LineWriter::new(
@@ -239,8 +244,11 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         }
         Err(e) => return Err(Failure::new(EXIT_RUN_ERROR, error_chain(&e))),
     }
-    let built = from_specs(&def.agents, trace_writer(&def.trace_out)?)
-        .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
+    let built = from_specs(
+        &def.agents,
+        crate::otlp::exec_writer(&def.name, &def.trace_out)?,
+    )
+    .map_err(|e| Failure::new(EXIT_USAGE, e.to_string()))?;
     check_enforcement(&def.name, &built, a.verbose)?;
     let count = built.count.clone();
     // what enforces runs on the kernel's filter (the gate), never in the
@@ -277,7 +285,9 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         );
         match run_fast_supervised(&command, chain, enforcing, &opts, reaper) {
             Ok((status, _stats)) => {
-                print_counts(&name, &count, json);
+                if !crate::otlp::exec_end(&[(name.clone(), count.clone(), json)]) {
+                    print_counts(&name, &count, json);
+                }
                 use std::os::unix::process::ExitStatusExt;
                 let end = match (status.code(), status.signal()) {
                     (Some(c), _) => End::Exited(c),
@@ -448,6 +458,8 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
             None,
         ),
     };
+    let mut defs = defs;
+    crate::otlp::exec_start(a.otlp.as_deref(), &mut defs)?;
     if a.path == "fast" && a.sched.is_some() {
         return Err(Failure::new(
             EXIT_USAGE,
@@ -463,14 +475,15 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
     let mut specs = Vec::new();
     let mut counts = Vec::new();
     for d in &defs {
-        let built = from_specs(&d.agents, trace_writer(&d.trace_out)?).map_err(|e| {
-            let msg = if a.system.is_some() {
-                format!("guest {}: {e}", d.name)
-            } else {
-                e.to_string()
-            };
-            Failure::new(EXIT_USAGE, msg)
-        })?;
+        let built = from_specs(&d.agents, crate::otlp::exec_writer(&d.name, &d.trace_out)?)
+            .map_err(|e| {
+                let msg = if a.system.is_some() {
+                    format!("guest {}: {e}", d.name)
+                } else {
+                    e.to_string()
+                };
+                Failure::new(EXIT_USAGE, msg)
+            })?;
         mantle_exec::launch::prepare(&d.command).map_err(|e| launch_failure(&e))?;
         check_enforcement(&d.name, &built, a.verbose)?;
         counts.push((d.name.clone(), built.count, d.agents.json));
@@ -629,8 +642,10 @@ fn executive_main(
         }
     }
     let ends = ex.run();
-    for (name, count, json) in &counts {
-        print_counts(name, count, *json);
+    if !crate::otlp::exec_end(&counts) {
+        for (name, count, json) in &counts {
+            print_counts(name, count, *json);
+        }
     }
     let mut status = 0;
     for e in &ends {

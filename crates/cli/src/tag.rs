@@ -19,8 +19,13 @@ pub fn run(c: TagCmd) -> Result<(), Failure> {
         format,
         output,
         merge,
+        otlp,
+        timeout,
     } = c
     {
+        if let Some(url) = otlp {
+            return crate::otlp::lifeline(&name, &merge, &url, timeout);
+        }
         return lifeline::run(&name, if json { "json" } else { &format }, output, &merge);
     }
     let t = Tags::open()?;

@@ -54,6 +54,7 @@ pub fn run(c: TagsCmd) -> Result<(), Failure> {
             println!("tags kernel side unloaded");
             Ok(())
         }
+        TagsCmd::Export(a) => crate::otlp::export(a),
         TagsCmd::Status { json } => {
             render::status(&load::status()?, json);
             Ok(())

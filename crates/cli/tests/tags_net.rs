@@ -1299,3 +1299,106 @@ fn deadlock_ring_across_hosts_is_reported() {
         "{r}"
     );
 }
+
+// ----------------------------------------------------- OpenTelemetry (issue 36)
+
+#[path = "otel/jaeger.rs"]
+mod jaeger;
+
+/// The chain A -> B -> C and back to A, its global tag's lifeline sent to
+/// a real Jaeger (`tag lifeline --merge --otlp`; docs/otel.md): every
+/// reception a span of one trace, on its host (the namespace's name), with
+/// its via, and the span of the sender's reception as its parent: the
+/// sending thread's reception with the largest Lamport clock below the
+/// receiver's (found across hosts through the global tag's stamps).
+#[test]
+#[ignore = "needs root, the eBPF kernel side, network namespaces, socat and tcpdump; and Jaeger (scripts/setup.sh)"]
+fn the_global_chain_in_jaeger() {
+    let sc = scenario();
+    let Some(j) = jaeger::jaeger_or_skip("the_global_chain_in_jaeger") else {
+        return;
+    };
+    let l = &sc.ll_global;
+    let file =
+        std::env::temp_dir().join(format!("mantle-tags-net-otel.{}.json", std::process::id()));
+    fs::write(&file, serde_json::to_string(l).unwrap()).unwrap();
+    let o = mantle_testsupport::cli::mantle(&[
+        "tag",
+        "lifeline",
+        GLOBAL,
+        "--merge",
+        file.to_str().unwrap(),
+        "--otlp",
+        &j.url(),
+    ]);
+    let _ = fs::remove_file(&file);
+    assert_eq!(o.code, 0, "{o:?}");
+    let id = o
+        .stdout
+        .split("(trace ")
+        .nth(1)
+        .unwrap()
+        .trim_end()
+        .trim_end_matches(')')
+        .to_string();
+    let t = poll_until(Duration::from_secs(20), || {
+        j.trace(&id)
+            .filter(|t| t["spans"].as_array().map_or(0, |s| s.len()) == l.len())
+    })
+    .unwrap_or_else(|| panic!("Jaeger has not the trace {id} with {} spans", l.len()));
+    let spans = t["spans"].as_array().unwrap();
+    let key = |host: &str, seq: i64| (host.to_string(), seq);
+    let by_rec: BTreeMap<(String, i64), &Value> = spans
+        .iter()
+        .map(|sp| {
+            let p = &t["processes"][sp["processID"].as_str().unwrap()];
+            let host = jaeger::jtag(&p["tags"], "host.name")
+                .unwrap()
+                .as_str()
+                .unwrap();
+            let seq = jaeger::jtag(&sp["tags"], "mantle.seq")
+                .unwrap()
+                .as_i64()
+                .unwrap();
+            (key(host, seq), sp)
+        })
+        .collect();
+    assert_eq!(by_rec.len(), l.len(), "a span per reception");
+    let mut hosts = BTreeSet::new();
+    for r in l {
+        let sp = by_rec[&key(s(r, "host"), u(r, "seq") as i64)];
+        let p = &t["processes"][sp["processID"].as_str().unwrap()];
+        assert_eq!(p["serviceName"], r["rx_comm"], "{sp}");
+        assert_eq!(jaeger::jtag(&sp["tags"], "mantle.via").unwrap(), &r["via"]);
+        hosts.insert(s(r, "host").to_string());
+        let refs = sp["references"].as_array().cloned().unwrap_or_default();
+        if s(r, "via") == "set" {
+            assert!(refs.is_empty(), "{sp}");
+            continue;
+        }
+        let parent = l
+            .iter()
+            .filter(|q| {
+                s(q, "host") == s(r, "tx_host")
+                    && if u(r, "tx_tid") == 0 {
+                        // TCP carries the sending process, not its thread
+                        q["rx_pid"] == r["tx_pid"]
+                    } else {
+                        q["rx_tid"] == r["tx_tid"]
+                    }
+                    && u(q, "lamport") < u(r, "lamport")
+            })
+            .max_by_key(|q| u(q, "lamport"))
+            .unwrap_or_else(|| {
+                panic!("the sender of {r} has no reception in the lifeline: {l:#?}")
+            });
+        let ps = by_rec[&key(s(parent, "host"), u(parent, "seq") as i64)];
+        assert_eq!(refs.len(), 1, "{sp}");
+        assert_eq!(refs[0]["refType"], "CHILD_OF");
+        assert_eq!(refs[0]["spanID"], ps["spanID"], "parent of {r}: {parent}");
+    }
+    assert_eq!(hosts.len(), 3, "A, B and C: {hosts:?}");
+    assert!(l
+        .iter()
+        .any(|r| s(r, "via") == "tcp" && s(r, "host") != s(r, "tx_host")));
+}

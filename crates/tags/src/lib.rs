@@ -275,6 +275,22 @@ pub(crate) fn test_reception(
     }
 }
 
+/// What [`Tags::lifeline_since`] read of a lifeline ring.
+#[derive(Debug, Clone, Default)]
+pub struct RingRead {
+    /// The records after the given sequence number, oldest first.
+    pub records: Vec<ReceptionInfo>,
+    /// Read on after this sequence number next time: the last record
+    /// read or lost (the records after it are not written yet).
+    pub next: u64,
+    /// Records after the given number that the ring overwrote before
+    /// they were read.
+    pub lost: u64,
+    /// The tag's generation: a new one is a new tag of the same name,
+    /// whose ring starts again from 1.
+    pub generation: u32,
+}
+
 /// Whole-subsystem status.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Status {
@@ -702,6 +718,14 @@ impl Tags {
 
     /// The lifeline of a tag, oldest first.
     pub fn lifeline(&self, name: &str) -> Result<Vec<ReceptionInfo>, Error> {
+        Ok(self.lifeline_since(name, 0)?.records)
+    }
+
+    /// The records of a tag's lifeline after sequence number `after`
+    /// (0: all the ring holds), for a reader that follows the ring as it
+    /// grows (`mantle tags export`). [`RingRead`] says where to go on from
+    /// and what the ring lost before it was read.
+    pub fn lifeline_since(&self, name: &str, after: u64) -> Result<RingRead, Error> {
         self.need_root("reading a lifeline")?;
         let bit = self.lookup(name)?;
         let i = bit as usize;
@@ -730,13 +754,29 @@ impl Tags {
                 .unwrap_or_else(|| format!("host-{id:08x}"))
         };
         let mut out = Vec::new();
-        for n in head.saturating_sub(size)..head {
+        let first = head.saturating_sub(size).max(after);
+        let mut read = RingRead {
+            records: Vec::new(),
+            next: first,
+            lost: first - after,
+            generation: gen,
+        };
+        for n in first..head {
             let Some(r) = ll.get::<Reception>((base + n % size) as usize) else {
                 continue; // bounds checked above; unreachable
             };
             if r.seq != n + 1 || r.generation != gen {
-                continue; // being written, or overwritten since
+                if r.generation == gen && r.seq > n + 1 {
+                    // overwritten since: lost
+                    read.lost += 1;
+                    read.next = n + 1;
+                    continue;
+                }
+                // Being written (an older record still there): stop here;
+                // a reader that follows the ring reads on from it.
+                break;
             }
+            read.next = n + 1;
             out.push(ReceptionInfo {
                 seq: r.seq,
                 ts_ns: r.ts_ns,
@@ -753,7 +793,8 @@ impl Tags {
                 lamport: r.lamport,
             });
         }
-        Ok(out)
+        read.records = out;
+        Ok(read)
     }
 
     /// Waits for circular call chains reported by the kernel side and
