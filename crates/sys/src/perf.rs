@@ -232,9 +232,8 @@ impl CgroupCpuClock {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: perf_event_open returned a new descriptor nobody owns.
-        Ok(CgroupCpuClock {
-            fd: unsafe { OwnedFd::from_raw_fd(fd as i32) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        Ok(CgroupCpuClock { fd })
     }
 
     /// ns counted so far.
