@@ -3030,7 +3030,11 @@ fn every_policy_runs_a_guest_only_while_it_is_dispatched() {
 /// 2ms/10ms` beside a plain spinning process of the host's on the same
 /// CPU gets at least 19% of that CPU (its own CPU time over its own wall
 /// time). At SCHED_OTHER it would get its fair share of the time it is
-/// dispatched, 20% of 50%; the dispatched reservation runs at SCHED_RR.
+/// dispatched, 20% of 50%; the dispatched reservation runs at SCHED_RR,
+/// and its budget is charged the CPU time it received (a perf cpu-clock
+/// of its cgroup), so what the executive's checks and other real-time
+/// work take meanwhile is not the guest's (charged by wall time it got
+/// 17.9% and 18.8% in 2 of 50 loaded runs).
 #[test]
 #[ignore = "needs root for the guests' cgroups and SCHED_RR (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn an_edf_reservation_gets_its_share_beside_a_host_cpu_hog() {

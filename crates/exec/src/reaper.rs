@@ -24,7 +24,7 @@
 //! SIGHUP to the executive.
 
 use mantle_sys::supervise::{self, Waited};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 /// How the executive ended, and what the reaper did about its guests.
@@ -46,15 +46,30 @@ pub fn run(fail_open: bool, executive: impl FnOnce() -> i32) -> Result<ReaperEnd
     // reaped below, with the orphans
     // root: a cgroup of our own, killed at once with cgroup.kill
     let cg = if fail_open { None } else { make_cgroup() };
-    let joined = cg.clone();
-    let epid = supervise::fork_single_threaded(move || {
-        if let Some(cg) = &joined {
-            // the guests started afterwards are born in it
-            let _ = std::fs::write(cg.join("cgroup.procs"), "0");
+    // the executive is born in it (no migration: see
+    // fork_child_into_cgroup), and the guests it starts after it; where
+    // clone3 cannot, it moves itself there first
+    let dir = cg.as_ref().and_then(|cg| std::fs::File::open(cg).ok());
+    let mut executive = Some(executive);
+    let mut run_executive = || (executive.take().expect("the executive runs once"))();
+    let born = match &dir {
+        Some(d) => supervise::fork_single_threaded_into(d.as_fd(), &mut run_executive).ok(),
+        None => None,
+    };
+    let epid = match born {
+        Some(c) => c.pid(),
+        None => {
+            let joined = cg.clone();
+            supervise::fork_single_threaded(move || {
+                if let Some(cg) = &joined {
+                    let _ = std::fs::write(cg.join("cgroup.procs"), "0");
+                }
+                run_executive()
+            })?
+            .pid()
         }
-        executive()
-    })?
-    .pid();
+    };
+    drop(dir);
     let pidfd = mantle_sys::os::pidfd_open(epid, false)?;
     let mut forwarded = 0;
     let ended = loop {
@@ -174,6 +189,14 @@ pub fn kill_descendants() -> usize {
     let me = std::process::id() as i32;
     let mut killed = 0;
     for _ in 0..200 {
+        // nothing below without a child: a process below this one has its
+        // topmost ancestor below it as a child (orphans are reparented to
+        // this subreaper); the walk of all of /proc (a few ms) is then
+        // spared, as at every normal end where cgroup.kill or the guests'
+        // own exit left nothing
+        if !has_children() {
+            break;
+        }
         let below = descendants(me);
         if below.is_empty() {
             break;
@@ -187,6 +210,19 @@ pub fn kill_descendants() -> usize {
         while let Ok(Some(_)) = supervise::wait_child(-1, false) {}
     }
     killed
+}
+
+/// Whether this process has a child, live or not yet reaped (reaps the
+/// ones that ended).
+fn has_children() -> bool {
+    loop {
+        match supervise::wait_child(-1, false) {
+            Ok(Some(_)) => continue,
+            Ok(None) => return true,
+            // ECHILD: none; any other error: assume some, and walk
+            Err(e) => return e.raw_os_error() != Some(libc::ECHILD),
+        }
+    }
 }
 
 /// Live (not zombie) processes below `root`, from /proc.

@@ -726,6 +726,28 @@ pub fn spawn_filtered(
 /// anything (allocate, start threads); runs `f` in the child and exits
 /// with its value. Refuses (EBUSY) when the process has more threads.
 pub fn fork_single_threaded<F: FnOnce() -> i32>(f: F) -> io::Result<crate::os::ForkedChild> {
+    check_single_threaded()?;
+    // SAFETY: the process has one thread (checked just above, and only this
+    // thread could start another), so no lock is held by a thread that
+    // would not exist in the child: the child may allocate.
+    unsafe { crate::os::fork_child(f) }
+}
+
+/// [`fork_single_threaded`], the child born in the cgroup v2 directory
+/// `cgroup` ([`crate::os::fork_child_into_cgroup`]: no migration).
+/// Errors of clone3 are returned as they are (the caller may fall back
+/// to [`fork_single_threaded`] and a `cgroup.procs` write); `f` has not
+/// run then.
+pub fn fork_single_threaded_into<F: FnOnce() -> i32>(
+    cgroup: std::os::fd::BorrowedFd,
+    f: F,
+) -> io::Result<crate::os::ForkedChild> {
+    check_single_threaded()?;
+    // SAFETY: as in fork_single_threaded: one thread.
+    unsafe { crate::os::fork_child_into_cgroup(cgroup, f) }
+}
+
+fn check_single_threaded() -> io::Result<()> {
     let stat = std::fs::read_to_string("/proc/self/stat")?;
     // field 20 (num_threads), counted after the ")" that ends comm
     let threads = stat
@@ -736,10 +758,7 @@ pub fn fork_single_threaded<F: FnOnce() -> i32>(f: F) -> io::Result<crate::os::F
     if threads != 1 {
         return Err(io::Error::from_raw_os_error(libc::EBUSY));
     }
-    // SAFETY: the process has one thread (checked just above, and only this
-    // thread could start another), so no lock is held by a thread that
-    // would not exist in the child: the child may allocate.
-    unsafe { crate::os::fork_child(f) }
+    Ok(())
 }
 
 /// unshare(CLONE_FS) on the calling thread: its own cwd, root and umask

@@ -120,7 +120,7 @@ pub struct Server {
     /// with the server.
     door: Option<super::door::Door>,
     /// The guests' trap stamps (TSC) in monotonic ns, and back.
-    rate: mantle_sys::os::TscRate,
+    rate: LazyRate,
     /// Extended mode's last stretch (see [`Server::set_extended`]).
     extended: Duration,
     /// SCHED_FIFO priority of a guest thread whose held call was answered.
@@ -135,6 +135,29 @@ pub struct Server {
     timers: crate::kept::KeptTimers,
     /// Signals sent by kept timers.
     pub fired: u64,
+}
+
+/// The TSC rate, calibrated when first asked for.
+#[derive(Default)]
+struct LazyRate(std::sync::OnceLock<mantle_sys::os::TscRate>);
+
+impl LazyRate {
+    fn get(&self) -> &mantle_sys::os::TscRate {
+        self.0
+            .get_or_init(|| mantle_sys::os::TscRate::calibrate(Duration::from_millis(2)))
+    }
+
+    fn ns(&self, ticks: u64) -> u64 {
+        self.get().ns(ticks)
+    }
+
+    fn ns_at_most(&self, ticks: u64) -> u64 {
+        self.get().ns_at_most(ticks)
+    }
+
+    fn ticks_at_least(&self, ns: u64) -> u64 {
+        self.get().ticks_at_least(ns)
+    }
 }
 
 /// The time-stamp counter (the guest stamps `t_trap` with `rdtsc` too).
@@ -153,6 +176,14 @@ impl Server {
         }
         // grown with the high-water mark (poll), not sized for the capacity
         let own = Vec::new();
+        // the TSC rate is calibrated now (2 ms) only if calls will be
+        // forwarded, so that no request waits for it; otherwise when first
+        // needed (the stub's counters at the end), or never (enforcing
+        // agents only: 2 ms of every such run's start-up)
+        let rate = LazyRate::default();
+        if wanted.iter().any(|&w| w != 0) {
+            rate.get();
+        }
         Server {
             region,
             chain,
@@ -163,7 +194,7 @@ impl Server {
             stats: Stats::default(),
             one_way: Vec::new(),
             door: None,
-            rate: mantle_sys::os::TscRate::calibrate(Duration::from_millis(2)),
+            rate,
             extended: Duration::ZERO,
             boost: None,
             fresh: false,
