@@ -62,7 +62,7 @@ if [ ! -x "$jaeger" ]; then
         && "$gobin" build -o jaeger github.com/jaegertracing/jaeger/cmd/jaeger); then
     mkdir -p /usr/local/lib/mantle && mv "$work/jaeger" "$jaeger"
   else
-    echo "setup: could not build Jaeger: the tests that need it fail under CI and are skipped, saying so, outside it"
+    echo "setup: could not build Jaeger: the tests that need it (ignored unless asked for) will fail, saying so"
   fi
   rm -rf "$work"
 fi

@@ -659,16 +659,14 @@ fn run_trace_and_count_go_out_as_spans_and_metrics() {
 
 #[path = "otel/jaeger.rs"]
 mod jaeger;
-use jaeger::{jaeger_or_skip, jtag, Jaeger};
+use jaeger::{jaeger_for, jtag, Jaeger};
 
 #[test]
 #[ignore = "needs root: the tags kernel side; and Jaeger (scripts/setup.sh)"]
 fn the_demo_in_jaeger() {
     require_root("the kernel side");
     let k = kernel::loaded(&SPEC);
-    let Some(j) = jaeger_or_skip("the_demo_in_jaeger") else {
-        return;
-    };
+    let j = jaeger_for("the_demo_in_jaeger");
     let tag = Tag::new("jaeger");
     demo_pipeline(&tag.0, &k.dir);
     let l = lifeline(&tag.0);
@@ -737,9 +735,7 @@ fn the_demo_in_jaeger() {
 fn jaeger_stopped_and_restarted_during_an_export_loses_nothing_within_the_retry_window() {
     require_root("the kernel side");
     let k = kernel::loaded(&SPEC);
-    let Some(mut j) = jaeger_or_skip("jaeger_stopped_and_restarted") else {
-        return;
-    };
+    let mut j = jaeger_for("jaeger_stopped_and_restarted");
     let tag = Tag::new("restart");
     let ex = Export::start(
         &k.dir,

@@ -1315,9 +1315,7 @@ mod jaeger;
 #[ignore = "needs root, the eBPF kernel side, network namespaces, socat and tcpdump; and Jaeger (scripts/setup.sh)"]
 fn the_global_chain_in_jaeger() {
     let sc = scenario();
-    let Some(j) = jaeger::jaeger_or_skip("the_global_chain_in_jaeger") else {
-        return;
-    };
+    let j = jaeger::jaeger_for("the_global_chain_in_jaeger");
     let l = &sc.ll_global;
     let file =
         std::env::temp_dir().join(format!("mantle-tags-net-otel.{}.json", std::process::id()));
