@@ -75,10 +75,11 @@ pub struct RecordArgs {
     /// its caller chain cut short.
     #[arg(long, default_value = "perf", value_parser = ["perf", "bpf", "dwarf", "none"])]
     stacks: String,
-    /// With --stacks dwarf: bytes of user stack copied per sample (a
-    /// multiple of 8, 512 to 57344; perf's default 8192). Deeper stacks
-    /// end early; a larger copy costs more per sample.
-    #[arg(long, default_value_t = 8192, value_name = "BYTES")]
+    /// With --stacks dwarf: user stack copied per sample, a size (8192,
+    /// 8KiB, 56KiB; a bare number is bytes): a multiple of 8 bytes from
+    /// 512 to 56KiB (57344); perf's default 8KiB. Deeper stacks end early;
+    /// a larger copy costs more per sample.
+    #[arg(long, default_value = "8KiB", value_name = "SIZE", value_parser = parse_stack_size)]
     stack_size: u32,
     /// No live status line.
     #[arg(short, long)]
@@ -155,6 +156,13 @@ fn parse_drain(s: &str) -> Result<Duration, String> {
         return Err(format!("{s} is shorter than 10ms"));
     }
     Ok(d)
+}
+
+/// `--stack-size`: mantle's one grammar of sizes ([`mantle_units`]); its
+/// range is the recorder's to check (mantle_prof::unwind::STACK_COPY_RANGE).
+fn parse_stack_size(s: &str) -> Result<u32, String> {
+    let n = mantle_units::parse_size(s).map_err(|e| e.to_string())?;
+    u32::try_from(n).map_err(|_| format!("{s} is more than 56KiB (57344 bytes)"))
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error.

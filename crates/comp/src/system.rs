@@ -4,7 +4,7 @@
 //! ```toml
 //! [limits]                 # the global pool, per TMEM type
 //! stacks = 64
-//! cbuf_pages = 16384      # 4 KiB pages of CBUF memory in all
+//! cbuf_pages = 16384      # 4 KiB pages of CBUF memory in all (or "64MiB")
 //! hold_bound_ms = 1000     # P2: report holders past this
 //! hold_action = "report"   # or "kill" (SIGKILL the holder) or "restart"
 //!
@@ -20,7 +20,7 @@
 //! invokes = ["ip"]
 //! stacks = 4               # contexts in the cache at start (a^j)
 //! max_stacks = 8           # contexts the component may ever have
-//! cbuf_kib = 8192          # CBUF memory it may hold
+//! cbuf_kib = 8192          # CBUF memory it may hold (or "8MiB")
 //! desired_stacks = 4       # δ^j of the fixed policy (default: stacks)
 //! desired_cbuf_kib = 4096  # δ^j of the fixed policy (default: cbuf_kib)
 //! ```
@@ -119,7 +119,8 @@ impl PolicyName {
 pub struct Limits {
     #[serde(default = "d_stacks")]
     pub stacks: u32,
-    #[serde(default = "d_pages")]
+    /// The CBUF pool in 4 KiB pages (a size string: a whole number of them).
+    #[serde(default = "d_pages", deserialize_with = "pages")]
     pub cbuf_pages: u32,
     #[serde(default = "d_bound")]
     pub hold_bound_ms: u64,
@@ -171,15 +172,57 @@ pub struct ComponentSpec {
     pub stacks: u32,
     #[serde(default)]
     pub max_stacks: Option<u32>,
-    /// CBUF memory the component may hold (KiB).
-    #[serde(default = "d_cbuf_kib")]
+    /// CBUF memory the component may hold (KiB; a size string: a whole
+    /// number of KiB).
+    #[serde(default = "d_cbuf_kib", deserialize_with = "kib")]
     pub cbuf_kib: u32,
     /// δ^j for stacks under the fixed policy (default: `stacks`).
     #[serde(default)]
     pub desired_stacks: Option<u32>,
     /// δ^j for CBUFs under the fixed policy, KiB (default: `cbuf_kib`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "opt_kib")]
     pub desired_cbuf_kib: Option<u32>,
+}
+
+/// A size key as written: an integer counts in the key's unit (pages,
+/// KiB), a string is mantle's one grammar of sizes (`"64MiB"`, `"8192"`
+/// bytes; [`mantle_units::parse_size`]).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeKey {
+    Count(u64),
+    Text(String),
+}
+
+fn size_in<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    unit_bytes: u64,
+    unit: &'static str,
+) -> Result<u32, D::Error> {
+    use serde::de::Error as _;
+    let n = match SizeKey::deserialize(d).map_err(|_| {
+        D::Error::custom(format!(
+            "not a size: write a whole number of {unit} or a size string such as \"64MiB\""
+        ))
+    })? {
+        SizeKey::Count(n) => n,
+        SizeKey::Text(s) => {
+            mantle_units::parse_size_in(&s, unit_bytes, unit).map_err(D::Error::custom)?
+        }
+    };
+    u32::try_from(n).map_err(|_| D::Error::custom(format!("{n} {unit} is too large")))
+}
+
+fn pages<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    size_in(d, 4096, "4 KiB pages")
+}
+
+fn kib<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    size_in(d, 1024, "KiB")
+}
+
+fn opt_kib<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    kib(d).map(Some)
 }
 
 fn d_cbuf_kib() -> u32 {
@@ -400,6 +443,40 @@ mod tests {
              [[component]]\nname='b'\nexec=['x']\ninvokes=['c']\n\
              [[component]]\nname='c'\nexec=['x']\ninvokes=[]\n"
         )
+    }
+
+    #[test]
+    fn sizes_are_counts_in_the_keys_unit_or_size_strings() {
+        let one = |limits: &str, comp: &str| {
+            SystemFile::parse(&format!(
+                "[limits]\n{limits}\n[[component]]\nname='a'\nexec=['x']\n{comp}\n"
+            ))
+        };
+        let s = one("cbuf_pages = 16384", "cbuf_kib = 8192").unwrap();
+        assert_eq!(
+            (s.limits.cbuf_pages, s.components[0].cbuf_kib),
+            (16384, 8192)
+        );
+        let s = one(
+            "cbuf_pages = '64MiB'",
+            "cbuf_kib = '8MiB'\ndesired_cbuf_kib = '4096KiB'",
+        )
+        .unwrap();
+        assert_eq!(s.limits.cbuf_pages, 16384);
+        assert_eq!(s.components[0].cbuf_kib, 8192);
+        assert_eq!(s.components[0].desired_cbuf_kib, Some(4096));
+        assert_eq!(s.components[0].desired_cbuf_pages(), 1024);
+        for (limits, comp, why) in [
+            ("cbuf_pages = '1000'", "", "whole number of 4 KiB pages"),
+            ("", "cbuf_kib = '64KB'", "write 64KiB"),
+            ("", "cbuf_kib = 'lots'", "is not a size"),
+            ("", "cbuf_kib = 1.5", "not a size"),
+            ("", "cbuf_kib = '8TiB'", "is not a size"),
+            ("", "cbuf_kib = 5000000000", "too large"),
+        ] {
+            let e = one(limits, comp).unwrap_err().to_string();
+            assert!(e.contains(why), "{limits} {comp}: {e}");
+        }
     }
 
     #[test]

@@ -35,9 +35,10 @@
 //! open family reads /proc and goes through channels, getppid of a new
 //! process other than a guest's first reads /proc.
 
-use crate::agent::{Agent, Call, Chain, Decision, Outcome, Times};
+use crate::agent::{Agent, Call, Chain, Outcome, Times};
+use crate::executor::{Action, Executor};
 use crate::launch::{self, LaunchError, Prepared};
-use crate::perform::{self, OpenRequest, Opener, Parents};
+use crate::perform::{self, OpenRequest, Opener};
 use crate::protected::{self, ProtectedGuest};
 use crate::rpc::{self, Peers, Rpc};
 use crate::status::{self, CallStat, ExecStatus, GuestStatus};
@@ -49,9 +50,6 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// getppid's number (the one call the protected path performs itself).
-const GETPPID: Sysno = Sysno(libc::SYS_getppid as u32);
 
 /// How the executive runs.
 #[derive(Clone, Debug)]
@@ -279,14 +277,14 @@ pub struct Executive {
     guests: Vec<G>,
     held: Vec<Held>,
     opener: Option<Opener>,
-    parents: Parents,
     setup: Setup,
     started_ms: u64,
     log: Box<dyn FnMut(&str)>,
     pending_opens: usize,
     rpc: Rpc,
-    /// Timers kept for guests (the timers agent).
-    timers: crate::kept::KeptTimers,
+    /// Carries out the agents' decisions; keeps timers and parents
+    /// (crate::executor, shared with the fast path).
+    exec: Executor,
     /// Which guest runs, when the executive decides (Options::dispatch).
     dispatch: Option<crate::dispatch::Dispatcher>,
     /// Reads sockets for guests with a reservation (GuestSpec::qos).
@@ -514,13 +512,12 @@ impl Executive {
             guests,
             held: Vec::with_capacity(1024),
             opener: Some(opener),
-            parents: Parents::default(),
             started_ms: status::now_unix_ms(),
             log,
             pending_opens: 0,
             rpc,
             boosted: Vec::with_capacity(256),
-            timers: crate::kept::KeptTimers::preallocated(64),
+            exec: Executor::new(crate::kept::KeptTimers::preallocated(64)),
             dispatch,
             qos,
             publisher,
@@ -825,67 +822,24 @@ impl Executive {
     fn decide(&mut self, i: usize, id: u64, call: Call, t0: Instant) {
         let g = &mut self.guests[i];
         let listener = Arc::clone(&g.listener);
-        let (d, _) = {
+        let d = {
             let mut pg = ProtectedGuest {
                 listener: &listener,
                 id,
                 tid: call.tid,
             };
-            g.chain.before(&call, &mut pg)
+            Executor::decide(&mut g.chain, &call, &mut pg)
         };
         let gpid = g.pid;
         let kernel_ns = 0;
-        let sent = match &d {
-            Decision::Continue => listener.reply_continue(id).map(|()| Outcome::Unseen),
-            Decision::Fail(e) => {
-                let e = if (1..4096).contains(e) {
-                    *e
-                } else {
-                    libc::EINVAL
-                };
-                listener
-                    .reply_error(id, e)
-                    .map(|()| Outcome::Result(-i64::from(e)))
-            }
-            Decision::Return(v) => listener.reply(id, *v).map(|()| Outcome::Result(*v)),
-            Decision::Sched(p) => {
-                let r = match &mut self.dispatch {
-                    Some(d) => match d.change(i, call.tid, *p) {
-                        Ok(()) => Ok(()),
-                        Err(crate::sched::ChangeError::Refused(_)) => Err(libc::EBUSY),
-                        Err(_) => Err(libc::EINVAL),
-                    },
-                    // nobody to take it: the host's scheduler is not asked
-                    None => Err(libc::ENOSYS),
-                };
-                match r {
-                    Ok(()) => listener.reply(id, 0).map(|()| Outcome::Result(0)),
-                    Err(e) => listener
-                        .reply_error(id, e)
-                        .map(|()| Outcome::Result(-i64::from(e))),
-                }
-            }
-            Decision::Yield => {
-                if let Some(d) = &mut self.dispatch {
-                    d.yield_now(i, call.tid);
-                }
-                listener.reply(id, 0).map(|()| Outcome::Result(0))
-            }
-            Decision::Timer(t) => {
-                let t = *t;
-                match self.timers.arm(call.tid, t, t0) {
-                    Ok(()) => listener.reply(id, 0).map(|()| Outcome::Result(0)),
-                    Err(e) => listener
-                        .reply_error(id, e)
-                        .map(|()| Outcome::Result(-i64::from(e))),
-                }
-            }
-            Decision::Delay(dur) => {
-                // from the call's receipt: a sleep counts from when it was asked
-                let until = t0 + *dur;
-                if let Some(d) = &mut self.dispatch {
-                    d.poke(i); // the guest may have nothing else to run
-                }
+        let sched = self.dispatch.as_mut().map(|d| (d, i));
+        let sent = match self.exec.carry_out(&d, &call, t0, gpid, sched) {
+            Action::Continue => listener.reply_continue(id).map(|()| Outcome::Unseen),
+            Action::Fail(e) => listener
+                .reply_error(id, e)
+                .map(|()| Outcome::Result(-i64::from(e))),
+            Action::Return(v) => listener.reply(id, v).map(|()| Outcome::Result(v)),
+            Action::Hold(until) => {
                 self.held.push(Held {
                     guest: i,
                     id,
@@ -895,16 +849,8 @@ impl Executive {
                 });
                 return;
             }
-            Decision::Perform(p) => {
-                if p.nr == GETPPID {
-                    // the guest's parent, as the executive knows it (the
-                    // call is not made again here: its value would be
-                    // the executive's parent)
-                    let value = self.parents.of(call.tid, call.tid == gpid);
-                    listener
-                        .reply(id, i64::from(value))
-                        .map(|()| Outcome::Result(i64::from(value)))
-                } else if let Some((dirfd, addr, flags, mode, path_arg)) =
+            Action::Perform(p) => {
+                if let Some((dirfd, addr, flags, mode, path_arg)) =
                     perform::open_args(&p.nr.name(), &p.args)
                 {
                     let path = match &p.path {
@@ -1072,7 +1018,7 @@ impl Executive {
         let held = self.held.iter().map(|h| h.until);
         let dispatch = self.dispatch.as_ref().and_then(|d| d.next_due());
         let qos = self.qos.as_ref().and_then(|q| q.next_due());
-        held.chain(self.timers.next_due())
+        held.chain(self.exec.timers.next_due())
             .chain(dispatch)
             .chain(qos)
             .min()
@@ -1081,14 +1027,14 @@ impl Executive {
     /// Sends the signals of the timers that are due (at the executive's
     /// priority: their delivery does not wait for the guests' CPU share).
     fn fire_timers(&mut self) {
-        if self.timers.is_empty() {
+        if self.exec.timers.is_empty() {
             return; // no clock read per call for nothing
         }
         // out of self while it fires, so that each signalled thread can
         // be boosted at once (an empty table allocates nothing)
-        let mut timers = std::mem::replace(&mut self.timers, crate::kept::KeptTimers::lazy(0));
+        let mut timers = std::mem::replace(&mut self.exec.timers, crate::kept::KeptTimers::lazy(0));
         timers.fire(Instant::now(), |tid| self.boost(tid));
-        self.timers = timers;
+        self.exec.timers = timers;
     }
 
     fn boost(&mut self, tid: u32) {

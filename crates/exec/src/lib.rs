@@ -66,6 +66,7 @@ pub mod agents;
 pub mod dispatch;
 pub mod enforce;
 pub mod executive;
+pub mod executor;
 pub mod family;
 pub mod fast;
 pub mod kept;

@@ -37,6 +37,7 @@
 
 use super::region::{self, futex_wake, hdr, slot, Region};
 use crate::agent::{Call, Chain, Decision, Guest, GuestError, Outcome, Times};
+use crate::executor::{Action, Executor};
 use crate::sysno::Sysno;
 use mantle_abi::exec as abi;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
@@ -114,8 +115,6 @@ pub struct Server {
     pub stats: Stats,
     /// One-way trap samples (see [`Server::record_one_way`]).
     one_way: Vec<u64>,
-    /// Parents of guest threads, for getppid performed here.
-    parents: crate::perform::Parents,
     /// Where processes that lost the region's fd get it again; closed
     /// with the server.
     door: Option<super::door::Door>,
@@ -131,8 +130,10 @@ pub struct Server {
     /// The high-water mark and the guest's overflow count at the last
     /// sweep for dead owners, and when it was.
     swept: (usize, u32, Option<Instant>),
-    /// Timers kept for guests (`--timers`), in no order.
-    timers: crate::kept::KeptTimers,
+    /// Carries out the agents' decisions; keeps the timers (`--timers`)
+    /// and the parents of guest threads (crate::executor, shared with the
+    /// protected path).
+    exec: Executor,
     /// Signals sent by kept timers.
     pub fired: u64,
 }
@@ -189,7 +190,6 @@ impl Server {
             chain,
             wanted,
             root,
-            parents: crate::perform::Parents::default(),
             own,
             stats: Stats::default(),
             one_way: Vec::new(),
@@ -199,7 +199,7 @@ impl Server {
             boost: None,
             fresh: false,
             swept: (0, 0, None),
-            timers: crate::kept::KeptTimers::lazy(MAX_TIMERS),
+            exec: Executor::new(crate::kept::KeptTimers::lazy(MAX_TIMERS)),
             fired: 0,
         }
     }
@@ -333,12 +333,13 @@ impl Server {
     /// stretch is spun here (as the protected path's executive spins to
     /// anything due).
     fn fire_timers(&mut self) -> Option<Instant> {
-        if self.timers.is_empty() {
+        if self.exec.timers.is_empty() {
             return None;
         }
         let mut now = Instant::now();
         if !self.extended.is_zero() {
             if let Some(t) = self
+                .exec
                 .timers
                 .next_due()
                 .filter(|&t| t > now && t - now <= self.extended)
@@ -349,12 +350,12 @@ impl Server {
                 now = Instant::now();
             }
         }
-        let mut timers = std::mem::replace(&mut self.timers, crate::kept::KeptTimers::lazy(0));
+        let mut timers = std::mem::replace(&mut self.exec.timers, crate::kept::KeptTimers::lazy(0));
         let next = timers.fire(now, |tid| {
             self.fired += 1;
             self.boost_owner(tid);
         });
-        self.timers = timers;
+        self.exec.timers = timers;
         // wake early enough to spin the last stretch (extended mode)
         next.map(|t| t.checked_sub(self.extended).unwrap_or(t).max(now))
     }
@@ -483,18 +484,21 @@ impl Server {
             start_ns,
         };
         let t0 = Instant::now();
-        let (d, _) = {
+        let d = {
             let mut g = FastGuest {
                 region: &self.region,
                 slot: i,
                 tid: s.tid,
                 seq: s.seq,
             };
-            self.chain.before(&call, &mut g)
+            Executor::decide(&mut self.chain, &call, &mut g)
         };
         let ns = t0.elapsed().as_nanos() as u64;
         self.own[i].hold_until = None;
-        if released && !matches!(d, Decision::Delay(_)) {
+        // the fast path does not dispatch: a yield is the kernel's, a
+        // scheduling call fails ENOSYS
+        let action = self.exec.carry_out(&d, &call, t0, self.root, None);
+        if released && !matches!(action, Action::Hold(_)) {
             // answered after a hold: boosted before the answer wakes it
             // (a thread at a real-time policy of its own keeps it)
             if let Some(p) = self
@@ -514,27 +518,30 @@ impl Server {
                 }
             }
         }
-        let times = Times {
+        let mut times = Times {
             executive_ns: ns,
             kernel_ns: 0,
         };
-        match &d {
-            // the fast path does not dispatch: a yield is the kernel's
-            Decision::Continue | Decision::Yield => {
+        let r = match action {
+            Action::Continue => {
                 self.own[i].pending = Some((s.seq, call, d.clone(), ns));
                 self.answer(i, &s, 0, abi::ANS_CONTINUE, None);
+                None
             }
-            Decision::Fail(e) => {
-                let e = if (1..4096).contains(e) {
-                    *e
-                } else {
-                    libc::EINVAL
-                };
+            Action::Fail(e) => {
                 self.answer(i, &s, -(e as i64), 0, None);
-                self.chain
-                    .after(&call, &d, Outcome::Result(-(e as i64)), times);
+                Some(-(e as i64))
             }
-            Decision::Return(v) => {
+            Action::Return(v) => {
+                if matches!(d, Decision::Perform(_)) {
+                    // getppid performed: one real getppid, as the executive
+                    // made before the executor was shared (kept so that the
+                    // fast path's cost does not move; the protected path
+                    // makes none)
+                    let k0 = std::time::Instant::now();
+                    let _ = mantle_sys::supervise::getppid_raw();
+                    times.kernel_ns = k0.elapsed().as_nanos() as u64;
+                }
                 let now = Instant::now();
                 match due.filter(|&t| t > now) {
                     // the guest spins to the due time itself
@@ -543,30 +550,16 @@ impl Server {
                         let until = tsc().wrapping_add(self.rate.ticks_at_least(left));
                         let mut args = s.args;
                         args[0] = until;
-                        self.answer(i, &s, *v, abi::ANS_UNTIL, Some((s.nr, args)));
+                        self.answer(i, &s, v, abi::ANS_UNTIL, Some((s.nr, args)));
                     }
-                    None => self.answer(i, &s, *v, 0, None),
+                    None => self.answer(i, &s, v, 0, None),
                 }
-                self.chain.after(&call, &d, Outcome::Result(*v), times);
+                Some(v)
             }
-            // getppid on the guest's behalf: the executive answers with the
-            // caller's parent (one round trip, like the protected path),
-            // instead of letting the guest make the call and report it
-            Decision::Perform(p) if p.path.is_none() && p.nr.0 == libc::SYS_getppid as u32 => {
-                let v = i64::from(self.parents.of(call.tid, call.tid == self.root));
-                // one real getppid, as the protected path makes: the
-                // executive performs a system call for the guest
-                let k0 = std::time::Instant::now();
-                let _ = mantle_sys::supervise::getppid_raw();
-                let kernel_ns = k0.elapsed().as_nanos() as u64;
-                self.answer(i, &s, v, 0, None);
-                let t = Times {
-                    executive_ns: ns,
-                    kernel_ns,
-                };
-                self.chain.after(&call, &d, Outcome::Result(v), t);
-            }
-            Decision::Perform(p) => {
+            // the guest makes the changed call itself (this path performs
+            // any call: it runs in the guest, with the guest's identity)
+            // and reports its result
+            Action::Perform(p) => {
                 let mut args = p.args;
                 let ok = p.nr.0 < abi::NR_MAX
                     && match &p.path {
@@ -579,33 +572,17 @@ impl Server {
                         }
                     };
                 if ok {
+                    let nr = p.nr.0;
                     self.own[i].pending = Some((s.seq, call, d.clone(), ns));
-                    self.answer(i, &s, 0, abi::ANS_CONTINUE, Some((p.nr.0, args)));
+                    self.answer(i, &s, 0, abi::ANS_CONTINUE, Some((nr, args)));
+                    None
                 } else {
                     self.answer(i, &s, -(libc::ENOSYS as i64), 0, None);
-                    let o = Outcome::Result(-(libc::ENOSYS as i64));
-                    self.chain.after(&call, &d, o, times);
+                    Some(-(libc::ENOSYS as i64))
                 }
             }
-            // kept here and fired from the serving loop (the protected
-            // path's executive does the same)
-            Decision::Timer(t) => {
-                let r = match self.timers.arm(s.tid, *t, t0) {
-                    Ok(()) => 0,
-                    Err(e) => -i64::from(e),
-                };
-                self.answer(i, &s, r, 0, None);
-                self.chain.after(&call, &d, Outcome::Result(r), times);
-            }
-            // the fast path does not dispatch: the guest is told so
-            Decision::Sched(_) => {
-                self.answer(i, &s, -(libc::ENOSYS as i64), 0, None);
-                let o = Outcome::Result(-(libc::ENOSYS as i64));
-                self.chain.after(&call, &d, o, times);
-            }
-            Decision::Delay(dur) => {
+            Action::Hold(due) => {
                 let now = Instant::now();
-                let due = now + *dur;
                 self.own[i].held = Some((received_ns, start_ns));
                 if self.extended.is_zero() {
                     self.own[i].hold_until = Some(due);
@@ -616,6 +593,9 @@ impl Server {
                 }
                 return true;
             }
+        };
+        if let Some(r) = r {
+            self.chain.after(&call, &d, Outcome::Result(r), times);
         }
         self.own[i].seq = s.seq;
         self.stats.calls += 1;
