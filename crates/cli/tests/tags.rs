@@ -1331,6 +1331,112 @@ fn deadlock_tag_is_not_poisoned_by_one_way_messages() {
     assert!(g.report(1).is_none(), "a report after the fork");
 }
 
+/// The calls a process that is uid 0 without capabilities makes through
+/// the trusted path (selftag, run by `wrap`), and what they may not do:
+/// root's rights over root's tags belong to privilege (CAP_SYS_ADMIN or
+/// CAP_BPF in the initial user namespace), never to uid 0 (issue 32).
+fn capless_root_is_refused(c: &Case, what: &str, wrap: &[&str]) {
+    let rootonly = c.tag("rootonly", &[]);
+    let hop2 = c.tag("hop2", &["--ttl", "2", "--anyone"]);
+    let rootdl = c.tag("rootdl", &["--deadlock"]);
+    let mut cmd = Command::new(wrap[0]);
+    cmd.args(&wrap[1..]).arg(c.bin("selftag"));
+    let mut me = Actor::spawn(&c.dir, "selftag", cmd);
+    // It is uid 0, and has no capability where the kernel side looks.
+    assert_eq!(me.run(0, "uid"), "0", "{what}");
+    let status = fs::read_to_string(format!("/proc/{}/status", me.pid)).unwrap();
+    let our_ns = fs::read_link("/proc/self/ns/user").unwrap();
+    let its_ns = fs::read_link(format!("/proc/{}/ns/user", me.pid)).unwrap();
+    assert!(
+        its_ns != our_ns || status.contains("CapEff:\t0000000000000000"),
+        "{what}: the test's wrapper left capabilities in the initial namespace: {status}"
+    );
+    let eperm = (-libc::EPERM).to_string();
+    assert_eq!(
+        me.run(0, &format!("set {rootonly} 0")),
+        eperm,
+        "{what}: set root's tag on itself"
+    );
+    assert_eq!(me.run(0, &format!("set {hop2} 200")), "0", "{what}");
+    assert_eq!(
+        holders(&hop2).get(&me.main),
+        Some(&2),
+        "{what}: escaped the TTL cap"
+    );
+    assert_eq!(me.run(0, &format!("clear {hop2}")), "0");
+    assert_eq!(
+        me.run(0, &format!("dl_begin {rootdl}")),
+        eperm,
+        "{what}: began a chain with root's deadlock tag"
+    );
+    assert_eq!(
+        me.run(0, &format!("delete {rootonly}")),
+        eperm,
+        "{what}: deleted root's tag through the API"
+    );
+    me.run(0, "class_system");
+    let obj: Value = serde_json::from_str(&mantle_ok(&[
+        "tag",
+        "get",
+        "--tid",
+        &me.main.to_string(),
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(
+        obj["system"], false,
+        "{what}: marked itself a system thread: {obj}"
+    );
+    // The CLI: `tag delete` of root's tag.
+    let mut cli = Command::new(wrap[0]);
+    cli.args(&wrap[1..])
+        .arg(MANTLE)
+        .args(["tag", "delete", &rootonly]);
+    let out = cli.output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{what}: mantle tag delete of root's tag: {out:?}"
+    );
+    assert!(
+        mantle_ok(&["tag", "ls"]).contains(&rootonly),
+        "{what}: root's tag is gone"
+    );
+    expect_tags(what, me.main, &[]);
+}
+
+/// uid 0 with every capability dropped (a container's root without a user
+/// namespace) is not root to the kernel side.
+#[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn uid0_without_capabilities_is_not_root() {
+    mantle_testsupport::require_programs(&[("setpriv", "util-linux")]);
+    let c = Case::new("capless", false);
+    capless_root_is_refused(
+        &c,
+        "setpriv --reuid=0 --inh-caps=-all --bounding-set=-all",
+        &[
+            "setpriv",
+            "--reuid=0",
+            "--regid=0",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ],
+    );
+}
+
+/// Root inside `unshare -Ur` has every capability, over its own user
+/// namespace only: not root to the kernel side.
+#[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn root_of_a_user_namespace_is_not_root() {
+    mantle_testsupport::require_programs(&[("unshare", "util-linux")]);
+    let c = Case::new("usernsroot", false);
+    capless_root_is_refused(&c, "unshare -Ur", &["unshare", "-Ur", "--"]);
+}
+
 /// A socketpair has no connect() side: both directions are requests.
 #[test]
 #[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
