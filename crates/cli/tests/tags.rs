@@ -1437,6 +1437,42 @@ fn root_of_a_user_namespace_is_not_root() {
     capless_root_is_refused(&c, "unshare -Ur", &["unshare", "-Ur", "--"]);
 }
 
+/// Issue 32: a `nobody` process named with an escape sequence and a
+/// newline (its comm is the name it was run by) gets no raw control code
+/// and no forged row into root's text output of `tag threads` and `tag
+/// lifeline`: the name is printed escaped, as systemctl does.
+#[test]
+#[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn text_output_escapes_control_characters() {
+    let c = Case::new("termesc", false);
+    let t = c.tag("t", &["--lifeline", "16"]);
+    let evil = c.path("\x1b[2J\nforged");
+    std::os::unix::fs::symlink(c.bin("actor"), &evil).unwrap();
+    let mut cmd = Command::new(&evil);
+    cmd.arg("1").uid(NOBODY).gid(NOBODY);
+    let a = Actor::spawn(&c.dir, "evil", cmd);
+    let comm = fs::read_to_string(format!("/proc/{}/comm", a.pid)).unwrap();
+    assert!(comm.contains('\x1b'), "the name did not reach comm: {comm:?}");
+    c.set(&t, a.w[0], None);
+    for args in [
+        vec!["tag", "threads", t.as_str()],
+        vec!["tag", "threads"],
+        vec!["tag", "lifeline", t.as_str()],
+    ] {
+        let out = mantle_ok(&args);
+        assert!(
+            !out.chars().any(|ch| ch.is_control() && ch != '\n'),
+            "mantle {args:?} printed a control character: {out:?}"
+        );
+        let rows = out.lines().filter(|l| l.contains("\\x1b[2J")).count();
+        assert_eq!(rows, 1, "mantle {args:?}: the name, escaped, on one row: {out:?}");
+        assert!(
+            !out.lines().any(|l| l.starts_with("forged")),
+            "mantle {args:?}: a forged row: {out:?}"
+        );
+    }
+}
+
 /// A socketpair has no connect() side: both directions are requests.
 #[test]
 #[ignore = "needs root and the eBPF kernel side (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]

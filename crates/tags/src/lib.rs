@@ -75,6 +75,7 @@ pub mod load;
 #[cfg(feature = "loader")]
 mod loader;
 pub mod model;
+pub mod text;
 pub mod thread;
 
 use abi::{Ctl, Owner, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};

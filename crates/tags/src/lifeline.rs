@@ -8,6 +8,7 @@
 //! causal order (Lamport clocks; the paper, section 4, names a logical clock
 //! as required for ordering distributed lifelines). Pure: no system calls.
 
+use crate::text::term;
 use crate::ReceptionInfo;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -79,10 +80,18 @@ fn text(l: &[ReceptionInfo]) -> String {
         let _ = write!(
             s,
             "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
-            r.seq, when, r.via, r.rx_tid, r.rx_pid, r.rx_comm, r.tx_tid, r.tx_pid, ttl
+            r.seq,
+            when,
+            term(&r.via),
+            r.rx_tid,
+            r.rx_pid,
+            term(&r.rx_comm),
+            r.tx_tid,
+            r.tx_pid,
+            ttl
         );
         if multi {
-            let _ = write!(s, "  {} <- {}", r.host, r.tx_host);
+            let _ = write!(s, "  {} <- {}", term(&r.host), term(&r.tx_host));
         }
         s.push('\n');
     }
@@ -98,13 +107,13 @@ fn story(l: &[ReceptionInfo]) -> String {
         let how = match r.via.as_str() {
             "set" => "set by `mantle tag run`".to_string(),
             "fork" => format!("inherited at fork from pid {}", r.tx_pid),
-            via => format!("request over {via} from pid {}", r.tx_pid),
+            via => format!("request over {} from pid {}", term(via), r.tx_pid),
         };
         let _ = writeln!(
             s,
             "  +{:>8.3} ms  {:<8} pid {:<7} {}",
             r.ts_ns.saturating_sub(t0) as f64 / 1e6,
-            r.rx_comm,
+            term(&r.rx_comm),
             r.rx_pid,
             how
         );
