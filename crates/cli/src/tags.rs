@@ -54,8 +54,17 @@ pub fn run(c: TagsCmd) -> Result<(), Failure> {
             println!("tags kernel side unloaded");
             Ok(())
         }
-        TagsCmd::Status { json } => {
-            render::status(&load::status()?, json);
+        TagsCmd::Status { json, quiet } => {
+            let st = load::status()?;
+            if quiet {
+                // `systemctl is-active --quiet`: the answer is the status.
+                return if st.loaded {
+                    Ok(())
+                } else {
+                    Err(Failure::new(EXIT_MISSING, ""))
+                };
+            }
+            render::status(&st, json);
             Ok(())
         }
     }
