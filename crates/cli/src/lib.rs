@@ -19,6 +19,7 @@ mod doctor;
 mod exec;
 mod exit;
 mod flags;
+mod input;
 mod instr;
 mod lifeline;
 mod manual;
