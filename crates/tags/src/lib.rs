@@ -413,7 +413,7 @@ impl Tags {
             let o = CreateOpts {
                 ttl: g.ttl,
                 system: g.system,
-                lifeline: 4096,
+                lifeline: model::GLOBAL_LIFELINE,
                 owner_uid: Some(0),
                 replies: false,
                 deadlock: g.deadlock,
