@@ -116,7 +116,10 @@ mod tests {
         ];
         let got = read_regular("t", &ok, 10).ok();
         std::fs::remove_dir_all(&dir).unwrap();
-        for (r, want) in r.into_iter().zip(["a device", "a FIFO", "a directory", "larger than 10"]) {
+        for (r, want) in r
+            .into_iter()
+            .zip(["a device", "a FIFO", "a directory", "larger than 10"])
+        {
             let f = r.err().unwrap_or_else(|| panic!("accepted: {want}"));
             assert_eq!(f.code, EXIT_USAGE);
             assert!(f.message.contains(want), "{}", f.message);

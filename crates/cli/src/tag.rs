@@ -188,8 +188,13 @@ fn relay_untagged(
 ) -> Result<(), Failure> {
     use std::io::Write;
     use std::os::unix::process::ExitStatusExt;
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::io("cannot find mantle itself", std::path::Path::new("/proc/self/exe"), &e))?;
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::io(
+            "cannot find mantle itself",
+            std::path::Path::new("/proc/self/exe"),
+            &e,
+        )
+    })?;
     let mut cmd = std::process::Command::new(&exe);
     cmd.args(["tag", "run"]).args(names);
     if let Some(x) = ttl {
@@ -202,7 +207,9 @@ fn relay_untagged(
             },
         ]);
     }
-    cmd.arg("--").args(command).stdout(std::process::Stdio::piped());
+    cmd.arg("--")
+        .args(command)
+        .stdout(std::process::Stdio::piped());
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::io("cannot run", &exe, &e))?;
@@ -229,8 +236,6 @@ fn relay_untagged(
     let st = child
         .wait()
         .map_err(|e| Failure::io("cannot wait for", &exe, &e))?;
-    let code = st
-        .code()
-        .unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+    let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
     std::process::exit(code)
 }

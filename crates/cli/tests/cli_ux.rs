@@ -1070,6 +1070,9 @@ fn examples_leave_the_kernel_side_as_they_found_it() {
 fn mantle_bounded(args: &[&str], secs: u64) -> (Option<Out>, u64, Duration) {
     let (o, e) = out_files();
     let t0 = Instant::now();
+    // Reaped by wait4 below (which also gives its peak size), not by
+    // Child::wait.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(MANTLE)
         .args(args)
         .stdin(Stdio::null())
@@ -1107,7 +1110,11 @@ fn mantle_bounded(args: &[&str], secs: u64) -> (Option<Out>, u64, Duration) {
     };
     let _ = fs::remove_file(o);
     let _ = fs::remove_file(e);
-    (if hung { None } else { Some(out) }, ru.ru_maxrss as u64, took)
+    (
+        if hung { None } else { Some(out) },
+        ru.ru_maxrss as u64,
+        took,
+    )
 }
 
 /// A saved lifeline of `n` records of tag `tag` (as `--json` writes them),
@@ -1146,12 +1153,18 @@ fn merge_inputs_are_bounded() {
     // SAFETY: a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let tag = name("merged");
-    for (file, why) in [(fifo.to_str().unwrap(), "a FIFO"), ("/dev/zero", "a device")] {
+    for (file, why) in [
+        (fifo.to_str().unwrap(), "a FIFO"),
+        ("/dev/zero", "a device"),
+    ] {
         let (o, _, took) = mantle_bounded(&["tag", "lifeline", &tag, "--merge", file], 10);
         let o = o.unwrap_or_else(|| panic!("--merge {file} hung"));
         assert_eq!(o.code, 2, "--merge {file}: {o:?}");
         assert!(o.stderr.contains(why), "--merge {file}: {o:?}");
-        assert!(took < Duration::from_secs(5), "--merge {file} took {took:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "--merge {file} took {took:?}"
+        );
     }
     // A file of another tag's records only.
     let other = dir.join("other.json");
@@ -1165,18 +1178,36 @@ fn merge_inputs_are_bounded() {
     lifeline_file(&big, &tag, 200_000, 300);
     let txt = dir.join("big.txt");
     let (o, kib, _) = mantle_bounded(
-        &["tag", "lifeline", &tag, "--merge", big.to_str().unwrap(), "-o", txt.to_str().unwrap()],
+        &[
+            "tag",
+            "lifeline",
+            &tag,
+            "--merge",
+            big.to_str().unwrap(),
+            "-o",
+            txt.to_str().unwrap(),
+        ],
         120,
     );
     let o = o.expect("the text of a long merge never finished");
     assert_eq!(o.code, 0, "{o:?}");
     let rows = fs::read_to_string(&txt).unwrap().lines().count();
     assert_eq!(rows, 200_001, "header and one row per record");
-    assert!(kib < 256 * 1024, "the text of 200 000 records took {kib} KiB at its peak");
+    assert!(
+        kib < 256 * 1024,
+        "the text of 200 000 records took {kib} KiB at its peak"
+    );
     let svg = dir.join("big.svg");
     let (o, _, took) = mantle_bounded(
         &[
-            "tag", "lifeline", &tag, "--merge", big.to_str().unwrap(), "--format", "svg", "-o",
+            "tag",
+            "lifeline",
+            &tag,
+            "--merge",
+            big.to_str().unwrap(),
+            "--format",
+            "svg",
+            "-o",
             svg.to_str().unwrap(),
         ],
         60,
@@ -1184,8 +1215,14 @@ fn merge_inputs_are_bounded() {
     let o = o.expect("the SVG of a long merge did not finish in 60 s");
     assert_eq!(o.code, 0, "{o:?} after {took:?}");
     let s = fs::read_to_string(&svg).unwrap();
-    assert!(s.contains("aggregated"), "the SVG does not say it aggregated");
-    assert!(s.contains("more thread(s)"), "300 threads, 200 rows: the rest share one");
+    assert!(
+        s.contains("aggregated"),
+        "the SVG does not say it aggregated"
+    );
+    assert!(
+        s.contains("more thread(s)"),
+        "300 threads, 200 rows: the rest share one"
+    );
     assert!(s.len() < 8 << 20, "SVG of {} bytes", s.len());
     fs::remove_dir_all(&dir).unwrap();
 }
@@ -1215,7 +1252,10 @@ fn cluster_table_input_is_bounded() {
         let o = o.unwrap_or_else(|| panic!("tags up --cluster {file} hung ({kib} KiB)"));
         assert_eq!(o.code, 2, "--cluster {file}: {o:?}");
         assert!(o.stderr.contains(why), "--cluster {file}: {o:?}");
-        assert!(took < Duration::from_secs(5), "--cluster {file} took {took:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "--cluster {file} took {took:?}"
+        );
         assert!(kib < 64 * 1024, "--cluster {file}: {kib} KiB");
     }
     assert!(loaded(), "the kernel side was unloaded");

@@ -1452,7 +1452,10 @@ fn text_output_escapes_control_characters() {
     cmd.arg("1").uid(NOBODY).gid(NOBODY);
     let a = Actor::spawn(&c.dir, "evil", cmd);
     let comm = fs::read_to_string(format!("/proc/{}/comm", a.pid)).unwrap();
-    assert!(comm.contains('\x1b'), "the name did not reach comm: {comm:?}");
+    assert!(
+        comm.contains('\x1b'),
+        "the name did not reach comm: {comm:?}"
+    );
     c.set(&t, a.w[0], None);
     for args in [
         vec!["tag", "threads", t.as_str()],
@@ -1465,7 +1468,10 @@ fn text_output_escapes_control_characters() {
             "mantle {args:?} printed a control character: {out:?}"
         );
         let rows = out.lines().filter(|l| l.contains("\\x1b[2J")).count();
-        assert_eq!(rows, 1, "mantle {args:?}: the name, escaped, on one row: {out:?}");
+        assert_eq!(
+            rows, 1,
+            "mantle {args:?}: the name, escaped, on one row: {out:?}"
+        );
         assert!(
             !out.lines().any(|l| l.starts_with("forged")),
             "mantle {args:?}: a forged row: {out:?}"
@@ -1988,19 +1994,22 @@ fn tag_run_no_output_tag_keeps_the_calling_shell_untagged() {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        let line = poll_until(|| {
-            fs::read_to_string(&out)
-                .ok()
-                .filter(|s| s.ends_with('\n'))
-        })
-        .unwrap_or_else(|| panic!("the shell ({flag}) never reported"));
+        let line = poll_until(|| fs::read_to_string(&out).ok().filter(|s| s.ends_with('\n')))
+            .unwrap_or_else(|| panic!("the shell ({flag}) never reported"));
         let f: Vec<&str> = line.split_whitespace().collect();
-        assert_eq!(f[1..], ["hi", "7"], "output and status through {flag:?}: {line}");
+        assert_eq!(
+            f[1..],
+            ["hi", "7"],
+            "output and status through {flag:?}: {line}"
+        );
         let pid: u32 = f[0].parse().unwrap();
         let held = tags_of(pid).contains(&t);
         drop(sh.stdin.take());
         let _ = sh.wait();
-        assert_eq!(held, tagged, "the calling shell tagged with {flag:?}: {held}");
+        assert_eq!(
+            held, tagged,
+            "the calling shell tagged with {flag:?}: {held}"
+        );
     }
 }
 

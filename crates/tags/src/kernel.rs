@@ -425,7 +425,9 @@ mod tests {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
         let r = safe_dir(&d);
         std::fs::remove_dir(&d).unwrap();
-        let msg = r.expect_err("a world-writable directory was accepted").to_string();
+        let msg = r
+            .expect_err("a world-writable directory was accepted")
+            .to_string();
         assert!(msg.contains("mode 777"), "{msg}");
         assert!(!msg.contains("  "), "stray spaces: {msg:?}");
     }

@@ -371,7 +371,10 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
     let title = if aggregate || folded > 0 {
         let mut t = format!("{title} (");
         if aggregate {
-            t += &format!("aggregated: one mark per thread, 4-pixel column and kind, of {} receptions", l.len());
+            t += &format!(
+                "aggregated: one mark per thread, 4-pixel column and kind, of {} receptions",
+                l.len()
+            );
         }
         if folded > 0 {
             if aggregate {

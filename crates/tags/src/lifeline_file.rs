@@ -24,10 +24,8 @@ fn reception_to_json(r: &ReceptionInfo) -> Value {
 /// lifeline in memory.
 pub fn write_json(l: &[ReceptionInfo], w: &mut dyn std::io::Write) -> std::io::Result<()> {
     use serde::Serializer as _;
-    let mut ser = serde_json::Serializer::with_formatter(
-        &mut *w,
-        serde_json::ser::PrettyFormatter::new(),
-    );
+    let mut ser =
+        serde_json::Serializer::with_formatter(&mut *w, serde_json::ser::PrettyFormatter::new());
     ser.collect_seq(l.iter().map(reception_to_json))
         .map_err(std::io::Error::other)?;
     writeln!(w)
@@ -183,7 +181,10 @@ mod tests {
 
     #[test]
     fn written_json_is_the_pretty_document() {
-        let l = vec![test_reception(1, 10, 1, 1, "set", "a"), test_reception(2, 20, 2, 1, "pipe", "b")];
+        let l = vec![
+            test_reception(1, 10, 1, 1, "set", "a"),
+            test_reception(2, 20, 2, 1, "pipe", "b"),
+        ];
         let mut v = Vec::new();
         write_json(&l, &mut v).unwrap();
         assert_eq!(
@@ -228,7 +229,10 @@ mod tests {
             r => panic!("{r:?}"),
         }
         // An empty lifeline is a lifeline.
-        assert!(parse_tag("e", "[]".as_bytes(), "t", &mut 10).unwrap().records.is_empty());
+        assert!(parse_tag("e", "[]".as_bytes(), "t", &mut 10)
+            .unwrap()
+            .records
+            .is_empty());
         // The budget is shared and refuses, never truncates.
         let mut budget = 1;
         match parse_tag("h.json", text.as_bytes(), "t", &mut budget) {
@@ -236,7 +240,13 @@ mod tests {
             r => panic!("{r:?}"),
         }
         for bad in ["", "{}", "[1]", "[] []"] {
-            assert!(matches!(parse_tag("x", bad.as_bytes(), "t", &mut 10), Err(Error::Invalid(_))), "{bad:?}");
+            assert!(
+                matches!(
+                    parse_tag("x", bad.as_bytes(), "t", &mut 10),
+                    Err(Error::Invalid(_))
+                ),
+                "{bad:?}"
+            );
         }
     }
 

@@ -68,8 +68,7 @@ pub fn parse_duration_ms(s: &str) -> Result<u32, String> {
 /// take at most half of the shared pool (16 x 2048 = 32768 of 65536
 /// records), so local tags always have the other half (issue 32: 16 tags
 /// of 4096 took the whole pool, and `tag create X --lifeline 8` failed).
-pub const GLOBAL_LIFELINE: u32 =
-    (MT_LIFELINE_SLOTS / 2 / crate::abi::MT_GLOBAL_BITS) as u32;
+pub const GLOBAL_LIFELINE: u32 = (MT_LIFELINE_SLOTS / 2 / crate::abi::MT_GLOBAL_BITS) as u32;
 
 /// First-fit allocation of a lifeline ring of `want` slots out of the
 /// shared MT_LIFELINE_SLOTS, given the (base, size) regions in use.
