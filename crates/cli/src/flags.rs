@@ -137,12 +137,15 @@ pub enum TagsCmd {
     Down,
     /// Whether the kernel side is loaded, hooks, counters.
     #[command(
-        after_help = "Examples:\n  mantle tags status\n  mantle tags status --json | jq .live_tags"
+        after_help = "Examples:\n  mantle tags status\n  mantle tags status --json | jq .live_tags\n  mantle tags status --quiet || mantle tags up\n\nExit status: 0 when the status could be read (loaded or not); with --quiet, 0 when the kernel side is loaded and 3 when it is not, as `systemctl is-active --quiet`."
     )]
     Status {
         /// Print the status as JSON (loaded, live_tags, hops and other counters).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "quiet")]
         json: bool,
+        /// Print nothing; exit 0 if the kernel side is loaded, 3 if not.
+        #[arg(short, long)]
+        quiet: bool,
     },
     /// Send lifelines to an OpenTelemetry collector as they grow, until
     /// stopped (SIGTERM, Ctrl-C): each tag a trace, each reception a span
@@ -387,7 +390,7 @@ existing deadlock tag (a cluster table's, for chains across machines).",
     },
     /// Run a command that holds tags from its first instruction.
     #[command(
-        after_help = "Examples:\n  mantle tag run req -- ./client\n  mantle tag run a b --ttl 2 -- sh -c 'cat x | sort'\n\nThe tags come before `--`, the command after it. Once the command runs, the exit status is the command's; if it cannot be started, mantle's (5: not found, 4: not executable)."
+        after_help = "Examples:\n  mantle tag run req -- ./client\n  mantle tag run a b --ttl 2 -- sh -c 'cat x | sort'\n  x=$(mantle tag run req --no-output-tag -- ./client)\n\nThe tags come before `--`, the command after it. Once the command runs, the exit status is the command's; if it cannot be started, mantle's (5: not found, 4: not executable).\n\nWhat the command writes to a pipe is a request, so its reader gets the tags: `x=$(mantle tag run T -- cmd)` tags the calling shell, and every later command it runs. --no-output-tag relays the command's standard output through mantle, which refuses the tags for itself, so the reader stays untagged."
     )]
     Run {
         /// Tags to hold (one or more).
@@ -397,6 +400,11 @@ existing deadlock tag (a cluster table's, for chains across machines).",
         /// each tag's).
         #[arg(long, value_parser = mantle_tags::model::parse_ttl, allow_negative_numbers = true)]
         ttl: Option<u8>,
+        /// Keep the tags off the command's standard output: run it with
+        /// its output through a pipe that mantle relays untagged, so that
+        /// `x=$(mantle tag run T -- cmd)` does not tag the calling shell.
+        #[arg(long)]
+        no_output_tag: bool,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,

@@ -19,6 +19,7 @@ mod doctor;
 mod exec;
 mod exit;
 mod flags;
+mod input;
 mod instr;
 mod lifeline;
 mod manual;
@@ -51,7 +52,11 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("mantle: {}", exit::plain(&f.message));
+            // An empty message: the exit code is the whole answer
+            // (`tags status --quiet`).
+            if !f.message.is_empty() {
+                eprintln!("mantle: {}", exit::plain(&f.message));
+            }
             ExitCode::from(f.code)
         }
     }

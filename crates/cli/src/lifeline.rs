@@ -6,6 +6,7 @@
 use crate::exit::{Failure, EXIT_NOT_FOUND};
 use mantle_tags::lifeline::{render, Format};
 use mantle_tags::lifeline_file;
+use std::io::Write;
 use std::path::PathBuf;
 
 pub fn run(
@@ -22,11 +23,25 @@ pub fn run(
         _ => Format::Text,
     };
     let title = format!("lifeline of tag {name} ({} receptions)", l.len());
-    let text = render(&l, format, &title);
+    let write = |w: &mut dyn Write| -> std::io::Result<()> {
+        // row by row: a long merge is never one string in memory
+        if let Format::Text = format {
+            mantle_tags::lifeline::write_text(&l, w)?;
+        } else if let Format::Json = format {
+            lifeline_file::write_json(&l, w)?;
+        } else {
+            w.write_all(render(&l, format, &title).as_bytes())?;
+        }
+        w.flush()
+    };
     match output {
-        Some(p) => std::fs::write(&p, text).map_err(|e| Failure::io("cannot write", &p, &e)),
+        Some(p) => std::fs::File::create(&p)
+            .and_then(|f| write(&mut std::io::BufWriter::new(f)))
+            .map_err(|e| Failure::io("cannot write", &p, &e)),
         None => {
-            print!("{text}");
+            // A reader that went away ends the output quietly (SIGPIPE is
+            // the default disposition: see main).
+            let _ = write(&mut std::io::BufWriter::new(std::io::stdout().lock()));
             Ok(())
         }
     }
@@ -54,10 +69,19 @@ pub fn records(name: &str, merge: &[PathBuf]) -> Result<Vec<mantle_tags::Recepti
         Err(e) if merge.is_empty() => return Err(e),
         Err(_) => None,
     };
+    // Every file is checked (regular, size) before any is read; one file
+    // is in memory at a time, its records converted one by one and
+    // counted against one budget for the whole merge.
+    for f in merge {
+        crate::input::open_regular("lifeline file", f, crate::input::MAX_MERGE_BYTES)?;
+    }
+    let mut budget = lifeline_file::MAX_MERGE_RECORDS;
     let mut saved = Vec::new();
     for f in merge {
-        let text = std::fs::read_to_string(f).map_err(|e| Failure::io("cannot read", f, &e))?;
-        saved.push(lifeline_file::parse(&f.display().to_string(), &text)?);
+        let bytes =
+            crate::input::read_regular_bytes("lifeline file", f, crate::input::MAX_MERGE_BYTES)?;
+        let s = lifeline_file::parse_tag(&f.display().to_string(), &bytes, name, &mut budget)?;
+        saved.push(s.records);
     }
     Ok(lifeline_file::gather(name, local, saved))
 }

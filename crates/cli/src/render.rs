@@ -8,6 +8,7 @@
 //! or null for unlimited, everywhere.
 
 use mantle_tags::kernel::UpReport;
+use mantle_tags::text::term;
 use mantle_tags::{Status, TagInfo, ThreadInfo};
 
 /// Pretty JSON on standard output, one document.
@@ -70,19 +71,19 @@ pub fn threads(ts: &[ThreadInfo], json: bool) {
             .tags
             .iter()
             .map(|h| match h.ttl {
-                None => h.name.clone(),
-                Some(ttl) => format!("{}({ttl})", h.name),
+                None => term(&h.name).into_owned(),
+                Some(ttl) => format!("{}({ttl})", term(&h.name)),
             })
             .collect();
         let mut line = tags.join(",");
         if !t.terminators.is_empty() {
-            line += &format!(" / !{}", t.terminators.join(",!"));
+            line += &term(&format!(" / !{}", t.terminators.join(",!")));
         }
         println!(
             "{:>8} {:>8} {:<16} {:<6} {}",
             t.tid,
             t.pid,
-            t.comm,
+            term(&t.comm),
             if t.system { "system" } else { "user" },
             line
         );

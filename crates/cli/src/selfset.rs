@@ -89,6 +89,30 @@ pub fn set(name: &str, ttl: u32) -> Result<(), Error> {
     Ok(())
 }
 
+/// Rejects tag `name` on this thread from now on (and drops it): any thread
+/// may refuse any tag for itself.
+pub fn terminate(name: &str) -> Result<(), Error> {
+    let lib = Lib::open()?;
+    let f = lib.sym(c"mantle_tag_terminate")?;
+    let cname = c_name(name)?;
+    // SAFETY: mantle_tag_terminate has this signature (include/mantle/tags.h,
+    // the argument unused); cname outlives the call.
+    let rc = unsafe {
+        let f = std::mem::transmute::<*mut libc::c_void, SetFn>(f);
+        f(cname.as_ptr(), 0)
+    };
+    if rc < 0 {
+        let msg = lib.strerror(rc);
+        return Err(match -rc {
+            libc::ENOENT => Error::UnknownTag(name.to_string()),
+            libc::ENODEV => Error::NotLoaded,
+            libc::ENOSYS => Error::Missing(msg),
+            _ => Error::Refused(format!("terminating {name}: {msg}")),
+        });
+    }
+    Ok(())
+}
+
 /// Deletes tag `name`, which the caller's uid must own: the kernel side
 /// checks that on the trusted path and answers EPERM otherwise.
 pub fn delete(name: &str) -> Result<(), Error> {

@@ -143,6 +143,7 @@ pub fn run(c: TagCmd) -> Result<(), Failure> {
         TagCmd::Run {
             names,
             ttl,
+            no_output_tag,
             command,
         } => {
             // Everything that can fail is checked before the first tag is
@@ -150,6 +151,9 @@ pub fn run(c: TagCmd) -> Result<(), Failure> {
             let program = find_program(&command[0])?;
             for n in &names {
                 t.lookup(n)?;
+            }
+            if no_output_tag {
+                return relay_untagged(&t, &names, ttl, &command);
             }
             let me = std::process::id();
             let ttl = ttl.map(|x| x as u32).unwrap_or(0);
@@ -171,4 +175,72 @@ pub fn run(c: TagCmd) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `tag run --no-output-tag`: the command runs tagged in a child (`mantle
+/// tag run` without the flag), its standard output through a pipe that
+/// this process relays. The relay refuses the tags for itself (a
+/// terminator, which any thread may set on itself) before its first read,
+/// and a reception is decided when the reader reads: whatever the child
+/// wrote, the relay stays untagged, and so does the reader of its output
+/// (`x=$(...)`'s shell). Exits with the command's status (128+N for signal
+/// N, as a shell reports it).
+fn relay_untagged(
+    t: &Tags,
+    names: &[String],
+    ttl: Option<u8>,
+    command: &[String],
+) -> Result<(), Failure> {
+    use std::io::Write;
+    use std::os::unix::process::ExitStatusExt;
+    let exe = std::env::current_exe().map_err(|e| {
+        Failure::io(
+            "cannot find mantle itself",
+            std::path::Path::new("/proc/self/exe"),
+            &e,
+        )
+    })?;
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(["tag", "run"]).args(names);
+    if let Some(x) = ttl {
+        cmd.args([
+            "--ttl",
+            &if u32::from(x) == mantle_tags::abi::MT_TTL_INF as u32 {
+                "inf".to_string()
+            } else {
+                x.to_string()
+            },
+        ]);
+    }
+    cmd.arg("--")
+        .args(command)
+        .stdout(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Failure::io("cannot run", &exe, &e))?;
+    let mut out = child.stdout.take().expect("piped");
+    let me = std::process::id();
+    for n in names {
+        let r = if mantle_sys::os::privileged() {
+            t.op(OpCode::Term, Some(n), 0, Target::Tid(me)).map(|_| ())
+        } else {
+            selfset::terminate(n)
+        };
+        if let Err(e) = r {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.into());
+        }
+    }
+    let mut stdout = std::io::stdout().lock();
+    // A reader that went away (`| head`) ends the relay; the command then
+    // meets its own SIGPIPE.
+    let _ = std::io::copy(&mut out, &mut stdout);
+    let _ = stdout.flush();
+    drop(out);
+    let st = child
+        .wait()
+        .map_err(|e| Failure::io("cannot wait for", &exe, &e))?;
+    let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+    std::process::exit(code)
 }

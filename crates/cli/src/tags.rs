@@ -22,8 +22,11 @@ pub fn run(c: TagsCmd) -> Result<(), Failure> {
             // Validate the cluster table before loading anything.
             let table = match &cluster {
                 Some(p) => {
-                    let text = std::fs::read_to_string(p)
-                        .map_err(|e| Failure::io("cannot read cluster table", p, &e))?;
+                    let text = crate::input::read_regular(
+                        "cluster table",
+                        p,
+                        crate::input::MAX_CLUSTER_BYTES,
+                    )?;
                     Some(mantle_tags::model::parse_cluster(&text).map_err(|e| {
                         Error::Invalid(format!("cluster table {}: {e}", p.display()))
                     })?)
@@ -55,8 +58,17 @@ pub fn run(c: TagsCmd) -> Result<(), Failure> {
             Ok(())
         }
         TagsCmd::Export(a) => crate::otlp::export(a),
-        TagsCmd::Status { json } => {
-            render::status(&load::status()?, json);
+        TagsCmd::Status { json, quiet } => {
+            let st = load::status()?;
+            if quiet {
+                // `systemctl is-active --quiet`: the answer is the status.
+                return if st.loaded {
+                    Ok(())
+                } else {
+                    Err(Failure::new(EXIT_MISSING, ""))
+                };
+            }
+            render::status(&st, json);
             Ok(())
         }
     }

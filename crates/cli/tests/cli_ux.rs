@@ -1062,3 +1062,202 @@ fn examples_leave_the_kernel_side_as_they_found_it() {
         assert!(!loaded(), "the example left the kernel side it loaded");
     }
 }
+
+// ---------------------------------------------------------------- bounded inputs (issue 32)
+
+/// `mantle ARGS`, killed if it has not ended within `secs`: (the outcome,
+/// its peak resident size in KiB, how long it took). None: it hung.
+fn mantle_bounded(args: &[&str], secs: u64) -> (Option<Out>, u64, Duration) {
+    let (o, e) = out_files();
+    let t0 = Instant::now();
+    // Reaped by wait4 below (which also gives its peak size), not by
+    // Child::wait.
+    #[allow(clippy::zombie_processes)]
+    let child = Command::new(MANTLE)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(File::create(&o).unwrap())
+        .stderr(File::create(&e).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut hung = false;
+    loop {
+        // SAFETY: our own child; status and ru are valid out-parameters.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        if r == pid {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(secs) && !hung {
+            hung = true;
+            // SAFETY: killing our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = t0.elapsed();
+    let out = Out {
+        code: if libc::WIFEXITED(status) {
+            libc::WEXITSTATUS(status)
+        } else {
+            -1
+        },
+        stdout: fs::read_to_string(&o).unwrap_or_default(),
+        stderr: fs::read_to_string(&e).unwrap_or_default(),
+    };
+    let _ = fs::remove_file(o);
+    let _ = fs::remove_file(e);
+    (
+        if hung { None } else { Some(out) },
+        ru.ru_maxrss as u64,
+        took,
+    )
+}
+
+/// A saved lifeline of `n` records of tag `tag` (as `--json` writes them),
+/// over `threads` receiving threads.
+fn lifeline_file(path: &Path, tag: &str, n: usize, threads: u32) {
+    use std::io::Write;
+    let mut w = std::io::BufWriter::new(File::create(path).unwrap());
+    write!(w, "[").unwrap();
+    for i in 0..n {
+        let tid = 1000 + (i as u32 % threads);
+        write!(
+            w,
+            r#"{}{{"seq":{},"ts_ns":{},"tag":"{tag}","rx_tid":{tid},"rx_pid":{tid},"rx_comm":"worker","tx_tid":999,"tx_pid":999,"via":"pipe","ttl":null,"host":"h","tx_host":"h","lamport":{}}}"#,
+            if i == 0 { "" } else { "," },
+            i + 1,
+            1_000_000 + i as u64 * 1000,
+            i + 1
+        )
+        .unwrap();
+    }
+    writeln!(w, "]").unwrap();
+}
+
+/// Every file mantle reads is a regular file of bounded size, refused at
+/// once otherwise (issue 32: `--merge FIFO` blocked forever; a merge file
+/// of another tag was accepted silently), and a long merge is streamed:
+/// bounded memory for its text, and an SVG that aggregates (and says so)
+/// and finishes. No kernel side needed (the merge reads files only).
+#[test]
+fn merge_inputs_are_bounded() {
+    let (base, _) = out_files();
+    let dir = base.with_extension("merge");
+    fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let tag = name("merged");
+    for (file, why) in [
+        (fifo.to_str().unwrap(), "a FIFO"),
+        ("/dev/zero", "a device"),
+    ] {
+        let (o, _, took) = mantle_bounded(&["tag", "lifeline", &tag, "--merge", file], 10);
+        let o = o.unwrap_or_else(|| panic!("--merge {file} hung"));
+        assert_eq!(o.code, 2, "--merge {file}: {o:?}");
+        assert!(o.stderr.contains(why), "--merge {file}: {o:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "--merge {file} took {took:?}"
+        );
+    }
+    // A file of another tag's records only.
+    let other = dir.join("other.json");
+    lifeline_file(&other, "someone.else", 3, 1);
+    let o = mantle(&["tag", "lifeline", &tag, "--merge", other.to_str().unwrap()]);
+    assert_eq!(o.code, 2, "{o:?}");
+    assert!(o.stderr.contains("none of tag"), "{o:?}");
+    // 200 000 records over 300 threads: the text in bounded memory, the
+    // SVG aggregated within a minute (a debug build, a loaded machine).
+    let big = dir.join("big.json");
+    lifeline_file(&big, &tag, 200_000, 300);
+    let txt = dir.join("big.txt");
+    let (o, kib, _) = mantle_bounded(
+        &[
+            "tag",
+            "lifeline",
+            &tag,
+            "--merge",
+            big.to_str().unwrap(),
+            "-o",
+            txt.to_str().unwrap(),
+        ],
+        120,
+    );
+    let o = o.expect("the text of a long merge never finished");
+    assert_eq!(o.code, 0, "{o:?}");
+    let rows = fs::read_to_string(&txt).unwrap().lines().count();
+    assert_eq!(rows, 200_001, "header and one row per record");
+    assert!(
+        kib < 256 * 1024,
+        "the text of 200 000 records took {kib} KiB at its peak"
+    );
+    let svg = dir.join("big.svg");
+    let (o, _, took) = mantle_bounded(
+        &[
+            "tag",
+            "lifeline",
+            &tag,
+            "--merge",
+            big.to_str().unwrap(),
+            "--format",
+            "svg",
+            "-o",
+            svg.to_str().unwrap(),
+        ],
+        60,
+    );
+    let o = o.expect("the SVG of a long merge did not finish in 60 s");
+    assert_eq!(o.code, 0, "{o:?} after {took:?}");
+    let s = fs::read_to_string(&svg).unwrap();
+    assert!(
+        s.contains("aggregated"),
+        "the SVG does not say it aggregated"
+    );
+    assert!(
+        s.contains("more thread(s)"),
+        "300 threads, 200 rows: the rest share one"
+    );
+    assert!(s.len() < 8 << 20, "SVG of {} bytes", s.len());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `tags up --cluster` reads only a regular file of bounded size (issue
+/// 32: /dev/zero grew mantle to 4.7 GB in 8 s; a FIFO blocked forever);
+/// refused before anything is loaded.
+#[test]
+#[ignore = "needs root (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
+fn cluster_table_input_is_bounded() {
+    let _k = kernel(Want::Loaded);
+    let (base, _) = out_files();
+    let dir = base.with_extension("cluster");
+    fs::create_dir_all(&dir).unwrap();
+    let fifo = dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let huge = dir.join("huge");
+    File::create(&huge).unwrap().set_len(1 << 30).unwrap(); // sparse
+    for (file, why) in [
+        (fifo.to_str().unwrap(), "a FIFO"),
+        ("/dev/zero", "a device"),
+        (huge.to_str().unwrap(), "larger than"),
+    ] {
+        let (o, kib, took) = mantle_bounded(&["tags", "up", "--cluster", file], 10);
+        let o = o.unwrap_or_else(|| panic!("tags up --cluster {file} hung ({kib} KiB)"));
+        assert_eq!(o.code, 2, "--cluster {file}: {o:?}");
+        assert!(o.stderr.contains(why), "--cluster {file}: {o:?}");
+        assert!(
+            took < Duration::from_secs(5),
+            "--cluster {file} took {took:?}"
+        );
+        assert!(kib < 64 * 1024, "--cluster {file}: {kib} KiB");
+    }
+    assert!(loaded(), "the kernel side was unloaded");
+    fs::remove_dir_all(&dir).unwrap();
+}

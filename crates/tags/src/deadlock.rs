@@ -111,8 +111,8 @@ pub fn render(r: &DeadlockReport) -> String {
             i + 1,
             p.tid,
             p.pid,
-            p.comm,
-            p.host,
+            crate::text::term(&p.comm),
+            crate::text::term(&p.host),
             if i == 0 {
                 match r.started_by_uid {
                     Some(u) => format!(", origin, started by uid {u}"),

@@ -138,7 +138,8 @@ pub(crate) fn safe_dir(d: &Path) -> Result<(), Error> {
     let root_uid = std::fs::metadata("/").map(|r| r.uid()).unwrap_or(0);
     if !m.file_type().is_dir() || m.uid() != root_uid || m.mode() & 0o022 != 0 {
         return Err(Error::Refused(format!(
-            "{} is not a directory that only root can change (owner uid {}, mode {:o}):              mantle did not make it and will not use it; remove it (`rm -r {}`) and retry",
+            "{} is not a directory that only root can change (owner uid {}, mode {:o}): \
+             mantle did not make it and will not use it; remove it (`rm -r {}`) and retry",
             d.display(),
             m.uid(),
             m.mode() & 0o7777,
@@ -408,4 +409,26 @@ pub fn host_names(machine: u32, home: u64) -> std::collections::BTreeMap<u32, St
         }
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// The refusal of a directory anybody may change reads as one sentence
+    /// (issue 32: a run of stray spaces came from a continued string).
+    #[test]
+    fn squatted_pin_directory_refusal_has_no_stray_spaces() {
+        let d = std::env::temp_dir().join(format!("mantle-safe-dir-{}", std::process::id()));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let r = safe_dir(&d);
+        std::fs::remove_dir(&d).unwrap();
+        let msg = r
+            .expect_err("a world-writable directory was accepted")
+            .to_string();
+        assert!(msg.contains("mode 777"), "{msg}");
+        assert!(!msg.contains("  "), "stray spaces: {msg:?}");
+    }
 }

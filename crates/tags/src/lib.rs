@@ -75,6 +75,7 @@ pub mod load;
 #[cfg(feature = "loader")]
 mod loader;
 pub mod model;
+pub mod text;
 pub mod thread;
 
 use abi::{Ctl, Owner, Reception, TagEntry, ThreadRec, View, MT_NAME_LEN, MT_TAGS, MT_TTL_INF};
@@ -428,7 +429,7 @@ impl Tags {
             let o = CreateOpts {
                 ttl: g.ttl,
                 system: g.system,
-                lifeline: 4096,
+                lifeline: model::GLOBAL_LIFELINE,
                 owner_uid: Some(0),
                 replies: false,
                 deadlock: g.deadlock,

@@ -8,9 +8,10 @@
 //! causal order (Lamport clocks; the paper, section 4, names a logical clock
 //! as required for ordering distributed lifelines). Pure: no system calls.
 
+use crate::text::term;
 use crate::ReceptionInfo;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 /// How a lifeline is written.
@@ -50,10 +51,20 @@ pub fn render(l: &[ReceptionInfo], format: Format, title: &str) -> String {
 /// A lifeline as a table, oldest first; merged from several machines,
 /// ordered by Lamport clock, with the hosts.
 fn text(l: &[ReceptionInfo]) -> String {
+    let mut v = Vec::new();
+    write_text(l, &mut v).expect("writing to memory");
+    String::from_utf8(v).expect("the rows are UTF-8")
+}
+
+/// The table of [`Format::Text`], written row by row to `w`: a merge of
+/// hundreds of thousands of records never builds the whole table in
+/// memory (issue 32: 400 000 records took 1.18 GB as one string).
+pub fn write_text(l: &[ReceptionInfo], w: &mut dyn std::io::Write) -> std::io::Result<()> {
     let multi = multi_host(l);
     let t0 = l.iter().map(|r| r.ts_ns).min().unwrap_or(0);
-    let mut s = format!(
-        "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}{}\n",
+    writeln!(
+        w,
+        "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}{}",
         "SEQ",
         if multi { "LAMPORT" } else { "T+us" },
         "VIA",
@@ -64,7 +75,7 @@ fn text(l: &[ReceptionInfo]) -> String {
         "TX_PID",
         "TTL",
         if multi { "  HOST <- FROM" } else { "" }
-    );
+    )?;
     for r in l {
         let when = if multi {
             r.lamport.to_string()
@@ -76,17 +87,25 @@ fn text(l: &[ReceptionInfo]) -> String {
         } else {
             r.ttl.to_string()
         };
-        let _ = write!(
-            s,
+        write!(
+            w,
             "{:>6} {:>12} {:<15} {:>8} {:>8} {:<16} {:>8} {:>8} {:>4}",
-            r.seq, when, r.via, r.rx_tid, r.rx_pid, r.rx_comm, r.tx_tid, r.tx_pid, ttl
-        );
+            r.seq,
+            when,
+            term(&r.via),
+            r.rx_tid,
+            r.rx_pid,
+            term(&r.rx_comm),
+            r.tx_tid,
+            r.tx_pid,
+            ttl
+        )?;
         if multi {
-            let _ = write!(s, "  {} <- {}", r.host, r.tx_host);
+            write!(w, "  {} <- {}", term(&r.host), term(&r.tx_host))?;
         }
-        s.push('\n');
+        writeln!(w)?;
     }
-    s
+    Ok(())
 }
 
 /// A lifeline told: when (ms after the first record), who received the
@@ -98,13 +117,13 @@ fn story(l: &[ReceptionInfo]) -> String {
         let how = match r.via.as_str() {
             "set" => "set by `mantle tag run`".to_string(),
             "fork" => format!("inherited at fork from pid {}", r.tx_pid),
-            via => format!("request over {via} from pid {}", r.tx_pid),
+            via => format!("request over {} from pid {}", term(via), r.tx_pid),
         };
         let _ = writeln!(
             s,
             "  +{:>8.3} ms  {:<8} pid {:<7} {}",
             r.ts_ns.saturating_sub(t0) as f64 / 1e6,
-            r.rx_comm,
+            term(&r.rx_comm),
             r.rx_pid,
             how
         );
@@ -284,6 +303,11 @@ fn esc(s: &str) -> String {
     out
 }
 
+/// Receptions an SVG plot draws one by one; beyond, it aggregates.
+pub const SVG_MAX_MARKS: usize = 5000;
+/// Threads an SVG plot gives a row each; the others share one more row.
+pub const SVG_MAX_ROWS: usize = 200;
+
 /// An SVG plot of a lifeline in the style of the paper's Figure 4: time
 /// across, one row per receiving thread (grouped by process, in order of
 /// first reception), a mark per reception coloured by the IPC that carried
@@ -299,13 +323,29 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
         }
     };
     let span = l.iter().map(x_of).fold(0.0f64, f64::max).max(1e-3);
-    // rows: receiving threads in order of first appearance
+    // rows: receiving threads in order of first appearance, at most
+    // SVG_MAX_ROWS; the threads after those share one last row
     let mut rows: Vec<(String, u32, u32)> = Vec::new();
-    let mut label: BTreeMap<(String, u32, u32), String> = BTreeMap::new();
+    let mut index: HashMap<(String, u32, u32), usize> = HashMap::new();
+    let mut label: BTreeMap<usize, String> = BTreeMap::new();
+    let mut folded = 0usize;
     for r in l {
         let key = (r.host.clone(), r.rx_pid, r.rx_tid);
-        if !rows.contains(&key) {
-            rows.push(key.clone());
+        let i = match index.get(&key) {
+            Some(&i) => i,
+            None if rows.len() < SVG_MAX_ROWS => {
+                rows.push(key.clone());
+                index.insert(key, rows.len() - 1);
+                rows.len() - 1
+            }
+            None => {
+                folded += 1;
+                index.insert(key, SVG_MAX_ROWS);
+                continue;
+            }
+        };
+        if i == SVG_MAX_ROWS {
+            continue;
         }
         // the last name seen: after exec, the program rather than the shell
         let host = if multi {
@@ -318,16 +358,43 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
         } else {
             String::new()
         };
-        label.insert(key, format!("{}[{}{}]{}", r.rx_comm, r.rx_pid, tid, host));
+        label.insert(i, format!("{}[{}{}]{}", r.rx_comm, r.rx_pid, tid, host));
     }
+    if folded > 0 {
+        rows.push((String::new(), 0, 0));
+        label.insert(SVG_MAX_ROWS, format!("{folded} more thread(s)"));
+    }
+    // Beyond SVG_MAX_MARKS receptions a mark per reception is unreadable
+    // (and the file huge): one mark per thread, pixel column and kind,
+    // with its count, and the title says so.
+    let aggregate = l.len() > SVG_MAX_MARKS;
+    let title = if aggregate || folded > 0 {
+        let mut t = format!("{title} (");
+        if aggregate {
+            t += &format!(
+                "aggregated: one mark per thread, 4-pixel column and kind, of {} receptions",
+                l.len()
+            );
+        }
+        if folded > 0 {
+            if aggregate {
+                t += "; ";
+            }
+            t += &format!("the last row holds {folded} more thread(s)");
+        }
+        t + ")"
+    } else {
+        title.to_string()
+    };
+    let title = title.as_str();
     let (left, top, row_h, width) = (210.0, 50.0, 22.0, 760.0);
     let height = top + row_h * rows.len().max(1) as f64 + 70.0;
     let total_w = left + width + 30.0;
     let xpx = |x: f64| left + x / span * width;
     let row_y = |host: &str, pid: u32, tid: u32| -> Option<f64> {
-        rows.iter()
-            .position(|k| k.0 == host && k.1 == pid && k.2 == tid)
-            .map(|i| top + row_h * i as f64 + row_h / 2.0)
+        index
+            .get(&(host.to_string(), pid, tid))
+            .map(|&i| top + row_h * i.min(rows.len() - 1) as f64 + row_h / 2.0)
     };
     let mut s = String::new();
     let _ = writeln!(
@@ -341,7 +408,7 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
         left,
         esc(title)
     );
-    for (i, k) in rows.iter().enumerate() {
+    for i in 0..rows.len() {
         let y = top + row_h * i as f64;
         if i % 2 == 0 {
             let _ = writeln!(
@@ -354,7 +421,7 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
             r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
             left - 6.0,
             y + row_h * 0.7,
-            esc(&label[k])
+            esc(&label[&i])
         );
     }
     // axis with ~8 ticks
@@ -388,8 +455,31 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
         left + width / 2.0,
         axis_y + 32.0
     );
+    if aggregate {
+        let mut bins: BTreeMap<(u64, u32, &str), u64> = BTreeMap::new();
+        for r in l {
+            let Some(y) = row_y(&r.host, r.rx_pid, r.rx_tid) else {
+                continue;
+            };
+            // 4-pixel columns: at most SVG_MAX_ROWS x 190 marks
+            let px = (x_of(r) / span * width) as u32 / 4 * 4;
+            *bins.entry((y.to_bits(), px, r.via.as_str())).or_default() += 1;
+        }
+        for ((y, px, via), n) in bins {
+            let y = f64::from_bits(y);
+            let _ = writeln!(
+                s,
+                r#"<rect x="{}" y="{}" width="4" height="{}" fill="{}"><title>{n} reception(s) via {}</title></rect>"#,
+                left + px as f64,
+                y - row_h * 0.35,
+                row_h * 0.7,
+                colour(via),
+                esc(via),
+            );
+        }
+    }
     // sender -> receiver lines, then marks
-    for r in l {
+    for r in l.iter().take(if aggregate { 0 } else { l.len() }) {
         let (Some(ry), Some(sy)) = (
             row_y(&r.host, r.rx_pid, r.rx_tid),
             row_y(&r.tx_host, r.tx_pid, r.tx_tid),
@@ -406,7 +496,7 @@ pub fn svg(l: &[ReceptionInfo], title: &str) -> String {
             colour(&r.via)
         );
     }
-    for r in l {
+    for r in l.iter().take(if aggregate { 0 } else { l.len() }) {
         let Some(y) = row_y(&r.host, r.rx_pid, r.rx_tid) else {
             continue;
         };

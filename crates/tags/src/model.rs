@@ -64,6 +64,12 @@ pub fn parse_duration_ms(s: &str) -> Result<u32, String> {
     Ok(d.as_millis().max(1) as u32)
 }
 
+/// The lifeline ring of each global tag (cluster table): the global tags
+/// take at most half of the shared pool (16 x 2048 = 32768 of 65536
+/// records), so local tags always have the other half (issue 32: 16 tags
+/// of 4096 took the whole pool, and `tag create X --lifeline 8` failed).
+pub const GLOBAL_LIFELINE: u32 = (MT_LIFELINE_SLOTS / 2 / crate::abi::MT_GLOBAL_BITS) as u32;
+
 /// First-fit allocation of a lifeline ring of `want` slots out of the
 /// shared MT_LIFELINE_SLOTS, given the (base, size) regions in use.
 pub fn alloc_lifeline(used: &[(u32, u32)], want: u32) -> Option<u32> {
@@ -324,6 +330,14 @@ mod tests {
         assert_eq!(alloc_lifeline(&[(0, 100), (150, 10)], 50), Some(100));
         assert_eq!(alloc_lifeline(&[(0, 100), (140, 10)], 50), Some(150));
         assert_eq!(alloc_lifeline(&[(0, MT_LIFELINE_SLOTS as u32)], 1), None);
+        // A full cluster table leaves half the pool to local tags.
+        let global: Vec<(u32, u32)> = (0..crate::abi::MT_GLOBAL_BITS as u32)
+            .map(|i| (i * GLOBAL_LIFELINE, GLOBAL_LIFELINE))
+            .collect();
+        assert_eq!(
+            alloc_lifeline(&global, MT_LIFELINE_SLOTS as u32 / 2),
+            Some(MT_LIFELINE_SLOTS as u32 / 2)
+        );
         assert_eq!(alloc_lifeline(&[], 0), None);
         assert_eq!(alloc_lifeline(&[(10, 0)], 5), Some(0));
     }

@@ -10,7 +10,9 @@
  * function's return value (0/1 or a negative errno); self -> the first
  * word of mantle_tags_self() in hex; send FD TEXT -> write(2) TEXT\n to an
  * inherited fd; uid -> getuid(); dl_begin TAG | dl_end TAG -> the return
- * value of mantle_deadlock_begin/end; exit.
+ * value of mantle_deadlock_begin/end; delete TAG -> mantle_tag_delete's;
+ * class_system: the raw self-operation that marks the caller a system
+ * thread (its effect is read by the test); exit.
  * First report: "ready PID TID TID".
  */
 #define _GNU_SOURCE
@@ -63,7 +65,15 @@ int main(void)
 			report("%s ok %ld\n", seq, mantle_deadlock_begin(a, 0));
 		else if (!strcmp(verb, "dl_end") && a)
 			report("%s ok %ld\n", seq, mantle_deadlock_end(a, 0));
-		else if (!strcmp(verb, "holds") && a)
+		else if (!strcmp(verb, "delete") && a)
+			report("%s ok %ld\n", seq, mantle_tag_delete(a));
+		else if (!strcmp(verb, "class_system")) {
+			/* the raw self-operation (MT_OP_CLASS, arg 1): what a
+			 * program could call without the library's checks; the
+			 * tests read the thread's class as root */
+			mantle_tag_ctl(6, 0, 1, 0x5eed);
+			report("%s ok %ld\n", seq, 0);
+		} else if (!strcmp(verb, "holds") && a)
 			report("%s ok %ld\n", seq, mantle_tag_holds(a));
 		else if (!strcmp(verb, "self"))
 			report("%s ok %lx\n", seq, (long)mantle_tags_self());

@@ -352,6 +352,16 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 	struct mt_thread *t;
 	__u64 now = 0;
 	int sys;
+	/* A deadlock tag marks a synchronous call chain: it rides only
+	 * channels where an answer ends the call (connected stream sockets;
+	 * the senders strip it from the others' deposits too). A datagram, a
+	 * pipe, a queue, an eventfd, shared memory or a signal has no answer,
+	 * so a receiver would hold the chain's tag with no end and be taken
+	 * for a participant (issue 32: a logger fed by a chain's service was
+	 * refused a connect to the chain's origin). All ones: keep; else the
+	 * deadlock bits go. */
+	__u64 call = -(__u64)(kind == MT_K_UNIX_STREAM || kind == MT_K_UNIX_SEQPACKET ||
+			      kind == MT_K_TCP);
 
 	if (!v) {
 		STAT(no_view);
@@ -374,7 +384,7 @@ static __always_inline void deliver(struct mt_ctl *c, struct task_struct *task, 
 	clock_sync(t, f);
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
-		__u64 m = s->vec[w] & c->live[w];
+		__u64 m = s->vec[w] & c->live[w] & (call | ~c->deadlock[w]);
 		__u64 ok = m & ~t->term[w];
 		/* Lifeline records: every message is a reception, a shared
 		 * mapping only of the tags the thread did not hold (a process

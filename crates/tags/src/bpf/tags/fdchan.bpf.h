@@ -321,11 +321,22 @@ __noinline int mt_on_send(struct task_struct *task __arg_untrusted,
 	struct snap s = {};
 	struct mt_fdslot *sl;
 	struct mt_ctl *c;
-	__u32 reader;
+	__u64 left = 0;
 
 	if (!task || !f || !k)
 		return 0;
 	if (!take_snapshot_fast(task, &s, &c) && !take_snapshot_of(cur_task(), &s, &c))
+		return 0;
+	/* Pipes, FIFOs, queues and eventfds are one-way: no answer ends a
+	 * call on them, so a deadlock tag does not ride them (issue 32: a
+	 * chain's logger kept the tag for good), and a write to a thread
+	 * that holds one closes no circle (the writer waits for nothing). */
+#pragma unroll
+	for (int w = 0; w < MT_WORDS; w++) {
+		s.vec[w] &= ~c->deadlock[w];
+		left |= s.vec[w];
+	}
+	if (!left)
 		return 0;
 	sl = fd_enter(k);
 	if (!sl)
@@ -336,8 +347,6 @@ __noinline int mt_on_send(struct task_struct *task __arg_untrusted,
 	 * hand-over below found nobody (the CI failure of
 	 * first_tagged_send_on_a_fresh_channel, a spinning mq reader, issue
 	 * 15). */
-	reader = fd_reader(sl);
-	dl_send(c, &s, 0, reader ? reader : chan_reader_of(k), kind);
 	fd_deposit_leave(sl, &s, c, f, k, kind);
 	return 0;
 }

@@ -141,19 +141,54 @@ int mt_admin(struct mt_admin *a)
 	return 0;
 }
 
-/* The calling thread's uid owns tag idx (mt_owner, root-only map). */
+/*
+ * Privileged, as the README, the CLI and the API define it
+ * (mantle_sys::os::privileged): CAP_SYS_ADMIN or CAP_BPF in the task's
+ * effective set, and its credentials in the initial user namespace. Never
+ * uid 0 (issue 32): a container's root without a user namespace, or
+ * `setpriv --reuid=0 --inh-caps=-all --bounding-set=-all`, is uid 0 with
+ * no capability; root inside `unshare -Ur` has them all, but only over
+ * its own namespace. Plain loads through a read-only cast of the task's
+ * credentials (task->cred->cap_effective, cred->user_ns->level: only the
+ * initial namespace has level 0), no helper: the self-operation probe is
+ * not a hot path, but nothing here needs one.
+ */
+#define MT_CAP_SYS_ADMIN 21
+#define MT_CAP_BPF 39
+static __always_inline int task_privileged(struct task_struct *task)
+{
+	const struct cred *cr = bpf_core_cast(task, struct task_struct)->cred;
+	struct user_namespace *ns;
+	__u64 caps;
+
+	if (!cr)
+		return 0;
+	ns = cr->user_ns;
+	if (!ns || ns->level != 0)
+		return 0;
+	caps = cr->cap_effective.val;
+	return (caps & ((1ULL << MT_CAP_SYS_ADMIN) | (1ULL << MT_CAP_BPF))) != 0;
+}
+
+/*
+ * The calling thread's uid owns tag idx (mt_owner, root-only map). A tag
+ * owned by uid 0 is root's: only a privileged caller (who needs no
+ * ownership) has root's rights over it, never a process that is uid 0
+ * without capabilities (issue 32).
+ */
 static __always_inline int is_owner(__u32 idx)
 {
 	struct mt_owner *o = bpf_map_lookup_elem(&owners, &idx);
+	__u32 uid = (__u32)bpf_get_current_uid_gid();
 
-	return o && o->uid == (__u32)bpf_get_current_uid_gid();
+	return o && uid != 0 && o->uid == uid;
 }
 
 /*
  * A TTL a thread sets on itself is at most the tag's own TTL unless the
  * caller is root or the tag's owner (mTags section 9: only the owner
  * changes a tag's features), so "travels two hops at most" holds against
- * every other user.
+ * every other user. root: the caller is privileged (task_privileged).
  */
 static __always_inline __u8 ttl_cap(struct mt_ctl *c, __u32 idx, __u32 ttl, int root)
 {
@@ -269,11 +304,10 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 	case MT_OP_DELETE: {
 		struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
 		struct mt_owner *o = bpf_map_lookup_elem(&owners, &idx);
-		__u32 uid = (__u32)bpf_get_current_uid_gid();
 
 		if (!tg || !o)
 			return -MT_EINVAL;
-		if (!root && uid != o->uid)
+		if (!root && !is_owner(idx))
 			return -MT_EPERM;
 		return retire(c, tg, idx);
 	}
@@ -293,7 +327,7 @@ int BPF_KPROBE(mt_ctl_self, __u32 code, __u32 tag, __u32 arg, __u32 seq)
 	struct task_struct *task = bpf_get_current_task_btf();
 	struct mt_view *v = view_of(task->pid);
 	struct mt_ctl *c = get_ctl();
-	int root = (__u32)bpf_get_current_uid_gid() == 0;
+	int root = task_privileged(task);
 	int err;
 
 	if (!v || !c)

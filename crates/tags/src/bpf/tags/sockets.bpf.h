@@ -316,7 +316,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 	struct sock *tx = 0;
 	struct task_struct *task;
 	__u32 kind, rx_pid = 0;
-	int reply = 0;
+	int reply = 0, call = 1;
 
 	if (!mt_held_any || sk->__sk_common.skc_family != AF_UNIX ||
 	    sk->__sk_common.skc_state == TCP_LISTEN)
@@ -370,6 +370,24 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 			answered(1); /* it answers: its part of the request ends */
 		return 0;
 	}
+	/* A deadlock tag rides only a call that an answer ends: a request
+	 * into a socket accepted from a listener (it has the listener's
+	 * address), whose answer ends the server's part (answered). A
+	 * datagram, or a socketpair (no connect() side, no answer known),
+	 * would leave the receiver in the chain for good (issue 32). One
+	 * plain load, and an AND per word of the snapshot. */
+	if (kind == MT_K_UNIX_DGRAM || !bpf_core_cast(sk, struct unix_sock)->addr) {
+		__u64 left = 0;
+
+#pragma unroll
+		for (int w = 0; w < MT_WORDS; w++) {
+			s.vec[w] &= ~c->deadlock[w];
+			left |= s.vec[w];
+		}
+		if (!left)
+			return 0;
+		call = 0;
+	}
 	if (!mt_unix_any)
 		mt_unix_any = 1;
 	sk_hint_set(sk, MT_HINT_DEP);
@@ -378,7 +396,7 @@ int BPF_PROG(mt_unix_queued, struct sock *sk)
 		STAT(deposit_fail);
 		return 0;
 	}
-	if (kind != MT_K_UNIX_DGRAM)
+	if (call)
 		dl_send(c, &s, rx_pid, d->last_reader, kind);
 	deposit(d, &s, kind, c->epoch, 0, 0);
 	/* A reader spinning on another CPU took it between the queueing and

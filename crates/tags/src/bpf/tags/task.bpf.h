@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * tags.bpf.c: fork, exit and signals, the task tracepoints: a child
- * inherits its creator's state at fork (not a hop), an exiting thread's
+ * inherits its creator's state at fork (not a hop; deadlock tags only from
+ * their origin), an exiting thread's
  * vector is cleared, and a signal a thread sends is a request delivered
  * straight to its target (no channel, so no deposit).
  *
@@ -62,7 +63,11 @@ int BPF_PROG(mt_fork, struct task_struct *parent, struct task_struct *child)
 	}
 #pragma unroll
 	for (int w = 0; w < MT_WORDS; w++) {
-		__u64 m = pv->vec[w] & c->live[w];
+		/* A deadlock tag the parent received in a call chain is its
+		 * part of that call, which the child never answers: it would
+		 * outlive the call (issue 32). Only the chain's origin passes
+		 * it on (new threads of a guarded process). */
+		__u64 m = pv->vec[w] & c->live[w] & ~(c->deadlock[w] & ~pt->origin[w]);
 		if (m)
 			mark_held();
 		cv->vec[w] = m;
