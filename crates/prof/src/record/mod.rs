@@ -176,8 +176,6 @@ fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
             return Err(Error::Invalid("no command given after --".into()));
         }
     }
-    session::check_output(&o.output, o.force)?;
-    session::check_writable(&o.output)?;
     Ok((freq, period))
 }
 
@@ -256,6 +254,11 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let (freq, period) = check_opts(o)?;
     let chosen = choose::choose_event(o)?;
     let max_rate_start = check_privilege_and_rate(freq)?;
+    // then the output, still before anything is recorded (an unprivileged
+    // user hears about the privilege first: the output's directory may be
+    // one only the privileged can write)
+    session::check_output(&o.output, o.force)?;
+    session::check_writable(&o.output)?;
     // set up: host, sample path, target, side band, sampling events
     let cpus = online_cpus();
     let mut sp = AddressSpaces::new(host::mantle_comms());
