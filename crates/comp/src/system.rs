@@ -48,7 +48,9 @@ pub struct SystemFile {
 pub struct PolicySpec {
     #[serde(default)]
     pub name: PolicyName,
-    #[serde(default = "d_period")]
+    /// Milliseconds: a whole number of them, or a duration string in the
+    /// one grammar (`"250ms"`, `"1s"`) that is a whole number of them.
+    #[serde(default = "d_period", deserialize_with = "millis")]
     pub period_ms: u64,
 }
 
@@ -122,7 +124,8 @@ pub struct Limits {
     /// The CBUF pool in 4 KiB pages (a size string: a whole number of them).
     #[serde(default = "d_pages", deserialize_with = "pages")]
     pub cbuf_pages: u32,
-    #[serde(default = "d_bound")]
+    /// Milliseconds, written as `period_ms` is.
+    #[serde(default = "d_bound", deserialize_with = "millis")]
     pub hold_bound_ms: u64,
     #[serde(default)]
     pub hold_action: HoldAction,
@@ -211,6 +214,27 @@ fn size_in<'de, D: serde::Deserializer<'de>>(
         }
     };
     u32::try_from(n).map_err(|_| D::Error::custom(format!("{n} {unit} is too large")))
+}
+
+/// A `_ms` key: an integer counts in the key's unit, as it always did; a
+/// string is a duration in the grammar of every flag (mantle_units), and
+/// must come to whole milliseconds.
+fn millis<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    use serde::de::Error as _;
+    match SizeKey::deserialize(d).map_err(|_| {
+        D::Error::custom("not a duration: write a whole number of ms or a string such as \"250ms\"")
+    })? {
+        SizeKey::Count(n) => Ok(n),
+        SizeKey::Text(s) => {
+            let d = mantle_units::parse_duration(&s).map_err(D::Error::custom)?;
+            if d.as_nanos() % 1_000_000 != 0 {
+                return Err(D::Error::custom(format!(
+                    "{s:?} is not a whole number of milliseconds"
+                )));
+            }
+            u64::try_from(d.as_millis()).map_err(|_| D::Error::custom(format!("{s:?} is too long")))
+        }
+    }
 }
 
 fn pages<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
@@ -327,7 +351,7 @@ impl SystemFile {
         }
         if !(1..=60_000).contains(&self.policy.period_ms) {
             return bad(format!(
-                "policy.period_ms {}: must be 1 to 60000",
+                "policy.period_ms {}: must be 1 ms to 60000 ms (1 min)",
                 self.policy.period_ms
             ));
         }
@@ -584,5 +608,28 @@ mod tests {
                 format!("[limits]\nstacks=1000\n[[component]]\nname='a'\nexec=['x']\nstacks={n}\n");
             assert_eq!(SystemFile::parse(&t).unwrap().components[0].stacks, n);
         }
+    }
+
+    #[test]
+    fn ms_keys_take_the_duration_grammar_too() {
+        let f = |t: &str| SystemFile::parse(&format!("{t}\n[[component]]\nname='a'\nexec=['x']\n"));
+        let s = f("[limits]\nhold_bound_ms='2s'\n[policy]\nperiod_ms='250ms'").unwrap();
+        assert_eq!((s.limits.hold_bound_ms, s.policy.period_ms), (2000, 250));
+        let s = f("[limits]\nhold_bound_ms=40\n[policy]\nperiod_ms=1000").unwrap();
+        assert_eq!((s.limits.hold_bound_ms, s.policy.period_ms), (40, 1000));
+        for bad in [
+            "period_ms='250'",
+            "period_ms='1.5ms'",
+            "period_ms='fast'",
+            "period_ms=true",
+        ] {
+            let e = f(&format!("[policy]\n{bad}")).unwrap_err().to_string();
+            assert!(
+                e.contains("period_ms") || e.contains("duration") || e.contains("millisecond"),
+                "{bad}: {e}"
+            );
+        }
+        // a range check still applies after the conversion
+        assert!(f("[policy]\nperiod_ms='2m'").is_err());
     }
 }
