@@ -20,13 +20,8 @@ fn text(b: &[u8]) -> String {
 
 fn dir() -> &'static Path {
     static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| {
-        let d = std::env::temp_dir().join(format!("mantle-chan-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
-        d
-    })
+    // readable by nobody; removed when the test binary exits
+    D.get_or_init(|| mantle_testsupport::scratch::dir("chan"))
 }
 
 /// rpc_chan.c built against libmantle, and a copy of libmantle beside it

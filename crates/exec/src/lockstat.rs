@@ -127,6 +127,11 @@ impl<T> StatLock<T> {
         self.name
     }
 
+    /// Its place in the lock order ([`rank`]).
+    pub fn rank(&self) -> u8 {
+        self.rank
+    }
+
     /// Takes the lock. A panic of an earlier holder does not make the
     /// data unusable here: the executive's state stays consistent at every
     /// point a panic can leave it (each update is one assignment), and a
