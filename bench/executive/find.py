@@ -66,6 +66,10 @@ import sys
 import tempfile
 import time
 
+# one place for finding the binary and naming the commit: run.py's
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import default_mantle, git_desc  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -102,21 +106,6 @@ BARS = [  # (row, against, kind, bound)
     ("protected_count", "strace", "faster", 1.0),
     ("fast_count", "strace", "faster", 1.0),
 ]
-
-
-def default_mantle():
-    for p in (os.path.join(ROOT, "target/release/mantle"), os.path.join(ROOT, "target/debug/mantle")):
-        if os.access(p, os.X_OK):
-            return p
-    return shutil.which("mantle")
-
-
-def git_desc():
-    try:
-        return subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                              capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return "?"
 
 
 def ms(x):

@@ -350,19 +350,7 @@ fn status(json: bool) -> Result<(), Failure> {
         }
     }
     if let Some(r) = v["last_run"].as_object() {
-        let ds: Vec<String> = r["decisions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|d| {
-                format!(
-                    "{}/{}={}",
-                    d["component"].as_str().unwrap_or("?"),
-                    d["kind"].as_str().unwrap_or("?"),
-                    d["desired"]
-                )
-            })
-            .collect();
+        let ds = decisions_text(&v["last_run"]);
         println!(
             "last decisions (run {}, {}): {}",
             r["run"],
@@ -389,6 +377,24 @@ const DECISION_LOG_MAX: u64 = 4 << 20;
 
 /// Appends the runs after `logged` to the decision log; returns the last
 /// run logged.
+/// A policy run's decisions as `component/kind=desired` words (status and
+/// --history print them alike).
+fn decisions_text(run: &serde_json::Value) -> Vec<String> {
+    run["decisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            format!(
+                "{}/{}={}",
+                d["component"].as_str().unwrap_or("?"),
+                d["kind"].as_str().unwrap_or("?"),
+                d["desired"]
+            )
+        })
+        .collect()
+}
+
 fn log_decisions(m: &Manager, logf: &std::path::Path, logged: u64) -> u64 {
     use std::io::Write;
     let mut last = logged;
@@ -441,19 +447,7 @@ fn show_history(json: bool) -> Result<(), Failure> {
         return Ok(());
     }
     for r in &runs {
-        let ds: Vec<String> = r["decisions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|d| {
-                format!(
-                    "{}/{}={}",
-                    d["component"].as_str().unwrap_or("?"),
-                    d["kind"].as_str().unwrap_or("?"),
-                    d["desired"]
-                )
-            })
-            .collect();
+        let ds = decisions_text(r);
         let tardy: Vec<String> = r["tardiness"]
             .as_object()
             .into_iter()
