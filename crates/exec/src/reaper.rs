@@ -148,7 +148,13 @@ fn make_cgroup() -> Option<std::path::PathBuf> {
         }
     }
     let cg = base.join(format!("mantle-exec.{}", std::process::id()));
-    std::fs::create_dir(&cg).ok()?;
+    if std::fs::create_dir(&cg).is_err() {
+        // one named by our pid is an ended reaper's (pids are reused:
+        // pid_max is 32768 here): removed if it is empty, as above;
+        // otherwise none, rather than a cgroup shared with its processes
+        remove_cgroup(&cg).ok()?;
+        std::fs::create_dir(&cg).ok()?;
+    }
     if !cg.join("cgroup.kill").exists() {
         let _ = std::fs::remove_dir(&cg);
         return None;
