@@ -104,8 +104,9 @@ pub struct RunArgs {
     /// The executive decides when the guest runs, by these parameters:
     /// `edf BUDGET/PERIOD[/DEADLINE]`, `fifo PRIO`, `rr PRIO[/QUANTUM]`,
     /// `other [NICE]` (the guest frozen in a cgroup of its own between its
-    /// turns; during a reservation's turn at SCHED_RR 50, below the
-    /// executive, for at most 90% of every 100 ms; root and cgroup v2).
+    /// turns; during a reservation's turn at SCHED_RR 98, below the
+    /// executive and above the host's other real-time work, for at most
+    /// 90% of every 100 ms; root and cgroup v2).
     /// Its own sched_setscheduler and the like
     /// then go to the executive's policy. With --system: a [dispatch]
     /// table and `sched = ...` per guest.
