@@ -12,7 +12,8 @@
 //! with 25%; s0, s2 and s4 are on the line and choose 50/50 (s2: s4 or
 //! nobody; s4 is the leaf). Real-time threads enter at r0/r1, best-effort
 //! ones at b0/b1. At each component a job spins 10% of its e_i of CPU
-//! time, allocates a 4 KiB CBUF and passes it to the next, which maps it;
+//! time, allocates a 64-byte CBUF (a one-page slab: see RESULTS.md on `min`)
+//! and passes it to the next, which maps it;
 //! where the walk ends, the rest of e_i is spent.
 //!
 //! Task sets (seeded): 8 real-time threads, periods from an exponential
@@ -43,7 +44,9 @@
 //!
 //! Env: TMEM_FIG_SETS (3), TMEM_FIG_SECS (3), TMEM_FIG_WARM (1),
 //! TMEM_FIG_EXTRA ("0,8,16,32"), TMEM_FIG7_SECS (15), TMEM_FIG7_EXTRA (32),
-//! TMEM_FIG_JSON (output path), TMEM_FIG_PERIOD_MS (250).
+//! TMEM_FIG_JSON (output path), TMEM_FIG_PERIOD_MS (250), TMEM_FIG_PRIO (67:
+//! the highest task priority), TMEM_FIG_BE_CPU (0), TMEM_FIG7_POLICIES
+//! ("min,max,fair,greedy,tmem,tmem-nopi").
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -75,7 +78,10 @@ const GRAPH: &[(&str, &[(&str, u32)])] = &[
 ];
 
 fn env<T: std::str::FromStr>(k: &str, d: T) -> T {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+    std::env::var(k)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(d)
 }
 
 fn system(policy: &str, stacks: u32, period_ms: u64) -> SystemFile {
@@ -133,7 +139,7 @@ fn taskset(seed: u64) -> Vec<Task> {
         tasks.push(Task {
             period: Duration::from_micros((periods[i] * 1000.0) as u64),
             budget_us: (periods[i] * 1000.0 * u) as u64,
-            prio: 67 - rank as i32,
+            prio: env("TMEM_FIG_PRIO", 67) - rank as i32,
             top: if i % 2 == 0 { "r0" } else { "r1" },
         });
     }
@@ -149,6 +155,96 @@ fn pin(cpu: usize) {
     unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
 }
 
+/// Other real-time work on the machine (SCHED_FIFO/RR/DEADLINE threads
+/// outside the processes in `ours`): it competes with the task set for
+/// the CPUs and for the kernel's real-time budget (950 ms a second), and a
+/// shared machine has it. Sampled from /proc/PID/task/TID/stat every few
+/// hundred ms: the CPU time of each such thread since it was first seen
+/// (since its start, for one started during the run).
+struct ForeignRt {
+    ours: Vec<u32>,
+    /// the run's start, in clock ticks since boot
+    start: u64,
+    seen: std::collections::HashMap<u32, u64>,
+    ticks: u64,
+}
+
+fn ticks_since_boot(hz: f64) -> u64 {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|u| u.split_whitespace().next()?.parse::<f64>().ok())
+        .map_or(0, |s| (s * hz) as u64)
+}
+
+fn hz() -> f64 {
+    // SAFETY: sysconf has no memory arguments.
+    (unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).max(1) as f64
+}
+
+impl ForeignRt {
+    fn new(ours: Vec<u32>) -> ForeignRt {
+        let mut f = ForeignRt {
+            ours,
+            start: ticks_since_boot(hz()),
+            seen: Default::default(),
+            ticks: 0,
+        };
+        f.sample();
+        f.ticks = 0;
+        f
+    }
+
+    fn sample(&mut self) {
+        for p in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(pid) = p.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            if self.ours.contains(&pid) {
+                continue;
+            }
+            for t in std::fs::read_dir(p.path().join("task"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                    continue;
+                };
+                let Ok(st) = std::fs::read_to_string(t.path().join("stat")) else {
+                    continue;
+                };
+                let Some((_, rest)) = st.rsplit_once(')') else {
+                    continue;
+                };
+                // fields from 3 (state) on: utime 14, stime 15,
+                // starttime 22, policy 41
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                let num = |i: usize| {
+                    f.get(i - 3)
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                if !matches!(num(41), 1 | 2 | 6) {
+                    continue;
+                }
+                let now = num(14) + num(15);
+                let before = match self.seen.get(&tid) {
+                    Some(&b) => b,
+                    None if num(22) >= self.start => 0,
+                    None => now,
+                };
+                self.ticks += now.saturating_sub(before);
+                self.seen.insert(tid, now);
+            }
+        }
+    }
+
+    /// CPUs' worth of other real-time work over `secs`.
+    fn share(&self, secs: f64) -> f64 {
+        self.ticks as f64 / hz() / secs.max(1e-9)
+    }
+}
+
 /// One job's end: when (since the run's start) and its tardiness.
 #[derive(Clone, Copy)]
 struct Job {
@@ -161,6 +257,9 @@ struct Run {
     /// (time since start, Σ a^j of the stack caches)
     memory: Vec<(Duration, u32)>,
     errors: u64,
+    /// CPUs' worth of other real-time work during the run (see
+    /// [`ForeignRt`]): above a few percent the run is disturbed.
+    foreign_rt: f64,
 }
 
 /// A run of `secs` seconds: the real-time task set, best-effort threads
@@ -177,6 +276,9 @@ fn run(
     let mut m = Manager::up(system(policy, stacks, period_ms)).expect("start the Figure 8 system");
     pin(1);
     let _ = mantle_sys::supervise::set_fifo(1);
+    let mut ours: Vec<u32> = m.pids().values().copied().collect();
+    ours.push(std::process::id());
+    let mut foreign = ForeignRt::new(ours);
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(secs);
     let stop = Arc::new(AtomicBool::new(false));
@@ -197,7 +299,9 @@ fn run(
                 if release > now {
                     std::thread::sleep(release - now);
                 }
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let r = s.invoke(0, &[t.budget_us, (t.budget_us / 10).max(1), seed >> 1, 0]);
                 if !matches!(r, Ok(v) if v > 0) {
                     errors.fetch_add(1, Relaxed);
@@ -216,10 +320,12 @@ fn run(
     }
     if let Some((from, to)) = be {
         for k in 0..8u64 {
-            let s = m.server(if k % 2 == 0 { "b0" } else { "b1" }).expect("be server");
+            let s = m
+                .server(if k % 2 == 0 { "b0" } else { "b1" })
+                .expect("be server");
             let stop = stop.clone();
             threads.push(std::thread::spawn(move || {
-                pin(0);
+                pin(env("TMEM_FIG_BE_CPU", 0));
                 let (from, to) = (
                     start + Duration::from_secs_f64(from),
                     start + Duration::from_secs_f64(to),
@@ -241,10 +347,15 @@ fn run(
     }
     let mut memory = Vec::new();
     let mut last_sample = start;
+    let mut samples = 0u64;
     while Instant::now() < end {
         m.tick();
         if last_sample.elapsed() >= Duration::from_millis(100) {
             last_sample = Instant::now();
+            samples += 1;
+            if samples.is_multiple_of(3) {
+                foreign.sample();
+            }
             let mem: u32 = m
                 .status()
                 .components
@@ -255,6 +366,8 @@ fn run(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+    foreign.sample();
+    let foreign_rt = foreign.share(start.elapsed().as_secs_f64());
     stop.store(true, Relaxed);
     for t in threads {
         let _ = t.join();
@@ -269,6 +382,7 @@ fn run(
         jobs,
         memory,
         errors: errors.load(Relaxed),
+        foreign_rt,
     }
 }
 
@@ -350,19 +464,20 @@ fn main() {
                     .collect::<Vec<_>>(),
             );
             println!(
-                "  {p:<12} extra {x:>3}: max tardiness {:>8.2} ms/s (run max {:>8.2}), missed {:>6.2}/s, stacks in use {:>5.1}, jobs {}, errors {}",
+                "  {p:<12} extra {x:>3}: max tardiness {:>8.2} ms/s (run max {:>8.2}), missed {:>6.2}/s, stacks in use {:>5.1}, jobs {}, errors {}, other RT load {:.0}%",
                 mean(&maxt),
                 overall,
                 mean(&miss),
                 mem,
                 r.jobs.len(),
-                r.errors
+                r.errors,
+                r.foreign_rt * 100.0
             );
             fig6.push(serde_json::json!({
                 "set": set, "policy": p, "extra": x,
                 "max_tardiness_ms": mean(&maxt), "run_max_tardiness_ms": overall,
                 "missed_per_s": mean(&miss), "stacks_in_use": mem,
-                "jobs": r.jobs.len(), "errors": r.errors,
+                "jobs": r.jobs.len(), "errors": r.errors, "foreign_rt": r.foreign_rt,
             }));
         }
     }
@@ -375,7 +490,11 @@ fn main() {
     );
     let tasks = taskset(1);
     let mut fig7 = Vec::new();
-    for p in ["min", "max", "fair", "greedy", "tmem", "tmem-nopi"] {
+    let pols7 = env(
+        "TMEM_FIG7_POLICIES",
+        "min,max,fair,greedy,tmem,tmem-nopi".to_string(),
+    );
+    for p in pols7.split(',') {
         let pool = if p == "max" { full } else { NCOMP + extra7 };
         let r = run(
             p,
@@ -391,12 +510,18 @@ fn main() {
                 mean(
                     &r.memory
                         .iter()
-                        .filter(|(t, _)| t.as_secs_f64() >= s as f64 && t.as_secs_f64() < s as f64 + 1.0)
+                        .filter(|(t, _)| {
+                            t.as_secs_f64() >= s as f64 && t.as_secs_f64() < s as f64 + 1.0
+                        })
                         .map(|(_, m)| *m as f64)
                         .collect::<Vec<_>>(),
                 )
             })
             .collect();
+        println!(
+            "  {p:<10} other RT load during the run {:.0}%",
+            r.foreign_rt * 100.0
+        );
         println!(
             "  {p:<10} per second: max tardiness ms {:?}\n             missed {:?}\n             stacks {:?}",
             ps.iter().map(|s| (s.0 * 10.0).round() / 10.0).collect::<Vec<_>>(),
@@ -410,7 +535,7 @@ fn main() {
             "stacks_in_use": mem,
             "jobs": r.jobs.iter().map(|j| [j.at.as_secs_f64(), j.tardy.as_secs_f64() * 1e3]).collect::<Vec<_>>(),
             "memory": r.memory.iter().map(|(t, m)| [t.as_secs_f64(), *m as f64]).collect::<Vec<_>>(),
-            "errors": r.errors,
+            "errors": r.errors, "foreign_rt": r.foreign_rt,
         }));
     }
     if let Ok(path) = std::env::var("TMEM_FIG_JSON") {
@@ -420,7 +545,7 @@ fn main() {
             "fig6": fig6,
             "fig7": {"secs": secs7, "be": [secs7 / 3.0, 2.0 * secs7 / 3.0], "pool": NCOMP + extra7, "runs": fig7},
         });
-        std::fs::write(&path, serde_json::to_vec_pretty(&out).unwrap_or_default())
+        std::fs::write(&path, serde_json::to_vec(&out).unwrap_or_default())
             .expect("write the json");
     }
 }

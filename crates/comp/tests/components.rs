@@ -165,6 +165,7 @@ fn removed_contexts_give_their_stack_pages_back_to_the_kernel() {
         full.saturating_sub(trimmed) >= 3 * 150,
         "RSS {full} KiB with 4 dirty stacks, {trimmed} KiB after 3 contexts were removed"
     );
+    println!("VmRSS {full} KiB with 4 dirty stacks, {trimmed} KiB with 3 contexts removed");
     // back in the cache, the contexts work (their pages fault back in)
     m.set_desired(0, 4);
     dirty_four_stacks(&s);

@@ -200,7 +200,9 @@ fn a_component_that_dies_within_a_period_leaves_no_stale_state_and_its_share_ret
         for e in m.tick() {
             match e {
                 Event::Died { component, .. } if component == "s" => died = Some(runs),
-                Event::Restarted { component, epoch, .. } if component == "s" => {
+                Event::Restarted {
+                    component, epoch, ..
+                } if component == "s" => {
                     assert_eq!(epoch, 1);
                     restarted = Some(runs);
                     // its share went back to the pool: it starts again at

@@ -41,7 +41,9 @@ pub fn release_unused(margin: usize) -> io::Result<usize> {
     let marker = 0u8;
     let sp = std::hint::black_box(&marker) as *const u8 as usize;
     if sp <= low || sp > high {
-        return Err(io::Error::other("the stack pointer is outside the thread's stack"));
+        return Err(io::Error::other(
+            "the stack pointer is outside the thread's stack",
+        ));
     }
     let page = 4096usize;
     let top = sp.saturating_sub(margin) & !(page - 1);
@@ -79,7 +81,11 @@ mod tests {
         for i in (0..n.min(buf.len())).step_by(4096) {
             buf[i] = 1;
         }
-        std::hint::black_box(&mut buf).iter().step_by(4096).map(|&b| b as u64).sum()
+        std::hint::black_box(&mut buf)
+            .iter()
+            .step_by(4096)
+            .map(|&b| b as u64)
+            .sum()
     }
 
     #[test]

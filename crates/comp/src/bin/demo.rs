@@ -41,7 +41,7 @@
 //! bench/tmem/fig67.rs):
 //! * f0(left_us, step_us, seed, cbid): maps the passed CBUF (cbid 0: none),
 //!   spins step_us of this thread's CPU time (all of left_us when it
-//!   invokes nobody further), allocates a 4 KiB CBUF, writes it, picks a
+//!   invokes nobody further), allocates a 64-byte CBUF, writes it, picks a
 //!   CHILD with probability PCT% (the rest: none, seeded by seed), invokes
 //!   its f0 with what is left and the CBUF, frees it; returns the
 //!   components visited, or -errno;
@@ -383,7 +383,9 @@ fn main() {
         }
         "fig8" => fig8(&env),
         r => {
-            eprintln!("mantle-comp-demo: unknown role {r:?} (echo, relay TARGET, fig8 CHILD:PCT..)");
+            eprintln!(
+                "mantle-comp-demo: unknown role {r:?} (echo, relay TARGET, fig8 CHILD:PCT..)"
+            );
             std::process::exit(2);
         }
     };
