@@ -136,7 +136,9 @@ pub struct RegionHeader {
     pub block_ns: u64,
     pub epoch: u32,
     pub nopi: u32,
-    pub reserved: [u32; 14],
+    /// Times a context out of the cache gave its stack pages back.
+    pub trims: u32,
+    pub reserved: [u32; 13],
 }
 
 /// One thread's block statistics (see the module doc).
@@ -194,6 +196,7 @@ pub const HDR_BLOCKS: usize = 52;
 pub const HDR_BLOCK_NS: usize = 56;
 pub const HDR_EPOCH: usize = 64;
 pub const HDR_NOPI: usize = 68;
+pub const HDR_TRIMS: usize = 72;
 pub const HDR_SIZE: usize = 128;
 
 pub const CTX_CALL: usize = 0;
@@ -248,6 +251,7 @@ const _: () = {
     assert!(offset_of!(RegionHeader, block_ns) == HDR_BLOCK_NS);
     assert!(offset_of!(RegionHeader, epoch) == HDR_EPOCH);
     assert!(offset_of!(RegionHeader, nopi) == HDR_NOPI);
+    assert!(offset_of!(RegionHeader, trims) == HDR_TRIMS);
     assert!(size_of::<BlockEntry>() == BLK_SIZE);
     assert!(offset_of!(BlockEntry, tid) == BLK_TID);
     assert!(offset_of!(BlockEntry, count) == BLK_COUNT);

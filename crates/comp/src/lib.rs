@@ -31,7 +31,12 @@
 //!   that spans two epochs is an error and never returns its context;
 //! * every memfd handed to a component is size-sealed (no SIGBUS by
 //!   truncation); δ^j decisions are held to the bounds and the pool
-//!   partition ([`policy::enforce`]) whatever the policy says.
+//!   partition ([`policy::enforce`]) whatever the policy says;
+//! * a context out of its cache has given its stack pages back to the
+//!   kernel (`mantle_sys::stack::release_unused`), so δ^j falling lowers
+//!   the component's RSS;
+//! * a component that is down is not in the policy's input, and nothing
+//!   of its dead instance's tables is compared with the new instance's.
 //!
 //! Pure cores: [`system`] (file, graph), [`policy`] (Table II) and
 //! [`tmem`] (Algorithm 1 and the alternatives) make no system calls.

@@ -600,6 +600,13 @@ impl Manager {
         };
         let mut jobs = BTreeMap::new();
         for (idx, c) in self.comps.iter().enumerate() {
+            // a component that is down (died, restart pending or given
+            // up) holds no memory and has no threads to serve: it is not
+            // in the policy's input, and its tables are not read (they
+            // belong to a dead instance; the restart replaces them)
+            if c.exit.is_some() {
+                continue;
+            }
             let r = &c.region;
             let k = r.counters();
             let stacks = CacheView {
@@ -683,6 +690,8 @@ impl Manager {
                 Ok(Some(i)) => {
                     r.s32(i, CTX_OWN).store(OWN_PARKED, Release);
                     alloc.fetch_sub(1, AcqRel);
+                    // the context thread gives its stack back (runtime)
+                    pifutex::wake(r.s32(i, CTX_CALL), 1);
                 }
                 _ => {
                     r.h32(HDR_RELINQUISH).fetch_or(REL_STACK, AcqRel);
@@ -709,6 +718,18 @@ impl Manager {
                 c.exit = Some(st.to_string());
                 c.child = None;
                 mark_dead(&c.region);
+                // the dead instance's state must not reach the next policy
+                // run: its block and tardiness tables are replaced at the
+                // restart (counting from zero: no baseline kept), and
+                // under a policy its stack share goes back to the pool
+                // (the restart starts it at the minimum; the policy gives
+                // it more when its threads need it)
+                self.prev_tardy.remove(&idx);
+                self.prev_blocks.remove(&(idx, Kind::Stack));
+                self.prev_blocks.remove(&(idx, Kind::Cbuf));
+                if self.policy.is_some() {
+                    c.region.h32(HDR_DESIRED).store(1, Release);
+                }
                 let i = self.spec.index(&c.name).unwrap_or(usize::MAX);
                 let back = self
                     .cbufs

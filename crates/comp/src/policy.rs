@@ -60,12 +60,18 @@ pub struct CacheView {
 }
 
 impl CacheView {
-    /// `get_estimated_requests(c)`: r^j is a^j plus the blocked requests
-    /// when threads wait; otherwise the units actually used since the
-    /// last run (used bits), so an idle cache estimates below a^j.
+    /// `get_estimated_requests(c)`: r^j is a^j plus the requests that
+    /// found the cache empty: the threads blocked now or, if more, the
+    /// threads that blocked since the last run (a sample of `blocked`
+    /// alone at the run's instant misses a cache where threads queue
+    /// between runs: its r^j read a^j, t_est 0, and nothing moved there
+    /// in most runs); otherwise the units actually used since the last
+    /// run (used bits), so an idle cache estimates below a^j.
     pub fn estimated_requests(&self) -> u32 {
-        if self.blocked > 0 {
-            self.allocated.saturating_add(self.blocked)
+        let waited = self.per_thread.iter().filter(|b| b.blocks > 0).count() as u32;
+        let over = self.blocked.max(waited);
+        if over > 0 {
+            self.allocated.saturating_add(over)
         } else {
             self.used_since.max(self.in_use)
         }
@@ -316,6 +322,15 @@ mod tests {
         assert_eq!(v.estimated_requests(), 7);
         v.allocated = u32::MAX;
         assert_eq!(v.estimated_requests(), u32::MAX);
+        // nobody blocked at the run's instant, two threads did since the
+        // last run: both are requests beyond a^j
+        v.allocated = 2;
+        v.blocked = 0;
+        v.per_thread = vec![tb(9, 2, 500), tb(11, 1, 70)];
+        assert_eq!(v.estimated_requests(), 4);
+        v.blocked = 3;
+        assert_eq!(v.estimated_requests(), 5, "the larger of the two");
+        v.per_thread.clear();
         v.per_thread.push(tb(9, 2, 500));
         assert_eq!(
             (v.thd_blk_time(9), v.thd_blk_cnt(9), v.thd_blk_time(1)),

@@ -254,6 +254,7 @@ impl Region {
             ready: self.h32(HDR_READY).load(Relaxed),
             dead: self.dead(),
             epoch: self.epoch(),
+            trims: self.h32(HDR_TRIMS).load(Relaxed),
             threads: self.thread_blocks(),
         }
     }
@@ -274,6 +275,9 @@ pub struct RegionCounters {
     pub dead: bool,
     /// Restarts of the server so far.
     pub epoch: u32,
+    /// Times a context out of the cache gave its stack pages back to the
+    /// kernel (written by the component: a claim, for status only).
+    pub trims: u32,
     /// Per-thread block count and time on this cache, cumulative.
     pub threads: Vec<crate::policy::ThreadBlock>,
 }

@@ -519,21 +519,36 @@ pub fn serve(region: Arc<Region>, iface: Interface, stack: usize) -> Result<(), 
     Ok(())
 }
 
+/// What a parked context keeps of its stack below its idle frame: the
+/// futex wait's own frames and the kernel's signal frame fit in it.
+const STACK_MARGIN: usize = 16 * 1024;
+
 fn context_loop(r: &Region, i: u32, iface: &Interface) {
     let tid = my_tid();
     r.s32(i, CTX_TID).store(tid, Release);
     r.h32(HDR_READY).fetch_add(1, AcqRel);
     let call = r.s32(i, CTX_CALL);
     let mut cur = my_prio();
+    // whether the stack was given back since the last call
+    let mut trimmed = false;
     loop {
         let c = call.load(Acquire);
         if c != CALL_REQ {
             if r.dead() {
                 return;
             }
+            // out of the cache (never added, or removed by the manager,
+            // which wakes us): the stack's pages go back to the kernel,
+            // so a^j falling really lowers the component's memory
+            if !trimmed && r.s32(i, CTX_OWN).load(Acquire) == OWN_PARKED {
+                let _ = mantle_sys::stack::release_unused(STACK_MARGIN);
+                trimmed = true;
+                r.h32(HDR_TRIMS).fetch_add(1, Relaxed);
+            }
             futex_wait(call, c, Duration::from_secs(1));
             continue;
         }
+        trimmed = false;
         let want = r.s32(i, CTX_PRIO).load(Relaxed);
         if want != cur {
             if let Some(s) = decode_prio(want) {

@@ -119,6 +119,60 @@ fn asynchronous_removal_never_takes_a_context_in_use() {
     assert_eq!(m.status().components[0].stacks.free, 4);
 }
 
+/// VmRSS of a process, KiB (/proc/PID/status is readable whatever its
+/// dumpability).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Four concurrent calls of f12: each context dirties 192 KiB of stack.
+fn dirty_four_stacks(s: &mantle_comp::Server) {
+    let ts: Vec<_> = (0..4)
+        .map(|_| {
+            let s = s.clone();
+            std::thread::spawn(move || s.invoke(12, &[192, 100]).unwrap())
+        })
+        .collect();
+    for t in ts {
+        assert_eq!(t.join().unwrap(), 48);
+    }
+}
+
+#[test]
+fn removed_contexts_give_their_stack_pages_back_to_the_kernel() {
+    let mut m = Manager::up(system("[policy]\nname='none'", &[("s", "echo", &[], 4)])).unwrap();
+    let s = m.server("s").unwrap();
+    let pid = m.pids()["s"];
+    dirty_four_stacks(&s);
+    let full = rss_kib(pid);
+    // (contexts not yet in the cache at start gave back their stacks once)
+    let trims0 = m.status().components[0].stacks.trims;
+    m.set_desired(0, 1);
+    let t0 = Instant::now();
+    while m.status().components[0].stacks.trims < trims0 + 3 {
+        assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", m.status());
+        m.tick();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let trimmed = rss_kib(pid);
+    // three contexts left the cache: about 3 x 192 KiB leave the RSS
+    assert!(
+        full.saturating_sub(trimmed) >= 3 * 150,
+        "RSS {full} KiB with 4 dirty stacks, {trimmed} KiB after 3 contexts were removed"
+    );
+    println!("VmRSS {full} KiB with 4 dirty stacks, {trimmed} KiB with 3 contexts removed");
+    // back in the cache, the contexts work (their pages fault back in)
+    m.set_desired(0, 4);
+    dirty_four_stacks(&s);
+    assert!(rss_kib(pid) >= trimmed + 3 * 150);
+    assert_eq!(m.status().components[0].stacks.trims, trims0 + 3);
+}
+
 #[test]
 fn a_killed_caller_holding_a_context_is_reclaimed_and_its_caller_gets_an_error() {
     let mut m = Manager::up(system(

@@ -97,6 +97,23 @@ fn on_cpu0_rt(body: impl FnOnce(&Manager)) {
     unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&old), &old) };
 }
 
+/// Waits (sleeping, so the FIFO 5 holders on CPU 0 run) until `held`
+/// says the holders have taken what they hold: a fixed sleep was not
+/// enough under load (the holder had not yet got its slab from the
+/// manager when the hog started, and the high caller then never blocked:
+/// 1 run in 30 at load 17).
+fn until_held(m: &Manager, held: impl Fn(&Manager) -> bool) {
+    let t0 = Instant::now();
+    while !held(m) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the holders never took the cache: {:?}",
+            m.status().components[0]
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn bound() -> Duration {
     // the holder's section plus half the gap to the hog
     Duration::from_millis(HOLD) + (HOG - Duration::from_millis(HOLD)) / 2
@@ -150,7 +167,7 @@ fn a_high_priority_caller_waits_only_for_the_holders_stack_critical_section() {
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(10));
+        until_held(m, |m| m.status().components[0].stacks.busy == 2);
         let h = hog();
         std::thread::sleep(Duration::from_millis(10));
         let s2 = s.clone();
@@ -185,7 +202,7 @@ fn a_high_priority_caller_waits_only_for_the_holders_cbuf_critical_section() {
                 s.invoke(9, &[64, HOLD]).unwrap()
             })
         };
-        std::thread::sleep(Duration::from_millis(10));
+        until_held(m, |m| m.status().components[0].cbufs.in_use >= 64);
         let h = hog();
         std::thread::sleep(Duration::from_millis(10));
         // f6(0): one CBUF, freed at once

@@ -21,6 +21,8 @@
 //! * [`sud`]: prctl(PR_SET_SYSCALL_USER_DISPATCH) and the SIGSYS it raises.
 //! * [`supervise`]: a supervisor's calls: process_vm_readv, per-thread
 //!   fsuid/fsgid/groups, SCHED_FIFO, mlockall, SCM_RIGHTS, waitpid, poll.
+//! * [`stack`]: the calling thread's own stack bounds, and giving back
+//!   its pages below the current frame (madvise MADV_DONTNEED).
 //! * [`epoll`]: epoll(7) wait sets registered once (the executive's loop).
 //! * [`lock`]: flock(2) with a bounded wait, and who holds a lock.
 //! * [`mountns`]: a private mount namespace with bind mounts (a redirected
@@ -49,6 +51,7 @@ pub mod pifutex;
 pub mod probe;
 pub mod seccomp;
 pub mod shm;
+pub mod stack;
 pub mod sud;
 pub mod supervise;
 pub mod timerfd;

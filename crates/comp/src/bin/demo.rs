@@ -24,6 +24,8 @@
 //!   the manager's it holds (/proc/pid/fd); returns how many worked;
 //! * f11(us): reports one job of the calling thread (the call's origin)
 //!   with a tardiness of us microseconds; returns 0.
+//! * f12(kib, ms): dirties kib KiB (at most 192) of the context's stack,
+//!   sleeps ms, returns the pages touched.
 //!
 //! `relay TARGET` (a link):
 //! * f0(x) = TARGET.f0(x + 1) + 1; f1(ms) = TARGET.f1(ms);
@@ -34,11 +36,21 @@
 //! * f6(raw): cbuf2buf(raw cbid) here: 0, or -errno when refused;
 //! * f7(): allocates and frees a CBUF, then passes the freed cbid to
 //!   TARGET.f4 (expected: -ESTALE).
+//!
+//! `fig8 CHILD:PCT ...` (a component of the paper's Figure 8 system,
+//! bench/tmem/fig67.rs):
+//! * f0(left_us, step_us, seed, cbid): maps the passed CBUF (cbid 0: none),
+//!   spins step_us of this thread's CPU time (all of left_us when it
+//!   invokes nobody further), allocates a 64-byte CBUF, writes it, picks a
+//!   CHILD with probability PCT% (the rest: none, seeded by seed), invokes
+//!   its f0 with what is left and the CBUF, frees it; returns the
+//!   components visited, or -errno;
+//! * f1(us): reports one job of the call's origin with us µs tardiness.
 
 use std::sync::Arc;
 
 use mantle_abi::comp::CbufId;
-use mantle_comp::{cbuf::Cbufs, Env, Error, Interface};
+use mantle_comp::{cbuf::Cbufs, Env, Error, Interface, Server};
 
 fn errno(e: Error) -> i64 {
     match e {
@@ -143,6 +155,106 @@ fn sibling_attack(pid: u64) -> i64 {
     got
 }
 
+/// f12: touches `n` bytes of this context's stack (one write a page),
+/// sleeps, returns the pages touched.
+#[inline(never)]
+fn dirty_stack(n: usize, ms: u64) -> i64 {
+    let mut buf = [0u8; 192 * 1024];
+    let n = n.min(buf.len());
+    for i in (0..n).step_by(4096) {
+        buf[i] = 1;
+    }
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    std::hint::black_box(&mut buf)
+        .iter()
+        .step_by(4096)
+        .map(|&b| b as i64)
+        .sum()
+}
+
+/// This thread's CPU time, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec to fill; the clock id is a constant.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Spins until this thread has used `us` µs of CPU (time preempted does
+/// not count: the paper's "consumed in a tight loop" of e_i).
+fn spin_cpu(us: u64) {
+    let end = thread_cpu_ns() + us * 1000;
+    while thread_cpu_ns() < end {
+        std::hint::spin_loop();
+    }
+}
+
+fn fig8(env: &Env) -> Interface {
+    let children: Vec<(Server, u64)> = std::env::args()
+        .skip(2)
+        .filter_map(|a| {
+            let (n, p) = a.split_once(':')?;
+            Some((env.server(n).ok()?.clone(), p.parse().ok()?))
+        })
+        .collect();
+    let (cb, cb1) = (env.cbufs.clone(), env.cbufs.clone());
+    Interface::new()
+        .func(move |a| {
+            let (left, step, seed, cbid) = (a[0], a[1], a[2], a[3]);
+            if cbid != 0 {
+                match cb.cbuf2buf(CbufId(cbid as u32), 8) {
+                    // SAFETY: cbuf2buf checked 8 bytes are mapped here.
+                    Ok(p) => std::hint::black_box(unsafe { p.cast::<u64>().read_volatile() }),
+                    Err(e) => return errno(e),
+                };
+            }
+            let mut x = seed | 1;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut pick = x % 100;
+            let next = children.iter().find(|(_, p)| {
+                if pick < *p {
+                    true
+                } else {
+                    pick -= p;
+                    false
+                }
+            });
+            let here = match next {
+                Some(_) => step.min(left),
+                None => left,
+            };
+            spin_cpu(here);
+            let left = left - here;
+            let Some((s, _)) = next.filter(|_| left > 0) else {
+                return 1;
+            };
+            let (p, id) = match cb.alloc(64) {
+                Ok(v) => v,
+                Err(e) => return errno(e),
+            };
+            // SAFETY: a buffer of at least 64 bytes, ours until freed.
+            unsafe { p.cast::<u64>().write_volatile(left) };
+            let r = s
+                .invoke(0, &[left, step, x, id.0 as u64])
+                .unwrap_or_else(errno);
+            let _ = cb.free(p);
+            if r < 0 {
+                r
+            } else {
+                r + 1
+            }
+        })
+        .func(move |a| {
+            cb1.report_job(a[0].saturating_mul(1000));
+            0
+        })
+}
+
 fn main() {
     let role = std::env::args().nth(1).unwrap_or_default();
     let env = match Env::from_env() {
@@ -213,6 +325,7 @@ fn main() {
                     c11.report_job(a[0].saturating_mul(1000));
                     0
                 })
+                .func(|a| dirty_stack(a[0] as usize * 1024, a[1]))
         }
         "relay" => {
             let target = std::env::args().nth(2).unwrap_or_default();
@@ -268,8 +381,11 @@ fn main() {
                 })
                 .func(|_| truncate_attack())
         }
+        "fig8" => fig8(&env),
         r => {
-            eprintln!("mantle-comp-demo: unknown role {r:?} (echo, relay TARGET)");
+            eprintln!(
+                "mantle-comp-demo: unknown role {r:?} (echo, relay TARGET, fig8 CHILD:PCT..)"
+            );
             std::process::exit(2);
         }
     };
