@@ -295,6 +295,8 @@ const XS_ENTRY: usize = 32;
 core::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
+    // Global and exported from the shared library too (export.map):
+    // rewritten objects' inline trampolines reach it.
     ".globl __mantle_instr_xs",
     ".type __mantle_instr_xs,@object",
     ".size __mantle_instr_xs, 8",

@@ -158,9 +158,8 @@ fn inline_tramp(id: u32, keep: crate::vregs::Keep) -> (Vec<u8>, Vec<(u64, Inline
     c.extend_from_slice(&[0x48, 0x8d, 0x44, 0x24, 0x28]); // lea rax, [rsp + 40]
     c.extend_from_slice(&[0x48, 0x39, 0x44, 0x11, 0xf0]); // cmp [rcx + rdx - 16], rax
     jcc(&mut c, &mut fix, 0x86, SLOW_E); // jbe
-    // 1:
     c[one_from - 1] = (c.len() - one_from) as u8;
-    c.extend_from_slice(&[0x48, 0x3b, 0x71, 0x08]); // cmp rsi, [rcx + 8]
+    c.extend_from_slice(&[0x48, 0x3b, 0x71, 0x08]); // 1: cmp rsi, [rcx + 8]
     jcc(&mut c, &mut fix, 0x83, SLOW_E); // jae
     c.extend_from_slice(&[0x48, 0x8d, 0x56, 0x01]); // lea rdx, [rsi + 1]
     c.extend_from_slice(&[0x48, 0xc1, 0xe6, 0x05]); // shl rsi, 5
