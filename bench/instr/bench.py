@@ -33,11 +33,16 @@ Needs root (mantle prof, bpftrace). Usage:
   flock /tmp/mantle-bench.lock bench/instr/bench.py [--reps N] [--mb N] [--cpu N] [--uprobe-reps N]
   bench/instr/bench.py --plot       # table52.png from results.json
   bench/instr/bench.py --markdown   # RESULTS.md's tables from results.json
+  flock /tmp/mantle-bench.lock bench/instr/bench.py --cost [--reps N]   # only the per-call cost run
+      (issue 35): fib(37) and SQLite with every function instrumented, empty hooks, every method
+      (mantle ordinary/fast/no hooks, XRay, -finstrument-functions, uprobes on a smaller argument),
+      CPU time of each run, rotated repetitions; prints the table and the bars (met/missed)
 """
 import argparse
 import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -153,6 +158,9 @@ def main():
                     help="run uprobes in the first N repetitions only (it is 100-1000 times slower)")
     ap.add_argument("--only", help="one program (bzip2, gzip or lua)")
     ap.add_argument("--micro-only", action="store_true", help="only micro.c; the programs' rows stay")
+    ap.add_argument("--cost", action="store_true",
+                    help="only the per-call cost run (issue 35: fib and sqlite --all, empty hooks; a few minutes); "
+                         "the other rows stay")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     # The rewriter's speed does not matter: its debug build; the runtime's
@@ -168,6 +176,13 @@ def main():
     for path, size in ((inp, a.mb << 20), (inp_big, 8 * a.mb << 20)):
         if not os.path.exists(path) or os.path.getsize(path) != size:
             sh(f"tar --sort=name -cf - -C /usr include 2>/dev/null | head -c {size} > {path}")
+    if a.cost:
+        old = json.load(open(os.path.join(HERE, "results.json")))
+        old["cost"] = cost_bench(a, mantle, rt)
+        old["cost_command"] = "flock /tmp/mantle-bench.lock bench/instr/bench.py " + " ".join(sys.argv[1:])
+        json.dump(old, open(os.path.join(HERE, "results.json"), "w"), indent=1)
+        cost_markdown(old)
+        return
     if a.micro_only:
         old = json.load(open(os.path.join(HERE, "results.json")))
         old["micro"] = micro_bench(a, mantle, rt)
@@ -399,6 +414,163 @@ def micro_bench(a, mantle, rt):
     return out
 
 
+COST_METHODS = {  # name: (compiler, extra compile flags on the instrumented unit, empty_hooks.c mode, hook flags)
+    "src": ("gcc", ["-finstrument-functions"], "MODE_CYG", []),
+    "xray": ("clang", ["-fxray-instrument", "-fxray-instruction-threshold=1"], "MODE_XRAY", []),
+    "mantle": ("gcc", [], "MODE_MANTLE", []),
+    "mantle-fast": ("gcc", [], "MODE_MANTLE_FAST", ["-mgeneral-regs-only"]),
+    "mantle-nohooks": ("gcc", [], "MODE_NONE", []),
+}
+
+
+def cpu_run(cmd, cpu, env=None):
+    """Runs cmd pinned: (stdout, stderr). The caller takes its CPU time
+    (user + system, from the children's rusage): not wall time, since the
+    machine is shared and a run that waits for the CPU does not count the
+    wait."""
+    p = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env)
+    out, err = p.communicate()
+    if p.returncode != 0:
+        sys.exit(f"{cmd} failed: {err.decode()[:500]}")
+    return out, err.decode()
+
+
+def cost_bench(a, mantle, rt):
+    """Per-call cost with empty hooks, every method side by side (issue 35):
+    fib(37) (bench/instr/fib.c) and the SQLite amalgamation with every
+    function instrumented (--all) under sqlmain.c. Returns the results."""
+    import resource
+    d = os.path.join(OUT, "cost")
+    os.makedirs(d, exist_ok=True)
+    sq = vendored("libsqlite3-sys-0.30.1/sqlite3")
+    inc = f"-I{ROOT}/crates/instr-rt/include"
+    sqf = ["-DSQLITE_THREADSAFE=0", "-DSQLITE_OMIT_LOAD_EXTENSION"]
+    # name: (instrumented unit, driver unit or None, unit flags, argument, uprobes argument)
+    progs = {"fib": (os.path.join(HERE, "fib.c"), None, [], "37", "27"),
+             "sqlite": (f"{sq}/sqlite3.c", os.path.join(HERE, "sqlmain.c"), sqf, "20000", "300")}
+
+    def cc(compiler, flags, src, obj):
+        # Cached: the amalgamation takes a minute of CPU per compiler.
+        if not os.path.exists(obj) or os.path.getmtime(obj) < os.path.getmtime(src):
+            sh([compiler, *flags, "-w", "-c", src, "-o", obj])
+        return obj
+
+    res = dict(cpu=a.cpu, reps=a.reps, programs={})
+    for prog, (unit, driver, uflags, arg, uarg) in progs.items():
+        pd = os.path.join(d, prog)
+        os.makedirs(pd, exist_ok=True)
+        drv = {c: [cc(c, ["-O2", f"-I{sq}"], driver, os.path.join(pd, f"driver-{c}.o"))] if driver else []
+               for c in ("gcc", "clang")}
+        gobj = cc("gcc", ["-O2", *uflags], unit, os.path.join(pd, "unit-gcc.o"))
+        exes = {"base": os.path.join(pd, "base"), "clang": os.path.join(pd, "clang")}
+        sh(["gcc", gobj, *drv["gcc"], "-o", exes["base"], "-lm"])
+        sh(["clang", cc("clang", ["-O2", *uflags], unit, os.path.join(pd, "unit-clang.o")), *drv["clang"],
+            "-o", exes["clang"], "-lm"])
+        info = {}
+        for m, (compiler, cflags, mode, hflags) in COST_METHODS.items():
+            hooks = os.path.join(pd, f"hooks-{m}.o")
+            sh([compiler, "-O2", f"-D{mode}", *hflags, inc, "-c", os.path.join(HERE, "empty_hooks.c"), "-o", hooks])
+            if m.startswith("mantle"):
+                obj = os.path.join(pd, "unit-mantle.o")
+                r = json.loads(sh([mantle, "instr", "rewrite", gobj, "-o", obj, "--all", "--json"]).stdout)
+                info = dict(instrumented=r["instrumented"], refused=r["refused"])
+                link = ["gcc", obj, *drv["gcc"], hooks, rt, "-lpthread", "-lm"]
+            else:
+                obj = cc(compiler, ["-O2", *uflags, *cflags], unit, os.path.join(pd, f"unit-{m}.o"))
+                link = [compiler, *(cflags[:1] if m == "xray" else []), obj, *drv[compiler], hooks, "-lm"]
+            exes[m] = os.path.join(pd, m)
+            sh([*link, "-o", exes[m]])
+        ref = cpu_run([exes["base"], arg], a.cpu)[0]
+        calls = {}
+        for m in COST_METHODS:
+            out, err = cpu_run([exes[m], arg], a.cpu, dict(os.environ, BENCH_CALLS="1"))
+            if out != ref:
+                sys.exit(f"cost {prog} {m}: output differs from the uninstrumented program")
+            calls[m] = next(int(l.split()[1]) for l in err.splitlines() if l.startswith("bench-calls "))
+        times = {m: [] for m in exes}
+        for rep in range(a.reps):
+            # Rotated: each repetition starts with a different method.
+            order = list(exes)[rep % len(exes):] + list(exes)[:rep % len(exes)]
+            for m in order:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu_run([exes[m], arg], a.cpu)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                times[m].append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            print(f"  cost {prog}: repetition {rep + 1}/{a.reps} done", file=sys.stderr)
+        rows = {}
+        for m in COST_METHODS:
+            base = times["clang" if m == "xray" else "base"]
+            per = [(t - b) / calls[m] * 1e9 for t, b in zip(times[m], base)]
+            rows[m] = dict(calls=calls[m], ns_per_call=statistics.median(per), ns_min=min(per), ns_max=max(per),
+                           times=times[m])
+        for b in ("base", "clang"):
+            rows[b] = dict(times=times[b])
+        up = None
+        if shutil.which("bpftrace") and not a.no_uprobes:
+            # 2.7-6.6 us a call: a smaller argument, one run, over the base's
+            # CPU time at that argument.
+            bt = f'uprobe:{exes["base"]}:* {{ @n = count(); }} uretprobe:{exes["base"]}:* {{ }}'
+            ucalls = {}
+            # bpftrace attaches at most 512 probes unless told (SQLite has
+            # about 1,500 functions, two probes each).
+            os.environ.setdefault("BPFTRACE_MAX_PROBES", "100000")
+            try:
+                tu, out = uprobe_run(bt, [exes["base"], uarg], "/dev/null", a.cpu, ucalls, "u")
+            except SystemExit as e:
+                print(f"  cost {prog}: uprobes not measured: {e}", file=sys.stderr)
+                tu = None
+            tb = statistics.median(timed([exes["base"], uarg], "/dev/null", a.cpu)[0] for _ in range(3))
+            if tu is not None and ucalls.get("u"):
+                up = dict(arg=uarg, calls=ucalls["u"], wall_s=tu, base_wall_s=tb,
+                          ns_per_call=(tu - tb) / ucalls["u"] * 1e9)
+        rows["uprobes"] = up
+        res["programs"][prog] = dict(arg=arg, rows=rows, mantle=info)
+    return res
+
+
+def cost_markdown(res):
+    c = res.get("cost")
+    if not c:
+        return
+    ms = ["mantle", "mantle-fast", "mantle-nohooks", "xray", "src"]
+    names = {"mantle": "mantle, ordinary empty C hooks", "mantle-fast": "mantle, fast hooks",
+             "mantle-nohooks": "mantle, no hooks (the default)", "xray": "XRay, patched, empty handler",
+             "src": "gcc -finstrument-functions, empty hooks", "uprobes": "uprobes + uretprobes (bpftrace, one run)"}
+    progs = list(c["programs"])
+    print(f"\nCost per call, empty hooks (CPU time, taskset -c {c['cpu']}, {c['reps']} rotated repetitions; "
+          "median [min-max] over repetitions of (time - same repetition's baseline) / calls)\n")
+    print("| method | " + " | ".join(f"{p} ({c['programs'][p]['arg']}), ns per call | calls" for p in progs)
+          + " |\n|---|" + "---|---|" * len(progs))
+    for m in ms + ["uprobes"]:
+        cells = []
+        for p in progs:
+            r = c["programs"][p]["rows"].get(m)
+            if not r:
+                cells += ["not run", ""]
+            elif m == "uprobes":
+                cells += [f"{r['ns_per_call']:.0f} (wall, argument {r['arg']})", str(r["calls"])]
+            else:
+                cells += [f"{r['ns_per_call']:.1f} [{r['ns_min']:.1f}-{r['ns_max']:.1f}]", str(r["calls"])]
+        print(f"| {names[m]} | " + " | ".join(cells) + " |")
+    print("\n| bar (issue 35) | " + " | ".join(progs) + " |\n|---|" + "---|" * len(progs))
+    bars = [("ordinary empty C hooks at most 5 ns a call", lambda r: r["mantle"]["ns_per_call"] <= 5.0,
+             lambda r: f"{r['mantle']['ns_per_call']:.1f} ns"),
+            ("ordinary hooks below XRay's patched cost", lambda r: r["mantle"]["ns_per_call"] < r["xray"]["ns_per_call"],
+             lambda r: f"{r['mantle']['ns_per_call']:.1f} vs {r['xray']['ns_per_call']:.1f} ns"),
+            ("fast hooks at most 3 ns a call", lambda r: r["mantle-fast"]["ns_per_call"] <= 3.0,
+             lambda r: f"{r['mantle-fast']['ns_per_call']:.1f} ns"),
+            ("no hooks cost no more than empty hooks",
+             lambda r: r["mantle-nohooks"]["ns_per_call"] <= r["mantle"]["ns_per_call"],
+             lambda r: f"{r['mantle-nohooks']['ns_per_call']:.1f} vs {r['mantle']['ns_per_call']:.1f} ns")]
+    for name, ok, show in bars:
+        cells = []
+        for p in progs:
+            r = c["programs"][p]["rows"]
+            cells.append(f"{'met' if ok(r) else 'missed'} ({show(r)})")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
 def paired_ratio(res, c, m):
     """The median over repetitions of each run's time over the same
     repetition's baseline run (program, workload) c; None without a row m
@@ -490,5 +662,6 @@ if __name__ == "__main__":
         plot(json.load(open(os.path.join(HERE, "results.json"))))
     elif sys.argv[1:] == ["--markdown"]:
         markdown(json.load(open(os.path.join(HERE, "results.json"))))
+        cost_markdown(json.load(open(os.path.join(HERE, "results.json"))))
     else:
         main()

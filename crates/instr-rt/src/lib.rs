@@ -39,7 +39,10 @@
 //!   ordinary hooks with the general registers and the vector registers
 //!   the rewriter found live saved (two counts in the trampoline's bytes,
 //!   mantle-instr's `vregs`), the tracer through Rust frames kept beside
-//!   the TLS stack;
+//!   the TLS stack. Trampolines in rewritten objects carry the same fast
+//!   paths inline and call [`__mantle_instr_enter_fn`] /
+//!   [`__mantle_instr_leave_fn`] for the hook (always a valid routine,
+//!   repointed by `update_hook_fns`); these routines are their slow path;
 //!
 //! * functions whose `ret`s the rewriter patched (balanced exits) enter
 //!   through [`__mantle_instr_enter_b`] (no return address rewrite) and
@@ -134,6 +137,7 @@ pub extern "C" fn mantle_instr_set_hooks(enter: Option<Hook>, leave: Option<Hook
     // Leave first, so no entry runs the user's enter without its leave.
     USER_LEAVE.store(leave.map_or(0, |f| f as usize), Ordering::Release);
     USER_ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
+    update_hook_fns();
 }
 
 /// The caller-saved general registers but rax (eight: rsp stays 16-byte
@@ -222,6 +226,7 @@ pub extern "C" fn mantle_instr_set_fast_hooks(enter: Option<Hook>, leave: Option
     mantle_instr_set_hooks(enter, leave);
     FAST_LEAVE.store(leave.map_or(0, |f| f as usize), Ordering::Release);
     FAST_ENTER.store(enter.map_or(0, |f| f as usize), Ordering::Release);
+    update_hook_fns();
 }
 
 /// The entry path, called by every stub. Above its return address are the
@@ -290,8 +295,9 @@ const XS_ENTRY: usize = 32;
 core::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 3",
+    // Global and exported from the shared library too (export.map):
+    // rewritten objects' inline trampolines reach it.
     ".globl __mantle_instr_xs",
-    ".hidden __mantle_instr_xs",
     ".type __mantle_instr_xs,@object",
     ".size __mantle_instr_xs, 8",
     "__mantle_instr_xs:",
@@ -300,6 +306,254 @@ core::arch::global_asm!(
 );
 
 const XS_BYTES: usize = 16 + XS_LEN * XS_ENTRY;
+
+/// The hook routine of the inline trampolines' fast paths (mantle-instr's
+/// rewrite.rs emits them into rewritten objects): called as `call [fn]`
+/// with `rdi` = `keep << 32 | id` (`keep`: the vector registers xmm0 up
+/// to `keep` that an ordinary hook must not lose, mantle-instr's
+/// `vregs`), rax, rcx, rdx, rsi and rdi saved by the caller (which may
+/// therefore be clobbered), any stack alignment, and the frame's stack
+/// word E at [rsp + 48]. Always a valid routine: one that calls the fast
+/// hook, the ordinary hook (keeping r8-r11 and the counted vector
+/// registers), the tracer's Rust frames, nothing (`ret`), or, before the
+/// first entry read the environment, the one that decides
+/// (`update_hook_fns` picks). One indirect call instead of the
+/// out-of-line routines' loads and branches over four statics.
+#[no_mangle]
+pub static __mantle_instr_enter_fn: std::sync::atomic::AtomicPtr<()> =
+    std::sync::atomic::AtomicPtr::new(inline_decide_enter as *mut ());
+/// The same for exits: E (the word the caller's return address went
+/// back to) at [rsp + 48].
+#[no_mangle]
+pub static __mantle_instr_leave_fn: std::sync::atomic::AtomicPtr<()> =
+    std::sync::atomic::AtomicPtr::new(inline_decide_leave as *mut ());
+
+/// Points the inline trampolines' hook routines at what the hooks and
+/// the tracer's state say (leave first, as `mantle_instr_set_hooks`).
+pub(crate) fn update_hook_fns() {
+    let tracer = TRACER.load(Ordering::Relaxed);
+    type Routine = unsafe extern "C" fn();
+    let pick = |fast: &AtomicUsize,
+                user: &AtomicUsize,
+                f: Routine,
+                u: Routine,
+                t: Routine,
+                d: Routine|
+     -> Routine {
+        if fast.load(Ordering::Acquire) != 0 {
+            f
+        } else if user.load(Ordering::Acquire) != 0 {
+            u
+        } else if tracer == TRACER_ON {
+            t
+        } else if tracer == TRACER_OFF {
+            inline_nothing
+        } else {
+            d
+        }
+    };
+    let leave = pick(
+        &FAST_LEAVE,
+        &USER_LEAVE,
+        inline_fast_leave,
+        inline_user_leave,
+        inline_tracer_leave,
+        inline_decide_leave,
+    );
+    __mantle_instr_leave_fn.store(leave as *mut (), Ordering::Release);
+    let enter = pick(
+        &FAST_ENTER,
+        &USER_ENTER,
+        inline_fast_enter,
+        inline_user_enter,
+        inline_tracer_enter,
+        inline_decide_enter,
+    );
+    __mantle_instr_enter_fn.store(enter as *mut (), Ordering::Release);
+}
+
+/// No hook and no tracer.
+#[unsafe(naked)]
+unsafe extern "C" fn inline_nothing() {
+    core::arch::naked_asm!("ret")
+}
+
+/// Calls a fast hook (it keeps every register itself) with the stack
+/// aligned; a hook removed meanwhile is skipped.
+macro_rules! inline_fast {
+    ($name:ident, $hook:ident) => {
+        #[unsafe(naked)]
+        unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "mov rax, qword ptr [rip + {hook}]",
+                "test rax, rax",
+                "jz 1f",
+                "push rbp",
+                "mov rbp, rsp",
+                "and rsp, -16",
+                "call rax",
+                "mov rsp, rbp",
+                "pop rbp",
+                "1:",
+                "ret",
+                hook = sym $hook,
+            )
+        }
+    };
+}
+inline_fast!(inline_fast_enter, FAST_ENTER);
+inline_fast!(inline_fast_leave, FAST_LEAVE);
+
+/// Calls an ordinary C hook: keeps r8-r11 (the caller kept rax, rcx,
+/// rdx, rsi, rdi) and xmm0 up to the count in rdi's high half, with the
+/// stack aligned.
+macro_rules! inline_user {
+    ($name:ident, $hook:ident) => {
+        #[unsafe(naked)]
+        unsafe extern "C" fn $name() {
+            core::arch::naked_asm!(
+                "push rbp",
+                "mov rbp, rsp",
+                "and rsp, -16",
+                "push r8",
+                "push r9",
+                "push r10",
+                "push r11",
+                "mov rdx, rdi",
+                "shr rdx, 32",
+                "jnz 5f",
+                "mov rax, qword ptr [rip + {hook}]",
+                "test rax, rax",
+                "jz 1f",
+                "call rax",
+                "1:",
+                "pop r11",
+                "pop r10",
+                "pop r9",
+                "pop r8",
+                "mov rsp, rbp",
+                "pop rbp",
+                "ret",
+                // Vector registers to keep: rdx of them (16 at most).
+                "5:",
+                "sub rsp, 272",
+                "mov [rsp + 256], rdx",
+                "cmp edx, 1", "jb 2f", "movaps [rsp + 0], xmm0",
+                "cmp edx, 2", "jb 2f", "movaps [rsp + 16], xmm1",
+                "cmp edx, 3", "jb 2f", "movaps [rsp + 32], xmm2",
+                "cmp edx, 4", "jb 2f", "movaps [rsp + 48], xmm3",
+                "cmp edx, 5", "jb 2f", "movaps [rsp + 64], xmm4",
+                "cmp edx, 6", "jb 2f", "movaps [rsp + 80], xmm5",
+                "cmp edx, 7", "jb 2f", "movaps [rsp + 96], xmm6",
+                "cmp edx, 8", "jb 2f", "movaps [rsp + 112], xmm7",
+                "cmp edx, 9", "jb 2f", "movaps [rsp + 128], xmm8",
+                "cmp edx, 10", "jb 2f", "movaps [rsp + 144], xmm9",
+                "cmp edx, 11", "jb 2f", "movaps [rsp + 160], xmm10",
+                "cmp edx, 12", "jb 2f", "movaps [rsp + 176], xmm11",
+                "cmp edx, 13", "jb 2f", "movaps [rsp + 192], xmm12",
+                "cmp edx, 14", "jb 2f", "movaps [rsp + 208], xmm13",
+                "cmp edx, 15", "jb 2f", "movaps [rsp + 224], xmm14",
+                "cmp edx, 16", "jb 2f", "movaps [rsp + 240], xmm15",
+                "2:",
+                "mov rax, qword ptr [rip + {hook}]",
+                "test rax, rax",
+                "jz 3f",
+                "call rax",
+                "3:",
+                "mov rdx, [rsp + 256]",
+                "cmp edx, 1", "jb 4f", "movaps xmm0, [rsp + 0]",
+                "cmp edx, 2", "jb 4f", "movaps xmm1, [rsp + 16]",
+                "cmp edx, 3", "jb 4f", "movaps xmm2, [rsp + 32]",
+                "cmp edx, 4", "jb 4f", "movaps xmm3, [rsp + 48]",
+                "cmp edx, 5", "jb 4f", "movaps xmm4, [rsp + 64]",
+                "cmp edx, 6", "jb 4f", "movaps xmm5, [rsp + 80]",
+                "cmp edx, 7", "jb 4f", "movaps xmm6, [rsp + 96]",
+                "cmp edx, 8", "jb 4f", "movaps xmm7, [rsp + 112]",
+                "cmp edx, 9", "jb 4f", "movaps xmm8, [rsp + 128]",
+                "cmp edx, 10", "jb 4f", "movaps xmm9, [rsp + 144]",
+                "cmp edx, 11", "jb 4f", "movaps xmm10, [rsp + 160]",
+                "cmp edx, 12", "jb 4f", "movaps xmm11, [rsp + 176]",
+                "cmp edx, 13", "jb 4f", "movaps xmm12, [rsp + 192]",
+                "cmp edx, 14", "jb 4f", "movaps xmm13, [rsp + 208]",
+                "cmp edx, 15", "jb 4f", "movaps xmm14, [rsp + 224]",
+                "cmp edx, 16", "jb 4f", "movaps xmm15, [rsp + 240]",
+                "4:",
+                "add rsp, 272",
+                "jmp 1b",
+                hook = sym $hook,
+            )
+        }
+    };
+}
+inline_user!(inline_user_enter, USER_ENTER);
+inline_user!(inline_user_leave, USER_LEAVE);
+
+/// The tracer at an inline entry: the Rust frame of the function whose
+/// stack word is E ([rbp + 56] in `saving_all!`'s frame), its body's
+/// return address read from the trampoline stack's top entry (the one
+/// the caller just pushed).
+#[unsafe(naked)]
+unsafe extern "C" fn inline_tracer_enter() {
+    saving_all!(
+        "mov edi, edi",
+        "lea rsi, [rbp + 56]",
+        "call {enter}";
+        enter = sym inline_tracer_enter_c
+    )
+}
+
+extern "C" fn inline_tracer_enter_c(id: u32, slot: *mut usize) {
+    let x = unwind::xs_top_r2();
+    enter_t_c(id, slot, x);
+}
+
+/// The tracer at an inline exit: closes the Rust frame of E.
+#[unsafe(naked)]
+unsafe extern "C" fn inline_tracer_leave() {
+    saving_all!(
+        "lea rdi, [rbp + 56]",
+        "call {leave}";
+        leave = sym leave_b_c
+    )
+}
+
+/// Before the first entry read the environment: reads it (which decides
+/// whether the tracer runs), points the routines at their choice and
+/// continues there, with the stack as the caller left it.
+#[unsafe(naked)]
+unsafe extern "C" fn inline_decide_enter() {
+    core::arch::naked_asm!(
+        "call {decide}",
+        "mov rax, qword ptr [rip + {f}@GOTPCREL]",
+        "jmp qword ptr [rax]",
+        decide = sym inline_decide_saving,
+        f = sym __mantle_instr_enter_fn,
+    )
+}
+
+#[unsafe(naked)]
+unsafe extern "C" fn inline_decide_leave() {
+    core::arch::naked_asm!(
+        "call {decide}",
+        "mov rax, qword ptr [rip + {f}@GOTPCREL]",
+        "jmp qword ptr [rax]",
+        decide = sym inline_decide_saving,
+        f = sym __mantle_instr_leave_fn,
+    )
+}
+
+#[unsafe(naked)]
+unsafe extern "C" fn inline_decide_saving() {
+    saving_all!(
+        "call {decide}";
+        decide = sym inline_decide
+    )
+}
+
+extern "C" fn inline_decide() {
+    tracer::init();
+    update_hook_fns();
+}
 
 /// Bytes of the block that hold the header and `cap` entries, rounded up
 /// to pages.

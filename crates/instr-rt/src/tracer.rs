@@ -112,6 +112,7 @@ pub(crate) fn init() {
             },
             std::sync::atomic::Ordering::Relaxed,
         );
+        crate::update_hook_fns();
         if want {
             // SAFETY: registering a plain extern "C" function.
             unsafe { libc::atexit(at_exit) };

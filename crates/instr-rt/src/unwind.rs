@@ -75,6 +75,24 @@ fn xs() -> *mut usize {
     p
 }
 
+/// The body return address (R2) of the calling thread's top trampoline
+/// entry: the one an inline trampoline just pushed (0 if none).
+pub(crate) fn xs_top_r2() -> usize {
+    let x = xs();
+    if x.is_null() {
+        return 0;
+    }
+    // SAFETY: the thread's own stack: its header and its first `len`
+    // entries are mapped.
+    unsafe {
+        let len = *x;
+        if len == 0 {
+            return 0;
+        }
+        *entry(x, len - 1).add(2)
+    }
+}
+
 /// Entry `i` of the trampoline stack `x`: `[sp, X, R2, id]`.
 ///
 /// # Safety

@@ -22,7 +22,11 @@
 //!   the function), then the runtime again, then returns: every call has
 //!   its ret (the return predictor and a CET shadow stack stay right) and
 //!   the function sees its stack exactly as the caller left it (the
-//!   runtime keeps the caller's return address per thread). Otherwise, where
+//!   runtime keeps the caller's return address per thread). In objects
+//!   the trampoline carries the runtime's fast paths inline (one `fs:`
+//!   load, the id as an immediate, one indirect call for the hook) and
+//!   calls the runtime only on its slow paths (`rewrite::inline_tramp`;
+//!   issue 35: about half the cost per call). Otherwise, where
 //!   every way out is a movable `ret`, each `ret` becomes a jump to an
 //!   exit stub (`...; call leave; ret`), and elsewhere LOPI's lazy *return
 //!   frame* (Figures 5.4-5.6): the runtime replaces the return address
@@ -255,7 +259,7 @@ pub fn rewrite_file(
     let mut b = parse_masked(&masked)?;
     let p = plan_groups(&b, &groups, sel, first_id, mode);
     let report = Report::new(input, &p);
-    rewrite::apply_in_groups(&mut b, &p, &mut groups)?;
+    rewrite::apply_in_groups(&mut b, &p, &mut groups, true)?;
     let expected = groups.restore(&mut b)?;
     let mut out = Vec::with_capacity(data.len() + 4096);
     b.write(&mut out).map_err(Error::Write)?;

@@ -59,6 +59,182 @@ const TRAMP_LEAVE_AT: u64 = 29;
 const _: () = assert!(TRAMP_BODY_CALL_AT + 4 - (TRAMP_ENTER_AT + 4) == 18);
 const _: () = assert!(TRAMP_KEEP_AT as u64 == TRAMP_ENTER_AT + 4 + 6);
 const _: () = assert!(TRAMP_LEAVE_AT + 4 - (TRAMP_KEEP_AT as u64 + 1) == 21);
+/// A relocation an inline trampoline needs, at a byte offset of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum InlineRel {
+    /// `mov rcx, [rip + __mantle_instr_xs@GOTTPOFF]` (initial-exec TLS).
+    XsTls,
+    /// `mov rax, [rip + __mantle_instr_enter_fn@GOTPCREL]` (resp. leave).
+    EnterFn,
+    LeaveFn,
+    /// The out-of-line routines of the slow paths.
+    EnterT,
+    LeaveT,
+    /// `call body`.
+    Body,
+}
+
+/// The per-thread trampoline stack's TLS pointer and the hook routines
+/// the inline fast paths call (libmantle-instr).
+pub const XS_SYMBOL: &[u8] = b"__mantle_instr_xs";
+pub const ENTER_FN_SYMBOL: &[u8] = b"__mantle_instr_enter_fn";
+pub const LEAVE_FN_SYMBOL: &[u8] = b"__mantle_instr_leave_fn";
+
+/// An inline call-through trampoline (objects; issue 35): the fast paths
+/// of libmantle-instr's `__mantle_instr_tramp_enter` and `_leave` written
+/// into the trampoline itself, so the common entry and exit make no call
+/// into the runtime but the hook's (one indirect call through
+/// `__mantle_instr_enter_fn`, which is a `ret` when nothing is to run),
+/// reach the thread's trampoline stack through one `fs:` load, and take
+/// the id and the vector-register count as immediates. Anything else (the
+/// thread's first trampoline, a full stack, frames skipped by longjmp, a
+/// tail call, a claim left by a signal handler, a frame that is not on
+/// top at exit) takes the slow path: the out-of-line trampoline, whose
+/// bytes (`TRAMP_HEAD`: `call enter_t ; jmp short ; id ; counts ; lea ;
+/// call body`, R2 = R1 + 18) sit unchanged between the two fast paths,
+/// so the runtime reads them as before, and the exit count is laid 21
+/// bytes before the slow exit's return address (R3). Same protocol as the
+/// runtime's: an entry is claimed (sp = -1) before the length counts it
+/// and filled after; at exit it is read, left claimed, then uncounted.
+///
+/// ```text
+/// push rax, rcx, rdx, rsi, rdi            ; E = rsp + 40, X = [E]
+/// mov rcx, [rip + xs@GOTTPOFF] ; mov rcx, fs:[rcx] ; test ; jz SLOW_E
+/// mov rsi, [rcx] ; test rsi, rsi ; jz 1f  ; len
+/// cmp [rcx + 32*len - 16], E ; jbe SLOW_E ; the top frame is not above
+/// 1: cmp rsi, [rcx + 8] ; jae SLOW_E      ; full
+/// claim entry len (sp = -1), len + 1, fill {X, R2, id}, sp = E
+/// mov rdi, keep_entry << 32 | id ; call [enter_fn] ; pop ... ; jmp BC
+/// SLOW_E: pop ... ; call enter_t ; jmp short BC ; id ; counts
+/// BC: lea rsp, [rsp + 8] ; call body
+/// R2: lea rsp, [rsp - 8] ; push ... ; xs as above ; jz SLOW_X
+/// top = [rcx + 32*len - 16] ; len = 0 or top.sp != E: SLOW_X
+/// [E] = top.X ; top.sp = -1 ; len - 1
+/// mov rdi, keep_exit << 32 | id ; call [leave_fn] ; pop ... ; ret
+/// .byte keep_exit ; int3 x 10 ; SLOW_X: pop ... ; call leave_t ; ret
+/// body: ...
+/// ```
+fn inline_tramp(id: u32, keep: crate::vregs::Keep) -> (Vec<u8>, Vec<(u64, InlineRel)>) {
+    const PUSH: [u8; 5] = [0x50, 0x51, 0x52, 0x56, 0x57];
+    const POP: [u8; 5] = [0x5f, 0x5e, 0x5a, 0x59, 0x58];
+    let mut c: Vec<u8> = Vec::with_capacity(256);
+    let mut rel = Vec::new();
+    // jcc rel32 to fix later: (offset of the rel32, label)
+    let mut fix: Vec<(usize, u8)> = Vec::new();
+    let xs = |c: &mut Vec<u8>, rel: &mut Vec<(u64, InlineRel)>| {
+        c.extend_from_slice(&[0x48, 0x8b, 0x0d]);
+        rel.push((c.len() as u64, InlineRel::XsTls));
+        c.extend_from_slice(&[0, 0, 0, 0]);
+        c.extend_from_slice(&[0x64, 0x48, 0x8b, 0x09]); // mov rcx, fs:[rcx]
+        c.extend_from_slice(&[0x48, 0x85, 0xc9]); // test rcx, rcx
+    };
+    let jcc = |c: &mut Vec<u8>, fix: &mut Vec<(usize, u8)>, op: u8, label: u8| {
+        c.extend_from_slice(&[0x0f, op]);
+        fix.push((c.len(), label));
+        c.extend_from_slice(&[0, 0, 0, 0]);
+    };
+    const SLOW_E: u8 = 0;
+    const SLOW_X: u8 = 1;
+    let hook = |c: &mut Vec<u8>, rel: &mut Vec<(u64, InlineRel)>, keep: u8, r: InlineRel| {
+        c.extend_from_slice(&[0x48, 0xbf]); // mov rdi, imm64
+        c.extend_from_slice(&((u64::from(keep) << 32) | u64::from(id)).to_le_bytes());
+        c.extend_from_slice(&[0x48, 0x8b, 0x05]); // mov rax, [rip + fn@GOTPCREL]
+        rel.push((c.len() as u64, r));
+        c.extend_from_slice(&[0, 0, 0, 0]);
+        c.extend_from_slice(&[0xff, 0x10]); // call [rax]
+        c.extend_from_slice(&POP);
+    };
+
+    // Entry.
+    c.extend_from_slice(&PUSH);
+    xs(&mut c, &mut rel);
+    jcc(&mut c, &mut fix, 0x84, SLOW_E); // jz
+    c.extend_from_slice(&[0x48, 0x8b, 0x31]); // mov rsi, [rcx]
+    c.extend_from_slice(&[0x48, 0x85, 0xf6]); // test rsi, rsi
+    c.extend_from_slice(&[0x74, 0]); // jz 1f
+    let one_from = c.len();
+    c.extend_from_slice(&[0x48, 0x89, 0xf2]); // mov rdx, rsi
+    c.extend_from_slice(&[0x48, 0xc1, 0xe2, 0x05]); // shl rdx, 5
+    c.extend_from_slice(&[0x48, 0x8d, 0x44, 0x24, 0x28]); // lea rax, [rsp + 40]
+    c.extend_from_slice(&[0x48, 0x39, 0x44, 0x11, 0xf0]); // cmp [rcx + rdx - 16], rax
+    jcc(&mut c, &mut fix, 0x86, SLOW_E); // jbe
+    c[one_from - 1] = (c.len() - one_from) as u8;
+    c.extend_from_slice(&[0x48, 0x3b, 0x71, 0x08]); // 1: cmp rsi, [rcx + 8]
+    jcc(&mut c, &mut fix, 0x83, SLOW_E); // jae
+    c.extend_from_slice(&[0x48, 0x8d, 0x56, 0x01]); // lea rdx, [rsi + 1]
+    c.extend_from_slice(&[0x48, 0xc1, 0xe6, 0x05]); // shl rsi, 5
+    c.extend_from_slice(&[0x48, 0x8d, 0x74, 0x31, 0x10]); // lea rsi, [rcx + rsi + 16]
+    c.extend_from_slice(&[0x48, 0xc7, 0x06, 0xff, 0xff, 0xff, 0xff]); // mov qword [rsi], -1
+    c.extend_from_slice(&[0x48, 0x89, 0x11]); // mov [rcx], rdx
+    c.extend_from_slice(&[0x48, 0x8b, 0x44, 0x24, 0x28]); // mov rax, [rsp + 40]
+    c.extend_from_slice(&[0x48, 0x89, 0x46, 0x08]); // mov [rsi + 8], rax
+    c.extend_from_slice(&[0x48, 0x8d, 0x05]); // lea rax, [rip + R2]
+    let r2_disp = c.len();
+    c.extend_from_slice(&[0, 0, 0, 0]);
+    c.extend_from_slice(&[0x48, 0x89, 0x46, 0x10]); // mov [rsi + 16], rax
+    c.push(0xb8); // mov eax, id
+    c.extend_from_slice(&id.to_le_bytes());
+    c.extend_from_slice(&[0x48, 0x89, 0x46, 0x18]); // mov [rsi + 24], rax
+    c.extend_from_slice(&[0x48, 0x8d, 0x44, 0x24, 0x28]); // lea rax, [rsp + 40]
+    c.extend_from_slice(&[0x48, 0x89, 0x06]); // mov [rsi], rax
+    hook(&mut c, &mut rel, keep.entry, InlineRel::EnterFn);
+    // jmp short BC: over SLOW_E's pops (5) and the head's first 13 bytes.
+    c.extend_from_slice(&[0xeb, 5 + 13]);
+    let slow_e = c.len();
+    c.extend_from_slice(&POP);
+    // The out-of-line trampoline's head, as TRAMP_HEAD up to R2.
+    let head = c.len();
+    let mut h = TRAMP_HEAD;
+    h[TRAMP_ID_AT..TRAMP_ID_AT + 4].copy_from_slice(&id.to_le_bytes());
+    h[TRAMP_KEEP_AT] = keep.entry;
+    h[TRAMP_KEEP_AT + 1] = keep.exit;
+    c.extend_from_slice(&h[..23]);
+    rel.push(((head as u64) + TRAMP_ENTER_AT, InlineRel::EnterT));
+    rel.push(((head as u64) + TRAMP_BODY_CALL_AT, InlineRel::Body));
+    // R2: exit.
+    let r2 = c.len();
+    let d = (r2 as i64 - (r2_disp as i64 + 4)) as i32;
+    c[r2_disp..r2_disp + 4].copy_from_slice(&d.to_le_bytes());
+    c.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, 0xf8]); // lea rsp, [rsp - 8]
+    c.extend_from_slice(&PUSH);
+    xs(&mut c, &mut rel);
+    jcc(&mut c, &mut fix, 0x84, SLOW_X); // jz
+    c.extend_from_slice(&[0x48, 0x8b, 0x31]); // mov rsi, [rcx]
+    c.extend_from_slice(&[0x48, 0x85, 0xf6]); // test rsi, rsi
+    jcc(&mut c, &mut fix, 0x84, SLOW_X); // jz
+    c.extend_from_slice(&[0x48, 0xc1, 0xe6, 0x05]); // shl rsi, 5
+    c.extend_from_slice(&[0x48, 0x8d, 0x74, 0x31, 0xf0]); // lea rsi, [rcx + rsi - 16]
+    c.extend_from_slice(&[0x48, 0x8d, 0x44, 0x24, 0x28]); // lea rax, [rsp + 40]
+    c.extend_from_slice(&[0x48, 0x39, 0x06]); // cmp [rsi], rax
+    jcc(&mut c, &mut fix, 0x85, SLOW_X); // jne
+    c.extend_from_slice(&[0x48, 0x8b, 0x46, 0x08]); // mov rax, [rsi + 8]
+    c.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, 0x28]); // mov [rsp + 40], rax
+    c.extend_from_slice(&[0x48, 0xc7, 0x06, 0xff, 0xff, 0xff, 0xff]); // mov qword [rsi], -1
+    c.extend_from_slice(&[0x48, 0x29, 0xce]); // sub rsi, rcx
+    c.extend_from_slice(&[0x48, 0xc1, 0xee, 0x05]); // shr rsi, 5
+    c.extend_from_slice(&[0x48, 0x89, 0x31]); // mov [rcx], rsi
+    hook(&mut c, &mut rel, keep.exit, InlineRel::LeaveFn);
+    c.push(0xc3);
+    // The exit count 21 bytes before R3 (SLOW_X + 5 + 5), as the
+    // runtime's ordinary-hook path reads it.
+    c.push(keep.exit);
+    c.extend_from_slice(&[INT3; 10]);
+    let slow_x = c.len();
+    c.extend_from_slice(&POP);
+    c.push(0xe8); // call leave_t
+    rel.push((c.len() as u64, InlineRel::LeaveT));
+    c.extend_from_slice(&[0, 0, 0, 0]);
+    // R3 is here.
+    debug_assert_eq!(c[c.len() - 21], keep.exit);
+    c.push(0xc3);
+    for (at, label) in fix {
+        let to = if label == SLOW_E { slow_e } else { slow_x };
+        let d = (to as i64 - (at as i64 + 4)) as i32;
+        c[at..at + 4].copy_from_slice(&d.to_le_bytes());
+    }
+    (c, rel)
+}
+
 const STUB_SECTION: &[u8] = b".text.mantle_instr";
 const STUB_ALIGN: usize = 16;
 pub(crate) const INT3: u8 = 0xcc;
@@ -201,7 +377,7 @@ impl Patch {
 /// Rewrites `b` as planned (an object without section groups, or the
 /// planning builder of a linked file): one stub section.
 pub fn apply(b: &mut Builder<'_>, plan: &Plan) -> Result<(), crate::Error> {
-    apply_in_groups(b, plan, &mut Groups::default())
+    apply_in_groups(b, plan, &mut Groups::default(), false)
 }
 
 /// Rewrites `b` as planned. The stubs, exit stubs and trampolines of the
@@ -216,6 +392,7 @@ pub(crate) fn apply_in_groups(
     b: &mut Builder<'_>,
     plan: &Plan,
     groups: &mut Groups,
+    inline: bool,
 ) -> Result<(), crate::Error> {
     if plan.sites.is_empty() {
         return Ok(());
@@ -225,7 +402,7 @@ pub(crate) fn apply_in_groups(
         parts.entry(groups.of(s.section)).or_default().push(i);
     }
     if parts.len() == 1 && parts.contains_key(&None) {
-        emit(b, plan, STUB_SECTION)?;
+        emit(b, plan, STUB_SECTION, inline)?;
     } else {
         for (g, sites) in parts {
             let mut name = STUB_SECTION.to_vec();
@@ -233,7 +410,7 @@ pub(crate) fn apply_in_groups(
                 name.push(b'.');
                 name.extend_from_slice(groups.signature(g).as_bytes());
             }
-            let sec = emit(b, &subset(plan, &sites), &name)?;
+            let sec = emit(b, &subset(plan, &sites), &name, inline)?;
             if let Some(g) = g {
                 groups.add(g, sec);
             }
@@ -293,7 +470,12 @@ fn subset(plan: &Plan, sites: &[usize]) -> Plan {
 
 /// Emits the stub section `name` for `plan` and patches its sites;
 /// returns the stub section.
-fn emit(b: &mut Builder<'_>, plan: &Plan, name: &[u8]) -> Result<SectionId, crate::Error> {
+fn emit(
+    b: &mut Builder<'_>,
+    plan: &Plan,
+    name: &[u8],
+    inline: bool,
+) -> Result<SectionId, crate::Error> {
     let symtab = b
         .sections
         .iter()
@@ -332,6 +514,21 @@ fn emit(b: &mut Builder<'_>, plan: &Plan, name: &[u8]) -> Result<SectionId, crat
     let leave_b = undef(LEAVE_B_SYMBOL);
     let enter_t = undef(ENTER_T_SYMBOL);
     let leave_t = undef(LEAVE_T_SYMBOL);
+    let inline_syms = if inline {
+        Some((
+            undef(XS_SYMBOL),
+            undef(ENTER_FN_SYMBOL),
+            undef(LEAVE_FN_SYMBOL),
+        ))
+    } else {
+        None
+    };
+    if let Some((xs, _, _)) = inline_syms {
+        // A thread-local variable: the linker checks the reference's type.
+        b.symbols
+            .get_mut(xs)
+            .set_st_info(elf::STB_GLOBAL, elf::STT_TLS);
+    }
     let mut code = Vec::new();
     let mut stub_relocs = Vec::new();
     let mut stub_at = Vec::with_capacity(plan.stubs.len());
@@ -402,6 +599,49 @@ fn emit(b: &mut Builder<'_>, plan: &Plan, name: &[u8]) -> Result<SectionId, crat
     {
         let at = code.len() as u64;
         tramp_at.push(at);
+        if let Some((xs, enter_fn, leave_fn)) = inline_syms {
+            let (bytes, rels) = inline_tramp(site.id, t.keep);
+            code.extend_from_slice(&bytes);
+            let body = code.len() as u64;
+            for (o, r) in rels {
+                let (symbol, r_type, r_addend) = match r {
+                    InlineRel::XsTls => (xs, elf::R_X86_64_GOTTPOFF, -4),
+                    InlineRel::EnterFn => (enter_fn, elf::R_X86_64_REX_GOTPCRELX, -4),
+                    InlineRel::LeaveFn => (leave_fn, elf::R_X86_64_REX_GOTPCRELX, -4),
+                    InlineRel::EnterT => (enter_t, elf::R_X86_64_PLT32, -4),
+                    InlineRel::LeaveT => (leave_t, elf::R_X86_64_PLT32, -4),
+                    InlineRel::Body => (stub_sym, elf::R_X86_64_PC32, body as i64 - 4),
+                };
+                stub_relocs.push(Relocation {
+                    r_offset: at + o,
+                    symbol: Some(symbol),
+                    r_type,
+                    r_addend,
+                });
+            }
+            code.extend_from_slice(&t.code);
+            for r in &t.relocs {
+                let symbol = moved_symbol(b, &sym_ids, r.sym)?;
+                stub_relocs.push(Relocation {
+                    r_offset: body + r.offset,
+                    symbol: Some(symbol),
+                    r_type: r.r_type,
+                    r_addend: r.addend,
+                });
+            }
+            let back = section_symbol(b, site.section);
+            stub_relocs.push(Relocation {
+                r_offset: code.len() as u64 + 1,
+                symbol: Some(back),
+                r_type: elf::R_X86_64_PC32,
+                r_addend: (site.start + site.covered as u64) as i64 - 4,
+            });
+            code.extend_from_slice(&[0xe9, 0, 0, 0, 0]);
+            while !code.len().is_multiple_of(STUB_ALIGN) {
+                code.push(INT3);
+            }
+            continue;
+        }
         let mut head = TRAMP_HEAD;
         head[TRAMP_ID_AT..TRAMP_ID_AT + 4].copy_from_slice(&site.id.to_le_bytes());
         head[TRAMP_KEEP_AT] = t.keep.entry;

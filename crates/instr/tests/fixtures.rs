@@ -1305,3 +1305,38 @@ fn cxx_exceptions_through_ten_trampolines() {
         std::fs::remove_dir_all(&b.dir).unwrap();
     }
 }
+
+/// An object with inline trampolines links with the shared runtime too
+/// (`-lmantle_instr_rt` finds the `.so` first): the library exports the
+/// trampolines' TLS pointer, and the run counts what the static runtime's
+/// run counts.
+#[test]
+fn inline_trampolines_link_with_the_shared_runtime() {
+    let b = compile("basic.c", "cc", C_FLAGS);
+    let (a, n, calls, _) = instrument_as(&b, ExitMode::Auto);
+    assert_eq!((&a.stdout, a.code), (&n.stdout, n.code));
+    assert!(!calls.is_empty());
+    let lib = runtime().parent().unwrap().to_path_buf();
+    let exe = b.dir.join("instr-shared");
+    let mut c = Command::new(b.cc);
+    c.arg(b.dir.join("instr.o"))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&lib)
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .args(["-lmantle_instr_rt", "-lpthread", "-lm"]);
+    run_cc("instr-shared", &mut c);
+    let prof = b.dir.join("prof-shared.json");
+    let map = b.dir.join("map.tsv");
+    let s = run(
+        &exe,
+        &[("MANTLE_INSTR_OUT", &prof), ("MANTLE_INSTR_MAP", &map)],
+    );
+    assert_eq!((&a.stdout, a.code), (&s.stdout, s.code));
+    let shared: BTreeMap<String, u64> = profile(&prof)
+        .into_iter()
+        .map(|(_, name, calls)| (name, calls))
+        .collect();
+    assert_eq!(shared, calls);
+}
