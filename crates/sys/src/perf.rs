@@ -100,6 +100,9 @@ pub mod attr {
     pub const TASK: u64 = 1 << 13;
     pub const WATERMARK: u64 = 1 << 14;
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// exclude_callchain_kernel: no kernel part in the callchain (asked
+    /// with `exclude_kernel` by an unprivileged recorder, as perf's `:u`).
+    pub const EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
     /// exclude_callchain_user: the callchain stops at the kernel part
     /// (the user stack is taken another way, e.g. PERF_SAMPLE_STACK_USER).
     pub const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;

@@ -164,6 +164,13 @@ pub(super) struct Placement<'a> {
     /// registers and a copy of this many bytes of the user stack in every
     /// sample record.
     pub dwarf: Option<u32>,
+    /// The sample records themselves go through the perf ring (no eBPF
+    /// sample path, or `--stacks dwarf`): they carry their time and CPU
+    /// (the layouts crate::unwind parses).
+    pub ring_samples: bool,
+    /// User mode only (`exclude_kernel`, no kernel callchain): what an
+    /// unprivileged recorder may sample at `perf_event_paranoid` 2.
+    pub exclude_kernel: bool,
 }
 
 /// The sampling events that were opened, and the event they sample.
@@ -213,6 +220,12 @@ pub(super) fn open_sampling(
                         0
                     };
                 let (mut regs, mut stack) = (0, 0);
+                if at.ring_samples {
+                    sample_type |= kernel::PERF_SAMPLE_TIME | kernel::PERF_SAMPLE_CPU;
+                }
+                if at.exclude_kernel {
+                    flags |= attr::EXCLUDE_KERNEL | attr::EXCLUDE_CALLCHAIN_KERNEL;
+                }
                 if let Some(copy) = at.dwarf {
                     // the record layout crate::unwind::parse_sample reads
                     sample_type |= kernel::PERF_SAMPLE_TIME
