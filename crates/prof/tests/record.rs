@@ -776,3 +776,113 @@ fn split_debug_file_names_a_stripped_program() {
     assert!(!n.iter().any(|s| s == "spin" || s == "[unknown]"), "{n:?}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A program whose samples are 250 frames deep (frame pointers): `deep`
+/// recursing 249 times, then spinning.
+fn deep(dir: &Path) -> PathBuf {
+    let src = dir.join("deep.c");
+    std::fs::write(
+        &src,
+        "__attribute__((noinline)) static void spin(void) {\n\
+         \tvolatile long x = 0;\n\
+         \tfor (long i = 0; i < 400000000L; i++) x += i;\n}\n\
+         __attribute__((noinline)) void deep(int n) {\n\
+         \tif (n > 1) deep(n - 1); else spin();\n\
+         \t__asm__ volatile(\"\");\n}\n\
+         int main(void) { deep(249); return 0; }\n",
+    )
+    .unwrap();
+    let out = dir.join("deep");
+    mantle_testsupport::build::run_cc(
+        "deep.c",
+        Command::new("cc")
+            .args(["-O1", "-fno-omit-frame-pointer", "-fno-inline", "-o"])
+            .arg(&out)
+            .arg(&src),
+    );
+    out
+}
+
+/// The most frames (the leaf and its callers) of any user-mode sample.
+fn deepest(r: &mantle_prof::Report) -> usize {
+    let g = &r.graph;
+    g.rows
+        .iter()
+        .filter(|row| row.mode == mantle_prof::model::Mode::User)
+        .map(|row| 1 + g.callers(row.stack).len())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Restores kernel.perf_event_max_stack when dropped.
+struct MaxStack(String);
+impl Drop for MaxStack {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/kernel/perf_event_max_stack", &self.0);
+    }
+}
+
+/// The stack depth follows kernel.perf_event_max_stack. At its default
+/// (127): `--stacks bpf` keeps 127 user frames, as perf does;
+/// `--stacks perf` keeps 126, because bpf_get_stack copies the perf
+/// core's callchain with its PERF_CONTEXT_USER marker and clamps the copy
+/// to the sysctl, marker included (kernel/bpf/stackmap.c). Raised to 300:
+/// the eBPF path still keeps what its stack table holds and the session
+/// says so, and the perf-ring path (a recorder without CAP_BPF) keeps the
+/// whole 250-frame stack.
+#[test]
+#[ignore = "needs root, perf_event_open and eBPF (and writes kernel.perf_event_max_stack, restored)"]
+fn stack_depth_follows_perf_event_max_stack() {
+    require_recording();
+    let _lock = mantle_testsupport::lock::take_kernel_lock().expect("kernel lock");
+    let d = tmpdir("depth");
+    let bin = deep(&d);
+    let old = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack").unwrap();
+    let _restore = MaxStack(old.clone());
+    let rec = |unprivileged: bool, stacks: mantle_prof::Stacks| {
+        let mut o = opts(&d, Target::Command(vec![bin.display().to_string()]));
+        o.stacks = stacks;
+        o.freq = Some(1000);
+        o.force = true;
+        if unprivileged {
+            o.faults.privilege = Some(mantle_prof::record::Privilege {
+                caps: 0,
+                initial_ns: true,
+                paranoid: Some(2),
+            });
+        }
+        record(&o).expect("record");
+        report::report(
+            &d.join("s"),
+            &ReportOpts {
+                comm: Some("deep".into()),
+                ..Default::default()
+            },
+        )
+        .expect("report")
+    };
+    std::fs::write("/proc/sys/kernel/perf_event_max_stack", "127").unwrap();
+    let r = rec(false, mantle_prof::Stacks::Bpf);
+    assert_eq!(r.meta.max_stack, Some(127));
+    assert_eq!(deepest(&r), 127, "{}", render_text(&r));
+    let r = rec(false, mantle_prof::Stacks::Perf);
+    assert_eq!(deepest(&r), 126, "{}", render_text(&r));
+    std::fs::write("/proc/sys/kernel/perf_event_max_stack", "300").unwrap();
+    let r = rec(false, mantle_prof::Stacks::Bpf);
+    assert_eq!(deepest(&r), 127);
+    assert!(
+        r.caveats
+            .iter()
+            .any(|c| c.contains("perf_event_max_stack is 300")),
+        "{:?}",
+        r.caveats
+    );
+    let r = rec(true, mantle_prof::Stacks::Perf);
+    assert_eq!(r.meta.sample_path.as_deref(), Some("perf-ring"));
+    assert_eq!(r.meta.max_stack, Some(300));
+    // main, deep x249, spin; and __libc_start_call_main, __libc_start_main, _start
+    let n = deepest(&r);
+    assert!((251..=254).contains(&n), "{n}: {}", render_text(&r));
+    drop(_restore);
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -17,12 +17,9 @@
 #define MP_MODE_USER 0
 #define MP_MODE_KERNEL 1
 
-/* Entries of a stored stack (the value size of the stack maps): the
- * kernel's default perf_event_max_stack (127 frames) plus the context
- * marker (PERF_CONTEXT_USER / _KERNEL) the perf core's callchain puts
- * first and bpf_get_stack copies with the frames. With 127 entries a
- * user stack kept 126 frames where perf keeps 127. */
-#define MP_MAX_STACK 128
+/* Deepest stack kept per sample (frames), the kernel's default
+ * perf_event_max_stack; the value size of the stack maps. */
+#define MP_MAX_STACK 127
 /* Self-timing histogram (map cost_hist, per-CPU u64 per bucket): bucket
  * i counts runs of [i, i+1) * MP_HIST_NS ns; the last one everything
  * longer. 32 ns steps up to 16 us: percentiles to 32 ns. */

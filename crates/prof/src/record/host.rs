@@ -62,10 +62,13 @@ pub(super) struct MaxStack {
     pub warning: Option<String>,
 }
 
-/// The frames a stack of the eBPF sample path keeps: its table's width
-/// less the context marker the perf core puts first (`PERF_CONTEXT_USER`,
-/// which bpf_get_stack copies too).
-pub const BPF_MAX_FRAMES: u16 = crate::abi::MP_MAX_STACK as u16 - 1;
+/// The frames a stack of the eBPF sample path keeps: its table's width.
+/// (With `--stacks perf` a user stack keeps one less at the default
+/// sysctl: bpf_get_stack copies the perf core's callchain with its
+/// PERF_CONTEXT_USER marker first and clamps the copy, marker included,
+/// to `kernel.perf_event_max_stack`; `--stacks bpf` and the perf ring
+/// keep the sysctl's number. Measured: 126 and 127 frames at 127.)
+pub const BPF_MAX_FRAMES: u16 = crate::abi::MP_MAX_STACK as u16;
 
 /// The frames a perf-ring sample record can hold: a record's size is 16
 /// bits (64 KiB with the header and the other fields), and with `--stacks

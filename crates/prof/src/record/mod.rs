@@ -114,6 +114,10 @@ pub struct Faults {
     /// perf_event_open of every hardware event fails with this errno
     /// (ENOENT is what a machine without a PMU answers).
     pub hardware_errno: Option<i32>,
+    /// Record as if the recorder held this privilege instead of its own
+    /// (a root test takes the unprivileged perf-ring path; the kernel
+    /// still checks what is opened against the real credentials).
+    pub privilege: Option<Privilege>,
 }
 
 impl Default for RecordOpts {
@@ -354,7 +358,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     // refusals that need no privilege, then the privilege and the rate
     let (freq, period) = check_opts(o)?;
     let chosen = choose::choose_event(o)?;
-    let privilege = Privilege::current();
+    let privilege = o.faults.privilege.unwrap_or_else(Privilege::current);
     let access = plan_access(o, privilege)?;
     let max_rate_start = check_rate(freq)?;
     // then the output, still before anything is recorded (an unprivileged
