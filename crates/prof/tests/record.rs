@@ -814,31 +814,26 @@ fn deepest(r: &mantle_prof::Report) -> usize {
         .unwrap_or(0)
 }
 
-/// Restores kernel.perf_event_max_stack when dropped.
-struct MaxStack(String);
-impl Drop for MaxStack {
-    fn drop(&mut self) {
-        let _ = std::fs::write("/proc/sys/kernel/perf_event_max_stack", &self.0);
-    }
-}
-
-/// The stack depth follows kernel.perf_event_max_stack. At its default
-/// (127): `--stacks bpf` keeps 127 user frames, as perf does;
-/// `--stacks perf` keeps 126, because bpf_get_stack copies the perf
-/// core's callchain with its PERF_CONTEXT_USER marker and clamps the copy
-/// to the sysctl, marker included (kernel/bpf/stackmap.c). Raised to 300:
-/// the eBPF path still keeps what its stack table holds and the session
-/// says so, and the perf-ring path (a recorder without CAP_BPF) keeps the
-/// whole 250-frame stack.
+/// The stack depth follows kernel.perf_event_max_stack (read, never
+/// written: the kernel refuses a change, EBUSY, while any callchain event
+/// is open, which on a shared machine is most of the time; the raised
+/// case is `host::stack_limit`'s unit test). At the default 127:
+/// `--stacks bpf` keeps 127 user frames of a 254-frame stack, as `perf
+/// record -g` does; `--stacks perf` keeps 126, because bpf_get_stack
+/// copies the perf core's callchain with its PERF_CONTEXT_USER marker and
+/// clamps the copy to the sysctl, marker included (kernel/bpf/stackmap.c);
+/// the perf-ring path (a recorder without CAP_BPF) keeps 127.
 #[test]
-#[ignore = "needs root, perf_event_open and eBPF (and writes kernel.perf_event_max_stack, restored)"]
+#[ignore = "needs root, perf_event_open and eBPF (scripts/test.sh runs it)"]
 fn stack_depth_follows_perf_event_max_stack() {
     require_recording();
-    let _lock = mantle_testsupport::lock::take_kernel_lock().expect("kernel lock");
     let d = tmpdir("depth");
     let bin = deep(&d);
-    let old = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack").unwrap();
-    let _restore = MaxStack(old.clone());
+    let limit: usize = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_stack")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let rec = |unprivileged: bool, stacks: mantle_prof::Stacks| {
         let mut o = opts(&d, Target::Command(vec![bin.display().to_string()]));
         o.stacks = stacks;
@@ -861,28 +856,27 @@ fn stack_depth_follows_perf_event_max_stack() {
         )
         .expect("report")
     };
-    std::fs::write("/proc/sys/kernel/perf_event_max_stack", "127").unwrap();
+    // the stack: spin, deep x249, main, and libc's two and _start
+    let whole = 254;
+    let kept = limit.min(127);
     let r = rec(false, mantle_prof::Stacks::Bpf);
-    assert_eq!(r.meta.max_stack, Some(127));
-    assert_eq!(deepest(&r), 127, "{}", render_text(&r));
+    assert_eq!(r.meta.max_stack, Some(kept as u16));
+    assert_eq!(deepest(&r), kept, "{}", render_text(&r));
+    let warned = r
+        .caveats
+        .iter()
+        .any(|c| c.contains("kernel.perf_event_max_stack is"));
+    assert_eq!(warned, limit > 127, "{:?}", r.caveats);
     let r = rec(false, mantle_prof::Stacks::Perf);
-    assert_eq!(deepest(&r), 126, "{}", render_text(&r));
-    std::fs::write("/proc/sys/kernel/perf_event_max_stack", "300").unwrap();
-    let r = rec(false, mantle_prof::Stacks::Bpf);
-    assert_eq!(deepest(&r), 127);
-    assert!(
-        r.caveats
-            .iter()
-            .any(|c| c.contains("perf_event_max_stack is 300")),
-        "{:?}",
-        r.caveats
-    );
+    assert_eq!(deepest(&r), kept - 1, "{}", render_text(&r));
     let r = rec(true, mantle_prof::Stacks::Perf);
     assert_eq!(r.meta.sample_path.as_deref(), Some("perf-ring"));
-    assert_eq!(r.meta.max_stack, Some(300));
-    // main, deep x249, spin; and __libc_start_call_main, __libc_start_main, _start
+    assert!(r.meta.user_only);
     let n = deepest(&r);
-    assert!((251..=254).contains(&n), "{n}: {}", render_text(&r));
-    drop(_restore);
+    assert!(
+        (whole.min(limit) - 3..=whole.min(limit)).contains(&n),
+        "{n}: {}",
+        render_text(&r)
+    );
     std::fs::remove_dir_all(&d).unwrap();
 }
