@@ -159,6 +159,12 @@ fn nobody_is_refused_with_4_naming_the_capabilities() {
         err.contains("-a") && err.contains("missing: CAP_PERFMON"),
         "{err}"
     );
+    let (code, err) = as_nobody(&["--cgroup", "/sys/fs/cgroup/unified", "--duration", "1s"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(
+        err.contains("--cgroup") && err.contains("missing: CAP_PERFMON"),
+        "{err}"
+    );
     for opt in [
         &["--transport", "ring"][..],
         &["--self-timing"][..],

@@ -880,3 +880,81 @@ fn stack_depth_follows_perf_event_max_stack() {
     );
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Where cgroup v2 is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified
+/// beside v1 trees), from /proc/self/mounts.
+fn cgroup2_root() -> PathBuf {
+    let m = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let root = m
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 2 && f[2] == "cgroup2")
+        .map(|f| PathBuf::from(f[1]));
+    mantle_testsupport::require("cgroup v2", root.is_some(), "to record a cgroup");
+    root.unwrap()
+}
+
+/// Removes a scratch cgroup (after its processes are gone) when dropped.
+struct Scratch(PathBuf, Vec<std::process::Child>);
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        for c in &mut self.1 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// `record --cgroup DIR` samples the tasks of that cgroup only: a
+/// program running inside a scratch cgroup is in the report, the same
+/// program running outside it under another name is not, and the
+/// session's target names the cgroup.
+#[test]
+#[ignore = "needs root, perf_event_open, eBPF and cgroup v2 (scripts/test.sh runs it)"]
+fn a_cgroup_is_recorded_and_nothing_outside_it() {
+    require_recording();
+    let d = tmpdir("cgroup");
+    let bin = callgraph(&d);
+    let outside = d.join("outsider");
+    std::fs::copy(&bin, &outside).unwrap();
+    let cg = cgroup2_root().join(format!("mantle-prof-test-{}", std::process::id()));
+    std::fs::create_dir(&cg).unwrap();
+    let mut scratch = Scratch(cg.clone(), Vec::new());
+    let inside = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo $$ > {}/cgroup.procs && exec {} 100000",
+            cg.display(),
+            bin.display()
+        ))
+        .spawn()
+        .unwrap();
+    scratch.1.push(inside);
+    scratch
+        .1
+        .push(Command::new(&outside).arg("100000").spawn().unwrap());
+    // the shell has moved itself in before its exec
+    std::thread::sleep(Duration::from_millis(300));
+    let mut o = opts(&d, Target::Cgroup(cg.clone()));
+    o.duration = Some(Duration::from_secs(2));
+    let s = record(&o).expect("record");
+    assert!(
+        s.meta.target.contains(&cg.display().to_string()),
+        "{}",
+        s.meta.target
+    );
+    let r = report::report(&d.join("s"), &ReportOpts::default()).expect("report");
+    let ctx = render_text(&r);
+    let comp = |name: &str| {
+        r.components
+            .iter()
+            .filter(|c| c.component.starts_with(&format!("{name}[")))
+            .map(|c| c.samples)
+            .sum::<u64>()
+    };
+    assert!(comp("callgraph") > 200, "{ctx}");
+    assert_eq!(comp("outsider"), 0, "{ctx}");
+    drop(scratch);
+    std::fs::remove_dir_all(&d).unwrap();
+}

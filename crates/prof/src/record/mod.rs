@@ -37,6 +37,7 @@ use crate::session;
 use crate::Error;
 use choose::Placement;
 use sideband::SideBand;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,6 +50,9 @@ pub enum Target {
     Pid(u32),
     /// A command run for the occasion, and its process tree.
     Command(Vec<String>),
+    /// Every task of a cgroup (v2 directory) and of its descendants, on
+    /// every CPU (perf's `-G`: PERF_FLAG_PID_CGROUP events per CPU).
+    Cgroup(PathBuf),
 }
 
 /// How samples travel from the sample path to user space.
@@ -281,6 +285,11 @@ pub fn plan_access(o: &RecordOpts, p: Privilege) -> Result<Access, Error> {
             "kernel.perf_event_paranoid is {paranoid}: users without CAP_PERFMON (or CAP_SYS_ADMIN) may not use perf events at all; missing: CAP_PERFMON{ns_note}"
         )));
     }
+    if matches!(o.target, Target::Cgroup(_)) && !perfmon && paranoid > 0 {
+        return Err(Error::Permission(format!(
+            "recording a cgroup (--cgroup) opens CPU-wide events, which need CAP_PERFMON (or CAP_SYS_ADMIN) at kernel.perf_event_paranoid {paranoid}; missing: CAP_PERFMON{ns_note}"
+        )));
+    }
     if o.target == Target::All && !perfmon && paranoid > 0 {
         return Err(Error::Permission(format!(
             "recording every CPU (-a) needs CAP_PERFMON (or CAP_SYS_ADMIN) at kernel.perf_event_paranoid {paranoid}; missing: CAP_PERFMON{ns_note}; without it, record your own command (`mantle prof record -- CMD`) or process (-p)"
@@ -343,7 +352,8 @@ fn check_rate(freq: Option<u64>) -> Result<Option<i64>, Error> {
 /// command, that process and mantle itself (which is marked as such).
 fn snapshot(sp: &mut AddressSpaces, target: &Target) {
     match target {
-        Target::All => host::snapshot_proc(sp, None),
+        // a cgroup's processes are any of the machine's (and move)
+        Target::All | Target::Cgroup(_) => host::snapshot_proc(sp, None),
         Target::Pid(p) => host::snapshot_proc(sp, Some(&[*p, std::process::id()])),
         Target::Command(_) => host::snapshot_proc(sp, Some(&[std::process::id()])),
     }
@@ -383,8 +393,15 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         cpus.len(),
     )?;
     let mut tracee = target::start(&o.target)?;
-    let mut side = SideBand::open(&cpus, &tracee.pids, tracee.inherit, pages, !access.kernel)
-        .map_err(|e| not_yours(e, o, access, privilege))?;
+    let mut side = SideBand::open(
+        &cpus,
+        &tracee.pids,
+        tracee.inherit,
+        pages,
+        !access.kernel,
+        tracee.cgroup.as_ref().map(|f| f.as_fd()),
+    )
+    .map_err(|e| not_yours(e, o, access, privilege))?;
     snapshot(&mut sp, &o.target);
     let max_stack = host::max_stack(ring_samples);
     let sampling = choose::open_sampling(
@@ -401,6 +418,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             max_stack: max_stack.depth,
             ring_samples,
             exclude_kernel: !access.kernel,
+            cgroup: tracee.cgroup.as_ref().map(|f| f.as_fd()),
         },
         &o.faults,
     )
@@ -507,6 +525,18 @@ mod tests {
             paranoid: None,
         };
         assert_eq!(plan_access(&cmd, unknown).unwrap(), user);
+        // a cgroup is CPU-wide: as -a
+        let cg = RecordOpts {
+            target: Target::Cgroup("/sys/fs/cgroup/x".into()),
+            ..Default::default()
+        };
+        let e = plan_access(&cg, p(0, true, 2)).unwrap_err().to_string();
+        assert!(
+            e.contains("--cgroup") && e.contains("missing: CAP_PERFMON"),
+            "{e}"
+        );
+        assert!(plan_access(&cg, p(0, true, 0)).is_ok());
+        assert!(plan_access(&cg, p(c(&[CAP_PERFMON]), true, 2)).is_ok());
         // -a at 2 without CAP_PERFMON: refused, naming it
         let e = plan_access(&all, p(0, true, 2)).unwrap_err().to_string();
         assert!(e.contains("missing: CAP_PERFMON"), "{e}");

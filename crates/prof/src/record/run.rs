@@ -496,8 +496,11 @@ fn read_loop(
                 done = true;
             }
         }
-        if let Target::Pid(p) = o.target {
-            done |= !Path::new(&format!("/proc/{p}")).exists();
+        match &o.target {
+            Target::Pid(p) => done |= !Path::new(&format!("/proc/{p}")).exists(),
+            // the cgroup was removed
+            Target::Cgroup(dir) => done |= !dir.join("cgroup.procs").exists(),
+            _ => {}
         }
         if done {
             break;

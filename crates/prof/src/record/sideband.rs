@@ -135,6 +135,7 @@ impl SideBand {
     /// rest of the machine's activity costs nothing here.
     ///
     /// `pages`: data pages of each CPU's ring ([`ring_pages`]).
+    /// `cgroup`: opened in cgroup mode on that directory (`pids` [-1]).
     /// `exclude_kernel`: the recorder may not see kernel mode (no
     /// CAP_PERFMON, `perf_event_paranoid` 2): perf_event_open refuses
     /// every event without it, the side band's included.
@@ -144,6 +145,7 @@ impl SideBand {
         inherit: bool,
         pages: usize,
         exclude_kernel: bool,
+        cgroup: Option<std::os::fd::BorrowedFd>,
     ) -> Result<SideBand, Error> {
         let mut rings: HashMap<u32, PerfRing> = HashMap::new();
         let mut extra: Vec<OwnedFd> = Vec::new();
@@ -174,7 +176,12 @@ impl SideBand {
         };
         for &cpu in cpus {
             for (n, &pid) in pids.iter().enumerate() {
-                let fd = match kernel::perf_event_open(&side_attr, pid, cpu as i32) {
+                let opened = match cgroup {
+                    // only the cgroup's tasks' mmaps, comms, forks, exits
+                    Some(dir) => kernel::perf_event_open_cgroup(&side_attr, dir, cpu as i32),
+                    None => kernel::perf_event_open(&side_attr, pid, cpu as i32),
+                };
+                let fd = match opened {
                     Ok(fd) => fd,
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) && n > 0 => continue,
                     Err(e) => {
