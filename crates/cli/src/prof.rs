@@ -44,6 +44,7 @@ pub struct DiffArgs {
     /// Show at most N functions (0: all).
     #[arg(short = 'n', long, default_value_t = 0)]
     limit: usize,
+    /// The comparison as JSON (docs/json.md, "diff").
     #[arg(long)]
     json: bool,
 }
