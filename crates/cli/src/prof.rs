@@ -14,9 +14,10 @@ pub enum ProfCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Sample the system, a process or a command into a session (root).
+    /// Sample the system, a process or a command into a session (any user
+    /// for their own processes, user mode; CAP_BPF + CAP_PERFMON for all).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n  mantle prof record -- ./x                         # as any user: own process, user mode only\n  mantle prof record --cgroup /sys/fs/cgroup/unified/system.slice/nginx.service --duration 10s\n\nWithout CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) a user records their own\nprocesses where kernel.perf_event_paranoid allows (2: user mode only), through\nthe perf ring, untagged; -a, others' processes and --transport ring,\n--self-timing, --stacks bpf are refused (exit 4, naming what is missing).\nStacks follow kernel.perf_event_max_stack (a warning when it is above what is kept).\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
@@ -24,6 +25,28 @@ pub enum ProfCmd {
         after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/"
     )]
     Report(ReportArgs),
+    /// What changed between two sessions, per function (like perf diff).
+    #[command(
+        after_help = "Examples:\n  mantle prof diff before.prof after.prof          # largest changes first\n  mantle prof diff a.prof b.prof --comm xz -n 20\n  mantle prof diff a.prof b.prof --json | jq '.rows[0]'\n\nShares of each session's own samples are compared (recordings differ in\nlength and rate): BASELINE% and NEW% of self time, DELTA in points, and the\ninclusive share's change. Functions are matched on (image, symbol)."
+    )]
+    Diff(DiffArgs),
+}
+
+#[derive(Args)]
+pub struct DiffArgs {
+    /// The baseline session.
+    baseline: PathBuf,
+    /// The session compared with it.
+    new: PathBuf,
+    /// Only samples of processes with this command name, in both.
+    #[arg(long)]
+    comm: Option<String>,
+    /// Show at most N functions (0: all).
+    #[arg(short = 'n', long, default_value_t = 0)]
+    limit: usize,
+    /// The comparison as JSON (docs/json.md, "diff").
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -34,6 +57,10 @@ pub struct RecordArgs {
     /// One process (all its threads, and children it creates later).
     #[arg(short, long)]
     pid: Option<u32>,
+    /// Every task of a cgroup v2 directory and its descendants, on every
+    /// CPU (a systemd service or scope, a container), like perf's -G.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["all", "pid"])]
+    cgroup: Option<PathBuf>,
     /// Event to sample (see `mantle prof events`).
     #[arg(short, long, default_value = "cpu-clock")]
     event: String,
@@ -212,12 +239,14 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
         }
         ProfCmd::Record(a) => {
             let target = if !a.command.is_empty() {
-                if a.all || a.pid.is_some() {
+                if a.all || a.pid.is_some() || a.cgroup.is_some() {
                     return Err(mantle_prof::Error::Invalid(
-                        "give either -a, -p PID or a command after --".into(),
+                        "give either -a, -p PID, --cgroup DIR or a command after --".into(),
                     ));
                 }
                 Target::Command(a.command)
+            } else if let Some(c) = a.cgroup {
+                Target::Cgroup(c)
             } else if let Some(p) = a.pid {
                 Target::Pid(p)
             } else if std::env::args()
@@ -344,6 +373,22 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 print_json(&r);
             } else {
                 out(&mantle_prof::model::render_text(&r));
+            }
+            Ok(())
+        }
+        ProfCmd::Diff(a) => {
+            let opts = ReportOpts {
+                comm: a.comm,
+                ..Default::default()
+            };
+            let mut d = mantle_prof::diff::diff(&a.baseline, &a.new, &opts)?;
+            if a.json {
+                if a.limit > 0 {
+                    d.rows.truncate(a.limit);
+                }
+                print_json(&d);
+            } else {
+                out(&d.render(a.limit));
             }
             Ok(())
         }

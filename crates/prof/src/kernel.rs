@@ -33,9 +33,9 @@ fn kerr(what: impl Into<String>, e: impl Into<Box<dyn std::error::Error + Send +
 // are mantle-sys's (one definition for all of mantle); re-exported at
 // their old paths so that the rest of the crate is unchanged.
 pub use mantle_sys::perf::{
-    attr, perf_disable, perf_enable, perf_event_open, perf_set_output, PerfEventAttr, PerfRecord,
-    PerfRing, PERF_COUNT_SW_DUMMY, PERF_RECORD_COMM, PERF_RECORD_EXIT, PERF_RECORD_FORK,
-    PERF_RECORD_LOST, PERF_RECORD_LOST_SAMPLES, PERF_RECORD_MISC_COMM_EXEC,
+    attr, perf_disable, perf_enable, perf_event_open, perf_event_open_cgroup, perf_set_output,
+    PerfEventAttr, PerfRecord, PerfRing, PERF_COUNT_SW_DUMMY, PERF_RECORD_COMM, PERF_RECORD_EXIT,
+    PERF_RECORD_FORK, PERF_RECORD_LOST, PERF_RECORD_LOST_SAMPLES, PERF_RECORD_MISC_COMM_EXEC,
     PERF_RECORD_MISC_CPUMODE_MASK, PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_MMAP_BUILD_ID,
     PERF_RECORD_MMAP2, PERF_RECORD_SAMPLE, PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE,
     PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU,

@@ -38,7 +38,8 @@
 //!   separate debug files found by build ID, [`debugfile`]; callers at
 //!   their call instruction, unresolved addresses per address) and render
 //!   text (exclusive, inclusive, callers/callees), JSON, flame graphs
-//!   (inferno), folded stacks and pprof with call edges.
+//!   (inferno), folded stacks and pprof with call edges;
+//! * [`diff`] compares two sessions per function (`mantle prof diff`).
 //!
 //! Invariants: the sample path never writes to the perf ring (the program
 //! returns 0), so a sample costs the interrupt plus the program; user space
@@ -57,6 +58,7 @@
 
 pub mod abi;
 pub mod debugfile;
+pub mod diff;
 pub mod events;
 pub mod files;
 pub mod kernel;

@@ -151,6 +151,36 @@ pub fn parse_sample(b: &[u8]) -> Option<DwarfSample<'_>> {
     })
 }
 
+/// Parses a sample record of the perf-ring path without a stack copy
+/// (sample_type IP, TID, TIME, CPU, and CALLCHAIN when `callchain`): what
+/// an unprivileged recording takes. The whole callchain, user frames
+/// included (frame pointers, walked by the perf core), is in `kernel`
+/// (context markers left out); no registers, no stack. None when the
+/// record is too short for its fields.
+pub fn parse_chain_sample(b: &[u8], callchain: bool) -> Option<DwarfSample<'_>> {
+    let ip = u64_at(b, 0)?;
+    let (pid, tid) = (u32_at(b, 8)?, u32_at(b, 12)?);
+    let time = u64_at(b, 16)?;
+    let cpu = u32_at(b, 24)?;
+    let kernel = if callchain {
+        let nr = usize::try_from(u64_at(b, 32)?).ok()?;
+        let end = nr.checked_mul(8)?.checked_add(40)?;
+        crate::model::stack_frames(b.get(40..end)?)
+    } else {
+        Vec::new()
+    };
+    Some(DwarfSample {
+        ip,
+        pid,
+        tid,
+        time,
+        cpu,
+        kernel,
+        regs: None,
+        stack: &[],
+    })
+}
+
 /// The unwind tables of one ELF file and its loadable segments.
 struct ElfUnwind {
     sections: ExplicitModuleSectionInfo<Arc<[u8]>>,
@@ -481,6 +511,39 @@ mod tests {
         let mut huge_chain = b.clone();
         huge_chain[32..40].copy_from_slice(&u64::MAX.to_ne_bytes());
         assert!(parse_sample(&huge_chain).is_none());
+    }
+
+    /// The perf-ring layout of an unprivileged recording (no registers, no
+    /// stack copy): the user callchain's frames without the marker; every
+    /// truncation refused; without CALLCHAIN the record stops at the CPU.
+    #[test]
+    fn chain_samples_parse() {
+        let marker = crate::model::PERF_CONTEXT_MAX + 1;
+        let mut b = Vec::new();
+        b.extend(0x401000u64.to_ne_bytes());
+        b.extend(7u32.to_ne_bytes());
+        b.extend(8u32.to_ne_bytes());
+        b.extend(99u64.to_ne_bytes());
+        b.extend(1u32.to_ne_bytes());
+        b.extend(0u32.to_ne_bytes());
+        let flat = b.clone();
+        b.extend(3u64.to_ne_bytes());
+        for f in [marker, 0x401000, 0x402000] {
+            b.extend(f.to_ne_bytes());
+        }
+        let s = parse_chain_sample(&b, true).unwrap();
+        assert_eq!((s.ip, s.pid, s.tid, s.time, s.cpu), (0x401000, 7, 8, 99, 1));
+        assert_eq!(s.kernel, [0x401000, 0x402000]);
+        assert_eq!((s.regs, s.stack.len()), (None, 0));
+        for len in 0..b.len() {
+            assert!(parse_chain_sample(&b[..len], true).is_none(), "{len}");
+        }
+        let s = parse_chain_sample(&flat, false).unwrap();
+        assert!(s.kernel.is_empty());
+        assert!(parse_chain_sample(&flat[..27], false).is_none());
+        let mut huge = b.clone();
+        huge[32..40].copy_from_slice(&u64::MAX.to_ne_bytes());
+        assert!(parse_chain_sample(&huge, true).is_none());
     }
 
     /// The bias of a mapping: a PIE's text segment at vaddr 0x1000, file

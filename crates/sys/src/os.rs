@@ -363,6 +363,19 @@ pub const CAP_SYS_RESOURCE: u32 = 24;
 pub const CAP_PERFMON: u32 = 38;
 pub const CAP_BPF: u32 = 39;
 
+/// RLIMIT_MEMLOCK's soft limit in bytes (`None`: unlimited, or the
+/// kernel refused to tell): what an unprivileged perf ring may pin beyond
+/// `kernel.perf_event_mlock_kb`.
+pub fn memlock_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the struct we own.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) };
+    (rc == 0 && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
 /// The calling thread's effective capability set (capget), bit n =
 /// capability n; `None` if the kernel refused to tell.
 pub fn effective_caps() -> Option<u64> {

@@ -100,6 +100,9 @@ pub mod attr {
     pub const TASK: u64 = 1 << 13;
     pub const WATERMARK: u64 = 1 << 14;
     pub const SAMPLE_ID_ALL: u64 = 1 << 18;
+    /// exclude_callchain_kernel: no kernel part in the callchain (asked
+    /// with `exclude_kernel` by an unprivileged recorder, as perf's `:u`).
+    pub const EXCLUDE_CALLCHAIN_KERNEL: u64 = 1 << 21;
     /// exclude_callchain_user: the callchain stops at the kernel part
     /// (the user stack is taken another way, e.g. PERF_SAMPLE_STACK_USER).
     pub const EXCLUDE_CALLCHAIN_USER: u64 = 1 << 22;
@@ -185,6 +188,37 @@ pub fn perf_event_open(attr: &PerfEventAttr, pid: i32, cpu: i32) -> io::Result<O
 
 /// PERF_FLAG_PID_CGROUP: `pid` is an fd of a cgroup directory.
 const PERF_FLAG_PID_CGROUP: libc::c_ulong = 4;
+
+/// perf_event_open(2) in cgroup mode: the event counts (or samples) only
+/// while a task of the cgroup at `dir` (an open cgroup v2 directory), or
+/// of its descendants, runs on `cpu` (PERF_FLAG_PID_CGROUP; `cpu` must be
+/// a CPU, not -1). Needs what CPU-wide events need: CAP_PERFMON (or
+/// CAP_SYS_ADMIN), or `perf_event_paranoid` 0 or less.
+pub fn perf_event_open_cgroup(
+    attr: &PerfEventAttr,
+    dir: BorrowedFd,
+    cpu: i32,
+) -> io::Result<OwnedFd> {
+    let mut a = *attr;
+    a.size = PERF_ATTR_SIZE_VER8;
+    // SAFETY: `a` is a fully initialised perf_event_attr of the size it
+    // declares and outlives the call; `dir` is a live descriptor.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &a as *const PerfEventAttr,
+            dir.as_raw_fd(),
+            cpu,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC | PERF_FLAG_PID_CGROUP,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: perf_event_open returned a new descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
 
 /// A cgroup's CPU time on one CPU, to the nanosecond: a counting
 /// `cpu-clock` software event in cgroup mode (perf_event_open(2),

@@ -52,6 +52,19 @@ pub struct Meta {
     /// `--stacks dwarf`: the user-space unwinding.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unwind: Option<UnwindInfo>,
+    /// How samples left the kernel: "bpf" (the eBPF sample path) or
+    /// "perf-ring" (sample records read from the perf ring: `--stacks
+    /// dwarf`, or a recorder without CAP_BPF). Absent in older sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_path: Option<String>,
+    /// User-mode samples only (`exclude_kernel`): recorded without
+    /// CAP_PERFMON at `perf_event_paranoid` 2, as perf's `:u`.
+    #[serde(default)]
+    pub user_only: bool,
+    /// The callchain depth asked of the perf core (`sample_max_stack`,
+    /// from `kernel.perf_event_max_stack`). Absent in older sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_stack: Option<u16>,
 }
 
 /// What `--stacks dwarf` unwinding did (crate::unwind).
@@ -209,7 +222,8 @@ impl Meta {
                 ));
             }
         }
-        if !self.kernel_symbols {
+        // (a user-mode-only recording has no kernel frames to name)
+        if !self.kernel_symbols && !self.user_only {
             v.push("kernel symbols unavailable (kallsyms addresses hidden)".into());
         }
         v.extend(self.warnings.iter().cloned());

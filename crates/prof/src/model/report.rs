@@ -123,7 +123,7 @@ pub enum FlameRoot {
     /// `comm[pid]` (default).
     #[default]
     Process,
-    /// The component: `[idle]`, `[kernel]`, `[mantle]` or `comm[pid]`.
+    /// The component: `[idle]`, `[mantle]` or `comm[pid]`.
     Component,
     /// The sample's tags (one stack per tag; `(untagged)`).
     Tag,
@@ -164,14 +164,17 @@ pub struct ReportOpts {
     pub debug_dirs: Option<Vec<std::path::PathBuf>>,
 }
 
-/// Names a sample's component: `[idle]`, `[kernel]`, `[mantle]`, or
-/// `comm[pid]`.
+/// Names a sample's component: `[idle]`, `[mantle]`, or `comm[pid]`.
+/// Kernel-mode samples count for the process that spent them (its
+/// kernel column), as the user-mode ones do: a process's system calls
+/// and page faults are its own time, and one `[kernel]` row for every
+/// process's kernel time said nothing of who spent it (issue 33). Kernel
+/// threads are processes of their own (`kworker/0:1[35]`). `mode` no
+/// longer changes the name; it stays in the signature for callers.
 pub fn component(pid: u32, mode: Mode, procs: &HashMap<u32, Process>) -> String {
+    let _ = mode;
     if pid == 0 {
         return "[idle]".into();
-    }
-    if mode == Mode::Kernel {
-        return "[kernel]".into();
     }
     match procs.get(&pid) {
         Some(p) if p.mantle => "[mantle]".into(),

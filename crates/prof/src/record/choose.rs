@@ -16,7 +16,7 @@ use super::{Faults, RecordOpts};
 use crate::events::{self, EventDef};
 use crate::kernel::{self, attr, PerfEventAttr};
 use crate::Error;
-use std::os::fd::OwnedFd;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 pub(super) fn is_missing_pmu(e: &std::io::Error) -> bool {
     matches!(
@@ -33,10 +33,25 @@ fn open_event(
     cpu: i32,
     faults: &Faults,
 ) -> Result<OwnedFd, std::io::Error> {
+    open_event_in(ev, a, pid, cpu, None, faults)
+}
+
+/// [`open_event`], in cgroup mode when `cgroup` is given (`pid` unused).
+fn open_event_in(
+    ev: &EventDef,
+    a: &PerfEventAttr,
+    pid: i32,
+    cpu: i32,
+    cgroup: Option<BorrowedFd>,
+    faults: &Faults,
+) -> Result<OwnedFd, std::io::Error> {
     if let (true, Some(errno)) = (ev.hardware, faults.hardware_errno) {
         return Err(std::io::Error::from_raw_os_error(errno));
     }
-    kernel::perf_event_open(a, pid, cpu)
+    match cgroup {
+        Some(dir) => kernel::perf_event_open_cgroup(a, dir, cpu),
+        None => kernel::perf_event_open(a, pid, cpu),
+    }
 }
 
 /// Whether an event can be opened here (a counting event on this thread).
@@ -164,6 +179,15 @@ pub(super) struct Placement<'a> {
     /// registers and a copy of this many bytes of the user stack in every
     /// sample record.
     pub dwarf: Option<u32>,
+    /// The sample records themselves go through the perf ring (no eBPF
+    /// sample path, or `--stacks dwarf`): they carry their time and CPU
+    /// (the layouts crate::unwind parses).
+    pub ring_samples: bool,
+    /// User mode only (`exclude_kernel`, no kernel callchain): what an
+    /// unprivileged recorder may sample at `perf_event_paranoid` 2.
+    pub exclude_kernel: bool,
+    /// `--cgroup`: the events are opened in cgroup mode on this directory.
+    pub cgroup: Option<BorrowedFd<'a>>,
 }
 
 /// The sampling events that were opened, and the event they sample.
@@ -213,6 +237,12 @@ pub(super) fn open_sampling(
                         0
                     };
                 let (mut regs, mut stack) = (0, 0);
+                if at.ring_samples {
+                    sample_type |= kernel::PERF_SAMPLE_TIME | kernel::PERF_SAMPLE_CPU;
+                }
+                if at.exclude_kernel {
+                    flags |= attr::EXCLUDE_KERNEL | attr::EXCLUDE_CALLCHAIN_KERNEL;
+                }
                 if let Some(copy) = at.dwarf {
                     // the record layout crate::unwind::parse_sample reads
                     sample_type |= kernel::PERF_SAMPLE_TIME
@@ -233,7 +263,7 @@ pub(super) fn open_sampling(
                     flags,
                     ..Default::default()
                 };
-                match open_event(ev, &a, pid, cpu as i32, faults) {
+                match open_event_in(ev, &a, pid, cpu as i32, at.cgroup, faults) {
                     Ok(fd) => fds.push((cpu, fd)),
                     // a thread of -p PID that exited meanwhile
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) && at.pids.len() > 1 => {}

@@ -159,6 +159,10 @@ pub(super) struct Recorded<'a> {
     pub jit_maps: &'a [(u32, String)],
     pub warnings: Vec<String>,
     pub throttle_visible: bool,
+    /// How the recorder could sample (eBPF path, kernel mode).
+    pub access: super::Access,
+    /// The callchain depth asked for.
+    pub max_stack: u16,
 }
 
 /// Writes the session and says what was recorded.
@@ -218,6 +222,16 @@ pub(super) fn write(
         warnings,
         cost,
         unwind: (o.stacks == Stacks::Dwarf).then(|| unwind_info(&run, o.stack_copy)),
+        sample_path: Some(
+            if r.access.bpf && o.stacks != Stacks::Dwarf {
+                "bpf"
+            } else {
+                "perf-ring"
+            }
+            .into(),
+        ),
+        user_only: !r.access.kernel,
+        max_stack: (o.stacks != Stacks::None).then_some(r.max_stack),
     };
     let vdso = kernel::vdso_image();
     let profile = &run.profile;

@@ -43,13 +43,74 @@ pub fn max_sample_rate() -> Option<i64> {
     })
 }
 
-/// The deepest callchain to ask the perf core for: `MP_MAX_STACK`, or
-/// less when `kernel.perf_event_max_stack` is lower (perf_event_open
-/// refuses a `sample_max_stack` above it, EINVAL).
-pub(super) fn max_stack() -> u16 {
-    let limit: Option<i64> = mantle_sys::probe::sysctl("perf_event_max_stack");
-    let ours = crate::abi::MP_MAX_STACK as i64;
-    limit.map_or(ours, |l| l.clamp(1, ours)) as u16
+/// `kernel.perf_event_paranoid` (None when unreadable).
+pub fn perf_event_paranoid() -> Option<i64> {
+    mantle_sys::probe::sysctl("perf_event_paranoid").or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+    })
+}
+
+/// The deepest callchain a recording asks for, and what to say when the
+/// kernel allows deeper than the recording can keep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct MaxStack {
+    /// `sample_max_stack` of the sampling events.
+    pub depth: u16,
+    /// Set when `kernel.perf_event_max_stack` is above `depth`.
+    pub warning: Option<String>,
+}
+
+/// The frames a stack of the eBPF sample path keeps: its table's width.
+/// (With `--stacks perf` a user stack keeps one less at the default
+/// sysctl: bpf_get_stack copies the perf core's callchain with its
+/// PERF_CONTEXT_USER marker first and clamps the copy, marker included,
+/// to `kernel.perf_event_max_stack`; `--stacks bpf` and the perf ring
+/// keep the sysctl's number. Measured: 126 and 127 frames at 127.)
+pub const BPF_MAX_FRAMES: u16 = crate::abi::MP_MAX_STACK as u16;
+
+/// The frames a perf-ring sample record can hold: a record's size is 16
+/// bits (64 KiB with the header and the other fields), and with `--stacks
+/// dwarf` the user stack copy shares it, so the kernel callchain is
+/// bounded lower there (kernel stacks are short); and a session keeps
+/// stacks of up to [`crate::parse::STACK_MAX`] frames.
+pub const RING_MAX_FRAMES: u16 = 1000;
+
+/// The deepest callchain to ask the perf core for: the
+/// `kernel.perf_event_max_stack` sysctl (perf_event_open refuses a
+/// `sample_max_stack` above it, EINVAL), up to what the sample path can
+/// keep ([`BPF_MAX_FRAMES`] on the eBPF path, [`RING_MAX_FRAMES`] through
+/// the perf ring).
+pub(super) fn max_stack(ring_samples: bool) -> MaxStack {
+    stack_limit(
+        mantle_sys::probe::sysctl("perf_event_max_stack"),
+        ring_samples,
+    )
+}
+
+/// [`max_stack`] for a sysctl value (None: unreadable, the kernel's
+/// default 127 assumed). Pure.
+pub(super) fn stack_limit(sysctl: Option<i64>, ring_samples: bool) -> MaxStack {
+    let ours = if ring_samples {
+        RING_MAX_FRAMES
+    } else {
+        BPF_MAX_FRAMES
+    };
+    let limit = sysctl.unwrap_or(127).max(1);
+    let depth = limit.min(ours as i64) as u16;
+    let warning = (limit > ours as i64).then(|| {
+        if ring_samples {
+            format!(
+                "kernel.perf_event_max_stack is {limit}: stacks are kept to {ours} frames (a perf sample record holds no more); deeper ones are cut there"
+            )
+        } else {
+            format!(
+                "kernel.perf_event_max_stack is {limit}: the eBPF sample path keeps {ours} frames per stack (its stack table's width); deeper stacks are cut there (--stacks dwarf, or recording without CAP_BPF, takes samples through the perf ring, up to {RING_MAX_FRAMES} frames)"
+            )
+        }
+    });
+    MaxStack { depth, warning }
 }
 
 /// The process names that count as mantle's own: `mantle` and this
@@ -163,6 +224,29 @@ pub(super) fn unix_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    /// The callchain depth follows the sysctl up to what the path keeps,
+    /// and says so when the sysctl allows deeper.
+    #[test]
+    fn stack_limit_follows_the_sysctl() {
+        assert_eq!(stack_limit(Some(127), false).depth, 127);
+        assert_eq!(stack_limit(Some(127), false).warning, None);
+        assert_eq!(stack_limit(Some(40), false).depth, 40);
+        assert_eq!(stack_limit(None, true).depth, 127);
+        let deep = stack_limit(Some(600), false);
+        assert_eq!(deep.depth, BPF_MAX_FRAMES);
+        assert!(deep
+            .warning
+            .unwrap()
+            .contains("perf_event_max_stack is 600"));
+        let ring = stack_limit(Some(600), true);
+        assert_eq!((ring.depth, ring.warning), (600, None));
+        let huge = stack_limit(Some(100_000), true);
+        const { assert!((RING_MAX_FRAMES as usize) < crate::parse::STACK_MAX) };
+        assert_eq!(huge.depth, RING_MAX_FRAMES);
+        assert!(huge.warning.is_some());
+        assert_eq!(stack_limit(Some(0), true).depth, 1);
+    }
+
     #[test]
     fn cpu_list() {
         assert_eq!(parse_cpu_list("0-1"), vec![0, 1]);

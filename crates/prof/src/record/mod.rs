@@ -37,6 +37,7 @@ use crate::session;
 use crate::Error;
 use choose::Placement;
 use sideband::SideBand;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -49,6 +50,9 @@ pub enum Target {
     Pid(u32),
     /// A command run for the occasion, and its process tree.
     Command(Vec<String>),
+    /// Every task of a cgroup (v2 directory) and of its descendants, on
+    /// every CPU (perf's `-G`: PERF_FLAG_PID_CGROUP events per CPU).
+    Cgroup(PathBuf),
 }
 
 /// How samples travel from the sample path to user space.
@@ -114,6 +118,10 @@ pub struct Faults {
     /// perf_event_open of every hardware event fails with this errno
     /// (ENOENT is what a machine without a PMU answers).
     pub hardware_errno: Option<i32>,
+    /// Record as if the recorder held this privilege instead of its own
+    /// (a root test takes the unprivileged perf-ring path; the kernel
+    /// still checks what is opened against the real credentials).
+    pub privilege: Option<Privilege>,
 }
 
 impl Default for RecordOpts {
@@ -215,16 +223,122 @@ pub fn privilege_error(missing: &[&str], initial_ns: bool) -> Error {
     Error::Permission(s)
 }
 
-/// The capabilities, and a frequency the kernel accepts; returns the rate
-/// limit at the start (compared with the one at the end: the kernel
-/// lowers it when sample interrupts take too long).
-fn check_privilege_and_rate(freq: Option<u64>) -> Result<Option<i64>, Error> {
-    let initial_ns = mantle_sys::os::in_initial_user_ns();
-    let caps = mantle_sys::os::effective_caps().unwrap_or(0);
-    let missing = missing_caps(caps, initial_ns);
-    if !missing.is_empty() {
-        return Err(privilege_error(&missing, initial_ns));
+/// How a recording may sample, given the recorder's privilege: what
+/// [`plan_access`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// The eBPF sample path (CAP_BPF and CAP_PERFMON): tags, in-kernel
+    /// aggregation. Without it samples travel through the perf ring and
+    /// are read in user space (perf's own way).
+    pub bpf: bool,
+    /// Kernel-mode samples and kernel callchains (CAP_PERFMON, or
+    /// `perf_event_paranoid` at most 1). Without it every event is
+    /// `exclude_kernel`: user-mode samples only, as perf's `:u`.
+    pub kernel: bool,
+}
+
+/// What the recorder holds: effective capabilities (bit n = capability
+/// n), whether in the initial user namespace, and `perf_event_paranoid`
+/// (None: unreadable, taken as the kernel's default 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Privilege {
+    pub caps: u64,
+    pub initial_ns: bool,
+    pub paranoid: Option<i64>,
+}
+
+impl Privilege {
+    /// This process's.
+    pub fn current() -> Privilege {
+        Privilege {
+            caps: mantle_sys::os::effective_caps().unwrap_or(0),
+            initial_ns: mantle_sys::os::in_initial_user_ns(),
+            paranoid: host::perf_event_paranoid(),
+        }
     }
+}
+
+/// Decides how `o` can be recorded with privilege `p`, the way perf
+/// decides (kernel/events/core.c): with CAP_BPF and CAP_PERFMON (or
+/// CAP_SYS_ADMIN) everything, on the eBPF sample path; without them one's
+/// own processes still, where `perf_event_paranoid` allows it (2: user
+/// mode only; 1: kernel too; 0 and less: system-wide), through the perf
+/// ring, untagged. Refusals are [`Error::Permission`] naming what is
+/// missing: `-a` above paranoid 0, any recording at paranoid 3 or more
+/// (Debian's "no unprivileged perf"), and the options that exist only on
+/// the eBPF path (`--transport ring`, `--self-timing`, `--stacks bpf`).
+/// Pure.
+pub fn plan_access(o: &RecordOpts, p: Privilege) -> Result<Access, Error> {
+    use mantle_sys::os::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
+    let has = |c: u32| p.initial_ns && p.caps & (1u64 << c) != 0;
+    let perfmon = has(CAP_PERFMON) || has(CAP_SYS_ADMIN);
+    let bpf = perfmon && (has(CAP_BPF) || has(CAP_SYS_ADMIN));
+    let paranoid = p.paranoid.unwrap_or(2);
+    let missing = missing_caps(p.caps, p.initial_ns);
+    let ns_note = if p.initial_ns {
+        ""
+    } else {
+        " (this process is in a user namespace other than the initial one, where no capability counts for perf events or BPF)"
+    };
+    if !perfmon && paranoid > 2 {
+        return Err(Error::Permission(format!(
+            "kernel.perf_event_paranoid is {paranoid}: users without CAP_PERFMON (or CAP_SYS_ADMIN) may not use perf events at all; missing: CAP_PERFMON{ns_note}"
+        )));
+    }
+    if matches!(o.target, Target::Cgroup(_)) && !perfmon && paranoid > 0 {
+        return Err(Error::Permission(format!(
+            "recording a cgroup (--cgroup) opens CPU-wide events, which need CAP_PERFMON (or CAP_SYS_ADMIN) at kernel.perf_event_paranoid {paranoid}; missing: CAP_PERFMON{ns_note}"
+        )));
+    }
+    if o.target == Target::All && !perfmon && paranoid > 0 {
+        return Err(Error::Permission(format!(
+            "recording every CPU (-a) needs CAP_PERFMON (or CAP_SYS_ADMIN) at kernel.perf_event_paranoid {paranoid}; missing: CAP_PERFMON{ns_note}; without it, record your own command (`mantle prof record -- CMD`) or process (-p)"
+        )));
+    }
+    if !bpf {
+        let what = if o.transport == Transport::Ring {
+            Some("--transport ring")
+        } else if o.self_timing {
+            Some("--self-timing")
+        } else if o.stacks == Stacks::Bpf {
+            Some("--stacks bpf")
+        } else {
+            None
+        };
+        if let Some(what) = what {
+            return Err(Error::Permission(format!(
+                "{what} is a way of the eBPF sample path, which needs CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN); missing: {}{ns_note}",
+                missing.join(", ")
+            )));
+        }
+    }
+    Ok(Access {
+        bpf,
+        kernel: perfmon || paranoid <= 1,
+    })
+}
+
+/// The warning a session without the eBPF path or kernel samples carries.
+fn access_warning(a: Access, p: Privilege) -> Option<String> {
+    let missing = missing_caps(p.caps, p.initial_ns).join(", ");
+    let paranoid = p
+        .paranoid
+        .map_or("unreadable".to_string(), |n| n.to_string());
+    match (a.bpf, a.kernel) {
+        (true, _) => None,
+        (false, false) => Some(format!(
+            "recorded without {missing} (kernel.perf_event_paranoid {paranoid}): user-mode samples only (time in the kernel is not seen), samples through the perf ring, untagged (no eBPF sample path)"
+        )),
+        (false, true) => Some(format!(
+            "recorded without {missing}: samples through the perf ring, untagged (no eBPF sample path)"
+        )),
+    }
+}
+
+/// A frequency the kernel accepts; returns the rate limit at the start
+/// (compared with the one at the end: the kernel lowers it when sample
+/// interrupts take too long).
+fn check_rate(freq: Option<u64>) -> Result<Option<i64>, Error> {
     let max_rate_start = max_sample_rate();
     if let (Some(f), Some(m)) = (freq, max_rate_start) {
         if f as i64 > m {
@@ -238,7 +352,8 @@ fn check_privilege_and_rate(freq: Option<u64>) -> Result<Option<i64>, Error> {
 /// command, that process and mantle itself (which is marked as such).
 fn snapshot(sp: &mut AddressSpaces, target: &Target) {
     match target {
-        Target::All => host::snapshot_proc(sp, None),
+        // a cgroup's processes are any of the machine's (and move)
+        Target::All | Target::Cgroup(_) => host::snapshot_proc(sp, None),
         Target::Pid(p) => host::snapshot_proc(sp, Some(&[*p, std::process::id()])),
         Target::Command(_) => host::snapshot_proc(sp, Some(&[std::process::id()])),
     }
@@ -250,10 +365,12 @@ fn snapshot(sp: &mut AddressSpaces, target: &Target) {
 /// Records a session. Blocks until the command exits, the process exits,
 /// the duration ends, or SIGINT/SIGTERM.
 pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
-    // refusals that need no privilege, then the capabilities and the rate
+    // refusals that need no privilege, then the privilege and the rate
     let (freq, period) = check_opts(o)?;
     let chosen = choose::choose_event(o)?;
-    let max_rate_start = check_privilege_and_rate(freq)?;
+    let privilege = o.faults.privilege.unwrap_or_else(Privilege::current);
+    let access = plan_access(o, privilege)?;
+    let max_rate_start = check_rate(freq)?;
     // then the output, still before anything is recorded (an unprivileged
     // user hears about the privilege first: the output's directory may be
     // one only the privileged can write)
@@ -263,16 +380,30 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let cpus = online_cpus();
     let mut sp = AddressSpaces::new(host::mantle_comms());
     let (tags_loaded, tags_start) = host::tag_names();
-    let mut warnings = Vec::new();
-    let mut path = run::SamplePath::load(o, &mut warnings)?;
+    let mut warnings: Vec<String> = access_warning(access, privilege).into_iter().collect();
+    let mut path = run::SamplePath::load(o, access.bpf, &mut warnings)?;
+    // samples go through the perf ring when there is no eBPF path, and
+    // with --stacks dwarf (the stack copies)
+    let ring_samples = !access.bpf || o.stacks == Stacks::Dwarf;
+    let pages = sideband::ring_pages(
+        o.stacks == Stacks::Dwarf,
+        o.stack_copy,
+        ring_samples,
+        !access.bpf,
+        cpus.len(),
+    )?;
     let mut tracee = target::start(&o.target)?;
     let mut side = SideBand::open(
         &cpus,
         &tracee.pids,
         tracee.inherit,
-        (o.stacks == Stacks::Dwarf).then_some(o.stack_copy),
-    )?;
+        pages,
+        !access.kernel,
+        tracee.cgroup.as_ref().map(|f| f.as_fd()),
+    )
+    .map_err(|e| not_yours(e, o, access, privilege))?;
     snapshot(&mut sp, &o.target);
+    let max_stack = host::max_stack(ring_samples);
     let sampling = choose::open_sampling(
         chosen,
         &Placement {
@@ -284,10 +415,19 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             period,
             callchain: matches!(o.stacks, Stacks::Perf | Stacks::Dwarf),
             dwarf: (o.stacks == Stacks::Dwarf).then_some(o.stack_copy),
-            max_stack: host::max_stack(),
+            max_stack: max_stack.depth,
+            ring_samples,
+            exclude_kernel: !access.kernel,
+            cgroup: tracee.cgroup.as_ref().map(|f| f.as_fd()),
         },
         &o.faults,
-    )?;
+    )
+    .map_err(|e| not_yours(e, o, access, privilege))?;
+    if let Some(w) = max_stack.warning {
+        if o.stacks != Stacks::None {
+            warnings.push(w);
+        }
+    }
     let throttle_visible = path.attach(&sampling.fds, &side.rings)?;
 
     // record until the end, then drain
@@ -315,14 +455,136 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             jit_maps: &jit_maps,
             warnings,
             throttle_visible,
+            access,
+            max_stack: max_stack.depth,
         },
     )
+}
+
+/// A perf event refused for `-p` of a process that is not the
+/// recorder's, without CAP_PERFMON: said in those words (exit 4).
+fn not_yours(e: Error, o: &RecordOpts, a: Access, p: Privilege) -> Error {
+    let denied =
+        matches!(e, Error::Permission(_)) || matches!(e.errno(), Some(libc::EACCES | libc::EPERM));
+    match o.target {
+        Target::Pid(pid) if denied && !a.bpf => Error::Permission(format!(
+            "pid {pid} is not yours to record: without CAP_PERFMON (or CAP_SYS_ADMIN), kernel.perf_event_paranoid {} lets a user record only their own processes; missing: {} ({e})",
+            p.paranoid.map_or("unreadable".to_string(), |n| n.to_string()),
+            missing_caps(p.caps, p.initial_ns).join(", ")
+        )),
+        _ => e,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use mantle_sys::os::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
+
+    /// perf's privilege model (kernel/events/core.c), capability by
+    /// capability and paranoid level by level.
+    #[test]
+    fn access_follows_perf_event_paranoid_and_capabilities() {
+        let c = |caps: &[u32]| caps.iter().fold(0u64, |s, c| s | 1 << c);
+        let p = |caps: u64, initial_ns: bool, paranoid: i64| Privilege {
+            caps,
+            initial_ns,
+            paranoid: Some(paranoid),
+        };
+        let cmd = RecordOpts {
+            target: Target::Command(vec!["x".into()]),
+            ..Default::default()
+        };
+        let all = RecordOpts::default();
+        let full = Access {
+            bpf: true,
+            kernel: true,
+        };
+        // privileged: everything, on the eBPF path
+        for caps in [c(&[CAP_BPF, CAP_PERFMON]), c(&[CAP_SYS_ADMIN])] {
+            for paranoid in [-1, 2, 3] {
+                assert_eq!(plan_access(&all, p(caps, true, paranoid)).unwrap(), full);
+            }
+        }
+        // nobody at 2: their own command, user mode, perf ring
+        let user = Access {
+            bpf: false,
+            kernel: false,
+        };
+        assert_eq!(plan_access(&cmd, p(0, true, 2)).unwrap(), user);
+        // ... and uid 0 of a user namespace with every capability there
+        assert_eq!(plan_access(&cmd, p(u64::MAX, false, 2)).unwrap(), user);
+        // at 1 kernel mode too; at 0 and below the whole system
+        assert!(plan_access(&cmd, p(0, true, 1)).unwrap().kernel);
+        assert!(plan_access(&all, p(0, true, 1)).is_err());
+        assert!(plan_access(&all, p(0, true, 0)).is_ok());
+        // unreadable paranoid: the kernel's default, 2
+        let unknown = Privilege {
+            caps: 0,
+            initial_ns: true,
+            paranoid: None,
+        };
+        assert_eq!(plan_access(&cmd, unknown).unwrap(), user);
+        // a cgroup is CPU-wide: as -a
+        let cg = RecordOpts {
+            target: Target::Cgroup("/sys/fs/cgroup/x".into()),
+            ..Default::default()
+        };
+        let e = plan_access(&cg, p(0, true, 2)).unwrap_err().to_string();
+        assert!(
+            e.contains("--cgroup") && e.contains("missing: CAP_PERFMON"),
+            "{e}"
+        );
+        assert!(plan_access(&cg, p(0, true, 0)).is_ok());
+        assert!(plan_access(&cg, p(c(&[CAP_PERFMON]), true, 2)).is_ok());
+        // -a at 2 without CAP_PERFMON: refused, naming it
+        let e = plan_access(&all, p(0, true, 2)).unwrap_err().to_string();
+        assert!(e.contains("missing: CAP_PERFMON"), "{e}");
+        let e = plan_access(&all, p(u64::MAX, false, 2))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("user namespace"), "{e}");
+        // paranoid 3 (Debian's): nothing without CAP_PERFMON
+        let e = plan_access(&cmd, p(0, true, 3)).unwrap_err().to_string();
+        assert!(e.contains("perf_event_paranoid is 3"), "{e}");
+        // CAP_PERFMON alone: kernel samples, the perf ring
+        assert_eq!(
+            plan_access(&all, p(c(&[CAP_PERFMON]), true, 2)).unwrap(),
+            Access {
+                bpf: false,
+                kernel: true
+            }
+        );
+        // the eBPF path's own options need it
+        for o in [
+            RecordOpts {
+                transport: Transport::Ring,
+                ..cmd.clone()
+            },
+            RecordOpts {
+                self_timing: true,
+                ..cmd.clone()
+            },
+            RecordOpts {
+                stacks: Stacks::Bpf,
+                ..cmd.clone()
+            },
+        ] {
+            let e = plan_access(&o, p(c(&[CAP_PERFMON]), true, 2))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("missing: CAP_BPF"), "{e}");
+            assert!(plan_access(&o, p(c(&[CAP_SYS_ADMIN]), true, 2)).is_ok());
+        }
+        // --stacks dwarf and none need no eBPF
+        for stacks in [Stacks::Dwarf, Stacks::None] {
+            let o = RecordOpts {
+                stacks,
+                ..cmd.clone()
+            };
+            assert_eq!(plan_access(&o, p(0, true, 2)).unwrap(), user);
+        }
+    }
 
     #[test]
     fn capabilities_not_uid_decide() {

@@ -30,22 +30,58 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+/// How sample records read from the perf ring are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) enum RingLayout {
+    /// No sample records in the ring (the eBPF sample path takes them).
+    #[default]
+    None,
+    /// `--stacks dwarf`: registers and a user stack copy
+    /// (crate::unwind::parse_sample).
+    Dwarf,
+    /// No eBPF sample path: IP, TID, TIME, CPU and, with stacks, the
+    /// callchain (crate::unwind::parse_chain_sample).
+    Chain { callchain: bool },
+}
+
 /// The loaded sample path.
 pub(super) struct SamplePath {
-    sampler: Sampler,
+    /// The eBPF program; None when recording without CAP_BPF (samples
+    /// come through the perf ring).
+    sampler: Option<Sampler>,
     /// BPF_ENABLE_STATS, while measuring the sample path's cost.
     stats_fd: Option<OwnedFd>,
     /// The tags view map the program reads (kept open while it runs).
     _view: Option<OwnedFd>,
-    /// `--stacks dwarf`: the program is not attached; the events' sample
-    /// records go to the side-band rings and are unwound in user space.
-    dwarf: bool,
+    /// `--stacks dwarf`, or no eBPF path: the program is not attached;
+    /// the events' sample records go to the side-band rings and are read
+    /// (and unwound) in user space.
+    pub layout: RingLayout,
 }
 
 impl SamplePath {
     /// Loads the sample path; a tags view of another layout is left out
     /// (samples untagged) with a warning.
-    pub fn load(o: &RecordOpts, warnings: &mut Vec<String>) -> Result<SamplePath, Error> {
+    pub fn load(
+        o: &RecordOpts,
+        bpf: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<SamplePath, Error> {
+        let dwarf = o.stacks == super::Stacks::Dwarf;
+        if !bpf {
+            return Ok(SamplePath {
+                sampler: None,
+                stats_fd: None,
+                _view: None,
+                layout: if dwarf {
+                    RingLayout::Dwarf
+                } else {
+                    RingLayout::Chain {
+                        callchain: o.stacks != super::Stacks::None,
+                    }
+                },
+            });
+        }
         // the tags view, if loaded with the layout this build expects
         let want = std::mem::size_of::<mantle_tags::abi::View>() as u32;
         let view = kernel::open_tags_view().filter(|fd| {
@@ -74,10 +110,14 @@ impl SamplePath {
             );
         }
         Ok(SamplePath {
-            sampler,
+            sampler: Some(sampler),
             stats_fd,
             _view: view,
-            dwarf: o.stacks == super::Stacks::Dwarf,
+            layout: if dwarf {
+                RingLayout::Dwarf
+            } else {
+                RingLayout::None
+            },
         })
     }
 
@@ -90,15 +130,16 @@ impl SamplePath {
         rings: &HashMap<u32, PerfRing>,
     ) -> Result<bool, Error> {
         let mut throttle_visible = true;
+        let ring = self.layout != RingLayout::None;
         for (cpu, fd) in fds {
-            if !self.dwarf {
-                self.sampler.attach(fd.as_fd())?;
+            if let (false, Some(s)) = (ring, self.sampler.as_mut()) {
+                s.attach(fd.as_fd())?;
             }
             if let Some(r) = rings.get(cpu) {
                 match kernel::perf_set_output(fd.as_fd(), r.fd.as_fd()) {
                     Ok(()) => {}
                     // the samples themselves travel there: no way round it
-                    Err(e) if self.dwarf => {
+                    Err(e) if ring => {
                         return Err(Error::os(
                             format!("route the samples of CPU {cpu} to its ring"),
                             e,
@@ -155,8 +196,11 @@ struct Drainer {
     /// User-space cost per sample of each drain that had samples (ns).
     costs: Vec<f64>,
     ids: BuildIds,
-    /// `--stacks dwarf`: the unwinders and what they cost.
+    /// `--stacks dwarf`: the unwinders and what they cost (and the
+    /// perf-ring samples' counters without the eBPF path).
     dwarf: DwarfSink,
+    /// The layout of sample records met in the side band.
+    layout: RingLayout,
 }
 
 /// What `--stacks dwarf` samples need and give.
@@ -187,7 +231,10 @@ impl BuildIds {
 }
 
 impl Drainer {
-    fn drain(&mut self, sampler: &mut Sampler, sp: &AddressSpaces) -> Result<(), Error> {
+    fn drain(&mut self, sampler: Option<&mut Sampler>, sp: &AddressSpaces) -> Result<(), Error> {
+        let Some(sampler) = sampler else {
+            return Ok(());
+        };
         let t = Instant::now();
         self.frames.clear();
         sampler.drain(&mut self.raw, &mut self.frames)?;
@@ -235,7 +282,13 @@ impl Drainer {
     /// merged into the profile as the eBPF path's stacks are.
     fn sample(&mut self, rec: &PerfRecord, sp: &AddressSpaces) -> Result<(), Error> {
         let t = Instant::now();
-        let Some(s) = crate::unwind::parse_sample(&rec.body) else {
+        let parsed = match self.layout {
+            RingLayout::Chain { callchain } => {
+                crate::unwind::parse_chain_sample(&rec.body, callchain)
+            }
+            _ => crate::unwind::parse_sample(&rec.body),
+        };
+        let Some(s) = parsed else {
             self.dwarf.malformed += 1;
             return Ok(());
         };
@@ -248,7 +301,13 @@ impl Drainer {
         } else {
             Mode::User
         };
-        let user = self.dwarf.unw.unwind(sp, s.pid, &s);
+        // the perf-ring frame-pointer layout has the user frames in its
+        // callchain already
+        let user = if self.layout == RingLayout::Dwarf {
+            self.dwarf.unw.unwind(sp, s.pid, &s)
+        } else {
+            Vec::new()
+        };
         let raw = RawSample {
             pid: s.pid,
             tid: s.tid,
@@ -321,14 +380,27 @@ pub(super) fn run(
     let start = Instant::now();
     let start_unix_ns = unix_ns();
     start_sampling(fds, tracee)?;
-    let mut d = Drainer::default();
+    let mut d = Drainer {
+        layout: path.layout,
+        ..Drainer::default()
+    };
     let command_status = read_loop(o, path, side, sp, tracee, &mut d, start)?;
     let duration = start.elapsed();
     stop_sampling(fds, path, tracee, command_status, side, sp, &mut d).map(|command_status| {
-        let stats = path.sampler.stats();
-        let prog_run = path.sampler.prog_run_stats();
+        let stats = path
+            .sampler
+            .as_ref()
+            .map(Sampler::stats)
+            .unwrap_or_default();
+        let prog_run = path
+            .sampler
+            .as_ref()
+            .map_or((0, 0), Sampler::prog_run_stats);
         let cost_hist = if o.self_timing {
-            path.sampler.cost_hist()
+            path.sampler
+                .as_ref()
+                .map(Sampler::cost_hist)
+                .unwrap_or_default()
         } else {
             Vec::new()
         };
@@ -379,7 +451,7 @@ fn read_loop(
     let mut last_status = Instant::now();
     let mut last_samples = 0u64;
     let mut command_status = None;
-    let poll = if o.stacks == super::Stacks::Dwarf {
+    let poll = if path.layout != RingLayout::None {
         Duration::from_millis(super::sideband::DWARF_POLL_MS)
     } else if o.transport == Transport::Ring {
         Duration::from_millis(50)
@@ -390,11 +462,15 @@ fn read_loop(
         std::thread::sleep(poll);
         d.replay(side, sp)?;
         if o.transport == Transport::Ring || last_drain.elapsed() >= o.drain_interval {
-            d.drain(&mut path.sampler, sp)?;
+            d.drain(path.sampler.as_mut(), sp)?;
             last_drain = Instant::now();
         }
         if live && last_status.elapsed() >= Duration::from_millis(500) {
-            let st = path.sampler.stats();
+            let st = path
+                .sampler
+                .as_ref()
+                .map(Sampler::stats)
+                .unwrap_or_default();
             let samples = st.samples.saturating_add(d.dwarf.samples);
             let dt = last_status.elapsed().as_secs_f64();
             let _ = write!(
@@ -420,8 +496,11 @@ fn read_loop(
                 done = true;
             }
         }
-        if let Target::Pid(p) = o.target {
-            done |= !Path::new(&format!("/proc/{p}")).exists();
+        match &o.target {
+            Target::Pid(p) => done |= !Path::new(&format!("/proc/{p}")).exists(),
+            // the cgroup was removed
+            Target::Cgroup(dir) => done |= !dir.join("cgroup.procs").exists(),
+            _ => {}
         }
         if done {
             break;
@@ -448,7 +527,9 @@ fn stop_sampling(
     for (_, fd) in fds {
         let _ = kernel::perf_disable(fd.as_fd());
     }
-    path.sampler.detach();
+    if let Some(s) = path.sampler.as_mut() {
+        s.detach();
+    }
     if let Some(mut c) = tracee.child.take() {
         // stopped early (signal or duration): the command keeps its signal
         if let Some(s) = c.wait() {
@@ -456,7 +537,7 @@ fn stop_sampling(
         }
     }
     d.replay(side, sp)?;
-    d.drain(&mut path.sampler, sp)?;
-    d.drain(&mut path.sampler, sp)?;
+    d.drain(path.sampler.as_mut(), sp)?;
+    d.drain(path.sampler.as_mut(), sp)?;
     Ok(command_status)
 }

@@ -27,6 +27,83 @@ pub(super) const DWARF_RING_PAGES: usize = 1024;
 /// How often the rings are read with `--stacks dwarf`.
 pub(super) const DWARF_POLL_MS: u64 = 20;
 
+/// Data pages of each CPU's ring without sample records (the side band
+/// alone): 1 MiB.
+const SIDE_RING_PAGES: usize = 256;
+/// Data pages of each CPU's ring when frame-pointer sample records travel
+/// through it (no eBPF sample path): 1 MiB, about 2 000 records of 60
+/// frames, 250 ms of one CPU at 4 000 Hz (read every [`DWARF_POLL_MS`]).
+const CHAIN_RING_PAGES: usize = 256;
+/// The fewest data pages a ring may have (perf's minimum is one; below
+/// this a ring of samples overflows between two reads).
+const MIN_RING_PAGES: usize = 8;
+
+/// Data pages of each CPU's ring: for the side band alone, with
+/// frame-pointer sample records (`ring_samples`), or with `--stacks dwarf`
+/// stack copies of `stack_copy` bytes. An unprivileged recorder
+/// (`limited`: no CAP_IPC_LOCK, CAP_PERFMON or CAP_SYS_ADMIN to lift the
+/// limit) may pin `kernel.perf_event_mlock_kb` per CPU, plus its
+/// RLIMIT_MEMLOCK (perf_mmap in kernel/events/core.c): the rings are
+/// shrunk to fit (a power of two each, half the RLIMIT_MEMLOCK kept for
+/// other uses), and refused when not even [`MIN_RING_PAGES`] fit.
+pub(super) fn ring_pages(
+    dwarf: bool,
+    stack_copy: u32,
+    ring_samples: bool,
+    limited: bool,
+    cpus: usize,
+) -> Result<usize, Error> {
+    let want = if dwarf {
+        (DWARF_RING_PAGES * (stack_copy as usize).div_ceil(8192)).next_power_of_two()
+    } else if ring_samples {
+        CHAIN_RING_PAGES
+    } else {
+        SIDE_RING_PAGES
+    };
+    if !limited {
+        return Ok(want);
+    }
+    let mlock_kb: Option<i64> = mantle_sys::probe::sysctl("perf_event_mlock_kb");
+    fit_pages(
+        want,
+        mlock_kb.unwrap_or(516).max(0) as u64,
+        mantle_sys::os::memlock_limit(),
+        cpus,
+        mantle_sys::os::page_size() as u64,
+    )
+}
+
+/// [`ring_pages`] for an unprivileged recorder: the largest power of two
+/// up to `want` whose ring (plus its header page) fits the per-CPU share
+/// of `mlock_kb` KiB per CPU and half of `memlock` bytes (None:
+/// unlimited). Pure.
+pub(super) fn fit_pages(
+    want: usize,
+    mlock_kb: u64,
+    memlock: Option<u64>,
+    cpus: usize,
+    page: u64,
+) -> Result<usize, Error> {
+    let cpus = cpus.max(1) as u64;
+    let Some(memlock) = memlock else {
+        return Ok(want);
+    };
+    let budget = mlock_kb.saturating_mul(1024) + memlock / 2 / cpus;
+    let fit = (budget / page).saturating_sub(1);
+    let mut pages = want;
+    while pages as u64 > fit && pages > 1 {
+        pages /= 2;
+    }
+    if pages < MIN_RING_PAGES.min(want) {
+        return Err(Error::Permission(format!(
+            "the perf rings need {} KiB per CPU and an unprivileged user may lock only kernel.perf_event_mlock_kb ({mlock_kb} KiB) per CPU plus RLIMIT_MEMLOCK ({} KiB): raise one of them, or record with CAP_IPC_LOCK",
+            (MIN_RING_PAGES as u64 + 1) * page / 1024,
+            memlock / 1024
+        )));
+    }
+    Ok(pages)
+}
+
 /// Counters from the side band.
 #[derive(Debug, Default)]
 pub(super) struct SideStats {
@@ -57,19 +134,19 @@ impl SideBand {
     /// it follows that task tree only (`inherit`), as perf does, so the
     /// rest of the machine's activity costs nothing here.
     ///
-    /// With `dwarf` (the stack copy's size) the rings are larger
-    /// ([`DWARF_RING_PAGES`]): the sampling events' records, each with its
-    /// copied user stack, come through them too.
+    /// `pages`: data pages of each CPU's ring ([`ring_pages`]).
+    /// `cgroup`: opened in cgroup mode on that directory (`pids` [-1]).
+    /// `exclude_kernel`: the recorder may not see kernel mode (no
+    /// CAP_PERFMON, `perf_event_paranoid` 2): perf_event_open refuses
+    /// every event without it, the side band's included.
     pub fn open(
         cpus: &[u32],
         pids: &[i32],
         inherit: bool,
-        dwarf: Option<u32>,
+        pages: usize,
+        exclude_kernel: bool,
+        cgroup: Option<std::os::fd::BorrowedFd>,
     ) -> Result<SideBand, Error> {
-        let pages = match dwarf {
-            Some(copy) => (DWARF_RING_PAGES * (copy as usize).div_ceil(8192)).next_power_of_two(),
-            None => 256,
-        };
         let mut rings: HashMap<u32, PerfRing> = HashMap::new();
         let mut extra: Vec<OwnedFd> = Vec::new();
         let side_attr = PerfEventAttr {
@@ -85,7 +162,12 @@ impl SideBand {
                 | attr::COMM_EXEC
                 | attr::TASK
                 | attr::SAMPLE_ID_ALL
-                | if inherit { attr::INHERIT } else { 0 },
+                | if inherit { attr::INHERIT } else { 0 }
+                | if exclude_kernel {
+                    attr::EXCLUDE_KERNEL
+                } else {
+                    0
+                },
             // Not attr::BUILD_ID: on this kernel the MMAP_BUILD_ID misc bit it
             // sets leaks into other sessions' MMAP2 records (which carry
             // maj/min/ino), and a `perf record` running at the same time
@@ -94,7 +176,12 @@ impl SideBand {
         };
         for &cpu in cpus {
             for (n, &pid) in pids.iter().enumerate() {
-                let fd = match kernel::perf_event_open(&side_attr, pid, cpu as i32) {
+                let opened = match cgroup {
+                    // only the cgroup's tasks' mmaps, comms, forks, exits
+                    Some(dir) => kernel::perf_event_open_cgroup(&side_attr, dir, cpu as i32),
+                    None => kernel::perf_event_open(&side_attr, pid, cpu as i32),
+                };
+                let fd = match opened {
                     Ok(fd) => fd,
                     Err(e) if e.raw_os_error() == Some(libc::ESRCH) && n > 0 => continue,
                     Err(e) => {
@@ -327,6 +414,22 @@ mod tests {
         ];
         v.sort_by_key(record_time);
         assert_eq!(v[0].type_, kernel::PERF_RECORD_SAMPLE);
+    }
+
+    /// Unprivileged rings fit what the kernel lets a user lock: 516 KiB per
+    /// CPU plus half of RLIMIT_MEMLOCK, as a power of two; unlimited
+    /// memlock keeps what was wanted; nothing that fits is refused.
+    #[test]
+    fn unprivileged_rings_fit_the_mlock_limit() {
+        let p = 4096;
+        // 516 KiB + 4 MiB / 2 CPUs = 2564 KiB: 640 pages, less the header
+        assert_eq!(fit_pages(1024, 516, Some(8 << 20), 2, p).unwrap(), 512);
+        assert_eq!(fit_pages(256, 516, Some(8 << 20), 2, p).unwrap(), 256);
+        // no RLIMIT_MEMLOCK to speak of: perf's 128 pages + header
+        assert_eq!(fit_pages(1024, 516, Some(0), 64, p).unwrap(), 128);
+        assert_eq!(fit_pages(1024, 516, None, 64, p).unwrap(), 1024);
+        let e = fit_pages(256, 4, Some(0), 2, p).unwrap_err().to_string();
+        assert!(e.contains("perf_event_mlock_kb (4 KiB)"), "{e}");
     }
 
     /// An MMAP2 whose start + len wraps is refused.

@@ -26,12 +26,16 @@ pub(super) struct Tracee {
     pub child: Option<Child>,
     /// Holds the command before its exec until released.
     pub gate: Option<Gate>,
+    /// `--cgroup`: the cgroup directory the events are opened on (with
+    /// `pids` [-1]).
+    pub cgroup: Option<std::os::fd::OwnedFd>,
 }
 
 /// Resolves `target` into tasks, spawning the command (gated) if it is one.
 pub(super) fn start(target: &Target) -> Result<Tracee, Error> {
     let mut child = None;
     let mut gate = None;
+    let mut cgroup = None;
     let (pids, inherit, on_exec, desc): (Vec<i32>, bool, bool, String) = match target {
         Target::All => (vec![-1], false, false, "all CPUs".into()),
         Target::Pid(p) => {
@@ -41,6 +45,10 @@ pub(super) fn start(target: &Target) -> Result<Tracee, Error> {
                 .filter_map(|e| e.file_name().to_str()?.parse().ok())
                 .collect();
             (tids, true, false, format!("pid {p}"))
+        }
+        Target::Cgroup(dir) => {
+            cgroup = Some(open_cgroup(dir)?);
+            (vec![-1], false, false, format!("cgroup {}", dir.display()))
         }
         Target::Command(argv) => {
             let Some(program) = argv.first() else {
@@ -66,5 +74,25 @@ pub(super) fn start(target: &Target) -> Result<Tracee, Error> {
         desc,
         child,
         gate,
+        cgroup,
     })
+}
+
+/// Opens a cgroup v2 directory (perf needs its fd). A path without
+/// `cgroup.procs` is a usage error; the kernel checks the rest when the
+/// events are opened.
+fn open_cgroup(dir: &std::path::Path) -> Result<std::os::fd::OwnedFd, Error> {
+    if !dir.join("cgroup.procs").exists() {
+        return Err(Error::Invalid(format!(
+            "--cgroup {}: not a cgroup v2 directory (no cgroup.procs; v2 is mounted at /sys/fs/cgroup or /sys/fs/cgroup/unified)",
+            dir.display()
+        )));
+    }
+    std::fs::File::open(dir)
+        .map(std::os::fd::OwnedFd::from)
+        .map_err(|source| Error::Io {
+            op: "open",
+            path: dir.to_path_buf(),
+            source,
+        })
 }
