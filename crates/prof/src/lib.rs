@@ -57,6 +57,7 @@
 
 pub mod abi;
 pub mod debugfile;
+pub mod elfsyms;
 pub mod events;
 pub mod files;
 pub mod kernel;

@@ -36,7 +36,32 @@ pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
         });
     }
     r.caveats.extend(sym.warnings);
+    r.graph.image_maps = image_maps(&r.graph.images, &s.mappings);
     Ok(r)
+}
+
+/// One executable mapping of each image seen while recording (the first
+/// of its path and build ID), for pprof's mappings.
+pub fn image_maps(
+    images: &[crate::model::Image],
+    mappings: &[(u32, crate::model::Mapping)],
+) -> Vec<Option<(u64, u64, u64)>> {
+    let mut first: std::collections::HashMap<(&str, Option<&str>), (u64, u64, u64)> =
+        std::collections::HashMap::new();
+    for (_, m) in mappings {
+        first
+            .entry((m.path.as_str(), m.build_id.as_deref()))
+            .or_insert((m.start, m.end, m.pgoff));
+    }
+    images
+        .iter()
+        .map(|im| {
+            first
+                .get(&(im.path.as_str(), im.build_id.as_deref()))
+                .or_else(|| first.get(&(im.path.as_str(), None)))
+                .copied()
+        })
+        .collect()
 }
 
 fn werr(out: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
