@@ -273,6 +273,73 @@ fn pprof_output_is_read_by_go_tool_pprof() {
         .nth(1)
         .unwrap_or("");
     assert!(first.contains("slow_multiply"), "{text}");
+    // source lines (issue 33): -list prints multiply.c's lines with their
+    // samples, the loops of slow_multiply (lines 8 to 10) holding them
+    // (from the session's directory: pprof guesses a prefix to trim from
+    // the basename of its working directory, crates/prof's "prof" here)
+    let out = Command::new(go)
+        .args(["tool", "pprof", "-list", "^slow_multiply$"])
+        .arg(d.join("p.pb.gz"))
+        .current_dir(&d)
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{list}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        list.lines()
+            .any(|l| l.starts_with("ROUTINE") && l.ends_with("bench/prof/multiply.c")),
+        "{list}"
+    );
+    let flat = |n: u32| -> Option<String> {
+        let l = list.lines().find(|l| {
+            l.split_whitespace()
+                .nth(2)
+                .is_some_and(|c| c.starts_with(&format!("{n}:")))
+        })?;
+        Some(l.split_whitespace().next()?.to_string())
+    };
+    assert!(list.contains("z = z + y;"), "{list}");
+    let hot = (8..=10)
+        .filter(|&n| flat(n).is_some_and(|f| f != "."))
+        .count();
+    assert!(hot >= 2, "{list}");
+    // line 7 (declarations only) has no code
+    assert_eq!(flat(7).as_deref(), Some("."), "{list}");
+    // the profile itself: the function's file and first line, and the
+    // program's mapping as it was in the process, with its build ID
+    let pb = mantle_prof::pprof::build(&r);
+    let st = |i: i64| pb.string_table[i as usize].as_str();
+    let f = pb
+        .function
+        .iter()
+        .find(|f| st(f.name) == "slow_multiply")
+        .expect("slow_multiply");
+    assert!(st(f.filename).ends_with("bench/prof/multiply.c"));
+    assert_eq!(f.start_line, 6);
+    let m = pb
+        .mapping
+        .iter()
+        .find(|m| st(m.filename) == bin.display().to_string())
+        .expect("the program's mapping");
+    assert!(
+        m.memory_start > 0 && m.memory_limit > m.memory_start,
+        "{m:?}"
+    );
+    assert_eq!(
+        Some(st(m.build_id).to_string()),
+        mantle_prof::symbols::build_id(&bin)
+    );
+    assert!(m.has_filenames && m.has_line_numbers);
+    let in_map = pb
+        .location
+        .iter()
+        .filter(|l| l.mapping_id == m.id)
+        .all(|l| (m.memory_start..m.memory_limit).contains(&l.address));
+    assert!(in_map, "a location of the program outside its mapping");
     std::fs::remove_dir_all(&d).unwrap();
 }
 
