@@ -56,6 +56,7 @@
 //! or unload the tags kernel side and for benchmarks.
 
 pub mod abi;
+pub mod annotate;
 pub mod debugfile;
 pub mod elfsyms;
 pub mod events;

@@ -11,6 +11,15 @@ use std::path::Path;
 /// that selects no sample is [`Error::NoMatch`], not an empty report: an
 /// empty table would read as "this process used no CPU".
 pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
+    report_and_symbolizer(dir, opts).map(|(r, _)| r)
+}
+
+/// [`report`], and the symbolizer that named it (for more questions
+/// about the same images: [`crate::annotate`]).
+pub fn report_and_symbolizer(
+    dir: &Path,
+    opts: &ReportOpts,
+) -> Result<(Report, SessionSymbolizer), Error> {
     let s = session::read_head(dir)?;
     let mut b = model::ReportBuilder::new(s.images.clone(), &s.procs, opts);
     session::stream_tables(&s, &mut b)?;
@@ -35,9 +44,9 @@ pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
             session: dir.display().to_string(),
         });
     }
-    r.caveats.extend(sym.warnings);
+    r.caveats.extend(std::mem::take(&mut sym.warnings));
     r.graph.image_maps = image_maps(&r.graph.images, &s.mappings);
-    Ok(r)
+    Ok((r, sym))
 }
 
 /// One executable mapping of each image seen while recording (the first

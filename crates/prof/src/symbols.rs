@@ -656,6 +656,47 @@ impl Symbolizer for SessionSymbolizer {
     }
 }
 
+impl SessionSymbolizer {
+    /// The code of an ELF or vDSO image at file offsets \[start, end) (at
+    /// most [`CODE_MAX`] bytes), and the virtual address of `start`: for
+    /// disassembly. The file is the one checked at symbolization (same
+    /// build ID).
+    pub fn code(&mut self, image: &Image, start: u64, end: u64) -> Result<(u64, Vec<u8>), String> {
+        use std::os::unix::fs::FileExt;
+        let len = end
+            .checked_sub(start)
+            .filter(|&n| n > 0 && n <= CODE_MAX)
+            .ok_or_else(|| {
+                format!(
+                    "a function of {} bytes is not disassembled",
+                    end.wrapping_sub(start)
+                )
+            })?;
+        let f = match image.kind {
+            ImageKind::Elf => {
+                let _ = self.usable(image);
+                &self
+                    .checked
+                    .get(image)
+                    .and_then(Option::as_ref)
+                    .ok_or("the file is not the one recorded (see the report's warnings)")?
+                    .0
+            }
+            ImageKind::Vdso => self.vdso.as_ref().ok_or("no vDSO copy in the session")?,
+            _ => return Err(format!("no code of {} is kept", image.display())),
+        };
+        let vaddr = Segments::read(f)
+            .vaddr(start)
+            .ok_or("the offset is in no loaded segment")?;
+        let mut b = vec![0u8; len as usize];
+        f.read_exact_at(&mut b, start).map_err(|e| e.to_string())?;
+        Ok((vaddr, b))
+    }
+}
+
+/// The largest function [`SessionSymbolizer::code`] reads.
+pub const CODE_MAX: u64 = 1 << 20;
+
 /// What blazesym found at one address, owned (names not demangled).
 #[derive(Debug, Clone)]
 struct Found {

@@ -340,6 +340,49 @@ fn pprof_output_is_read_by_go_tool_pprof() {
         .filter(|l| l.mapping_id == m.id)
         .all(|l| (m.memory_start..m.memory_limit).contains(&l.address));
     assert!(in_map, "a location of the program outside its mapping");
+    // annotate: slow_multiply's own samples per source line and per
+    // instruction, the loops' lines holding most, each share summing up
+    use mantle_prof::annotate::{annotate, AnnotateOpts};
+    let v = annotate(
+        &d.join("s"),
+        &ReportOpts::default(),
+        "slow_multiply",
+        AnnotateOpts::default(),
+    )
+    .unwrap();
+    assert_eq!(v.len(), 1);
+    let a = &v[0];
+    let own = r
+        .symbols
+        .iter()
+        .find(|s| s.symbol == "slow_multiply")
+        .unwrap();
+    assert_eq!(a.samples, own.samples);
+    let loops: u64 = a
+        .lines
+        .iter()
+        .filter(|l| (8..=10).contains(&l.line))
+        .map(|l| l.samples)
+        .sum();
+    assert!(
+        loops * 10 >= a.samples * 9,
+        "{}",
+        mantle_prof::annotate::render(a)
+    );
+    let l9 = a.lines.iter().find(|l| l.line == 9).expect("line 9");
+    assert_eq!(l9.text.as_deref().map(str::trim), Some("z = z + y;"));
+    assert_eq!(a.lines.iter().map(|l| l.samples).sum::<u64>(), a.samples);
+    assert!(a.instructions.len() > 5);
+    assert_eq!(a.instructions.last().unwrap().text, "ret");
+    assert_eq!(
+        a.instructions.iter().map(|i| i.samples).sum::<u64>() + a.outside,
+        a.samples
+    );
+    assert_eq!(a.outside, 0, "{}", mantle_prof::annotate::render(a));
+    assert!(a
+        .instructions
+        .iter()
+        .all(|i| i.file.as_deref().is_some_and(|f| f.ends_with("multiply.c"))));
     std::fs::remove_dir_all(&d).unwrap();
 }
 

@@ -815,10 +815,24 @@ pub enum Lookup {
 /// aliases ([`crate::elfsyms`]: `__read` for `read`, `memcpy` for
 /// `__memcpy_avx_unaligned_erms`), when exactly one function has it.
 pub fn find_call_graph(r: &Report, name: &str) -> Result<CallGraph, Lookup> {
-    if let Some(g) = call_graph(r, name) {
-        return Ok(g);
+    let f = find_funcs(&r.graph, name)?;
+    let full = &r.graph.funcs[f[0] as usize].symbol;
+    call_graph(r, full).ok_or(Lookup::NotFound)
+}
+
+/// The functions (ids in `g.funcs`, in every image) the user named: by
+/// full name, else by short name ([`short_name`]) or alias, when these
+/// name exactly one full name.
+pub fn find_funcs(g: &StackGraph, name: &str) -> Result<Vec<u32>, Lookup> {
+    let with = |full: &str| -> Vec<u32> {
+        (0..g.funcs.len() as u32)
+            .filter(|&i| g.funcs[i as usize].symbol == full)
+            .collect()
+    };
+    let exact = with(name);
+    if !exact.is_empty() {
+        return Ok(exact);
     }
-    let g = &r.graph;
     // the short name, or any alias (glibc's `__read`, the IFUNC `memcpy`
     // of `__memcpy_avx_unaligned_erms`) full or short
     let aka = |i: usize| {
@@ -837,7 +851,7 @@ pub fn find_call_graph(r: &Report, name: &str) -> Result<CallGraph, Lookup> {
     full.dedup();
     match full.len() {
         0 => Err(Lookup::NotFound),
-        1 => call_graph(r, &full[0]).ok_or(Lookup::NotFound),
+        1 => Ok(with(&full[0])),
         _ => Err(Lookup::Ambiguous(full)),
     }
 }
