@@ -97,6 +97,11 @@ impl ElfSyms {
         *self = Self::from_parts(syms, starts);
     }
 
+    /// The symbol of this name (the first, by address).
+    pub fn find(&self, name: &str) -> Option<&ElfSym> {
+        self.syms.iter().find(|s| s.name == name)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.syms.is_empty()
     }

@@ -451,7 +451,9 @@ impl SessionSymbolizer {
             .filter(|&i| found[i].as_ref().is_none_or(|s| s.file.is_none()))
             .collect();
         let mut debug_syms = None;
-        if !want.is_empty() && self.debug_file(image).is_some() {
+        // looked up whatever blazesym found: its symbol table names
+        // aliases the image's tables lack (glibc's local __GI_ names)
+        if self.debug_file(image).is_some() {
             let (segs, _) = &self.segs[image];
             let (idx, addrs): (Vec<usize>, Vec<u64>) = want
                 .iter()
@@ -461,6 +463,7 @@ impl SessionSymbolizer {
             match guarded(|| {
                 Self::elf_full(&self.sym, &d.file, Input::VirtOffset(&addrs), d.dwarf)
             }) {
+                _ if addrs.is_empty() => {}
                 Ok(Ok(v)) => {
                     for (i, s) in idx.into_iter().zip(v) {
                         match (&mut found[i], s) {
@@ -802,7 +805,28 @@ pub fn demangle(name: String) -> String {
     cpp_demangle::Symbol::new(name.as_bytes())
         .ok()
         .and_then(|s| s.demangle().ok())
+        .map(|d| empty_packs(&d))
         .unwrap_or(name)
+}
+
+/// cpp_demangle 0.5 prints an empty template or function parameter pack
+/// as an empty list element (`AnalysisManager<llvm::Module, >`); c++filt
+/// prints nothing (`AnalysisManager<llvm::Module>`). No C++ name has an
+/// empty element, so the separator around one is dropped.
+fn empty_packs(d: &str) -> String {
+    let mut s = d.to_string();
+    loop {
+        let t = s
+            .replace(", , ", ", ")
+            .replace(", >", ">")
+            .replace(", )", ")")
+            .replace("<, ", "<")
+            .replace("(, ", "(");
+        if t == s {
+            return s;
+        }
+        s = t;
+    }
 }
 
 #[cfg(test)]
@@ -820,6 +844,17 @@ mod tests {
             "core::panicking::panic_fmt"
         );
         assert_eq!(demangle("_Znot valid".into()), "_Znot valid");
+        // an empty parameter pack, as c++filt prints it (issue 33: the
+        // report printed `AnalysisManager<llvm::Module, >`)
+        assert_eq!(
+            demangle("_ZN4llvm15AnalysisManagerINS_6ModuleEJEE9getResultERS1_".into()),
+            "llvm::AnalysisManager<llvm::Module>::getResult(llvm::Module&)"
+        );
+        assert_eq!(
+            demangle("_ZN4llvm15AnalysisManagerINS_6ModuleEJiEE9getResultERS1_i".into()),
+            "llvm::AnalysisManager<llvm::Module, int>::getResult(llvm::Module&, int)"
+        );
+        assert_eq!(empty_packs("f<, a, , b, >(, x, )"), "f<a, b>(x)");
     }
     #[test]
     fn jit_map() {

@@ -189,3 +189,55 @@ fn debug_link_to_a_fifo_is_not_followed() {
     );
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// glibc names `read` four ways at one address (`read`, `__read`,
+/// `__libc_read` and, in its debug file, `__GI___libc_read`): the report
+/// names it `read`, as perf does, with the others as aliases; an IFUNC
+/// implementation (`__memcpy_avx_unaligned_erms`, a local symbol of the
+/// debug file) keeps its name and has the IFUNC `memcpy` as an alias.
+#[test]
+fn glibc_aliases_get_the_public_name() {
+    use mantle_prof::debugfile::{find, Segments, DEFAULT_DEBUG_DIRS};
+    use mantle_prof::elfsyms::ElfSyms;
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6")
+        .canonicalize()
+        .expect("glibc at /lib/x86_64-linux-gnu/libc.so.6");
+    let f = std::fs::File::open(&libc).unwrap();
+    let (syms, segs) = (ElfSyms::read(&f), Segments::read(&f));
+    let id = build_id(&libc).expect("glibc has a build ID");
+    let dirs: Vec<PathBuf> = DEFAULT_DEBUG_DIRS.iter().map(PathBuf::from).collect();
+    let dbg = find(&id, &dirs);
+    mantle_testsupport::require(
+        "glibc's debug file (libc6-dbg; scripts/setup.sh installs it)",
+        dbg.is_some(),
+        "for glibc's local symbols",
+    );
+    let dsyms = ElfSyms::read(&dbg.unwrap().0);
+    let img = mantle_prof::model::Image {
+        path: libc.display().to_string(),
+        kind: mantle_prof::model::ImageKind::Elf,
+        build_id: Some(id),
+        pid: None,
+    };
+    let read = syms.find("__read").expect("__read in .dynsym").addr;
+    let memcpy = dsyms
+        .find("__memcpy_avx_unaligned_erms")
+        .expect("__memcpy_avx_unaligned_erms in the debug file")
+        .addr;
+    let offs = [
+        segs.offset(read + 4).unwrap(),
+        segs.offset(memcpy + 4).unwrap(),
+    ];
+    let mut s = SessionSymbolizer::new(Kallsyms::default());
+    let v = s.locate(&img, &offs);
+    let r = v[0].as_ref().expect("read found");
+    assert_eq!(r.name, "read", "{r:?}");
+    for a in ["__read", "__libc_read", "__GI___libc_read"] {
+        assert!(r.aliases.iter().any(|x| x == a), "{a} not in {:?}", r.aliases);
+    }
+    let m = v[1].as_ref().expect("memcpy's implementation found");
+    assert_eq!(m.name, "__memcpy_avx_unaligned_erms");
+    assert!(m.aliases.iter().any(|x| x == "memcpy"), "{:?}", m.aliases);
+    // and the debug file's DWARF gives its source line
+    assert!(r.file.as_deref().is_some_and(|f| f.ends_with(".c")) && r.line > 0, "{r:?}");
+}
