@@ -241,3 +241,77 @@ fn glibc_aliases_get_the_public_name() {
     // and the debug file's DWARF gives its source line
     assert!(r.file.as_deref().is_some_and(|f| f.ends_with(".c")) && r.line > 0, "{r:?}");
 }
+
+/// A program without a build ID whose debug info was split off with
+/// objcopy --only-keep-debug and linked back with --add-gnu-debuglink:
+/// its debug file is found in `.debug/` beside it (issue 33: it was not)
+/// and under a debug directory at the program's own path
+/// (`DIR/<program's directory>/NAME`), checked by the link's CRC; it
+/// gives the stripped program's names and source lines.
+#[test]
+fn gnu_debuglink_in_dot_debug_and_debug_dirs() {
+    let d = tmpdir("debuglink");
+    let bin = cc(&d, "fx", &["-Wl,--build-id=none"]);
+    assert_eq!(build_id(&bin), None);
+    let r = run_and_resolve(&bin);
+    let run = |args: &[&std::ffi::OsStr]| {
+        let st = Command::new("objcopy").args(args).status().expect("objcopy");
+        assert!(st.success(), "objcopy {args:?}");
+    };
+    let dbg = d.join("fx.debug");
+    run(&["--only-keep-debug".as_ref(), bin.as_os_str(), dbg.as_os_str()]);
+    run(&["--strip-all".as_ref(), bin.as_os_str()]);
+    let link = format!("--add-gnu-debuglink={}", dbg.display());
+    run(&[link.as_ref(), bin.as_os_str()]);
+    let offs: Vec<u64> = r.iter().map(|x| x.2).collect();
+    let img = mantle_prof::model::Image {
+        path: bin.canonicalize().unwrap().display().to_string(),
+        kind: mantle_prof::model::ImageKind::Elf,
+        build_id: None,
+        pid: None,
+    };
+    let locate = |dirs: Vec<PathBuf>| {
+        let mut s = SessionSymbolizer::new(Kallsyms::default()).with_debug_dirs(dirs);
+        let v = s.locate(&img, &offs);
+        (v, s.debug_files)
+    };
+    // nowhere it is looked for: the stripped program has no names
+    let elsewhere = d.join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::rename(&dbg, elsewhere.join("fx.debug")).unwrap();
+    let (v, _) = locate(vec![]);
+    assert!(
+        v.iter().all(|s| s.as_ref().is_none_or(|s| !s.name.contains("alpha"))),
+        "{v:?}"
+    );
+    // in .debug/ beside the program
+    std::fs::create_dir_all(d.join(".debug")).unwrap();
+    std::fs::rename(elsewhere.join("fx.debug"), d.join(".debug/fx.debug")).unwrap();
+    let check = |(v, found): (Vec<Option<mantle_prof::model::SymInfo>>, Vec<(String, PathBuf)>), want: &Path| {
+        for ((name, _, _), s) in r.iter().zip(&v) {
+            let s = s.as_ref().unwrap_or_else(|| panic!("{name}: {v:?}"));
+            assert_eq!(&s.name, name);
+            assert!(s.file.as_deref().is_some_and(|f| f.ends_with("fixture.c")) && s.line > 0, "{s:?}");
+        }
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].1, want);
+    };
+    check(locate(vec![]), &d.join(".debug/fx.debug"));
+    // under a debug directory, at the program's own directory
+    let root = d.join("root");
+    let real = d.canonicalize().unwrap();
+    let under = root.join(real.strip_prefix("/").unwrap());
+    std::fs::create_dir_all(&under).unwrap();
+    std::fs::rename(d.join(".debug/fx.debug"), under.join("fx.debug")).unwrap();
+    check(locate(vec![root.clone()]), &under.join("fx.debug"));
+    // a debug file of other contents (the CRC differs) is not taken
+    let other = cc(&elsewhere, "other", &["-Wl,--build-id=none", "-DOTHER"]);
+    std::fs::copy(&other, under.join("fx.debug")).unwrap();
+    let (v, found) = locate(vec![root]);
+    assert!(found.is_empty(), "{found:?}");
+    assert!(
+        v.iter().all(|s| s.as_ref().is_none_or(|s| !s.name.contains("alpha"))),
+        "{v:?}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
