@@ -21,7 +21,7 @@ pub enum ProfCmd {
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
     #[command(
-        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/"
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  go tool pprof -list slow_multiply out.pb.gz  # source lines (built with -g)\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --callers memcpy          # also __memcpy_avx_unaligned_erms (aliases)\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/ (or by .gnu_debuglink)\n\nNames: C++ and Rust demangled; of several names at one address the public one\n(read, not __GI___libc_read); unnamed code of stripped images one row per\nfunction, [libx.so+0x1130..0x11a0]."
     )]
     Report(ReportArgs),
     /// Where one function's own samples fell: per source line and per
@@ -167,7 +167,8 @@ pub struct ReportArgs {
     /// Look for separate debug files in DIR/.build-id/ (repeatable;
     /// replaces the default /usr/lib/debug and /lib/debug). The debuginfod
     /// client's cache is searched after, and debuginfod-find asked when
-    /// DEBUGINFOD_URLS is set.
+    /// DEBUGINFOD_URLS is set; then by the image's .gnu_debuglink beside
+    /// it, in .debug/ beside it, and in DIR/<the image's directory>/.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
 }
