@@ -1,7 +1,7 @@
 //! Symbols for the report: ELF symbol tables and DWARF through blazesym
 //! (file offsets in; names, source lines and inlined calls out; the
 //! public name among aliases from [`crate::elfsyms`]; unnamed code of a
-//! stripped image grouped per function, [`unnamed_group`]), the kernel through the session's kallsyms
+//! stripped image grouped per function, `unnamed_group`), the kernel through the session's kallsyms
 //! snapshot, the vDSO through the session's copy of it, JIT code through the
 //! /tmp/perf-PID.map files captured while recording. A file whose build ID
 //! differs from the one recorded is reported and not symbolized (its
