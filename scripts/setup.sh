@@ -10,7 +10,8 @@
 set -euo pipefail
 need=()
 for p in clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc socat \
-         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump strace g++ rt-tests graphviz; do
+         iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump strace g++ rt-tests graphviz \
+         libc6-dbg; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 # go: any install will do (the prof test also looks in /usr/local/go)

@@ -22,7 +22,7 @@ pub enum ProfCmd {
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
     #[command(
-        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/"
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  go tool pprof -list slow_multiply out.pb.gz  # source lines (built with -g)\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --callers memcpy          # also __memcpy_avx_unaligned_erms (aliases)\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/ (or by .gnu_debuglink)\n\nNames: C++ and Rust demangled; of several names at one address the public one\n(read, not __GI___libc_read); unnamed code of stripped images one row per\nfunction, [libx.so+0x1130..0x11a0]."
     )]
     Report(ReportArgs),
     /// What changed between two sessions, per function (like perf diff).
@@ -30,6 +30,12 @@ pub enum ProfCmd {
         after_help = "Examples:\n  mantle prof diff before.prof after.prof          # largest changes first\n  mantle prof diff a.prof b.prof --comm xz -n 20\n  mantle prof diff a.prof b.prof --json | jq '.rows[0]'\n\nShares of each session's own samples are compared (recordings differ in\nlength and rate): BASELINE% and NEW% of self time, DELTA in points, and the\ninclusive share's change. Functions are matched on (image, symbol)."
     )]
     Diff(DiffArgs),
+    /// Where one function's own samples fell: per source line and per
+    /// instruction (like perf annotate).
+    #[command(
+        after_help = "Examples:\n  mantle prof annotate slow_multiply               # ./mantle.prof: source lines, then disassembly\n  mantle prof annotate -i srv.prof --source lua_geti  # the short name of a C++ function\n  mantle prof annotate --asm memcpy                 # __memcpy_avx_unaligned_erms, by its IFUNC's name\n  mantle prof annotate '[libx.so+0x1130..0x11a0]'   # unnamed code of a stripped library\n  mantle prof annotate --json spin | jq '.[0].lines'\n\nShares are of the function's own samples (its callees not included).\nSource lines need DWARF (-g, or the image's debug file: --debug-dir);\nthe disassembly needs the function's size (its symbol) and the file as recorded."
+    )]
+    Annotate(AnnotateArgs),
 }
 
 #[derive(Args)]
@@ -47,6 +53,35 @@ pub struct DiffArgs {
     /// The comparison as JSON (docs/json.md, "diff").
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Args)]
+pub struct AnnotateArgs {
+    /// The function: its full name as the report prints it, its short
+    /// name (C++/Rust without parameters or namespaces), or an alias.
+    #[arg(value_name = "SYMBOL")]
+    symbol: String,
+    /// Session directory.
+    #[arg(short, long, default_value = "mantle.prof")]
+    input: PathBuf,
+    /// Only samples of this process.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Only samples of processes with this command name (comm).
+    #[arg(long)]
+    comm: Option<String>,
+    /// Source lines only.
+    #[arg(long, conflicts_with = "asm")]
+    source: bool,
+    /// Disassembly only.
+    #[arg(long)]
+    asm: bool,
+    /// An array of annotations (docs/json.md).
+    #[arg(long)]
+    json: bool,
+    /// Look for separate debug files in DIR (as `report --debug-dir`).
+    #[arg(long, value_name = "DIR")]
+    debug_dir: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -159,7 +194,8 @@ pub struct ReportArgs {
     /// Look for separate debug files in DIR/.build-id/ (repeatable;
     /// replaces the default /usr/lib/debug and /lib/debug). The debuginfod
     /// client's cache is searched after, and debuginfod-find asked when
-    /// DEBUGINFOD_URLS is set.
+    /// DEBUGINFOD_URLS is set; then by the image's .gnu_debuglink beside
+    /// it, in .debug/ beside it, and in DIR/<the image's directory>/.
     #[arg(long, value_name = "DIR")]
     debug_dir: Vec<PathBuf>,
 }
@@ -299,6 +335,26 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 use std::io::Write;
                 let _ = std::io::stdout().flush();
                 std::process::exit(code);
+            }
+            Ok(())
+        }
+        ProfCmd::Annotate(a) => {
+            let opts = ReportOpts {
+                pid: a.pid,
+                comm: a.comm,
+                debug_dirs: (!a.debug_dir.is_empty()).then_some(a.debug_dir),
+                ..Default::default()
+            };
+            let what = mantle_prof::annotate::AnnotateOpts {
+                source: !a.asm,
+                asm: !a.source,
+            };
+            let v = mantle_prof::annotate::annotate(&a.input, &opts, &a.symbol, what)?;
+            if a.json {
+                print_json(&v);
+            } else {
+                let text: Vec<String> = v.iter().map(mantle_prof::annotate::render).collect();
+                out(&text.join("\n"));
             }
             Ok(())
         }
@@ -537,6 +593,26 @@ mod tests {
             (g.callees[0].symbol.as_str(), g.callees[0].samples),
             ("fa", 7)
         );
+        // annotate: the kernel's code is not kept (said, not an error); a
+        // name of no function is exit 5
+        let annotate = |args: &[&str]| {
+            let mut argv = vec!["mantle", "prof", "annotate", "-i", d.to_str().unwrap()];
+            argv.extend(args);
+            crate::run(<crate::Cli as Parser>::try_parse_from(argv).unwrap())
+        };
+        assert!(annotate(&["fb"]).is_ok());
+        assert!(annotate(&["--json", "fb"]).is_ok());
+        let a =
+            mantle_prof::annotate::annotate(&d, &ReportOpts::default(), "fb", Default::default())
+                .unwrap();
+        assert_eq!((a.len(), a[0].samples), (1, 5));
+        assert!(
+            a[0].notes.iter().any(|n| n.contains("no disassembly")),
+            "{:?}",
+            a[0].notes
+        );
+        let f = annotate(&["nosuch"]).expect_err("no such symbol");
+        assert_eq!(f.code, crate::EXIT_NOT_FOUND);
         let f = run(&["--callers", "nosuch"]).expect_err("no such symbol");
         assert_eq!(f.code, crate::EXIT_NOT_FOUND);
         let f = run(&["--callers", "fa", "--callees", "fb"]).expect_err("two symbols");

@@ -91,11 +91,65 @@ pub fn find(build_id: &str, dirs: &[PathBuf]) -> Option<(File, PathBuf)> {
         .or_else(|| open(debuginfod_fetch(build_id)?))
 }
 
+/// The debug file an image's `.gnu_debuglink` names, where gdb looks for
+/// it: beside the image (`DIR/NAME`), in `.debug/` beside it
+/// (`DIR/.debug/NAME`), and under each debug directory at the image's own
+/// directory (`/usr/lib/debug/DIR/NAME`). `image` is the image's real
+/// path; the image itself is never its own debug file. With `crc` (the
+/// link's CRC-32, checked when the image has no build ID to compare), a
+/// candidate whose contents do not match is skipped.
+pub fn find_by_link(
+    image: &Path,
+    name: &std::ffi::OsStr,
+    dirs: &[PathBuf],
+    crc: Option<u32>,
+) -> Option<(File, PathBuf)> {
+    let bytes = name.as_encoded_bytes();
+    if bytes.is_empty() || bytes.contains(&b'/') || name == "." || name == ".." {
+        return None;
+    }
+    let dir = image.parent()?;
+    let mut candidates = vec![dir.join(name), dir.join(".debug").join(name)];
+    let rel = dir.strip_prefix("/").unwrap_or(dir);
+    candidates.extend(dirs.iter().map(|d| d.join(rel).join(name)));
+    candidates.into_iter().find_map(|p| {
+        if std::fs::canonicalize(&p).ok().as_deref() == Some(image) {
+            return None;
+        }
+        let f = files::open_regular(&p).ok()?;
+        if let Some(want) = crc {
+            (crc32(&f)? == want).then_some(())?;
+        }
+        Some((f, p))
+    })
+}
+
+/// The CRC-32 (IEEE, as `.gnu_debuglink` stores it) of a whole file.
+fn crc32(f: &File) -> Option<u32> {
+    let mut c = flate2::Crc::new();
+    let mut buf = vec![0u8; 1 << 16];
+    let mut at = 0u64;
+    loop {
+        let n = f.read_at(&mut buf, at).ok()?;
+        if n == 0 {
+            return Some(c.sum());
+        }
+        c.update(&buf[..n]);
+        at += n as u64;
+    }
+}
+
 /// A file read with pread (`FileExt::read_at`) through `Read` and `Seek`,
 /// for `object::ReadCache`: the shared file's own position is left alone.
-struct Pread<'f> {
+pub struct Pread<'f> {
     f: &'f File,
     pos: u64,
+}
+
+impl<'f> Pread<'f> {
+    pub fn new(f: &'f File) -> Self {
+        Pread { f, pos: 0 }
+    }
 }
 
 impl std::io::Read for Pread<'_> {
@@ -160,6 +214,23 @@ impl Segments {
             .iter()
             .find(|&&(o, _, size)| off >= o && off - o < size)
             .map(|&(o, v, _)| v.wrapping_add(off - o))
+    }
+
+    /// The virtual address range \[start, end) of the segment holding
+    /// `vaddr`.
+    pub fn segment_of(&self, vaddr: u64) -> Option<(u64, u64)> {
+        self.0
+            .iter()
+            .find(|&&(_, v, size)| vaddr >= v && vaddr - v < size)
+            .map(|&(_, v, size)| (v, v.saturating_add(size)))
+    }
+
+    /// The file offset of virtual address `vaddr`, if a segment holds it.
+    pub fn offset(&self, vaddr: u64) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|&&(_, v, size)| vaddr >= v && vaddr - v < size)
+            .map(|&(o, v, _)| o.wrapping_add(vaddr - v))
     }
 }
 

@@ -34,11 +34,14 @@
 //! * a session ([`session`]) is a directory of merged counts and a stack
 //!   table plus what the report needs later (images with build IDs,
 //!   kallsyms, vDSO, tag names);
-//! * reports ([`report`]) symbolize with blazesym (ELF + DWARF, and
-//!   separate debug files found by build ID, [`debugfile`]; callers at
-//!   their call instruction, unresolved addresses per address) and render
-//!   text (exclusive, inclusive, callers/callees), JSON, flame graphs
-//!   (inferno), folded stacks and pprof with call edges;
+//! * reports ([`report`]) symbolize with blazesym (ELF + DWARF names,
+//!   source lines and inlined calls, and separate debug files found by
+//!   build ID or `.gnu_debuglink`, [`debugfile`]; the public name among
+//!   aliases, [`elfsyms`]; callers at their call instruction; unnamed
+//!   code of stripped images per function) and render text (exclusive,
+//!   inclusive, callers/callees), JSON, flame graphs (inferno), folded
+//!   stacks and pprof with call edges, source lines and real mappings;
+//!   [`annotate`] shows one function per source line and per instruction.
 //! * [`diff`] compares two sessions per function (`mantle prof diff`).
 //!
 //! Invariants: the sample path never writes to the perf ring (the program
@@ -57,8 +60,10 @@
 //! or unload the tags kernel side and for benchmarks.
 
 pub mod abi;
+pub mod annotate;
 pub mod debugfile;
 pub mod diff;
+pub mod elfsyms;
 pub mod events;
 pub mod files;
 pub mod kernel;

@@ -2,7 +2,7 @@
 //! as hand-written prost messages: no protoc at build time. Written gzipped,
 //! as `go tool pprof` expects.
 
-use crate::model::{GraphRow, Image, ImageKind, Mode, Report, StackGraph};
+use crate::model::{GraphRow, Image, ImageKind, Mode, Report, StackGraph, NO_FILE};
 use prost::Message;
 use std::collections::HashMap;
 
@@ -76,6 +76,12 @@ pub struct Mapping {
     pub build_id: i64,
     #[prost(bool, tag = "7")]
     pub has_functions: bool,
+    #[prost(bool, tag = "8")]
+    pub has_filenames: bool,
+    #[prost(bool, tag = "9")]
+    pub has_line_numbers: bool,
+    #[prost(bool, tag = "10")]
+    pub has_inline_frames: bool,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -108,6 +114,8 @@ pub struct Function {
     pub system_name: i64,
     #[prost(int64, tag = "4")]
     pub filename: i64,
+    #[prost(int64, tag = "5")]
+    pub start_line: i64,
 }
 
 struct Strings {
@@ -147,9 +155,11 @@ struct Prepared {
 }
 
 /// Everything but the samples: one mapping per image (the main binary
-/// first), one location per frame (image, address; a caller's address is
-/// its call instruction, return address − 1), one function per (image,
-/// symbol); every string a sample's labels use.
+/// first; its recorded range, [`Maps`]), one location per frame (image,
+/// address; a caller's address is its call instruction, return address
+/// − 1) with its source lines (inlined calls first), one function per
+/// (name, source file) with its first line; every string a sample's
+/// labels use.
 fn prepare(r: &Report) -> Prepared {
     let g = &r.graph;
     let mut st = Strings::new();
@@ -179,59 +189,85 @@ fn prepare(r: &Report) -> Prepared {
         r#type: st.id(unit_t),
         unit: st.id(unit_u),
     });
+    // each image's frames: where its mapping goes
+    let mut span: Vec<Option<(u64, u64)>> = vec![None; g.images.len()];
+    for (i, &(img, a)) in g.frames.iter().enumerate() {
+        if g.frame_func.get(i).is_some_and(|&f| f != u32::MAX) {
+            let s = &mut span[img as usize];
+            *s = Some(s.map_or((a, a), |(lo, hi)| (lo.min(a), hi.max(a))));
+        }
+    }
+    let maps = Maps::new(g, &span);
     let mut mappings: Vec<Mapping> = Vec::new();
     let mut map_ids: HashMap<(String, Option<String>), u64> = HashMap::new();
     let keys = (st.id("comm"), st.id("pid"), st.id("mode"), st.id("tag"));
     // pprof names the first mapping as the profile's main binary ("File:")
     if let Some(exe) = &r.main_binary {
-        if let Some(im) = g
+        if let Some(i) = g
             .images
             .iter()
-            .find(|im| im.kind == ImageKind::Elf && im.path == *exe)
+            .position(|im| im.kind == ImageKind::Elf && im.path == *exe)
         {
-            mapping_id(&mut st, &mut mappings, &mut map_ids, im);
+            mapping_id(&mut st, &mut mappings, &mut map_ids, &maps, i);
         }
     }
     let mut functions: Vec<Function> = Vec::new();
-    let mut fn_ids: Vec<u64> = vec![0; g.funcs.len()];
+    let mut fn_ids: HashMap<(String, u32), u64> = HashMap::new();
+    let mut function = |st: &mut Strings, name: &str, file: u32, start: u32| -> u64 {
+        *fn_ids.entry((name.to_string(), file)).or_insert_with(|| {
+            let id = functions.len() as u64 + 1;
+            let n = st.id(name);
+            functions.push(Function {
+                id,
+                name: n,
+                system_name: n,
+                // no source: no file (pprof -list would print the ELF)
+                filename: st.id(g.file(file).unwrap_or("")),
+                start_line: start as i64,
+            });
+            id
+        })
+    };
     let mut locations: Vec<Location> = Vec::new();
     let mut loc_of_frame = vec![0u64; g.frames.len()];
-    for (i, &(img, address)) in g.frames.iter().enumerate() {
+    for (i, &(img, offset)) in g.frames.iter().enumerate() {
         let func = g.frame_func[i];
         if func == u32::MAX {
             continue;
         }
-        let mid = mapping_id(
-            &mut st,
-            &mut mappings,
-            &mut map_ids,
-            &g.images[img as usize],
-        );
-        let fid = match fn_ids[func as usize] {
-            0 => {
-                let f = &g.funcs[func as usize];
-                let id = functions.len() as u64 + 1;
-                let name = st.id(&f.symbol);
-                functions.push(Function {
-                    id,
-                    name,
-                    system_name: name,
-                    filename: st.id(&f.image),
-                });
-                fn_ids[func as usize] = id;
-                id
-            }
-            id => id,
-        };
+        let mid = mapping_id(&mut st, &mut mappings, &mut map_ids, &maps, img as usize);
+        let (ffile, fstart) = g
+            .func_src
+            .get(func as usize)
+            .copied()
+            .unwrap_or((NO_FILE, 0));
+        let (file, line) = g.frame_src.get(i).copied().unwrap_or((NO_FILE, 0));
+        // the outer function's file: where the address's line is, else
+        // where the function starts
+        let ffile = if file != NO_FILE { file } else { ffile };
+        let outer = function(&mut st, &g.funcs[func as usize].symbol, ffile, fstart);
+        // innermost inlined call first, the outer function last
+        let mut lines: Vec<Line> = g
+            .frame_inlined
+            .get(&(i as u32))
+            .into_iter()
+            .flatten()
+            .rev()
+            .map(|(n, f, l)| Line {
+                function_id: function(&mut st, n, *f, 0),
+                line: *l as i64,
+            })
+            .collect();
+        lines.push(Line {
+            function_id: outer,
+            line: line as i64,
+        });
         let id = locations.len() as u64 + 1;
         locations.push(Location {
             id,
             mapping_id: mid,
-            address,
-            line: vec![Line {
-                function_id: fid,
-                line: 0,
-            }],
+            address: maps.address(img as usize, offset),
+            line: lines,
         });
         loc_of_frame[i] = id;
     }
@@ -349,26 +385,99 @@ pub fn write_gz(r: &Report, w: impl std::io::Write) -> std::io::Result<()> {
     gz.finish()?.flush()
 }
 
+/// Where each image's frames go in pprof's address space. An image with
+/// a recorded executable mapping (start, end, file offset) keeps it: a
+/// frame at file offset `o` is at `start + o - pgoff`, as it was in the
+/// process. Others (the kernel, JIT code, a session without mappings)
+/// span their frames' addresses, which are already addresses or file
+/// offsets (then the mapping's file offset is its start, so pprof's
+/// address-to-offset rule gives the offset back).
+struct Maps {
+    /// Per image: (memory start, limit, file offset) and whether the
+    /// frames' values are file offsets to convert.
+    m: Vec<((u64, u64, u64), bool)>,
+    has_files: Vec<bool>,
+    has_lines: Vec<bool>,
+    has_inline: Vec<bool>,
+    names: Vec<String>,
+    build_ids: Vec<Option<String>>,
+}
+
+impl Maps {
+    fn new(g: &StackGraph, span: &[Option<(u64, u64)>]) -> Maps {
+        let n = g.images.len();
+        let (mut files, mut lines, mut inline) = (vec![false; n], vec![false; n], vec![false; n]);
+        for (i, &(img, _)) in g.frames.iter().enumerate() {
+            if let Some(&(f, l)) = g.frame_src.get(i) {
+                files[img as usize] |= f != NO_FILE;
+                lines[img as usize] |= l != 0;
+            }
+            inline[img as usize] |= g.frame_inlined.contains_key(&(i as u32));
+        }
+        let m = g
+            .images
+            .iter()
+            .enumerate()
+            .map(|(i, im)| {
+                let rec = g.image_maps.get(i).copied().flatten();
+                match (im.kind, rec) {
+                    (ImageKind::Elf | ImageKind::Vdso, Some(r)) => (r, true),
+                    _ => {
+                        let (lo, hi) = span[i].unwrap_or((0, 0));
+                        let file_off = if matches!(im.kind, ImageKind::Elf | ImageKind::Vdso) {
+                            lo
+                        } else {
+                            0
+                        };
+                        ((lo, hi.saturating_add(1), file_off), false)
+                    }
+                }
+            })
+            .collect();
+        Maps {
+            m,
+            has_files: files,
+            has_lines: lines,
+            has_inline: inline,
+            names: g.images.iter().map(Image::display).collect(),
+            build_ids: g.images.iter().map(|i| i.build_id.clone()).collect(),
+        }
+    }
+
+    /// The address of a frame at `offset` in image `img`.
+    fn address(&self, img: usize, offset: u64) -> u64 {
+        match self.m[img] {
+            ((start, _, pgoff), true) => start.wrapping_add(offset.wrapping_sub(pgoff)),
+            _ => offset,
+        }
+    }
+}
+
 /// The mapping of an image (one per path and build ID), added if new.
 fn mapping_id(
     st: &mut Strings,
     mappings: &mut Vec<Mapping>,
     ids: &mut HashMap<(String, Option<String>), u64>,
-    image: &Image,
+    maps: &Maps,
+    img: usize,
 ) -> u64 {
-    let key = (image.display(), image.build_id.clone());
+    let key = (maps.names[img].clone(), maps.build_ids[img].clone());
     if let Some(&i) = ids.get(&key) {
         return i;
     }
     let id = mappings.len() as u64 + 1;
+    let ((start, limit, file_offset), _) = maps.m[img];
     mappings.push(Mapping {
         id,
-        memory_start: 0,
-        memory_limit: 0,
-        file_offset: 0,
+        memory_start: start,
+        memory_limit: limit,
+        file_offset,
         filename: st.id(&key.0),
-        build_id: st.id(image.build_id.as_deref().unwrap_or("")),
+        build_id: st.id(key.1.as_deref().unwrap_or("")),
         has_functions: true,
+        has_filenames: maps.has_files[img],
+        has_line_numbers: maps.has_lines[img],
+        has_inline_frames: maps.has_inline[img],
     });
     ids.insert(key, id);
     id
@@ -385,7 +494,7 @@ pub fn encode_gz(p: &Profile) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{build_report, Frame, Meta, ReportOpts, RowKey, Symbolizer};
+    use crate::model::{build_report, Frame, Meta, ReportOpts, RowKey, SymInfo, Symbolizer};
     type Samples = crate::model::Profile;
 
     struct Sym;
@@ -396,6 +505,112 @@ mod tests {
                 .map(|o| Some(format!("f{}", o / 0x100)))
                 .collect()
         }
+    }
+
+    /// Names, lines and inlined calls, as a DWARF symbolizer finds them.
+    struct Lines;
+    impl Symbolizer for Lines {
+        fn symbolize(&mut self, i: &Image, offsets: &[u64]) -> Vec<Option<String>> {
+            self.locate(i, offsets)
+                .into_iter()
+                .map(|s| s.map(|s| s.name))
+                .collect()
+        }
+        fn locate(&mut self, _: &Image, offsets: &[u64]) -> Vec<Option<SymInfo>> {
+            offsets
+                .iter()
+                .map(|&o| {
+                    Some(SymInfo {
+                        name: "outer".into(),
+                        file: Some("/src/x.c".into()),
+                        line: 10 + (o & 0xf) as u32,
+                        start_line: 7,
+                        // the leaf has `helper` inlined, called at line 12
+                        inlined: if o == 0x502 {
+                            vec![("helper".into(), Some("/src/h.h".into()), 3)]
+                        } else {
+                            vec![]
+                        },
+                        ..Default::default()
+                    })
+                })
+                .collect()
+        }
+    }
+
+    /// pprof gets each address's source line, the function's file and
+    /// first line, inlined calls innermost first, and the image's recorded
+    /// mapping (the addresses as they were in the process).
+    #[test]
+    fn locations_carry_source_lines_and_real_addresses() {
+        let mut p = Samples::with_images(vec![Image {
+            build_id: Some("abcd".into()),
+            ..Image::named("/bin/x", ImageKind::Elf)
+        }]);
+        let stack = p.stack_id(&[Frame {
+            image: 0,
+            offset: 0x1005,
+        }]);
+        p.add_row(
+            RowKey {
+                pid: 7,
+                tid: 7,
+                cpu: 0,
+                mode: Mode::User,
+                image: 0,
+                offset: 0x502,
+                tags: vec![0; crate::abi::MT_WORDS],
+                stack,
+            },
+            4,
+        )
+        .unwrap();
+        let mut r = build_report(
+            &p,
+            &Default::default(),
+            &[],
+            &Meta::default(),
+            &mut Lines,
+            &ReportOpts::default(),
+        );
+        // mapped at 0x5555_0000 from file offset 0
+        r.graph.image_maps = vec![Some((0x5555_0000, 0x5556_0000, 0))];
+        let pb = build(&r);
+        let s = |i: i64| pb.string_table[i as usize].as_str();
+        let m = &pb.mapping[0];
+        assert_eq!(
+            (m.memory_start, m.memory_limit, m.file_offset),
+            (0x5555_0000, 0x5556_0000, 0)
+        );
+        assert_eq!(s(m.build_id), "abcd");
+        assert!(m.has_functions && m.has_filenames && m.has_line_numbers && m.has_inline_frames);
+        let func = |id: u64| pb.function.iter().find(|f| f.id == id).unwrap();
+        let leaf = pb
+            .location
+            .iter()
+            .find(|l| l.address == 0x5555_0502)
+            .expect("leaf at its real address");
+        let lines: Vec<(&str, &str, i64)> = leaf
+            .line
+            .iter()
+            .map(|l| {
+                let f = func(l.function_id);
+                (s(f.name), s(f.filename), l.line)
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [("helper", "/src/h.h", 3), ("outer", "/src/x.c", 12)]
+        );
+        let outer = pb.function.iter().find(|f| s(f.name) == "outer").unwrap();
+        assert_eq!(outer.start_line, 7);
+        // the caller at its call instruction (return address - 1)
+        let caller = pb
+            .location
+            .iter()
+            .find(|l| l.address == 0x5555_1004)
+            .expect("caller");
+        assert_eq!(caller.line[0].line, 14);
     }
 
     /// The samples written one at a time decode to the profile built whole.

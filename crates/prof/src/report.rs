@@ -11,6 +11,15 @@ use std::path::Path;
 /// that selects no sample is [`Error::NoMatch`], not an empty report: an
 /// empty table would read as "this process used no CPU".
 pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
+    report_and_symbolizer(dir, opts).map(|(r, _)| r)
+}
+
+/// [`report`], and the symbolizer that named it (for more questions
+/// about the same images: [`crate::annotate`]).
+pub fn report_and_symbolizer(
+    dir: &Path,
+    opts: &ReportOpts,
+) -> Result<(Report, SessionSymbolizer), Error> {
     let s = session::read_head(dir)?;
     let mut b = model::ReportBuilder::new(s.images.clone(), &s.procs, opts);
     session::stream_tables(&s, &mut b)?;
@@ -35,8 +44,33 @@ pub fn report(dir: &Path, opts: &ReportOpts) -> Result<Report, Error> {
             session: dir.display().to_string(),
         });
     }
-    r.caveats.extend(sym.warnings);
-    Ok(r)
+    r.caveats.extend(std::mem::take(&mut sym.warnings));
+    r.graph.image_maps = image_maps(&r.graph.images, &s.mappings);
+    Ok((r, sym))
+}
+
+/// One executable mapping of each image seen while recording (the first
+/// of its path and build ID), for pprof's mappings.
+pub fn image_maps(
+    images: &[crate::model::Image],
+    mappings: &[(u32, crate::model::Mapping)],
+) -> Vec<Option<(u64, u64, u64)>> {
+    let mut first: std::collections::HashMap<(&str, Option<&str>), (u64, u64, u64)> =
+        std::collections::HashMap::new();
+    for (_, m) in mappings {
+        first
+            .entry((m.path.as_str(), m.build_id.as_deref()))
+            .or_insert((m.start, m.end, m.pgoff));
+    }
+    images
+        .iter()
+        .map(|im| {
+            first
+                .get(&(im.path.as_str(), im.build_id.as_deref()))
+                .or_else(|| first.get(&(im.path.as_str(), None)))
+                .copied()
+        })
+        .collect()
 }
 
 fn werr(out: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {

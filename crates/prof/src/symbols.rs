@@ -1,13 +1,16 @@
 //! Symbols for the report: ELF symbol tables and DWARF through blazesym
-//! (file offsets in, names out), the kernel through the session's kallsyms
+//! (file offsets in; names, source lines and inlined calls out; the
+//! public name among aliases from [`crate::elfsyms`]; unnamed code of a
+//! stripped image grouped per function, `unnamed_group`), the kernel through the session's kallsyms
 //! snapshot, the vDSO through the session's copy of it, JIT code through the
 //! /tmp/perf-PID.map files captured while recording. A file whose build ID
 //! differs from the one recorded is reported and not symbolized (its
 //! symbols would be someone else's).
 
 use crate::debugfile::Segments;
+use crate::elfsyms::ElfSyms;
 use crate::files::{self, OpenError};
-use crate::model::{Image, ImageKind, Kallsyms, Symbolizer};
+use crate::model::{Image, ImageKind, Kallsyms, SymInfo, Symbolizer};
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::{Input, Symbolized};
 use std::collections::HashMap;
@@ -97,6 +100,8 @@ impl JitMap {
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Links {
     debuglink: Option<Vec<u8>>,
+    /// The CRC-32 the debug link gives for its file.
+    crc: Option<u32>,
     altlink: bool,
     sup: bool,
 }
@@ -145,6 +150,11 @@ fn links(f: &File) -> Option<Links> {
                 let data = read_at(f, le64(h, 24), le64(h, 32).min(4096) as usize)?;
                 let end = data.iter().position(|&c| c == 0).unwrap_or(data.len());
                 l.debuglink = Some(data[..end].to_vec());
+                // the CRC follows the name's NUL, 4-byte aligned
+                let at = (end + 4) & !3;
+                l.crc = data
+                    .get(at..at + 4)
+                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")));
             }
             Some(b".gnu_debugaltlink") => l.altlink = true,
             Some(b".debug_sup") => l.sup = true,
@@ -206,9 +216,11 @@ pub struct SessionSymbolizer {
     checked: HashMap<Image, Option<(File, bool)>>,
     /// Where separate debug files are looked for ([`crate::debugfile`]).
     debug_dirs: Vec<PathBuf>,
-    /// Per ELF image: its separate debug file and the image's segments,
-    /// or None when it has none.
-    debug: HashMap<Image, Option<(File, Segments)>>,
+    /// Per ELF image: its separate debug file, or None when it has none.
+    debug: HashMap<Image, Option<DebugFile>>,
+    /// Per ELF image: its segments and function symbols (with its debug
+    /// file's, once read).
+    segs: HashMap<Image, (Segments, ElfSyms)>,
     /// Images that could not be symbolized, and why.
     pub warnings: Vec<String>,
     /// (image, debug file) of every image that got symbols from one.
@@ -228,6 +240,7 @@ impl SessionSymbolizer {
                 .map(PathBuf::from)
                 .collect(),
             debug: HashMap::new(),
+            segs: HashMap::new(),
             warnings: Vec::new(),
             debug_files: Vec::new(),
         }
@@ -240,62 +253,61 @@ impl SessionSymbolizer {
         self
     }
 
-    /// Names the offsets still unnamed in `names` from the image's
-    /// separate debug file, if it has one ([`crate::debugfile`]): found by
-    /// the image's build ID, checked to carry that build ID, read for its
-    /// symbol table at the virtual addresses of the offsets.
-    fn name_from_debug_file(
-        &mut self,
-        image: &Image,
-        offsets: &[u64],
-        names: &mut [Option<String>],
-    ) {
-        if names.iter().all(Option::is_some) {
-            return;
-        }
+    /// The image's separate debug file (found once, [`Self::find_debug_file`]).
+    fn debug_file(&mut self, image: &Image) -> Option<&DebugFile> {
         if !self.debug.contains_key(image) {
             let found = self.find_debug_file(image);
-            if let Some((_, p, _)) = &found {
-                self.debug_files.push((image.path.clone(), p.clone()));
+            if let Some(d) = &found {
+                self.debug_files.push((image.path.clone(), d.path.clone()));
             }
-            self.debug
-                .insert(image.clone(), found.map(|(d, _, segs)| (d, segs)));
+            self.debug.insert(image.clone(), found);
         }
-        let Some((d, segs)) = self.debug.get(image).and_then(Option::as_ref) else {
-            return;
-        };
-        let (idx, addrs): (Vec<usize>, Vec<u64>) = (0..names.len())
-            .filter(|&i| names[i].is_none())
-            .filter_map(|i| segs.vaddr(offsets[i]).map(|a| (i, a)))
-            .unzip();
-        let mut elf = Elf::new(files::fd_path(d));
-        // the symbol table only: a debug file's own links are not followed
-        elf.debug_syms = false;
-        let src = Source::Elf(elf);
-        match guarded(|| self.sym.symbolize(&src, Input::VirtOffset(&addrs))) {
-            Ok(Ok(v)) => {
-                for (i, s) in idx.into_iter().zip(v) {
-                    if let Symbolized::Sym(s) = s {
-                        names[i] = Some(demangle(s.name.into_owned()));
-                    }
-                }
-            }
-            Ok(Err(_)) => {}
-            Err(SymbolizerPanic) => self.warnings.push(format!(
-                "{}: the symbolizer (blazesym) failed on its debug file: not symbolized from it",
-                image.display()
-            )),
-        }
+        self.debug.get(image).and_then(Option::as_ref)
     }
 
-    /// The debug file of a checked ELF image, where it was found, and the
-    /// image's segments.
-    fn find_debug_file(&self, image: &Image) -> Option<(File, PathBuf, Segments)> {
+    /// The debug file of a checked ELF image: by its build ID in the
+    /// debug directories ([`crate::debugfile::find`]), else by its
+    /// `.gnu_debuglink` name ([`crate::debugfile::find_by_link`]: beside
+    /// the image, in `.debug/` beside it, under each debug directory at
+    /// the image's own directory), checked by build ID (or the link's
+    /// CRC when the image has no build ID).
+    fn find_debug_file(&self, image: &Image) -> Option<DebugFile> {
         let (f, _) = self.checked.get(image)?.as_ref()?;
-        let id = image.build_id.clone().or_else(|| build_id_of(f))?;
-        let (d, p) = crate::debugfile::find(&id, &self.debug_dirs)?;
-        // the file the build ID's path names must carry that build ID
-        (build_id_of(&d).as_deref() == Some(id.as_str())).then(|| (d, p, Segments::read(f)))
+        let id = image.build_id.clone().or_else(|| build_id_of(f));
+        let by_id = id
+            .as_deref()
+            .and_then(|id| crate::debugfile::find(id, &self.debug_dirs))
+            .filter(|(d, _)| build_id_of(d) == id);
+        let (d, path) = match by_id {
+            Some(x) => x,
+            None => {
+                let l = links(f)?;
+                let name = l.debuglink?;
+                let real = std::fs::canonicalize(&image.path).ok()?;
+                // the CRC is read (the whole file) only when no build ID
+                // tells the file
+                let (d, p) = crate::debugfile::find_by_link(
+                    &real,
+                    std::ffi::OsStr::from_bytes(&name),
+                    &self.debug_dirs,
+                    l.crc.filter(|_| id.is_none()),
+                )?;
+                // the debug file of this image, not of another build
+                if id.is_some() && build_id_of(&d) != id {
+                    return None;
+                }
+                (d, p)
+            }
+        };
+        // its DWARF is read only if it names no further debug file
+        let dwarf = links(&d).is_some_and(|l| l.debuglink.is_none() && !l.altlink && !l.sup);
+        let syms = ElfSyms::read(&d);
+        Some(DebugFile {
+            file: d,
+            path,
+            dwarf,
+            syms,
+        })
     }
 
     /// Symbolizes \[vdso\] samples from this image (checked by
@@ -386,39 +398,209 @@ impl SessionSymbolizer {
         offsets: &[u64],
         debug_syms: bool,
     ) -> Result<Vec<Option<String>>, SymbolizerPanic> {
-        let mut elf = Elf::new(files::fd_path(f));
-        elf.debug_syms = debug_syms;
-        let src = Source::Elf(elf);
         Ok(
-            match guarded(|| sym.symbolize(&src, Input::FileOffset(offsets)))? {
-                Ok(v) => v
-                    .into_iter()
-                    .map(|s| match s {
-                        Symbolized::Sym(s) => Some(demangle(s.name.into_owned())),
-                        Symbolized::Unknown(_) => None,
-                    })
-                    .collect(),
-                Err(_) => vec![None; offsets.len()],
-            },
+            Self::elf_full(sym, f, Input::FileOffset(offsets), debug_syms)?
+                .into_iter()
+                .map(|s| s.map(|s| demangle(s.name)))
+                .collect(),
         )
     }
 
-    /// The outcome of [`Self::elf`], with a warning naming the image when
-    /// blazesym failed.
-    fn or_warn(
-        &mut self,
-        r: Result<Vec<Option<String>>, SymbolizerPanic>,
-        image: &Image,
-        n: usize,
-    ) -> Vec<Option<String>> {
-        r.unwrap_or_else(|SymbolizerPanic| {
-            self.warnings.push(format!(
-                "{}: the symbolizer (blazesym) failed on this file: not symbolized",
-                image.display()
-            ));
-            vec![None; n]
+    /// blazesym's whole answer (names not demangled), one per address.
+    fn elf_full(
+        sym: &blazesym::symbolize::Symbolizer,
+        f: &File,
+        input: Input<&[u64]>,
+        debug_syms: bool,
+    ) -> Result<Vec<Option<Found>>, SymbolizerPanic> {
+        let n = match input {
+            Input::FileOffset(v) | Input::VirtOffset(v) | Input::AbsAddr(v) => v.len(),
+        };
+        let mut elf = Elf::new(files::fd_path(f));
+        elf.debug_syms = debug_syms;
+        let src = Source::Elf(elf);
+        Ok(match guarded(|| sym.symbolize(&src, input))? {
+            Ok(v) => v
+                .into_iter()
+                .map(|s| match s {
+                    Symbolized::Sym(s) => Some(Found::of(s)),
+                    Symbolized::Unknown(_) => None,
+                })
+                .collect(),
+            Err(_) => vec![None; n],
         })
     }
+
+    /// Names and source lines of offsets in an ELF image: blazesym on the
+    /// image (symbol tables, and DWARF when its links are safe), then on
+    /// its separate debug file for what is still unknown; the public name
+    /// among aliases ([`crate::elfsyms`]); unnamed code grouped per
+    /// function ([`unnamed_group`]).
+    fn locate_elf(&mut self, image: &Image, offsets: &[u64]) -> Vec<Option<SymInfo>> {
+        let _ = self.usable(image);
+        let Some((f, dwarf)) = self.checked.get(image).and_then(Option::as_ref) else {
+            return vec![None; offsets.len()];
+        };
+        let r = Self::elf_full(&self.sym, f, Input::FileOffset(offsets), *dwarf);
+        if !self.segs.contains_key(image) {
+            let segs = Segments::read(f);
+            let syms = ElfSyms::read(f);
+            self.segs.insert(image.clone(), (segs, syms));
+        }
+        let mut found = or_warn(&mut self.warnings, r, image, offsets.len());
+        // what the image left without a name or a line, from its debug file
+        let want: Vec<usize> = (0..offsets.len())
+            .filter(|&i| found[i].as_ref().is_none_or(|s| s.file.is_none()))
+            .collect();
+        let mut debug_syms = None;
+        // looked up whatever blazesym found: its symbol table names
+        // aliases the image's tables lack (glibc's local __GI_ names)
+        if self.debug_file(image).is_some() {
+            let (segs, _) = &self.segs[image];
+            let (idx, addrs): (Vec<usize>, Vec<u64>) = want
+                .iter()
+                .filter_map(|&i| segs.vaddr(offsets[i]).map(|a| (i, a)))
+                .unzip();
+            let d = self.debug[image].as_ref().expect("found above");
+            match guarded(|| {
+                Self::elf_full(&self.sym, &d.file, Input::VirtOffset(&addrs), d.dwarf)
+            }) {
+                _ if addrs.is_empty() => {}
+                Ok(Ok(v)) => {
+                    for (i, s) in idx.into_iter().zip(v) {
+                        match (&mut found[i], s) {
+                            (Some(have), Some(s)) if have.addr == s.addr => {
+                                have.file = s.file;
+                                have.line = s.line;
+                                have.inlined = s.inlined;
+                            }
+                            (slot @ None, Some(s)) => *slot = Some(s),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => self.warnings.push(format!(
+                    "{}: the symbolizer (blazesym) failed on its debug file: not symbolized from it",
+                    image.display()
+                )),
+            }
+            debug_syms = Some(d.syms.clone());
+        }
+        let (segs, syms) = self.segs.get_mut(image).expect("inserted above");
+        if let Some(ds) = debug_syms.filter(|d| !d.is_empty()) {
+            // once: a debug file's symbols join the image's
+            syms.merge(ds);
+            self.debug
+                .get_mut(image)
+                .and_then(Option::as_mut)
+                .expect("found above")
+                .syms = ElfSyms::default();
+        }
+        let (segs, syms) = (&*segs, &*syms);
+        let (f, dwarf) = self.checked[image].as_ref().expect("usable above");
+        // the first line of each function: its start address, looked up
+        // where its lines came from
+        let mut starts: Vec<u64> = found
+            .iter()
+            .flatten()
+            .filter(|s| s.file.is_some())
+            .map(|s| s.addr)
+            .collect();
+        starts.sort_unstable();
+        starts.dedup();
+        let mut start_line: HashMap<u64, u32> = HashMap::new();
+        if !starts.is_empty() {
+            let d = self.debug.get(image).and_then(Option::as_ref);
+            for (file, dw) in [(f, *dwarf)]
+                .into_iter()
+                .chain(d.map(|d| (&d.file, d.dwarf)))
+            {
+                if let Ok(v) = Self::elf_full(&self.sym, file, Input::VirtOffset(&starts), dw) {
+                    for (a, s) in starts.iter().zip(v) {
+                        if let Some(line) = s.and_then(|s| s.file.is_some().then_some(s.line)) {
+                            start_line.entry(*a).or_insert(line);
+                        }
+                    }
+                }
+            }
+        }
+        offsets
+            .iter()
+            .zip(found)
+            .map(|(&off, s)| {
+                let vaddr = segs.vaddr(off);
+                match s {
+                    Some(s) => {
+                        let public = syms.best_at(s.addr).map(|p| p.name.clone());
+                        let raw = public.unwrap_or(s.name);
+                        let size = s.size.or_else(|| {
+                            syms.at(s.addr)
+                                .iter()
+                                .map(|x| x.size)
+                                .max()
+                                .filter(|&n| n > 0)
+                        });
+                        let range = segs
+                            .offset(s.addr)
+                            .and_then(|o| Some((o, o.checked_add(size?)?)));
+                        Some(SymInfo {
+                            aliases: syms
+                                .aliases(s.addr, &raw)
+                                .into_iter()
+                                .map(demangle)
+                                .collect(),
+                            name: demangle(raw),
+                            file: s.file,
+                            line: s.line,
+                            start_line: start_line.get(&s.addr).copied().unwrap_or(0),
+                            range,
+                            inlined: s
+                                .inlined
+                                .into_iter()
+                                .map(|(n, f, l)| (demangle(n), f, l))
+                                .collect(),
+                        })
+                    }
+                    None => {
+                        let v = vaddr?;
+                        if let Some(c) = syms.covering(v) {
+                            let range = segs
+                                .offset(c.addr)
+                                .map(|o| (o, o.saturating_add(c.size.max(1))));
+                            return Some(SymInfo {
+                                aliases: syms
+                                    .aliases(c.addr, &c.name)
+                                    .into_iter()
+                                    .map(demangle)
+                                    .collect(),
+                                name: demangle(c.name.clone()),
+                                range,
+                                ..Default::default()
+                            });
+                        }
+                        unnamed_group(image, syms, segs, off)
+                    }
+                }
+            })
+            .collect()
+    }
+}
+
+/// The outcome of a call into blazesym, with a warning naming the image
+/// when it failed.
+fn or_warn<T: Clone>(
+    warnings: &mut Vec<String>,
+    r: Result<Vec<Option<T>>, SymbolizerPanic>,
+    image: &Image,
+    n: usize,
+) -> Vec<Option<T>> {
+    r.unwrap_or_else(|SymbolizerPanic| {
+        warnings.push(format!(
+            "{}: the symbolizer (blazesym) failed on this file: not symbolized",
+            image.display()
+        ));
+        vec![None; n]
+    })
 }
 
 /// The build ID of an ELF image given as bytes, and the symbols at file
@@ -442,24 +624,17 @@ impl Symbolizer for SessionSymbolizer {
                 .iter()
                 .map(|o| self.kallsyms.lookup(*o).map(str::to_string))
                 .collect(),
-            ImageKind::Elf => {
-                // checks the file once; the borrow it returns would hold
-                // `self`, so the checked file is looked up again
-                let _ = self.usable(image);
-                let Some((f, dwarf)) = self.checked.get(image).and_then(Option::as_ref) else {
-                    return vec![None; offsets.len()];
-                };
-                let r = Self::elf(&self.sym, f, offsets, *dwarf);
-                let mut names = self.or_warn(r, image, offsets.len());
-                self.name_from_debug_file(image, offsets, &mut names);
-                names
-            }
+            ImageKind::Elf => self
+                .locate_elf(image, offsets)
+                .into_iter()
+                .map(|s| s.map(|s| s.name))
+                .collect(),
             // its .dynsym names every vDSO function: no DWARF, and no file
             // the session's copy names is followed
             ImageKind::Vdso => match &self.vdso {
                 Some(f) => {
                     let r = Self::elf(&self.sym, f, offsets, false);
-                    self.or_warn(r, image, offsets.len())
+                    or_warn(&mut self.warnings, r, image, offsets.len())
                 }
                 None => vec![None; offsets.len()],
             },
@@ -473,6 +648,141 @@ impl Symbolizer for SessionSymbolizer {
             ImageKind::Anon | ImageKind::Unknown => vec![None; offsets.len()],
         }
     }
+
+    fn locate(&mut self, image: &Image, offsets: &[u64]) -> Vec<Option<SymInfo>> {
+        match image.kind {
+            ImageKind::Elf => self.locate_elf(image, offsets),
+            _ => self
+                .symbolize(image, offsets)
+                .into_iter()
+                .map(|n| n.map(SymInfo::named))
+                .collect(),
+        }
+    }
+}
+
+impl SessionSymbolizer {
+    /// The code of an ELF or vDSO image at file offsets \[start, end) (at
+    /// most [`CODE_MAX`] bytes), and the virtual address of `start`: for
+    /// disassembly. The file is the one checked at symbolization (same
+    /// build ID).
+    pub fn code(&mut self, image: &Image, start: u64, end: u64) -> Result<(u64, Vec<u8>), String> {
+        use std::os::unix::fs::FileExt;
+        let len = end
+            .checked_sub(start)
+            .filter(|&n| n > 0 && n <= CODE_MAX)
+            .ok_or_else(|| {
+                format!(
+                    "a function of {} bytes is not disassembled",
+                    end.wrapping_sub(start)
+                )
+            })?;
+        let f = match image.kind {
+            ImageKind::Elf => {
+                let _ = self.usable(image);
+                &self
+                    .checked
+                    .get(image)
+                    .and_then(Option::as_ref)
+                    .ok_or("the file is not the one recorded (see the report's warnings)")?
+                    .0
+            }
+            ImageKind::Vdso => self.vdso.as_ref().ok_or("no vDSO copy in the session")?,
+            _ => return Err(format!("no code of {} is kept", image.display())),
+        };
+        let vaddr = Segments::read(f)
+            .vaddr(start)
+            .ok_or("the offset is in no loaded segment")?;
+        let mut b = vec![0u8; len as usize];
+        f.read_exact_at(&mut b, start).map_err(|e| e.to_string())?;
+        Ok((vaddr, b))
+    }
+}
+
+/// The largest function [`SessionSymbolizer::code`] reads.
+pub const CODE_MAX: u64 = 1 << 20;
+
+/// What blazesym found at one address, owned (names not demangled).
+#[derive(Debug, Clone)]
+struct Found {
+    name: String,
+    /// The function's start (virtual address) and size.
+    addr: u64,
+    size: Option<u64>,
+    file: Option<String>,
+    line: u32,
+    inlined: Vec<(String, Option<String>, u32)>,
+}
+
+impl Found {
+    fn of(s: blazesym::symbolize::Sym<'_>) -> Found {
+        let path = |c: &blazesym::symbolize::CodeInfo<'_>| c.to_path().display().to_string();
+        let (file, line) = match s.code_info.as_deref() {
+            Some(c) => (Some(path(c)), c.line.unwrap_or(0)),
+            None => (None, 0),
+        };
+        Found {
+            name: s.name.into_owned(),
+            addr: s.addr,
+            size: s.size.map(|n| n as u64),
+            file,
+            line,
+            inlined: s
+                .inlined
+                .iter()
+                .map(|i| {
+                    let c = i.code_info.as_ref();
+                    (
+                        i.name.to_string(),
+                        c.map(path),
+                        c.and_then(|c| c.line).unwrap_or(0),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A separate debug file of an image.
+struct DebugFile {
+    file: File,
+    path: PathBuf,
+    /// Whether its DWARF may be read (it names no further debug file).
+    dwarf: bool,
+    /// Its symbol table, until merged into the image's.
+    syms: ElfSyms,
+}
+
+/// The name of unnamed code at file offset `off` of a stripped image: one
+/// row per unnamed function, not per address. The function is the
+/// `.eh_frame_hdr` entry holding the address, else the gap between the
+/// symbols around it; named `[IMAGE+0xSTART..0xEND]` (file offsets,
+/// end excluded), with ` after SYMBOL` when a symbol precedes it.
+fn unnamed_group(image: &Image, syms: &ElfSyms, segs: &Segments, off: u64) -> Option<SymInfo> {
+    let v = segs.vaddr(off)?;
+    let (seg_lo, seg_hi) = segs.segment_of(v)?;
+    let prev = syms.preceding(v);
+    let (lo, hi) = syms.fde_range(v).unwrap_or_else(|| {
+        let lo = prev
+            .map(|p| p.addr.saturating_add(p.size))
+            .filter(|&e| e <= v)
+            .unwrap_or(seg_lo);
+        let hi = syms.next_start(v).unwrap_or(seg_hi).min(seg_hi);
+        (lo, hi)
+    });
+    let (lo, hi) = (segs.offset(lo)?, segs.offset(hi.saturating_sub(1))? + 1);
+    let p = image.display();
+    let base = p.rsplit('/').next().unwrap_or(&p);
+    let mut name = format!("[{base}+0x{lo:x}..0x{hi:x}");
+    if let Some(p) = prev {
+        name += &format!(" after {}", demangle(p.name.clone()));
+    }
+    name.push(']');
+    Some(SymInfo {
+        name,
+        range: Some((lo, hi)),
+        ..Default::default()
+    })
 }
 
 /// A blazesym symbolizer that leaves names as they are: its demangler
@@ -497,7 +807,28 @@ pub fn demangle(name: String) -> String {
     cpp_demangle::Symbol::new(name.as_bytes())
         .ok()
         .and_then(|s| s.demangle().ok())
+        .map(|d| empty_packs(&d))
         .unwrap_or(name)
+}
+
+/// cpp_demangle 0.5 prints an empty template or function parameter pack
+/// as an empty list element (`AnalysisManager<llvm::Module, >`); c++filt
+/// prints nothing (`AnalysisManager<llvm::Module>`). No C++ name has an
+/// empty element, so the separator around one is dropped.
+fn empty_packs(d: &str) -> String {
+    let mut s = d.to_string();
+    loop {
+        let t = s
+            .replace(", , ", ", ")
+            .replace(", >", ">")
+            .replace(", )", ")")
+            .replace("<, ", "<")
+            .replace("(, ", "(");
+        if t == s {
+            return s;
+        }
+        s = t;
+    }
 }
 
 #[cfg(test)]
@@ -515,6 +846,17 @@ mod tests {
             "core::panicking::panic_fmt"
         );
         assert_eq!(demangle("_Znot valid".into()), "_Znot valid");
+        // an empty parameter pack, as c++filt prints it (issue 33: the
+        // report printed `AnalysisManager<llvm::Module, >`)
+        assert_eq!(
+            demangle("_ZN4llvm15AnalysisManagerINS_6ModuleEJEE9getResultERS1_".into()),
+            "llvm::AnalysisManager<llvm::Module>::getResult(llvm::Module&)"
+        );
+        assert_eq!(
+            demangle("_ZN4llvm15AnalysisManagerINS_6ModuleEJiEE9getResultERS1_i".into()),
+            "llvm::AnalysisManager<llvm::Module, int>::getResult(llvm::Module&, int)"
+        );
+        assert_eq!(empty_packs("f<, a, , b, >(, x, )"), "f<a, b>(x)");
     }
     #[test]
     fn jit_map() {

@@ -65,7 +65,28 @@ pub struct StackGraph {
     /// Component of each (pid, mode) with rows.
     pub components: HashMap<(u32, Mode), String>,
     pub flame_root: FlameRoot,
+    /// Source files named by [`Self::frame_src`] and [`Self::func_src`].
+    pub files: Vec<String>,
+    /// Source of each frame: (file index, line); `NO_FILE` and 0 where
+    /// unknown. Empty when nothing was symbolized.
+    pub frame_src: Vec<(u32, u32)>,
+    /// Calls inlined at a frame, outermost first: (function, file index,
+    /// line of the frame's address in that function).
+    pub frame_inlined: HashMap<u32, Vec<(String, u32, u32)>>,
+    /// Per function: (file index, first line), parallel to `funcs`.
+    pub func_src: Vec<(u32, u32)>,
+    /// Per function: the other names users may type for it (aliases at
+    /// its address, the IFUNC it implements), parallel to `funcs`.
+    pub func_aliases: Vec<Vec<String>>,
+    /// Per function: its code as file offsets \[start, end), when known.
+    pub func_range: Vec<Option<(u64, u64)>>,
+    /// Per image: one executable mapping of it while recording (start,
+    /// end, file offset), for pprof's mappings; None when none was seen.
+    pub image_maps: Vec<Option<(u64, u64, u64)>>,
 }
+
+/// No source file ([`StackGraph::frame_src`]).
+pub const NO_FILE: u32 = u32::MAX;
 
 impl StackGraph {
     /// The callers of stack `id` (frame ids, nearest first).
@@ -87,6 +108,11 @@ impl StackGraph {
         std::iter::once(r.leaf)
             .chain(self.callers(r.stack).iter().copied())
             .map(|f| self.func_of(f))
+    }
+
+    /// The source file of index `f` ([`NO_FILE`]: none).
+    pub fn file(&self, f: u32) -> Option<&str> {
+        self.files.get(f as usize).map(String::as_str)
     }
 
     /// The command name of `pid`.

@@ -14,7 +14,7 @@
 //! Invariant: the sums cannot overflow, because each table sums a subset
 //! of the profile's rows once and the profile's total fits a u64.
 
-use super::graph::{Func, FxMap, GraphRow, StackGraph};
+use super::graph::{Func, FxMap, GraphRow, StackGraph, NO_FILE};
 use super::image::{Image, ImageKind, Mode};
 use super::meta::Meta;
 use super::profile::{tag_bits, CountOverflow, Frame, Profile, RowKey};
@@ -26,6 +26,47 @@ use std::collections::{BTreeMap, HashMap};
 pub trait Symbolizer {
     /// One answer per offset, in order (None: no symbol).
     fn symbolize(&mut self, image: &Image, offsets: &[u64]) -> Vec<Option<String>>;
+
+    /// Names and source lines: one answer per offset, in order. By
+    /// default the names of [`Self::symbolize`] alone.
+    fn locate(&mut self, image: &Image, offsets: &[u64]) -> Vec<Option<SymInfo>> {
+        self.symbolize(image, offsets)
+            .into_iter()
+            .map(|n| n.map(SymInfo::named))
+            .collect()
+    }
+}
+
+/// What is known of one address: its function, the source line, and
+/// the calls inlined there.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SymInfo {
+    /// The function (demangled; the public name among aliases).
+    pub name: String,
+    /// Other names users may type for the function.
+    pub aliases: Vec<String>,
+    /// Source file of the address (in the outer function: where the
+    /// first inlined call is, if any).
+    pub file: Option<String>,
+    /// Its line (0: unknown).
+    pub line: u32,
+    /// The function's first line (0: unknown).
+    pub start_line: u32,
+    /// The function's code as file offsets \[start, end), when known.
+    pub range: Option<(u64, u64)>,
+    /// Calls inlined at the address, outermost first: (function, file,
+    /// line of the address in it).
+    pub inlined: Vec<(String, Option<String>, u32)>,
+}
+
+impl SymInfo {
+    /// A name and nothing else.
+    pub fn named(name: String) -> SymInfo {
+        SymInfo {
+            name,
+            ..Default::default()
+        }
+    }
 }
 
 /// A tag known at record time.
@@ -442,31 +483,58 @@ fn symbolize(g: &mut StackGraph, sym: &mut dyn Symbolizer) {
     }
     drop(used);
     g.frame_func = vec![u32::MAX; g.frames.len()];
+    g.frame_src = vec![(NO_FILE, 0); g.frames.len()];
     let mut func_ids: HashMap<Func, u32> = HashMap::new();
+    let mut file_ids: HashMap<String, u32> = HashMap::new();
+    let mut file_id = |files: &mut Vec<String>, f: Option<String>| -> u32 {
+        let Some(f) = f else { return NO_FILE };
+        *file_ids.entry(f).or_insert_with_key(|k| {
+            files.push(k.clone());
+            (files.len() - 1) as u32
+        })
+    };
     let mut offs: Vec<u64> = Vec::new();
     for (img, mut v) in per_image {
         v.sort_unstable();
         offs.clear();
         offs.extend(v.iter().map(|x| x.0));
         let image = &g.images[img as usize];
-        let names = sym.symbolize(image, &offs);
+        let infos = sym.locate(image, &offs);
         let iname = image.display();
         let kernel = image.kind == ImageKind::Kernel;
-        for ((addr, f), name) in v
+        for ((addr, f), info) in v
             .into_iter()
-            .zip(names.into_iter().chain(std::iter::repeat(None)))
+            .zip(infos.into_iter().chain(std::iter::repeat(None)))
         {
+            let info = info.unwrap_or_else(|| SymInfo::named(unknown_name(image, addr)));
             let func = Func {
                 image: iname.clone(),
-                symbol: name.unwrap_or_else(|| unknown_name(image, addr)),
+                symbol: info.name,
                 kernel,
             };
-            let funcs = &mut g.funcs;
-            let id = *func_ids.entry(func).or_insert_with_key(|k| {
-                funcs.push(k.clone());
-                (funcs.len() - 1) as u32
-            });
+            let id = match func_ids.get(&func) {
+                Some(&id) => id,
+                None => {
+                    let id = g.funcs.len() as u32;
+                    g.funcs.push(func.clone());
+                    func_ids.insert(func, id);
+                    let start_file = file_id(&mut g.files, info.file.clone());
+                    g.func_src.push((start_file, info.start_line));
+                    g.func_aliases.push(info.aliases);
+                    g.func_range.push(info.range);
+                    id
+                }
+            };
             g.frame_func[f as usize] = id;
+            g.frame_src[f as usize] = (file_id(&mut g.files, info.file), info.line);
+            if !info.inlined.is_empty() {
+                let inl = info
+                    .inlined
+                    .into_iter()
+                    .map(|(n, file, line)| (n, file_id(&mut g.files, file), line))
+                    .collect();
+                g.frame_inlined.insert(f, inl);
+            }
         }
     }
 }
@@ -746,24 +814,47 @@ pub enum Lookup {
 
 /// The call graph of the function the user named: its full name (as the
 /// report prints it) or, failing that, its short name ([`short_name`]:
-/// `lua_geti` for `lua_geti(lua_State*, int, long long)`), when exactly
-/// one function has it.
+/// `lua_geti` for `lua_geti(lua_State*, int, long long)`) or one of its
+/// aliases ([`crate::elfsyms`]: `__read` for `read`, `memcpy` for
+/// `__memcpy_avx_unaligned_erms`), when exactly one function has it.
 pub fn find_call_graph(r: &Report, name: &str) -> Result<CallGraph, Lookup> {
-    if let Some(g) = call_graph(r, name) {
-        return Ok(g);
+    let f = find_funcs(&r.graph, name)?;
+    let full = &r.graph.funcs[f[0] as usize].symbol;
+    call_graph(r, full).ok_or(Lookup::NotFound)
+}
+
+/// The functions (ids in `g.funcs`, in every image) the user named: by
+/// full name, else by short name ([`short_name`]) or alias, when these
+/// name exactly one full name.
+pub fn find_funcs(g: &StackGraph, name: &str) -> Result<Vec<u32>, Lookup> {
+    let with = |full: &str| -> Vec<u32> {
+        (0..g.funcs.len() as u32)
+            .filter(|&i| g.funcs[i as usize].symbol == full)
+            .collect()
+    };
+    let exact = with(name);
+    if !exact.is_empty() {
+        return Ok(exact);
     }
-    let mut full: Vec<String> = r
-        .graph
+    // the short name, or any alias (glibc's `__read`, the IFUNC `memcpy`
+    // of `__memcpy_avx_unaligned_erms`) full or short
+    let aka = |i: usize| {
+        g.func_aliases
+            .get(i)
+            .is_some_and(|a| a.iter().any(|x| x == name || short_name(x) == name))
+    };
+    let mut full: Vec<String> = g
         .funcs
         .iter()
-        .filter(|f| short_name(&f.symbol) == name)
-        .map(|f| f.symbol.clone())
+        .enumerate()
+        .filter(|(i, f)| short_name(&f.symbol) == name || aka(*i))
+        .map(|(_, f)| f.symbol.clone())
         .collect();
     full.sort();
     full.dedup();
     match full.len() {
         0 => Err(Lookup::NotFound),
-        1 => call_graph(r, &full[0]).ok_or(Lookup::NotFound),
+        1 => Ok(with(&full[0])),
         _ => Err(Lookup::Ambiguous(full)),
     }
 }

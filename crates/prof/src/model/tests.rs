@@ -553,3 +553,73 @@ fn short_names_and_lookup_by_them() {
     assert_eq!(find_call_graph(&r, "a::run(int)").unwrap().inclusive, 3);
     assert_eq!(find_call_graph(&r, "nosuch").unwrap_err(), Lookup::NotFound);
 }
+
+/// `--callers` and annotate find a function by an alias: glibc's other
+/// names at its address (`__read` for `read`), the IFUNC an implementation
+/// serves (`memcpy` for `__memcpy_avx_unaligned_erms`).
+#[test]
+fn lookup_by_alias() {
+    struct Libc;
+    impl Symbolizer for Libc {
+        fn symbolize(&mut self, i: &Image, offsets: &[u64]) -> Vec<Option<String>> {
+            self.locate(i, offsets)
+                .into_iter()
+                .map(|s| s.map(|s| s.name))
+                .collect()
+        }
+        fn locate(&mut self, _: &Image, offsets: &[u64]) -> Vec<Option<SymInfo>> {
+            offsets
+                .iter()
+                .map(|o| {
+                    let (name, aliases): (&str, &[&str]) = match o / 0x100 {
+                        0x10 => ("read", &["__GI___libc_read", "__libc_read", "__read"]),
+                        0x11 => ("__memcpy_avx_unaligned_erms", &["memcpy"]),
+                        _ => ("main", &[]),
+                    };
+                    Some(SymInfo {
+                        name: name.into(),
+                        aliases: aliases.iter().map(|a| a.to_string()).collect(),
+                        ..Default::default()
+                    })
+                })
+                .collect()
+        }
+    }
+    let mut p = Profile::with_images(vec![Image::named("/lib/libc.so.6", ImageKind::Elf)]);
+    for (leaf, n) in [(0x1010u64, 5u64), (0x1110, 3)] {
+        let stack = p.stack_id(&[Frame {
+            image: 0,
+            offset: 0x2001,
+        }]);
+        p.add_row(
+            RowKey {
+                pid: 1,
+                tid: 1,
+                cpu: 0,
+                mode: Mode::User,
+                image: 0,
+                offset: leaf,
+                tags: vec![0; 1],
+                stack,
+            },
+            n,
+        )
+        .unwrap();
+    }
+    let r = build_report(
+        &p,
+        &std::collections::HashMap::new(),
+        &[],
+        &Meta::default(),
+        &mut Libc,
+        &ReportOpts::default(),
+    );
+    assert_eq!(r.symbols[0].symbol, "read");
+    for name in ["read", "__read", "__GI___libc_read"] {
+        let g = find_call_graph(&r, name).unwrap();
+        assert_eq!((g.symbol.as_str(), g.self_samples), ("read", 5), "{name}");
+    }
+    let g = find_call_graph(&r, "memcpy").unwrap();
+    assert_eq!(g.symbol, "__memcpy_avx_unaligned_erms");
+    assert_eq!(g.callers[0].symbol, "main");
+}
