@@ -24,6 +24,10 @@
 # CPU (utime+stime from /proc, from after its start to before its stop) is
 # reported per 10,000 spans it queued, with the spans it sent and dropped.
 #
+# It prints the load average at its start and end and how long it took
+# (about 40 s at the default 9 repetitions on an idle machine; under 3
+# minutes up to --reps 25).
+#
 # Holds /run/mantle-kernel.lock; loads the kernel side if it is not loaded
 # (and unloads it at the end), leaves other tags alone.
 set -euo pipefail
@@ -125,6 +129,8 @@ print(sys.argv[2], (int(sys.argv[4])-int(sys.argv[3]))/int(sys.argv[5]), q["queu
 	fi
 }
 
+START=$(date +%s)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 # warm-up
 for c in "${CASES[@]}"; do run_case warmup "$c" 0; done
 for r in $(seq "$REPS"); do
@@ -132,6 +138,8 @@ for r in $(seq "$REPS"); do
 	for cond in "${order[@]}"; do run_cond "$cond" "$r"; done
 done
 
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "load average at the start: $LOAD0; at the end: $LOAD1; $(($(date +%s) - START)) s; $(nproc) CPUs; commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 python3 - "$BIN/runs" "$BIN/exporter" "$REPS" <<'EOF'
 import statistics as st, sys
 runs = [l.split() for l in open(sys.argv[1])]
