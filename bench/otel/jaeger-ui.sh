@@ -24,8 +24,10 @@
 # (--engine-strict=false) and the build's result is checked instead
 # (index.html and its script bundle must be there).
 #
-# About 3 minutes and 1 GB of node_modules in a temporary directory,
-# removed at the end; the result is about 10 MB.
+# About 1 GB of node_modules in a temporary directory, removed at the end;
+# the result is 8.7 MB. Time: npm ci took 2.5 min and the vite build 20 min
+# (1 min 44 s of CPU) on this 2-CPU VM at a load average of 20 to 38:
+# minutes on an idle machine.
 set -euo pipefail
 TAG=v1.76.0
 DEST=${MANTLE_JAEGER_UI:-/usr/local/lib/mantle/jaeger-ui-1.76.0}

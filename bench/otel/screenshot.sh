@@ -122,7 +122,8 @@ for _ in $(seq 300); do
 	kill -0 "$JPID" 2>/dev/null || { cat "$TMP/jaeger.log" >&2; die "Jaeger exited"; }
 	sleep 0.1
 done
-curl -sf "$QURL/" | grep -q '<div id="jaeger-ui-root"' ||
+INDEX=$(curl -sf "$QURL/" || true)
+[[ $INDEX == *'<div id="jaeger-ui-root">'* ]] ||
 	{ cat "$TMP/jaeger.log" >&2; die "Jaeger does not serve the UI from $UI"; }
 
 exec 9>>/run/mantle-kernel.lock
@@ -176,7 +177,7 @@ mkdir -p "$(dirname "$OUT")"
 # --virtual-time-budget: the page's fetches and rendering run to the end
 # before the picture; the profile goes in the temporary directory.
 "$CHROMIUM" --headless --no-sandbox --disable-gpu --hide-scrollbars \
-	--user-data-dir="$TMP/chromium" --window-size=1400,760 \
+	--user-data-dir="$TMP/chromium" --window-size=1400,520 \
 	--virtual-time-budget=20000 --screenshot="$TMP/shot.png" \
 	"$QURL/trace/$TID" >"$TMP/chromium.log" 2>&1 ||
 	{ tail -20 "$TMP/chromium.log" >&2; die "chromium failed"; }

@@ -48,8 +48,10 @@ done
 BIN=$(mktemp -d /tmp/mantle-bench-otel.XXXXXX)
 chmod 755 "$BIN"
 cc -O2 -Wall -o "$BIN/micro" "$HERE/micro.c" -lrt
-CASES=(pipe_pingpong unix_pingpong)
-declare -A ITERS=([pipe_pingpong]=15000 [unix_pingpong]=10000)
+# run.sh's IPC ping-pongs, at its iteration counts: every reception of
+# each is recorded, so the exporter has the most to read
+CASES=(pipe_pingpong unix_pingpong eventfd_pingpong mq_pingpong)
+declare -A ITERS=([pipe_pingpong]=15000 [unix_pingpong]=10000 [eventfd_pingpong]=15000 [mq_pingpong]=15000)
 
 exec 9>>/run/mantle-kernel.lock
 flock 9
