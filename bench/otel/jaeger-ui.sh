@@ -53,10 +53,14 @@ grep -q '"version": "1.76.0"' "$WORK/packages/jaeger-ui/package.json" ||
 	echo "jaeger-ui.sh: warning: $SRC is not jaeger-ui 1.76.0; building it anyway" >&2
 cd "$WORK"
 echo "jaeger-ui.sh: npm ci (node $(node --version))"
-npm ci --engine-strict=false --no-audit --no-fund --loglevel=error >"$WORK/npm-ci.log" 2>&1 ||
+# a time limit: one npm ci here hung after extracting every package (no
+# child process, 38 min in a futex wait) where the same command had taken
+# 2.5 min before
+timeout -k 10s 30m npm ci --engine-strict=false --no-audit --no-fund --loglevel=error \
+	</dev/null >"$WORK/npm-ci.log" 2>&1 ||
 	{ tail -30 "$WORK/npm-ci.log" >&2; exit 1; }
 echo "jaeger-ui.sh: npm run build"
-(cd packages/jaeger-ui && npm run build) >"$WORK/build.log" 2>&1 ||
+(cd packages/jaeger-ui && timeout -k 10s 60m npm run build </dev/null) >"$WORK/build.log" 2>&1 ||
 	{ tail -30 "$WORK/build.log" >&2; exit 1; }
 OUT=$WORK/packages/jaeger-ui/build
 [[ -f $OUT/index.html ]] && ls "$OUT"/static/*.js >/dev/null 2>&1 ||
