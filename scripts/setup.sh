@@ -51,7 +51,9 @@ fi
 # Jaeger v2 for the OpenTelemetry tests (crates/cli/tests/otel.rs, docs/otel.md):
 # built once from the Go module proxy (a few minutes; about 120 MB), kept at
 # /usr/local/lib/mantle/jaeger-1.76.0. Its build has no web UI (the UI's
-# assets are not in the Go module); the tests use its query API.
+# assets are not in the Go module); the tests use its query API. The UI,
+# for docs/otel.md's picture only, is built from the jaeger-ui sources by
+# bench/otel/jaeger-ui.sh (npm), which bench/otel/screenshot.sh runs.
 jaeger=/usr/local/lib/mantle/jaeger-1.76.0
 if [ ! -x "$jaeger" ]; then
   gobin=/usr/local/go/bin/go

@@ -4,7 +4,8 @@
 # bench/tags/otel.sh: does `mantle tags export` touch the hot path, and
 # what does the exporter itself cost? (issue 36, docs/otel.md "Cost")
 #
-#   bash bench/tags/otel.sh [--reps N] [--mantle PATH]    (as root, repo root)
+#   bash bench/tags/otel.sh [--reps N] [--budget SECONDS] [--mantle PATH]
+#                                                       (as root, repo root)
 #
 # Two conditions side by side in one run, ABBA order over N repetitions
 # (default 9):
@@ -12,9 +13,12 @@
 #             reception is recorded (--lifeline 65536), as run.sh's
 #             `lifeline` condition
 #   export    the same, while `mantle tags export --tags bench_otel --new
-#             --poll 200ms` sends every reception to a collector on
+#             --poll 50ms` sends every reception to a collector on
 #             loopback (a Python OTLP/HTTP sink that answers 200 and
-#             discards)
+#             discards). 50ms, not the default 200ms: a ping-pong records
+#             up to about 200,000 receptions a second and the ring all
+#             tags share holds 65,536, so at 200ms it could wrap between
+#             two reads (counted as "lost in the ring")
 # Pinning: the measured processes on CPU 1 (taskset), the exporter and the
 # sink on CPU 0: the question is whether exporting slows the IPC path, not
 # whether two processes share a CPU. Each row: median ns/op (micro's median
@@ -22,7 +26,15 @@
 # medians export / lifeline ("the same within noise": the spread of the
 # per-repetition ratios says how wide noise is here). The exporter's own
 # CPU (utime+stime from /proc, from after its start to before its stop) is
-# reported per 10,000 spans it queued, with the spans it sent and dropped.
+# reported per 10,000 receptions it read (each a span queued), with the
+# spans it sent and dropped and the receptions lost in the ring.
+#
+# It prints the load average at its start and end and how long it took.
+# --budget (default 150 s): no repetition starts once the time spent plus
+# the last repetition's would pass it, so the run stays under 3 minutes
+# with its set-up whatever the load; the repetitions done are printed (9
+# fit with room to spare on an idle machine; on this VM at a load average
+# of 28 one repetition took 27 s).
 #
 # Holds /run/mantle-kernel.lock; loads the kernel side if it is not loaded
 # (and unloads it at the end), leaves other tags alone.
@@ -31,11 +43,13 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE=$ROOT/bench/tags
 MANTLE=$ROOT/target/release/mantle
 REPS=9
+BUDGET=150
 while (($#)); do
 	case $1 in
 	--reps) REPS=$2; shift ;;
+	--budget) BUDGET=$2; shift ;;
 	--mantle) MANTLE=$2; shift ;;
-	*) echo "usage: $0 [--reps N] [--mantle PATH]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--reps N] [--budget SECONDS] [--mantle PATH]" >&2; exit 2 ;;
 	esac
 	shift
 done
@@ -44,8 +58,10 @@ done
 BIN=$(mktemp -d /tmp/mantle-bench-otel.XXXXXX)
 chmod 755 "$BIN"
 cc -O2 -Wall -o "$BIN/micro" "$HERE/micro.c" -lrt
-CASES=(pipe_pingpong unix_pingpong)
-declare -A ITERS=([pipe_pingpong]=15000 [unix_pingpong]=10000)
+# run.sh's IPC ping-pongs, at its iteration counts: every reception of
+# each is recorded, so the exporter has the most to read
+CASES=(pipe_pingpong unix_pingpong eventfd_pingpong mq_pingpong)
+declare -A ITERS=([pipe_pingpong]=15000 [unix_pingpong]=10000 [eventfd_pingpong]=15000 [mq_pingpong]=15000)
 
 exec 9>>/run/mantle-kernel.lock
 flock 9
@@ -104,7 +120,7 @@ run_case() { # cond case rep
 
 run_cond() { # cond rep
 	if [[ $1 == export ]]; then
-		taskset -c 0 "$MANTLE" tags export --otlp "$URL" --tags bench_otel --new --poll 200ms --json \
+		taskset -c 0 "$MANTLE" tags export --otlp "$URL" --tags bench_otel --new --poll 50ms --json \
 			>"$BIN/exp.json" 2>"$BIN/exp.err" </dev/null &
 		EXP_PID=$!
 		sleep 1 # started, the ring's backlog learned
@@ -125,14 +141,26 @@ print(sys.argv[2], (int(sys.argv[4])-int(sys.argv[3]))/int(sys.argv[5]), q["queu
 	fi
 }
 
+START=$(date +%s)
+LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 # warm-up
 for c in "${CASES[@]}"; do run_case warmup "$c" 0; done
+DONE=0
 for r in $(seq "$REPS"); do
+	T0=$(date +%s)
 	if ((r % 2)); then order=(lifeline export); else order=(export lifeline); fi
 	for cond in "${order[@]}"; do run_cond "$cond" "$r"; done
+	DONE=$r
+	T1=$(date +%s)
+	if ((r < REPS && T1 - START + (T1 - T0) > BUDGET)); then
+		echo "otel.sh: stopped after $r of $REPS repetitions: the next would pass the ${BUDGET} s budget"
+		break
+	fi
 done
 
-python3 - "$BIN/runs" "$BIN/exporter" "$REPS" <<'EOF'
+LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "load average at the start: $LOAD0; at the end: $LOAD1; $(($(date +%s) - START)) s; $(nproc) CPUs; commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+python3 - "$BIN/runs" "$BIN/exporter" "$DONE" <<'EOF'
 import statistics as st, sys
 runs = [l.split() for l in open(sys.argv[1])]
 exp = [l.split() for l in open(sys.argv[2])]
@@ -151,6 +179,6 @@ for case in sorted({r[1] for r in runs if r[0] != 'warmup'}):
 cpu = [float(e[1]) for e in exp]; q = [int(e[2]) for e in exp]
 sent = [int(e[3]) for e in exp]; drop = [int(e[4]) for e in exp]; lost = [int(e[5]) for e in exp]
 per = [c / n * 1e4 * 1e3 for c, n in zip(cpu, q) if n]
-print(f"exporter: {med(per):.1f} ms CPU per 10,000 spans (median of {len(per)}; {min(per):.1f}..{max(per):.1f}); "
+print(f"exporter: {med(per):.1f} ms CPU per 10,000 receptions read (median of {len(per)}; {min(per):.1f}..{max(per):.1f}); "
       f"spans per run {med(q):.0f}, sent {sum(sent)} of {sum(q)}, dropped {sum(drop)}, lost in the ring {sum(lost)}")
 EOF
