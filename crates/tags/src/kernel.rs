@@ -68,6 +68,7 @@ pub const TAGGED_HOOKS: &[(&str, Hook)] = &[
     ("mt_fork", Hook::RawTp),
     ("mt_exit", Hook::RawTp),
     ("mt_signal", Hook::RawTp),
+    ("mt_sigdeliver", Hook::RawTp),
     ("mt_sock_send", Hook::RawTp),
     ("mt_unix_queued", Hook::RawTp),
     ("mt_sock_recv", Hook::RawTp),

@@ -311,6 +311,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts, root: &Path) -> Result<UpRe
             ("mt_fork", &mut p.mt_fork),
             ("mt_exit", &mut p.mt_exit),
             ("mt_signal", &mut p.mt_signal),
+            ("mt_sigdeliver", &mut p.mt_sigdeliver),
             ("mt_sock_send", &mut p.mt_sock_send),
             ("mt_unix_queued", &mut p.mt_unix_queued),
             ("mt_sock_recv", &mut p.mt_sock_recv),

@@ -299,7 +299,8 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 	case MT_OP_CLASS:
 		if (!root)
 			return -MT_EPERM;
-		t->flags = MT_F_USER_SET | (arg ? MT_F_SYSTEM : 0);
+		t->flags = MT_F_USER_SET | ((arg & MT_CLASS_SYSTEM) ? MT_F_SYSTEM : 0) |
+			   ((arg & MT_CLASS_CHILDREN_USER) ? MT_F_CHILDREN_USER : 0);
 		return 0;
 	case MT_OP_DELETE: {
 		struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
