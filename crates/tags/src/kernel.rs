@@ -239,6 +239,13 @@ pub fn admin(a: &crate::abi::Admin) -> Result<(), Error> {
     run_syscall_prog("mt_admin", &mut a, "changing the tag table")
 }
 
+/// The parameters of the next operation of the op iterator (the frozen
+/// `op` map), written by the `mt_set_op` program.
+pub fn set_op(o: &crate::abi::Op) -> Result<(), Error> {
+    let mut o = *o;
+    run_syscall_prog("mt_set_op", &mut o, "changing another thread's tags")
+}
+
 /// Runs pinned syscall program `name` once on `ctx` (BPF_PROG_RUN); its
 /// return value is 0 or a negative MT_E* error. The pin is root's: others
 /// get `Permission` naming `what`.

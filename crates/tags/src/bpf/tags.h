@@ -326,7 +326,9 @@ struct mt_admin {
 	__u32 digest;      /* MT_ADM_DIGEST: cluster table digest */
 	__u64 created_ns;  /* MT_ADM_INSTALL: CLOCK_REALTIME */
 	__u8 default_ttl;  /* MT_ADM_INSTALL */
-	__u8 pad[7];
+	__u8 pad[3];
+	__u32 owner_uid;   /* MT_ADM_INSTALL: the tag's owner (the caller's pid is recorded
+	                    * with it; `owners` is frozen, issue 32) */
 	char name[MT_NAME_LEN];
 };
 enum mt_admin_code {
@@ -335,7 +337,9 @@ enum mt_admin_code {
 	MT_ADM_DIGEST = 3,  /* the cluster table's digest */
 };
 
-/* Parameters of a tool operation, read by the op iterator (root-only map). */
+/* Parameters of a tool operation, read by the op iterator (the `op` map,
+ * frozen: written by the mt_set_op syscall program, which only a privileged
+ * caller may run, issue 32). */
 struct mt_op {
 	__u32 code;     /* enum mt_op_code */
 	__u32 tag;      /* bit */
@@ -493,6 +497,7 @@ MT_OFF(mt_admin, digest, 20);
 MT_OFF(mt_admin, created_ns, 24);
 MT_OFF(mt_admin, default_ttl, 32);
 MT_OFF(mt_admin, pad, 33);
+MT_OFF(mt_admin, owner_uid, 36);
 MT_OFF(mt_admin, name, 40);
 
 MT_SIZE(mt_op, 24); /* Op */
