@@ -8,10 +8,10 @@
 //! | [`View`]          | `view` map, mmapped read-only by every process     | BPF writes; applications read their own entry |
 //! | [`Ctl`]           | `ctl` map (1 entry, frozen, mmapped read-only)     | BPF programs write; tools read |
 //! | [`TagEntry`]      | `tags` map (frozen, mmapped read-only)             | `mt_admin` writes; anyone reads |
-//! | [`Owner`]         | `owners` map (root)                                | tools |
+//! | [`Owner`]         | `owners` map (root, frozen)                        | `mt_admin` writes; tools read |
 //! | [`Stats`]         | `stats` per-CPU map (read-only pin)                | BPF counts; tools sum |
-//! | [`Reception`]     | `lifeline` map (root, mmapped)                     | BPF records; tools read |
-//! | [`Op`]            | `op` map (root), read by the op iterator           | tools write |
+//! | [`Reception`]     | `lifeline` map (root, frozen, mmapped)             | BPF records (`mt_admin` empties a new ring); tools read |
+//! | [`Op`]            | `op` map (root, frozen), read by the op iterator   | `mt_set_op` writes (tools run it) |
 //! | [`ThreadRec`]     | output of the op/list iterators                    | tools parse |
 //! | [`Admin`]         | context of the `mt_admin` syscall program          | tools (root) |
 //! | [`ExpireArgs`]    | context of the `mt_arm_expiry` syscall program     | tools (root) |

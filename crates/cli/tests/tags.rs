@@ -1511,7 +1511,11 @@ fn uid0_without_capabilities_cannot_write_the_kernel_side() {
         for (p, size) in [("mt_admin", 72), ("mt_set_op", 24), ("mt_arm_expiry", 8)] {
             o += &poke(
                 wrap,
-                &["--run".into(), size.to_string(), format!("{root}/progs/{p}")],
+                &[
+                    "--run".into(),
+                    size.to_string(),
+                    format!("{root}/progs/{p}"),
+                ],
             );
         }
         o
@@ -1528,7 +1532,10 @@ fn uid0_without_capabilities_cannot_write_the_kernel_side() {
     }
     // The iterators that show or change other threads give it nothing;
     // root (this test) reads the tagged holder from the same pin.
-    let iters = [format!("{root}/links/list_iter"), format!("{root}/links/op_iter")];
+    let iters = [
+        format!("{root}/links/list_iter"),
+        format!("{root}/links/op_iter"),
+    ];
     let mut args = vec!["--iter".to_string()];
     args.extend(iters.iter().cloned());
     for line in poke(capless, &args).lines() {

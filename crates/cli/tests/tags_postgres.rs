@@ -88,18 +88,17 @@ struct Pg {
 
 impl Pg {
     fn start(name: &str) -> Pg {
-        mantle_testsupport::require_programs(&[("psql", "postgresql-client"), ("runuser", "util-linux")]);
+        mantle_testsupport::require_programs(&[
+            ("psql", "postgresql-client"),
+            ("runuser", "util-linux"),
+        ]);
         let bin = pg_bin();
         let user = pg_user();
         let dir = kernel::loaded(&SPEC).dir.join(name);
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-        let st = Command::new("chown")
-            .arg(&user)
-            .arg(&dir)
-            .status()
-            .unwrap();
+        let st = Command::new("chown").arg(&user).arg(&dir).status().unwrap();
         assert!(st.success(), "chown {user} {}", dir.display());
         let mut pg = Pg {
             dir,
@@ -415,7 +414,10 @@ fn postgres_statements_reach_exactly_the_processes_that_did_the_work() {
     expect_reached(&pg, "select 1", &tags[0], &BTreeSet::from([be]));
 
     let before = pg.all();
-    let out = pg.psql(Some(&tags[1]), &["select pg_reload_conf(), pg_backend_pid()"]);
+    let out = pg.psql(
+        Some(&tags[1]),
+        &["select pg_reload_conf(), pg_backend_pid()"],
+    );
     let be: u32 = out[0].split('|').nth(1).unwrap().parse().unwrap();
     let mut want = before.clone();
     want.insert(be);
@@ -482,9 +484,7 @@ fn postgres_system_postmaster_keeps_its_workers_reachable() {
         "plain `class system`: the backend {be} should be a system thread (inherited), yet the user tag reached it: {got:?}"
     );
 
-    let o = mantle_ok(&[
-        "tag", "class", "system", "--pid", &pm, "--children", "user",
-    ]);
+    let o = mantle_ok(&["tag", "class", "system", "--pid", &pm, "--children", "user"]);
     assert!(o.contains("user"), "{o}");
     let out = pg.psql(Some(&t), &["select 1, pg_backend_pid()"]);
     let be2: u32 = out[0].split('|').nth(1).unwrap().parse().unwrap();
@@ -498,7 +498,10 @@ fn postgres_system_postmaster_keeps_its_workers_reachable() {
     let out = pg.psql(Some(&t), &["select pg_reload_conf(), pg_backend_pid()"]);
     let be3: u32 = out[0].split('|').nth(1).unwrap().parse().unwrap();
     let (got, _) = receivers(&t);
-    assert!(!got.contains(&pg.pm), "the system postmaster got a user tag: {got:?}");
+    assert!(
+        !got.contains(&pg.pm),
+        "the system postmaster got a user tag: {got:?}"
+    );
     assert_eq!(
         got,
         BTreeSet::from([be2, be3]),
