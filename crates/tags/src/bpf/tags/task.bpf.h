@@ -201,8 +201,6 @@ int BPF_PROG(mt_sigdeliver, int sig, struct kernel_siginfo *info, struct k_sigac
 	struct mt_thread *t;
 	struct mt_rxfast *f;
 	struct mt_view *v;
-	struct snap s = {};
-	__u32 epoch = 0, tx_tid = 0, tx_pid = 0;
 	struct mt_ctl *c;
 
 	if (!mt_held_any || !ka)
@@ -217,13 +215,16 @@ int BPF_PROG(mt_sigdeliver, int sig, struct kernel_siginfo *info, struct k_sigac
 	if (!c)
 		return 0;
 	v = view_of(task->pid);
-	if (v && d && take(d, &s, &epoch, &tx_tid, &tx_pid, task->pid, 1)) {
+	if (v && d && !vec_empty(d->vec)) {
 		__u64 before[MT_WORDS];
 
 #pragma unroll
 		for (int w = 0; w < MT_WORDS; w++)
 			before[w] = v->vec[w];
-		deliver(c, task, &s, epoch, MT_K_SIGNAL, tx_tid, tx_pid, 1);
+		/* take and deliver through the global function the channels
+		 * share (checked once by the verifier: an inline deliver()
+		 * here made `tags up` ~40% slower) */
+		mt_receive_in(d, 0, 0, 1, task);
 		/* The per-request tags this signal made the thread hold are
 		 * held for its handler only: kept in t->sig, out of the fast
 		 * path's unlimited set (here, not in deliver(): mt_sys_exit,
