@@ -4,14 +4,16 @@
 # MANTLE_VMLINUX=running and the benchmarks), libelf/zlib for libbpf, socat for the demo, and the tools the
 # tests and benchmarks drive (tcpdump for tags_net, go for `go tool pprof` and graphviz for its -svg, strace
 # and matplotlib for bench/executive; g++ for the instrumenter's C++ fixture, rt-tests
-# (cyclictest) for bench/sleep; Jaeger (built from Go modules) for the OpenTelemetry tests:
+# (cyclictest) for bench/sleep; PostgreSQL for the tags test on a real server
+# (crates/cli/tests/tags_postgres.rs makes its own throwaway cluster, on a
+# unix socket in a scratch directory); Jaeger (built from Go modules) for the OpenTelemetry tests:
 # the tests themselves install nothing). Rust comes from the machine's rustup
 # toolchain (mantle needs Rust >= 1.87); Debian's own rustc is too old.
 set -euo pipefail
 need=()
 for p in clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev pkg-config make gcc socat \
          iproute2 util-linux procps python3 xz-utils sqlite3 tcpdump strace g++ rt-tests graphviz \
-         libc6-dbg; do
+         libc6-dbg postgresql postgresql-client; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 # go: any install will do (the prof test also looks in /usr/local/go)

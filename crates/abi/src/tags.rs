@@ -8,10 +8,10 @@
 //! | [`View`]          | `view` map, mmapped read-only by every process     | BPF writes; applications read their own entry |
 //! | [`Ctl`]           | `ctl` map (1 entry, frozen, mmapped read-only)     | BPF programs write; tools read |
 //! | [`TagEntry`]      | `tags` map (frozen, mmapped read-only)             | `mt_admin` writes; anyone reads |
-//! | [`Owner`]         | `owners` map (root)                                | tools |
+//! | [`Owner`]         | `owners` map (root, frozen)                        | `mt_admin` writes; tools read |
 //! | [`Stats`]         | `stats` per-CPU map (read-only pin)                | BPF counts; tools sum |
-//! | [`Reception`]     | `lifeline` map (root, mmapped)                     | BPF records; tools read |
-//! | [`Op`]            | `op` map (root), read by the op iterator           | tools write |
+//! | [`Reception`]     | `lifeline` map (root, frozen, mmapped)             | BPF records (`mt_admin` empties a new ring); tools read |
+//! | [`Op`]            | `op` map (root, frozen), read by the op iterator   | `mt_set_op` writes (tools run it) |
 //! | [`ThreadRec`]     | output of the op/list iterators                    | tools parse |
 //! | [`Admin`]         | context of the `mt_admin` syscall program          | tools (root) |
 //! | [`ExpireArgs`]    | context of the `mt_arm_expiry` syscall program     | tools (root) |
@@ -293,7 +293,7 @@ const _: () = assert!(size_of::<Op>() == 24);
 ///
 /// ```text
 ///  0 code   4 tag   8 flags  12 ll_base  16 ll_size  20 digest
-/// 24 created_ns (u64)  32 default_ttl (u8) + 7 pad  40 name[32]  72
+/// 24 created_ns (u64)  32 default_ttl (u8) + 3 pad  36 owner_uid  40 name[32]  72
 /// ```
 #[repr(C)]
 #[derive(Clone, Copy, Debug, FromBytes, IntoBytes, Immutable, KnownLayout)]
@@ -306,11 +306,14 @@ pub struct Admin {
     pub digest: u32,
     pub created_ns: u64,
     pub default_ttl: u8,
-    pub pad: [u8; 7],
+    pub pad: [u8; 3],
+    /// `MT_ADM_INSTALL`: the tag's owner (issue 32: `owners` is frozen,
+    /// only this program writes it).
+    pub owner_uid: u32,
     pub name: [u8; MT_NAME_LEN],
 }
 offsets!(Admin: code @ 0, tag @ 4, flags @ 8, ll_base @ 12, ll_size @ 16, digest @ 20,
-    created_ns @ 24, default_ttl @ 32, pad @ 33, name @ 40);
+    created_ns @ 24, default_ttl @ 32, pad @ 33, owner_uid @ 36, name @ 40);
 const _: () = assert!(size_of::<Admin>() == 72);
 
 /// `struct mt_expire_args`: context of the `mt_arm_expiry` program.

@@ -291,8 +291,13 @@ pub enum TagCmd {
         undo: bool,
     },
     /// Mark threads as system or user threads (root).
+    ///
+    /// A process forked by a marked thread inherits its class, unless the
+    /// thread was marked with `--children user`: then the processes it forks
+    /// from now on are user threads (a server's workers stay reachable by
+    /// user tags while the server itself takes only system tags).
     #[command(
-        after_help = "Examples:\n  mantle tag class system --pid $(pidof myserver)\n  mantle tag class user --tid 1236"
+        after_help = "Examples:\n  mantle tag class system --pid $(pidof myserver)\n  mantle tag class system --pid $(head -1 $PGDATA/postmaster.pid) --children user\n  mantle tag class user --tid 1236"
     )]
     Class {
         /// system (holds system tags only) or user (user tags only).
@@ -300,6 +305,10 @@ pub enum TagCmd {
         class: String,
         #[command(flatten)]
         who: Who,
+        /// The class of the processes the threads fork from now on
+        /// (default: their own).
+        #[arg(long, value_name = "CLASS", value_parser = ["user"])]
+        children: Option<String>,
     },
     /// Threads holding a tag (all tagged threads without NAME) (root).
     #[command(

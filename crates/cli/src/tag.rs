@@ -102,14 +102,26 @@ pub fn run(c: TagCmd) -> Result<(), Failure> {
                 r.len()
             );
         }
-        TagCmd::Class { class, who } => {
-            let r = t.op(
-                OpCode::Class,
-                None,
-                (class == "system") as u32,
-                who.target(),
-            )?;
-            println!("{} thread(s) marked {class}", r.len());
+        TagCmd::Class {
+            class,
+            who,
+            children,
+        } => {
+            let mut arg = 0;
+            if class == "system" {
+                arg |= mantle_tags::abi::MT_CLASS_SYSTEM;
+            }
+            if children.is_some() {
+                arg |= mantle_tags::abi::MT_CLASS_CHILDREN_USER;
+            }
+            let r = t.op(OpCode::Class, None, arg, who.target())?;
+            match children {
+                Some(ch) => println!(
+                    "{} thread(s) marked {class}, the processes they fork {ch}",
+                    r.len()
+                ),
+                None => println!("{} thread(s) marked {class}", r.len()),
+            }
         }
         TagCmd::Threads { name, json } => render::threads(&t.threads(name.as_deref())?, json),
         TagCmd::Get { tid, json } => {

@@ -68,6 +68,7 @@ pub const TAGGED_HOOKS: &[(&str, Hook)] = &[
     ("mt_fork", Hook::RawTp),
     ("mt_exit", Hook::RawTp),
     ("mt_signal", Hook::RawTp),
+    ("mt_sigdeliver", Hook::RawTp),
     ("mt_sock_send", Hook::RawTp),
     ("mt_unix_queued", Hook::RawTp),
     ("mt_sock_recv", Hook::RawTp),
@@ -236,6 +237,13 @@ pub fn arm_expiry(bit: u32, ms: u32) -> Result<(), Error> {
 pub fn admin(a: &crate::abi::Admin) -> Result<(), Error> {
     let mut a = *a;
     run_syscall_prog("mt_admin", &mut a, "changing the tag table")
+}
+
+/// The parameters of the next operation of the op iterator (the frozen
+/// `op` map), written by the `mt_set_op` program.
+pub fn set_op(o: &crate::abi::Op) -> Result<(), Error> {
+    let mut o = *o;
+    run_syscall_prog("mt_set_op", &mut o, "changing another thread's tags")
 }
 
 /// Runs pinned syscall program `name` once on `ctx` (BPF_PROG_RUN); its

@@ -472,34 +472,11 @@ impl Tags {
         } else {
             0
         };
-        if o.lifeline > 0 {
-            // Clear the ring's sequence numbers before the tag is live, so
-            // old records of a reused region are not read as its own. The
-            // map is root's and no program writes these slots yet (the
-            // region belongs to no live tag), but the kernel may write
-            // neighbouring slots: word stores through atomics, no
-            // reference into the shared mapping.
-            let ll = kernel::map_array::<abi::Reception>("lifeline", true)?;
-            let seq = std::mem::offset_of!(Reception, seq);
-            for s in base..base + o.lifeline {
-                ll.atomic_u64(s as usize, seq)
-                    .ok_or(Error::LifelineFull(o.lifeline))?
-                    .store(0, std::sync::atomic::Ordering::Relaxed);
-            }
-        }
-        // The owner first: the kernel side checks it as soon as the tag is
-        // live (who may set it on itself, who may delete it).
-        let owners = kernel::pinned_map("owners", true)?;
+        // The ring's sequence numbers are cleared, and the owner recorded,
+        // by mt_admin before the tag is live: `lifeline` and `owners` are
+        // frozen (issue 32: a capability-less uid 0 can open their root
+        // pins; only programs that check the caller's capabilities write).
         let uid = o.owner_uid.unwrap_or_else(mantle_sys::os::geteuid);
-        owners
-            .update(
-                &bit,
-                &Owner {
-                    uid,
-                    pid: std::process::id(),
-                },
-            )
-            .map_err(|e| kernel::kerr("record the tag's owner", e))?;
         let mut nm = [0u8; MT_NAME_LEN];
         nm[..name.len()].copy_from_slice(name.as_bytes());
         let now = std::time::SystemTime::now()
@@ -519,6 +496,7 @@ impl Tags {
             ll_size: o.lifeline,
             created_ns: now.as_nanos() as u64,
             default_ttl: o.ttl.unwrap_or(MT_TTL_INF as u8),
+            owner_uid: uid,
             name: nm,
             ..abi::Admin::new_zeroed()
         })
@@ -648,9 +626,7 @@ impl Tags {
             pid: if let Target::Pid(p) = target { p } else { 0 },
             pad: 0,
         };
-        kernel::pinned_map("op", true)?
-            .update(&0u32, &op)
-            .map_err(|e| kernel::kerr("write the op map", e))?;
+        kernel::set_op(&op)?;
         let recs = kernel::run_iter::<ThreadRec>("op_iter")?;
         let id = match target {
             Target::Tid(t) | Target::Pid(t) => t,

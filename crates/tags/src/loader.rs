@@ -260,6 +260,31 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts, root: &Path) -> Result<UpRe
             debug_assert!(MAPS.iter().any(|&(n, public)| n == name && public));
             mantle_sys::bpf::map_freeze(fd).map_err(|e| kerr(format!("freeze map {name}"), e))?;
         }
+        // And every root-only pinned map that user space never writes (or
+        // writes only through a program: owners and lifeline by mt_admin,
+        // op by mt_set_op). Their pins are 0600 in root's directories, but
+        // the owner of those files is uid 0, and a process that is uid 0
+        // with every capability dropped passes their permission checks:
+        // BPF_OBJ_GET gives it a writable fd (issue 32). Not frozen: the
+        // two whose values the kernel refuses to freeze or that user space
+        // must map writable: `expiry` (a bpf_timer) and `dl_events` (the
+        // ring buffer's consumer page; docs/tags.md, Security).
+        for (name, fd) in [
+            ("threads", m.threads.as_fd()),
+            ("owners", m.owners.as_fd()),
+            ("lifeline", m.lifeline.as_fd()),
+            ("sk_dep", m.sk_dep.as_fd()),
+            ("sk_role", m.sk_role.as_fd()),
+            ("sk_rdep", m.sk_rdep.as_fd()),
+            ("chan_dep", m.chan_dep.as_fd()),
+            ("op", m.op.as_fd()),
+            ("zero_dep", m.zero_dep.as_fd()),
+            ("sk_owner", m.sk_owner.as_fd()),
+            ("chan_hint", m.chan_hint.as_fd()),
+        ] {
+            debug_assert!(MAPS.iter().any(|&(n, public)| n == name && !public));
+            mantle_sys::bpf::map_freeze(fd).map_err(|e| kerr(format!("freeze map {name}"), e))?;
+        }
     }
     // Pin maps: the frozen ones readable by everybody, the rest root's.
     {
@@ -311,6 +336,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts, root: &Path) -> Result<UpRe
             ("mt_fork", &mut p.mt_fork),
             ("mt_exit", &mut p.mt_exit),
             ("mt_signal", &mut p.mt_signal),
+            ("mt_sigdeliver", &mut p.mt_sigdeliver),
             ("mt_sock_send", &mut p.mt_sock_send),
             ("mt_unix_queued", &mut p.mt_unix_queued),
             ("mt_sock_recv", &mut p.mt_sock_recv),
@@ -318,6 +344,7 @@ fn up_inner(ctl_lib: &Path, cg: &Path, opts: UpOpts, root: &Path) -> Result<UpRe
             ("mt_tcp_sendmsg", &mut p.mt_tcp_sendmsg),
             ("mt_arm_expiry", &mut p.mt_arm_expiry),
             ("mt_admin", &mut p.mt_admin),
+            ("mt_set_op", &mut p.mt_set_op),
             ("mt_sendmsg4", &mut p.mt_sendmsg4),
             ("mt_sendmsg6", &mut p.mt_sendmsg6),
         ];

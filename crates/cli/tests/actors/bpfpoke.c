@@ -7,6 +7,15 @@
  *   bpfpoke --map-ids PROG_PIN...   (root: the ids of the programs' maps)
  *   bpfpoke --open-only PIN...      (only get_rw and get_ro: writes nothing,
  *                                    so root may run it on live maps)
+ *   bpfpoke --force-update PIN...   (as bpfpoke PIN..., and the update is
+ *                                    tried even when key 0 has no value:
+ *                                    zeros, BPF_ANY; a frozen map refuses
+ *                                    it with EPERM before looking at either)
+ *   bpfpoke --run SIZE PROG_PIN...  (BPF_PROG_RUN of a pinned syscall program
+ *                                    on SIZE zero bytes: "PIN get=E run=E
+ *                                    retval=R")
+ *   bpfpoke --iter LINK_PIN...      (reads a pinned iterator: "PIN get=E
+ *                                    create=E bytes=N")
  *
  * A PIN of the form "id:N" is map id N instead, opened with
  * BPF_MAP_GET_FD_BY_ID: how a map that is never pinned could be reached.
@@ -100,15 +109,70 @@ static int map_ids(int argc, char **argv)
 	return 0;
 }
 
+/* --run SIZE PIN...: run each pinned syscall program once. */
+static int run_progs(int argc, char **argv)
+{
+	static char ctx[4096];
+	unsigned size = (unsigned)strtoul(argv[2], 0, 10);
+
+	for (int i = 3; i < argc; i++) {
+		union bpf_attr a;
+		int fd = obj_get(argv[i], 0), run = -1, err_get = fd < 0 ? errno : 0;
+
+		memset(&a, 0, sizeof(a));
+		memset(ctx, 0, sizeof(ctx));
+		if (fd >= 0) {
+			a.test.prog_fd = fd;
+			a.test.ctx_in = (uint64_t)(uintptr_t)ctx;
+			a.test.ctx_size_in = size < sizeof(ctx) ? size : sizeof(ctx);
+			run = sys_bpf(BPF_PROG_TEST_RUN, &a) ? errno : 0;
+			close(fd);
+		}
+		printf("%s get=%d run=%d retval=%d\n", argv[i], err_get, run, (int)a.test.retval);
+	}
+	return 0;
+}
+
+/* --iter PIN...: how many bytes each pinned iterator gives this caller. */
+static int read_iters(int argc, char **argv)
+{
+	static char buf[1 << 16];
+
+	for (int i = 2; i < argc; i++) {
+		union bpf_attr a;
+		int fd = obj_get(argv[i], 0), it = -1, err_get = fd < 0 ? errno : 0, err_it = -1;
+		long n, total = 0;
+
+		if (fd >= 0) {
+			memset(&a, 0, sizeof(a));
+			a.iter_create.link_fd = fd;
+			it = (int)sys_bpf(BPF_ITER_CREATE, &a);
+			err_it = it < 0 ? errno : 0;
+			while (it >= 0 && (n = read(it, buf, sizeof(buf))) > 0)
+				total += n;
+			if (it >= 0)
+				close(it);
+			close(fd);
+		}
+		printf("%s get=%d create=%d bytes=%ld\n", argv[i], err_get, err_it, total);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static char key[4096], val[1 << 16];
 
 	int open_only = argc > 1 && !strcmp(argv[1], "--open-only");
+	int force = argc > 1 && !strcmp(argv[1], "--force-update");
 
 	if (argc > 1 && !strcmp(argv[1], "--map-ids"))
 		return map_ids(argc, argv);
-	for (int i = 1 + open_only; i < argc; i++) {
+	if (argc > 2 && !strcmp(argv[1], "--run"))
+		return run_progs(argc, argv);
+	if (argc > 1 && !strcmp(argv[1], "--iter"))
+		return read_iters(argc, argv);
+	for (int i = 1 + open_only + force; i < argc; i++) {
 		char upd[16] = "-", mrw[16] = "-", mro[16] = "-", rep[16] = "-";
 		int rw = map_open(argv[i], 0);
 		int erw = rw < 0 ? errno : 0;
@@ -153,7 +217,13 @@ int main(int argc, char **argv)
 				a.map_fd = fd;
 				a.key = (uint64_t)(uintptr_t)key;
 				a.value = (uint64_t)(uintptr_t)val;
-				if (rw >= 0 && sys_bpf(BPF_MAP_LOOKUP_ELEM, &a) == 0) {
+				int found = rw >= 0 && sys_bpf(BPF_MAP_LOOKUP_ELEM, &a) == 0;
+
+				if (!found && rw >= 0 && force) {
+					memset(key, 0, sizeof(key));
+					memset(val, 0, sizeof(val));
+				}
+				if (found || (rw >= 0 && force)) {
 					a.flags = BPF_ANY;
 					snprintf(upd, sizeof(upd), "%d",
 						 sys_bpf(BPF_MAP_UPDATE_ELEM, &a) == 0 ? 0 : errno);

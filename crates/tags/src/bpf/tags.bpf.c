@@ -37,7 +37,11 @@
  *   shared memory chan_dep[object], attached at creation (memfd_create,
  *                 tmpfs open with O_CREAT, shmget) and taken, not used up,
  *                 at every shared mapping (mmap MAP_SHARED, shmat).
- *   signals       delivered at signal_generate, sender to target.
+ *   signals       sig_dep[target thread] at signal_generate, taken when a
+ *                 handler starts (signal_deliver); per-request tags end at
+ *                 its rt_sigreturn (sys_exit, orig_ax -1). Signals that run
+ *                 no handler deliver at signal_generate, sender to target,
+ *                 without per-request tags (task.bpf.h).
  *   fork/clone    sched_process_fork copies the creator's state (not a hop).
  *
  * Deadlock tags (section 5.3): a send that carries one towards a process

@@ -70,6 +70,8 @@ enum mt_state {
 #define MT_F_DEADLOCK 0x20 /* tag: marks a synchronous call chain (paper, section 5.3) */
 #define MT_F_ANYONE 0x40   /* tag: any user may set it on itself (else owner and root) */
 #define MT_F_PER_REQUEST 0x80 /* tag: receivers hold it only until they answer */
+#define MT_F_CHILDREN_USER 0x100 /* thread: the processes it forks are user threads
+                                  * (`tag class system --children user`) */
 
 /*
  * Per-thread view: BPF_F_MMAPABLE array indexed by the thread's global tid.
@@ -94,6 +96,11 @@ struct mt_thread {
 	__u64 lamport;          /* Lamport clock: +1 per tagged send, max+1 per reception */
 	__u64 origin[MT_WORDS]; /* tags set on this thread by a tool or the API (not received):
 	                         * a deadlock tag's origin keeps it when answered */
+	__u64 sig[MT_WORDS];    /* per-request tags held only because a signal brought them:
+	                         * dropped when that signal's handler returns (issue 32) */
+	__u32 sig_depth;        /* signal handlers running on this thread since the first of them
+	                         * brought sig (nested ones included); 0: sig is empty */
+	__u32 pad2;
 };
 
 /*
@@ -277,10 +284,14 @@ enum mt_op_code {
 	MT_OP_TERM = 3,    /* add tag to terminator mask (and drop it) */
 	MT_OP_UNTERM = 4,  /* remove tag from terminator mask */
 	MT_OP_TTL = 5,     /* set the TTL of a held tag (arg) */
-	MT_OP_CLASS = 6,   /* arg 1: system thread, 0: user thread (root) */
+	MT_OP_CLASS = 6,   /* arg MT_CLASS_*: system or user thread, and its children's (root) */
 	MT_OP_PING = 7,    /* does nothing: tells the caller the path works */
 	MT_OP_DELETE = 8,  /* owner deletes a tag (state -> DELETING) */
 };
+
+/* MT_OP_CLASS's argument */
+#define MT_CLASS_SYSTEM 0x1        /* a system thread (else a user thread) */
+#define MT_CLASS_CHILDREN_USER 0x2 /* the processes it forks from now on are user threads */
 
 /* A tag's expiry timer (array of MT_TAGS). */
 struct mt_expiry {
@@ -315,7 +326,9 @@ struct mt_admin {
 	__u32 digest;      /* MT_ADM_DIGEST: cluster table digest */
 	__u64 created_ns;  /* MT_ADM_INSTALL: CLOCK_REALTIME */
 	__u8 default_ttl;  /* MT_ADM_INSTALL */
-	__u8 pad[7];
+	__u8 pad[3];
+	__u32 owner_uid;   /* MT_ADM_INSTALL: the tag's owner (the caller's pid is recorded
+	                    * with it; `owners` is frozen, issue 32) */
 	char name[MT_NAME_LEN];
 };
 enum mt_admin_code {
@@ -324,7 +337,9 @@ enum mt_admin_code {
 	MT_ADM_DIGEST = 3,  /* the cluster table's digest */
 };
 
-/* Parameters of a tool operation, read by the op iterator (root-only map). */
+/* Parameters of a tool operation, read by the op iterator (the `op` map,
+ * frozen: written by the mt_set_op syscall program, which only a privileged
+ * caller may run, issue 32). */
 struct mt_op {
 	__u32 code;     /* enum mt_op_code */
 	__u32 tag;      /* bit */
@@ -482,6 +497,7 @@ MT_OFF(mt_admin, digest, 20);
 MT_OFF(mt_admin, created_ns, 24);
 MT_OFF(mt_admin, default_ttl, 32);
 MT_OFF(mt_admin, pad, 33);
+MT_OFF(mt_admin, owner_uid, 36);
 MT_OFF(mt_admin, name, 40);
 
 MT_SIZE(mt_op, 24); /* Op */

@@ -595,9 +595,16 @@ int BPF_PROG(mt_sys_exit, struct pt_regs *regs, long ret)
 	long nr;
 
 	/* nobody holds a tag: nothing to deposit, nothing to take */
-	if (ret < 0 || !mt_held_any)
+	if (!mt_held_any)
 		return 0;
 	nr = regs->orig_ax;
+	/* rt_sigreturn (its frame's restore set orig_ax to -1; its return
+	 * value is the interrupted code's, any sign): the end of a signal's
+	 * request (task.bpf.h) */
+	if (nr == -1)
+		return mt_sigreturn(cur_of_regs(regs));
+	if (ret < 0)
+		return 0;
 	/* one inline copy of each side (the verifier checks every copy) */
 	if (nr == NR_read || nr == NR_readv || nr == NR_mq_timedreceive) {
 		if (!ret && nr != NR_mq_timedreceive)

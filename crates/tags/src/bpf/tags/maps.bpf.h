@@ -25,6 +25,18 @@ struct {
 	__type(value, struct mt_thread);
 } threads SEC(".maps");
 
+/* A signal's deposit (issue 32): the union of the snapshots of the tagged
+ * signals sent to this thread (for a signal to the whole process: to the
+ * thread the kernel queued it on) whose handler has not run yet. Made at
+ * signal_generate, taken when a handler starts (signal_deliver). Kernel
+ * side only, never pinned. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct mt_deposit);
+} sig_dep SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(map_flags, BPF_F_MMAPABLE);

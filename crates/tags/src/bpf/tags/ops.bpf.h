@@ -48,100 +48,6 @@ static int expire_cb(void *map, __u32 *key, struct mt_expiry *e)
 }
 
 /*
- * Arms a tag's expiry timer. A BPF_PROG_RUN (syscall) program because the
- * kernel refuses timers in tracing programs; root runs it (pinned 0600).
- */
-SEC("syscall")
-int mt_arm_expiry(struct mt_expire_args *a)
-{
-	__u32 idx = a->tag & (MT_TAGS - 1);
-	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
-	struct mt_expiry *e = bpf_map_lookup_elem(&expiry, &idx);
-	struct mt_ctl *c = get_ctl();
-
-	if (a->tag >= MT_TAGS || !tg || !e || !c || tg->state != MT_ST_LIVE)
-		return -MT_ENOENT;
-	e->generation = tg->generation;
-	bpf_timer_init(&e->timer, &expiry, CLOCK_MONOTONIC);
-	bpf_timer_set_callback(&e->timer, expire_cb);
-	if (bpf_timer_start(&e->timer, (__u64)a->ms * 1000000ULL, 0))
-		return -MT_EINVAL;
-	return 0;
-}
-
-static __always_inline void set_bit_to(__u64 *word, __u64 bit, int on)
-{
-	if (on)
-		__sync_fetch_and_or(word, bit);
-	else
-		__sync_fetch_and_and(word, ~bit);
-}
-
-/*
- * Root's changes of the table (BPF_PROG_RUN; the pin is root-only). `ctl`
- * and `tags` are frozen, so no user space can write them, root's included:
- * this program is the one writer besides the hooks. An entry is filled
- * before its state becomes LIVE and its live bit is set, so the hooks never
- * see a half-written tag.
- */
-SEC("syscall")
-int mt_admin(struct mt_admin *a)
-{
-	__u32 idx = a->tag & (MT_TAGS - 1);
-	__u32 w = idx / 64;
-	__u64 bit = 1ULL << (idx % 64);
-	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
-	struct mt_ctl *c = get_ctl();
-	__u32 f = a->flags;
-
-	if (!tg || !c || w >= MT_WORDS)
-		return -MT_EINVAL;
-	switch (a->code) {
-	case MT_ADM_DIGEST:
-		c->cluster_digest = a->digest;
-		return 0;
-	case MT_ADM_DELETE:
-		if (a->tag >= MT_TAGS)
-			return -MT_EINVAL;
-		return retire(c, tg, idx);
-	case MT_ADM_INSTALL:
-		break;
-	default:
-		return -MT_EINVAL;
-	}
-	if (a->tag >= MT_TAGS || a->ll_size > MT_LIFELINE_SLOTS ||
-	    a->ll_base > MT_LIFELINE_SLOTS - a->ll_size)
-		return -MT_EINVAL;
-	if ((f & MT_F_GLOBAL) && idx >= MT_GLOBAL_BITS)
-		return -MT_EINVAL;
-	if (tg->state != MT_ST_FREE)
-		return -MT_EEXIST;
-	/* masked at each use: the compiler spills idx and the verifier then
-	 * forgets its bound */
-	c->default_ttl[idx & (MT_TAGS - 1)] = a->default_ttl;
-	c->ll_base[idx & (MT_TAGS - 1)] = a->ll_base;
-	c->ll_size[idx & (MT_TAGS - 1)] = a->ll_size;
-	__sync_fetch_and_and(&c->ll_head[idx & (MT_TAGS - 1)], 0);
-	set_bit_to(&c->system[w], bit, f & MT_F_SYSTEM);
-	set_bit_to(&c->replies[w], bit, f & MT_F_REPLIES);
-	set_bit_to(&c->lifeline[w], bit, a->ll_size != 0);
-	set_bit_to(&c->deadlock[w], bit, f & MT_F_DEADLOCK);
-	set_bit_to(&c->global[w], bit, f & MT_F_GLOBAL);
-	set_bit_to(&c->anyone[w], bit, f & MT_F_ANYONE);
-	set_bit_to(&c->per_request[w], bit, f & MT_F_PER_REQUEST);
-	__builtin_memcpy(tg->name, a->name, MT_NAME_LEN);
-	tg->name[MT_NAME_LEN - 1] = 0;
-	tg->flags = f | (a->ll_size ? MT_F_LIFELINE : 0);
-	tg->created_ns = a->created_ns;
-	tg->generation++;
-	/* publish: the state word, then the live bit, after every field */
-	if (__sync_val_compare_and_swap(&tg->state, MT_ST_FREE, MT_ST_LIVE) != MT_ST_FREE)
-		return -MT_EEXIST;
-	__sync_fetch_and_or(&c->live[w], bit);
-	return 0;
-}
-
-/*
  * Privileged, as the README, the CLI and the API define it
  * (mantle_sys::os::privileged): CAP_SYS_ADMIN or CAP_BPF in the task's
  * effective set, and its credentials in the initial user namespace. Never
@@ -168,6 +74,168 @@ static __always_inline int task_privileged(struct task_struct *task)
 		return 0;
 	caps = cr->cap_effective.val;
 	return (caps & ((1ULL << MT_CAP_SYS_ADMIN) | (1ULL << MT_CAP_BPF))) != 0;
+}
+
+/*
+ * The caller of a syscall program (BPF_PROG_RUN runs it in the caller's
+ * context) or the reader of an iterator is privileged. Their pins are
+ * root's, but a pin's owner is uid 0, and uid 0 passes the file's
+ * permission checks without any capability: a process that is uid 0 with
+ * every capability dropped can BPF_OBJ_GET them (Linux >= 6.4), so the
+ * programs check for themselves (issue 32).
+ */
+static __always_inline int caller_privileged(void)
+{
+	return task_privileged(bpf_get_current_task_btf());
+}
+
+/*
+ * Arms a tag's expiry timer. A BPF_PROG_RUN (syscall) program because the
+ * kernel refuses timers in tracing programs; root runs it (pinned 0600).
+ */
+SEC("syscall")
+int mt_arm_expiry(struct mt_expire_args *a)
+{
+	__u32 idx = a->tag & (MT_TAGS - 1);
+	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+	struct mt_expiry *e = bpf_map_lookup_elem(&expiry, &idx);
+	struct mt_ctl *c = get_ctl();
+
+	if (!caller_privileged())
+		return -MT_EPERM;
+	if (a->tag >= MT_TAGS || !tg || !e || !c || tg->state != MT_ST_LIVE)
+		return -MT_ENOENT;
+	e->generation = tg->generation;
+	bpf_timer_init(&e->timer, &expiry, CLOCK_MONOTONIC);
+	bpf_timer_set_callback(&e->timer, expire_cb);
+	if (bpf_timer_start(&e->timer, (__u64)a->ms * 1000000ULL, 0))
+		return -MT_EINVAL;
+	return 0;
+}
+
+static __always_inline void set_bit_to(__u64 *word, __u64 bit, int on)
+{
+	if (on)
+		__sync_fetch_and_or(word, bit);
+	else
+		__sync_fetch_and_and(word, ~bit);
+}
+
+/* bpf_loop's step: empty one slot of a new lifeline ring (readers skip a
+ * record whose seq is 0). */
+struct ll_clear {
+	__u32 base, end;
+};
+static int ll_clear_one(__u32 i, struct ll_clear *lc)
+{
+	__u32 slot = lc->base + i;
+	struct mt_reception *r;
+
+	if (slot >= lc->end)
+		return 1;
+	r = bpf_map_lookup_elem(&lifeline, &slot);
+	if (r)
+		r->seq = 0;
+	return 0;
+}
+
+/*
+ * The parameters of root's next operation on other threads, into the
+ * frozen `op` map that the op iterator reads (issue 32: a writable `op`
+ * let a capability-less uid 0 change what a root command was about to do
+ * to other threads).
+ */
+SEC("syscall")
+int mt_set_op(struct mt_op *o)
+{
+	__u32 z = 0;
+	struct mt_op *dst = bpf_map_lookup_elem(&op, &z);
+
+	if (!caller_privileged())
+		return -MT_EPERM;
+	if (!dst)
+		return -MT_EINVAL;
+	*dst = *o;
+	return 0;
+}
+
+/*
+ * Root's changes of the table (BPF_PROG_RUN; the pin is root-only). `ctl`
+ * and `tags` are frozen, so no user space can write them, root's included:
+ * this program is the one writer besides the hooks. An entry is filled
+ * before its state becomes LIVE and its live bit is set, so the hooks never
+ * see a half-written tag.
+ */
+SEC("syscall")
+int mt_admin(struct mt_admin *a)
+{
+	__u32 idx = a->tag & (MT_TAGS - 1);
+	__u32 w = idx / 64;
+	__u64 bit = 1ULL << (idx % 64);
+	struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
+	struct mt_ctl *c = get_ctl();
+	__u32 f = a->flags;
+
+	if (!caller_privileged())
+		return -MT_EPERM;
+	if (!tg || !c || w >= MT_WORDS)
+		return -MT_EINVAL;
+	switch (a->code) {
+	case MT_ADM_DIGEST:
+		c->cluster_digest = a->digest;
+		return 0;
+	case MT_ADM_DELETE:
+		if (a->tag >= MT_TAGS)
+			return -MT_EINVAL;
+		return retire(c, tg, idx);
+	case MT_ADM_INSTALL:
+		break;
+	default:
+		return -MT_EINVAL;
+	}
+	if (a->tag >= MT_TAGS || a->ll_size > MT_LIFELINE_SLOTS ||
+	    a->ll_base > MT_LIFELINE_SLOTS - a->ll_size)
+		return -MT_EINVAL;
+	if ((f & MT_F_GLOBAL) && idx >= MT_GLOBAL_BITS)
+		return -MT_EINVAL;
+	if (tg->state != MT_ST_FREE)
+		return -MT_EEXIST;
+	/* The owner, and an empty lifeline ring: `owners` and `lifeline` are
+	 * frozen (issue 32), so this program writes them, not user space. */
+	{
+		struct mt_owner *o = bpf_map_lookup_elem(&owners, &idx);
+		struct ll_clear lc = {.base = a->ll_base, .end = a->ll_base + a->ll_size};
+
+		if (!o)
+			return -MT_EINVAL;
+		o->uid = a->owner_uid;
+		o->pid = bpf_get_current_task_btf()->tgid;
+		if (a->ll_size)
+			bpf_loop(a->ll_size, ll_clear_one, &lc, 0);
+	}
+	/* masked at each use: the compiler spills idx and the verifier then
+	 * forgets its bound */
+	c->default_ttl[idx & (MT_TAGS - 1)] = a->default_ttl;
+	c->ll_base[idx & (MT_TAGS - 1)] = a->ll_base;
+	c->ll_size[idx & (MT_TAGS - 1)] = a->ll_size;
+	__sync_fetch_and_and(&c->ll_head[idx & (MT_TAGS - 1)], 0);
+	set_bit_to(&c->system[w], bit, f & MT_F_SYSTEM);
+	set_bit_to(&c->replies[w], bit, f & MT_F_REPLIES);
+	set_bit_to(&c->lifeline[w], bit, a->ll_size != 0);
+	set_bit_to(&c->deadlock[w], bit, f & MT_F_DEADLOCK);
+	set_bit_to(&c->global[w], bit, f & MT_F_GLOBAL);
+	set_bit_to(&c->anyone[w], bit, f & MT_F_ANYONE);
+	set_bit_to(&c->per_request[w], bit, f & MT_F_PER_REQUEST);
+	__builtin_memcpy(tg->name, a->name, MT_NAME_LEN);
+	tg->name[MT_NAME_LEN - 1] = 0;
+	tg->flags = f | (a->ll_size ? MT_F_LIFELINE : 0);
+	tg->created_ns = a->created_ns;
+	tg->generation++;
+	/* publish: the state word, then the live bit, after every field */
+	if (__sync_val_compare_and_swap(&tg->state, MT_ST_FREE, MT_ST_LIVE) != MT_ST_FREE)
+		return -MT_EEXIST;
+	__sync_fetch_and_or(&c->live[w], bit);
+	return 0;
 }
 
 /*
@@ -299,7 +367,8 @@ static __always_inline int apply_op(struct mt_ctl *c, struct task_struct *task, 
 	case MT_OP_CLASS:
 		if (!root)
 			return -MT_EPERM;
-		t->flags = MT_F_USER_SET | (arg ? MT_F_SYSTEM : 0);
+		t->flags = MT_F_USER_SET | ((arg & MT_CLASS_SYSTEM) ? MT_F_SYSTEM : 0) |
+			   ((arg & MT_CLASS_CHILDREN_USER) ? MT_F_CHILDREN_USER : 0);
 		return 0;
 	case MT_OP_DELETE: {
 		struct mt_tag *tg = bpf_map_lookup_elem(&tags, &idx);
@@ -372,6 +441,9 @@ int mt_op_iter(struct bpf_iter__task *ctx)
 
 	if (!task || !o || !c)
 		return 0;
+	/* the reader runs this: only a privileged one (caller_privileged) */
+	if (!caller_privileged())
+		return 0;
 	if (o->tid ? task->pid != o->tid : task->tgid != o->pid)
 		return 0;
 	/* An exiting thread (a zombie too) had its slot cleared for the last
@@ -391,7 +463,7 @@ int mt_list_iter(struct bpf_iter__task *ctx)
 	struct mt_view *v;
 	struct mt_thread *t;
 
-	if (!task)
+	if (!task || !caller_privileged())
 		return 0;
 	v = view_of(task->pid);
 	t = bpf_task_storage_get(&threads, task, 0, 0);
