@@ -626,9 +626,20 @@ fn exec_design(a: &RunArgs) -> Result<ExecDesign, Failure> {
         .map(|l| list("--exec-cpus", l))
         .transpose()?;
     // MANTLE_EXEC_CPUS: the default list (the test suite runs the
-    // executive's tests on N CPUs), never for the fast path
+    // executive's tests on N CPUs), never for the fast path; only those
+    // of its CPUs this process may run on (a test pins mantle itself)
     let env = match std::env::var("MANTLE_EXEC_CPUS") {
-        Ok(l) if !l.is_empty() && a.path != "fast" => Some(list("MANTLE_EXEC_CPUS", &l)?),
+        Ok(l) if !l.is_empty() && a.path != "fast" => {
+            let set = mantle_offload::parse_cpu_list(&l)
+                .map_err(|e| Failure::new(EXIT_USAGE, format!("MANTLE_EXEC_CPUS {l}: {e}")))?;
+            let allowed = mantle_sys::os::allowed_cpus().unwrap_or_default();
+            let c: Vec<usize> = set
+                .into_iter()
+                .filter(|c| allowed.contains(c))
+                .map(|c| c as usize)
+                .collect();
+            (!c.is_empty()).then_some(c)
+        }
         _ => None,
     };
     let locking = a

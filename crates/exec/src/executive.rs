@@ -1,6 +1,10 @@
-//! The executive: one thread that serves every guest's interposed calls on
-//! the protected path, holds calls it was asked to delay, notices guests
-//! ending, and publishes its status.
+//! The executive: a thread (or one per CPU it is given, each serving the
+//! guests of its CPU's run queue: docs/exec.md "On N CPUs") that serves
+//! the guests' interposed calls on the protected path, holds calls it was
+//! asked to delay, notices guests ending, and publishes its status. Its
+//! state is under [`StatLock`]s: per run queue, per guest and one shared,
+//! plus one giant lock around everything with `Locking::Giant`; the lock
+//! order is crate::lib's.
 //!
 //! Mechanism: guests are started (crate::launch) before anything else;
 //! then the thread takes SCHED_FIFO and locks its memory (mlockall) when
@@ -838,6 +842,17 @@ impl Executive {
         supervise::write_wake(self.kick[to].1.as_fd());
     }
 
+    /// Something due was added (a held call, a timer, a dispatch change):
+    /// thread 0 keeps time, and waits with a timeout computed before; on
+    /// N CPUs, another thread may have added it, so thread 0 is woken to
+    /// compute its timeout again (one wake-up byte; nothing with one
+    /// thread).
+    fn kick_timekeeper(&self) {
+        if self.runq.len() > 1 {
+            supervise::write_wake(self.kick[0].1.as_fd());
+        }
+    }
+
     /// A guest ended (called once per guest): when it was the last,
     /// every thread is woken to end.
     fn ended(&self) {
@@ -1287,6 +1302,8 @@ impl Executive {
                     until,
                     t0,
                 });
+                drop(shared);
+                self.kick_timekeeper();
                 return;
             }
             Action::Perform(p) => {
@@ -1356,7 +1373,11 @@ impl Executive {
                 }
             }
         };
-        drop(shared);
+        if shared.is_some() {
+            // a timer armed, a dispatch change: thread 0's next deadline
+            drop(shared);
+            self.kick_timekeeper();
+        }
         let outcome = match sent {
             Ok(o) => o,
             Err(_) => {
