@@ -1708,6 +1708,11 @@ impl Shared {
     }
 }
 
+/// SIGSEGV, SIGKILL... or "signal N" ([`crate::agents::decode::signal_name`]).
+pub fn signal_name(sig: i32) -> String {
+    crate::agents::decode::signal_name(sig).unwrap_or_else(|| format!("signal {sig}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1728,9 +1733,4 @@ mod tests {
         fn sync<T: Sync + Send>() {}
         sync::<Executive>();
     }
-}
-
-/// SIGSEGV, SIGKILL... or "signal N" ([`crate::agents::decode::signal_name`]).
-pub fn signal_name(sig: i32) -> String {
-    crate::agents::decode::signal_name(sig).unwrap_or_else(|| format!("signal {sig}"))
 }
