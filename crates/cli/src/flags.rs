@@ -69,7 +69,7 @@ pub enum Cmd {
     #[command(
         after_help = "Examples:\n  mantle run --deny unlink=EACCES -- rm /tmp/x\n  mantle run --redirect /data=/srv/data -- ls /data\n  mantle run --perform getppid -- sh -c 'echo $PPID'\n  mantle run -v --deny connect=ENETUNREACH -- curl -s example.org\n  mantle run --system guests.toml\n  mantle run --fail-open --priority 50 -- ./server\n  mantle run --sleep --extended=50us --boost 10 -- ./control-loop\n  mantle run --path fast --sleep --extended --priority 99 --boost 10 -- ./control-loop\n  mantle run --sched 'edf 2ms/10ms' -- ./control-loop\n  mantle run --offload --bootstrap-cpu 0 -- xz -T2 big.tar\n\nThe exit status is the guest's (128+N if signal N killed it); mantle's own failures exit like env's: 125 (a malformed option, a missing kernel mechanism, an executive that could not start or died), 126 (the command cannot run), 127 (not found); with --offload mantle becomes the command (a bad --bootstrap-cpu is a usage error, 2). --deny and --redirect are enforced by the kernel on both paths (a seccomp filter, a mount namespace); while either is on io_uring is refused unless --allow-io-uring. No root needed (seccomp user notification; unprivileged user namespaces for --redirect); SCHED_FIFO and mlockall need privilege (a warning without)."
     )]
-    Run(crate::run::RunArgs),
+    Run(Box<crate::run::RunArgs>),
     /// The executives running on this machine (`mantle exec status`).
     #[command(
         subcommand,

@@ -73,7 +73,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Tag(c) => tag::run(c),
         Cmd::Demo { json } => Ok(demo::run(json)?),
         Cmd::Prof(c) => Ok(prof::run(c)?),
-        Cmd::Run(a) => run::run(a),
+        Cmd::Run(a) => run::run(*a),
         Cmd::Exec(c) => exec::run(c),
         Cmd::Instr(c) => instr::run(c),
         Cmd::Comp(c) => comp::run(c),

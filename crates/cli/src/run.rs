@@ -16,6 +16,7 @@ use clap::Args;
 use mantle_exec::agents::{from_specs, CountTable};
 use mantle_exec::executive::{End, Executive, GuestSpec, Options};
 use mantle_exec::launch::LaunchError;
+use mantle_exec::lockstat::LockStats;
 use mantle_exec::spec::{AgentSpecs, TraceOut};
 use mantle_exec::system::GuestDef;
 use std::path::PathBuf;
@@ -121,6 +122,20 @@ pub struct RunArgs {
     /// CPU). On --path fast: SCHED_OTHER unless given.
     #[arg(long, value_parser = crate::flags::int_from_to(0, 99), allow_negative_numbers = true)]
     priority: Option<i32>,
+    /// The executive on N CPUs: one executive thread per CPU of LIST
+    /// (`0,1`, `0-3`), pinned to it, each serving the guests it places on
+    /// its CPU (round robin; a system's dispatcher places them itself).
+    /// Default: one thread, unpinned, or the system file's `[executive]
+    /// cpus`, or MANTLE_EXEC_CPUS.
+    #[arg(long, value_name = "LIST")]
+    exec_cpus: Option<String>,
+    /// How the executive's threads share its state: `fine` (a lock per
+    /// run queue, per guest, and one for what the guests share) or
+    /// `giant` (one lock around everything: one thread in the executive
+    /// at a time). Default fine, or the system file's `[executive]
+    /// locking`, or MANTLE_EXEC_LOCKING (the tests run both designs).
+    #[arg(long, value_name = "DESIGN", value_parser = ["giant", "fine"])]
+    exec_locking: Option<String>,
     /// If the executive dies, let the guests run on unsupervised (their
     /// interposed calls then fail with ENOSYS) instead of killing them.
     #[arg(long)]
@@ -380,6 +395,21 @@ fn exit_record(status: i32, guests: &[serde_json::Value], error: Option<&str>) {
     );
 }
 
+/// [`exit_record`] of a protected-path run that ended normally, with the
+/// executive's lock statistics (docs/json.md).
+fn exit_record_locks(status: i32, guests: &[serde_json::Value], locks: &[LockStats]) {
+    eprintln!(
+        "{}",
+        serde_json::json!({
+            "schema": "mantle.run.exit/1",
+            "status": status,
+            "error": null,
+            "guests": guests,
+            "locks": locks,
+        })
+    );
+}
+
 /// A guest's end for [`exit_record`].
 fn guest_end_json(name: &str, pid: Option<u32>, end: &End) -> serde_json::Value {
     let (state, code, signal) = match end {
@@ -410,55 +440,69 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
             "--path fast runs one command; a --system file runs on the protected path",
         ));
     }
-    let (defs, dispatch, qos_period): (Vec<GuestDef>, _, _) = match &a.system {
-        Some(file) => {
-            let text =
-                std::fs::read_to_string(file).map_err(|e| Failure::io("cannot read", file, &e))?;
-            let s = mantle_exec::system::parse(&text)
-                .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {e}", file.display())))?;
-            (s.guests, s.dispatch, s.qos_period)
+    let (exec_cpus, env_cpus, locking) = exec_design(&a)?;
+    let (defs, dispatch, qos_period, sys_cpus, sys_locking): (Vec<GuestDef>, _, _, _, _) =
+        match &a.system {
+            Some(file) => {
+                let text = std::fs::read_to_string(file)
+                    .map_err(|e| Failure::io("cannot read", file, &e))?;
+                let s = mantle_exec::system::parse(&text)
+                    .map_err(|e| Failure::new(EXIT_USAGE, format!("{}: {e}", file.display())))?;
+                (s.guests, s.dispatch, s.qos_period, s.exec_cpus, s.locking)
+            }
+            None => (
+                vec![GuestDef {
+                    name: a.command[0]
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or("guest")
+                        .to_string(),
+                    command: a.command.clone(),
+                    agents: AgentSpecs {
+                        trace: a.trace.is_some() || a.trace_output.is_some(),
+                        count: a.count.is_some(),
+                        deny: a.deny.clone(),
+                        redirect: a.redirect.clone(),
+                        delay: a.delay.clone(),
+                        perform: a.perform.clone(),
+                        stamp: a.stamp.clone(),
+                        sleep: a.sleep,
+                        timers: a.timers,
+                        sched_calls: a.sched.is_some(),
+                        json: a.json,
+                        allow_io_uring: a.allow_io_uring,
+                        watch: [&a.trace, &a.count]
+                            .into_iter()
+                            .flatten()
+                            .filter(|w| !w.is_empty())
+                            .cloned()
+                            .collect(),
+                    },
+                    trace_out: match &a.trace_output {
+                        Some(p) => TraceOut::File(p.clone()),
+                        None => TraceOut::Stderr,
+                    },
+                    sched: a.sched,
+                    qos: None,
+                    rpc_to: None,
+                }],
+                a.sched
+                    .map(|_| mantle_exec::dispatch::DispatchOptions::default()),
+                None,
+                None,
+                None,
+            ),
+        };
+    // the command line over the system file over the environment
+    let exec_cpus = match (exec_cpus, sys_cpus, env_cpus) {
+        (Some(c), _, _) => c,
+        (None, Some(c), _) => {
+            check_exec_cpus(&c)?;
+            c
         }
-        None => (
-            vec![GuestDef {
-                name: a.command[0]
-                    .rsplit('/')
-                    .next()
-                    .unwrap_or("guest")
-                    .to_string(),
-                command: a.command.clone(),
-                agents: AgentSpecs {
-                    trace: a.trace.is_some() || a.trace_output.is_some(),
-                    count: a.count.is_some(),
-                    deny: a.deny.clone(),
-                    redirect: a.redirect.clone(),
-                    delay: a.delay.clone(),
-                    perform: a.perform.clone(),
-                    stamp: a.stamp.clone(),
-                    sleep: a.sleep,
-                    timers: a.timers,
-                    sched_calls: a.sched.is_some(),
-                    json: a.json,
-                    allow_io_uring: a.allow_io_uring,
-                    watch: [&a.trace, &a.count]
-                        .into_iter()
-                        .flatten()
-                        .filter(|w| !w.is_empty())
-                        .cloned()
-                        .collect(),
-                },
-                trace_out: match &a.trace_output {
-                    Some(p) => TraceOut::File(p.clone()),
-                    None => TraceOut::Stderr,
-                },
-                sched: a.sched,
-                qos: None,
-                rpc_to: None,
-            }],
-            a.sched
-                .map(|_| mantle_exec::dispatch::DispatchOptions::default()),
-            None,
-        ),
+        (None, None, c) => c.unwrap_or_default(),
     };
+    let locking = locking.or(sys_locking).unwrap_or(env_locking()?);
     let mut defs = defs;
     crate::otlp::exec_start(a.otlp.as_deref(), &mut defs)?;
     if a.path == "fast" && a.sched.is_some() {
@@ -524,6 +568,8 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
         dispatch,
         verbose: a.verbose,
         qos_period: qos_period.unwrap_or(std::time::Duration::from_millis(100)),
+        cpus: exec_cpus,
+        locking,
         ..Options::default()
     };
     let verbose = a.verbose;
@@ -550,6 +596,92 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
                 ),
             ))
         }
+    }
+}
+
+/// `--exec-cpus`, MANTLE_EXEC_CPUS and `--exec-locking` as given
+/// (checked: the CPUs are allowed).
+type ExecDesign = (
+    Option<Vec<usize>>,
+    Option<Vec<usize>>,
+    Option<mantle_exec::executive::Locking>,
+);
+
+fn exec_design(a: &RunArgs) -> Result<ExecDesign, Failure> {
+    if (a.exec_cpus.is_some() || a.exec_locking.is_some()) && a.path == "fast" {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "--exec-cpus and --exec-locking are the protected path's (not yet --path fast)",
+        ));
+    }
+    let list = |what: &str, l: &str| -> Result<Vec<usize>, Failure> {
+        let set = mantle_offload::parse_cpu_list(l)
+            .map_err(|e| Failure::new(EXIT_USAGE, format!("{what} {l}: {e}")))?;
+        let c: Vec<usize> = set.into_iter().map(|c| c as usize).collect();
+        check_exec_cpus(&c)?;
+        Ok(c)
+    };
+    let flag = a
+        .exec_cpus
+        .as_deref()
+        .map(|l| list("--exec-cpus", l))
+        .transpose()?;
+    // MANTLE_EXEC_CPUS: the default list (the test suite runs the
+    // executive's tests on N CPUs), never for the fast path; only those
+    // of its CPUs this process may run on (a test pins mantle itself)
+    let env = match std::env::var("MANTLE_EXEC_CPUS") {
+        Ok(l) if !l.is_empty() && a.path != "fast" => {
+            let set = mantle_offload::parse_cpu_list(&l)
+                .map_err(|e| Failure::new(EXIT_USAGE, format!("MANTLE_EXEC_CPUS {l}: {e}")))?;
+            let allowed = mantle_sys::os::allowed_cpus().unwrap_or_default();
+            let c: Vec<usize> = set
+                .into_iter()
+                .filter(|c| allowed.contains(c))
+                .map(|c| c as usize)
+                .collect();
+            (!c.is_empty()).then_some(c)
+        }
+        _ => None,
+    };
+    let locking = a
+        .exec_locking
+        .as_deref()
+        .map(|l| l.parse().map_err(|e: String| Failure::new(EXIT_USAGE, e)))
+        .transpose()?;
+    Ok((flag, env, locking))
+}
+
+/// Each executive CPU must be one this process may run on.
+fn check_exec_cpus(cpus: &[usize]) -> Result<(), Failure> {
+    let allowed = mantle_sys::os::allowed_cpus()
+        .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot read the allowed CPUs: {e}")))?;
+    for &c in cpus {
+        if !allowed.contains(&(c as u32)) {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "executive CPU {c} is not online or not allowed by the cpuset (allowed: {})",
+                    allowed
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// MANTLE_EXEC_LOCKING: the default design when neither the command line
+/// nor a system file says (the test suite runs the executive's tests
+/// under both).
+fn env_locking() -> Result<mantle_exec::executive::Locking, Failure> {
+    match std::env::var("MANTLE_EXEC_LOCKING") {
+        Ok(v) if !v.is_empty() => v
+            .parse()
+            .map_err(|e: String| Failure::new(EXIT_USAGE, format!("MANTLE_EXEC_LOCKING: {e}"))),
+        _ => Ok(Default::default()),
     }
 }
 
@@ -642,7 +774,7 @@ fn executive_main(
             );
         }
     }
-    let ends = ex.run();
+    let (ends, locks) = ex.run_with_locks();
     if !crate::otlp::exec_end(&counts) {
         for (name, count, json) in &counts {
             print_counts(name, count, *json);
@@ -674,7 +806,7 @@ fn executive_main(
             .iter()
             .map(|e| guest_end_json(&e.name, Some(e.pid), &e.end))
             .collect();
-        exit_record(status, &guests, None);
+        exit_record_locks(status, &guests, &locks);
     }
     status
 }

@@ -592,6 +592,94 @@ fn exec_status_lists_running_guests() {
 }
 
 #[test]
+fn exec_status_locks_shows_each_lock_like_perf_lock_contention() {
+    let cpus = mantle_sys::os::allowed_cpus().unwrap();
+    let list = cpus
+        .iter()
+        .take(2)
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    for design in ["giant", "fine"] {
+        let (mut c, _out, _guest, exec) = start_loop(&[
+            "--exec-locking",
+            design,
+            "--exec-cpus",
+            &list,
+            "--perform",
+            "getppid",
+        ]);
+        // the guest's lock counts its calls (published every 100 ms)
+        let found = mantle_testsupport::poll_until_for(Duration::from_secs(5), || {
+            let o = mantle(&["exec", "status", "--locks", "--json"]);
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+            let e = v.as_array()?.iter().find(|e| e["pid"] == exec)?.clone();
+            let g = e["locks"]
+                .as_array()?
+                .iter()
+                .find(|l| l["name"].as_str().is_some_and(|n| n.starts_with("guest ")))?
+                .clone();
+            (g["acquisitions"].as_u64()? > 2).then_some(e)
+        })
+        .unwrap_or_else(|| panic!("{design}: the executive's locks in exec status --locks"));
+        assert_eq!(found["locking"], design);
+        let names: Vec<&str> = found["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names.contains(&"giant"), design == "giant", "{names:?}");
+        assert!(names.contains(&"executive"), "{names:?}");
+        assert!(
+            names
+                .iter()
+                .any(|n| *n == format!("runqueue cpu{}", cpus[0])),
+            "{names:?}"
+        );
+        for l in found["locks"].as_array().unwrap() {
+            assert_eq!(l["hold_hist"].as_array().unwrap().len(), 32, "{l}");
+            assert!(l["contended"].as_u64() <= l["acquisitions"].as_u64(), "{l}");
+        }
+        let t = text(&mantle(&["exec", "status", "--locks"]).stdout);
+        assert!(
+            t.contains(&format!(
+                "executive {exec}: {design} locking, threads on CPUs"
+            )),
+            "{t}"
+        );
+        for col in [
+            "contended",
+            "total wait",
+            "max wait",
+            "avg wait",
+            "acquired",
+        ] {
+            assert!(t.contains(col), "{col}: {t}");
+        }
+        Command::new("kill")
+            .args(["-9", &exec.to_string()])
+            .status()
+            .unwrap();
+        let _ = c.wait();
+    }
+}
+
+#[test]
+fn exec_cpus_not_allowed_are_refused() {
+    // mantle run's own failures are 125 (its module doc: env's convention)
+    let o = mantle(&["run", "--exec-cpus", "1000", "--", "true"]);
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("executive CPU 1000 is not online or not allowed"),
+        "{}",
+        text(&o.stderr)
+    );
+    let o = mantle(&["run", "--exec-locking", "coarse", "--", "true"]);
+    assert_ne!(o.status.code(), Some(0));
+}
+
+#[test]
 #[ignore = "needs root to become nobody (scripts/test.sh runs it; or cargo test -- --include-ignored as root)"]
 fn nobody_can_run_guests_and_is_told_what_needs_root() {
     mantle_testsupport::require_root("running mantle run as nobody");

@@ -81,6 +81,19 @@ impl Executor {
         chain.before(call, guest).0
     }
 
+    /// The action of a decision that needs none of the executor's state
+    /// (Continue, Fail, Return): the executive on N CPUs answers those
+    /// without its shared lock. None: [`Executor::carry_out`].
+    #[inline]
+    pub fn answer_now(d: &Decision) -> Option<Action<'static>> {
+        match d {
+            Decision::Continue => Some(Action::Continue),
+            Decision::Fail(e) => Some(Action::Fail(clamp_errno(*e))),
+            Decision::Return(v) => Some(Action::Return(*v)),
+            _ => None,
+        }
+    }
+
     /// What to do with `d`, decided for `call` received at `t0` (taken
     /// after the receipt). `root` is the tid of the guest's first process
     /// (its parent is the executive's, the reaper); `sched` is the

@@ -44,19 +44,42 @@
 //!
 //! Processes and threads: `mantle run` is the reaper (parent, subreaper;
 //! it kills what is left of the guests if the executive dies, `reaper`),
-//! the executive (one thread serving every guest, `executive`) and its
-//! opener thread (performs opens with the guest's identity, `perform`);
-//! on the fast path, the gate thread when something is denied.
+//! the executive (`executive`: one thread per CPU of `[executive] cpus`,
+//! each pinned there and serving the guests placed on its CPU, or one
+//! unpinned thread serving every guest) and its opener thread (performs
+//! opens with the guest's identity, `perform`); on the fast path, the
+//! gate thread when something is denied.
 //!
-//! Lock order: no locks are shared on the interposition path. The
-//! executive and the opener exchange requests over channels; the gate
-//! owns its chain and shares only atomic counters; the fast
-//! path's slots are lock-free (a state word per slot, futex waits); the
-//! `--count` table is atomics.
-//! Locks that several executive threads share (the executive on N CPUs,
-//! issue 31) are [`lockstat::StatLock`]s: counted, and ranked by the one
-//! table [`lockstat::rank`], which debug builds check on every
-//! acquisition.
+//! Lock order (the executive on N CPUs, issue 31; ranks in
+//! [`lockstat::rank`], checked on every acquisition in debug builds):
+//!
+//! ```text
+//!   giant (10)  ->  runqueue (20)  ->  guest (40)  ->  executive (50)
+//! ```
+//!
+//! A thread takes a lock only if its rank is above every lock it holds,
+//! and never holds two locks of one rank (two run queues, two guests):
+//! * `giant` (Locking::Giant only): taken when a thread's wait returns,
+//!   released before its next wait; the locks below are still taken
+//!   inside it, uncontended, so both designs run the same code.
+//! * `runqueue`, one per executive thread: the guests it serves; held by
+//!   its thread while it serves a batch of ready fds, so that a guest is
+//!   served by one thread at a time. A guest moves (the dispatcher
+//!   placed it on another CPU) by leaving one queue, then joining the
+//!   other, one lock after the other.
+//! * `guest`, one per guest: its chain (each guest has its own agent
+//!   instances: the agents' state is the guest's), counts and end; held
+//!   from the decision to the `after` of one call.
+//! * `executive`: what all guests share (held calls, the executor's
+//!   timers and parents, RPC, dispatch, QoS, boosts, the publisher, the
+//!   log): taken inside a guest's lock for the decisions that need it,
+//!   never for Continue, Fail or Return, so that two CPUs answering their
+//!   guests' plain calls share no lock.
+//!
+//! Off the executive's locks: the opener exchanges requests over
+//! channels; the fast path's gate owns its chain and shares only atomic
+//! counters; the fast path's slots are lock-free (a state word per slot,
+//! futex waits); the `--count` table is atomics.
 
 // Every system call is mantle-sys's (supervise, seccomp, shm, os).
 #![forbid(unsafe_code)]

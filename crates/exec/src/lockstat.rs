@@ -24,20 +24,25 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// The lock order of the executive: lower ranks are taken first.
+/// The lock order of the executive: lower ranks are taken first, and
+/// two locks of one rank are never held together (two run queues, two
+/// guests). Written out in crate::lib's "Lock order".
 pub mod rank {
-    /// The giant design's one lock: nothing is taken after it.
+    /// The giant design's one lock, taken first when a thread enters the
+    /// executive; the fine locks below are still taken inside it
+    /// (uncontended there), so both designs run the same code.
     pub const GIANT: u8 = 10;
-    /// A CPU's run queue (fine design).
+    /// A CPU's run queue: held by its thread while it serves a batch.
     pub const RUNQUEUE: u8 = 20;
-    /// The table of guests (fine design).
-    pub const GUESTS: u8 = 30;
-    /// One guest's state (fine design).
+    /// One guest's state: its chain (each guest has its own instances of
+    /// its agents, so the agents' state is the guest's), its counts, its
+    /// end.
     pub const GUEST: u8 = 40;
-    /// One agent's state (fine design).
-    pub const AGENT: u8 = 50;
+    /// What all guests share: held calls, the executor's timers and
+    /// parents, RPC, dispatch, QoS, boosts, the publisher, the log.
+    pub const SHARED: u8 = 50;
 }
 
 /// Buckets of the hold histogram: bucket `i` counts holds of
@@ -57,7 +62,7 @@ struct Counters {
 }
 
 /// A snapshot of one lock's statistics (`mantle exec status --locks`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockStats {
     pub name: String,
     pub acquisitions: u64,

@@ -39,6 +39,16 @@ pub struct ExecStatus {
     pub started_unix_ms: u64,
     pub updated_unix_ms: u64,
     pub guests: Vec<GuestStatus>,
+    /// The executive on N CPUs: its design, "giant" or "fine" (absent in
+    /// files of older executives and of the fast path).
+    #[serde(default)]
+    pub locking: Option<String>,
+    /// The CPUs it has a thread on (empty: one thread, unpinned).
+    #[serde(default)]
+    pub executive_cpus: Vec<usize>,
+    /// Its locks' statistics (crate::lockstat), always counted.
+    #[serde(default)]
+    pub locks: Vec<crate::lockstat::LockStats>,
 }
 
 /// One guest of an executive.
@@ -69,6 +79,9 @@ pub struct GuestStatus {
     /// The CPU it is dispatched on, when the executive dispatches.
     #[serde(default)]
     pub cpu: Option<usize>,
+    /// The executive thread that serves it (index in `executive_cpus`).
+    #[serde(default)]
+    pub executive_thread: Option<usize>,
 }
 
 /// Interposed calls of one name.
@@ -246,6 +259,14 @@ mod tests {
             started_unix_ms: 1,
             updated_unix_ms: 2,
             guests: vec![],
+            locking: Some("fine".into()),
+            executive_cpus: vec![0, 1],
+            locks: vec![crate::lockstat::LockStats {
+                name: "runqueue cpu0".into(),
+                acquisitions: 3,
+                hold_hist: vec![0, 3],
+                ..Default::default()
+            }],
         };
         publish(&d, &s).unwrap();
         use std::os::unix::fs::PermissionsExt;

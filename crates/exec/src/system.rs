@@ -20,6 +20,11 @@
 //!                                 # partitioned, a CPU per guest)
 //! quantum = "10ms"                # best effort's round robin quantum
 //! per = "guest"                   # or "thread": each thread a task
+//!
+//! [executive]                     # the executive on N CPUs
+//! cpus = [0, 1]                   # a thread per CPU, guests spread over
+//!                                 # them (default: one thread, unpinned)
+//! locking = "fine"                # or "giant" (docs/exec.md "On N CPUs")
 //! ```
 //!
 //! Unknown keys are refused so that a typo never silently means "no
@@ -36,6 +41,14 @@ struct File {
     guest: Vec<GuestEntry>,
     dispatch: Option<DispatchEntry>,
     qos: Option<QosEntry>,
+    executive: Option<ExecutiveEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutiveEntry {
+    cpus: Option<Vec<usize>>,
+    locking: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -60,6 +73,10 @@ pub struct System {
     pub dispatch: Option<crate::dispatch::DispatchOptions>,
     /// The QoS reader's token period (`[qos] period`, default 100 ms).
     pub qos_period: Option<std::time::Duration>,
+    /// `[executive] cpus`: a thread per CPU (None: not given).
+    pub exec_cpus: Option<Vec<usize>>,
+    /// `[executive] locking` (None: not given).
+    pub locking: Option<crate::executive::Locking>,
 }
 
 /// A guest's scheduling parameters as written (`--sched`, `sched = ...`):
@@ -295,10 +312,33 @@ pub fn parse(text: &str) -> Result<System, String> {
         ),
         None => None,
     };
+    let (exec_cpus, locking) = match f.executive {
+        None => (None, None),
+        Some(e) => {
+            if let Some(c) = &e.cpus {
+                let mut sorted = c.clone();
+                sorted.sort_unstable();
+                sorted.dedup();
+                if c.is_empty() || sorted.len() != c.len() {
+                    return Err("[executive] cpus: one or more distinct CPUs".into());
+                }
+            }
+            let locking = match e.locking.as_deref() {
+                None => None,
+                Some(l) => Some(
+                    l.parse::<crate::executive::Locking>()
+                        .map_err(|e| format!("[executive] locking: {e}"))?,
+                ),
+            };
+            (e.cpus, locking)
+        }
+    };
     Ok(System {
         guests: out,
         dispatch,
         qos_period,
+        exec_cpus,
+        locking,
     })
 }
 
@@ -331,6 +371,29 @@ trace = "/tmp/t"
         assert!(parse("[[guest]]\ncommand = []\n").is_err());
         assert!(parse("").is_err());
         assert!(parse("[[guest]]\ncommand=[\"a\"]\n[[guest]]\ncommand=[\"a\"]\n").is_err());
+    }
+
+    #[test]
+    fn the_executive_table_sets_cpus_and_locking_and_refuses_bad_ones() {
+        let g = "[[guest]]\ncommand = [\"true\"]\n";
+        let s = parse(g).unwrap();
+        assert_eq!((s.exec_cpus, s.locking), (None, None));
+        let s = parse(&format!(
+            "{g}[executive]\ncpus = [0, 1]\nlocking = \"giant\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (s.exec_cpus, s.locking),
+            (Some(vec![0, 1]), Some(crate::executive::Locking::Giant))
+        );
+        for bad in [
+            "cpus = []",
+            "cpus = [1, 1]",
+            "locking = \"coarse\"",
+            "threads = 2",
+        ] {
+            assert!(parse(&format!("{g}[executive]\n{bad}\n")).is_err(), "{bad}");
+        }
     }
 
     #[test]

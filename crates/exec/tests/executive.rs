@@ -6,12 +6,12 @@
 //! guest that cannot start.
 
 use mantle_exec::agent::{Agent, Call, Decision, Guest, Outcome, Times};
-use mantle_exec::executive::{End, Executive, GuestSpec, Options};
+use mantle_exec::executive::{End, Executive, GuestSpec, Locking, Options};
 use mantle_exec::Sysno;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn opts() -> Options {
+fn base() -> Options {
     Options {
         priority: None,
         sync_wake: true,
@@ -19,6 +19,42 @@ fn opts() -> Options {
         status_dir: None,
         realtime: false,
         ..Default::default()
+    }
+}
+
+/// Every test runs under each design of the executive on N CPUs (issue
+/// 31): fine and giant locking, each with one unpinned thread and with a
+/// thread pinned on each of (up to) two allowed CPUs, guests spread over
+/// them round robin.
+fn designs() -> Vec<Options> {
+    let cpus: Vec<usize> = mantle_sys::os::allowed_cpus()
+        .unwrap()
+        .into_iter()
+        .take(2)
+        .map(|c| c as usize)
+        .collect();
+    let mut out = Vec::new();
+    for locking in [Locking::Fine, Locking::Giant] {
+        for cpus in [vec![], cpus.clone()] {
+            out.push(Options {
+                locking,
+                cpus,
+                ..base()
+            });
+        }
+    }
+    out
+}
+
+/// Runs `test` under every design, saying which on failure.
+fn each_design(test: impl Fn(Options)) {
+    for o in designs() {
+        let what = format!("{} locking on cpus {:?}", o.locking.name(), o.cpus);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(o)));
+        if let Err(e) = r {
+            eprintln!("failed with {what}");
+            std::panic::resume_unwind(e);
+        }
     }
 }
 
@@ -38,7 +74,7 @@ fn spec(name: &str, argv: &[&str], agents: Vec<Box<dyn Agent>>) -> GuestSpec {
     }
 }
 
-fn quiet() -> Box<dyn FnMut(&str)> {
+fn quiet() -> Box<dyn FnMut(&str) + Send> {
     Box::new(|m| eprintln!("executive: {m}"))
 }
 
@@ -66,23 +102,25 @@ impl Agent for Paths {
 
 #[test]
 fn agents_read_guest_memory_on_the_protected_path() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let ex = Executive::start(
-        opts(),
-        vec![spec(
-            "cat",
-            &["cat", "/etc/hostname"],
-            vec![Box::new(Paths(seen.clone()))],
-        )],
-        quiet(),
-    )
-    .unwrap();
-    let ends = ex.run();
-    assert_eq!(ends[0].end, End::Exited(0));
-    assert!(
-        seen.lock().unwrap().iter().any(|p| p == "/etc/hostname"),
-        "{seen:?}"
-    );
+    each_design(|o| {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let ex = Executive::start(
+            o,
+            vec![spec(
+                "cat",
+                &["cat", "/etc/hostname"],
+                vec![Box::new(Paths(seen.clone()))],
+            )],
+            quiet(),
+        )
+        .unwrap();
+        let ends = ex.run();
+        assert_eq!(ends[0].end, End::Exited(0));
+        assert!(
+            seen.lock().unwrap().iter().any(|p| p == "/etc/hostname"),
+            "{seen:?}"
+        );
+    });
 }
 
 /// getppid returns 4242; after() sees the outcome.
@@ -104,20 +142,22 @@ impl Agent for Fixed {
 
 #[test]
 fn return_replaces_the_result() {
-    let outs = Arc::new(Mutex::new(Vec::new()));
-    let ex = Executive::start(
-        opts(),
-        vec![spec(
-            "sh",
-            &["sh", "-c", "test $PPID = 4242"],
-            vec![Box::new(Fixed(outs.clone()))],
-        )],
-        quiet(),
-    )
-    .unwrap();
-    let ends = ex.run();
-    assert_eq!(ends[0].end, End::Exited(0));
-    assert!(outs.lock().unwrap().contains(&Outcome::Result(4242)));
+    each_design(|o| {
+        let outs = Arc::new(Mutex::new(Vec::new()));
+        let ex = Executive::start(
+            o,
+            vec![spec(
+                "sh",
+                &["sh", "-c", "test $PPID = 4242"],
+                vec![Box::new(Fixed(outs.clone()))],
+            )],
+            quiet(),
+        )
+        .unwrap();
+        let ends = ex.run();
+        assert_eq!(ends[0].end, End::Exited(0));
+        assert!(outs.lock().unwrap().contains(&Outcome::Result(4242)));
+    });
 }
 
 /// Holds each getppid for `d` once, then lets it run.
@@ -144,93 +184,99 @@ impl Agent for Hold {
 
 #[test]
 fn a_held_call_does_not_stop_other_guests() {
-    let t0 = Instant::now();
-    let done = std::env::temp_dir().join(format!("mantle-held-{}", std::process::id()));
-    let _ = std::fs::remove_file(&done);
-    let script = format!("echo $(date +%s%N) > {}", done.display());
-    let ex = Executive::start(
-        opts(),
-        vec![
-            spec(
-                "slow",
-                &["sh", "-c", "true"],
-                vec![Box::new(Hold {
-                    d: Duration::from_millis(800),
-                    held: vec![],
-                })],
-            ),
-            spec(
-                "fast",
-                &["sh", "-c", &script],
-                vec![Box::new(Fixed(Default::default()))],
-            ),
-        ],
-        quiet(),
-    )
-    .unwrap();
-    let ends = ex.run();
-    let total = t0.elapsed();
-    assert!(ends.iter().all(|e| e.end == End::Exited(0)), "{ends:?}");
-    assert!(total >= Duration::from_millis(800), "{total:?}");
-    // the fast guest finished while the slow one's call was held
-    let fast_done = std::fs::metadata(&done).unwrap().modified().unwrap();
-    let finished = std::time::SystemTime::now();
-    assert!(
-        finished.duration_since(fast_done).unwrap() >= Duration::from_millis(300),
-        "the fast guest waited for the held call"
-    );
-    let _ = std::fs::remove_file(&done);
+    each_design(|o| {
+        let t0 = Instant::now();
+        let done = std::env::temp_dir().join(format!("mantle-held-{}", std::process::id()));
+        let _ = std::fs::remove_file(&done);
+        let script = format!("echo $(date +%s%N) > {}", done.display());
+        let ex = Executive::start(
+            o,
+            vec![
+                spec(
+                    "slow",
+                    &["sh", "-c", "true"],
+                    vec![Box::new(Hold {
+                        d: Duration::from_millis(800),
+                        held: vec![],
+                    })],
+                ),
+                spec(
+                    "fast",
+                    &["sh", "-c", &script],
+                    vec![Box::new(Fixed(Default::default()))],
+                ),
+            ],
+            quiet(),
+        )
+        .unwrap();
+        let ends = ex.run();
+        let total = t0.elapsed();
+        assert!(ends.iter().all(|e| e.end == End::Exited(0)), "{ends:?}");
+        assert!(total >= Duration::from_millis(800), "{total:?}");
+        // the fast guest finished while the slow one's call was held
+        let fast_done = std::fs::metadata(&done).unwrap().modified().unwrap();
+        let finished = std::time::SystemTime::now();
+        assert!(
+            finished.duration_since(fast_done).unwrap() >= Duration::from_millis(300),
+            "the fast guest waited for the held call"
+        );
+        let _ = std::fs::remove_file(&done);
+    });
 }
 
 #[test]
 fn a_call_that_vanishes_while_held_is_counted_not_fatal() {
-    let ex = Executive::start(
-        opts(),
-        vec![spec(
-            "victim",
-            &["sh", "-c", "true"],
-            vec![Box::new(Hold {
-                d: Duration::from_millis(600),
-                held: vec![],
-            })],
-        )],
-        quiet(),
-    )
-    .unwrap();
-    let pid = ex.pids()[0] as i32;
-    let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
-        mantle_sys::supervise::kill(pid, libc::SIGKILL).unwrap();
+    each_design(|o| {
+        let ex = Executive::start(
+            o,
+            vec![spec(
+                "victim",
+                &["sh", "-c", "true"],
+                vec![Box::new(Hold {
+                    d: Duration::from_millis(600),
+                    held: vec![],
+                })],
+            )],
+            quiet(),
+        )
+        .unwrap();
+        let pid = ex.pids()[0] as i32;
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            mantle_sys::supervise::kill(pid, libc::SIGKILL).unwrap();
+        });
+        let ends = ex.run();
+        killer.join().unwrap();
+        assert_eq!(
+            ends[0].end,
+            End::Killed {
+                signal: libc::SIGKILL,
+                core: false
+            }
+        );
+        assert_eq!(ends[0].vanished, 1, "{ends:?}");
     });
-    let ends = ex.run();
-    killer.join().unwrap();
-    assert_eq!(
-        ends[0].end,
-        End::Killed {
-            signal: libc::SIGKILL,
-            core: false
-        }
-    );
-    assert_eq!(ends[0].vanished, 1, "{ends:?}");
 }
 
 #[test]
 fn a_guest_that_cannot_exec_is_reported() {
-    // exec of a file that is not a program: the child's execve fails
-    let f = std::env::temp_dir().join(format!("mantle-notexec-{}", std::process::id()));
-    std::fs::write(&f, [0x7f, b'E', b'L', b'F', 0, 0]).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let ex = Executive::start(
-        opts(),
-        vec![spec("bad", &[f.to_str().unwrap()], vec![])],
-        quiet(),
-    )
-    .unwrap();
-    let ends = ex.run();
-    assert!(
-        matches!(ends[0].end, End::NotStarted { step: "execve", .. }),
-        "{ends:?}"
-    );
-    let _ = std::fs::remove_file(f);
+    each_design(|o| {
+        // exec of a file that is not a program: the child's execve fails
+        let f = std::env::temp_dir().join(format!("mantle-notexec-{}", std::process::id()));
+        std::fs::write(&f, [0x7f, b'E', b'L', b'F', 0, 0]).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ex = Executive::start(
+            o,
+            vec![spec("bad", &[f.to_str().unwrap()], vec![])],
+            quiet(),
+        )
+        .unwrap();
+        let ends = ex.run();
+        assert!(
+            matches!(ends[0].end, End::NotStarted { step: "execve", .. }),
+            "{ends:?}"
+        );
+        let _ = std::fs::remove_file(f);
+    });
 }

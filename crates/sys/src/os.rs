@@ -756,6 +756,24 @@ pub fn random_u64() -> io::Result<u64> {
     Ok(u64::from_ne_bytes(b))
 }
 
+/// Pins the calling thread to one CPU (sched_setaffinity of the thread):
+/// an executive thread per CPU (mantle-exec, issue 31).
+pub fn pin_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: cpu_set_t is plain bits; all zero is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu is below CPU_SETSIZE (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: a valid pointer to a cpu_set_t of the size passed; 0 is the
+    // calling thread.
+    if unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The CPUs the calling thread may run on (its affinity mask, which the
 /// cpuset bounds), ascending.
 pub fn allowed_cpus() -> io::Result<Vec<u32>> {
