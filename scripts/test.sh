@@ -28,15 +28,17 @@ lint=0
 bash scripts/lint.sh 2>&1 || lint=1
 cargo build --workspace --quiet
 # --no-fail-fast: one failing test binary must not hide the others' results
-cargo test --workspace --no-fail-fast "${include[@]}" 2>&1
+failed=0
+cargo test --workspace --no-fail-fast "${include[@]}" 2>&1 || failed=1
 # The executive's CLI tests once more under the other design on N CPUs
 # (giant locking, a thread per allowed CPU; the workspace run above used
 # the default: fine, one thread). crates/exec/tests/executive.rs runs
 # every design itself.
 MANTLE_EXEC_LOCKING=giant \
   MANTLE_EXEC_CPUS="$(awk '/^Cpus_allowed_list/{print $2}' /proc/self/status)" \
-  cargo test -p mantle-cli --test exec --no-fail-fast "${include[@]}" 2>&1
+  cargo test -p mantle-cli --test exec --no-fail-fast "${include[@]}" 2>&1 || failed=1
 if [ "$lint" = 1 ]; then
   echo "test.sh: the tests ran, but the lint gate failed (above; bash scripts/lint.sh)" >&2
   exit 1
 fi
+exit "$failed"

@@ -66,7 +66,7 @@ mod layout {
             &btf,
             "mt_admin",
             size_of::<Admin>(),
-            fields!(Admin: code, tag, flags, ll_base, ll_size, digest, created_ns, default_ttl, pad, name),
+            fields!(Admin: code, tag, flags, ll_base, ll_size, digest, created_ns, default_ttl, pad, owner_uid, name),
         );
         check(
             &btf,
