@@ -1514,6 +1514,14 @@ fn spinner(name: &str, at: Option<f64>, secs: f64) -> String {
     )
 }
 
+/// The parent pid of `pid`, from /proc (None once it is gone).
+fn ppid(pid: i64) -> Option<i64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// CLOCK_MONOTONIC now + `secs`, in seconds.
 fn monotonic_in(secs: f64) -> f64 {
     let mut t = libc::timespec {
@@ -1617,12 +1625,8 @@ fn two_cpus_partitioned_round() -> Option<()> {
         // the executive is `mantle run` itself or its child (born in
         // its cgroup)
         let ours = |e: &serde_json::Value| {
-            let pid = e["pid"].as_u64().unwrap_or(0);
-            pid == u64::from(exec_pid)
-                || std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|st| {
-                    st.lines()
-                        .any(|l| l.split_whitespace().eq(["PPid:", &exec_pid.to_string()]))
-                })
+            let pid = e["pid"].as_i64().unwrap_or(0);
+            pid == i64::from(exec_pid) || ppid(pid) == Some(i64::from(exec_pid))
         };
         let e = v.as_array()?.iter().find(|e| ours(e))?.clone();
         let gs = e["guests"].as_array()?.clone();
@@ -2799,20 +2803,14 @@ fn fast_tree(args: &[&str], tag: &str) -> FastTree {
     let ch = std::fs::read_to_string(format!("/proc/{front}/task/{front}/children")).unwrap();
     let exec: i32 = ch.split_whitespace().next().unwrap().parse().unwrap();
     // the orphan of the subshell is the executive's now (child subreaper)
-    let ppid = |pid: i32| -> Option<i32> {
-        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        s.lines()
-            .find_map(|l| l.strip_prefix("PPid:"))
-            .and_then(|v| v.trim().parse().ok())
-    };
     assert!(
         mantle_testsupport::poll_until_for(Duration::from_secs(5), || {
-            (ppid(list[1]) == Some(exec)).then_some(())
+            (ppid(list[1].into()) == Some(exec.into())).then_some(())
         })
         .is_some(),
         "orphan {} adopted by the executive {exec}: PPid {:?}",
         list[1],
-        ppid(list[1])
+        ppid(list[1].into())
     );
     assert!(list.iter().all(|&p| !gone(p)), "guests running: {list:?}");
     let _ = std::fs::remove_file(&pids);
