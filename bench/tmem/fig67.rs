@@ -291,6 +291,15 @@ fn run(
         threads.push(std::thread::spawn(move || {
             pin(0);
             mantle_sys::supervise::set_fifo(t.prio).expect("SCHED_FIFO (root)");
+            if trace() {
+                eprintln!(
+                    "trace: tid {} FIFO {} period {:?} e {} us",
+                    mantle_sys::os::gettid(),
+                    t.prio,
+                    t.period,
+                    t.budget_us
+                );
+            }
             let mut release = start + Duration::from_millis(20);
             let mut seed = k as u64 * 7919 + 1;
             let mut mine = Vec::new();
@@ -326,6 +335,20 @@ fn run(
             let stop = stop.clone();
             threads.push(std::thread::spawn(move || {
                 pin(env("TMEM_FIG_BE_CPU", 0));
+                // A spawned thread inherits its creator's policy, and this
+                // one's creator runs the policy loop at SCHED_FIFO 1. Before
+                // this line the "best-effort" threads were FIFO 1: with the
+                // task set they left no CPU 0 time to SCHED_OTHER, so the
+                // kernel's fair server (Linux >= 6.12: 50 ms a second for
+                // starved SCHED_OTHER tasks, above every FIFO priority) ran
+                // the machine's other work once a second for 49-53 ms ahead
+                // of the real-time threads (perf sched trace, RESULTS.md):
+                // the 14-33 misses a second of every policy, `max` included.
+                mantle_sys::pifutex::set_self_sched(mantle_sys::pifutex::Sched {
+                    policy: libc::SCHED_OTHER,
+                    value: 0,
+                })
+                .expect("best-effort threads run SCHED_OTHER");
                 let (from, to) = (
                     start + Duration::from_secs_f64(from),
                     start + Duration::from_secs_f64(to),
@@ -348,8 +371,12 @@ fn run(
     let mut memory = Vec::new();
     let mut last_sample = start;
     let mut samples = 0u64;
+    let mut traced = 0;
     while Instant::now() < end {
         m.tick();
+        if trace() {
+            trace_run(&m, &mut traced, start);
+        }
         if last_sample.elapsed() >= Duration::from_millis(100) {
             last_sample = Instant::now();
             samples += 1;
@@ -384,6 +411,59 @@ fn run(
         errors: errors.load(Relaxed),
         foreign_rt,
     }
+}
+
+/// TMEM_FIG_TRACE=1: every policy run on stderr (what Algorithm 1 saw:
+/// the tardiness of each real-time thread, and per stack cache that a
+/// thread blocked on, δ^j, a^j, r^j and the blocked threads).
+fn trace() -> bool {
+    std::env::var_os("TMEM_FIG_TRACE").is_some()
+}
+
+fn trace_run(m: &Manager, traced: &mut u64, start: Instant) {
+    let st = m.status();
+    let Some(run) = st.last_run.as_ref() else {
+        return;
+    };
+    if run.run == *traced {
+        return;
+    }
+    *traced = run.run;
+    let tardy: Vec<String> = run
+        .tardiness
+        .iter()
+        .map(|(tid, ns)| format!("{tid}:{:.1}", *ns as f64 / 1e6))
+        .collect();
+    let mut caches = Vec::new();
+    for c in &st.components {
+        for t in &c.tmem {
+            if t.kind != mantle_comp::policy::Kind::Stack || t.view.per_thread.is_empty() {
+                continue;
+            }
+            let b: Vec<String> = t
+                .view
+                .per_thread
+                .iter()
+                .map(|b| format!("{}:{}/{:.1}", b.tid, b.blocks, b.block_ns as f64 / 1e6))
+                .collect();
+            caches.push(format!(
+                "{} d{} a{} r{} [{}]",
+                c.name,
+                t.view.desired,
+                t.view.allocated,
+                t.view.estimated_requests,
+                b.join(" ")
+            ));
+        }
+    }
+    let total: u32 = st.components.iter().map(|c| c.stacks.allocated).sum();
+    eprintln!(
+        "trace: {:.2}s run {} stacks {total} tardy(ms) {{{}}} blocked: {}",
+        start.elapsed().as_secs_f64(),
+        run.run,
+        tardy.join(" "),
+        caches.join("; ")
+    );
 }
 
 /// Per second in [from, to): (max tardiness ms, deadlines missed).

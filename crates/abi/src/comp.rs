@@ -378,7 +378,12 @@ pub const CBUF_META_LEN: usize = 4096;
 /// 32  u64 limit (δ^j in bytes)  40 u64 bytes (slab bytes held): written by
 ///     the manager, read by the component to go to tmem_get without a
 ///     round trip when a new slab cannot fit (the manager still checks)
-/// 48  u32 nopi (as the region header's)  52..64 reserved
+/// 48  u32 nopi (as the region header's)
+/// 52  u32 svc_pi: PI word of a request to the CBUF manager: the requester
+///     stores svc_tid in it and blocks on it (FUTEX_LOCK_PI), so the
+///     manager's service thread runs at the requester's priority until it
+///     releases the word after the reply (the paper's thread migration)
+/// 56  u32 svc_tid: the service thread's tid (manager writes)  60..64 reserved
 /// 64  u32 l1[CB_L1]            leaf number + 1, 0 = none (manager writes)
 /// 576 u32 leaves[CB_LEAVES][CB_L2]   1 = slab mapped here, 0 = not
 /// 8768 BlockEntry[BLK_ENTRIES]  per-thread block stats (component writes)
@@ -396,6 +401,8 @@ pub const CBT_BLOCK_NS: usize = 24;
 pub const CBT_LIMIT: usize = 32;
 pub const CBT_BYTES: usize = 40;
 pub const CBT_NOPI: usize = 48;
+pub const CBT_SVC_PI: usize = 52;
+pub const CBT_SVC_TID: usize = 56;
 pub const CBT_L1: usize = 64;
 pub const CBT_LEAVES: usize = CBT_L1 + CB_L1 * 4;
 pub const CBT_BLK: usize = CBT_LEAVES + CB_LEAVES * CB_L2 * 4;
@@ -416,5 +423,6 @@ const _: () = {
     assert!(CBT_LEAVES.is_multiple_of(64) && CBT_BLOCK_NS.is_multiple_of(8));
     assert!(CBT_LIMIT.is_multiple_of(8) && CBT_BYTES == CBT_LIMIT + 8 && CBT_BYTES + 8 <= CBT_L1);
     assert!(CBT_BLK == 8768 && CBT_BLK.is_multiple_of(64));
-    assert!(CBT_TARDY == 9280 && CBT_NOPI + 4 <= CBT_L1);
+    assert!(CBT_TARDY == 9280 && CBT_NOPI + 4 == CBT_SVC_PI);
+    assert!(CBT_SVC_TID == CBT_SVC_PI + 4 && CBT_SVC_TID + 4 <= CBT_L1);
 };

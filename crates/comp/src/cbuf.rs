@@ -123,7 +123,15 @@ impl Slab {
 
 /// A component's CBUF cache (the client side of Table I).
 pub struct Cbufs {
+    /// The request socket. Taken only under `req_pi` (so never contended):
+    /// the Mutex is for `Sync`.
     sock: Mutex<OwnedFd>,
+    /// A process-private PI lock around a request: a real-time thread
+    /// that finds another thread of the component mid-request boosts it
+    /// (and, through the table's `svc_pi`, the manager's service thread
+    /// it waits on), where a plain mutex left it behind a lower-priority
+    /// requester.
+    req_pi: AtomicU32,
     table: SharedMem,
     slabs: Box<[OnceLock<Slab>]>,
     /// Per class: free buffers as `slab << SLAB_SHIFT | obj`.
@@ -171,6 +179,7 @@ impl Cbufs {
         }
         Ok(Cbufs {
             sock: Mutex::new(sock),
+            req_pi: AtomicU32::new(0),
             table,
             slabs: (0..MAX_SLABS).map(|_| OnceLock::new()).collect(),
             free: (0..CB_CLASSES).map(|_| Mutex::new(Vec::new())).collect(),
@@ -179,11 +188,55 @@ impl Cbufs {
     }
 
     fn request(&self, op: u32, arg: u32) -> Result<(u32, Option<(OwnedFd, OwnedFd)>), Error> {
+        let me = crate::runtime::my_tid();
+        take_pi(&self.req_pi, me);
+        let r = self.request_locked(op, arg);
+        let _ = pifutex::unlock_pi(&self.req_pi, me);
+        r
+    }
+
+    /// One request and its reply, at the requester's priority: the
+    /// requester hands the table's `svc_pi` word to the manager's service
+    /// thread (its tid in the word) and blocks on it with FUTEX_LOCK_PI,
+    /// so the kernel runs the service thread at the requester's priority
+    /// (a SCHED_OTHER service thread behind a middle-priority task, or
+    /// behind the kernel's throttling of starved SCHED_OTHER work, kept a
+    /// real-time requester waiting for as long as those ran). The service
+    /// thread releases the word after the whole reply; the requester then
+    /// drops it and reads the reply.
+    fn request_locked(
+        &self,
+        op: u32,
+        arg: u32,
+    ) -> Result<(u32, Option<(OwnedFd, OwnedFd)>), Error> {
         let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
+        let svc = table_word(&self.table, CBT_SVC_TID).load(Acquire) & pifutex::FUTEX_TID_MASK;
+        let word = table_word(&self.table, CBT_SVC_PI);
+        if svc != 0 {
+            word.store(svc, Release);
+        }
         let mut m = [0u8; 8];
         m[..4].copy_from_slice(&op.to_ne_bytes());
         m[4..].copy_from_slice(&arg.to_ne_bytes());
         write_all_raw(sock.as_fd(), &m).map_err(Error::sys("cbuf request"))?;
+        if svc != 0 {
+            let me = crate::runtime::my_tid();
+            loop {
+                match pifutex::lock_pi(word, Some(Duration::from_millis(100))) {
+                    // the reply is complete: give the word back
+                    Ok(true) => {
+                        let _ = pifutex::unlock_pi(word, me);
+                        break;
+                    }
+                    // still serving (or queued behind other components'
+                    // requests): keep lending our priority
+                    Ok(false) => continue,
+                    // the service thread is gone (ESRCH) or the word was
+                    // not what we stored: read the reply unboosted
+                    Err(_) => break,
+                }
+            }
+        }
         let mut r = [0u8; 8];
         read_exact_raw(sock.as_fd(), &mut r).map_err(Error::sys("cbuf reply"))?;
         let status = i32::from_ne_bytes(r[..4].try_into().unwrap_or_default());
@@ -490,6 +543,8 @@ pub struct CbufManager {
     slabs: Vec<Option<SlabRec>>,
     pool: usize,
     used: usize,
+    /// The service thread's tid (0 before it runs): see `svc_pi`.
+    svc_tid: u32,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -540,6 +595,7 @@ impl CbufManager {
             slabs: vec![None],
             pool,
             used: 0,
+            svc_tid: 0,
         };
         for c in 0..m.comps.len() {
             m.publish(c);
@@ -588,7 +644,33 @@ impl CbufManager {
                 write_all_raw(sock.as_fd(), &out)?;
             }
         }
+        self.release_requester(c);
         Ok(())
+    }
+
+    /// The service thread's side of `svc_pi`: records its tid in every
+    /// table, so requesters can lend it their priority.
+    pub fn set_service_thread(&mut self, tid: u32) {
+        self.svc_tid = tid;
+        for k in &self.comps {
+            table_word(&k.table, CBT_SVC_TID).store(tid, Release);
+        }
+    }
+
+    /// After a complete reply to component `c`: releases `svc_pi` if the
+    /// requester handed it to us (its boost ends; the kernel gives the
+    /// word to the requester). A word the component left in any other
+    /// state is not ours: FUTEX_UNLOCK_PI refuses it (EPERM), ignored.
+    fn release_requester(&self, c: usize) {
+        if self.svc_tid == 0 {
+            return;
+        }
+        if let Some(k) = self.comps.get(c) {
+            let w = table_word(&k.table, CBT_SVC_PI);
+            if w.load(Acquire) & pifutex::FUTEX_TID_MASK == self.svc_tid {
+                let _ = pifutex::unlock_pi(w, self.svc_tid);
+            }
+        }
     }
 
     fn new_slab(&mut self, c: usize, class: usize) -> Result<(u32, OwnedFd, OwnedFd), i32> {
@@ -765,7 +847,7 @@ impl CbufManager {
     /// dropped, so the new instance never reads an old reply.
     pub fn reset(&mut self, c: usize, mine: &OwnedFd, theirs: &OwnedFd) {
         if let Some(k) = self.comps.get(c) {
-            for off in [CBT_RELINQUISH, CBT_WAITERS, CBT_BLOCKS] {
+            for off in [CBT_RELINQUISH, CBT_WAITERS, CBT_BLOCKS, CBT_SVC_PI] {
                 table_word(&k.table, off).store(0, Release);
             }
             if let Some(w) = k.table.u64(CBT_BLOCK_NS) {

@@ -402,6 +402,12 @@ impl Manager {
         std::thread::Builder::new()
             .name("cbuf-manager".into())
             .spawn(move || {
+                // requesters lend this thread their priority through their
+                // table's svc_pi word (cbuf.rs, `request_locked`)
+                cbufs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .set_service_thread(mantle_sys::os::gettid());
                 let mut open = vec![true; socks.len()];
                 while !stop.load(Relaxed) {
                     let mut fds: Vec<libc::pollfd> = socks
