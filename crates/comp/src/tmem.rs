@@ -269,6 +269,10 @@ impl Vc {
             0.0
         }
     }
+    /// Units held above what was requested since the last run.
+    fn idle(&self) -> u32 {
+        self.a.saturating_sub(self.r)
+    }
     /// max over the threads blocked here of t_est(Δ).
     fn est(&self, t: &[f64], delta: f64) -> f64 {
         self.blocked
@@ -372,9 +376,20 @@ impl Policy for Tmem {
             // move must lower the larger of the two estimates (c^max's
             // now is the larger: it was chosen as the most tardy)
             let now = vcs[cmax].est(&t, 0.0);
+            // Ties (typically every donor at 0: no real-time thread blocked
+            // there) go to the donor with the most units its requests did
+            // not need (a^j − r^j: idle since the last run): losing one of
+            // those delays nobody, where a cache whose every unit was used
+            // makes its next caller block. Before, the tie went to the
+            // first donor by name, idle or not.
             let cmin = (0..vcs.len())
                 .filter(|&j| j != cmax && vcs[j].key.1 == kind && vcs[j].a > vcs[j].lo)
-                .min_by(|&x, &y| vcs[x].est(&t, -1.0).total_cmp(&vcs[y].est(&t, -1.0)));
+                .min_by(|&x, &y| {
+                    vcs[x]
+                        .est(&t, -1.0)
+                        .total_cmp(&vcs[y].est(&t, -1.0))
+                        .then(vcs[y].idle().cmp(&vcs[x].idle()))
+                });
             match cmin {
                 Some(cmin) if vcs[cmin].est(&t, -1.0) < now => {
                     vcs[cmin].change(&mut t, -1);
@@ -521,6 +536,44 @@ mod tests {
         assert_eq!(d.iter().map(|d| d.desired).sum::<u32>(), 8, "{d:?}");
         // donors give down to their minimum, never below
         assert!(d.iter().all(|d| d.desired >= 1));
+    }
+
+    #[test]
+    fn among_donors_that_hurt_nobody_an_idle_unit_goes_first() {
+        // pool full; a tardy (one unit helps). "b" (first by name) used
+        // all 3 of its units (r = a), "c" used 1 of its 3: c gives
+        let s = snap(
+            &[(S, 8)],
+            &[
+                ("a", S, 2, 16, 3, &[(7, 30_000_000)]),
+                ("b", S, 3, 16, 3, &[]),
+                ("c", S, 3, 16, 1, &[]),
+            ],
+            &[(7, 30_000_000)],
+        );
+        let d = Tmem::new(true).run(&s);
+        assert_eq!(
+            (got(&d, "a", S), got(&d, "b", S), got(&d, "c", S)),
+            (3, 3, 2),
+            "{d:?}"
+        );
+        // with two units wanted, c gives both of its idle ones before b
+        // gives a used one
+        let s = snap(
+            &[(S, 8)],
+            &[
+                ("a", S, 2, 16, 4, &[(7, 30_000_000)]),
+                ("b", S, 3, 16, 3, &[]),
+                ("c", S, 3, 16, 1, &[]),
+            ],
+            &[(7, 30_000_000)],
+        );
+        let d = Tmem::new(true).run(&s);
+        assert_eq!(
+            (got(&d, "a", S), got(&d, "b", S), got(&d, "c", S)),
+            (4, 3, 1),
+            "{d:?}"
+        );
     }
 
     #[test]

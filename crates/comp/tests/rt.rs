@@ -345,8 +345,15 @@ fn a_periodic_real_time_thread_beside_best_effort_callers_misses_no_deadline() {
         be.iter().map(|&(_, n)| n).sum::<u64>() >= 20,
         "best-effort threads hardly ran: {be:?}"
     );
+    // What this guards against stalls the real-time thread for tens of ms
+    // to seconds (the fair server's 50 ms; a service thread behind the
+    // load): every job late, up to 1.79 s, when the best-effort threads
+    // kept a FIFO priority. A loaded shared machine (other engineers'
+    // builds and real-time tests) once made one job of 100 late by 8.5 ms:
+    // allowed, as up to two late jobs of under 20 ms.
+    let worst = late.iter().map(|l| l.1).max().unwrap_or_default();
     assert!(
-        late.is_empty(),
+        late.len() <= 2 && worst < Duration::from_millis(20),
         "deadlines missed (job, tardiness): {late:?}"
     );
 }
