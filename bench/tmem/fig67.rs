@@ -46,7 +46,8 @@
 //! TMEM_FIG_EXTRA ("0,8,16,32"), TMEM_FIG7_SECS (15), TMEM_FIG7_EXTRA (32),
 //! TMEM_FIG_JSON (output path), TMEM_FIG_PERIOD_MS (250), TMEM_FIG_PRIO (67:
 //! the highest task priority), TMEM_FIG_BE_CPU (0), TMEM_FIG7_POLICIES
-//! ("min,max,fair,greedy,tmem,tmem-nopi").
+//! ("min,max,fair,greedy,tmem,tmem-nopi"), TMEM_FIG_TRACE (set: every policy
+//! run on stderr: what Algorithm 1 saw).
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
