@@ -126,11 +126,13 @@ pub struct Cbufs {
     /// The request socket. Taken only under `req_pi` (so never contended):
     /// the Mutex is for `Sync`.
     sock: Mutex<OwnedFd>,
-    /// A process-private PI lock around a request: a real-time thread
+    /// A process-private PI word around a request: a real-time thread
     /// that finds another thread of the component mid-request boosts it
     /// (and, through the table's `svc_pi`, the manager's service thread
     /// it waits on), where a plain mutex left it behind a lower-priority
-    /// requester.
+    /// requester. Taken with `take_pi` (bounded tries: a word left by a
+    /// thread that died is taken over, failing that the request goes on
+    /// unboosted); exclusion itself is `sock`'s Mutex.
     req_pi: AtomicU32,
     table: SharedMem,
     slabs: Box<[OnceLock<Slab>]>,
