@@ -60,6 +60,8 @@ struct mx_ok_hdr {
 	uint32_t spin;       /* 20: spin iterations before FUTEX_WAIT (both sides) */
 	uint32_t refused;    /* 24: requests refused by a bootstrap thread (atomic add) */
 	uint32_t pairs_made; /* 28: pairs created in this process (atomic add) */
+	uint32_t traps;      /* 32: calls that entered the trap (atomic add); rewritten sites' do not */
+	uint32_t sites;      /* 36: sites rewritten (site.h) */
 };
 
 struct mx_ok_syscall {
@@ -83,7 +85,8 @@ struct mx_ok_entry {
 	uint32_t app_sleeping;      /* 124: application is (about to be) in FUTEX_WAIT */
 };
 
-_Static_assert(sizeof(struct mx_ok_hdr) == 32, "mx_ok_hdr");
+_Static_assert(sizeof(struct mx_ok_hdr) == 40, "mx_ok_hdr");
+_Static_assert(__builtin_offsetof(struct mx_ok_hdr, traps) == 32, "traps");
 _Static_assert(sizeof(struct mx_ok_syscall) == 64, "mx_ok_syscall");
 _Static_assert(sizeof(struct mx_ok_entry) == MX_OK_ENTRY_SIZE, "mx_ok_entry");
 _Static_assert(__builtin_offsetof(struct mx_ok_entry, pc) == 8, "pc");
