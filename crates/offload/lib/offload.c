@@ -17,6 +17,12 @@
  *   library's own calls (raw `syscall` instructions in its code) are in
  *   the excluded range and run; the selector byte of each application
  *   thread always blocks.
+ * - Site rewriting (site.h, shared with the fast path's stub): after a
+ *   forwarded call trapped, its site (glibc's wrappers, read(),
+ *   syscall(2)) is rewritten to jump into ok_direct, which forwards the
+ *   calls made from it later as the handler does, without a signal; it
+ *   declines the numbers it does not forward (the site's `syscall` then
+ *   traps). Only while the program has one thread.
  * - The SIGSYS handler writes the call into the thread's entry (number,
  *   arguments, pc, sequence, check word), sets the state to REQUEST, wakes
  *   the bootstrap thread if it sleeps, spins a bounded number of times on
@@ -28,7 +34,7 @@
  *   application thread itself (placement.h, generated from
  *   src/placement.rs); the signal calls the trap cannot simply forward
  *   (rt_sigreturn, rt_sigprocmask, rt_sigaction) are emulated as the fast
- *   path's stub does (crates/exec/stub/stub.c).
+ *   path's stub does, with its code (crates/exec/stub/sigemu.h).
  * - Special cases (paper 4.3.4, 4.4.2): clone/fork/vfork split into a new
  *   pair (Figure 4.5): the bootstrap thread makes the call; the new task
  *   (a new thread, or the fork child's only thread) becomes the new
@@ -683,9 +689,9 @@ static long send(struct mx_ok_entry *p, uint32_t kind, uint64_t nr, const uint64
 		boot_gone(p);
 	if (st != MX_OK_ANSWER && st != MX_OK_REFUSED)
 		return -EIO; /* the entry was corrupted under us */
-	long r = p->syscall.ret;
-	st32(&p->bootstrap_has_msg, MX_OK_IDLE);
-	return r;
+	/* the state stays ANSWER (no message, for the bootstrap thread):
+	 * writing IDLE back would move the line once more per call */
+	return p->syscall.ret;
 }
 
 /* A forwarded call: sent, and made again after an interrupting handler
@@ -736,8 +742,11 @@ static long handle(uint32_t nr, const uint64_t a[6], uint64_t pc, ucontext_t *uc
 	if (nr == SYS_exit_group)
 		for (;;)
 			rs1(SYS_exit_group, a[0]);
-	if (nr == SYS_clone && (a[0] & CLONE_VM))
-		multi = 1; /* another task may run the program's code: no more rewriting */
+	/* another task may run the program's code beside this one: no more
+	 * rewriting (a vfork-like child runs while its parent waits) */
+	if (nr == SYS_clone && (a[0] & CLONE_VM) &&
+	    ((a[0] & CLONE_THREAD) || !(a[0] & CLONE_VFORK)))
+		multi = 1;
 	if (!p || depth > 1 || nr >= MX_OK_NR_MAX) {
 		/* a new thread would start inside this handler: refused (a
 		 * fork made here runs unpaired: dispatch is off in a child) */

@@ -38,7 +38,7 @@ enum mx_ok_state {
 	MX_OK_CLAIMED = 1, /* claimed for a new pair; its bootstrap thread is starting */
 	MX_OK_IDLE = 2,    /* no message */
 	MX_OK_REQUEST = 3, /* application: a message is written; waits */
-	MX_OK_ANSWER = 4,  /* bootstrap: syscall.ret written */
+	MX_OK_ANSWER = 4,  /* bootstrap: syscall.ret written; stays until the next request */
 	MX_OK_REFUSED = 5, /* bootstrap: the message did not validate; ret = -EINVAL */
 	MX_OK_STATE_MAX = 6,
 };

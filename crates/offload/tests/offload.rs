@@ -210,7 +210,10 @@ fn rewritten_sites_skip_the_trap_and_give_the_native_output() {
     let o = run(c, LIMIT);
     assert_eq!(String::from_utf8_lossy(&o.stdout), "same 1 sum 38000\n");
     let (calls, traps, sites) = trap_counts(&o);
-    assert!(traps >= calls && sites == 0, "{calls} calls, {traps} traps, {sites} sites");
+    assert!(
+        traps >= calls && sites == 0,
+        "{calls} calls, {traps} traps, {sites} sites"
+    );
 }
 
 #[test]
