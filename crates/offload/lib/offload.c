@@ -714,8 +714,6 @@ static long forward(struct mx_ok_entry *p, uint32_t nr, const uint64_t a[6], uin
  * call in its handler: blocking calls with the program's signal mask. */
 static long local(ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 {
-	if (!uc) /* from a rewritten site: a forwardable call, made with the thread's mask */
-		return rs6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	uint64_t *um = (uint64_t *)&uc->uc_sigmask;
 	switch (nr) {
 	case SYS_rt_sigprocmask:
