@@ -8,7 +8,7 @@ use std::process::Command;
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
     let so = out.join("libmantle-stub.so");
-    for f in ["stub/stub.c", "stub/fast.h"] {
+    for f in ["stub/stub.c", "stub/fast.h", "stub/site.h", "stub/sigemu.h"] {
         println!("cargo:rerun-if-changed={f}");
     }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());

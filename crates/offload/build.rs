@@ -14,8 +14,15 @@ mod placement;
 
 fn main() {
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    // site rewriting and the signal emulation are shared with the fast
+    // path's stub (crates/exec/stub): one C source for both builds
+    let shared = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("CARGO_MANIFEST_DIR"))
+        .join("../exec/stub");
     for f in ["lib/offload.c", "lib/offload.h", "src/placement.rs"] {
         println!("cargo:rerun-if-changed={f}");
+    }
+    for f in ["site.h", "sigemu.h"] {
+        println!("cargo:rerun-if-changed={}", shared.join(f).display());
     }
     std::fs::write(out.join("placement.h"), placement::c_header()).expect("write placement.h");
     let so = out.join("libmantle-offload.so");
@@ -36,6 +43,8 @@ fn main() {
             "-I",
         ])
         .arg(&out)
+        .arg("-I")
+        .arg(&shared)
         .arg("-o")
         .arg(&so)
         .arg("lib/offload.c")

@@ -68,10 +68,15 @@ pub struct OffloadHdr {
     pub refused: u32,
     /// Pairs created in this process.
     pub pairs_made: u32,
+    /// Calls that entered the trap (SIGSYS) in this process; calls from
+    /// rewritten sites do not (they are the rest).
+    pub traps: u32,
+    /// Sites rewritten in this process.
+    pub sites: u32,
 }
 crate::offsets!(OffloadHdr: magic @ 0, version @ 4, npairs @ 8, entry_size @ 12,
-    boot_cpu @ 16, spin @ 20, refused @ 24, pairs_made @ 28);
-const _: () = assert!(size_of::<OffloadHdr>() == 32);
+    boot_cpu @ 16, spin @ 20, refused @ 24, pairs_made @ 28, traps @ 32, sites @ 36);
+const _: () = assert!(size_of::<OffloadHdr>() == 40);
 
 /// `struct mx_ok_syscall`: the system-call member of the paper's union.
 #[repr(C)]

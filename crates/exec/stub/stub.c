@@ -73,6 +73,8 @@
 #include <unistd.h>
 
 #include "fast.h"
+#include "sigemu.h"
+#include "site.h"
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
@@ -82,7 +84,6 @@
 #define SYSCALL_DISPATCH_FILTER_BLOCK 1
 #endif
 #define SYS_USER_DISPATCH 2
-#define SA_RESTORER_ 0x04000000
 
 /* The excluded page's code, position-independent, copied to hdr->tramp:
  *   +0   sc6(nr, a..f): a raw system call
@@ -287,13 +288,6 @@ static inline int exiting(uint32_t nr)
 	return nr == SYS_exit || nr == SYS_exit_group;
 }
 
-/* struct kernel_sigaction for rt_sigaction on x86-64 */
-struct ksigaction {
-	void *handler;
-	unsigned long flags;
-	uint64_t restorer;
-	uint64_t mask;
-};
 
 /* Calls that never sleep until an event (a signal, a peer, a timer): they
  * finish on their own (at most after disk I/O, which no signal but a fatal
@@ -335,46 +329,11 @@ static long perform(greg_t *g, ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 	if (!uc) /* from a rewritten site: never an emulated call */
 		return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	switch (nr) {
-	case SYS_rt_sigprocmask: {
-		/* on the interrupted context's mask; SIGSYS never blocked */
-		uint64_t *m = (uint64_t *)&uc->uc_sigmask, old = *m, set = 0;
-		if (a[3] != 8)
-			return -EINVAL;
-		if (a[1])
-			set = *(const uint64_t *)(uintptr_t)a[1];
-		if (a[2])
-			*(uint64_t *)(uintptr_t)a[2] = old;
-		if (a[1]) {
-			if (a[0] == SIG_BLOCK)
-				*m = old | set;
-			else if (a[0] == SIG_UNBLOCK)
-				*m = old & ~set;
-			else if (a[0] == SIG_SETMASK)
-				*m = set;
-			else
-				return -EINVAL;
-			*m &= ~((1ull << (SIGSYS - 1)) | (1ull << (SIGKILL - 1)) |
-				(1ull << (SIGSTOP - 1)));
-		}
-		return 0;
-	}
-	case SYS_rt_sigaction: {
-		if (a[0] == SIGSYS) { /* the stub's: not changed; reported as default */
-			if (a[2])
-				for (int i = 0; i < 4; i++)
-					((volatile uint64_t *)(uintptr_t)a[2])[i] = 0;
-			return 0;
-		}
-		if (!a[1] || a[3] != 8)
-			return mx_sc6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-		/* a guest handler never blocks SIGSYS (its own calls trap) and
-		 * returns through the excluded page's restorer */
-		struct ksigaction k = *(const struct ksigaction *)(uintptr_t)a[1];
-		k.mask &= ~(1ull << (SIGSYS - 1));
-		if (k.flags & SA_RESTORER_)
-			k.restorer = mx_restorer;
-		return sc4(nr, a[0], &k, a[2], 8);
-	}
+	case SYS_rt_sigprocmask:
+		return mx_emu_sigprocmask((uint64_t *)&uc->uc_sigmask, a);
+	case SYS_rt_sigaction:
+		/* a guest handler returns through the excluded page's restorer */
+		return mx_emu_sigaction(a, mx_restorer, mx_sc6);
 	case SYS_execve:
 	case SYS_execveat: {
 		/* the new image starts with the interrupted context's mask, not
@@ -524,51 +483,12 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 }
 
 
-/* Site rewriting (MX_HDR_REWRITE, after gVisor's systrap): a trapped call
- * whose instruction bytes are `mov $nr,%eax; syscall` (b8 imm32 0f 05) has
- * its mov rewritten into `jmp rel32` to a per-site stub in a page within 2 GiB of
- * it; the stub steps over the red zone, saves the registers the kernel
- * would preserve, calls mx_direct(nr, args) and jumps back after the
- * site: later calls from that site skip the signal. Only while the process
- * has one thread, and never for the calls the handler emulates. The stub
- * is built with -mgeneral-regs-only, so vector registers survive. */
-extern char mx_site[] HIDDEN, mx_site_nr[] HIDDEN, mx_site_fn[] HIDDEN, mx_site_ret[] HIDDEN,
-	mx_site_end[] HIDDEN;
-__asm__(".text\n"
-	".globl mx_site, mx_site_nr, mx_site_fn, mx_site_ret, mx_site_end\n"
-	".hidden mx_site, mx_site_nr, mx_site_fn, mx_site_ret, mx_site_end\n"
-	"mx_site:\n"
-	"\tlea -128(%rsp),%rsp\n"
-	"\tpushfq\n"
-	"\tpush %rbp\n"
-	"\tmov %rsp,%rbp\n"
-	"\tand $-16,%rsp\n"
-	"\tpush %rdi\n\tpush %rsi\n\tpush %rdx\n\tpush %r10\n"
-	"\tpush %r8\n\tpush %r9\n\tpush %rcx\n\tpush %r11\n"
-	"\tsub $8,%rsp\n"
-	"\tpush %r9\n"
-	"\tmov %r8,%r9\n"
-	"\tmov %r10,%r8\n"
-	"\tmov %rdx,%rcx\n"
-	"\tmov %rsi,%rdx\n"
-	"\tmov %rdi,%rsi\n"
-	"\tmov $0x7fffffff,%edi\n"
-	"mx_site_nr:\n"
-	"\tmovabs $0x7fffffffffffffff,%rax\n"
-	"mx_site_fn:\n"
-	"\tcall *%rax\n"
-	"\tadd $16,%rsp\n"
-	"\tpop %r11\n\tpop %rcx\n\tpop %r9\n\tpop %r8\n"
-	"\tpop %r10\n\tpop %rdx\n\tpop %rsi\n\tpop %rdi\n"
-	"\tmov %rbp,%rsp\n"
-	"\tpop %rbp\n"
-	"\tpopfq\n"
-	"\tlea 128(%rsp),%rsp\n"
-	"\tjmp *0(%rip)\n"
-	"mx_site_ret:\n"
-	"\t.quad 0\n"
-	"mx_site_end:\n");
-
+/* Site rewriting (MX_HDR_REWRITE, after gVisor's systrap; site.h, shared
+ * with the application kernel's library): a trapped call from a glibc
+ * wrapper (`mov $nr,%eax; syscall`) has its site rewritten to call
+ * mx_direct outside any signal handler. Only while the process has one
+ * thread, and never for the calls the handler emulates (the entry never
+ * declines a call). */
 static int emulated(uint32_t nr)
 {
 	switch (nr) {
@@ -583,79 +503,18 @@ static int emulated(uint32_t nr)
 static long dispatch(uint32_t nr, const uint64_t a[6], uint64_t ip, greg_t *g, ucontext_t *uc);
 
 /* called by a rewritten site's stub, outside any signal handler */
-HIDDEN long mx_direct(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
+HIDDEN struct mx_site_ret mx_direct(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
 {
 	uint64_t a[6] = {a0, a1, a2, a3, a4, a5};
-	return dispatch((uint32_t)nr, a, 0, 0, 0);
-}
-
-static char *near_page;
-static unsigned near_used;
-
-static int near(uint64_t x, uint64_t y)
-{
-	uint64_t d = x > y ? x - y : y - x;
-	return d < (1ull << 30);
+	struct mx_site_ret r = {dispatch((uint32_t)nr, a, 0, 0, 0), 0};
+	return r;
 }
 
 static void try_rewrite(uint64_t ip, uint32_t nr)
 {
-	const unsigned char *p = (const unsigned char *)(uintptr_t)(ip - 7);
-	unsigned len = (unsigned)(mx_site_end - mx_site);
-	if (multi || emulated(nr) || ip < 4096 + 7 || p[0] != 0xb8 || p[5] != 0x0f ||
-	    p[6] != 0x05 || *(const uint32_t *)(p + 1) != nr)
+	if (multi || emulated(nr))
 		return;
-	if (!near_page || near_used + len > 4096 || !near((uint64_t)(uintptr_t)near_page, ip)) {
-		char *np = 0;
-		for (uint64_t k = 1; k < 512 && !np; k++) {
-			uint64_t hint = (ip & ~0xfffffull) - k * 0x100000;
-			long r = mx_sc6(SYS_mmap, (long)hint, 4096, PROT_READ | PROT_WRITE,
-					MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-			if ((unsigned long)r < -4096ul)
-				np = (char *)r;
-		}
-		if (!np)
-			return;
-		near_page = np;
-		near_used = 0;
-	} else if (sc4(SYS_mprotect, near_page, 4096, PROT_READ | PROT_WRITE, 0) != 0) {
-		return;
-	}
-	char *st = near_page + near_used;
-	for (unsigned i = 0; i < len; i++)
-		st[i] = mx_site[i];
-	*(uint32_t *)(st + (mx_site_nr - mx_site) - 4) = nr;
-	*(uint64_t *)(st + (mx_site_fn - mx_site) - 8) = (uint64_t)(uintptr_t)mx_direct;
-	*(uint64_t *)(st + (mx_site_ret - mx_site)) = ip;
-	near_used += (len + 15) & ~15u;
-	sc4(SYS_mprotect, near_page, 4096, PROT_READ | PROT_EXEC, 0);
-	/* the site: `mov $nr,%eax` becomes `jmp rel32` to the stub; the
-	 * `syscall` after it stays, so a thread that had already executed the
-	 * mov still makes its call (and traps as before). One 8-byte store
-	 * when the 5 bytes and their neighbours share a cache line. */
-	uint64_t pg = (ip - 7) & ~4095ull, end = ip + 1;
-	long plen = (long)(((end + 4095) & ~4095ull) - pg);
-	if (sc4(SYS_mprotect, pg, plen, PROT_READ | PROT_WRITE | PROT_EXEC, 0) != 0)
-		return;
-	unsigned char *w = (unsigned char *)(uintptr_t)(ip - 7);
-	int32_t rel = (int32_t)((int64_t)(uintptr_t)st - (int64_t)(ip - 2));
-	unsigned char b[8];
-	for (int i = 0; i < 8; i++)
-		b[i] = w[i];
-	b[0] = 0xe9;
-	b[1] = (unsigned char)rel;
-	b[2] = (unsigned char)(rel >> 8);
-	b[3] = (unsigned char)(rel >> 16);
-	b[4] = (unsigned char)(rel >> 24);
-	if (((uintptr_t)w & 63) <= 56) {
-		uint64_t v;
-		__builtin_memcpy(&v, b, 8);
-		__atomic_store_n((uint64_t *)(void *)w, v, __ATOMIC_SEQ_CST);
-	} else {
-		for (int i = 4; i >= 0; i--)
-			w[i] = b[i];
-	}
-	sc4(SYS_mprotect, pg, plen, PROT_READ | PROT_EXEC, 0);
+	mx_site_rewrite(ip, nr, MX_SITE_IMM, mx_direct, mx_sc6);
 }
 
 static void on_sigsys(int sig, siginfo_t *si, void *ucv)
@@ -868,9 +727,9 @@ __attribute__((constructor)) static void mx_stub_init(void)
 	mx_clone = (long (*)(long, long, long, long, long, long))(void *)(tp + (mx_tmpl_clone - mx_tmpl));
 	mx_restorer = t + (uint64_t)(mx_tmpl_restorer - mx_tmpl);
 
-	struct ksigaction ka = {
+	struct mx_ksigaction ka = {
 		.handler = (void *)on_sigsys,
-		.flags = SA_SIGINFO | SA_RESTORER_,
+		.flags = SA_SIGINFO | MX_SA_RESTORER,
 		.restorer = mx_restorer,
 		.mask = ~0ull,
 	};

@@ -17,6 +17,12 @@
  *   library's own calls (raw `syscall` instructions in its code) are in
  *   the excluded range and run; the selector byte of each application
  *   thread always blocks.
+ * - Site rewriting (site.h, shared with the fast path's stub): after a
+ *   forwarded call trapped, its site (glibc's wrappers, read(),
+ *   syscall(2)) is rewritten to jump into ok_direct, which forwards the
+ *   calls made from it later as the handler does, without a signal; it
+ *   declines the numbers it does not forward (the site's `syscall` then
+ *   traps). Only while the program has one thread.
  * - The SIGSYS handler writes the call into the thread's entry (number,
  *   arguments, pc, sequence, check word), sets the state to REQUEST, wakes
  *   the bootstrap thread if it sleeps, spins a bounded number of times on
@@ -28,7 +34,7 @@
  *   application thread itself (placement.h, generated from
  *   src/placement.rs); the signal calls the trap cannot simply forward
  *   (rt_sigreturn, rt_sigprocmask, rt_sigaction) are emulated as the fast
- *   path's stub does (crates/exec/stub/stub.c).
+ *   path's stub does, with its code (crates/exec/stub/sigemu.h).
  * - Special cases (paper 4.3.4, 4.4.2): clone/fork/vfork split into a new
  *   pair (Figure 4.5): the bootstrap thread makes the call; the new task
  *   (a new thread, or the fork child's only thread) becomes the new
@@ -85,6 +91,8 @@
 
 #include "offload.h"
 #include "placement.h"
+#include "sigemu.h"
+#include "site.h"
 
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
@@ -96,16 +104,8 @@
 #define SYSCALL_DISPATCH_FILTER_BLOCK 1
 #endif
 #define SYS_USER_DISPATCH 2
-#define SA_RESTORER_ 0x04000000
-#define SIGSYS_BIT (1ull << (SIGSYS - 1))
+#define SIGSYS_BIT MX_SIGSYS_BIT
 #define INTR_MARK 0x10000 /* ok_wait's result when a handler interrupted it: + signo */
-
-struct ksigaction {
-	void *handler;
-	unsigned long flags;
-	uint64_t restorer;
-	uint64_t mask;
-};
 
 /* ---- raw system calls (inlined into this library's code: excluded) ---- */
 
@@ -135,6 +135,11 @@ static inline long rs6(long n, long a, long b, long c, long d, long e, long f)
  *   interrupted ok_wait in its window, the wait is made to return
  *   INTR_MARK + N instead of resuming or restarting (kernel rt_sigframe:
  *   the ucontext at rsp, gregs at +40: rax at +144, rip at +168).
+ *   Every restorer but SIGSYS's (the trap's own, and the kicks of
+ *   bootstrap threads, which share their application thread's TLS) also
+ *   records N in this thread's ok_fwd_sig: a forward made from a
+ *   rewritten site, waiting with the program's signals deliverable, learns
+ *   from it that a handler ran.
  * - ok_wait(w): rt_sigprocmask(SETMASK, w->mask), FUTEX_WAIT(w->uaddr,
  *   w->val, w->ts), rt_sigprocmask(SETMASK, w->after): a signal can be
  *   delivered from ok_wait_a up to the last syscall instruction (ok_wait_b);
@@ -185,6 +190,11 @@ __asm__(".text\n"
 	".set ok_n, ok_n+1\n"
 	".endr\n"
 	"ok_restorer:\n"
+	"\tcmp $31,%edx\n"
+	"\tje 4f\n"
+	"\tmov ok_fwd_sig@gottpoff(%rip),%rax\n"
+	"\tmov %edx,%fs:(%rax)\n"
+	"4:\n"
 	"\tmov 168(%rsp),%rcx\n"
 	"\tlea ok_wait_a(%rip),%rax\n"
 	"\tcmp %rax,%rcx\n"
@@ -296,7 +306,18 @@ static int boot_prio;                        /* MANTLE_OFFLOAD_BOOT_PRIO: SCHED_
 
 static TLS struct mx_ok_entry *my_entry;
 static TLS uint64_t my_seq;
-static TLS uint32_t depth; /* SIGSYS handlers running on this thread */
+static TLS uint32_t depth; /* SIGSYS handlers and direct forwards running on this thread */
+/* the last program signal whose handler returned on this thread (written
+ * by the restorers; read and cleared by a direct forward) */
+HIDDEN TLS volatile uint32_t ok_fwd_sig;
+/* site rewriting (site.h): on unless MANTLE_OFFLOAD_REWRITE=0; only while
+ * the program has one thread (multi: it made a CLONE_VM task) */
+static int rewrite_on = 1;
+static volatile int multi;
+/* a CLONE_VM task shares an application thread's TLS (no CLONE_SETTLS,
+ * no CLONE_VFORK: it runs beside it): calls from rewritten sites are then
+ * made where they are made, since my_entry may be another task's */
+static volatile int shared_tls;
 
 static inline uint32_t ld32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static inline void st32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
@@ -460,6 +481,8 @@ static long boot_clone(struct mx_ok_entry *p, const struct mx_ok_syscall *m, uin
 			ci.p = claim();
 			if (!ci.p)
 				return -EAGAIN;
+		} else if (!(flags & CLONE_VFORK)) {
+			shared_tls = 1;
 		}
 		uint64_t *sp = (uint64_t *)(uintptr_t)stack;
 		sp[-1] = p->pc;
@@ -589,7 +612,11 @@ static void __attribute__((noreturn)) boot_gone(struct mx_ok_entry *p)
 }
 
 /* Sends a message and waits for its answer; returns the result, and in
- * *sig the last signal whose handler interrupted the wait (0: none). */
+ * *sig the last signal whose handler interrupted the wait (0: none).
+ * uc: the trap's context (the program's mask is there; every signal is
+ * blocked now), or null for a call from a rewritten site (direct: the
+ * program's mask is the thread's own, so its signals may be delivered at
+ * any point here: the restorers record them in ok_fwd_sig). */
 static long send(struct mx_ok_entry *p, uint32_t kind, uint64_t nr, const uint64_t a[6],
 		 uint64_t pc, ucontext_t *uc, int *sig)
 {
@@ -602,6 +629,8 @@ static long send(struct mx_ok_entry *p, uint32_t kind, uint64_t nr, const uint64
 	p->seq = seq;
 	p->uc = (uint64_t)(uintptr_t)uc;
 	p->check = mx_ok_check(kind, pc, &p->syscall, seq, p->uc);
+	if (!uc)
+		ok_fwd_sig = 0;
 	st32(&p->bootstrap_has_msg, MX_OK_REQUEST);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	if (ld32(&p->boot_sleeping))
@@ -610,11 +639,31 @@ static long send(struct mx_ok_entry *p, uint32_t kind, uint64_t nr, const uint64
 		return 0;
 	uint32_t st, n = 0;
 	while ((st = ld32(&p->bootstrap_has_msg)) == MX_OK_REQUEST && n < spin_iters) {
+		if (!uc && ok_fwd_sig)
+			break;
 		__builtin_ia32_pause();
 		n++;
 	}
-	uint64_t m = uc ? (*(uint64_t *)&uc->uc_sigmask & ~SIGSYS_BIT) : ~SIGSYS_BIT, all = ~0ull;
+	uint64_t m, all = ~0ull, old = 0;
+	int blocked = 0;
+	if (uc) {
+		m = *(uint64_t *)&uc->uc_sigmask & ~SIGSYS_BIT;
+	} else {
+		/* from here on as in the trap: every signal blocked but in
+		 * ok_wait's window, where the program's mask is restored */
+		if (st == MX_OK_REQUEST)
+			blocked = rs4(SYS_rt_sigprocmask, SIG_BLOCK, &all, &old, 8) == 0;
+		m = old & ~SIGSYS_BIT;
+	}
 	while (st == MX_OK_REQUEST) {
+		uint32_t fs = uc ? 0 : ok_fwd_sig;
+		if (fs) {
+			/* a handler ran while the call was in flight */
+			ok_fwd_sig = 0;
+			*sig = (int)fs;
+			__atomic_store_n(&p->intr_seq, seq, __ATOMIC_SEQ_CST);
+			rs3(SYS_tgkill, pid_cached, ld32(&p->boot_tid), SIGSYS);
+		}
 		struct timespec ts = {1, 0};
 		st32(&p->app_sleeping, 1);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
@@ -625,6 +674,8 @@ static long send(struct mx_ok_entry *p, uint32_t kind, uint64_t nr, const uint64
 		if (r > INTR_MARK && r < INTR_MARK + 65 && st == MX_OK_REQUEST) {
 			/* a handler ran: interrupt the call */
 			*sig = (int)(r - INTR_MARK);
+			if (!uc)
+				ok_fwd_sig = 0;
 			__atomic_store_n(&p->intr_seq, seq, __ATOMIC_SEQ_CST);
 			rs3(SYS_tgkill, pid_cached, ld32(&p->boot_tid), SIGSYS);
 		} else if (r == -ETIMEDOUT && st == MX_OK_REQUEST &&
@@ -632,13 +683,15 @@ static long send(struct mx_ok_entry *p, uint32_t kind, uint64_t nr, const uint64
 			boot_gone(p);
 		}
 	}
+	if (blocked)
+		rs4(SYS_rt_sigprocmask, SIG_SETMASK, &old, 0, 8);
 	if (st == MX_OK_GONE)
 		boot_gone(p);
 	if (st != MX_OK_ANSWER && st != MX_OK_REFUSED)
 		return -EIO; /* the entry was corrupted under us */
-	long r = p->syscall.ret;
-	st32(&p->bootstrap_has_msg, MX_OK_IDLE);
-	return r;
+	/* the state stays ANSWER (no message, for the bootstrap thread):
+	 * writing IDLE back would move the line once more per call */
+	return p->syscall.ret;
 }
 
 /* A forwarded call: sent, and made again after an interrupting handler
@@ -651,7 +704,7 @@ static long forward(struct mx_ok_entry *p, uint32_t nr, const uint64_t a[6], uin
 		long r = send(p, MX_OK_SYSCALL, nr, a, pc, uc, &sig);
 		if (r != -EINTR || !sig || nr >= MX_OK_NR_MAX || !ok_restartable[nr])
 			return r;
-		struct ksigaction k;
+		struct mx_ksigaction k;
 		if (rs4(SYS_rt_sigaction, sig, 0, &k, 8) != 0 || !(k.flags & SA_RESTART))
 			return r;
 	}
@@ -663,45 +716,14 @@ static long local(ucontext_t *uc, uint32_t nr, const uint64_t a[6])
 {
 	uint64_t *um = (uint64_t *)&uc->uc_sigmask;
 	switch (nr) {
-	case SYS_rt_sigprocmask: {
-		/* on the interrupted context's mask; SIGSYS never blocked */
-		uint64_t old = *um, set = 0;
-		if (a[3] != 8)
-			return -EINVAL;
-		if (a[1])
-			set = *(const uint64_t *)(uintptr_t)a[1];
-		if (a[2])
-			*(uint64_t *)(uintptr_t)a[2] = old;
-		if (a[1]) {
-			if (a[0] == SIG_BLOCK)
-				*um = old | set;
-			else if (a[0] == SIG_UNBLOCK)
-				*um = old & ~set;
-			else if (a[0] == SIG_SETMASK)
-				*um = set;
-			else
-				return -EINVAL;
-			*um &= ~(SIGSYS_BIT | (1ull << (SIGKILL - 1)) | (1ull << (SIGSTOP - 1)));
-		}
-		return 0;
-	}
-	case SYS_rt_sigaction: {
-		if (a[0] == SIGSYS) { /* ours: not changed; reported as default */
-			if (a[2])
-				for (int i = 0; i < 4; i++)
-					((volatile uint64_t *)(uintptr_t)a[2])[i] = 0;
-			return 0;
-		}
-		if (!a[1] || a[3] != 8)
-			return rs6(nr, a[0], a[1], a[2], a[3], 0, 0);
-		/* the program's handlers never block SIGSYS and return through
-		 * our restorer (in the excluded range; it also marks waits) */
-		struct ksigaction k = *(const struct ksigaction *)(uintptr_t)a[1];
-		k.mask &= ~SIGSYS_BIT;
-		if ((k.flags & SA_RESTORER_) && a[0] >= 1 && a[0] <= 64)
-			k.restorer = (uint64_t)(uintptr_t)(ok_restorers + 16 * a[0]);
-		return rs4(nr, a[0], &k, a[2], 8);
-	}
+	case SYS_rt_sigprocmask:
+		return mx_emu_sigprocmask(um, a);
+	case SYS_rt_sigaction:
+		/* the program's handlers return through our restorer (in the
+		 * excluded range; it also marks waits) */
+		return mx_emu_sigaction(
+			a, a[0] >= 1 && a[0] <= 64 ? (uint64_t)(uintptr_t)(ok_restorers + 16 * a[0]) : 0,
+			rs6);
 	case SYS_clone3:
 		return -ENOSYS; /* glibc falls back to clone */
 	}
@@ -718,6 +740,11 @@ static long handle(uint32_t nr, const uint64_t a[6], uint64_t pc, ucontext_t *uc
 	if (nr == SYS_exit_group)
 		for (;;)
 			rs1(SYS_exit_group, a[0]);
+	/* another task may run the program's code beside this one: no more
+	 * rewriting (a vfork-like child runs while its parent waits) */
+	if (nr == SYS_clone && (a[0] & CLONE_VM) &&
+	    ((a[0] & CLONE_THREAD) || !(a[0] & CLONE_VFORK)))
+		multi = 1;
 	if (!p || depth > 1 || nr >= MX_OK_NR_MAX) {
 		/* a new thread would start inside this handler: refused (a
 		 * fork made here runs unpaired: dispatch is off in a child) */
@@ -775,6 +802,31 @@ static long handle(uint32_t nr, const uint64_t a[6], uint64_t pc, ucontext_t *uc
 	return local(uc, nr, a);
 }
 
+/* The entry of a rewritten site (site.h), on the application thread,
+ * outside any signal handler: a call the bootstrap thread makes is
+ * forwarded as from the trap, without the signal; any other is declined
+ * (the site's own `syscall` traps, and the handler sees it whole). */
+HIDDEN struct mx_site_ret ok_direct(long nr, long a0, long a1, long a2, long a3, long a4, long a5)
+{
+	struct mx_site_ret out = {0, 0};
+	struct mx_ok_entry *p = my_entry;
+	if ((unsigned long)nr >= MX_OK_NR_MAX || ok_place[nr] != OK_FORWARD) {
+		out.punt = 1;
+		return out;
+	}
+	if (!p || depth || shared_tls) {
+		/* unpaired, or in a handler that interrupted a forward (the
+		 * bootstrap thread is busy): made here, with this mask */
+		out.ret = rs6(nr, a0, a1, a2, a3, a4, a5);
+		return out;
+	}
+	uint64_t a[6] = {a0, a1, a2, a3, a4, a5};
+	depth++;
+	out.ret = forward(p, (uint32_t)nr, a, 0, 0);
+	depth--;
+	return out;
+}
+
 static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 {
 	ucontext_t *uc = ucv;
@@ -786,10 +838,18 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv)
 	if (nr == SYS_rt_sigreturn)
 		ok_sigret((uint64_t)g[REG_RSP]); /* the program's own restorer */
 	uint64_t a[6] = {g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]};
+	uint64_t pc = (uint64_t)(uintptr_t)si->si_call_addr;
+	__atomic_fetch_add(&area->traps, 1, __ATOMIC_RELAXED);
 	depth++;
-	long r = handle(nr, a, (uint64_t)(uintptr_t)si->si_call_addr, uc);
+	long r = handle(nr, a, pc, uc);
 	depth--;
 	g[REG_RAX] = r;
+	/* later calls from this site skip the trap: glibc's wrappers, its
+	 * read() and syscall(2) (whose other numbers the entry declines) */
+	if (rewrite_on && !multi && nr < MX_OK_NR_MAX && ok_place[nr] == OK_FORWARD)
+		if (mx_site_rewrite(pc, nr, MX_SITE_IMM | MX_SITE_READ | MX_SITE_SYSCALL2, ok_direct,
+				    rs6))
+			__atomic_fetch_add(&area->sites, 1, __ATOMIC_RELAXED);
 }
 
 /* ---- start-up ---- */
@@ -860,6 +920,9 @@ static void setup(void)
 	const char *bp = getenv("MANTLE_OFFLOAD_BOOT_PRIO");
 	if (bp && *bp)
 		boot_prio = (int)strtol(bp, 0, 10);
+	const char *rw = getenv("MANTLE_OFFLOAD_REWRITE");
+	if (rw && strcmp(rw, "0") == 0)
+		rewrite_on = 0;
 	const char *f = getenv("MANTLE_OFFLOAD_FAULT");
 	if (f && strncmp(f, "boot-exit:", 10) == 0)
 		fault_exit_after = strtol(f + 10, 0, 10);
@@ -885,9 +948,9 @@ static void setup(void)
 	area->spin = spin_iters;
 	pid_cached = (uint32_t)getpid();
 
-	struct ksigaction ka = {
+	struct mx_ksigaction ka = {
 		.handler = (void *)on_sigsys,
-		.flags = SA_SIGINFO | SA_RESTORER_,
+		.flags = SA_SIGINFO | MX_SA_RESTORER,
 		.restorer = (uint64_t)(uintptr_t)(ok_restorers + 16 * SIGSYS),
 		.mask = ~0ull,
 	};

@@ -38,7 +38,7 @@ enum mx_ok_state {
 	MX_OK_CLAIMED = 1, /* claimed for a new pair; its bootstrap thread is starting */
 	MX_OK_IDLE = 2,    /* no message */
 	MX_OK_REQUEST = 3, /* application: a message is written; waits */
-	MX_OK_ANSWER = 4,  /* bootstrap: syscall.ret written */
+	MX_OK_ANSWER = 4,  /* bootstrap: syscall.ret written; stays until the next request */
 	MX_OK_REFUSED = 5, /* bootstrap: the message did not validate; ret = -EINVAL */
 	MX_OK_STATE_MAX = 6,
 };
@@ -60,6 +60,8 @@ struct mx_ok_hdr {
 	uint32_t spin;       /* 20: spin iterations before FUTEX_WAIT (both sides) */
 	uint32_t refused;    /* 24: requests refused by a bootstrap thread (atomic add) */
 	uint32_t pairs_made; /* 28: pairs created in this process (atomic add) */
+	uint32_t traps;      /* 32: calls that entered the trap (atomic add); rewritten sites' do not */
+	uint32_t sites;      /* 36: sites rewritten (site.h) */
 };
 
 struct mx_ok_syscall {
@@ -83,7 +85,8 @@ struct mx_ok_entry {
 	uint32_t app_sleeping;      /* 124: application is (about to be) in FUTEX_WAIT */
 };
 
-_Static_assert(sizeof(struct mx_ok_hdr) == 32, "mx_ok_hdr");
+_Static_assert(sizeof(struct mx_ok_hdr) == 40, "mx_ok_hdr");
+_Static_assert(__builtin_offsetof(struct mx_ok_hdr, traps) == 32, "traps");
 _Static_assert(sizeof(struct mx_ok_syscall) == 64, "mx_ok_syscall");
 _Static_assert(sizeof(struct mx_ok_entry) == MX_OK_ENTRY_SIZE, "mx_ok_entry");
 _Static_assert(__builtin_offsetof(struct mx_ok_entry, pc) == 8, "pc");

@@ -175,6 +175,57 @@ fn threads_fork_and_signals_give_the_native_output() {
     }
 }
 
+/// "calls C traps T sites S" from the sites program's stderr.
+fn trap_counts(o: &Output) -> (u64, u64, u64) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("calls "))
+        .unwrap_or_else(|| panic!("no counts: {o:?}"));
+    let w: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    (w[0], w[1], w[2])
+}
+
+#[test]
+fn rewritten_sites_skip_the_trap_and_give_the_native_output() {
+    let (_d, exe) = c_prog("sites");
+    let exe = exe.to_str().unwrap();
+    same_as_native(&[exe]);
+    let o = run(offloaded(&[exe]), LIMIT);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "same 1 sum 38000\n");
+    // getpid(), syscall(2), read() and write() sites: each traps once,
+    // then calls from it are forwarded without the signal
+    let (calls, traps, sites) = trap_counts(&o);
+    assert!(
+        traps < calls / 20 && sites >= 4,
+        "{calls} calls, {traps} traps, {sites} sites rewritten"
+    );
+    // the trap alone (MANTLE_OFFLOAD_REWRITE=0): every call traps
+    let mut c = offloaded(&[exe]);
+    c.env("MANTLE_OFFLOAD_REWRITE", "0");
+    let o = run(c, LIMIT);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "same 1 sum 38000\n");
+    let (calls, traps, sites) = trap_counts(&o);
+    assert!(
+        traps >= calls && sites == 0,
+        "{calls} calls, {traps} traps, {sites} sites"
+    );
+}
+
+#[test]
+fn signals_reach_calls_from_rewritten_sites_as_natively() {
+    // EINTR without SA_RESTART, made again with it, a handler's own calls
+    let (_d, exe) = c_prog("sigdirect");
+    let exe = exe.to_str().unwrap();
+    for _ in 0..2 {
+        same_as_native(&[exe]);
+    }
+}
+
 #[test]
 fn a_program_killed_by_a_signal_ends_as_natively() {
     for script in [

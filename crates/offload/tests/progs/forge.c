@@ -65,7 +65,9 @@ int main(void)
 		printf("no entry for t1\n");
 		return 2;
 	}
-	while (__atomic_load_n(&e->bootstrap_has_msg, __ATOMIC_SEQ_CST) != MX_OK_IDLE)
+	/* no message in flight: IDLE, or the last ANSWER */
+	for (uint32_t st; (st = __atomic_load_n(&e->bootstrap_has_msg, __ATOMIC_SEQ_CST)) != MX_OK_IDLE &&
+			  st != MX_OK_ANSWER;)
 		usleep(1000);
 	uint64_t s = e->seq;
 	printf("bad check refused: %d\n", forge(e, MX_OK_REQUEST, MX_OK_SYSCALL, SYS_getpid, s + 1, 0));
