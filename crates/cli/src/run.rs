@@ -41,7 +41,7 @@ pub struct RunArgs {
     /// the end; `--count=CALLS` also watches those calls. On --path fast,
     /// `--count=CALLS` alone is counted from the kernel's notifications
     /// (no stub: the other calls never trap); `--count`, `--count=all`
-    /// or --rewrite-sites count in the stub (every call traps once).
+    /// or --rewrite-sites count in the stub (there every call traps).
     #[arg(long, value_name = "CALLS", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     count: Option<String>,
     /// Trace and count as JSON lines.
