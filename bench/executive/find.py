@@ -20,9 +20,13 @@ files). Rows (ROWS below):
                     stub is not loaded at all and nothing traps
   protected count getppid / fast count getppid
                     an observing agent that wants a call find never makes:
-                    on the protected path only getppid is notified; on the
-                    fast path every call traps (Syscall User Dispatch
-                    selects per thread, not per number: docs/exec-fast.md)
+                    on both paths only getppid is notified (on the fast
+                    path the gate counts it and no stub is loaded; before
+                    issue 29's change every call trapped there: Syscall
+                    User Dispatch selects per thread, not per number:
+                    docs/exec-fast.md)
+  fast count getppid, ref  only with --mantle-ref OLD: fast count getppid
+                    with the older binary, interleaved with the others
   protected count   `mantle run --count=all`: every call notified to the
                     executive (a round trip each)
   fast count        `mantle run --path fast --count=all`: every call traps
@@ -83,6 +87,9 @@ ROWS = [
      ["{m}", "run", "--count=getppid", "--"], "find"),
     ("fast_count_rare", "find, fast --count getppid",
      ["{m}", "run", "--path", "fast", "--count=getppid", "--"], "find"),
+    # only with --mantle-ref OLD: the same with an older binary, side by side
+    ("fast_count_rare_ref", "find, fast --count getppid, --mantle-ref binary",
+     ["{mref}", "run", "--path", "fast", "--count=getppid", "--"], "find"),
     ("protected_count", "find, protected --count=all", ["{m}", "run", "--count=all", "--"], "find"),
     ("fast_count", "find, fast --count=all", ["{m}", "run", "--path", "fast", "--count=all", "--"], "find"),
     ("fast_count_rw", "find, fast --count=all --rewrite-sites",
@@ -121,6 +128,8 @@ def main():
     ap.add_argument("--cpu", default="0", help="CPU to pin every command to, or none (default 0)")
     ap.add_argument("--rows", default=None, help="only these row keys, comma-separated")
     ap.add_argument("--mantle", default=None)
+    ap.add_argument("--mantle-ref", default=None,
+                    help="an older mantle binary: adds the row fast_count_rare_ref")
     ap.add_argument("--timeout", type=int, default=300)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/executive"))
     a = ap.parse_args()
@@ -136,7 +145,8 @@ def main():
         lines.append(s)
 
     def argv_of(r):
-        pre = [x.format(m=mantle or "mantle", floor=floor or "filter_floor") for x in r[2]]
+        pre = [x.format(m=mantle or "mantle", floor=floor or "filter_floor",
+                        mref=a.mantle_ref or "") for x in r[2]]
         work = ["find", a.root, "-type", "f"] if r[3] == "find" else ["true"]
         return pin + pre + work
 
@@ -152,9 +162,11 @@ def main():
         tool = r[2][0] if r[2] else None
         if tool == "{floor}":
             avail[r[0]] = None if floor else "cc could not build filter_floor.c"
+        elif tool == "{mref}" and not a.mantle_ref:
+            avail[r[0]] = "no --mantle-ref binary given"
         elif tool == "{m}" and not mantle:
             avail[r[0]] = "no mantle binary (cargo build --release -p mantle-cli)"
-        elif tool and tool != "{m}" and not shutil.which(tool):
+        elif tool and tool not in ("{m}", "{mref}") and not shutil.which(tool):
             avail[r[0]] = f"{tool} is not installed"
         else:
             avail[r[0]] = None

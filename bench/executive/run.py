@@ -21,6 +21,10 @@ Rows (ROWS below; the paper's figure in cycles at 2.4 GHz, shown in ns):
                    executive performs getppid on the guest's behalf through
                    seccomp user notification
                    paper: System Call + RPC from Guest to Executive & back
+  protected_ref, protected_new  only with --mantle-ref PATH: the protected
+                   row without --stamp, run with the --mantle-ref binary and
+                   with the --mantle binary, interleaved in the same blocks
+                   (an old build against a new one, side by side)
   protected --priority 99  the same with the executive at SCHED_FIFO 99 (the
                    default is SCHED_OTHER when no agent keeps time: a
                    real-time executive pays a class switch each way)
@@ -31,7 +35,7 @@ Rows (ROWS below; the paper's figure in cycles at 2.4 GHz, shown in ns):
                    into a jump after its first trap (no signal afterwards)
                    (fast and fast --rewrite-sites: an agent that decides,
                    so a hand-off to the executive per call: the reference)
-  fast --count     an agent that only observes: `--path fast --count=getppid`,
+  fast --count     an agent that only observes: `--path fast --count=all`,
                    served in the stub (counters in the shared region), no
                    hand-off: the trap and the call; `, rewritten`: the same
                    with --rewrite-sites (a jump to the stub, no signal)
@@ -173,6 +177,14 @@ ROWS = [
     Row("protected", "getppid, mantle protected path", "getppid",
         tool=["{mantle}", "run", "--stamp", "getppid={oneway}", "--perform", "getppid", "--"], interposed=True, needs="{mantle}",
         paper=("System Call + RPC Guest to Executive & back", 430 + 2900)),
+    # --mantle-ref PATH only: the protected row with another binary (an
+    # older build), interleaved with the others in the same blocks
+    Row("protected_ref", "getppid, protected, --mantle-ref binary", "getppid",
+        tool=["{mantle_ref}", "run", "--perform", "getppid", "--"], interposed=True,
+        needs="{mantle_ref}"),
+    Row("protected_new", "getppid, protected, --mantle binary, no --stamp", "getppid",
+        tool=["{mantle}", "run", "--perform", "getppid", "--"], interposed=True,
+        needs="{mantle_ref}"),
     Row("fast", "getppid, mantle fast path", "getppid",
         tool=["{mantle}", "run", "--path", "fast", "--spin", "{spin}",
               "--stamp", "getppid={oneway}", "--perform", "getppid", "--"],
@@ -186,8 +198,10 @@ ROWS = [
               "--perform", "getppid", "--"],
         interposed=True, needs="{mantle}",
         paper=("System Call + RPC Guest to Executive & back", 430 + 2900)),
+    # --count=all: served in the stub (a --count of named calls alone is
+    # the gate's, by notification: the protected path's cost)
     Row("fast_count", "getppid, fast, --count (in stub)", "getppid",
-        tool=["{mantle}", "run", "--path", "fast", "--count=getppid", "--"],
+        tool=["{mantle}", "run", "--path", "fast", "--count=all", "--"],
         interposed=True, needs="{mantle}"),
     Row("fast_count_rewrite", "getppid, fast, --count, rewritten", "getppid",
         tool=["{mantle}", "run", "--path", "fast", "--rewrite-sites", "--count=getppid", "--"],
@@ -226,6 +240,10 @@ FLOOR_BARS = [
     ("protected", "notif_value_floor", 1.3,
      "protected path (default priority, --perform getppid: SYNC_WAKE_UP, answers a value) "
      "vs the C supervisor with SYNC_WAKE_UP answering a value"),
+    ("protected_ref", "notif_value_floor", 1.3,
+     "the same with the --mantle-ref binary (no --stamp)"),
+    ("protected_new", "notif_value_floor", 1.3,
+     "the same with the --mantle binary, no --stamp (to compare with protected_ref)"),
     ("fast_count", "sigsys_floor", 1.5,
      "fast path, an observing agent (--count) served in the stub, no rewriting, "
      "vs the bare SIGSYS trap"),
@@ -351,7 +369,8 @@ class Bench:
         self.tmp = tempfile.mkdtemp(prefix="mantle-bench-exec-")
         self.subst = {"ptrace": os.path.join(args.bin, "ptrace_interpose"),
                       "notif": os.path.join(args.bin, "notif_floor"),
-                      "mantle": args.mantle or ""}
+                      "mantle": args.mantle or "",
+                      "mantle_ref": args.mantle_ref or ""}
         self.errors = []
 
     def tool_argv(self, row, oneway, across=False):
@@ -422,6 +441,8 @@ class Bench:
             return None
         if row.needs:
             exe = row.needs.format(**self.subst)
+            if not exe and row.needs == "{mantle_ref}":
+                return "not available: no --mantle-ref binary given"
             if not exe:
                 return ("not available: no mantle binary (looked for target/release/mantle, "
                         "target/debug/mantle, mantle on PATH; build: cargo build --release "
@@ -489,6 +510,9 @@ def main():
                     help="blocks to run, from 1cpu, 1cpu+dma, 2cpu, 2cpu+dma, free")
     ap.add_argument("--rows", default=None, help="only these row keys, comma-separated")
     ap.add_argument("--mantle", default=None, help="the mantle binary (default target/release/mantle)")
+    ap.add_argument("--mantle-ref", default=None,
+                    help="a second mantle binary (e.g. an older build): adds the rows protected_ref "
+                         "and protected_new (both without --stamp), side by side in the same blocks")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per run (default 180)")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/executive"))
     ap.add_argument("--max-wait", type=float, default=0,
@@ -603,7 +627,7 @@ def main():
                     data[(r.key, c["name"])].append(res["ns"])
                     if res["stderr"]:
                         stderr_of[(r.key, c["name"])] = res["stderr"]
-                    if "--count=getppid" in (r.tool or []):
+                    if any(t in ("--count=getppid", "--count=all") for t in (r.tool or [])):
                         want = a.n + a.warmup
                         got = res.get("counted")
                         if got != want:

@@ -38,7 +38,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     trace_output: Option<PathBuf>,
     /// Count interposed calls and their time (like strace -c), printed at
-    /// the end; `--count=CALLS` also watches those calls.
+    /// the end; `--count=CALLS` also watches those calls. On --path fast,
+    /// `--count=CALLS` alone is counted from the kernel's notifications
+    /// (no stub: the other calls never trap); `--count`, `--count=all`
+    /// or --rewrite-sites count in the stub (there every call traps).
     #[arg(long, value_name = "CALLS", num_args = 0..=1, require_equals = true, default_missing_value = "")]
     count: Option<String>,
     /// Trace and count as JSON lines.
@@ -237,6 +240,18 @@ fn print_counts(name: &str, count: &Option<Arc<CountTable>>, json: bool) {
 /// serves orphaned guests too and kills the guest tree itself if the
 /// reaper is killed. `None`: the command is static, fall back to the
 /// protected path.
+/// `--count=NAME,...` with names only (not `all`, not `default`, not
+/// the default list of a bare `--count`).
+fn counts_named_calls_only(specs: &AgentSpecs) -> bool {
+    specs.count
+        && !specs.watch.is_empty()
+        && specs
+            .watch
+            .iter()
+            .flat_map(|w| w.split(','))
+            .all(|n| !matches!(n.trim(), "all" | "default" | ""))
+}
+
 fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
     use mantle_exec::fast::{
         is_dynamic, resolve, run_fast_supervised, FastError, FastOptions, EXEC_SPIN,
@@ -275,6 +290,25 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
     // hand-off per call), never in the chain
     let (counting, observing): (Vec<_>, Vec<_>) =
         observing.into_iter().partition(|a| a.name() == "count");
+    // ... unless the stub has nothing else to do and --count names its
+    // calls: then the gate counts them from the kernel's notifications
+    // and no stub is loaded, so that the calls no agent wants never trap
+    // (Syscall User Dispatch traps every call; seccomp chooses by
+    // number). --count=all (or the default list, or with
+    // --rewrite-sites) stays in the stub: there most calls are wanted,
+    // and a trap is cheaper than a notification. docs/exec-fast.md,
+    // "Why calls that no agent wants trapped".
+    let in_gate = observing.is_empty()
+        && !counting.is_empty()
+        && !a.rewrite_sites
+        && counts_named_calls_only(&def.agents);
+    let (enforcing, counting) = if in_gate {
+        let mut e = enforcing;
+        e.extend(counting);
+        (e, Vec::new())
+    } else {
+        (enforcing, counting)
+    };
     let counted: Vec<_> = counting.iter().flat_map(|a| a.wants()).collect();
     let chain = mantle_exec::Chain::new(observing);
     let mut opts = FastOptions {

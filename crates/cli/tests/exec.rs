@@ -2196,11 +2196,12 @@ fn escape_suite_deny_holds_on_both_paths_as_nobody() {
         ];
         let run = |extra: &[&str]| {
             let mut a: Vec<&str> = deny.to_vec();
-            // on the fast path an observing agent, so that the stub is
-            // loaded (with only enforcing agents it is not: issue 29) and
-            // the tricks below have a stub to defeat
+            // on the fast path an observing agent served in the stub, so
+            // that the stub is loaded (with only enforcing agents, or a
+            // --count of named calls, it is not: issue 29) and the tricks
+            // below have a stub to defeat
             if path == "fast" {
-                a.insert(1, "--count=getppid");
+                a.insert(1, "--count=all");
             }
             a.extend_from_slice(extra);
             as_nobody(&a)
@@ -2786,7 +2787,7 @@ fn fast_tree(args: &[&str], tag: &str) -> FastTree {
          sleep 1000 & echo $! >> {p}; echo $$ >> {p}; wait"
     );
     let c = Command::new(MANTLE)
-        .args(["run", "--path", "fast", "--count=openat"])
+        .args(["run", "--path", "fast", "--count=all"])
         .args(args)
         .args(["--", "sh", "-c", &script])
         .stdout(Stdio::null())
@@ -2923,39 +2924,44 @@ fn with_fail_open_fast_guests_survive_their_executive() {
     }
 }
 
-/// Issue 29: on the fast path `--count` is served in the stub (counters in
-/// the shared region, summed over threads with atomic adds): every call
-/// of 8 threads is counted, none lost; with only an enforcing agent the
-/// stub is not loaded at all (nothing traps), and the deny still holds
-/// (the kernel filter's).
+/// Issue 29: on the fast path `--count=all` is served in the stub
+/// (counters in the shared region, summed over threads with atomic adds)
+/// and `--count=NAME` in the gate (the kernel notifies only the named
+/// calls, no stub): either way every call of 8 threads is counted, none
+/// lost. The stub is loaded only for the first: with `--count=getppid`
+/// or an enforcing agent alone nothing traps (no stub, no Syscall User
+/// Dispatch), and the deny still holds (the kernel filter's).
 #[test]
 fn fast_path_counts_in_the_stub_and_loads_no_stub_for_deny_alone() {
     let p = probe();
-    let o = Command::new(MANTLE)
-        .args(["run", "--path", "fast", "--count=getppid", "--json", "--"])
-        .arg(p)
-        .arg("threads")
-        .output()
-        .unwrap();
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(
-        text(&o.stdout).contains("threads bad 0"),
-        "{}",
-        text(&o.stdout)
-    );
-    let row = err
-        .lines()
-        .filter(|l| l.contains("\"count\""))
-        .find_map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).ok()?;
-            let rows = v["count"]["rows"].as_array().cloned().unwrap_or_default();
-            rows.into_iter().find(|r| r["call"] == "getppid")
-        })
-        .unwrap_or_else(|| panic!("no getppid row: {err}"));
-    assert_eq!(row["calls"], 8 * 200, "{row}");
-    assert_eq!(row["errors"], 0, "{row}");
-    // the stub is preloaded when it counts, not when only deny is asked
+    for count in ["--count=all", "--count=getppid"] {
+        let o = Command::new(MANTLE)
+            .args(["run", "--path", "fast", count, "--json", "--"])
+            .arg(p)
+            .arg("threads")
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{count}: {err}");
+        assert!(
+            text(&o.stdout).contains("threads bad 0"),
+            "{count}: {}",
+            text(&o.stdout)
+        );
+        let row = err
+            .lines()
+            .filter(|l| l.contains("\"count\""))
+            .find_map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                let rows = v["count"]["rows"].as_array().cloned().unwrap_or_default();
+                rows.into_iter().find(|r| r["call"] == "getppid")
+            })
+            .unwrap_or_else(|| panic!("{count}: no getppid row: {err}"));
+        assert_eq!(row["calls"], 8 * 200, "{count}: {row}");
+        assert_eq!(row["errors"], 0, "{count}: {row}");
+    }
+    // the stub is preloaded when it counts every call, not for a count of
+    // named calls or when only deny is asked
     let env_of = |args: &[&str]| {
         let o = Command::new(MANTLE)
             .args(["run", "--path", "fast"])
@@ -2967,7 +2973,11 @@ fn fast_path_counts_in_the_stub_and_loads_no_stub_for_deny_alone() {
         assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
         text(&o.stdout)
     };
-    assert!(env_of(&["--count=getppid"]).contains("stub"));
+    assert!(env_of(&["--count=all"]).contains("stub"));
+    assert!(env_of(&["--count"]).contains("stub"));
+    assert!(env_of(&["--count=getppid", "--rewrite-sites"]).contains("stub"));
+    assert_eq!(env_of(&["--count=getppid"]).trim(), "[][]");
+    assert_eq!(env_of(&["--count=getppid,openat"]).trim(), "[][]");
     assert_eq!(env_of(&["--deny", "getppid"]).trim(), "[][]");
     let o = Command::new(MANTLE)
         .args(["run", "--path", "fast", "--deny", "getppid=EACCES", "--"])

@@ -26,11 +26,20 @@
 //! yet), so the gate tells the chain that pid ([`Chain::started`]) and
 //! an exec deny lets the launcher's own exec through once.
 //!
+//! Observing agents in the gate (issue 29): `--count` of named calls
+//! with nothing else for the stub to do is the gate's too (the CLI puts
+//! the count agent in the gate's chain and loads no stub), so that calls
+//! no agent wants never trap: the filter notifies only the named calls,
+//! from anywhere (the loader, a static binary, an unrewritable site),
+//! and the gate counts them as the protected path does (a notification
+//! round trip each, result unseen). Its agents' `after` runs before the
+//! answer.
+//!
 //! Invariants: the gate reads no guest memory (its agents decide by call
 //! number), so there is nothing a racing guest thread could change; the
 //! thread ends when no task runs the filter any more (POLLHUP).
 
-use crate::agent::{Call, Chain, Decision, Guest, GuestError};
+use crate::agent::{Call, Chain, Decision, Guest, GuestError, Outcome, Times};
 use crate::enforce::Enforcement;
 use crate::sysno::Sysno;
 use mantle_sys::seccomp::{self, Listener};
@@ -154,6 +163,7 @@ fn serve(l: &Listener, chain: &mut Chain, stats: &GateStats) {
             chain.started(n.pid);
             first = false;
         }
+        let received = std::time::Instant::now();
         let call = Call {
             tid: n.pid,
             nr: Sysno(n.data.nr as u32),
@@ -167,6 +177,18 @@ fn serve(l: &Listener, chain: &mut Chain, stats: &GateStats) {
         } else {
             Decision::Fail(libc::ENOSYS)
         };
+        // the observers (--count of named calls) see the call before it is
+        // answered: once answered, the guest may end and its counts be
+        // read before this thread runs again
+        let outcome = match d {
+            Decision::Fail(e) => Outcome::Result(-i64::from(e)),
+            _ => Outcome::Unseen,
+        };
+        let t = Times {
+            executive_ns: received.elapsed().as_nanos() as u64,
+            kernel_ns: 0,
+        };
+        chain.after(&call, &d, outcome, t);
         // ENOENT from an answer: the call vanished (its thread was killed
         // or a signal interrupted it); nothing to do
         let _ = match d {
