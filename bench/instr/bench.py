@@ -46,6 +46,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -369,6 +370,25 @@ def uprobe_run(prog_bt, cmd, path, cpu, calls, key):
     return t, out
 
 
+def uprobe_cost_run(bt, cmd, cpu, env):
+    """Runs cmd pinned under bpftrace's `-c` (split at spaces, no shell;
+    bpftrace starts it once every
+    probe is attached, and stops at its exit): the program's CPU time
+    (user + system: the uprobe traps run in its context, as /usr/bin/time
+    reports them) and the count bpftrace printed, or None."""
+    with tempfile.NamedTemporaryFile("r", prefix="mantle-uprobe-", suffix=".time") as tf:
+        p = subprocess.run(["bpftrace", "-e", bt, "-c",
+                            " ".join(["/usr/bin/time", "-o", tf.name, "-f", "%U,%S", "taskset", "-c", str(cpu),
+                                        *cmd])], capture_output=True, text=True, env=env)
+        n = [int(l.split()[1]) for l in p.stdout.splitlines() if l.startswith("@n:")]
+        lines = tf.read().strip().splitlines()
+        times = lines[-1].split(",") if lines else []
+    if not n or len(times) < 2:
+        print(p.stderr[-500:], file=sys.stderr)
+        return None
+    return dict(calls=n[0], cpu_s=float(times[-2]) + float(times[-1]))
+
+
 def micro_bench(a, mantle, rt):
     """work() called 20M times: uninstrumented, and each exit design.
     Returns ns per call over the baseline."""
@@ -434,6 +454,13 @@ def cpu_run(cmd, cpu, env=None):
     if p.returncode != 0:
         sys.exit(f"{cmd} failed: {err.decode()[:500]}")
     return out, err.decode()
+
+
+def unit_functions(obj):
+    """The functions an object defines (nm: t/T symbols), which are the
+    ones of the linked program that come from it."""
+    out = sh(["nm", "--defined-only", obj]).stdout
+    return sorted({l.split()[2] for l in out.splitlines() if len(l.split()) == 3 and l.split()[1] in "tT"})
 
 
 def cost_bench(a, mantle, rt):
@@ -510,20 +537,27 @@ def cost_bench(a, mantle, rt):
         if shutil.which("bpftrace") and not a.no_uprobes:
             # 2.7-6.6 us a call: a smaller argument, one run, over the base's
             # CPU time at that argument.
-            bt = f'uprobe:{exes["base"]}:* {{ @n = count(); }} uretprobe:{exes["base"]}:* {{ }}'
-            ucalls = {}
+            # The instrumented unit's functions by name: a wildcard also
+            # matches the C start files' size-0 symbols (register_tm_clones),
+            # which bpftrace refuses ("Offset outside the function bounds").
+            fns = unit_functions(gobj)
+            bt = (",".join(f'uprobe:{exes["base"]}:"{f}"' for f in fns) + " { @n = count(); } "
+                  + ",".join(f'uretprobe:{exes["base"]}:"{f}"' for f in fns) + " { }")
             # bpftrace attaches at most 512 probes unless told (SQLite has
             # about 1,500 functions, two probes each).
-            os.environ.setdefault("BPFTRACE_MAX_PROBES", "100000")
-            try:
-                tu, out = uprobe_run(bt, [exes["base"], uarg], "/dev/null", a.cpu, ucalls, "u")
-            except SystemExit as e:
-                print(f"  cost {prog}: uprobes not measured: {e}", file=sys.stderr)
-                tu = None
-            tb = statistics.median(timed([exes["base"], uarg], "/dev/null", a.cpu)[0] for _ in range(3))
-            if tu is not None and ucalls.get("u"):
-                up = dict(arg=uarg, calls=ucalls["u"], wall_s=tu, base_wall_s=tb,
-                          ns_per_call=(tu - tb) / ucalls["u"] * 1e9)
+            env = dict(os.environ, BPFTRACE_MAX_PROBES="100000")
+            up = uprobe_cost_run(bt, [exes["base"], uarg], a.cpu, env)
+            if up is None:
+                print(f"  cost {prog}: uprobes not measured (bpftrace printed no count)", file=sys.stderr)
+            else:
+                tb = []
+                for _ in range(3):
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu_run([exes["base"], uarg], a.cpu)
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    tb.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+                up.update(arg=uarg, functions=len(fns), base_cpu_s=statistics.median(tb))
+                up["ns_per_call"] = (up["cpu_s"] - up["base_cpu_s"]) / up["calls"] * 1e9
         rows["uprobes"] = up
         res["programs"][prog] = dict(arg=arg, rows=rows, mantle=info)
     return res
@@ -549,7 +583,8 @@ def cost_markdown(res):
             if not r:
                 cells += ["not run", ""]
             elif m == "uprobes":
-                cells += [f"{r['ns_per_call']:.0f} (wall, argument {r['arg']})", str(r["calls"])]
+                cells += [f"{r['ns_per_call']:.0f} (CPU, one run, argument {r['arg']}, {r['functions']} functions)",
+                          str(r["calls"])]
             else:
                 cells += [f"{r['ns_per_call']:.1f} [{r['ns_min']:.1f}-{r['ns_max']:.1f}]", str(r["calls"])]
         print(f"| {names[m]} | " + " | ".join(cells) + " |")
