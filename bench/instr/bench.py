@@ -166,8 +166,11 @@ def main():
     os.makedirs(OUT, exist_ok=True)
     # The rewriter's speed does not matter: its debug build; the runtime's
     # does: release.
-    sh(["cargo", "build", "-p", "mantle-cli"], cwd=ROOT)
-    mantle = os.path.join(ROOT, "target/debug/mantle")
+    # MANTLE=path uses a mantle already built (any profile) instead.
+    mantle = os.environ.get("MANTLE")
+    if not mantle:
+        sh(["cargo", "build", "-p", "mantle-cli"], cwd=ROOT)
+        mantle = os.path.join(ROOT, "target/debug/mantle")
     sh(["cargo", "build", "--release", "-p", "mantle-instr-rt"], cwd=ROOT)
     rt = os.path.join(ROOT, "target/release/libmantle_instr_rt.a")
 
