@@ -162,6 +162,8 @@ def main():
     ap.add_argument("--cost", action="store_true",
                     help="only the per-call cost run (issue 35: fib and sqlite --all, empty hooks; a few minutes); "
                          "the other rows stay")
+    ap.add_argument("--cost-programs", default="fib,sqlite",
+                    help="the cost run's programs (comma-separated; the first SQLite run compiles it four times)")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     # The rewriter's speed does not matter: its debug build; the runtime's
@@ -487,7 +489,10 @@ def cost_bench(a, mantle, rt):
         return obj
 
     res = dict(cpu=a.cpu, reps=a.reps, programs={})
+    chosen = a.cost_programs.split(",")
     for prog, (unit, driver, uflags, arg, uarg) in progs.items():
+        if prog not in chosen:
+            continue
         pd = os.path.join(d, prog)
         os.makedirs(pd, exist_ok=True)
         drv = {c: [cc(c, ["-O2", f"-I{sq}"], driver, os.path.join(pd, f"driver-{c}.o"))] if driver else []

@@ -263,6 +263,13 @@ fn graph(o: &Object<'_, '_>) -> Graph {
             )
         })
         .collect();
+    // Linked files: the PLT's address ranges (calls out of the file).
+    let plts: Vec<(u64, u64)> = b
+        .sections
+        .iter()
+        .filter(|s| s.sh_addr != 0 && s.name.starts_with(b".plt"))
+        .map(|s| (s.sh_addr, s.sh_addr.saturating_add(s.sh_size)))
+        .collect();
     let mut g = Graph {
         mentions: vec![0; n],
         callees: vec![Vec::new(); n],
@@ -323,10 +330,22 @@ fn graph(o: &Object<'_, '_>) -> Graph {
                 if !direct && !indirect {
                     continue;
                 }
+                // A call to code outside the file, which follows the ABI:
+                // indirect, to an undefined symbol (objects) or into the
+                // PLT (linked files). Not a direct call to an address no
+                // symbol covers (a stripped file's static function, which
+                // -fipa-ra may know).
+                let mut external = indirect;
                 let dest: Dest = if indirect {
                     None
                 } else {
                     let field = rel.and_then(|m| m.range(ins.ip()..ins.next_ip()).next());
+                    if let Some((_, &(_, sym, _))) = field {
+                        external = sym.is_some_and(|id| b.symbols.get(id).section.is_none());
+                    } else if s.sh_addr != 0 {
+                        let a = s.sh_addr.wrapping_add(ins.near_branch_target());
+                        external = plts.iter().any(|&(lo, hi)| lo <= a && a < hi);
+                    }
                     let at = match field {
                         // An object: the relocation names the target; its
                         // addend is relative to the field.
@@ -369,8 +388,11 @@ fn graph(o: &Object<'_, '_>) -> Graph {
                         // tail call through the PLT) may leave with the
                         // arguments: the callee is unknown.
                         g.calls_unknown[f] = true;
-                        g.calls_abi[f] |= ins.flow_control() == FlowControl::Call
-                            || ins.flow_control() == FlowControl::IndirectCall;
+                        g.calls_abi[f] |= external
+                            && matches!(
+                                ins.flow_control(),
+                                FlowControl::Call | FlowControl::IndirectCall
+                            );
                     }
                     (None, Some(t)) => g.from_unknown[t] = true,
                     (None, None) => {}
@@ -658,6 +680,18 @@ mod tests {
                 func("top", &[&pxor(9), &call(), &pxor(9), &[RET]], &["mid"]),
             ],
             &[],
+        );
+        assert_eq!(keeps(&data)["mid"], k(10, 10));
+        // A direct call to code no symbol covers (a stripped static
+        // function GCC may know the clobbers of): not a call out, xmm9
+        // stays kept. mid is at 16, its call's target the loose `ret` at 0.
+        let rel = (-21i32).to_le_bytes();
+        let data = object(
+            &[
+                func("mid", &[&[0xe8, rel[0], rel[1], rel[2], rel[3], RET]], &[]),
+                func("top", &[&pxor(9), &call(), &pxor(9), &[RET]], &["mid"]),
+            ],
+            &[RET],
         );
         assert_eq!(keeps(&data)["mid"], k(10, 10));
     }
