@@ -42,7 +42,9 @@
 //!   the TLS stack. Trampolines in rewritten objects carry the same fast
 //!   paths inline and call [`__mantle_instr_enter_fn`] /
 //!   [`__mantle_instr_leave_fn`] for the hook (always a valid routine,
-//!   repointed by `update_hook_fns`); these routines are their slow path;
+//!   repointed by `update_hook_fns`); these routines are their slow path.
+//!   With no hook and no tracer ([`__mantle_instr_on`] zero) they push no
+//!   frame at all and jump to the function's body;
 //!
 //! * functions whose `ret`s the rewriter patched (balanced exits) enter
 //!   through [`__mantle_instr_enter_b`] (no return address rewrite) and
@@ -333,7 +335,7 @@ pub static __mantle_instr_leave_fn: std::sync::atomic::AtomicPtr<()> =
 /// and decides. Zero, the trampoline jumps straight to the function's body
 /// and pushes no frame (mantle-instr's rewrite.rs, `inline_tramp`): no
 /// hooks and no output cost a test and two jumps a call. Set by
-/// [`update_hook_fns`] after the routines, so an entry that sees it set
+/// `update_hook_fns` after the routines, so an entry that sees it set
 /// finds them. Frames entered while it is zero have no exit; frames open
 /// when it goes to zero leave as usual.
 #[no_mangle]
