@@ -184,7 +184,12 @@ def main():
             sh(f"tar --sort=name -cf - -C /usr include 2>/dev/null | head -c {size} > {path}")
     if a.cost:
         old = json.load(open(os.path.join(HERE, "results.json")))
-        old["cost"] = cost_bench(a, mantle, rt)
+        new = cost_bench(a, mantle, rt)
+        # Programs not run this time (--cost-programs) keep their last
+        # rows, each with the date and load of its own run.
+        for p, v in old.get("cost", {}).get("programs", {}).items():
+            new["programs"].setdefault(p, v)
+        old["cost"] = new
         old["cost_command"] = "flock /tmp/mantle-bench.lock bench/instr/bench.py " + " ".join(sys.argv[1:])
         json.dump(old, open(os.path.join(HERE, "results.json"), "w"), indent=1)
         cost_markdown(old)
@@ -567,7 +572,9 @@ def cost_bench(a, mantle, rt):
                 up.update(arg=uarg, functions=len(fns), base_cpu_s=statistics.median(tb))
                 up["ns_per_call"] = (up["cpu_s"] - up["base_cpu_s"]) / up["calls"] * 1e9
         rows["uprobes"] = up
-        res["programs"][prog] = dict(arg=arg, rows=rows, mantle=info)
+        res["programs"][prog] = dict(arg=arg, rows=rows, mantle=info, reps=a.reps,
+                                     date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                     load=os.getloadavg()[0])
     return res
 
 
@@ -582,6 +589,11 @@ def cost_markdown(res):
     progs = list(c["programs"])
     print(f"\nCost per call, empty hooks (CPU time, taskset -c {c['cpu']}, {c['reps']} rotated repetitions; "
           "median [min-max] over repetitions of (time - same repetition's baseline) / calls)\n")
+    for p in progs:
+        q = c["programs"][p]
+        if "date" in q:
+            print(f"{p}: run ending {q['date']}, {q['reps']} repetitions, load average {q['load']:.1f}")
+    print()
     print("| method | " + " | ".join(f"{p} ({c['programs'][p]['arg']}), ns per call | calls" for p in progs)
           + " |\n|---|" + "---|---|" * len(progs))
     for m in ms + ["uprobes"]:
