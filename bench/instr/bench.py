@@ -468,9 +468,11 @@ def cpu_run(cmd, cpu, env=None):
 
 def unit_functions(obj):
     """The functions an object defines (nm: t/T symbols), which are the
-    ones of the linked program that come from it."""
+    ones of the linked program that come from it; not GCC's `.cold`
+    parts (jumped to, never called)."""
     out = sh(["nm", "--defined-only", obj]).stdout
-    return sorted({l.split()[2] for l in out.splitlines() if len(l.split()) == 3 and l.split()[1] in "tT"})
+    return sorted({l.split()[2] for l in out.splitlines()
+                   if len(l.split()) == 3 and l.split()[1] in "tT" and not l.split()[2].endswith(".cold")})
 
 
 def cost_bench(a, mantle, rt):
