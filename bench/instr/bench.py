@@ -46,6 +46,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -161,12 +162,17 @@ def main():
     ap.add_argument("--cost", action="store_true",
                     help="only the per-call cost run (issue 35: fib and sqlite --all, empty hooks; a few minutes); "
                          "the other rows stay")
+    ap.add_argument("--cost-programs", default="fib,sqlite",
+                    help="the cost run's programs (comma-separated; the first SQLite run compiles it four times)")
     a = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     # The rewriter's speed does not matter: its debug build; the runtime's
     # does: release.
-    sh(["cargo", "build", "-p", "mantle-cli"], cwd=ROOT)
-    mantle = os.path.join(ROOT, "target/debug/mantle")
+    # MANTLE=path uses a mantle already built (any profile) instead.
+    mantle = os.environ.get("MANTLE")
+    if not mantle:
+        sh(["cargo", "build", "-p", "mantle-cli"], cwd=ROOT)
+        mantle = os.path.join(ROOT, "target/debug/mantle")
     sh(["cargo", "build", "--release", "-p", "mantle-instr-rt"], cwd=ROOT)
     rt = os.path.join(ROOT, "target/release/libmantle_instr_rt.a")
 
@@ -178,7 +184,12 @@ def main():
             sh(f"tar --sort=name -cf - -C /usr include 2>/dev/null | head -c {size} > {path}")
     if a.cost:
         old = json.load(open(os.path.join(HERE, "results.json")))
-        old["cost"] = cost_bench(a, mantle, rt)
+        new = cost_bench(a, mantle, rt)
+        # Programs not run this time (--cost-programs) keep their last
+        # rows, each with the date and load of its own run.
+        for p, v in old.get("cost", {}).get("programs", {}).items():
+            new["programs"].setdefault(p, v)
+        old["cost"] = new
         old["cost_command"] = "flock /tmp/mantle-bench.lock bench/instr/bench.py " + " ".join(sys.argv[1:])
         json.dump(old, open(os.path.join(HERE, "results.json"), "w"), indent=1)
         cost_markdown(old)
@@ -369,6 +380,25 @@ def uprobe_run(prog_bt, cmd, path, cpu, calls, key):
     return t, out
 
 
+def uprobe_cost_run(bt, cmd, cpu, env):
+    """Runs cmd pinned under bpftrace's `-c` (split at spaces, no shell;
+    bpftrace starts it once every
+    probe is attached, and stops at its exit): the program's CPU time
+    (user + system: the uprobe traps run in its context, as /usr/bin/time
+    reports them) and the count bpftrace printed, or None."""
+    with tempfile.NamedTemporaryFile("r", prefix="mantle-uprobe-", suffix=".time") as tf:
+        p = subprocess.run(["bpftrace", "-e", bt, "-c",
+                            " ".join(["/usr/bin/time", "-o", tf.name, "-f", "%U,%S", "taskset", "-c", str(cpu),
+                                        *cmd])], capture_output=True, text=True, env=env)
+        n = [int(l.split()[1]) for l in p.stdout.splitlines() if l.startswith("@n:")]
+        lines = tf.read().strip().splitlines()
+        times = lines[-1].split(",") if lines else []
+    if not n or len(times) < 2:
+        print(p.stderr[-500:], file=sys.stderr)
+        return None
+    return dict(calls=n[0], cpu_s=float(times[-2]) + float(times[-1]))
+
+
 def micro_bench(a, mantle, rt):
     """work() called 20M times: uninstrumented, and each exit design.
     Returns ns per call over the baseline."""
@@ -436,6 +466,15 @@ def cpu_run(cmd, cpu, env=None):
     return out, err.decode()
 
 
+def unit_functions(obj):
+    """The functions an object defines (nm: t/T symbols), which are the
+    ones of the linked program that come from it; not GCC's `.cold`
+    parts (jumped to, never called)."""
+    out = sh(["nm", "--defined-only", obj]).stdout
+    return sorted({l.split()[2] for l in out.splitlines()
+                   if len(l.split()) == 3 and l.split()[1] in "tT" and not l.split()[2].endswith(".cold")})
+
+
 def cost_bench(a, mantle, rt):
     """Per-call cost with empty hooks, every method side by side (issue 35):
     fib(37) (bench/instr/fib.c) and the SQLite amalgamation with every
@@ -457,7 +496,10 @@ def cost_bench(a, mantle, rt):
         return obj
 
     res = dict(cpu=a.cpu, reps=a.reps, programs={})
+    chosen = a.cost_programs.split(",")
     for prog, (unit, driver, uflags, arg, uarg) in progs.items():
+        if prog not in chosen:
+            continue
         pd = os.path.join(d, prog)
         os.makedirs(pd, exist_ok=True)
         drv = {c: [cc(c, ["-O2", f"-I{sq}"], driver, os.path.join(pd, f"driver-{c}.o"))] if driver else []
@@ -510,22 +552,31 @@ def cost_bench(a, mantle, rt):
         if shutil.which("bpftrace") and not a.no_uprobes:
             # 2.7-6.6 us a call: a smaller argument, one run, over the base's
             # CPU time at that argument.
-            bt = f'uprobe:{exes["base"]}:* {{ @n = count(); }} uretprobe:{exes["base"]}:* {{ }}'
-            ucalls = {}
+            # The instrumented unit's functions by name: a wildcard also
+            # matches the C start files' size-0 symbols (register_tm_clones),
+            # which bpftrace refuses ("Offset outside the function bounds").
+            fns = unit_functions(gobj)
+            bt = (",".join(f'uprobe:{exes["base"]}:"{f}"' for f in fns) + " { @n = count(); } "
+                  + ",".join(f'uretprobe:{exes["base"]}:"{f}"' for f in fns) + " { }")
             # bpftrace attaches at most 512 probes unless told (SQLite has
             # about 1,500 functions, two probes each).
-            os.environ.setdefault("BPFTRACE_MAX_PROBES", "100000")
-            try:
-                tu, out = uprobe_run(bt, [exes["base"], uarg], "/dev/null", a.cpu, ucalls, "u")
-            except SystemExit as e:
-                print(f"  cost {prog}: uprobes not measured: {e}", file=sys.stderr)
-                tu = None
-            tb = statistics.median(timed([exes["base"], uarg], "/dev/null", a.cpu)[0] for _ in range(3))
-            if tu is not None and ucalls.get("u"):
-                up = dict(arg=uarg, calls=ucalls["u"], wall_s=tu, base_wall_s=tb,
-                          ns_per_call=(tu - tb) / ucalls["u"] * 1e9)
+            env = dict(os.environ, BPFTRACE_MAX_PROBES="100000")
+            up = uprobe_cost_run(bt, [exes["base"], uarg], a.cpu, env)
+            if up is None:
+                print(f"  cost {prog}: uprobes not measured (bpftrace printed no count)", file=sys.stderr)
+            else:
+                tb = []
+                for _ in range(3):
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu_run([exes["base"], uarg], a.cpu)
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    tb.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+                up.update(arg=uarg, functions=len(fns), base_cpu_s=statistics.median(tb))
+                up["ns_per_call"] = (up["cpu_s"] - up["base_cpu_s"]) / up["calls"] * 1e9
         rows["uprobes"] = up
-        res["programs"][prog] = dict(arg=arg, rows=rows, mantle=info)
+        res["programs"][prog] = dict(arg=arg, rows=rows, mantle=info, reps=a.reps,
+                                     date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                     load=os.getloadavg()[0])
     return res
 
 
@@ -540,6 +591,11 @@ def cost_markdown(res):
     progs = list(c["programs"])
     print(f"\nCost per call, empty hooks (CPU time, taskset -c {c['cpu']}, {c['reps']} rotated repetitions; "
           "median [min-max] over repetitions of (time - same repetition's baseline) / calls)\n")
+    for p in progs:
+        q = c["programs"][p]
+        if "date" in q:
+            print(f"{p}: run ending {q['date']}, {q['reps']} repetitions, load average {q['load']:.1f}")
+    print()
     print("| method | " + " | ".join(f"{p} ({c['programs'][p]['arg']}), ns per call | calls" for p in progs)
           + " |\n|---|" + "---|---|" * len(progs))
     for m in ms + ["uprobes"]:
@@ -549,7 +605,8 @@ def cost_markdown(res):
             if not r:
                 cells += ["not run", ""]
             elif m == "uprobes":
-                cells += [f"{r['ns_per_call']:.0f} (wall, argument {r['arg']})", str(r["calls"])]
+                cells += [f"{r['ns_per_call']:.0f} (CPU, one run, argument {r['arg']}, {r['functions']} functions)",
+                          str(r["calls"])]
             else:
                 cells += [f"{r['ns_per_call']:.1f} [{r['ns_min']:.1f}-{r['ns_max']:.1f}]", str(r["calls"])]
         print(f"| {names[m]} | " + " | ".join(cells) + " |")

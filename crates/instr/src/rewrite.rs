@@ -67,6 +67,8 @@ enum InlineRel {
     /// `mov rax, [rip + __mantle_instr_enter_fn@GOTPCREL]` (resp. leave).
     EnterFn,
     LeaveFn,
+    /// `mov rax, [rip + __mantle_instr_on@GOTPCREL]`.
+    On,
     /// The out-of-line routines of the slow paths.
     EnterT,
     LeaveT,
@@ -79,6 +81,10 @@ enum InlineRel {
 pub const XS_SYMBOL: &[u8] = b"__mantle_instr_xs";
 pub const ENTER_FN_SYMBOL: &[u8] = b"__mantle_instr_enter_fn";
 pub const LEAVE_FN_SYMBOL: &[u8] = b"__mantle_instr_leave_fn";
+/// A byte of libmantle-instr, nonzero when an entry has anything to do
+/// (a hook, the tracer, or the first entry that reads the environment):
+/// zero, an inline trampoline jumps straight to the function's body.
+pub const ON_SYMBOL: &[u8] = b"__mantle_instr_on";
 
 /// An inline call-through trampoline (objects; issue 35): the fast paths
 /// of libmantle-instr's `__mantle_instr_tramp_enter` and `_leave` written
@@ -98,7 +104,9 @@ pub const LEAVE_FN_SYMBOL: &[u8] = b"__mantle_instr_leave_fn";
 /// and filled after; at exit it is read, left claimed, then uncounted.
 ///
 /// ```text
-/// push rax, rcx, rdx, rsi, rdi            ; E = rsp + 40, X = [E]
+/// push rax ; mov rax, [rip + on@GOTPCREL] ; cmp byte [rax], 0 ; jne 1f
+/// pop rax ; jmp body                      ; nothing to do: not even a frame
+/// 1: push rcx, rdx, rsi, rdi              ; E = rsp + 40, X = [E]
 /// mov rcx, [rip + xs@GOTTPOFF] ; mov rcx, fs:[rcx] ; test ; jz SLOW_E
 /// mov rsi, [rcx] ; test rsi, rsi ; jz 1f  ; len
 /// cmp [rcx + 32*len - 16], E ; jbe SLOW_E ; the top frame is not above
@@ -135,6 +143,7 @@ fn inline_tramp(id: u32, keep: crate::vregs::Keep) -> (Vec<u8>, Vec<(u64, Inline
     };
     const SLOW_E: u8 = 0;
     const SLOW_X: u8 = 1;
+    const BODY: u8 = 2;
     let hook = |c: &mut Vec<u8>, rel: &mut Vec<(u64, InlineRel)>, keep: u8, r: InlineRel| {
         c.extend_from_slice(&[0x48, 0xbf]); // mov rdi, imm64
         c.extend_from_slice(&((u64::from(keep) << 32) | u64::from(id)).to_le_bytes());
@@ -145,8 +154,23 @@ fn inline_tramp(id: u32, keep: crate::vregs::Keep) -> (Vec<u8>, Vec<(u64, Inline
         c.extend_from_slice(&POP);
     };
 
-    // Entry.
-    c.extend_from_slice(&PUSH);
+    // Entry: with nothing to do (`__mantle_instr_on` zero: no hook, no
+    // tracer), straight to the body, which then returns to the caller
+    // itself: the cost of the instrumentation is this test and two jumps
+    // (issue 35: "with no hooks the entry and exit should cost close to
+    // nothing"). A frame entered so has no exit; frames entered before
+    // the hooks went away still leave through the fast exit below.
+    c.push(PUSH[0]);
+    c.extend_from_slice(&[0x48, 0x8b, 0x05]); // mov rax, [rip + on@GOTPCREL]
+    rel.push((c.len() as u64, InlineRel::On));
+    c.extend_from_slice(&[0, 0, 0, 0]);
+    c.extend_from_slice(&[0x80, 0x38, 0x00]); // cmp byte ptr [rax], 0
+    c.extend_from_slice(&[0x75, 6]); // jne over the pop and the jmp
+    c.push(POP[4]); // pop rax
+    c.push(0xe9); // jmp body
+    fix.push((c.len(), BODY));
+    c.extend_from_slice(&[0, 0, 0, 0]);
+    c.extend_from_slice(&PUSH[1..]);
     xs(&mut c, &mut rel);
     jcc(&mut c, &mut fix, 0x84, SLOW_E); // jz
     c.extend_from_slice(&[0x48, 0x8b, 0x31]); // mov rsi, [rcx]
@@ -227,8 +251,13 @@ fn inline_tramp(id: u32, keep: crate::vregs::Keep) -> (Vec<u8>, Vec<(u64, Inline
     // R3 is here.
     debug_assert_eq!(c[c.len() - 21], keep.exit);
     c.push(0xc3);
+    let body = c.len();
     for (at, label) in fix {
-        let to = if label == SLOW_E { slow_e } else { slow_x };
+        let to = match label {
+            SLOW_E => slow_e,
+            SLOW_X => slow_x,
+            _ => body,
+        };
         let d = (to as i64 - (at as i64 + 4)) as i32;
         c[at..at + 4].copy_from_slice(&d.to_le_bytes());
     }
@@ -519,11 +548,12 @@ fn emit(
             undef(XS_SYMBOL),
             undef(ENTER_FN_SYMBOL),
             undef(LEAVE_FN_SYMBOL),
+            undef(ON_SYMBOL),
         ))
     } else {
         None
     };
-    if let Some((xs, _, _)) = inline_syms {
+    if let Some((xs, _, _, _)) = inline_syms {
         // A thread-local variable: the linker checks the reference's type.
         b.symbols
             .get_mut(xs)
@@ -599,7 +629,7 @@ fn emit(
     {
         let at = code.len() as u64;
         tramp_at.push(at);
-        if let Some((xs, enter_fn, leave_fn)) = inline_syms {
+        if let Some((xs, enter_fn, leave_fn, on)) = inline_syms {
             let (bytes, rels) = inline_tramp(site.id, t.keep);
             code.extend_from_slice(&bytes);
             let body = code.len() as u64;
@@ -608,6 +638,7 @@ fn emit(
                     InlineRel::XsTls => (xs, elf::R_X86_64_GOTTPOFF, -4),
                     InlineRel::EnterFn => (enter_fn, elf::R_X86_64_REX_GOTPCRELX, -4),
                     InlineRel::LeaveFn => (leave_fn, elf::R_X86_64_REX_GOTPCRELX, -4),
+                    InlineRel::On => (on, elf::R_X86_64_REX_GOTPCRELX, -4),
                     InlineRel::EnterT => (enter_t, elf::R_X86_64_PLT32, -4),
                     InlineRel::LeaveT => (leave_t, elf::R_X86_64_PLT32, -4),
                     InlineRel::Body => (stub_sym, elf::R_X86_64_PC32, body as i64 - 4),
@@ -793,4 +824,47 @@ fn clear_cet(b: &mut Builder<'_>) {
         SectionData::Note(_) => SectionData::Note(note.into()),
         _ => SectionData::Data(note.into()),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
+
+    /// The inline trampoline's head: with `__mantle_instr_on` zero it
+    /// restores rax and jumps to the body (the bytes right behind the
+    /// trampoline), having pushed nothing; otherwise it goes on to push
+    /// the other four scratch registers.
+    #[test]
+    fn inline_trampoline_skips_to_the_body_when_nothing_is_on() {
+        let (c, rel) = inline_tramp(7, crate::vregs::Keep { entry: 3, exit: 1 });
+        let mut d = Decoder::with_ip(64, &c, 0, DecoderOptions::NONE);
+        let ins: Vec<_> = (0..7).map(|_| d.decode()).collect();
+        let m: Vec<_> = ins.iter().map(|i| i.mnemonic()).collect();
+        assert_eq!(
+            m,
+            [
+                Mnemonic::Push,
+                Mnemonic::Mov,
+                Mnemonic::Cmp,
+                Mnemonic::Jne,
+                Mnemonic::Pop,
+                Mnemonic::Jmp,
+                Mnemonic::Push
+            ]
+        );
+        assert_eq!(ins[0].op0_register(), Register::RAX);
+        // mov rax, [rip + on@GOTPCREL]: the relocation at its field.
+        assert_eq!(ins[1].op0_register(), Register::RAX);
+        assert_eq!(ins[1].memory_base(), Register::RIP);
+        assert_eq!(rel[0], (ins[1].ip() + 3, InlineRel::On));
+        // cmp byte ptr [rax], 0
+        assert_eq!(ins[2].op0_kind(), OpKind::Memory);
+        assert_eq!(ins[2].memory_base(), Register::RAX);
+        assert_eq!(ins[2].immediate8(), 0);
+        assert_eq!(ins[3].near_branch_target(), ins[6].ip());
+        assert_eq!(ins[4].op0_register(), Register::RAX);
+        assert_eq!(ins[5].near_branch_target(), c.len() as u64);
+        assert_eq!(ins[6].op0_register(), Register::RCX);
+    }
 }

@@ -20,7 +20,13 @@
 //!   registers mentioned by F's *callers*, transitively, are kept. Callers
 //!   outside the object, and indirect calls, follow the ABI; a direct
 //!   branch to F from code that belongs to no function symbol could be
-//!   anything: then everything is kept.
+//!   anything: then everything is kept. And no caller keeps anything
+//!   across F when F, or anything it may call or jump to, *calls* code
+//!   that follows the ABI (a function outside the object, an indirect
+//!   call): GCC's -fipa-ra takes F's clobbers as the union over its
+//!   paths, and such a call clobbers every caller-saved register. Most
+//!   functions of a real program are so (SQLite: issue 35); their hooks
+//!   keep only the argument and result registers.
 //!
 //! The result is a count per end: xmm0 up to (not including) xmm`n` are
 //! saved; 16 is the old full save. Registers xmm16-31 (AVX-512) and the
@@ -78,6 +84,10 @@ struct Graph {
     from_unknown: Vec<bool>,
     /// Each function calls something this file cannot see into.
     calls_unknown: Vec<bool>,
+    /// Each function has a `call` (not a jump: a jump table's `jmp rax`
+    /// clobbers nothing) to code this file cannot see into, which
+    /// follows the ABI and so clobbers every caller-saved register.
+    calls_abi: Vec<bool>,
 }
 
 /// The analysed file: [`Keeps::get`] answers for one function, so a
@@ -118,11 +128,15 @@ fn keep(g: &Graph, f: usize) -> Keep {
     for &i in &up {
         across |= g.mentions[i];
     }
+    // Down the callees: who may read the arguments or write the results.
+    let (down, unknown_callee) = closure(n, f, |i| &g.callees[i], |i| g.calls_unknown[i]);
+    // F may clobber everything: its callers keep nothing across it.
+    if g.calls_abi[f] || down.iter().any(|&i| g.calls_abi[i]) {
+        across = 0;
+    }
     if unknown_caller {
         across = ALL;
     }
-    // Down the callees: who may read the arguments or write the results.
-    let (down, unknown_callee) = closure(n, f, |i| &g.callees[i], |i| g.calls_unknown[i]);
     let mut inside = g.mentions[f];
     for &i in &down {
         inside |= g.mentions[i];
@@ -249,12 +263,20 @@ fn graph(o: &Object<'_, '_>) -> Graph {
             )
         })
         .collect();
+    // Linked files: the PLT's address ranges (calls out of the file).
+    let plts: Vec<(u64, u64)> = b
+        .sections
+        .iter()
+        .filter(|s| s.sh_addr != 0 && s.name.starts_with(b".plt"))
+        .map(|s| (s.sh_addr, s.sh_addr.saturating_add(s.sh_size)))
+        .collect();
     let mut g = Graph {
         mentions: vec![0; n],
         callees: vec![Vec::new(); n],
         callers: vec![Vec::new(); n],
         from_unknown: vec![false; n],
         calls_unknown: vec![false; n],
+        calls_abi: vec![false; n],
         funcs: Vec::new(),
     };
     let mut info = InstructionInfoFactory::new();
@@ -308,10 +330,22 @@ fn graph(o: &Object<'_, '_>) -> Graph {
                 if !direct && !indirect {
                     continue;
                 }
+                // A call to code outside the file, which follows the ABI:
+                // indirect, to an undefined symbol (objects) or into the
+                // PLT (linked files). Not a direct call to an address no
+                // symbol covers (a stripped file's static function, which
+                // -fipa-ra may know).
+                let mut external = indirect;
                 let dest: Dest = if indirect {
                     None
                 } else {
                     let field = rel.and_then(|m| m.range(ins.ip()..ins.next_ip()).next());
+                    if let Some((_, &(_, sym, _))) = field {
+                        external = sym.is_some_and(|id| b.symbols.get(id).section.is_none());
+                    } else if s.sh_addr != 0 {
+                        let a = s.sh_addr.wrapping_add(ins.near_branch_target());
+                        external = plts.iter().any(|&(lo, hi)| lo <= a && a < hi);
+                    }
                     let at = match field {
                         // An object: the relocation names the target; its
                         // addend is relative to the field.
@@ -354,6 +388,11 @@ fn graph(o: &Object<'_, '_>) -> Graph {
                         // tail call through the PLT) may leave with the
                         // arguments: the callee is unknown.
                         g.calls_unknown[f] = true;
+                        g.calls_abi[f] |= external
+                            && matches!(
+                                ins.flow_control(),
+                                FlowControl::Call | FlowControl::IndirectCall
+                            );
                     }
                     (None, Some(t)) => g.from_unknown[t] = true,
                     (None, None) => {}
@@ -604,5 +643,56 @@ mod tests {
         for f in ["leaf", "c", "b"] {
             assert_eq!(ks[f], k(5, 5), "{f}");
         }
+    }
+
+    #[test]
+    fn callers_keep_nothing_across_a_function_that_calls_out() {
+        // top keeps xmm9 across mid (named before and after the call);
+        // mid calls leaf, which calls cos (outside): mid clobbers every
+        // caller-saved register, so top cannot keep xmm9 across it.
+        let data = object(
+            &[
+                func("leaf", &[&call(), &[RET]], &["cos"]),
+                func("mid", &[&call(), &[RET]], &["leaf"]),
+                func("top", &[&pxor(9), &call(), &pxor(9), &[RET]], &["mid"]),
+            ],
+            &[],
+        );
+        let ks = keeps(&data);
+        for f in ["leaf", "mid"] {
+            assert_eq!(ks[f], k(8, 2), "{f}");
+        }
+        // The same with an indirect call in leaf.
+        let data = object(
+            &[
+                func("leaf", &[&[0xff, 0xd0], &[RET]], &[]),
+                func("mid", &[&call(), &[RET]], &["leaf"]),
+                func("top", &[&pxor(9), &call(), &pxor(9), &[RET]], &["mid"]),
+            ],
+            &[],
+        );
+        assert_eq!(keeps(&data)["mid"], k(8, 2));
+        // An indirect jump (a jump table) clobbers nothing: xmm9 stays
+        // kept at mid's both ends.
+        let data = object(
+            &[
+                func("mid", &[&[0xff, 0xe0], &[RET]], &[]),
+                func("top", &[&pxor(9), &call(), &pxor(9), &[RET]], &["mid"]),
+            ],
+            &[],
+        );
+        assert_eq!(keeps(&data)["mid"], k(10, 10));
+        // A direct call to code no symbol covers (a stripped static
+        // function GCC may know the clobbers of): not a call out, xmm9
+        // stays kept. mid is at 16, its call's target the loose `ret` at 0.
+        let rel = (-21i32).to_le_bytes();
+        let data = object(
+            &[
+                func("mid", &[&[0xe8, rel[0], rel[1], rel[2], rel[3], RET]], &[]),
+                func("top", &[&pxor(9), &call(), &pxor(9), &[RET]], &["mid"]),
+            ],
+            &[RET],
+        );
+        assert_eq!(keeps(&data)["mid"], k(10, 10));
     }
 }
