@@ -530,6 +530,10 @@ impl Executive {
                         source: e,
                     }
                 })?;
+            // it runs its program only when dispatched
+            if let Some(d) = &mut dispatch {
+                d.hold(k);
+            }
             // its first exec is the launcher's (agents::deny)
             chain.started(sp.pid);
             sync_all &= sp.sync_wake_up;
