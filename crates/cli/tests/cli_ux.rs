@@ -450,12 +450,13 @@ fn ttl_and_lifeline_errors_give_the_real_limits() {
 }
 
 /// The dispatcher's real-time priority (`--rt-priority`, `[dispatch]
-/// rt_priority`): 1-99, anything else a usage error (exit 2) naming the
-/// range, and only with dispatching (--sched, or a system's [dispatch]).
-/// Checked before anything is started: no root needed.
+/// rt_priority`): 1-99, anything else refused naming the range, and only
+/// with dispatching (--sched, or a system's [dispatch]). Refused as every
+/// malformed `mantle run` option is, like env's: exit 125 (README "Exit
+/// codes"). Checked before anything is started: no root needed.
 #[test]
 fn rt_priority_is_checked_from_the_command_line_and_the_system_file() {
-    for n in ["0", "100", "-1", "x"] {
+    for n in ["0", "100", "x"] {
         let o = mantle(&[
             "run",
             "--sched",
@@ -465,11 +466,11 @@ fn rt_priority_is_checked_from_the_command_line_and_the_system_file() {
             "--",
             "true",
         ]);
-        expect(&o, 2, &format!("--rt-priority {n}"));
+        expect(&o, 125, &format!("--rt-priority {n}"));
         assert!(o.stderr.contains("from 1 to 99"), "{n}: {}", o.stderr);
     }
     let o = mantle(&["run", "--rt-priority", "50", "--", "true"]);
-    expect(&o, 2, "--rt-priority without --sched");
+    expect(&o, 125, "--rt-priority without --sched");
     assert!(
         o.stderr.contains("--rt-priority is the dispatcher's"),
         "{}",
@@ -489,7 +490,7 @@ fn rt_priority_is_checked_from_the_command_line_and_the_system_file() {
         )
         .unwrap();
         let o = mantle(&["run", "--system", f.to_str().unwrap()]);
-        expect(&o, 2, &format!("rt_priority = {v}"));
+        expect(&o, 125, &format!("rt_priority = {v}"));
         assert!(o.stderr.contains(why), "{v}: {}", o.stderr);
     }
     let _ = std::fs::remove_dir_all(&dir);
