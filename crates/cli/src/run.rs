@@ -116,6 +116,14 @@ pub struct RunArgs {
     /// table and `sched = ...` per guest.
     #[arg(long, value_name = "SPEC", value_parser = mantle_exec::system::parse_sched)]
     sched: Option<mantle_exec::sched::Params>,
+    /// The SCHED_RR priority, 1-99, a dispatched reservation (`edf`,
+    /// `fifo`, `rr`) runs at during its turns (default 98, or the system
+    /// file's `[dispatch] rt_priority`): above host real-time work below
+    /// it, below the executive (lowered to the executive's priority minus
+    /// one; SCHED_OTHER if the executive is not real-time). With --sched
+    /// or a system's [dispatch].
+    #[arg(long, value_name = "N", value_parser = crate::flags::int_from_to(1, 99))]
+    rt_priority: Option<i32>,
     /// SCHED_FIFO priority of the executive thread, 1-99; 0 keeps it at
     /// SCHED_OTHER. Default on the protected path: 99 (where allowed; a
     /// warning where not) when it keeps time or dispatches (--sleep,
@@ -539,6 +547,18 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
     let locking = locking.or(sys_locking).unwrap_or(env_locking()?);
     let mut defs = defs;
     crate::otlp::exec_start(a.otlp.as_deref(), &mut defs)?;
+    let mut dispatch = dispatch;
+    if let Some(p) = a.rt_priority {
+        match &mut dispatch {
+            Some(d) => d.rt_priority = p,
+            None => {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    "--rt-priority is the dispatcher's: give --sched, or a --system file with a [dispatch] table",
+                ))
+            }
+        }
+    }
     if a.path == "fast" && a.sched.is_some() {
         return Err(Failure::new(
             EXIT_USAGE,

@@ -449,6 +449,53 @@ fn ttl_and_lifeline_errors_give_the_real_limits() {
     }
 }
 
+/// The dispatcher's real-time priority (`--rt-priority`, `[dispatch]
+/// rt_priority`): 1-99, anything else refused naming the range, and only
+/// with dispatching (--sched, or a system's [dispatch]). Refused as every
+/// malformed `mantle run` option is, like env's: exit 125 (README "Exit
+/// codes"). Checked before anything is started: no root needed.
+#[test]
+fn rt_priority_is_checked_from_the_command_line_and_the_system_file() {
+    for n in ["0", "100", "x"] {
+        let o = mantle(&[
+            "run",
+            "--sched",
+            "edf 2ms/10ms",
+            "--rt-priority",
+            n,
+            "--",
+            "true",
+        ]);
+        expect(&o, 125, &format!("--rt-priority {n}"));
+        assert!(o.stderr.contains("from 1 to 99"), "{n}: {}", o.stderr);
+    }
+    let o = mantle(&["run", "--rt-priority", "50", "--", "true"]);
+    expect(&o, 125, "--rt-priority without --sched");
+    assert!(
+        o.stderr.contains("--rt-priority is the dispatcher's"),
+        "{}",
+        o.stderr
+    );
+    let dir = std::env::temp_dir().join(format!("mantle-rtprio-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("system.toml");
+    for (v, why) in [
+        ("0", "0 is not a real-time priority (1-99)"),
+        ("100", "100 is not"),
+        ("\"high\"", "invalid type"),
+    ] {
+        std::fs::write(
+            &f,
+            format!("[dispatch]\nrt_priority = {v}\n\n[[guest]]\ncommand = [\"true\"]\n"),
+        )
+        .unwrap();
+        let o = mantle(&["run", "--system", f.to_str().unwrap()]);
+        expect(&o, 125, &format!("rt_priority = {v}"));
+        assert!(o.stderr.contains(why), "{v}: {}", o.stderr);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // ---------------------------------------------------------------- exit codes
 
 /// The cases of issue 8, each with the code README "Exit codes" gives it.

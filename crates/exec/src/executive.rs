@@ -505,6 +505,7 @@ impl Executive {
                 Some(d) => (
                     launch::Placement {
                         cgroup_procs: d.procs_fd(k),
+                        freezer_procs: d.freezer_procs_fd(k),
                         cpus: d.cpus_of(k),
                     },
                     home_of(&opts.cpus, k, d.cpu_of(k)),
@@ -515,6 +516,7 @@ impl Executive {
                     (
                         launch::Placement {
                             cgroup_procs: None,
+                            freezer_procs: None,
                             cpus: own_cpu.unwrap_or(&[]),
                         },
                         home,
@@ -528,6 +530,10 @@ impl Executive {
                         source: e,
                     }
                 })?;
+            // it runs its program only when dispatched
+            if let Some(d) = &mut dispatch {
+                d.hold(k);
+            }
             // its first exec is the launcher's (agents::deny)
             chain.started(sp.pid);
             sync_all &= sp.sync_wake_up;
@@ -1129,7 +1135,11 @@ impl Executive {
         let mut sh = self.shared.lock();
         if let (Some(d), true) = (&sh.dispatch, self.opts.verbose) {
             let msg = format!("dispatch: {}", d.summary());
+            let trace = d.trace().to_vec();
             (sh.log)(&msg);
+            for l in trace {
+                (sh.log)(&format!("dispatch trace: {l}"));
+            }
         }
         // held calls of ended guests: answer them (their callers may live on)
         sh.rpc.drain(&GuestPeers(&self.guests));

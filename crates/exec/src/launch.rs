@@ -145,6 +145,9 @@ pub struct Spawned {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Placement<'a> {
     pub cgroup_procs: Option<std::os::fd::RawFd>,
+    /// The cgroup v1 freezer's `cgroup.procs` it joins too (the
+    /// dispatcher's, where that hierarchy is mounted).
+    pub freezer_procs: Option<std::os::fd::RawFd>,
     pub cpus: &'a [usize],
 }
 
@@ -190,6 +193,7 @@ pub fn spawn(
         filter: &filter,
         launch_cookie: cookie,
         cgroup_procs: place.cgroup_procs,
+        freezer_procs: place.freezer_procs,
         cpus: place.cpus,
         binds: &binds,
     };

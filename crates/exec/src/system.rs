@@ -20,6 +20,9 @@
 //!                                 # partitioned, a CPU per guest)
 //! quantum = "10ms"                # best effort's round robin quantum
 //! per = "guest"                   # or "thread": each thread a task
+//! rt_priority = 98                # SCHED_RR level of a dispatched
+//!                                 # reservation, 1-99 (below the
+//!                                 # executive's: lowered to it minus 1)
 //!
 //! [executive]                     # the executive on N CPUs
 //! cpus = [0, 1]                   # a thread per CPU, guests spread over
@@ -63,6 +66,19 @@ struct DispatchEntry {
     cpus: Option<Vec<usize>>,
     quantum: Option<String>,
     per: Option<String>,
+    rt_priority: Option<i64>,
+}
+
+/// A dispatched reservation's host priority (`rt_priority`, SCHED_RR
+/// 1-99), checked.
+pub fn check_rt_priority(p: i64) -> Result<i32, String> {
+    if (1..=99).contains(&p) {
+        Ok(p as i32)
+    } else {
+        Err(format!(
+            "rt_priority: {p} is not a real-time priority (1-99)"
+        ))
+    }
 }
 
 /// A whole system: its guests, and how the executive dispatches them
@@ -294,6 +310,9 @@ pub fn parse(text: &str) -> Result<System, String> {
                 o.quantum = crate::agents::delay::parse_duration(&q)
                     .map_err(|e| format!("[dispatch] quantum: {e}"))?;
             }
+            if let Some(p) = d.rt_priority {
+                o.rt_priority = check_rt_priority(p).map_err(|e| format!("[dispatch] {e}"))?;
+            }
             o.per = match d.per.as_deref() {
                 None | Some("guest") => crate::dispatch::Unit::Guest,
                 Some("thread") => crate::dispatch::Unit::Thread,
@@ -450,6 +469,40 @@ command = ["c"]
         assert!(parse("[dispatch]\ncpus = []\n[[guest]]\ncommand = [\"a\"]\n").is_err());
         assert!(parse("[dispatch]\nquantum = \"x\"\n[[guest]]\ncommand = [\"a\"]\n").is_err());
         assert!(parse("[dispatch]\nwhat = 1\n[[guest]]\ncommand = [\"a\"]\n").is_err());
+        // rt_priority: 98 by default, 1-99, nothing else
+        assert_eq!(
+            parse("[dispatch]\n[[guest]]\ncommand = [\"a\"]\n")
+                .unwrap()
+                .dispatch
+                .unwrap()
+                .rt_priority,
+            98
+        );
+        for (v, ok) in [
+            ("1", Some(1)),
+            ("99", Some(99)),
+            ("50", Some(50)),
+            ("0", None),
+            ("100", None),
+            ("-3", None),
+            ("\"x\"", None),
+        ] {
+            let r = parse(&format!(
+                "[dispatch]\nrt_priority = {v}\n[[guest]]\ncommand = [\"a\"]\n"
+            ));
+            assert_eq!(
+                r.as_ref()
+                    .ok()
+                    .map(|s| s.dispatch.as_ref().unwrap().rt_priority),
+                ok,
+                "{v}: {r:?}"
+            );
+        }
+        assert!(
+            parse("[dispatch]\nrt_priority = 0\n[[guest]]\ncommand = [\"a\"]\n")
+                .unwrap_err()
+                .contains("rt_priority: 0 is not a real-time priority (1-99)")
+        );
         // per: both units, and nothing else
         use crate::dispatch::Unit;
         for (v, u) in [

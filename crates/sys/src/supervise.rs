@@ -642,6 +642,9 @@ pub struct FilteredExec<'a> {
     /// A `cgroup.procs` file opened for writing: the child moves itself
     /// there before anything else (so it never runs outside it).
     pub cgroup_procs: Option<RawFd>,
+    /// A second `cgroup.procs` (another hierarchy's, the cgroup v1
+    /// freezer's), joined right after the first.
+    pub freezer_procs: Option<RawFd>,
     /// CPUs the child (and what it starts) may run on; empty: unchanged.
     pub cpus: &'a [usize],
     /// Bind mounts in a private mount namespace, made before the filter
@@ -676,8 +679,8 @@ pub fn spawn_filtered(
         }
     }
     let run = || -> i32 {
-        if let Some(fd) = x.cgroup_procs {
-            // SAFETY: a write of two bytes from a static buffer to an fd
+        for fd in [x.cgroup_procs, x.freezer_procs].into_iter().flatten() {
+            // SAFETY: a write of one byte from a static buffer to an fd
             // opened before the fork.
             if unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) } != 1 {
                 return fail(

@@ -34,6 +34,28 @@ pub(super) fn cgroup2_mount_in(mounts: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// Where the cgroup v1 `freezer` controller is mounted (a `cgroup` mount
+/// whose options name `freezer`), from /proc/self/mounts; `None` where it
+/// is not (a cgroup v2 only system). The dispatcher prefers it to v2's
+/// `cgroup.freeze` (crates/exec dispatch.rs: its writes do not take the
+/// kernel's global cgroup mutex).
+pub fn cgroup1_freezer_mount() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    cgroup1_freezer_mount_in(&mounts)
+}
+
+pub(super) fn cgroup1_freezer_mount_in(mounts: &str) -> Option<PathBuf> {
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let _dev = f.next()?;
+        let point = f.next()?;
+        let fstype = f.next()?;
+        let opts = f.next()?;
+        (fstype == "cgroup" && opts.split(',').any(|o| o == "freezer"))
+            .then(|| PathBuf::from(unescape_mount_path(point)))
+    })
+}
+
 /// /proc/self/mounts writes space, tab, newline and backslash as `\ooo`.
 pub(super) fn unescape_mount_path(s: &str) -> String {
     let b = s.as_bytes();

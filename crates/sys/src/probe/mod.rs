@@ -48,7 +48,7 @@ use std::path::Path;
 use libbpf_rs::libbpf_sys as sys;
 use libbpf_rs::MapType;
 
-pub use fs::cgroup2_mount;
+pub use fs::{cgroup1_freezer_mount, cgroup2_mount};
 pub use prog::TAGS_TRACEPOINTS;
 pub use report::{Feature, Report};
 

@@ -1,7 +1,7 @@
 //! Tests of the probes: every id once and in order, the rendering, and
 //! each probe cross-checked against a second way of asking the kernel.
 
-use super::fs::{cgroup2_mount_in, unescape_mount_path, VMLINUX_BTF};
+use super::fs::{cgroup1_freezer_mount_in, cgroup2_mount_in, unescape_mount_path, VMLINUX_BTF};
 use super::isolation::in_child;
 use super::sysctl::unprivileged_bpf_meaning;
 use super::words::{errno_words, ENOTSUPP};
@@ -390,4 +390,22 @@ fn sync_wake_up_follows_the_kernel_version() {
     let sync = r.get("seccomp_sync_wake_up").unwrap();
     let new_enough = super::kernel_version_code() >= (6 << 16) | (6 << 8);
     assert_eq!(sync.available, notif && new_enough, "{}", sync.detail);
+}
+
+#[test]
+fn the_v1_freezer_is_found_by_its_mount_options() {
+    let m = "cgroup2 /sys/fs/cgroup/unified cgroup2 rw,relatime 0 0\n\
+             cgroup /sys/fs/cgroup/cpu cgroup rw,nosuid,cpu 0 0\n\
+             cgroup /sys/fs/cgroup/freezer cgroup rw,nosuid,nodev,noexec,relatime,freezer 0 0\n";
+    assert_eq!(
+        cgroup1_freezer_mount_in(m),
+        Some(std::path::PathBuf::from("/sys/fs/cgroup/freezer"))
+    );
+    // v2 only, or a v1 mount of other controllers: none
+    assert_eq!(
+        cgroup1_freezer_mount_in(
+            "cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\ncgroup /x cgroup rw,freezerx 0 0\n"
+        ),
+        None
+    );
 }
