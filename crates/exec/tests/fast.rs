@@ -704,3 +704,65 @@ fn slots_of_killed_processes_are_reclaimed() {
         assert!(stats.reclaimed >= 4, "{stats:?}");
     });
 }
+
+/// On two CPUs, a guest thread pinned to one of them is served by that
+/// CPU's executive thread (its run queue's lock counts the passes), and
+/// under fine locking the two threads' guests share no lock but the
+/// guest tree's chain.
+#[test]
+fn a_pinned_guest_thread_is_served_by_its_cpus_thread() {
+    let cpus: Vec<usize> = mantle_sys::os::allowed_cpus()
+        .unwrap()
+        .into_iter()
+        .take(2)
+        .map(|c| c as usize)
+        .collect();
+    if cpus.len() < 2 || !mantle_testsupport::have_program("taskset") {
+        eprintln!("skipped: needs two allowed CPUs and taskset");
+        return;
+    }
+    let g = guest("ppid");
+    for locking in [Locking::Fine, Locking::Giant] {
+        for (k, &cpu) in cpus.iter().enumerate() {
+            let opts = FastOptions {
+                cpus: cpus.clone(),
+                locking,
+                ..FastOptions::default()
+            };
+            let chain = Chain::new(vec![Box::new(Ppid(77))]);
+            let argv = [
+                "taskset",
+                "-c",
+                &cpu.to_string(),
+                g.to_str().unwrap(),
+                "77",
+                "500",
+            ];
+            let (child, mut server) =
+                mantle_exec::fast::spawn_fast(&cmd(&argv), chain, &opts).unwrap();
+            let (st, stats) = mantle_exec::fast::serve_child(child, &mut server, &opts).unwrap();
+            assert!(st.success(), "{st:?} {stats:?}");
+            assert_eq!(stats.calls, 500, "{stats:?}");
+            let locks = server.lock_stats("g");
+            let of = |c: usize| {
+                locks
+                    .iter()
+                    .find(|l| l.name == format!("runqueue cpu{c}"))
+                    .unwrap()
+                    .acquisitions
+            };
+            let (mine, other) = (of(cpu), of(cpus[1 - k]));
+            // every call is one entry at least of its home; the other
+            // thread enters at most to place the new owner (thread 0)
+            assert!(
+                mine >= 500 && other <= 5,
+                "{} cpu{cpu}: {mine} entries, the other {other}: {locks:?}",
+                locking.name()
+            );
+            assert_eq!(
+                locks.iter().any(|l| l.name == "giant"),
+                locking == Locking::Giant
+            );
+        }
+    }
+}
