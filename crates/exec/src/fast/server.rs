@@ -1122,12 +1122,11 @@ impl Server {
         loop {
             let p = step(self, &mut quiet, &mut next);
             turns = turns.wrapping_add(1);
-            if (turns.is_multiple_of(256) && last_done.elapsed() >= tick)
-                || (t != 0 && self.stop.load(Relaxed))
+            if ((turns.is_multiple_of(256) && last_done.elapsed() >= tick)
+                || (t != 0 && self.stop.load(Relaxed)))
+                && finished(self, &mut last_done)
             {
-                if finished(self, &mut last_done) {
-                    return self.last_pass(t, &mut quiet);
-                }
+                return self.last_pass(t, &mut quiet);
             }
             if p.fresh {
                 woken = false;
@@ -1454,7 +1453,7 @@ mod tests {
     #[test]
     fn the_sweep_reclaims_slots_of_dead_tids_only() {
         let me = mantle_sys::os::gettid();
-        let mut s = server(vec![Decision::Return(7)]);
+        let s = server(vec![Decision::Return(7)]);
         let r = s.region();
         // a tid that existed and is gone: a thread that has ended
         let dead = std::thread::spawn(mantle_sys::os::gettid).join().unwrap();
