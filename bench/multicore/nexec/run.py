@@ -25,8 +25,9 @@ Configurations (pinning: A and B are the first two allowed CPUs):
             wait'`, X = A or B): a serving thread pinned on each CPU, the
             guests pinned beside them, every getppid answered by the
             executive through the shared slots (--count would be served
-            in the stub, with no hand-off); `--spin off` on 1 CPU (a
-            spinning side only delays the other there) and `--spin on` on 2
+            in the stub, with no hand-off); `--spin off`: each serving
+            thread shares its CPU with its guest, where a spinning side
+            only delays the other (docs/exec-fast.md "Spinning")
 The executive's threads stay SCHED_OTHER (count keeps no time);
 /dev/cpu_dma_latency is not held.
 
@@ -138,7 +139,7 @@ def run_fast(mantle, exe, iters, calls, cpus, locking):
     pins = [cpus[0], cpus[0]] if len(cpus) == 1 else list(cpus)
     script = " & ".join(f"taskset -c {c} {exe} {iters} {calls}" for c in pins) + "; wait"
     args = [mantle, "run", "--path", "fast", "--exec-cpus", ",".join(map(str, cpus)),
-            "--exec-locking", locking, "--spin", "off" if len(cpus) == 1 else "on",
+            "--exec-locking", locking, "--spin", "off",
             "--perform", "getppid", "--json", "--", "sh", "-c", script]
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
@@ -272,7 +273,7 @@ def main():
         + f" {'MET' if bar2 else 'MISS'}")
     say("")
     say("The fast path's server (--perform getppid through the shared slots; guests pinned beside "
-        "the serving threads; --spin off on 1 CPU, on on 2):")
+        "the serving threads, each sharing its CPU with its guest: --spin off):")
     say("")
     say("| K | native speedup | fast giant speedup | fast fine speedup | fast giant guest share | fast fine guest share | fast giant contention (2 CPUs) | fast fine contention (2 CPUs) |")
     say("| --- | --- | --- | --- | --- | --- | --- | --- |")
