@@ -27,7 +27,7 @@ Configurations (pinning: A and B are the first two allowed CPUs):
             executive through the shared slots (--count would be served
             in the stub, with no hand-off); `--spin off`: each serving
             thread shares its CPU with its guest, where a spinning side
-            only delays the other (docs/exec-fast.md "Spinning")
+            only delays the other (fast::FastOptions::default)
 The executive's threads stay SCHED_OTHER (count keeps no time);
 /dev/cpu_dma_latency is not held.
 
