@@ -156,7 +156,7 @@ struct Shared {
 ///
 /// Threads and locks (the lock order of crate::lib): a slot's *home* is
 /// the executive thread that serves it, chosen when its owner is first
-/// accepted ([`Server::place`]); each thread passes over the slots below
+/// accepted (`Server::place`); each thread passes over the slots below
 /// the high-water mark, lock-free, and enters (takes `giant` with
 /// [`Locking::Giant`], then its `runqueue`) only when one of its slots
 /// needs it: a request, a report, a release, a claim by a new owner
@@ -322,7 +322,7 @@ impl Server {
 
     /// The executive on N CPUs (issue 31): one thread per CPU of `cpus`,
     /// each pinned there and serving the guest threads placed on it
-    /// ([`Server::place`]); empty, one unpinned thread. `locking` as the
+    /// (`Server::place`); empty, one unpinned thread. `locking` as the
     /// protected path's ([`Locking`]). Before serving; at most
     /// [`MAX_THREADS`] CPUs (more are ignored).
     pub fn set_design(&mut self, cpus: &[usize], locking: Locking) {
