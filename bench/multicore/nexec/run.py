@@ -19,6 +19,15 @@ Configurations (pinning: A and B are the first two allowed CPUs):
             (one executive thread pinned on A, both guests on A)
   giant-2   cpus = [A, B]: a thread on each CPU, one guest on each
   fine-1, fine-2  the same with locking = "fine"
+  fastgiant-1/2, fastfine-1/2  the fast path's server (`mantle run
+            --path fast --exec-cpus A[,B] --exec-locking D --perform
+            getppid -- sh -c 'taskset -c A nexec & taskset -c X nexec;
+            wait'`, X = A or B): a serving thread pinned on each CPU, the
+            guests pinned beside them, every getppid answered by the
+            executive through the shared slots (--count would be served
+            in the stub, with no hand-off); `--spin off`: each serving
+            thread shares its CPU with its guest, where a spinning side
+            only delays the other (fast::FastOptions::default)
 The executive's threads stay SCHED_OTHER (count keeps no time);
 /dev/cpu_dma_latency is not held.
 
@@ -60,7 +69,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 HERE = os.path.join(ROOT, "bench", "multicore", "nexec")
 KS_US = [1, 10, 100, 1000, 10000]
-DESIGNS = ["native", "giant", "fine"]
+DESIGNS = ["native", "giant", "fine", "fastgiant", "fastfine"]
+EXEC_DESIGNS = ["giant", "fine", "fastgiant", "fastfine"]
 
 
 def allowed_cpus():
@@ -125,8 +135,27 @@ def run_exec(mantle, exe, iters, calls, cpus, locking, tmp):
     return makespan(r.stdout), rec["locks"]
 
 
+def run_fast(mantle, exe, iters, calls, cpus, locking):
+    pins = [cpus[0], cpus[0]] if len(cpus) == 1 else list(cpus)
+    script = " & ".join(f"taskset -c {c} {exe} {iters} {calls}" for c in pins) + "; wait"
+    args = [mantle, "run", "--path", "fast", "--exec-cpus", ",".join(map(str, cpus)),
+            "--exec-locking", locking, "--spin", "off",
+            "--perform", "getppid", "--json", "--", "sh", "-c", script]
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"mantle exited {r.returncode}: {r.stderr[-2000:]}")
+    rec = None
+    for line in r.stderr.splitlines():
+        if '"mantle.run.exit/1"' in line:
+            rec = json.loads(line)
+    if rec is None or "locks" not in rec:
+        raise RuntimeError("no exit record with locks: " + r.stderr[-2000:])
+    return makespan(r.stdout), rec["locks"]
+
+
 def outer(locks, design):
     """The outermost locks: what a thread holds while in the executive."""
+    design = design.removeprefix("fast")
     if design == "giant":
         return [l for l in locks if l["name"] == "giant"]
     return [l for l in locks if l["name"].startswith("runqueue")]
@@ -201,6 +230,8 @@ def main():
                     cs = [A] if n == 1 else [A, B]
                     if d == "native":
                         t, l = run_native(exe, iters, calls, [A, A] if n == 1 else [A, B])
+                    elif d.startswith("fast"):
+                        t, l = run_fast(a.mantle, exe, iters, calls, cs, d.removeprefix("fast"))
                     else:
                         t, l = run_exec(a.mantle, exe, iters, calls, cs, d, tmp)
                     runs[f"{d}-{n}"].append(t)
@@ -220,8 +251,8 @@ def main():
     for k in KS_US:
         r = res[k]["runs"]
         sp = {d: [x / y for x, y in zip(r[f"{d}-1"], r[f"{d}-2"])] for d in DESIGNS}
-        share = {d: [x / y for x, y in zip(r["native-1"], r[f"{d}-1"])] for d in ("giant", "fine")}
-        cont = {d: [contention(l, d) for l in res[k]["locks"][f"{d}-2"]] for d in ("giant", "fine")}
+        share = {d: [x / y for x, y in zip(r["native-1"], r[f"{d}-1"])] for d in EXEC_DESIGNS}
+        cont = {d: [contention(l, d) for l in res[k]["locks"][f"{d}-2"]] for d in EXEC_DESIGNS}
         summary[k] = {"speedup": {d: med(v) for d, v in sp.items()},
                       "speedup_min": {d: min(v) for d, v in sp.items()},
                       "speedup_max": {d: max(v) for d, v in sp.items()},
@@ -240,6 +271,24 @@ def main():
     say("bar: fine's speedup above giant's at every K: "
         + ", ".join(f"{k}us {summary[k]['speedup']['fine']:.2f}/{summary[k]['speedup']['giant']:.2f}" for k in KS_US)
         + f" {'MET' if bar2 else 'MISS'}")
+    say("")
+    say("The fast path's server (--perform getppid through the shared slots; guests pinned beside "
+        "the serving threads, each sharing its CPU with its guest: --spin off):")
+    say("")
+    say("| K | native speedup | fast giant speedup | fast fine speedup | fast giant guest share | fast fine guest share | fast giant contention (2 CPUs) | fast fine contention (2 CPUs) |")
+    say("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for k in KS_US:
+        r = res[k]["runs"]
+        sp = {d: [x / y for x, y in zip(r[f"{d}-1"], r[f"{d}-2"])] for d in DESIGNS}
+        say(f"| {k} us | {spread(sp['native'])} | {spread(sp['fastgiant'])} | {spread(sp['fastfine'])} | "
+            f"{summary[k]['guest_share']['fastgiant']:.2f} | {summary[k]['guest_share']['fastfine']:.2f} | "
+            f"{100 * summary[k]['contention']['fastgiant']:.1f} % | {100 * summary[k]['contention']['fastfine']:.1f} % |")
+    fbar = all(summary[k]["speedup"]["fastfine"] > summary[k]["speedup"]["fastgiant"] for k in KS_US)
+    say("")
+    say("fast path: fine's speedup above giant's at every K: "
+        + ", ".join(f"{k}us {summary[k]['speedup']['fastfine']:.2f}/{summary[k]['speedup']['fastgiant']:.2f}" for k in KS_US)
+        + f" {'MET' if fbar else 'MISS'}; fine at K={kmax} us >= 1.8: "
+        + f"{summary[kmax]['speedup']['fastfine']:.2f} {'MET' if summary[kmax]['speedup']['fastfine'] >= 1.8 else 'MISS'}")
     # the model
     model = {}
     if os.path.exists(a.predict):
@@ -310,7 +359,8 @@ def plot(summary, model, stamp, cmd):
         print("no matplotlib: no plot", file=sys.stderr)
         return
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for d, m in (("native", "k:"), ("giant", "o-"), ("fine", "s-")):
+    for d, m in (("native", "k:"), ("giant", "o-"), ("fine", "s-"), ("fastgiant", "^--"),
+                 ("fastfine", "v--")):
         y = [summary[k]["speedup"][d] for k in KS_US]
         lo = [y[i] - summary[k]["speedup_min"][d] for i, k in enumerate(KS_US)]
         hi = [summary[k]["speedup_max"][d] - y[i] for i, k in enumerate(KS_US)]

@@ -112,6 +112,8 @@ pub struct FastHdr {
     pub exec_pid: u32,
     pub spin: u32,
     pub doorbell: u32,
+    /// Executive threads (about to be) asleep on `doorbell`: a guest that
+    /// rings wakes them all.
     pub exec_sleeping: u32,
     pub overflow: u32,
     pub hdr_flags: u32,

@@ -136,8 +136,10 @@ pub struct RunArgs {
     /// The executive on N CPUs: one executive thread per CPU of LIST
     /// (`0,1`, `0-3`), pinned to it, each serving the guests it places on
     /// its CPU (round robin; a system's dispatcher places them itself).
-    /// Default: one thread, unpinned, or the system file's `[executive]
-    /// cpus`, or MANTLE_EXEC_CPUS.
+    /// On --path fast, one serving thread per CPU: a guest thread pinned
+    /// to one of them is served by its thread, any other by the thread
+    /// with the fewest. Default: one thread, unpinned, or the system
+    /// file's `[executive] cpus`, or MANTLE_EXEC_CPUS.
     #[arg(long, value_name = "LIST")]
     exec_cpus: Option<String>,
     /// How the executive's threads share its state: `fine` (a lock per
@@ -260,7 +262,12 @@ fn counts_named_calls_only(specs: &AgentSpecs) -> bool {
             .all(|n| !matches!(n.trim(), "all" | "default" | ""))
 }
 
-fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
+fn run_fast(
+    a: &RunArgs,
+    def: &GuestDef,
+    cpus: &[usize],
+    locking: mantle_exec::executive::Locking,
+) -> Result<Option<i32>, Failure> {
     use mantle_exec::fast::{
         is_dynamic, resolve, run_fast_supervised, FastError, FastOptions, EXEC_SPIN,
     };
@@ -327,6 +334,8 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
         priority: a.priority,
         fail_open: a.fail_open,
         count: count.clone().map(|t| (t, counted)),
+        cpus: cpus.to_vec(),
+        locking,
         ..FastOptions::default()
     };
     match a.spin.as_str() {
@@ -342,7 +351,7 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
             &[libc::SIGINT, libc::SIGQUIT],
         );
         match run_fast_supervised(&command, chain, enforcing, &opts, reaper) {
-            Ok((status, _stats)) => {
+            Ok((status, _stats, locks)) => {
                 if !crate::otlp::exec_end(&[(name.clone(), count.clone(), json)]) {
                     print_counts(&name, &count, json);
                 }
@@ -356,10 +365,10 @@ fn run_fast(a: &RunArgs, def: &GuestDef) -> Result<Option<i32>, Failure> {
                     _ => End::Exited(1),
                 };
                 if json {
-                    exit_record(
+                    exit_record_locks(
                         end.shell_status(),
                         &[guest_end_json(&name, None, &end)],
-                        None,
+                        &locks,
                     );
                 }
                 end.shell_status()
@@ -437,8 +446,8 @@ fn exit_record(status: i32, guests: &[serde_json::Value], error: Option<&str>) {
     );
 }
 
-/// [`exit_record`] of a protected-path run that ended normally, with the
-/// executive's lock statistics (docs/json.md).
+/// [`exit_record`] of a run that ended normally, with the executive's
+/// lock statistics (docs/json.md).
 fn exit_record_locks(status: i32, guests: &[serde_json::Value], locks: &[LockStats]) {
     eprintln!(
         "{}",
@@ -566,7 +575,7 @@ fn run_guests(a: RunArgs) -> Result<(), Failure> {
         ));
     }
     if a.path == "fast" {
-        if let Some(code) = run_fast(&a, &defs[0])? {
+        if let Some(code) = run_fast(&a, &defs[0], &exec_cpus, locking)? {
             std::process::exit(code);
         }
     }
@@ -662,12 +671,6 @@ type ExecDesign = (
 );
 
 fn exec_design(a: &RunArgs) -> Result<ExecDesign, Failure> {
-    if (a.exec_cpus.is_some() || a.exec_locking.is_some()) && a.path == "fast" {
-        return Err(Failure::new(
-            EXIT_USAGE,
-            "--exec-cpus and --exec-locking are the protected path's (not yet --path fast)",
-        ));
-    }
     let list = |what: &str, l: &str| -> Result<Vec<usize>, Failure> {
         let set = mantle_offload::parse_cpu_list(l)
             .map_err(|e| Failure::new(EXIT_USAGE, format!("{what} {l}: {e}")))?;
@@ -681,10 +684,10 @@ fn exec_design(a: &RunArgs) -> Result<ExecDesign, Failure> {
         .map(|l| list("--exec-cpus", l))
         .transpose()?;
     // MANTLE_EXEC_CPUS: the default list (the test suite runs the
-    // executive's tests on N CPUs), never for the fast path; only those
-    // of its CPUs this process may run on (a test pins mantle itself)
+    // executive's tests on N CPUs, on both paths); only those of its CPUs
+    // this process may run on (a test pins mantle itself)
     let env = match std::env::var("MANTLE_EXEC_CPUS") {
-        Ok(l) if !l.is_empty() && a.path != "fast" => {
+        Ok(l) if !l.is_empty() => {
             let set = mantle_offload::parse_cpu_list(&l)
                 .map_err(|e| Failure::new(EXIT_USAGE, format!("MANTLE_EXEC_CPUS {l}: {e}")))?;
             let allowed = mantle_sys::os::allowed_cpus().unwrap_or_default();

@@ -665,6 +665,71 @@ fn exec_status_locks_shows_each_lock_like_perf_lock_contention() {
     }
 }
 
+/// `--path fast` on N CPUs: one serving thread per CPU under either
+/// design; the guest is answered as on one thread, and the exit record
+/// carries each lock's statistics (a run queue per CPU, the guest tree's
+/// lock, the shared one, and the giant lock with giant locking).
+#[test]
+fn the_fast_path_serves_from_a_thread_per_cpu_under_both_designs() {
+    let cpus = mantle_sys::os::allowed_cpus().unwrap();
+    let list = cpus
+        .iter()
+        .take(2)
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    for design in ["giant", "fine"] {
+        let o = mantle(&[
+            "run",
+            "--path",
+            "fast",
+            "--exec-cpus",
+            &list,
+            "--exec-locking",
+            design,
+            "--perform",
+            "getppid",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo $PPID; python3 -c 'import os; print(os.getppid())' 2>/dev/null || echo $PPID",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{design}: {}", text(&o.stderr));
+        let out = text(&o.stdout);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{design}: {out}");
+        let rec = text(&o.stderr)
+            .lines()
+            .find(|l| l.contains("mantle.run.exit/1"))
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .unwrap_or_else(|| panic!("{design}: no exit record: {}", text(&o.stderr)));
+        let names: Vec<String> = rec["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            names.iter().any(|n| n == "giant"),
+            design == "giant",
+            "{names:?}"
+        );
+        for c in cpus.iter().take(2) {
+            assert!(names.contains(&format!("runqueue cpu{c}")), "{names:?}");
+        }
+        assert!(names.iter().any(|n| n.starts_with("guest ")), "{names:?}");
+        let guest = rec["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"].as_str().unwrap().starts_with("guest "))
+            .unwrap();
+        // sh's getppid at least (and python's)
+        assert!(guest["acquisitions"].as_u64().unwrap() >= 1, "{guest}");
+    }
+}
+
 #[test]
 fn exec_cpus_not_allowed_are_refused() {
     // mantle run's own failures are 125 (its module doc: env's convention)

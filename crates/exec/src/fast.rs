@@ -110,6 +110,12 @@ pub struct FastOptions {
     /// call), and added to the table when the guest ends
     /// ([`fold_counts`]). The count agent is then not in the chain.
     pub count: Option<(std::sync::Arc<crate::agents::count::CountTable>, Vec<Sysno>)>,
+    /// `--exec-cpus`: one serving thread per CPU, pinned there, each
+    /// serving the guest threads placed on it ([`Server::set_design`]);
+    /// empty: one unpinned thread.
+    pub cpus: Vec<usize>,
+    /// `--exec-locking`: giant or fine, as the protected path's.
+    pub locking: crate::executive::Locking,
 }
 
 /// The executive's spin after work when this process may use more than
@@ -135,6 +141,8 @@ impl Default for FastOptions {
             enforce: Default::default(),
             fail_open: false,
             count: None,
+            cpus: Vec::new(),
+            locking: Default::default(),
         }
     }
 }
@@ -356,6 +364,7 @@ pub fn spawn_fast_enforced(
     drop(armed.child_end);
     door.set_root(child.id());
     let mut server = Server::new(region, chain, child.id());
+    server.set_design(&opts.cpus, opts.locking);
     server.keep_door(door);
     server.set_extended(opts.extended);
     server.set_boost(opts.boost);
@@ -504,14 +513,15 @@ fn status_of(w: &mantle_sys::supervise::Waited) -> ExitStatus {
 ///   serves on instead, and the guests run on unsupervised after it.
 ///
 /// When it returns, the reaper kills what is left below it (background
-/// guests), unless fail-open.
+/// guests), unless fail-open. With the exit status and the counts come
+/// the serving threads' lock statistics ([`Server::lock_stats`]).
 pub fn run_fast_supervised(
     cmd: &[String],
     chain: Chain,
     enforcing: Vec<Box<dyn crate::agent::Agent>>,
     opts: &FastOptions,
     reaper: u32,
-) -> Result<(ExitStatus, Stats), FastError> {
+) -> Result<(ExitStatus, Stats, Vec<crate::lockstat::LockStats>), FastError> {
     mantle_sys::supervise::set_child_subreaper().map_err(os("become a child subreaper"))?;
     let (child, mut server) = spawn_fast_enforced(cmd, chain, enforcing, opts)?;
     let root = child.id();
@@ -550,7 +560,7 @@ pub fn run_fast_supervised(
     });
     fold_counts(&server, opts);
     match status {
-        Some(s) => Ok((s, server.stats)),
+        Some(s) => Ok((s, server.stats, server.lock_stats("fast"))),
         None => Err(FastError::Os {
             what: "wait for the guest",
             source: io::Error::other("the guest vanished"),

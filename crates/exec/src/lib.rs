@@ -79,7 +79,10 @@
 //! Off the executive's locks: the opener exchanges requests over
 //! channels; the fast path's gate owns its chain and shares only atomic
 //! counters; the fast path's slots are lock-free (a state word per slot,
-//! futex waits); the `--count` table is atomics.
+//! futex waits), and its server's threads take the same four locks
+//! (`fast::server`: a run queue per thread, the guest tree's chain as
+//! `guest`, the kept timers as `executive`); the `--count` table is
+//! atomics.
 
 // Every system call is mantle-sys's (supervise, seccomp, shm, os).
 #![forbid(unsafe_code)]

@@ -63,7 +63,7 @@ struct mx_fast_hdr {
 	uint32_t exec_pid;      /* 24: the guest kills itself if it is gone */
 	uint32_t spin;          /* 28: guest spin iterations before FUTEX_WAIT */
 	uint32_t doorbell;      /* 32: futex word the executive sleeps on */
-	uint32_t exec_sleeping; /* 36: executive is (about to be) in FUTEX_WAIT */
+	uint32_t exec_sleeping; /* 36: executive threads (about to be) in FUTEX_WAIT */
 	uint32_t overflow;      /* 40: guest calls that found no slot */
 	uint32_t hdr_flags;     /* 44: MX_HDR_* */
 	uint64_t paths_off;     /* 48: offset of the path buffers */

@@ -403,8 +403,11 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 	s->t_trap = rdtsc();
 	st32(&s->state, MX_ST_REQUEST);
 	__atomic_fetch_add(&hdr->doorbell, 1, __ATOMIC_SEQ_CST);
+	/* exec_sleeping counts the executive's sleeping threads (one per
+	 * CPU it serves from): wake them all, the one this slot's home among
+	 * them (the others find nothing and sleep again) */
 	if (ld32(&hdr->exec_sleeping))
-		sc4(SYS_futex, &hdr->doorbell, FUTEX_WAKE, 1, 0);
+		sc4(SYS_futex, &hdr->doorbell, FUTEX_WAKE, 0x7fffffff, 0);
 
 	uint32_t spin = ld32(&hdr->spin), n = 0;
 	while ((st = ld32(&s->state)) == MX_ST_REQUEST && n < spin) {
@@ -477,7 +480,7 @@ static long forward(struct mx_fast_slot *s, uint32_t tid, uint32_t nr, const uin
 	st32(&s->state, MX_ST_DONE);
 	if (ld32(&hdr->exec_sleeping)) {
 		__atomic_fetch_add(&hdr->doorbell, 1, __ATOMIC_SEQ_CST);
-		sc4(SYS_futex, &hdr->doorbell, FUTEX_WAKE, 1, 0);
+		sc4(SYS_futex, &hdr->doorbell, FUTEX_WAKE, 0x7fffffff, 0);
 	}
 	return r;
 }

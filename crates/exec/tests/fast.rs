@@ -2,6 +2,7 @@
 //! and a multi-threaded guest under [`run_fast`], and a guest that writes
 //! garbage into the shared region. No root needed.
 
+use mantle_exec::executive::Locking;
 use mantle_exec::fast::{run_fast, FastError, FastOptions};
 use mantle_exec::{Agent, Call, Chain, Decision, Guest, Outcome, Sysno, Times};
 use std::path::PathBuf;
@@ -10,6 +11,42 @@ use std::sync::{Arc, Mutex};
 
 fn nr(name: &str) -> Sysno {
     Sysno::from_name(name).unwrap()
+}
+
+/// Every test that serves a guest runs under each design of the fast
+/// path's executive on N CPUs (issue 31): fine and giant locking, each with
+/// one unpinned serving thread and with a thread pinned on each of (up
+/// to) two allowed CPUs.
+fn designs() -> Vec<FastOptions> {
+    let cpus: Vec<usize> = mantle_sys::os::allowed_cpus()
+        .unwrap()
+        .into_iter()
+        .take(2)
+        .map(|c| c as usize)
+        .collect();
+    let mut out = Vec::new();
+    for locking in [Locking::Fine, Locking::Giant] {
+        for cpus in [vec![], cpus.clone()] {
+            out.push(FastOptions {
+                locking,
+                cpus,
+                ..FastOptions::default()
+            });
+        }
+    }
+    out
+}
+
+/// Runs `test` under every design, saying which on failure.
+fn each_design(test: impl Fn(FastOptions)) {
+    for o in designs() {
+        let what = format!("{} locking on cpus {:?}", o.locking.name(), o.cpus);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(o)));
+        if let Err(e) = r {
+            eprintln!("failed with {what}");
+            std::panic::resume_unwind(e);
+        }
+    }
 }
 
 /// Answers a fixed value for getppid.
@@ -89,96 +126,88 @@ fn guest(name: &str) -> PathBuf {
 
 #[test]
 fn getppid_is_answered_by_the_agent() {
-    let g = guest("ppid");
-    let chain = Chain::new(vec![Box::new(Ppid(4242))]);
-    let (st, stats) = run_fast(
-        &cmd(&[g.to_str().unwrap(), "4242", "1000"]),
-        chain,
-        &FastOptions::default(),
-    )
-    .unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(stats.calls, 1000, "{stats:?}");
-    assert_eq!(stats.refused, 0);
+    each_design(|o| {
+        let g = guest("ppid");
+        let chain = Chain::new(vec![Box::new(Ppid(4242))]);
+        let (st, stats) =
+            run_fast(&cmd(&[g.to_str().unwrap(), "4242", "1000"]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(stats.calls, 1000, "{stats:?}");
+        assert_eq!(stats.refused, 0);
+    });
 }
 
 #[test]
 fn continued_calls_report_real_results() {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let chain = Chain::new(vec![Box::new(Watch(nr("getppid"), seen.clone()))]);
-    let g = guest("ppid");
-    let me = std::process::id() as i64;
-    let (st, stats) = run_fast(
-        &cmd(&[g.to_str().unwrap(), &me.to_string(), "10"]),
-        chain,
-        &FastOptions::default(),
-    )
-    .unwrap();
-    assert!(st.success(), "{st:?}");
-    assert_eq!(stats.reports, 10);
-    assert_eq!(*seen.lock().unwrap(), vec![me; 10]);
+    each_design(|o| {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let chain = Chain::new(vec![Box::new(Watch(nr("getppid"), seen.clone()))]);
+        let g = guest("ppid");
+        let me = std::process::id() as i64;
+        let (st, stats) = run_fast(
+            &cmd(&[g.to_str().unwrap(), &me.to_string(), "10"]),
+            chain,
+            &o,
+        )
+        .unwrap();
+        assert!(st.success(), "{st:?}");
+        assert_eq!(stats.reports, 10);
+        assert_eq!(*seen.lock().unwrap(), vec![me; 10]);
+    });
 }
 
 #[test]
 fn denied_openat_makes_cat_fail() {
-    let paths = Arc::new(Mutex::new(Vec::new()));
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let file = dir.join("fast-cat-input");
-    std::fs::write(&file, "hello\n").unwrap();
-    let chain = Chain::new(vec![Box::new(Deny(
-        nr("openat"),
-        libc::EACCES,
-        paths.clone(),
-    ))]);
-    let (st, _) = run_fast(
-        &cmd(&["cat", file.to_str().unwrap()]),
-        chain,
-        &FastOptions::default(),
-    )
-    .unwrap();
-    assert_eq!(st.code(), Some(1));
-    assert!(
-        paths
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|p| p == file.to_str().unwrap()),
-        "{paths:?}"
-    );
-    // and without the agent, cat works
-    let (st, _) = run_fast(
-        &cmd(&["cat", file.to_str().unwrap()]),
-        Chain::default(),
-        &FastOptions::default(),
-    )
-    .unwrap();
-    assert!(st.success());
+    each_design(|o| {
+        let paths = Arc::new(Mutex::new(Vec::new()));
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let file = dir.join("fast-cat-input");
+        std::fs::write(&file, "hello\n").unwrap();
+        let chain = Chain::new(vec![Box::new(Deny(
+            nr("openat"),
+            libc::EACCES,
+            paths.clone(),
+        ))]);
+        let (st, _) = run_fast(&cmd(&["cat", file.to_str().unwrap()]), chain, &o).unwrap();
+        assert_eq!(st.code(), Some(1));
+        assert!(
+            paths
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|p| p == file.to_str().unwrap()),
+            "{paths:?}"
+        );
+        // and without the agent, cat works
+        let (st, _) =
+            run_fast(&cmd(&["cat", file.to_str().unwrap()]), Chain::default(), &o).unwrap();
+        assert!(st.success());
+    });
 }
 
 #[test]
 fn threads_each_get_a_slot() {
-    let g = guest("threads");
-    let chain = Chain::new(vec![Box::new(Ppid(77))]);
-    let (st, stats) = run_fast(
-        &cmd(&[g.to_str().unwrap(), "77", "8", "2000"]),
-        chain,
-        &FastOptions::default(),
-    )
-    .unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(stats.calls, 8 * 2000 + 1, "{stats:?}");
+    each_design(|o| {
+        let g = guest("threads");
+        let chain = Chain::new(vec![Box::new(Ppid(77))]);
+        let (st, stats) =
+            run_fast(&cmd(&[g.to_str().unwrap(), "77", "8", "2000"]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(stats.calls, 8 * 2000 + 1, "{stats:?}");
+    });
 }
 
 #[test]
 fn corrupted_slots_are_refused_and_the_executive_carries_on() {
-    let g = guest("garbage");
-    let chain = Chain::new(vec![Box::new(Ppid(55))]);
-    let (st, stats) =
-        run_fast(&cmd(&[g.to_str().unwrap()]), chain, &FastOptions::default()).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert!(stats.bad_state >= 1, "{stats:?}");
-    assert!(stats.foreign_tid >= 2, "{stats:?}");
-    assert!(stats.refused >= 3, "{stats:?}");
+    each_design(|o| {
+        let g = guest("garbage");
+        let chain = Chain::new(vec![Box::new(Ppid(55))]);
+        let (st, stats) = run_fast(&cmd(&[g.to_str().unwrap()]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert!(stats.bad_state >= 1, "{stats:?}");
+        assert!(stats.foreign_tid >= 2, "{stats:?}");
+        assert!(stats.refused >= 3, "{stats:?}");
+    });
 }
 
 #[test]
@@ -208,16 +237,17 @@ fn static_guests_are_refused_with_a_typed_error() {
 
 #[test]
 fn forks_and_execs_inside_the_guest_stay_guests() {
-    let g = guest("ppid");
-    let g = g.to_str().unwrap();
-    let script = format!("{g} 77 10 && {g} 77 10 | cat && (exec {g} 77 10)");
-    let chain = Chain::new(vec![Box::new(Ppid(77))]);
-    let (st, stats) =
-        run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default()).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    // 3 x 10 by the guests, 1 by sh itself (dash asks for its parent)
-    assert!((30..=32).contains(&stats.calls), "{stats:?}");
-    assert_eq!(stats.refused, 0, "{stats:?}");
+    each_design(|o| {
+        let g = guest("ppid");
+        let g = g.to_str().unwrap();
+        let script = format!("{g} 77 10 && {g} 77 10 | cat && (exec {g} 77 10)");
+        let chain = Chain::new(vec![Box::new(Ppid(77))]);
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        // 3 x 10 by the guests, 1 by sh itself (dash asks for its parent)
+        assert!((30..=32).contains(&stats.calls), "{stats:?}");
+        assert_eq!(stats.refused, 0, "{stats:?}");
+    });
 }
 
 /// Rewrites the path of openat calls for one prefix (a Perform with a
@@ -248,19 +278,20 @@ impl Agent for Redirect {
 
 #[test]
 fn perform_with_a_new_path_redirects_cat() {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-redirect");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("x"), "redirected\n").unwrap();
-    let chain = Chain::new(vec![Box::new(Redirect(
-        b"/mantle-fast-nowhere/".to_vec(),
-        format!("{}/", dir.display()).into_bytes(),
-    ))]);
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-redirect.out");
-    let script = format!("cat /mantle-fast-nowhere/x > {}", out.display());
-    let (st, stats) =
-        run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default()).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "redirected\n");
+    each_design(|o| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-redirect");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("x"), "redirected\n").unwrap();
+        let chain = Chain::new(vec![Box::new(Redirect(
+            b"/mantle-fast-nowhere/".to_vec(),
+            format!("{}/", dir.display()).into_bytes(),
+        ))]);
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-redirect.out");
+        let script = format!("cat /mantle-fast-nowhere/x > {}", out.display());
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "redirected\n");
+    });
 }
 
 /// The `fast_run` example (cargo test builds the examples beside the test
@@ -326,30 +357,31 @@ fn executive_death_kills_the_guests() {
 
 #[test]
 fn signals_traps_and_pipelines_keep_working() {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-signals.out");
-    let script = format!(
-        "trap 'echo usr1 >> {o}' USR1; kill -USR1 $$; printf 'a\\nb\\n' | wc -l >> {o}; \
+    each_design(|o| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-signals.out");
+        let script = format!(
+            "trap 'echo usr1 >> {o}' USR1; kill -USR1 $$; printf 'a\\nb\\n' | wc -l >> {o}; \
          sleep 30 & p=$!; sleep 0.2; kill -TERM $p; wait $p; echo $? >> {o}",
-        o = out.display()
-    );
-    let _ = std::fs::remove_file(&out);
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    // every openat, read and wait4 goes through the executive and is continued
-    let chain = Chain::new(vec![
-        Box::new(Watch(nr("openat"), seen.clone())),
-        Box::new(Watch(nr("read"), seen.clone())),
-        Box::new(Watch(nr("wait4"), seen.clone())),
-    ]);
-    let t0 = std::time::Instant::now();
-    let (st, stats) =
-        run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default()).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert!(
-        t0.elapsed() < std::time::Duration::from_secs(10),
-        "sleep was not interrupted"
-    );
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "usr1\n2\n143\n");
-    assert!(stats.reports > 0 && stats.refused == 0, "{stats:?}");
+            o = out.display()
+        );
+        let _ = std::fs::remove_file(&out);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        // every openat, read and wait4 goes through the executive and is continued
+        let chain = Chain::new(vec![
+            Box::new(Watch(nr("openat"), seen.clone())),
+            Box::new(Watch(nr("read"), seen.clone())),
+            Box::new(Watch(nr("wait4"), seen.clone())),
+        ]);
+        let t0 = std::time::Instant::now();
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "sleep was not interrupted"
+        );
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "usr1\n2\n143\n");
+        assert!(stats.reports > 0 && stats.refused == 0, "{stats:?}");
+    });
 }
 
 /// Fails openat with EACCES for paths under a prefix, continues others.
@@ -371,13 +403,14 @@ impl Agent for DenyUnder {
 
 #[test]
 fn a_python_script_with_threads() {
-    if !mantle_testsupport::have_program("python3") {
-        eprintln!("skipped: no python3");
-        return;
-    }
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-python.out");
-    let script = format!(
-        r#"
+    each_design(|o| {
+        if !mantle_testsupport::have_program("python3") {
+            eprintln!("skipped: no python3");
+            return;
+        }
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-python.out");
+        let script = format!(
+            r#"
 import os, threading
 seen = []
 def run():
@@ -392,122 +425,126 @@ except PermissionError:
 with open("{}", "w") as f:
     f.write(f"{{sorted(set(seen))}} {{r}}\n")
 "#,
-        out.display()
-    );
-    let chain = Chain::new(vec![
-        Box::new(Ppid(4242)),
-        Box::new(DenyUnder(b"/mantle-denied/".to_vec())),
-    ]);
-    let (st, stats) = run_fast(
-        &cmd(&["python3", "-c", &script]),
-        chain,
-        &FastOptions::default(),
-    )
-    .unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), "[4242] denied\n");
+            out.display()
+        );
+        let chain = Chain::new(vec![
+            Box::new(Ppid(4242)),
+            Box::new(DenyUnder(b"/mantle-denied/".to_vec())),
+        ]);
+        let (st, stats) = run_fast(&cmd(&["python3", "-c", &script]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "[4242] denied\n");
+    });
 }
 
-fn rewriting() -> FastOptions {
+fn rewriting(o: &FastOptions) -> FastOptions {
     FastOptions {
         rewrite: true,
-        ..FastOptions::default()
+        ..o.clone()
     }
 }
 
 #[test]
 fn rewritten_sites_answer_the_same() {
-    // rt.c calls getppid through libc's wrapper: a rewritable site
-    let g = guest("rt");
-    let chain = Chain::new(vec![Box::new(Ppid(4242))]);
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-rw.out");
-    let script = format!("{} 5000 > {}", g.display(), out.display());
-    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &rewriting()).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    let text = std::fs::read_to_string(&out).unwrap();
-    assert!(text.trim_end().ends_with("ppid=4242"), "{text}");
-    assert!(stats.calls >= 6000, "{stats:?}");
+    each_design(|o| {
+        // rt.c calls getppid through libc's wrapper: a rewritable site
+        let g = guest("rt");
+        let chain = Chain::new(vec![Box::new(Ppid(4242))]);
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-rw.out");
+        let script = format!("{} 5000 > {}", g.display(), out.display());
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &rewriting(&o)).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.trim_end().ends_with("ppid=4242"), "{text}");
+        assert!(stats.calls >= 6000, "{stats:?}");
+    });
 }
 
 #[test]
 fn rewriting_keeps_shells_signals_and_python_working() {
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-rw-signals.out");
-    let _ = std::fs::remove_file(&out);
-    let script = format!(
+    each_design(|o| {
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-rw-signals.out");
+        let _ = std::fs::remove_file(&out);
+        let script = format!(
         "trap 'echo usr1 >> {o}' USR1; kill -USR1 $$; printf 'a\\nb\\n' | wc -l >> {o}; \
          sleep 30 & p=$!; sleep 0.2; kill -TERM $p; wait $p; echo $? >> {o}; \
          python3 -c 'import threading,os; t=threading.Thread(target=os.getppid); t.start(); t.join()' \
          && echo py >> {o}; cat /mantle-denied/x 2>/dev/null || echo denied >> {o}",
         o = out.display()
     );
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let chain = Chain::new(vec![
-        Box::new(Watch(nr("read"), seen.clone())),
-        Box::new(DenyUnder(b"/mantle-denied/".to_vec())),
-    ]);
-    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &rewriting()).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(
-        std::fs::read_to_string(&out).unwrap(),
-        "usr1\n2\n143\npy\ndenied\n"
-    );
-    assert_eq!(stats.refused, 0, "{stats:?}");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let chain = Chain::new(vec![
+            Box::new(Watch(nr("read"), seen.clone())),
+            Box::new(DenyUnder(b"/mantle-denied/".to_vec())),
+        ]);
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &rewriting(&o)).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "usr1\n2\n143\npy\ndenied\n"
+        );
+        assert_eq!(stats.refused, 0, "{stats:?}");
+    });
 }
 
 #[test]
 fn slots_of_dead_threads_are_taken_over() {
-    // 4 slots; sh takes one, each run of the guest two (main + 1 thread):
-    // from the second run on, slots of exited threads must be taken over
-    let g = guest("threads");
-    let g = g.to_str().unwrap();
-    let script = format!("{g} 77 1 10 && {g} 77 1 10 && {g} 77 1 10 && {g} 77 1 10");
-    let chain = Chain::new(vec![Box::new(Ppid(77))]);
-    let opts = FastOptions {
-        slots: 4,
-        ..FastOptions::default()
-    };
-    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &opts).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(stats.overflow, 0, "{stats:?}");
-    assert_eq!(stats.refused, 0, "{stats:?}");
-    assert!(stats.calls >= 4 * 11, "{stats:?}");
+    each_design(|o| {
+        // 4 slots; sh takes one, each run of the guest two (main + 1 thread):
+        // from the second run on, slots of exited threads must be taken over
+        let g = guest("threads");
+        let g = g.to_str().unwrap();
+        let script = format!("{g} 77 1 10 && {g} 77 1 10 && {g} 77 1 10 && {g} 77 1 10");
+        let chain = Chain::new(vec![Box::new(Ppid(77))]);
+        let opts = FastOptions {
+            slots: 4,
+            ..o.clone()
+        };
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &opts).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(stats.overflow, 0, "{stats:?}");
+        assert_eq!(stats.refused, 0, "{stats:?}");
+        assert!(stats.calls >= 4 * 11, "{stats:?}");
+    });
 }
 
 #[test]
 fn children_that_lost_the_fd_find_the_region_again() {
-    if !mantle_testsupport::have_program("python3") {
-        eprintln!("skipped: no python3");
-        return;
-    }
-    // python's subprocess closes every fd but 0-2 in the child: the stub
-    // of `sh` asks the executive's door for the region again
-    let script = "import subprocess, sys\n\
+    each_design(|o| {
+        if !mantle_testsupport::have_program("python3") {
+            eprintln!("skipped: no python3");
+            return;
+        }
+        // python's subprocess closes every fd but 0-2 in the child: the stub
+        // of `sh` asks the executive's door for the region again
+        let script = "import subprocess, sys\n\
         r = subprocess.run(['sh', '-c', 'echo $PPID'], capture_output=True, text=True)\n\
         sys.exit(0 if (r.returncode, r.stdout) == (0, '31\\n') else print(r) or 1)\n";
-    let chain = Chain::new(vec![Box::new(Ppid(31))]);
-    let opts = FastOptions::default();
-    let (child, mut server) =
-        mantle_exec::fast::spawn_fast(&cmd(&["python3", "-c", script]), chain, &opts).unwrap();
-    // a process outside the guest tree (this test) knocks: nothing given
-    let door = door_address_of(child.id());
-    let mut s = mantle_exec::fast::door::Door::connect(&door).unwrap();
-    let mut b = [0u8; 1];
-    use std::io::Read;
-    assert_eq!(
-        s.read(&mut b).unwrap(),
-        0,
-        "refused: closed with nothing sent"
-    );
-    let (st, stats) = mantle_exec::fast::serve_child(child, &mut server, &opts).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    let (given, refused) = server.door_counts().unwrap();
-    assert!(given >= 1, "the door gave the region ({given}, {refused})");
-    assert!(refused >= 1, "and refused this test ({given}, {refused})");
-    drop(server);
-    assert!(
-        mantle_exec::fast::door::Door::connect(&door).is_err(),
-        "the door is closed with the server"
-    );
+        let chain = Chain::new(vec![Box::new(Ppid(31))]);
+        let opts = o.clone();
+        let (child, mut server) =
+            mantle_exec::fast::spawn_fast(&cmd(&["python3", "-c", script]), chain, &opts).unwrap();
+        // a process outside the guest tree (this test) knocks: nothing given
+        let door = door_address_of(child.id());
+        let mut s = mantle_exec::fast::door::Door::connect(&door).unwrap();
+        let mut b = [0u8; 1];
+        use std::io::Read;
+        assert_eq!(
+            s.read(&mut b).unwrap(),
+            0,
+            "refused: closed with nothing sent"
+        );
+        let (st, stats) = mantle_exec::fast::serve_child(child, &mut server, &opts).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        let (given, refused) = server.door_counts().unwrap();
+        assert!(given >= 1, "the door gave the region ({given}, {refused})");
+        assert!(refused >= 1, "and refused this test ({given}, {refused})");
+        drop(server);
+        assert!(
+            mantle_exec::fast::door::Door::connect(&door).is_err(),
+            "the door is closed with the server"
+        );
+    });
 }
 
 /// MANTLE_FAST_DOOR of a guest, from its environment (read again for a
@@ -550,59 +587,58 @@ fn crowd_chain() -> Chain {
 /// fail with EAGAIN (36 of 100 threads' opens, measured).
 #[test]
 fn five_hundred_threads_at_once_are_all_served() {
-    let g = guest("crowd");
-    let f = crowd_input();
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-crowd-threads.out");
-    let script = format!(
-        "{} threads 500 3 {} > {}",
-        g.display(),
-        f.display(),
-        out.display()
-    );
-    let (st, stats) = run_fast(
-        &cmd(&["sh", "-c", &script]),
-        crowd_chain(),
-        &FastOptions::default(),
-    )
-    .unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(
-        std::fs::read_to_string(&out).unwrap(),
-        "threads 500 failed 0\n"
-    );
-    assert_eq!(stats.overflow, 0, "{stats:?}");
-    assert_eq!(stats.refused, 0, "{stats:?}");
-    // all 500 held a slot at once (crowd.c keeps them until all are done)
-    assert!(stats.hwm >= 500, "{stats:?}");
-    // 500 threads x 3 x (openat, read, close, getppid)
-    assert!(stats.reports >= 500 * 3 * 4, "{stats:?}");
+    each_design(|o| {
+        let g = guest("crowd");
+        let f = crowd_input();
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-crowd-threads.out");
+        let script = format!(
+            "{} threads 500 3 {} > {}",
+            g.display(),
+            f.display(),
+            out.display()
+        );
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), crowd_chain(), &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "threads 500 failed 0\n"
+        );
+        assert_eq!(stats.overflow, 0, "{stats:?}");
+        assert_eq!(stats.refused, 0, "{stats:?}");
+        // all 500 held a slot at once (crowd.c keeps them until all are done)
+        assert!(stats.hwm >= 500, "{stats:?}");
+        // 500 threads x 3 x (openat, read, close, getppid)
+        assert!(stats.reports >= 500 * 3 * 4, "{stats:?}");
+    });
 }
 
 /// More threads than the region has slots: the threads without one make
 /// their calls unobserved (counted as overflow), and none fails.
 #[test]
 fn a_full_region_makes_calls_unobserved_never_fails() {
-    let g = guest("crowd");
-    let f = crowd_input();
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-crowd-full.out");
-    let script = format!(
-        "{} threads 100 3 {} > {}",
-        g.display(),
-        f.display(),
-        out.display()
-    );
-    let opts = FastOptions {
-        slots: 16,
-        ..FastOptions::default()
-    };
-    let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), crowd_chain(), &opts).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(
-        std::fs::read_to_string(&out).unwrap(),
-        "threads 100 failed 0\n"
-    );
-    assert!(stats.overflow > 0, "{stats:?}");
-    assert_eq!(stats.hwm, 16, "{stats:?}");
+    each_design(|o| {
+        let g = guest("crowd");
+        let f = crowd_input();
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fast-crowd-full.out");
+        let script = format!(
+            "{} threads 100 3 {} > {}",
+            g.display(),
+            f.display(),
+            out.display()
+        );
+        let opts = FastOptions {
+            slots: 16,
+            ..o.clone()
+        };
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), crowd_chain(), &opts).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "threads 100 failed 0\n"
+        );
+        assert!(stats.overflow > 0, "{stats:?}");
+        assert_eq!(stats.hwm, 16, "{stats:?}");
+    });
 }
 
 /// 1000 children alive at once (each blocked in a continued read until
@@ -610,17 +646,19 @@ fn a_full_region_makes_calls_unobserved_never_fails() {
 /// exit 0.
 #[test]
 fn a_thousand_children_at_once_all_exit_0() {
-    let g = guest("crowd");
-    let f = crowd_input();
-    let (st, stats) = run_fast(
-        &cmd(&[g.to_str().unwrap(), "forks", "1000", f.to_str().unwrap()]),
-        crowd_chain(),
-        &FastOptions::default(),
-    )
-    .unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(stats.overflow, 0, "{stats:?}");
-    assert!(stats.hwm >= 1001, "{stats:?}");
+    each_design(|o| {
+        let g = guest("crowd");
+        let f = crowd_input();
+        let (st, stats) = run_fast(
+            &cmd(&[g.to_str().unwrap(), "forks", "1000", f.to_str().unwrap()]),
+            crowd_chain(),
+            &o,
+        )
+        .unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(stats.overflow, 0, "{stats:?}");
+        assert!(stats.hwm >= 1001, "{stats:?}");
+    });
 }
 
 /// Processes that exit give their slots back: 40 guests run one after the
@@ -628,17 +666,18 @@ fn a_thousand_children_at_once_all_exit_0() {
 /// (the executive's passes stay as short as the guest tree is wide).
 #[test]
 fn exited_processes_give_their_slots_back() {
-    let g = guest("ppid");
-    let script = format!(
-        "for i in $(seq 40); do {} 77 3 || exit 1; done",
-        g.display()
-    );
-    let chain = Chain::new(vec![Box::new(Ppid(77))]);
-    let (st, stats) =
-        run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default()).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert_eq!(stats.calls, 40 * 3 + 1, "{stats:?}");
-    assert!(stats.hwm <= 4, "{stats:?}");
+    each_design(|o| {
+        let g = guest("ppid");
+        let script = format!(
+            "for i in $(seq 40); do {} 77 3 || exit 1; done",
+            g.display()
+        );
+        let chain = Chain::new(vec![Box::new(Ppid(77))]);
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert_eq!(stats.calls, 40 * 3 + 1, "{stats:?}");
+        assert!(stats.hwm <= 4, "{stats:?}");
+    });
 }
 
 /// Processes killed before they could give their slots back: the
@@ -646,21 +685,84 @@ fn exited_processes_give_their_slots_back() {
 /// second) finds their tids gone and reclaims the slots.
 #[test]
 fn slots_of_killed_processes_are_reclaimed() {
-    let g = guest("ppid");
-    let mark = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fast-reclaim-{}.started", std::process::id()));
-    // 4 guests that keep calling, each killed once it holds a slot (dash
-    // asks for its parent at start-up: a wanted call, before it writes the
-    // mark); a pause past the sweep's interval; 4 more, whose claims raise
-    // the mark again
-    let script = format!(
+    each_design(|o| {
+        let g = guest("ppid");
+        let mark = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("fast-reclaim-{}.started", std::process::id()));
+        // 4 guests that keep calling, each killed once it holds a slot (dash
+        // asks for its parent at start-up: a wanted call, before it writes the
+        // mark); a pause past the sweep's interval; 4 more, whose claims raise
+        // the mark again
+        let script = format!(
         "k() {{ rm -f {m}; sh -c 'echo > {m}; exec {g} 77 100000000000' & p=$!;          while [ ! -e {m} ]; do sleep 0.01; done; kill -9 $p; wait $p; }};          k; k; k; k; sleep 1.3; k; k; k; k; rm -f {m}; {g} 77 3",
         g = g.display(),
         m = mark.display()
     );
-    let chain = Chain::new(vec![Box::new(Ppid(77))]);
-    let (st, stats) =
-        run_fast(&cmd(&["sh", "-c", &script]), chain, &FastOptions::default()).unwrap();
-    assert!(st.success(), "{st:?} {stats:?}");
-    assert!(stats.reclaimed >= 4, "{stats:?}");
+        let chain = Chain::new(vec![Box::new(Ppid(77))]);
+        let (st, stats) = run_fast(&cmd(&["sh", "-c", &script]), chain, &o).unwrap();
+        assert!(st.success(), "{st:?} {stats:?}");
+        assert!(stats.reclaimed >= 4, "{stats:?}");
+    });
+}
+
+/// On two CPUs, a guest thread pinned to one of them is served by that
+/// CPU's executive thread (its run queue's lock counts the passes), and
+/// under fine locking the two threads' guests share no lock but the
+/// guest tree's chain.
+#[test]
+fn a_pinned_guest_thread_is_served_by_its_cpus_thread() {
+    let cpus: Vec<usize> = mantle_sys::os::allowed_cpus()
+        .unwrap()
+        .into_iter()
+        .take(2)
+        .map(|c| c as usize)
+        .collect();
+    if cpus.len() < 2 || !mantle_testsupport::have_program("taskset") {
+        eprintln!("skipped: needs two allowed CPUs and taskset");
+        return;
+    }
+    let g = guest("ppid");
+    for locking in [Locking::Fine, Locking::Giant] {
+        for (k, &cpu) in cpus.iter().enumerate() {
+            let opts = FastOptions {
+                cpus: cpus.clone(),
+                locking,
+                ..FastOptions::default()
+            };
+            let chain = Chain::new(vec![Box::new(Ppid(77))]);
+            let argv = [
+                "taskset",
+                "-c",
+                &cpu.to_string(),
+                g.to_str().unwrap(),
+                "77",
+                "500",
+            ];
+            let (child, mut server) =
+                mantle_exec::fast::spawn_fast(&cmd(&argv), chain, &opts).unwrap();
+            let (st, stats) = mantle_exec::fast::serve_child(child, &mut server, &opts).unwrap();
+            assert!(st.success(), "{st:?} {stats:?}");
+            assert_eq!(stats.calls, 500, "{stats:?}");
+            let locks = server.lock_stats("g");
+            let of = |c: usize| {
+                locks
+                    .iter()
+                    .find(|l| l.name == format!("runqueue cpu{c}"))
+                    .unwrap()
+                    .acquisitions
+            };
+            let (mine, other) = (of(cpu), of(cpus[1 - k]));
+            // every call is one entry at least of its home; the other
+            // thread enters at most to place the new owner (thread 0)
+            assert!(
+                mine >= 500 && other <= 5,
+                "{} cpu{cpu}: {mine} entries, the other {other}: {locks:?}",
+                locking.name()
+            );
+            assert_eq!(
+                locks.iter().any(|l| l.name == "giant"),
+                locking == Locking::Giant
+            );
+        }
+    }
 }

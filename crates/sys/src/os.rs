@@ -790,6 +790,44 @@ pub fn allowed_cpus() -> io::Result<Vec<u32>> {
         .collect())
 }
 
+/// The CPUs task `tid` may run on (its affinity mask), ascending: where
+/// the fast path's executive serves a guest thread from (mantle-exec,
+/// issue 31).
+pub fn cpus_of(tid: u32) -> io::Result<Vec<u32>> {
+    let pid = libc::pid_t::try_from(tid).map_err(|_| io::Error::from_raw_os_error(libc::ESRCH))?;
+    // SAFETY: cpu_set_t is plain bits; all zero is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a cpu_set_t of the size passed.
+    let r = unsafe { libc::sched_getaffinity(pid, size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as u32)
+        // SAFETY: CPU_ISSET reads the set filled above, below its size.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
+        .collect())
+}
+
+/// Sets the calling thread's affinity to `cpus` (gives back a mask
+/// [`allowed_cpus`] read before [`pin_thread`]).
+pub fn set_thread_cpus(cpus: &[u32]) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain bits; all zero is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        if c as usize >= libc::CPU_SETSIZE as usize {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: c is below CPU_SETSIZE (checked above).
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    // SAFETY: a valid pointer to a cpu_set_t of the size passed; 0 is the
+    // calling thread.
+    if unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

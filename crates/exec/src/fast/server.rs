@@ -37,10 +37,13 @@
 
 use super::region::{self, futex_wake, hdr, slot, Region};
 use crate::agent::{Call, Chain, Decision, Guest, GuestError, Outcome, Times};
+use crate::executive::Locking;
 use crate::executor::{Action, Executor};
+use crate::lockstat::{rank, LockStats, StatGuard, StatLock};
 use crate::sysno::Sysno;
 use mantle_abi::exec as abi;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, SeqCst};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 use std::time::{Duration, Instant};
 
 /// What the executive counted.
@@ -71,6 +74,18 @@ pub struct Stats {
     pub unseen: u64,
 }
 
+impl Stats {
+    /// Adds the counts of another executive thread's run queue.
+    fn absorb(&mut self, o: &Stats) {
+        self.calls += o.calls;
+        self.reports += o.reports;
+        self.refused += o.refused;
+        self.bad_state += o.bad_state;
+        self.foreign_tid += o.foreign_tid;
+        self.unseen += o.unseen;
+    }
+}
+
 /// Sweeps for slots of dead owners at most this often (each sweep costs
 /// one `kill(tid, 0)` per claimed slot).
 pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -78,6 +93,14 @@ pub const SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// Timers kept at once (the timers agent's, one per thread group and
 /// signal); a guest that arms more gets EAGAIN, as the protected path.
 pub const MAX_TIMERS: usize = 256;
+
+/// Executive threads at most ([`Server::set_design`]): a slot's home is
+/// one byte.
+pub const MAX_THREADS: usize = 255;
+
+/// A slot no executive thread serves yet (no owner, or an owner not yet
+/// placed): thread 0's.
+const NO_HOME: u8 = u8::MAX;
 
 /// The executive's own memory about one slot.
 #[derive(Default)]
@@ -105,16 +128,48 @@ struct Own {
     bad: (u32, u32),
 }
 
-/// Serves one region.
-pub struct Server {
-    region: Region,
-    chain: Chain,
-    wanted: [u64; abi::WANT_WORDS],
-    root: u32,
+/// One executive thread's run queue: the slots whose home it is
+/// (`Server::home`), what the executive keeps about each, and its counts.
+/// Held by its thread while it makes a pass over its slots.
+struct RunQueue {
+    /// Indexed by slot, grown with the high-water mark; an entry is not
+    /// the default only while the slot's home is this run queue's thread.
     own: Vec<Own>,
-    pub stats: Stats,
+    stats: Stats,
+    /// Carries out decisions other than timers (the parents of guest
+    /// threads for a performed getppid: a cache per thread).
+    exec: Executor,
     /// One-way trap samples (see [`Server::record_one_way`]).
     one_way: Vec<u64>,
+}
+
+/// What every executive thread shares: the kept timers (one table for
+/// the guest tree: a process's timer is one, whichever thread armed it).
+struct Shared {
+    exec: Executor,
+    /// Signals sent by kept timers.
+    fired: u64,
+}
+
+/// Serves one region, from one executive thread or one per CPU it is
+/// given ([`Server::set_design`]).
+///
+/// Threads and locks (the lock order of crate::lib): a slot's *home* is
+/// the executive thread that serves it, chosen when its owner is first
+/// accepted (`Server::place`); each thread passes over the slots below
+/// the high-water mark, lock-free, and enters (takes `giant` with
+/// [`Locking::Giant`], then its `runqueue`) only when one of its slots
+/// needs it: a request, a report, a release, a claim by a new owner
+/// (thread 0 takes the slots with no home). The guest tree's one chain is
+/// under the `guest` lock, held from a call's decision to its `after`;
+/// the kept timers under `executive`, taken only for a timer.
+pub struct Server {
+    region: Region,
+    wanted: [u64; abi::WANT_WORDS],
+    root: u32,
+    /// The totals at the end of [`Server::serve`] (or after
+    /// [`Server::poll`]).
+    pub stats: Stats,
     /// Where processes that lost the region's fd get it again; closed
     /// with the server.
     door: Option<super::door::Door>,
@@ -124,16 +179,24 @@ pub struct Server {
     extended: Duration,
     /// SCHED_FIFO priority of a guest thread whose held call was answered.
     boost: Option<i32>,
-    /// Set by a pass that found work worth spinning for (a new request or
-    /// a report; not a held call come due).
-    fresh: bool,
-    /// The high-water mark and the guest's overflow count at the last
-    /// sweep for dead owners, and when it was.
-    swept: (usize, u32, Option<Instant>),
-    /// Carries out the agents' decisions; keeps the timers (`--timers`)
-    /// and the parents of guest threads (crate::executor, shared with the
-    /// protected path).
-    exec: Executor,
+    /// The executive threads' CPUs (empty: one unpinned thread).
+    cpus: Vec<usize>,
+    giant: Option<StatLock<()>>,
+    runq: Vec<StatLock<RunQueue>>,
+    chain: StatLock<Chain>,
+    shared: StatLock<Shared>,
+    /// Per slot: the executive thread serving it, or [`NO_HOME`].
+    home: Box<[AtomicU8]>,
+    /// Per slot: the (tid, gen) that the thread which placed it accepted
+    /// ([`Server::place`]), so that its new home does not read /proc again.
+    accepted: Box<[AtomicU64]>,
+    /// Per executive thread: the owners it serves (placement's load).
+    owners: Vec<AtomicUsize>,
+    /// Set when a timer was kept: thread 0 then fires them.
+    has_timers: AtomicBool,
+    /// Thread 0's `done` said so: the others make a last pass and end.
+    stop: AtomicBool,
+    reclaimed: AtomicU64,
     /// Signals sent by kept timers.
     pub fired: u64,
 }
@@ -166,8 +229,50 @@ pub fn tsc() -> u64 {
     mantle_sys::os::tsc()
 }
 
+/// What one pass of a thread found.
+#[derive(Default)]
+struct Pass {
+    /// Something was done.
+    did: bool,
+    /// Work worth spinning for (a new request or a report; not a held
+    /// call come due).
+    fresh: bool,
+    /// The earliest held request's deadline.
+    next: Option<Instant>,
+}
+
+/// An executive thread's own memory between passes (no lock: only it
+/// reads and writes it): per slot, the (state, tid) word it last left
+/// needing nothing until it changes (garbage counted, a held request not
+/// yet due), so that its lock-free look does not enter for it again.
+#[derive(Default)]
+struct Quiet(Vec<u64>);
+
+impl Quiet {
+    fn is(&self, i: usize, p: u64) -> bool {
+        self.0.get(i) == Some(&p)
+    }
+    fn set(&mut self, i: usize, p: u64) {
+        if self.0.len() <= i {
+            self.0.resize(i + 1, 0);
+        }
+        self.0[i] = p;
+    }
+}
+
+fn rq(t: usize) -> RunQueue {
+    let _ = t;
+    RunQueue {
+        own: Vec::new(),
+        stats: Stats::default(),
+        exec: Executor::new(crate::kept::KeptTimers::lazy(0)),
+        one_way: Vec::new(),
+    }
+}
+
 impl Server {
-    /// Serves `region` with `chain` for the process tree rooted at `root`.
+    /// Serves `region` with `chain` for the process tree rooted at `root`,
+    /// from one unpinned thread with fine locks ([`Server::set_design`]).
     pub fn new(region: Region, chain: Chain, root: u32) -> Server {
         let mut wanted = [0u64; abi::WANT_WORDS];
         for s in chain.wants() {
@@ -175,8 +280,6 @@ impl Server {
                 wanted[(s.0 / 64) as usize] |= 1 << (s.0 % 64);
             }
         }
-        // grown with the high-water mark (poll), not sized for the capacity
-        let own = Vec::new();
         // the TSC rate is calibrated now (2 ms) only if calls will be
         // forwarded, so that no request waits for it; otherwise when first
         // needed (the stub's counters at the end), or never (enforcing
@@ -185,23 +288,56 @@ impl Server {
         if wanted.iter().any(|&w| w != 0) {
             rate.get();
         }
+        let n = region.nslots();
         Server {
-            region,
-            chain,
             wanted,
             root,
-            own,
             stats: Stats::default(),
-            one_way: Vec::new(),
             door: None,
             rate,
             extended: Duration::ZERO,
             boost: None,
-            fresh: false,
-            swept: (0, 0, None),
-            exec: Executor::new(crate::kept::KeptTimers::lazy(MAX_TIMERS)),
+            cpus: Vec::new(),
+            giant: None,
+            runq: vec![StatLock::new("runqueue", rank::RUNQUEUE, rq(0))],
+            chain: StatLock::new("guest", rank::GUEST, chain),
+            shared: StatLock::new(
+                "executive",
+                rank::SHARED,
+                Shared {
+                    exec: Executor::new(crate::kept::KeptTimers::lazy(MAX_TIMERS)),
+                    fired: 0,
+                },
+            ),
+            home: (0..n).map(|_| AtomicU8::new(NO_HOME)).collect(),
+            accepted: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            owners: vec![AtomicUsize::new(0)],
+            has_timers: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            reclaimed: AtomicU64::new(0),
             fired: 0,
+            region,
         }
+    }
+
+    /// The executive on N CPUs (issue 31): one thread per CPU of `cpus`,
+    /// each pinned there and serving the guest threads placed on it
+    /// (`Server::place`); empty, one unpinned thread. `locking` as the
+    /// protected path's ([`Locking`]). Before serving; at most
+    /// [`MAX_THREADS`] CPUs (more are ignored).
+    pub fn set_design(&mut self, cpus: &[usize], locking: Locking) {
+        self.cpus = cpus.iter().copied().take(MAX_THREADS).collect();
+        let n = self.cpus.len().max(1);
+        self.runq = (0..n)
+            .map(|t| StatLock::new("runqueue", rank::RUNQUEUE, rq(t)))
+            .collect();
+        self.owners = (0..n).map(|_| AtomicUsize::new(0)).collect();
+        self.giant = (locking == Locking::Giant).then(|| StatLock::new("giant", rank::GIANT, ()));
+    }
+
+    /// Executive threads ([`Server::set_design`]).
+    pub fn threads(&self) -> usize {
+        self.runq.len()
     }
 
     /// Extended mode: a held call (a sleep) is decided again `window`
@@ -232,17 +368,23 @@ impl Server {
         self.door.as_ref().map(|d| d.counts())
     }
 
-    /// Keeps up to `cap` one-way samples: TSC ticks from the guest posting
-    /// a request (its `t_trap`, a claim: samples outside 0..2^40 are
-    /// dropped) to the executive picking it up. The buffer is allocated
-    /// here, so recording does not allocate on the interposition path.
+    /// Keeps up to `cap` one-way samples per executive thread: TSC ticks
+    /// from the guest posting a request (its `t_trap`, a claim: samples
+    /// outside 0..2^40 are dropped) to the executive picking it up. The
+    /// buffers are allocated here, so recording does not allocate on the
+    /// interposition path.
     pub fn record_one_way(&mut self, cap: usize) {
-        self.one_way = Vec::with_capacity(cap);
+        for q in &self.runq {
+            q.lock().one_way = Vec::with_capacity(cap);
+        }
     }
 
-    /// The one-way samples so far, in TSC ticks.
-    pub fn one_way(&self) -> &[u64] {
-        &self.one_way
+    /// The one-way samples so far, in TSC ticks (thread by thread).
+    pub fn one_way(&self) -> Vec<u64> {
+        self.runq
+            .iter()
+            .flat_map(|q| q.lock().one_way.clone())
+            .collect()
     }
 
     /// TSC ticks in ns, by the rate calibrated at start (saturating).
@@ -266,41 +408,130 @@ impl Server {
         Ok(Waker { hdr })
     }
 
-    /// One pass over the slots claimed so far (below the high-water
-    /// mark); true if anything was done. Also the earliest held request's
-    /// deadline, for the caller's sleep.
-    pub fn poll(&mut self) -> (bool, Option<Instant>) {
-        let mut did = false;
-        let mut next: Option<Instant> = None;
-        let hw = self.region.high_water();
-        if self.own.len() < hw {
-            self.own.resize_with(hw, Own::default);
+    /// Every lock's statistics so far, named as the protected path's
+    /// (`giant`, `runqueue cpuN`, `executive`, `guest NAME`).
+    pub fn lock_stats(&self, guest: &str) -> Vec<LockStats> {
+        let mut out = Vec::new();
+        if let Some(g) = &self.giant {
+            out.push(g.stats());
         }
-        self.stats.hwm = self.stats.hwm.max(hw as u64);
+        for (t, q) in self.runq.iter().enumerate() {
+            let mut s = q.stats();
+            s.name = match self.cpus.get(t) {
+                Some(c) => format!("runqueue cpu{c}"),
+                None => "runqueue".into(),
+            };
+            out.push(s);
+        }
+        out.push(self.shared.stats());
+        let mut g = self.chain.stats();
+        g.name = format!("guest {guest}");
+        out.push(g);
+        out
+    }
+
+    /// The counts of every run queue, with the region's.
+    fn total(&self) -> Stats {
+        let mut s = Stats::default();
+        for q in &self.runq {
+            s.absorb(&q.lock().stats);
+        }
+        s.overflow = self.region.hdr32(hdr::OVERFLOW).load(Relaxed) as u64;
+        s.reclaimed = self.reclaimed.load(Relaxed);
+        s.hwm = self.stats.hwm.max(self.region.high_water() as u64);
+        s
+    }
+
+    /// Giant design: the one lock, taken on entry to the executive.
+    fn enter(&self) -> Option<StatGuard<'_, ()>> {
+        self.giant.as_ref().map(StatLock::lock)
+    }
+
+    /// Whether slot `i` is thread `t`'s: its home, or homeless and `t` is
+    /// thread 0.
+    fn is_mine(&self, t: usize, i: usize) -> (bool, u8) {
+        let h = self.home[i].load(Acquire);
+        (h as usize == t || (t == 0 && h == NO_HOME), h)
+    }
+
+    /// Thread `t`'s lock-free look: does one of its slots need it?
+    fn look(&self, t: usize, quiet: &Quiet) -> bool {
+        let hw = self.region.high_water().min(self.home.len());
         for i in 0..hw {
+            let p = self.region.pair(i).load(Acquire);
+            let st = p as u32;
+            if st == abi::ST_IDLE || st == abi::ST_ANSWER {
+                continue;
+            }
+            let (mine, h) = self.is_mine(t, i);
+            let wanted = match st {
+                // an owner that the home must forget
+                abi::ST_FREE => h as usize == t,
+                _ => mine && !quiet.is(i, p),
+            };
+            if wanted {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// One pass over the slots claimed so far (below the high-water
+    /// mark), as one thread; true if anything was done. Also the earliest
+    /// held request's deadline, for the caller's sleep. (Tests and a
+    /// one-thread caller; [`Server::serve`] runs the threads.)
+    pub fn poll(&mut self) -> (bool, Option<Instant>) {
+        let mut quiet = Quiet::default();
+        let mut p = self.pass(0, &mut quiet);
+        if let Some(t) = self.fire_timers() {
+            p.next = Some(p.next.map_or(t, |n| n.min(t)));
+        }
+        self.stats = self.total();
+        self.fired = self.shared.lock().fired;
+        (p.did, p.next)
+    }
+
+    /// Thread `t` enters the executive (giant, then its run queue) and
+    /// serves its slots.
+    fn pass(&self, t: usize, quiet: &mut Quiet) -> Pass {
+        let _giant = self.enter();
+        let mut q = self.runq[t].lock();
+        let mut out = Pass::default();
+        let hw = self.region.high_water().min(self.home.len());
+        if q.own.len() < hw {
+            q.own.resize_with(hw, Own::default);
+        }
+        for i in 0..hw {
+            let (mine, h) = self.is_mine(t, i);
+            if !mine {
+                continue;
+            }
             let st = self.region.s32(i, slot::STATE).load(Acquire);
             match st {
                 abi::ST_IDLE | abi::ST_ANSWER => {}
                 abi::ST_FREE => {
                     // released by its owner (at its exit), maybe after
-                    // reporting a last continued call
-                    if self.own[i].owner != 0 {
-                        did |= self.take_report(i);
-                        did |= self.forget(i);
+                    // reporting a last continued call: homeless again
+                    if h as usize == t {
+                        out.did |= self.take_report(&mut q, i, &mut out.fresh);
+                        out.did |= self.forget(t, &mut q, i);
+                        self.home[i].store(NO_HOME, Release);
                     }
                 }
                 abi::ST_REQUEST => {
-                    did |= self.take_report(i);
-                    if let Some(t) = self.own[i].hold_until {
-                        if Instant::now() < t {
-                            next = Some(next.map_or(t, |n| n.min(t)));
+                    out.did |= self.take_report(&mut q, i, &mut out.fresh);
+                    if let Some(due) = q.own[i].hold_until {
+                        if Instant::now() < due {
+                            out.next = Some(out.next.map_or(due, |n| n.min(due)));
+                            quiet.set(i, self.region.pair(i).load(Acquire));
                             continue;
                         }
                     }
-                    did |= self.request(i);
+                    quiet.set(i, 0);
+                    out.did |= self.request(t, &mut q, i, &mut out.fresh);
                 }
                 abi::ST_DONE => {
-                    did |= self.take_report(i);
+                    out.did |= self.take_report(&mut q, i, &mut out.fresh);
                     // DONE -> IDLE unless the guest moved on (or the slot
                     // changed hands) meanwhile
                     let tid = self.region.s32(i, slot::TID).load(Relaxed);
@@ -313,159 +544,226 @@ impl Server {
                 }
                 bad => {
                     let tid = self.region.s32(i, slot::TID).load(Relaxed);
-                    if self.own[i].bad != (bad, tid) {
-                        self.own[i].bad = (bad, tid);
-                        self.stats.bad_state += 1;
+                    if q.own[i].bad != (bad, tid) {
+                        q.own[i].bad = (bad, tid);
+                        q.stats.bad_state += 1;
                     }
+                    quiet.set(i, abi::pair(bad, tid));
                 }
             }
         }
-        self.stats.overflow = self.region.hdr32(hdr::OVERFLOW).load(Relaxed) as u64;
-        if let Some(t) = self.fire_timers() {
-            next = Some(next.map_or(t, |n| n.min(t)));
-        }
-        (did, next)
+        out
     }
 
     /// Sends the signals of the kept timers that are due ([`crate::kept`]);
     /// the next due time, if any timer is left. Extended mode: the serving
     /// loop is told to wake `extended` before a timer is due, and the last
     /// stretch is spun here (as the protected path's executive spins to
-    /// anything due).
-    fn fire_timers(&mut self) -> Option<Instant> {
-        if self.exec.timers.is_empty() {
+    /// anything due). Thread 0's.
+    fn fire_timers(&self) -> Option<Instant> {
+        if !self.has_timers.load(Acquire) {
             return None;
         }
-        let mut now = Instant::now();
-        if !self.extended.is_zero() {
-            if let Some(t) = self
-                .exec
-                .timers
-                .next_due()
-                .filter(|&t| t > now && t - now <= self.extended)
-            {
-                while Instant::now() < t {
-                    std::hint::spin_loop();
-                }
-                now = Instant::now();
+        let _giant = self.enter();
+        let mut boost = Vec::new();
+        let next = {
+            let mut sh = self.shared.lock();
+            if sh.exec.timers.is_empty() {
+                self.has_timers.store(false, Release);
+                return None;
             }
-        }
-        let mut timers = std::mem::replace(&mut self.exec.timers, crate::kept::KeptTimers::lazy(0));
-        let next = timers.fire(now, |tid| {
-            self.fired += 1;
+            let mut now = Instant::now();
+            if !self.extended.is_zero() {
+                if let Some(t) = sh
+                    .exec
+                    .timers
+                    .next_due()
+                    .filter(|&t| t > now && t - now <= self.extended)
+                {
+                    while Instant::now() < t {
+                        std::hint::spin_loop();
+                    }
+                    now = Instant::now();
+                }
+            }
+            let sh = &mut *sh;
+            let mut fired = 0;
+            let next = sh.exec.timers.fire(now, |tid| {
+                fired += 1;
+                if self.boost.is_some() {
+                    boost.push(tid);
+                }
+            });
+            sh.fired += fired;
+            // wake early enough to spin the last stretch (extended mode)
+            next.map(|t| t.checked_sub(self.extended).unwrap_or(t).max(now))
+        };
+        for tid in boost {
             self.boost_owner(tid);
-        });
-        self.exec.timers = timers;
-        // wake early enough to spin the last stretch (extended mode)
-        next.map(|t| t.checked_sub(self.extended).unwrap_or(t).max(now))
+        }
+        next
     }
 
     /// `--boost`: the thread a timer signalled runs at SCHED_FIFO until
     /// its next request (the slot it owns says so; a thread without a
-    /// slot is not boosted, there is nothing to end it).
-    fn boost_owner(&mut self, tid: u32) {
+    /// slot is not boosted, there is nothing to end it). Takes each run
+    /// queue in turn (never two).
+    fn boost_owner(&self, tid: u32) {
         let Some(p) = self.boost else { return };
-        let Some(k) = self.own.iter().position(|o| o.owner == tid) else {
+        for q in &self.runq {
+            let mut q = q.lock();
+            let Some(k) = q.own.iter().position(|o| o.owner == tid) else {
+                continue;
+            };
+            if !q.own[k].boosted
+                && !mantle_sys::supervise::is_realtime(tid)
+                && mantle_sys::supervise::set_fifo_of(tid, p).is_ok()
+            {
+                q.own[k].boosted = true;
+            }
             return;
-        };
-        if !self.own[k].boosted
-            && !mantle_sys::supervise::is_realtime(tid)
-            && mantle_sys::supervise::set_fifo_of(tid, p).is_ok()
-        {
-            self.own[k].boosted = true;
         }
     }
 
     /// Ends what the executive held for slot `i`'s owner (the slot was
-    /// released, reclaimed or claimed anew): a continued call that never
-    /// reported ends [`Outcome::Unseen`]. True if there was one.
-    fn forget(&mut self, i: usize) -> bool {
-        let bad = self.own[i].bad;
-        let old = std::mem::take(&mut self.own[i]);
-        self.own[i].bad = bad;
+    /// released, reclaimed, claimed anew or placed on another thread): a
+    /// continued call that never reported ends [`Outcome::Unseen`]. True
+    /// if there was one.
+    fn forget(&self, t: usize, q: &mut RunQueue, i: usize) -> bool {
+        let bad = q.own[i].bad;
+        let old = std::mem::take(&mut q.own[i]);
+        q.own[i].bad = bad;
+        if old.owner != 0 {
+            self.owners[t].fetch_sub(1, Relaxed);
+        }
         if old.boosted {
             let _ = mantle_sys::supervise::set_other_of(old.owner);
         }
         let Some((_, call, d, ns)) = old.pending else {
             return false;
         };
-        self.stats.unseen += 1;
+        q.stats.unseen += 1;
         let t = Times {
             executive_ns: ns,
             kernel_ns: 0,
         };
-        self.chain.after(&call, &d, Outcome::Unseen, t);
+        self.chain.lock().after(&call, &d, Outcome::Unseen, t);
         true
     }
 
     /// The report of a continued call, if it is there (and the slot is
     /// still its owner's, or was released by it after it reported: a
     /// thread that exits right after a continued call).
-    fn take_report(&mut self, i: usize) -> bool {
-        let Some((seq, _, _, _)) = &self.own[i].pending else {
+    fn take_report(&self, q: &mut RunQueue, i: usize, fresh: &mut bool) -> bool {
+        let Some((seq, _, _, _)) = &q.own[i].pending else {
             return false;
         };
         let tid = self.region.s32(i, slot::TID).load(Acquire);
         if self.region.s64(i, slot::REPORT_SEQ).load(Acquire) != *seq
-            || (tid != self.own[i].owner && tid != 0)
-            || self.region.s32(i, slot::GEN).load(Acquire) != self.own[i].gen
+            || (tid != q.own[i].owner && tid != 0)
+            || self.region.s32(i, slot::GEN).load(Acquire) != q.own[i].gen
         {
             return false;
         }
         let r = self.region.s64(i, slot::REPORT_RESULT).load(Acquire) as i64;
-        if let Some((_, call, d, ns)) = self.own[i].pending.take() {
-            self.stats.reports += 1;
+        if let Some((_, call, d, ns)) = q.own[i].pending.take() {
+            q.stats.reports += 1;
             let t = Times {
                 executive_ns: ns,
                 kernel_ns: 0,
             };
-            self.chain.after(&call, &d, Outcome::Result(r), t);
+            self.chain.lock().after(&call, &d, Outcome::Result(r), t);
         }
-        self.fresh = true;
+        *fresh = true;
         true
     }
 
-    fn request(&mut self, i: usize) -> bool {
+    /// The executive thread that serves a new owner `tid`: with one
+    /// thread, it; else the thread of the one CPU the owner may run on,
+    /// if it is one of the executive's (the guest, or whoever started it,
+    /// pinned it: `taskset`, sched_setaffinity), else the thread with the
+    /// fewest owners. The owner is not moved: an unpinned guest thread
+    /// runs where Linux puts it and is served by its home all the same.
+    fn place(&self, tid: u32) -> usize {
+        if self.runq.len() == 1 {
+            return 0;
+        }
+        if let Ok(c) = mantle_sys::os::cpus_of(tid) {
+            if let [c] = c[..] {
+                if let Some(t) = self.cpus.iter().position(|&x| x == c as usize) {
+                    return t;
+                }
+            }
+        }
+        (0..self.owners.len())
+            .min_by_key(|&t| self.owners[t].load(Relaxed))
+            .unwrap_or(0)
+    }
+
+    /// Rings the doorbell: every sleeping executive thread wakes (one of
+    /// them was given a slot, or must end).
+    fn ring(&self) {
+        let d = self.region.hdr32(hdr::DOORBELL);
+        d.fetch_add(1, SeqCst);
+        mantle_sys::shm::futex_wake_all(d);
+    }
+
+    fn request(&self, t: usize, q: &mut RunQueue, i: usize, fresh: &mut bool) -> bool {
         let s = self.region.snapshot(i);
         if s.state != abi::ST_REQUEST {
             return false; // changed under us: next pass
         }
         // a held call come due is not worth a spin; a new request is
-        self.fresh |= self.own[i].held.is_none();
-        if s.tid != self.own[i].owner || s.gen != self.own[i].gen {
-            if !self.accept_owner(s.tid) {
+        *fresh |= q.own[i].held.is_none();
+        if s.tid != q.own[i].owner || s.gen != q.own[i].gen {
+            let key = u64::from(s.tid) << 32 | u64::from(s.gen);
+            let placed = self.accepted[i].swap(0, AcqRel) == key && s.tid != 0;
+            if !placed && !self.accept_owner(s.tid) {
                 // answered, so that no task waits forever on a slot the
                 // executive will not serve; counted once per tid
-                if self.own[i].bad != (s.state, s.tid) {
-                    self.own[i].bad = (s.state, s.tid);
-                    self.stats.foreign_tid += 1;
+                if q.own[i].bad != (s.state, s.tid) {
+                    q.own[i].bad = (s.state, s.tid);
+                    q.stats.foreign_tid += 1;
                 }
-                self.stats.refused += 1;
-                self.answer(i, &s, -(libc::EPERM as i64), 0, None);
+                q.stats.refused += 1;
+                self.answer(q, i, &s, -(libc::EPERM as i64), 0, None);
                 return true;
             }
-            self.forget(i);
-            let own = &mut self.own[i];
+            self.forget(t, q, i);
+            if !placed {
+                let to = self.place(s.tid);
+                if to != t {
+                    // its home serves it from the next request on; this
+                    // one waits for that thread's pass
+                    self.accepted[i].store(key, Release);
+                    self.home[i].store(to as u8, Release);
+                    self.ring();
+                    return true;
+                }
+            }
+            self.home[i].store(t as u8, Release);
+            self.owners[t].fetch_add(1, Relaxed);
+            let own = &mut q.own[i];
             (own.owner, own.gen, own.seq) = (s.tid, s.gen, s.seq.wrapping_sub(1));
         }
-        if s.seq != self.own[i].seq.wrapping_add(1) || !self.wants(s.nr) {
-            self.stats.refused += 1;
-            self.own[i].seq = s.seq; // resynchronise an honest but confused guest
-            self.answer(i, &s, -(libc::EINVAL as i64), 0, None);
+        if s.seq != q.own[i].seq.wrapping_add(1) || !self.wants(s.nr) {
+            q.stats.refused += 1;
+            q.own[i].seq = s.seq; // resynchronise an honest but confused guest
+            self.answer(q, i, &s, -(libc::EINVAL as i64), 0, None);
             return true;
         }
-        let released = self.own[i].held.is_some();
-        let (received_ns, start_ns) = match self.own[i].held.take() {
+        let released = q.own[i].held.is_some();
+        let (received_ns, start_ns) = match q.own[i].held.take() {
             Some(h) => h,
             None => {
-                if self.own[i].boosted {
-                    self.own[i].boosted = false;
+                if q.own[i].boosted {
+                    q.own[i].boosted = false;
                     let _ = mantle_sys::supervise::set_other_of(s.tid);
                 }
                 let received_ns = mantle_sys::os::monotonic_ns();
                 let trap = tsc().wrapping_sub(s.t_trap);
-                if self.one_way.len() < self.one_way.capacity() && trap < 1 << 40 {
-                    self.one_way.push(trap);
+                if q.one_way.len() < q.one_way.capacity() && trap < 1 << 40 {
+                    q.one_way.push(trap);
                 }
                 // the guest's stamp, a claim: kept between the receipt and
                 // START_SLACK_NS before it (a stamp in the future wraps
@@ -474,7 +772,7 @@ impl Server {
                 (received_ns, received_ns.saturating_sub(age))
             }
         };
-        let due = self.own[i].due.take();
+        let due = q.own[i].due.take();
         let call = Call {
             tid: s.tid,
             nr: Sysno(s.nr),
@@ -483,6 +781,8 @@ impl Server {
             received_ns,
             start_ns,
         };
+        // the guest's lock, from the decision to the call's `after`
+        let mut chain = self.chain.lock();
         let t0 = Instant::now();
         let d = {
             let mut g = FastGuest {
@@ -491,13 +791,24 @@ impl Server {
                 tid: s.tid,
                 seq: s.seq,
             };
-            Executor::decide(&mut self.chain, &call, &mut g)
+            Executor::decide(&mut chain, &call, &mut g)
         };
         let ns = t0.elapsed().as_nanos() as u64;
-        self.own[i].hold_until = None;
+        q.own[i].hold_until = None;
         // the fast path does not dispatch: a yield is the kernel's, a
-        // scheduling call fails ENOSYS
-        let action = self.exec.carry_out(&d, &call, t0, self.root, None);
+        // scheduling call fails ENOSYS; a timer is the guest tree's, kept
+        // in the shared table
+        let action = if matches!(d, Decision::Timer(_)) {
+            let a = self
+                .shared
+                .lock()
+                .exec
+                .carry_out(&d, &call, t0, self.root, None);
+            self.has_timers.store(true, Release);
+            a
+        } else {
+            q.exec.carry_out(&d, &call, t0, self.root, None)
+        };
         if released && !matches!(action, Action::Hold(_)) {
             // answered after a hold: boosted before the answer wakes it
             // (a thread at a real-time policy of its own keeps it)
@@ -506,7 +817,7 @@ impl Server {
                 .filter(|_| !mantle_sys::supervise::is_realtime(s.tid))
             {
                 if mantle_sys::supervise::set_fifo_of(s.tid, p).is_ok() {
-                    self.own[i].boosted = true;
+                    q.own[i].boosted = true;
                 }
             }
             // extended mode: what is left of the hold
@@ -524,12 +835,12 @@ impl Server {
         };
         let r = match action {
             Action::Continue => {
-                self.own[i].pending = Some((s.seq, call, d.clone(), ns));
-                self.answer(i, &s, 0, abi::ANS_CONTINUE, None);
+                q.own[i].pending = Some((s.seq, call, d.clone(), ns));
+                self.answer(q, i, &s, 0, abi::ANS_CONTINUE, None);
                 None
             }
             Action::Fail(e) => {
-                self.answer(i, &s, -(e as i64), 0, None);
+                self.answer(q, i, &s, -(e as i64), 0, None);
                 Some(-(e as i64))
             }
             Action::Return(v) => {
@@ -550,9 +861,9 @@ impl Server {
                         let until = tsc().wrapping_add(self.rate.ticks_at_least(left));
                         let mut args = s.args;
                         args[0] = until;
-                        self.answer(i, &s, v, abi::ANS_UNTIL, Some((s.nr, args)));
+                        self.answer(q, i, &s, v, abi::ANS_UNTIL, Some((s.nr, args)));
                     }
-                    None => self.answer(i, &s, v, 0, None),
+                    None => self.answer(q, i, &s, v, 0, None),
                 }
                 Some(v)
             }
@@ -573,32 +884,33 @@ impl Server {
                     };
                 if ok {
                     let nr = p.nr.0;
-                    self.own[i].pending = Some((s.seq, call, d.clone(), ns));
-                    self.answer(i, &s, 0, abi::ANS_CONTINUE, Some((nr, args)));
+                    q.own[i].pending = Some((s.seq, call, d.clone(), ns));
+                    self.answer(q, i, &s, 0, abi::ANS_CONTINUE, Some((nr, args)));
                     None
                 } else {
-                    self.answer(i, &s, -(libc::ENOSYS as i64), 0, None);
+                    self.answer(q, i, &s, -(libc::ENOSYS as i64), 0, None);
                     Some(-(libc::ENOSYS as i64))
                 }
             }
             Action::Hold(due) => {
                 let now = Instant::now();
-                self.own[i].held = Some((received_ns, start_ns));
+                q.own[i].held = Some((received_ns, start_ns));
                 if self.extended.is_zero() {
-                    self.own[i].hold_until = Some(due);
+                    q.own[i].hold_until = Some(due);
                 } else {
                     let early = due.checked_sub(self.extended).unwrap_or(now);
-                    self.own[i].hold_until = Some(early.max(now));
-                    self.own[i].due = Some(due);
+                    q.own[i].hold_until = Some(early.max(now));
+                    q.own[i].due = Some(due);
                 }
                 return true;
             }
         };
         if let Some(r) = r {
-            self.chain.after(&call, &d, Outcome::Result(r), times);
+            chain.after(&call, &d, Outcome::Result(r), times);
         }
-        self.own[i].seq = s.seq;
-        self.stats.calls += 1;
+        drop(chain);
+        q.own[i].seq = s.seq;
+        q.stats.calls += 1;
         true
     }
 
@@ -607,7 +919,8 @@ impl Server {
     /// slot still holds that request: same (REQUEST, tid) word by CAS,
     /// same `seq` just before it.
     fn answer(
-        &mut self,
+        &self,
+        q: &mut RunQueue,
         i: usize,
         s: &abi::FastSlot,
         result: i64,
@@ -632,7 +945,7 @@ impl Server {
                 .compare_exchange(from, to, SeqCst, Relaxed)
                 .is_err()
         {
-            self.stats.refused += 1; // the guest changed the slot meanwhile
+            q.stats.refused += 1; // the guest changed the slot meanwhile
             return;
         }
         if r.s32(i, slot::WAITING).load(SeqCst) != 0 {
@@ -648,30 +961,30 @@ impl Server {
 
     /// Sweeps for dead owners (see the module doc) if the high-water mark
     /// rose or a guest found no slot since the last sweep, and the last
-    /// was at least [`SWEEP_EVERY`] ago.
-    fn maybe_sweep(&mut self) {
+    /// was at least [`SWEEP_EVERY`] ago. Thread 0's (`swept` is its own).
+    fn maybe_sweep(&self, swept: &mut (usize, u32, Option<Instant>)) {
         let hw = self.region.high_water();
         let overflow = self.region.hdr32(hdr::OVERFLOW).load(Relaxed);
-        let (old_hw, old_overflow, at) = self.swept;
+        let (old_hw, old_overflow, at) = *swept;
         if (hw > old_hw || overflow != old_overflow)
             && at.is_none_or(|t| t.elapsed() >= SWEEP_EVERY)
         {
-            self.swept = (hw, overflow, Some(Instant::now()));
+            *swept = (hw, overflow, Some(Instant::now()));
             self.sweep();
         }
     }
 
     /// Every claimed slot whose tid no longer exists goes back to FREE
     /// (one CAS of its (state, tid) word, so a slot claimed meanwhile is
-    /// left alone); what the executive held for it ends (`Self::forget`).
-    pub fn sweep(&mut self) {
+    /// left alone); its home thread's next pass ends what the executive
+    /// held for it, as for a slot its owner released.
+    pub fn sweep(&self) {
         // pid_max is at most 2^22 (PID_MAX_LIMIT): larger tids are garbage,
         // and kill() takes negative numbers as process groups
         const TID_LIMIT: u32 = 1 << 22;
+        let _giant = self.enter();
         let hw = self.region.high_water();
-        if self.own.len() < hw {
-            self.own.resize_with(hw, Own::default);
-        }
+        let mut any = false;
         for i in 0..hw {
             let p = self.region.pair(i).load(Acquire);
             let (st, tid) = (p as u32, (p >> 32) as u32);
@@ -689,56 +1002,141 @@ impl Server {
                 .compare_exchange(p, free, SeqCst, Relaxed)
                 .is_ok()
             {
-                self.forget(i);
                 self.region.hdr32(hdr::FREES).fetch_add(1, SeqCst);
-                self.stats.reclaimed += 1;
+                self.reclaimed.fetch_add(1, Relaxed);
+                any = true;
             }
+        }
+        if any && self.runq.len() > 1 {
+            self.ring();
         }
     }
 
-    /// A last pass when `done` said so: reports written just before the
-    /// guest ended are taken.
-    fn last_pass(&mut self) {
-        self.poll();
+    /// Serves until `done` says so, from one thread per CPU of the design
+    /// ([`Server::set_design`]; this thread is thread 0, pinned to the
+    /// first CPU while it serves, and the only one to ask `done`, keep
+    /// the timers and sweep). After real work (a new request or a report)
+    /// a thread keeps polling for `spin`, so that a busy guest's next
+    /// request is seen without a cross-CPU wake-up; then it sleeps on the
+    /// doorbell for at most `tick`, or until its next held call is due.
+    /// Only work restarts the spin: a wake-up that finds nothing, a
+    /// timeout and a held call come due do not, so an idle or sleeping
+    /// guest costs a wake-up per `tick` (and per held call), never a
+    /// spin. `done` is asked when a sleep timed out, when a wake-up found
+    /// nothing to do (a [`Waker`] rang: the guest ended, or a signal),
+    /// every 64 sleeps, and at least every `tick` while busy (not at every
+    /// sleep: on one CPU its system call is on the guest's round trip);
+    /// one more pass of every thread follows its yes.
+    pub fn serve(&mut self, spin: Duration, tick: Duration, mut done: impl FnMut() -> bool) {
+        self.stop.store(false, SeqCst);
+        let me = &*self;
+        let before = (!me.cpus.is_empty())
+            .then(mantle_sys::os::allowed_cpus)
+            .and_then(Result::ok);
+        std::thread::scope(|scope| {
+            let mut others = Vec::new();
+            for t in 1..me.runq.len() {
+                let h = std::thread::Builder::new()
+                    .name(format!("mantle-fast{t}"))
+                    .spawn_scoped(scope, move || {
+                        me.pin(t);
+                        me.serve_thread(t, spin, tick, &mut || false);
+                    });
+                match h {
+                    Ok(h) => others.push(h),
+                    // its slots are never placed there: nothing waits on it
+                    Err(_) => me.owners[t].store(usize::MAX / 2, Relaxed),
+                }
+            }
+            me.pin(0);
+            me.serve_thread(0, spin, tick, &mut done);
+            me.stop.store(true, SeqCst);
+            me.ring();
+            for h in others {
+                let _ = h.join();
+            }
+        });
+        if let Some(b) = before {
+            let _ = mantle_sys::os::set_thread_cpus(&b);
+        }
+        // the others' last passes are done: take what thread 0 left
+        let mut quiet = Quiet::default();
+        let _ = self.pass(0, &mut quiet);
+        self.stats = self.total();
+        self.fired = self.shared.lock().fired;
     }
 
-    /// Serves until `done` says so. After real work (a new request or a
-    /// report) it keeps polling for `spin`, so that a busy guest's next
-    /// request is seen without a cross-CPU wake-up; then it sleeps on the
-    /// doorbell for at most `tick`, or until the next held call is due.
-    /// Only work restarts the spin: a wake-up that finds nothing, a timeout
-    /// and a held call come due do not, so an idle or sleeping guest costs
-    /// a wake-up per `tick` (and per held call), never a spin. `done` is
-    /// asked when a sleep timed out, when a wake-up found nothing to do
-    /// (a [`Waker`] rang: the guest ended, or a signal), every 64 sleeps,
-    /// and at least every `tick` while busy (not at every sleep: on one
-    /// CPU its system call is on the guest's round trip); one more pass
-    /// follows its yes.
-    pub fn serve(&mut self, spin: Duration, tick: Duration, mut done: impl FnMut() -> bool) {
+    /// Pins executive thread `t` to its CPU, if the design gives one.
+    fn pin(&self, t: usize) {
+        if let Some(&c) = self.cpus.get(t) {
+            // not pinned: it serves from where the host puts it
+            let _ = mantle_sys::os::pin_thread(c);
+        }
+    }
+
+    /// The loop of executive thread `t` (see [`Server::serve`]); `done`
+    /// is asked only by thread 0, the others end when it said yes.
+    fn serve_thread(
+        &self,
+        t: usize,
+        spin: Duration,
+        tick: Duration,
+        done: &mut dyn FnMut() -> bool,
+    ) {
+        let mut quiet = Quiet::default();
         let mut hot_until: Option<Instant> = None;
         let mut last_done = Instant::now();
         let mut woken = false;
         let mut sleeps: u32 = 0;
         let mut turns: u32 = 0;
-        loop {
-            let (_, next) = self.poll();
-            turns = turns.wrapping_add(1);
-            if turns.is_multiple_of(256) && last_done.elapsed() >= tick {
-                last_done = Instant::now();
-                if done() {
-                    return self.last_pass();
+        let mut next: Option<Instant> = None;
+        let mut swept = (0, 0, None);
+        // thread 0 asks `done`; the others end when thread 0 said yes
+        let mut finished = |me: &Self, last_done: &mut Instant| -> bool {
+            *last_done = Instant::now();
+            if t == 0 {
+                done()
+            } else {
+                me.stop.load(SeqCst)
+            }
+        };
+        // one pass if something needs this thread, or a held call is due
+        let step = |me: &Self, quiet: &mut Quiet, next: &mut Option<Instant>| -> Pass {
+            let due = next.is_some_and(|n| Instant::now() >= n);
+            let mut p = if due || me.look(t, quiet) {
+                me.pass(t, quiet)
+            } else {
+                Pass {
+                    next: *next,
+                    ..Pass::default()
+                }
+            };
+            if t == 0 {
+                if let Some(d) = me.fire_timers() {
+                    p.next = Some(p.next.map_or(d, |n| n.min(d)));
                 }
             }
-            if std::mem::take(&mut self.fresh) {
+            *next = p.next;
+            p
+        };
+        loop {
+            let p = step(self, &mut quiet, &mut next);
+            turns = turns.wrapping_add(1);
+            if ((turns.is_multiple_of(256) && last_done.elapsed() >= tick)
+                || (t != 0 && self.stop.load(Relaxed)))
+                && finished(self, &mut last_done)
+            {
+                return self.last_pass(t, &mut quiet);
+            }
+            if p.fresh {
                 woken = false;
                 hot_until = (!spin.is_zero()).then(|| Instant::now() + spin);
                 continue;
             }
             if woken {
                 woken = false;
-                last_done = Instant::now();
-                if done() {
-                    return self.last_pass();
+                if finished(self, &mut last_done) {
+                    return self.last_pass(t, &mut quiet);
                 }
             }
             if let Some(h) = hot_until {
@@ -748,36 +1146,50 @@ impl Server {
                 }
                 hot_until = None;
             }
-            self.maybe_sweep();
+            if t == 0 {
+                self.maybe_sweep(&mut swept);
+            }
             let seen = self.region.hdr32(hdr::DOORBELL).load(SeqCst);
-            self.region.hdr32(hdr::EXEC_SLEEPING).store(1, SeqCst);
-            let (_, next2) = self.poll();
-            if std::mem::take(&mut self.fresh) {
-                self.region.hdr32(hdr::EXEC_SLEEPING).store(0, SeqCst);
+            // a count of the threads (about to be) asleep: the guest
+            // rings if any is
+            self.region.hdr32(hdr::EXEC_SLEEPING).fetch_add(1, SeqCst);
+            let p2 = step(self, &mut quiet, &mut next);
+            if p2.fresh {
+                self.region.hdr32(hdr::EXEC_SLEEPING).fetch_sub(1, SeqCst);
                 hot_until = (!spin.is_zero()).then(|| Instant::now() + spin);
                 continue;
             }
             let mut wait = tick;
-            for t in [next, next2].into_iter().flatten() {
-                wait = wait.min(t.saturating_duration_since(Instant::now()));
+            if let Some(n) = next {
+                wait = wait.min(n.saturating_duration_since(Instant::now()));
             }
-            let timed_out = region::futex_wait(self.region.hdr32(hdr::DOORBELL), seen, wait);
-            self.region.hdr32(hdr::EXEC_SLEEPING).store(0, SeqCst);
+            let timed_out = if t != 0 && self.stop.load(SeqCst) {
+                false
+            } else {
+                region::futex_wait(self.region.hdr32(hdr::DOORBELL), seen, wait)
+            };
+            self.region.hdr32(hdr::EXEC_SLEEPING).fetch_sub(1, SeqCst);
             sleeps = sleeps.wrapping_add(1);
             if timed_out || sleeps.is_multiple_of(64) {
-                last_done = Instant::now();
-                if done() {
-                    return self.last_pass();
+                if finished(self, &mut last_done) {
+                    return self.last_pass(t, &mut quiet);
                 }
             } else {
                 woken = true;
             }
         }
     }
+
+    /// A last pass when `done` said so: reports written just before the
+    /// guest ended are taken.
+    fn last_pass(&self, t: usize, quiet: &mut Quiet) {
+        let _ = self.pass(t, quiet);
+    }
 }
 
 /// Rings a [`Server`]'s doorbell from another thread (its own mapping of
-/// the region's header): the executive wakes and asks its `done`.
+/// the region's header): the executive's threads wake and thread 0 asks
+/// its `done`.
 pub struct Waker {
     hdr: mantle_sys::shm::SharedMem,
 }
@@ -786,7 +1198,7 @@ impl Waker {
     pub fn ring(&self) {
         if let Some(d) = self.hdr.u32(hdr::DOORBELL) {
             d.fetch_add(1, SeqCst);
-            futex_wake(d);
+            mantle_sys::shm::futex_wake_all(d);
         }
     }
 }
@@ -1041,7 +1453,7 @@ mod tests {
     #[test]
     fn the_sweep_reclaims_slots_of_dead_tids_only() {
         let me = mantle_sys::os::gettid();
-        let mut s = server(vec![Decision::Return(7)]);
+        let s = server(vec![Decision::Return(7)]);
         let r = s.region();
         // a tid that existed and is gone: a thread that has ended
         let dead = std::thread::spawn(mantle_sys::os::gettid).join().unwrap();
@@ -1050,7 +1462,7 @@ mod tests {
         r.pair(1).store(abi::pair(abi::ST_REQUEST, dead), SeqCst);
         r.pair(2).store(abi::pair(0xdead, dead), SeqCst); // garbage: left
         s.sweep();
-        assert_eq!(s.stats.reclaimed, 1);
+        assert_eq!(s.total().reclaimed, 1);
         assert_eq!(s.region().pair(1).load(SeqCst), abi::pair(abi::ST_FREE, 0));
         assert_eq!(s.region().pair(0).load(SeqCst), abi::pair(abi::ST_IDLE, me));
         assert_eq!(s.region().hdr32(hdr::FREES).load(SeqCst), 1);
