@@ -3269,8 +3269,10 @@ fn every_policy_runs_a_guest_only_while_it_is_dispatched() {
             }
             // every guest was dispatched: one that ran its program before
             // dispatching began (its spawn waited for the cgroup mutex)
-            // had 0 of both and passed unchecked (2 of 14 loaded runs)
-            if ran < 0.01 {
+            // had 0 of both and passed unchecked (2 of 14 loaded runs).
+            // Any dispatched time counts: a yielder gives its turn back at
+            // once and is dispatched for only a few ms in all (9 ms seen).
+            if ran <= 0.0 {
                 bad.push(format!("{tag} {name}: never dispatched"));
             }
         }
