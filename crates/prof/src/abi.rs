@@ -22,7 +22,7 @@ mod layout {
             &btf,
             "mp_key",
             size_of::<Key>(),
-            fields!(Key: pid, tid, ip, cpu, mode, kstack, ustack, tags),
+            fields!(Key: pid, tid, ip, cpu, mode, kstack, ustack, tags, cgroup),
         );
         check(&btf, "mp_stack", size_of::<Stack>(), fields!(Stack: ips));
         check(

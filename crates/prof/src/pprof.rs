@@ -152,6 +152,10 @@ struct Prepared {
     user: i64,
     kernel: i64,
     tags: Vec<Vec<i64>>,
+    /// The `cgroup` label's key, and each cgroup's path (string ids, by
+    /// [`StackGraph::cgroups`] index; 0 for a row without a cgroup).
+    cgroup_key: i64,
+    cgroups: Vec<i64>,
 }
 
 /// Everything but the samples: one mapping per image (the main binary
@@ -278,6 +282,12 @@ fn prepare(r: &Report) -> Prepared {
         .map(|t| t.iter().map(|n| st.id(n)).collect())
         .collect();
     let (user, kernel) = (st.id("user"), st.id("kernel"));
+    let cgroup_key = st.id("cgroup");
+    let cgroups = g
+        .cgroups
+        .iter()
+        .map(|(id, path)| if *id == 0 { 0 } else { st.id(path) })
+        .collect();
     let comment = r.caveats.iter().map(|c| st.id(c)).collect();
     Prepared {
         head: Profile {
@@ -296,6 +306,8 @@ fn prepare(r: &Report) -> Prepared {
         loc_of_frame,
         per_sample,
         keys,
+        cgroup_key,
+        cgroups,
         comm,
         user,
         kernel,
@@ -305,7 +317,7 @@ fn prepare(r: &Report) -> Prepared {
 
 impl Prepared {
     /// The sample of one row: its stack leaf first, labelled with comm,
-    /// pid, mode and tags; values samples and the event's amount.
+    /// pid, mode, tags and cgroup (its path); values samples and the event's amount.
     fn sample(&self, g: &StackGraph, row: &GraphRow) -> Sample {
         let (k_comm, k_pid, k_mode, k_tag) = self.keys;
         let location_id = std::iter::once(row.leaf)
@@ -338,6 +350,14 @@ impl Prepared {
                 str: t,
                 num: 0,
             });
+        }
+        match self.cgroups.get(row.cgroup as usize) {
+            Some(&c) if c != 0 => label.push(Label {
+                key: self.cgroup_key,
+                str: c,
+                num: 0,
+            }),
+            _ => {}
         }
         Sample {
             location_id,
@@ -561,6 +581,7 @@ mod tests {
                 offset: 0x502,
                 tags: vec![0; crate::abi::MT_WORDS],
                 stack,
+                cgroup: 0,
             },
             4,
         )
@@ -635,6 +656,7 @@ mod tests {
                     offset: 0x500 + i,
                     tags: vec![0; crate::abi::MT_WORDS],
                     stack,
+                    cgroup: 0,
                 },
                 n,
             )

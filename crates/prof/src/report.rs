@@ -21,7 +21,8 @@ pub fn report_and_symbolizer(
     opts: &ReportOpts,
 ) -> Result<(Report, SessionSymbolizer), Error> {
     let s = session::read_head(dir)?;
-    let mut b = model::ReportBuilder::new(s.images.clone(), &s.procs, opts);
+    let mut b = model::ReportBuilder::new(s.images.clone(), &s.procs, opts)
+        .with_cgroup_names(s.cgroups.clone());
     session::stream_tables(&s, &mut b)?;
     let mut sym = SessionSymbolizer::new(s.kallsyms.clone()).with_jit(s.jit.clone());
     if let Some(d) = &opts.debug_dirs {

@@ -5,12 +5,14 @@
 //!   meta.json        event, rate, duration, CPUs, fallback, lost, throttled
 //!   profile.tsv      the merged profile: one line per
 //!                    (pid, tid, cpu, mode, image, offset, tags) with a
-//!                    count and a stack index
+//!                    count, a stack index and a cgroup id
 //!   stacks.tsv       the stack table (callers, nearest first)
 //!   images.json      image table (index = the image column of profile.tsv)
 //!   processes.json   pid, ppid, comm, exe, exited, mantle
 //!   mappings.tsv     every executable mapping seen while recording
 //!   tags.json        the tag table's names at record time (bit -> name)
+//!   cgroups.tsv      cgroup v2 id -> path (the profile's cgroup column),
+//!                    resolved while recording
 //!   kallsyms.gz      kernel text symbols at record time
 //!   vdso.so          the vDSO image
 //!   jit/perf-PID.map JIT symbol maps found while recording
@@ -68,6 +70,8 @@ pub struct Session {
     pub vdso: Option<Vec<u8>>,
     /// The JIT map of every JIT image's process.
     pub jit: HashMap<u32, JitMap>,
+    /// Cgroup v2 id -> path (cgroups.tsv; empty in older sessions).
+    pub cgroups: HashMap<u64, String>,
 }
 
 /// What the recorder hands over to be written.
@@ -80,6 +84,8 @@ pub struct SessionData<'a> {
     pub kallsyms_text: Option<&'a str>,
     pub vdso: Option<&'a [u8]>,
     pub jit_maps: &'a [(u32, String)],
+    /// Cgroup v2 id -> path of the cgroups the rows name.
+    pub cgroups: &'a [(u64, String)],
 }
 
 /// Whether `dir` can take a new session: it does not exist, or `force` is
@@ -209,11 +215,11 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
     }
     write(&dir.join("stacks.tsv"), st.as_bytes())?;
 
-    let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\tstack\n");
+    let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\tstack\tcgroup\n");
     for (k, n) in d.profile.sorted_rows() {
         let _ = writeln!(
             s,
-            "{}\t{}\t{}\t{}\t{}\t{:x}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{:x}\t{}\t{}\t{}\t{}",
             k.pid,
             k.tid,
             k.cpu,
@@ -225,10 +231,17 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
             k.offset,
             crate::model::tags_hex(&k.tags),
             n,
-            k.stack
+            k.stack,
+            k.cgroup
         );
     }
     write(&dir.join("profile.tsv"), s.as_bytes())?;
+
+    let mut c = String::from("# id\tpath (cgroup v2, relative to its mount)\n");
+    for (id, path) in d.cgroups {
+        let _ = writeln!(c, "{id}\t{}", parse::escape_field(path));
+    }
+    write(&dir.join("cgroups.tsv"), c.as_bytes())?;
 
     let mut m = String::from("# pid\tstart\tend\tpgoff\tbuild_id\tpath\n");
     for (pid, mp) in d.history {
@@ -298,6 +311,8 @@ pub struct Head {
     pub mappings: Vec<(u32, Mapping)>,
     pub vdso: Option<Vec<u8>>,
     pub jit: HashMap<u32, JitMap>,
+    /// Cgroup v2 id -> path (cgroups.tsv; empty in older sessions).
+    pub cgroups: HashMap<u64, String>,
 }
 
 /// Reads and validates every file of a session but profile.tsv and
@@ -340,6 +355,10 @@ pub fn read_head(dir: &Path) -> Result<Head, Error> {
         }
         None => None,
     };
+    let cgroups = match load_optional(dir, "cgroups.tsv", TABLE_MAX)? {
+        Some(b) => parse::cgroups(&b).map_err(corrupt(dir, "cgroups.tsv"))?,
+        None => HashMap::new(),
+    };
     let mut jit = HashMap::new();
     for pid in jit_pids {
         let name = format!("jit/perf-{pid}.map");
@@ -356,6 +375,7 @@ pub fn read_head(dir: &Path) -> Result<Head, Error> {
         mappings,
         vdso,
         jit,
+        cgroups,
     })
 }
 
@@ -467,6 +487,7 @@ pub fn read_session(dir: &Path) -> Result<Session, Error> {
         mappings: h.mappings,
         vdso: h.vdso,
         jit: h.jit,
+        cgroups: h.cgroups,
     })
 }
 
@@ -515,6 +536,7 @@ mod tests {
                 mode: Mode::User,
                 ip: 0x1010,
                 tags: tags.clone(),
+                cgroup: 42,
             },
             7,
         )
@@ -527,6 +549,7 @@ mod tests {
             mode: Mode::Kernel,
             ip: 0xffffffff81000000,
             tags: vec![0; words],
+            cgroup: 0,
         };
         let stack = p.add_stack(&sp, 5, &[0xffffffff81000100, 0x1020, 0x3010], &mut |_| {});
         assert_eq!(stack, 1);
@@ -553,6 +576,7 @@ mod tests {
                 kallsyms_text: Some("ffffffff81000000 T _stext\n"),
                 vdso: None,
                 jit_maps: &[(5, "1000 10 j\n".into())],
+                cgroups: &[(42, "/a\tb/c".into())],
             },
             false,
         )
@@ -573,6 +597,7 @@ mod tests {
                 kallsyms_text: None,
                 vdso: None,
                 jit_maps: &[],
+                cgroups: &[],
             },
             false,
         )
@@ -592,6 +617,7 @@ mod tests {
                 kallsyms_text: None,
                 vdso: None,
                 jit_maps: &[],
+                cgroups: &[],
             },
             false,
         )
@@ -609,6 +635,7 @@ mod tests {
         assert_eq!(s.tags, names);
         assert_eq!(s.kallsyms.lookup(0xffffffff81000001), Some("_stext"));
         assert!(dir.join("jit/perf-5.map").exists());
+        assert_eq!(s.cgroups[&42], "/a\tb/c");
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(matches!(read_session(&dir), Err(Error::NoSession(_))));
     }
@@ -654,6 +681,40 @@ mod tests {
     fn malformed_profile() {
         assert!(parse::profile(b"1\t2\n", vec![], vec![], 1).is_err());
         assert!(parse::profile(b"1\t1\t0\tu\t0\t10\t0\t5\n", vec![], vec![], 1).is_err());
+        // the cgroup column: decimal; 11 fields are too many
+        let p =
+            parse::profile(b"1\t1\t0\tu\t0\t10\t0\t5\t0\t77\n", vec![img()], vec![], 1).unwrap();
+        assert_eq!(p.counts().keys().next().unwrap().cgroup, 77);
+        for bad in [
+            &b"1\t1\t0\tu\t0\t10\t0\t5\t0\tx\n"[..],
+            b"1\t1\t0\tu\t0\t10\t0\t5\t0\t-1\n",
+            b"1\t1\t0\tu\t0\t10\t0\t5\t0\t1\t1\n",
+        ] {
+            let e = parse::profile(bad, vec![img()], vec![], 1).unwrap_err();
+            assert!(
+                e.to_string().contains("cgroup") || e.to_string().contains("fields"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_cgroups() {
+        let ok = parse::cgroups(b"# id\tpath\n5\t/\n7\t/a\\tb\n").unwrap();
+        assert_eq!((ok[&5].as_str(), ok[&7].as_str()), ("/", "/a\tb"));
+        for bad in [
+            &b"5\n"[..],
+            b"x\t/a\n",
+            b"5\trel\n",
+            b"5\t/a\n5\t/b\n",
+            b"5\t\n",
+        ] {
+            assert!(
+                parse::cgroups(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -65,6 +65,12 @@ pub struct Meta {
     /// from `kernel.perf_event_max_stack`). Absent in older sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_stack: Option<u16>,
+    /// Where each sample's cgroup came from: "bpf"
+    /// (`bpf_get_current_cgroup_id`), "perf-sample" (PERF_SAMPLE_CGROUP),
+    /// "proc" (`/proc/PID/cgroup` at the process's first sample) or "none"
+    /// (no cgroup v2). Absent in sessions before per-sample cgroups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroups: Option<String>,
 }
 
 /// What `--stacks dwarf` unwinding did (crate::unwind).

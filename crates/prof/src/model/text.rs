@@ -3,7 +3,7 @@
 //! form of [`Report`]; flame graphs and pprof are written by
 //! [`crate::report`] and [`crate::pprof`].
 
-use super::report::{CallGraph, Report, SymRow};
+use super::report::{CallGraph, CompRow, Report, SymRow};
 use std::fmt::Write as _;
 
 /// `--callers` / `--callees`: one function's callers or callees, with
@@ -118,6 +118,18 @@ pub fn render_text(r: &Report) -> String {
             c.samples, c.percent, c.user, c.kernel, c.component
         );
     }
+    if let Some(cgs) = &r.by_cgroup {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "Per cgroup:");
+        for t in cgs {
+            let _ = writeln!(
+                o,
+                "cgroup {}: {} samples ({:.4}% of all)",
+                t.cgroup, t.samples, t.percent
+            );
+            group_tables(&mut o, &t.processes, &t.symbols);
+        }
+    }
     if let Some(tags) = &r.by_tag {
         let _ = writeln!(o);
         let _ = writeln!(o, "Per tag:");
@@ -153,6 +165,33 @@ pub fn render_text(r: &Report) -> String {
         }
     }
     o
+}
+
+/// A group's processes and its first ten symbols (`--by-cgroup`).
+fn group_tables(o: &mut String, procs: &[CompRow], syms: &[SymRow]) {
+    let _ = writeln!(
+        o,
+        "  {:>10} {:>9} {:>10} {:>10}  PROCESS",
+        "SAMPLES", "%", "USER", "KERNEL"
+    );
+    for c in procs {
+        let _ = writeln!(
+            o,
+            "  {:>10} {:>9.4} {:>10} {:>10}  {}",
+            c.samples, c.percent, c.user, c.kernel, c.component
+        );
+    }
+    let _ = writeln!(o, "  {:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
+    for s in syms.iter().take(10) {
+        let _ = writeln!(
+            o,
+            "  {:>10} {:>9.4}  {:<32} {}",
+            s.samples,
+            s.percent,
+            short(&s.image, 32),
+            s.symbol
+        );
+    }
 }
 
 /// A path shortened from the left to `n` characters.
