@@ -1195,6 +1195,21 @@ fn samples_carry_their_cgroup_and_the_report_groups_by_it() {
     std::fs::remove_dir_all(&d).unwrap();
 }
 
+/// A command that spins on one CPU for `secs` seconds.
+fn busy(secs: f64) -> Target {
+    Target::Command(
+        [
+            "timeout",
+            &format!("{secs}"),
+            "sh",
+            "-c",
+            "while :; do :; done",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+}
+
 /// The sessions of a continuous recording in `dir`, oldest first.
 fn sessions_in(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -1207,7 +1222,8 @@ fn sessions_in(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-/// `--continuous --rotate 1s` for 4.5 s, system-wide on the eBPF path:
+/// `--continuous --rotate 1s` of a command spinning 4.5 s, on the eBPF
+/// path:
 /// a session per period, each an ordinary session; and no sample is lost
 /// or counted twice at a rotation: the sessions' profiles together hold
 /// exactly the samples the sample path counted over the whole run (its
@@ -1220,35 +1236,30 @@ fn continuous_sessions_partition_the_samples() {
     require_recording();
     let d = tmpdir("cont");
     let dir = d.join("c");
-    let mut o = opts(&d, Target::All);
+    let mut o = opts(&d, busy(4.5));
     o.freq = Some(1000);
-    o.duration = Some(Duration::from_millis(4500));
     o.continuous = Some(mantle_prof::record::Continuous {
         dir: dir.clone(),
         rotate: Duration::from_secs(1),
         keep: Duration::from_secs(60),
         max_bytes: None,
     });
-    // a busy process, so that every period has samples
-    let mut busy = Command::new("sh")
-        .args(["-c", "while :; do :; done"])
-        .spawn()
-        .unwrap();
-    let s = record(&o);
-    let _ = busy.kill();
-    let _ = busy.wait();
-    let s = s.expect("record");
+    let s = record(&o).expect("record");
     let c = s.continuous.as_ref().expect("continuous summary");
     let found = sessions_in(&dir);
-    assert!((4..=6).contains(&found.len()), "{:?}", c.written);
+    assert!((3..=6).contains(&found.len()), "{:?}", c.written);
     assert_eq!(found.len(), c.written.len());
     assert!(c.deleted.is_empty());
     let (mut total, mut counted, mut lost) = (0u64, 0u64, 0u64);
     let mut last_end = 0u64;
-    for p in &found {
+    for (i, p) in found.iter().enumerate() {
         let sess = mantle_prof::session::read_session(p).expect("read a period's session");
         let m = &sess.meta;
-        assert!(m.samples > 200, "{}: {} samples", p.display(), m.samples);
+        // a whole period has samples (the last one is what was left;
+        // a loaded machine gives the spinning command a small share)
+        if i + 1 < found.len() {
+            assert!(m.samples > 0, "{}: {} samples", p.display(), m.samples);
+        }
         // periods follow each other
         assert!(m.start_unix_ns >= last_end, "{}", p.display());
         last_end = m.start_unix_ns + m.duration_ns;
@@ -1282,9 +1293,8 @@ fn continuous_recording_keeps_the_newest() {
     std::fs::create_dir(&dir).unwrap();
     std::fs::create_dir(dir.join("mine")).unwrap();
     std::fs::write(dir.join("mine/meta.json"), b"{}").unwrap();
-    let mut o = opts(&d, Target::All);
+    let mut o = opts(&d, busy(5.5));
     o.freq = Some(500);
-    o.duration = Some(Duration::from_millis(5500));
     o.continuous = Some(mantle_prof::record::Continuous {
         dir: dir.clone(),
         rotate: Duration::from_secs(1),
@@ -1304,7 +1314,7 @@ fn continuous_recording_keeps_the_newest() {
     assert!(dir.join("mine/meta.json").exists());
     // a size bound below one session: the newest alone stays
     let dir2 = d.join("c2");
-    o.duration = Some(Duration::from_millis(2500));
+    o.target = busy(2.5);
     o.continuous = Some(mantle_prof::record::Continuous {
         dir: dir2.clone(),
         rotate: Duration::from_secs(1),

@@ -179,17 +179,86 @@ pub struct ContinuousSummary {
     pub samples: u64,
 }
 
-/// Writes the periods' sessions, one at a time, on a thread of its own,
-/// and keeps DIR within its bounds.
+/// Writes the periods' sessions in order on a thread of its own (a queue:
+/// a rotation never waits for a write), and after each one deletes the
+/// oldest beyond the bounds.
 pub(super) struct Writer {
     c: Continuous,
-    pending: Option<JoinHandle<Result<(), Error>>>,
+    queue: Option<std::sync::mpsc::Sender<(PathBuf, PeriodData)>>,
+    thread: Option<JoinHandle<Result<Vec<String>, Error>>>,
     pub summary: ContinuousSummary,
 }
 
+/// The writer thread: each queued period written, then DIR pruned.
+fn write_all(
+    c: Continuous,
+    queue: std::sync::mpsc::Receiver<(PathBuf, PeriodData)>,
+) -> Result<Vec<String>, Error> {
+    let mut deleted = Vec::new();
+    for (out, d) in queue {
+        let ks = super::host::kallsyms_text();
+        let vdso = crate::kernel::vdso_image();
+        let mut meta = d.meta;
+        meta.kernel_symbols = ks.is_some();
+        session::write_session(
+            &out,
+            &SessionData {
+                meta: &meta,
+                profile: &d.profile,
+                procs: &d.procs,
+                history: &d.history,
+                tags: &d.tags,
+                kallsyms_text: ks.as_deref(),
+                vdso: vdso.as_deref(),
+                jit_maps: &d.jit_maps,
+                cgroups: &d.cgroups,
+            },
+            false,
+        )?;
+        deleted.extend(prune(&c)?);
+    }
+    Ok(deleted)
+}
+
+/// Deletes the oldest sessions of DIR beyond the bounds; their names.
+fn prune(c: &Continuous) -> Result<Vec<String>, Error> {
+    let mut names: Vec<String> = std::fs::read_dir(&c.dir)
+        .map_err(|e| Error::Io {
+            op: "read",
+            path: c.dir.clone(),
+            source: e,
+        })?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| is_session_name(n) && c.dir.join(n).join("meta.json").is_file())
+        .collect();
+    names.sort();
+    let sized: Vec<(String, u64)> = names
+        .into_iter()
+        .map(|n| {
+            let b = if c.max_bytes.is_some() {
+                du(&c.dir.join(&n))
+            } else {
+                0
+            };
+            (n, b)
+        })
+        .collect();
+    let gone = to_delete(&sized, c.keep_count(), c.max_bytes);
+    for n in &gone {
+        let p = c.dir.join(n);
+        std::fs::remove_dir_all(&p).map_err(|e| Error::Io {
+            op: "remove",
+            path: p,
+            source: e,
+        })?;
+    }
+    Ok(gone)
+}
+
 impl Writer {
-    /// Makes DIR if missing (not its parents) and checks that sessions
-    /// can be made in it, before recording starts.
+    /// Makes DIR if missing (not its parents), checks that sessions can
+    /// be made in it, before recording starts, and starts the writer.
     pub fn new(c: &Continuous) -> Result<Writer, Error> {
         match std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
             .create(&c.dir)
@@ -205,9 +274,16 @@ impl Writer {
             }
         }
         session::check_writable(&c.dir.join("probe"))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let cc = c.clone();
+        let thread = std::thread::Builder::new()
+            .name("prof-writer".into())
+            .spawn(move || write_all(cc, rx))
+            .map_err(|e| Error::os("start the session writer thread", e))?;
         Ok(Writer {
             c: c.clone(),
-            pending: None,
+            queue: Some(tx),
+            thread: Some(thread),
             summary: ContinuousSummary {
                 dir: c.dir.display().to_string(),
                 ..Default::default()
@@ -215,57 +291,35 @@ impl Writer {
         })
     }
 
-    /// Waits for the write under way, then deletes beyond the bounds.
-    pub fn settle(&mut self) -> Result<(), Error> {
-        if let Some(h) = self.pending.take() {
-            h.join()
-                .map_err(|_| Error::Kernel("the session writer thread panicked".into()))??;
-        }
-        self.prune()
-    }
-
-    fn prune(&mut self) -> Result<(), Error> {
-        let mut names: Vec<String> = std::fs::read_dir(&self.c.dir)
-            .map_err(|e| Error::Io {
-                op: "read",
-                path: self.c.dir.clone(),
-                source: e,
-            })?
-            .flatten()
-            .filter_map(|e| e.file_name().into_string().ok())
-            .filter(|n| is_session_name(n) && self.c.dir.join(n).join("meta.json").is_file())
-            .collect();
-        names.sort();
-        let sized: Vec<(String, u64)> = names
-            .into_iter()
-            .map(|n| {
-                let b = if self.c.max_bytes.is_some() {
-                    du(&self.c.dir.join(&n))
-                } else {
-                    0
-                };
-                (n, b)
-            })
-            .collect();
-        for n in to_delete(&sized, self.c.keep_count(), self.c.max_bytes) {
-            let p = self.c.dir.join(&n);
-            std::fs::remove_dir_all(&p).map_err(|e| Error::Io {
-                op: "remove",
-                path: p,
-                source: e,
-            })?;
-            self.summary.deleted.push(n);
+    /// The writer's error, if it stopped on one (a write that failed:
+    /// the recording stops rather than go on losing periods).
+    fn check(&mut self) -> Result<(), Error> {
+        if self.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            self.queue = None;
+            return self.finish();
         }
         Ok(())
     }
 
-    /// Writes one period's session (after the previous one is written).
+    /// Waits until every queued session is written and DIR pruned.
+    pub fn finish(&mut self) -> Result<(), Error> {
+        self.queue = None;
+        if let Some(t) = self.thread.take() {
+            let deleted = t
+                .join()
+                .map_err(|_| Error::Kernel("the session writer thread panicked".into()))??;
+            self.summary.deleted.extend(deleted);
+        }
+        Ok(())
+    }
+
+    /// Queues one period's session.
     pub fn submit(&mut self, d: PeriodData) -> Result<(), Error> {
-        self.settle()?;
-        let mut name = session_name(d.meta.start_unix_ns);
-        // two periods in one millisecond (never with ROTATE_MIN): a suffix
-        // would break the naming; move the name on instead
+        self.check()?;
         let mut ns = d.meta.start_unix_ns;
+        let mut name = session_name(ns);
+        // two periods in one millisecond (never with ROTATE_MIN): move
+        // the name on, keeping the naming
         while self.summary.written.last() >= Some(&name) {
             ns += 1_000_000;
             name = session_name(ns);
@@ -273,27 +327,12 @@ impl Writer {
         let out = self.c.dir.join(&name);
         self.summary.written.push(name);
         self.summary.samples = self.summary.samples.saturating_add(d.profile.total());
-        self.pending = Some(std::thread::spawn(move || {
-            let ks = super::host::kallsyms_text();
-            let vdso = crate::kernel::vdso_image();
-            let mut meta = d.meta;
-            meta.kernel_symbols = ks.is_some();
-            session::write_session(
-                &out,
-                &SessionData {
-                    meta: &meta,
-                    profile: &d.profile,
-                    procs: &d.procs,
-                    history: &d.history,
-                    tags: &d.tags,
-                    kallsyms_text: ks.as_deref(),
-                    vdso: vdso.as_deref(),
-                    jit_maps: &d.jit_maps,
-                    cgroups: &d.cgroups,
-                },
-                false,
-            )
-        }));
+        let sent = self.queue.as_ref().map(|q| q.send((out, d)));
+        if !matches!(sent, Some(Ok(()))) {
+            // the writer is gone: its error says why
+            self.finish()?;
+            return Err(Error::Kernel("the session writer thread stopped".into()));
+        }
         Ok(())
     }
 }

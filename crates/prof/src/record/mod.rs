@@ -550,7 +550,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let rows = last.run.profile.counts().len();
     let images = last.run.profile.images.len();
     let meta = write_period(last, &mut sp, &cg)?;
-    writer.settle()?;
+    writer.finish()?;
     Ok(Summary {
         session: writer
             .summary

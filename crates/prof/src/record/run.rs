@@ -503,12 +503,13 @@ pub(super) fn run(
     let fds = &sampling.fds;
     let start = Instant::now();
     let start_unix_ns = unix_ns();
-    start_sampling(fds, tracee)?;
     let mut d = Drainer {
         layout: path.layout,
         ..Drainer::default()
     };
+    // the counters before the first sample: every sample in a period
     let mut period = PeriodStart::now(path, side, &d);
+    start_sampling(fds, tracee)?;
     let command_status = read_loop(
         o,
         path,
