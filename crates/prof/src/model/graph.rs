@@ -46,6 +46,9 @@ pub struct GraphRow {
     pub count: u64,
 }
 
+// the report's memory per row (issue 33's bars): 32 bytes, cgroup included
+const _: () = assert!(std::mem::size_of::<GraphRow>() == 32);
+
 /// Every row of a report with its interned stack.
 #[derive(Debug, Clone, Default)]
 pub struct StackGraph {

@@ -327,8 +327,12 @@ impl Writer {
         let out = self.c.dir.join(&name);
         self.summary.written.push(name);
         self.summary.samples = self.summary.samples.saturating_add(d.profile.total());
-        let sent = self.queue.as_ref().map(|q| q.send((out, d)));
-        if !matches!(sent, Some(Ok(()))) {
+        // (the error of send gives the period back: not needed)
+        let sent = self
+            .queue
+            .as_ref()
+            .is_some_and(|q| q.send((out, d)).is_ok());
+        if !sent {
             // the writer is gone: its error says why
             self.finish()?;
             return Err(Error::Kernel("the session writer thread stopped".into()));

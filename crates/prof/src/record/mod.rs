@@ -489,8 +489,10 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             &mut sp,
             &sampling,
             &mut tracee,
-            &mut cg,
-            None,
+            run::Sink {
+                cgroups: &mut cg,
+                rotation: None,
+            },
         )?;
         // what the report needs later, and the session
         let (_, tags_end) = host::tag_names();
@@ -510,7 +512,10 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             },
         );
     };
-    // continuous: each period written as it ends, the last one at the end
+    // continuous: each period written as it ends, the last one at the end;
+    // the writer reads kallsyms for each session, the summary says now
+    // whether it can
+    let kernel_symbols = host::kallsyms_text().is_some();
     let mut write_period = |mut p: run::Period,
                             sp: &mut AddressSpaces,
                             cg: &cgroups::Cgroups|
@@ -519,8 +524,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         let tags = host::merge_tag_names(tags_start.clone(), names);
         let mut r = recorded.clone();
         let jit_maps = finish::jit_maps(&mut p.run.profile, sp, &mut r.warnings)?;
-        // kernel_symbols is the writer's to say (it reads kallsyms)
-        let meta = finish::meta(o, &p.run, &r, &p.side, false);
+        let meta = finish::meta(o, &p.run, &r, &p.side, kernel_symbols);
         let cgroups = cg.table(p.run.profile.counts().keys().map(|k| k.cgroup));
         writer.submit(continuous::PeriodData {
             meta: meta.clone(),
@@ -541,10 +545,12 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         &mut sp,
         &sampling,
         &mut tracee,
-        &mut cg,
-        Some((c.rotate, &mut |p, sp, cg| {
-            write_period(p, sp, cg).map(|_| ())
-        })),
+        run::Sink {
+            cgroups: &mut cg,
+            rotation: Some((c.rotate, &mut |p, sp, cg| {
+                write_period(p, sp, cg).map(|_| ())
+            })),
+        },
     )?;
     let command_status = last.run.command_status;
     let rows = last.run.profile.counts().len();

@@ -489,6 +489,31 @@ pub(super) struct Run {
     pub unwind: crate::unwind::UnwindStats,
 }
 
+/// Where samples go besides the profile: their cgroups' names, and with
+/// a continuous recording each period.
+pub(super) struct Sink<'a> {
+    pub cgroups: &'a mut Cgroups,
+    /// The period length and what is done with each period.
+    pub rotation: Option<(Duration, OnPeriod<'a>)>,
+}
+
+/// A continuous recording's rotation, called on every poll of the read
+/// loop (it checks the time itself).
+type Rotate<'a> = &'a mut dyn FnMut(
+    &mut SamplePath,
+    &mut SideBand,
+    &mut AddressSpaces,
+    &mut Drainer,
+    &mut Cgroups,
+) -> Result<(), Error>;
+
+/// What the read loop needs besides the recording's parts.
+struct Loop<'a> {
+    start: Instant,
+    cg: &'a mut Cgroups,
+    rotate: Rotate<'a>,
+}
+
 /// Starts sampling, reads until the recording ends, stops and drains.
 pub(super) fn run(
     o: &RecordOpts,
@@ -497,9 +522,12 @@ pub(super) fn run(
     sp: &mut AddressSpaces,
     sampling: &Sampling,
     tracee: &mut Tracee,
-    cg: &mut Cgroups,
-    mut rotation: Option<(Duration, OnPeriod)>,
+    sink: Sink,
 ) -> Result<Period, Error> {
+    let Sink {
+        cgroups: cg,
+        mut rotation,
+    } = sink;
     let fds = &sampling.fds;
     let start = Instant::now();
     let start_unix_ns = unix_ns();
@@ -517,27 +545,36 @@ pub(super) fn run(
         sp,
         tracee,
         &mut d,
-        start,
-        cg,
-        &mut |path, side, sp, d, cg| {
-            // a continuous recording's rotation: a drain (after the side
-            // band), then the drained profile is the period's
-            let Some((every, on_period)) = rotation.as_mut() else {
-                return Ok(());
-            };
-            if period.at.elapsed() < *every {
-                return Ok(());
-            }
-            d.replay(side, sp, cg)?;
-            d.drain(path.sampler.as_mut(), sp, cg)?;
-            cg.settle(true);
-            let p = period.close(path, side, d, None);
-            period = PeriodStart::now(path, side, d);
-            on_period(p, sp, cg)
+        Loop {
+            start,
+            cg: &mut *cg,
+            rotate: &mut |path, side, sp, d, cg| {
+                // a continuous recording's rotation: a drain (after the side
+                // band), then the drained profile is the period's
+                let Some((every, on_period)) = rotation.as_mut() else {
+                    return Ok(());
+                };
+                if period.at.elapsed() < *every {
+                    return Ok(());
+                }
+                d.replay(side, sp, cg)?;
+                d.drain(path.sampler.as_mut(), sp, cg)?;
+                cg.settle(true);
+                let p = period.close(path, side, d, None);
+                period = PeriodStart::now(path, side, d);
+                on_period(p, sp, cg)
+            },
         },
     )?;
     let duration = start.elapsed();
-    stop_sampling(fds, path, tracee, command_status, side, sp, &mut d, cg).map(|command_status| {
+    let command_status = stop_sampling(fds, path, tracee, command_status);
+    // what is left (twice: each drain flips the two count maps and
+    // empties the one that was taking samples, so both end up empty)
+    d.replay(side, sp, cg)?;
+    d.drain(path.sampler.as_mut(), sp, cg)?;
+    d.drain(path.sampler.as_mut(), sp, cg)?;
+    cg.settle(true);
+    Ok(command_status).map(|command_status| {
         let stats = path
             .sampler
             .as_ref()
@@ -603,16 +640,9 @@ fn read_loop(
     sp: &mut AddressSpaces,
     tracee: &mut Tracee,
     d: &mut Drainer,
-    start: Instant,
-    cg: &mut Cgroups,
-    rotate: &mut dyn FnMut(
-        &mut SamplePath,
-        &mut SideBand,
-        &mut AddressSpaces,
-        &mut Drainer,
-        &mut Cgroups,
-    ) -> Result<(), Error>,
+    l: Loop,
 ) -> Result<Option<i32>, Error> {
+    let Loop { start, cg, rotate } = l;
     let live = o.status && kernel::stderr_is_tty();
     let mut last_drain = Instant::now();
     let mut last_status = Instant::now();
@@ -680,19 +710,14 @@ fn read_loop(
     Ok(command_status)
 }
 
-/// Disables the events, detaches the program, waits for the command, and
-/// drains what is left (twice: each drain flips the two count maps and
-/// empties the one that was taking samples, so both end up empty).
+/// Disables the events, detaches the program, waits for the command;
+/// its status.
 fn stop_sampling(
     fds: &[(u32, OwnedFd)],
     path: &mut SamplePath,
     tracee: &mut Tracee,
     mut command_status: Option<i32>,
-    side: &mut SideBand,
-    sp: &mut AddressSpaces,
-    d: &mut Drainer,
-    cg: &mut Cgroups,
-) -> Result<Option<i32>, Error> {
+) -> Option<i32> {
     for (_, fd) in fds {
         let _ = kernel::perf_disable(fd.as_fd());
     }
@@ -705,9 +730,5 @@ fn stop_sampling(
             command_status.get_or_insert(s);
         }
     }
-    d.replay(side, sp, cg)?;
-    d.drain(path.sampler.as_mut(), sp, cg)?;
-    d.drain(path.sampler.as_mut(), sp, cg)?;
-    cg.settle(true);
-    Ok(command_status)
+    command_status
 }
