@@ -17,7 +17,7 @@ pub enum ProfCmd {
     /// Sample the system, a process or a command into a session (any user
     /// for their own processes, user mode; CAP_BPF + CAP_PERFMON for all).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n  mantle prof record -- ./x                         # as any user: own process, user mode only\n  mantle prof record --cgroup /sys/fs/cgroup/unified/system.slice/nginx.service --duration 10s\n\nWithout CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) a user records their own\nprocesses where kernel.perf_event_paranoid allows (2: user mode only), through\nthe perf ring, untagged; -a, others' processes and --transport ring,\n--self-timing, --stacks bpf are refused (exit 4, naming what is missing).\nStacks follow kernel.perf_event_max_stack (a warning when it is above what is kept).\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n  mantle prof record -- ./x                         # as any user: own process, user mode only\n  mantle prof record --cgroup /sys/fs/cgroup/unified/system.slice/nginx.service --duration 10s\n  mantle prof record --off-cpu -- ./server          # also where threads block, and how long\n\nWithout CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) a user records their own\nprocesses where kernel.perf_event_paranoid allows (2: user mode only), through\nthe perf ring, untagged; -a, others' processes and --transport ring,\n--self-timing, --stacks bpf, --off-cpu are refused (exit 4, naming what is missing).\nStacks follow kernel.perf_event_max_stack (a warning when it is above what is kept).\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
@@ -143,6 +143,12 @@ pub struct RecordArgs {
     /// a larger copy costs more per sample.
     #[arg(long, default_value = "8KiB", value_name = "SIZE", value_parser = parse_stack_size)]
     stack_size: u32,
+    /// Also record off-CPU time: how long each thread was blocked, with
+    /// its kernel and user stack where it blocked (sched_switch, eBPF:
+    /// needs CAP_BPF and CAP_PERFMON). The report shows it beside the
+    /// on-CPU samples.
+    #[arg(long)]
+    off_cpu: bool,
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
@@ -322,6 +328,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 status: !a.quiet,
                 force: a.force,
                 faults: Default::default(),
+                off_cpu: a.off_cpu,
             };
             let s = mantle_prof::record::record(&opts)?;
             if a.json {
@@ -521,6 +528,7 @@ mod tests {
                 kallsyms_text: kallsyms,
                 vdso: None,
                 jit_maps: &[],
+                off_cpu: None,
             },
             false,
         )

@@ -31,7 +31,10 @@ pub fn report_and_symbolizer(
         sym = sym.with_vdso(v);
     }
     let mut r = b.finish(&s.tags, &s.meta, &mut sym);
-    if r.total == 0 && (opts.pid.is_some() || opts.comm.is_some()) {
+    // a filter may select a process that only blocked
+    r.off_cpu = off_cpu_report(&s, opts, &mut sym)?;
+    let blocked = r.off_cpu.as_ref().is_some_and(|o| o.total_ns > 0);
+    if r.total == 0 && !blocked && (opts.pid.is_some() || opts.comm.is_some()) {
         let mut filter = Vec::new();
         if let Some(p) = opts.pid {
             filter.push(format!("--pid {p}"));
@@ -46,7 +49,60 @@ pub fn report_and_symbolizer(
     }
     r.caveats.extend(std::mem::take(&mut sym.warnings));
     r.graph.image_maps = image_maps(&r.graph.images, &s.mappings);
+    if let Some(off) = r.off_cpu.as_mut() {
+        off.graph.image_maps = r.graph.image_maps.clone();
+    }
     Ok((r, sym))
+}
+
+/// The off-CPU half of the report (`record --off-cpu`): the same builder
+/// over offcpu.tsv (counts in ns), named by the same symbolizer, and the
+/// blocked time per thread. None for a session without it.
+fn off_cpu_report(
+    s: &session::Head,
+    opts: &ReportOpts,
+    sym: &mut SessionSymbolizer,
+) -> Result<Option<model::OffCpuReport>, Error> {
+    let mut b = model::ReportBuilder::new(s.images.clone(), &s.procs, opts);
+    let Some(off) = session::stream_offcpu(s, &mut b)? else {
+        return Ok(None);
+    };
+    let r = b.finish(&s.tags, &s.meta, sym);
+    let comm = |pid: u32| {
+        s.procs
+            .get(&pid)
+            .map(|p| p.comm.clone())
+            .unwrap_or_else(|| "?".into())
+    };
+    let threads: Vec<model::ThreadRow> = off
+        .per_thread()
+        .into_iter()
+        .filter(|((pid, _), _)| {
+            opts.pid.is_none_or(|p| p == *pid)
+                && opts.comm.as_ref().is_none_or(|c| *c == comm(*pid))
+        })
+        .map(|((pid, tid), t)| model::ThreadRow {
+            pid,
+            tid,
+            comm: comm(pid),
+            ns: t.ns,
+            blocks: t.blocks,
+            percent: if r.total == 0 {
+                0.0
+            } else {
+                100.0 * t.ns as f64 / r.total as f64
+            },
+        })
+        .collect();
+    Ok(Some(model::OffCpuReport {
+        total_ns: r.total,
+        blocks: threads.iter().fold(0, |a, t| a.saturating_add(t.blocks)),
+        threads,
+        symbols: r.symbols,
+        inclusive: r.inclusive,
+        components: r.components,
+        graph: r.graph,
+    }))
 }
 
 /// One executable mapping of each image seen while recording (the first

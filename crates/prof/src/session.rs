@@ -14,6 +14,9 @@
 //!   kallsyms.gz      kernel text symbols at record time
 //!   vdso.so          the vDSO image
 //!   jit/perf-PID.map JIT symbol maps found while recording
+//!   offcpu.tsv       record --off-cpu: blocked time per (pid, tid, leaf,
+//!                    stack), in ns, with the number of blocks (the
+//!                    stacks and images are the tables above)
 //! ```
 
 use crate::files;
@@ -80,6 +83,8 @@ pub struct SessionData<'a> {
     pub kallsyms_text: Option<&'a str>,
     pub vdso: Option<&'a [u8]>,
     pub jit_maps: &'a [(u32, String)],
+    /// `record --off-cpu`: the blocked time (offcpu.tsv).
+    pub off_cpu: Option<&'a crate::model::OffCpu>,
 }
 
 /// Whether `dir` can take a new session: it does not exist, or `force` is
@@ -255,6 +260,14 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
     if let Some(v) = d.vdso {
         write(&dir.join("vdso.so"), v)?;
     }
+    if let Some(off) = d.off_cpu {
+        let mut s = String::from(crate::model::offcpu::HEADER);
+        for (k, t) in off.sorted_rows() {
+            s.push_str(&crate::model::offcpu::format_line(&k, &t));
+            s.push('\n');
+        }
+        write(&dir.join("offcpu.tsv"), s.as_bytes())?;
+    }
     if !d.jit_maps.is_empty() {
         let jd = dir.join("jit");
         std::fs::create_dir_all(&jd).map_err(|e| ioerr("create", &jd, e))?;
@@ -409,6 +422,49 @@ fn for_each_line(
     }
 }
 
+/// Streams stacks.tsv, then offcpu.tsv, into a report builder of the
+/// off-CPU half (counts in ns), and sums each thread's blocked time
+/// (kept whatever the builder's filter). None when the session has no
+/// offcpu.tsv (recorded without --off-cpu).
+pub fn stream_offcpu(
+    head: &Head,
+    b: &mut crate::model::ReportBuilder,
+) -> Result<Option<crate::model::OffCpu>, Error> {
+    let dir = &head.dir;
+    if !dir.join("offcpu.tsv").exists() && head.meta.off_cpu.is_none() {
+        return Ok(None);
+    }
+    let n_images = head.images.len();
+    let mut frames = Vec::new();
+    for_each_line(dir, "stacks.tsv", TABLE_MAX, &mut |n, line| {
+        parse::stack_line(n, line, n_images, b.stacks(), &mut frames)?;
+        b.add_stack(&frames)
+            .map(|_| ())
+            .map_err(|e| ParseError::new(parse::At::Line(n), e.to_string()))
+    })?;
+    let n_stacks = b.stacks();
+    let words = crate::abi::MT_WORDS;
+    let mut off = crate::model::OffCpu::default();
+    let found = for_each_line(dir, "offcpu.tsv", TABLE_MAX, &mut |n, line| {
+        let (k, t) = crate::model::offcpu::parse_line(n, line, n_images, n_stacks)?;
+        let at = || parse::At::Field(n, "ns");
+        off.add(k, t.ns, t.blocks)
+            .map_err(|e| ParseError::new(at(), e.to_string()))?;
+        b.add_row(&k.row_key(words), t.ns)
+            .map_err(|e| ParseError::new(at(), e.to_string()))
+    })?;
+    if !found {
+        return Err(Error::Corrupt {
+            file: dir.join("offcpu.tsv"),
+            source: ParseError::new(
+                parse::At::File,
+                "missing, but meta.json says off-CPU time was recorded",
+            ),
+        });
+    }
+    Ok(Some(off))
+}
+
 /// Streams stacks.tsv, then profile.tsv, into a report builder, a line at
 /// a time: neither file is ever whole in memory.
 pub fn stream_tables(head: &Head, b: &mut crate::model::ReportBuilder) -> Result<(), Error> {
@@ -553,6 +609,7 @@ mod tests {
                 kallsyms_text: Some("ffffffff81000000 T _stext\n"),
                 vdso: None,
                 jit_maps: &[(5, "1000 10 j\n".into())],
+                off_cpu: None,
             },
             false,
         )
@@ -573,6 +630,7 @@ mod tests {
                 kallsyms_text: None,
                 vdso: None,
                 jit_maps: &[],
+                off_cpu: None,
             },
             false,
         )
@@ -592,6 +650,7 @@ mod tests {
                 kallsyms_text: None,
                 vdso: None,
                 jit_maps: &[],
+                off_cpu: None,
             },
             false,
         )

@@ -82,6 +82,7 @@ fn session(dir: &Path, elf: &str, n: u64) {
             kallsyms_text: Some("ffffffff81000000 T _stext\n"),
             vdso: Some(&std::fs::read("/bin/true").unwrap()),
             jit_maps: &[],
+            off_cpu: None,
         },
         true, // dir may be a fresh empty directory
     )

@@ -232,6 +232,7 @@ pub(super) fn write(
         ),
         user_only: !r.access.kernel,
         max_stack: (o.stacks != Stacks::None).then_some(r.max_stack),
+        off_cpu: run.off_cpu.as_ref().map(|off| off.info()),
     };
     let vdso = kernel::vdso_image();
     let profile = &run.profile;
@@ -246,6 +247,7 @@ pub(super) fn write(
             kallsyms_text: ks.as_deref(),
             vdso: vdso.as_deref(),
             jit_maps: r.jit_maps,
+            off_cpu: run.off_cpu.as_ref().map(|off| &off.rows),
         },
         o.force,
     )?;

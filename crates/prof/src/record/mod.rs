@@ -12,7 +12,8 @@
 //!    `host`);
 //! 6. the sampling events opened, with the fallback if need be
 //!    (`choose::open_sampling`), and the sample path attached;
-//! 7. the read loop: replay, drain, stop (`run`);
+//! 7. the read loop: replay, drain, stop (`run`), with the off-CPU path
+//!    when asked (`offcpu`);
 //! 8. JIT maps, metadata, the session written, the summary (`finish`,
 //!    `summary`).
 //!
@@ -23,6 +24,7 @@
 mod choose;
 mod finish;
 mod host;
+mod offcpu;
 mod run;
 mod sideband;
 mod summary;
@@ -109,6 +111,9 @@ pub struct RecordOpts {
     pub force: bool,
     /// Failures to simulate (tests).
     pub faults: Faults,
+    /// Also record off-CPU time (blocked threads and their stacks, from
+    /// sched_switch; eBPF only).
+    pub off_cpu: bool,
 }
 
 /// A seam for tests: system call failures to simulate, so that paths such
@@ -142,6 +147,7 @@ impl Default for RecordOpts {
             status: true,
             force: false,
             faults: Faults::default(),
+            off_cpu: false,
         }
     }
 }
@@ -266,7 +272,8 @@ impl Privilege {
 /// ring, untagged. Refusals are [`Error::Permission`] naming what is
 /// missing: `-a` above paranoid 0, any recording at paranoid 3 or more
 /// (Debian's "no unprivileged perf"), and the options that exist only on
-/// the eBPF path (`--transport ring`, `--self-timing`, `--stacks bpf`).
+/// the eBPF path (`--transport ring`, `--self-timing`, `--stacks bpf`,
+/// `--off-cpu`).
 /// Pure.
 pub fn plan_access(o: &RecordOpts, p: Privilege) -> Result<Access, Error> {
     use mantle_sys::os::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
@@ -302,6 +309,8 @@ pub fn plan_access(o: &RecordOpts, p: Privilege) -> Result<Access, Error> {
             Some("--self-timing")
         } else if o.stacks == Stacks::Bpf {
             Some("--stacks bpf")
+        } else if o.off_cpu {
+            Some("--off-cpu (sched_switch)")
         } else {
             None
         };
@@ -393,6 +402,13 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         cpus.len(),
     )?;
     let mut tracee = target::start(&o.target)?;
+    // --off-cpu: its own eBPF programs, on sched_switch (plan_access
+    // refused it without CAP_BPF)
+    let off_cpu = if o.off_cpu {
+        Some(offcpu::OffCpuRec::load(&o.target, &tracee)?)
+    } else {
+        None
+    };
     let mut side = SideBand::open(
         &cpus,
         &tracee.pids,
@@ -431,7 +447,15 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let throttle_visible = path.attach(&sampling.fds, &side.rings)?;
 
     // record until the end, then drain
-    let mut run = run::run(o, &mut path, &mut side, &mut sp, &sampling, &mut tracee)?;
+    let mut run = run::run(
+        o,
+        &mut path,
+        &mut side,
+        &mut sp,
+        &sampling,
+        &mut tracee,
+        off_cpu,
+    )?;
 
     // what the report needs later, and the session
     let (_, tags_end) = host::tag_names();

@@ -201,6 +201,8 @@ struct Drainer {
     dwarf: DwarfSink,
     /// The layout of sample records met in the side band.
     layout: RingLayout,
+    /// `--off-cpu`: the off-CPU path and its rows.
+    off_cpu: Option<super::offcpu::OffCpuRec>,
 }
 
 /// What `--stacks dwarf` samples need and give.
@@ -232,6 +234,10 @@ impl BuildIds {
 
 impl Drainer {
     fn drain(&mut self, sampler: Option<&mut Sampler>, sp: &AddressSpaces) -> Result<(), Error> {
+        if let Some(off) = self.off_cpu.as_mut() {
+            let ids = &mut self.ids;
+            off.drain(&mut self.profile, sp, &mut |r: &mut Resolved| ids.fill(r))?;
+        }
         let Some(sampler) = sampler else {
             return Ok(());
         };
@@ -365,6 +371,8 @@ pub(super) struct Run {
     /// `--stacks dwarf`: samples, their cost, the unwinders' counters.
     pub dwarf: DwarfSink,
     pub unwind: crate::unwind::UnwindStats,
+    /// `--off-cpu`: the off-CPU path, drained, and its rows.
+    pub off_cpu: Option<super::offcpu::OffCpuRec>,
 }
 
 /// Starts sampling, reads until the recording ends, stops and drains.
@@ -375,15 +383,21 @@ pub(super) fn run(
     sp: &mut AddressSpaces,
     sampling: &Sampling,
     tracee: &mut Tracee,
+    off_cpu: Option<super::offcpu::OffCpuRec>,
 ) -> Result<Run, Error> {
     let fds = &sampling.fds;
+    let mut d = Drainer {
+        layout: path.layout,
+        off_cpu,
+        ..Drainer::default()
+    };
+    // off-CPU blocks are charged from here (not a command's gate wait)
+    if let Some(off) = d.off_cpu.as_mut() {
+        off.arm()?;
+    }
     let start = Instant::now();
     let start_unix_ns = unix_ns();
     start_sampling(fds, tracee)?;
-    let mut d = Drainer {
-        layout: path.layout,
-        ..Drainer::default()
-    };
     let command_status = read_loop(o, path, side, sp, tracee, &mut d, start)?;
     let duration = start.elapsed();
     stop_sampling(fds, path, tracee, command_status, side, sp, &mut d).map(|command_status| {
@@ -417,6 +431,7 @@ pub(super) fn run(
             cost_hist,
             dwarf: d.dwarf,
             unwind,
+            off_cpu: d.off_cpu,
         }
     })
 }
@@ -531,10 +546,15 @@ fn stop_sampling(
         s.detach();
     }
     if let Some(mut c) = tracee.child.take() {
+        // (the off-CPU path stays attached until the command has exited:
+        // its last blocks are charged when it runs to exit)
         // stopped early (signal or duration): the command keeps its signal
         if let Some(s) = c.wait() {
             command_status.get_or_insert(s);
         }
+    }
+    if let Some(off) = d.off_cpu.as_mut() {
+        off.stop();
     }
     d.replay(side, sp)?;
     d.drain(path.sampler.as_mut(), sp)?;
