@@ -22,7 +22,7 @@ pub enum ProfCmd {
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
     #[command(
-        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  go tool pprof -list slow_multiply out.pb.gz  # source lines (built with -g)\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --callers memcpy          # also __memcpy_avx_unaligned_erms (aliases)\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/ (or by .gnu_debuglink)\n\nNames: C++ and Rust demangled; of several names at one address the public one\n(read, not __GI___libc_read); unnamed code of stripped images one row per\nfunction, [libx.so+0x1130..0x11a0]."
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  go tool pprof -list slow_multiply out.pb.gz  # source lines (built with -g)\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --callers memcpy          # also __memcpy_avx_unaligned_erms (aliases)\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/ (or by .gnu_debuglink)\n  mantle prof report -i io.prof --off-cpu-flame off.svg  # a session recorded with --off-cpu\n  go tool pprof -sample_index=off_cpu -top out.pb.gz  # its blocked time in pprof\n\nNames: C++ and Rust demangled; of several names at one address the public one\n(read, not __GI___libc_read); unnamed code of stripped images one row per\nfunction, [libx.so+0x1130..0x11a0].\n\nA session recorded with --off-cpu adds an off-CPU section (blocked time per\nthread, on and off CPU per component side by side, where threads waited),\nits own flame graph (--off-cpu-flame) and pprof's third sample type,\noff_cpu/nanoseconds."
     )]
     Report(ReportArgs),
     /// What changed between two sessions, per function (like perf diff).
@@ -188,6 +188,13 @@ pub struct ReportArgs {
     /// Also write the folded stacks (one "root;...;leaf count" per line).
     #[arg(long, value_name = "FILE")]
     folded: Option<PathBuf>,
+    /// Also write the off-CPU flame graph (SVG; a session recorded with
+    /// --off-cpu): where threads blocked, widths in ns, blue.
+    #[arg(long, value_name = "SVG")]
+    off_cpu_flame: Option<PathBuf>,
+    /// Also write the off-CPU folded stacks (counts in ns).
+    #[arg(long, value_name = "FILE")]
+    off_cpu_folded: Option<PathBuf>,
     /// The flame graph's (and folded stacks') bottom frame.
     #[arg(long, default_value = "process", value_parser = ["process", "component", "tag", "none"])]
     flame_root: String,
@@ -388,6 +395,12 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
             }
             if let Some(p) = &a.folded {
                 mantle_prof::report::write_folded(&r, p)?;
+            }
+            if let Some(p) = &a.off_cpu_flame {
+                mantle_prof::report::write_off_cpu_flame(&r, p)?;
+            }
+            if let Some(p) = &a.off_cpu_folded {
+                mantle_prof::report::write_off_cpu_folded(&r, p)?;
             }
             if a.callers.is_some() || a.callees.is_some() {
                 if let (Some(x), Some(y)) = (&a.callers, &a.callees) {

@@ -152,15 +152,64 @@ pub fn write_folded(r: &Report, out: &Path) -> Result<(), Error> {
 /// Writes a flame graph SVG: the root (process, component or tag), then
 /// the call stack, callers at the bottom.
 pub fn write_flame(r: &Report, out: &Path) -> Result<(), Error> {
+    let mut o = inferno::flamegraph::Options::default();
+    o.title = format!("mantle prof: {} ({} samples)", r.meta.event, r.total);
+    o.count_name = "samples".into();
+    flame(&r.graph, o, out)
+}
+
+/// The off-CPU graph (`record --off-cpu`) as its own flame graph: the
+/// same layout (root, then the stack at the block, callers at the
+/// bottom, the kernel's `__schedule` on top), widths in nanoseconds
+/// blocked, in inferno's blue "io" palette so it is not mistaken for the
+/// on-CPU graph. [`Error::Invalid`] when the session has no off-CPU time.
+pub fn write_off_cpu_flame(r: &Report, out: &Path) -> Result<(), Error> {
+    let off = off_cpu_of(r)?;
+    let mut o = inferno::flamegraph::Options::default();
+    o.title = format!(
+        "mantle prof: off-CPU time ({:.3} s blocked, {} blocks)",
+        off.total_ns as f64 / 1e9,
+        off.blocks
+    );
+    o.count_name = "ns".into();
+    o.colors = inferno::flamegraph::color::Palette::Basic(
+        inferno::flamegraph::color::BasicPalette::Io,
+    );
+    flame(&off.graph, o, out)
+}
+
+/// The folded stacks of the off-CPU graph (counts in ns).
+pub fn write_off_cpu_folded(r: &Report, out: &Path) -> Result<(), Error> {
+    let off = off_cpu_of(r)?;
+    let f = std::fs::File::create(out).map_err(werr(out))?;
+    let mut w = std::io::BufWriter::new(f);
+    off.graph
+        .write_folded(&mut w)
+        .and_then(|()| std::io::Write::flush(&mut w))
+        .map_err(werr(out))
+}
+
+fn off_cpu_of(r: &Report) -> Result<&model::OffCpuReport, Error> {
+    r.off_cpu.as_ref().ok_or_else(|| {
+        Error::Invalid(
+            "this session has no off-CPU time (record it with `mantle prof record --off-cpu`)"
+                .into(),
+        )
+    })
+}
+
+/// Writes the flame graph of `g` with options `o`.
+fn flame(
+    g: &model::StackGraph,
+    mut o: inferno::flamegraph::Options,
+    out: &Path,
+) -> Result<(), Error> {
     let mut lines: Vec<String> = Vec::new();
-    let _ = r.graph.for_each_folded(&mut |l, n| {
+    let _ = g.for_each_folded(&mut |l, n| {
         lines.push(format!("{l} {n}"));
         Ok(())
     });
     let f = std::fs::File::create(out).map_err(werr(out))?;
-    let mut o = inferno::flamegraph::Options::default();
-    o.title = format!("mantle prof: {} ({} samples)", r.meta.event, r.total);
-    o.count_name = "samples".into();
     inferno::flamegraph::from_lines(
         &mut o,
         lines.iter().map(String::as_str),
