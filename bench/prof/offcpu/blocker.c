@@ -7,9 +7,10 @@
  *                  the writer fills G ms later;
  *   writer thread: h() sleeps F+G ms (nanosleep), then writes the pipe.
  *
- * Usage: blocker [F_MS G_MS] (default 200 300). It prints, for each
- * thread, its tid and the time it measured around each block
- * (CLOCK_MONOTONIC), in ns: "f TID NS", "g TID NS", "h TID NS".
+ * Usage: blocker [F_MS G_MS [OUT]] (default 200 300, stdout). It writes,
+ * for each thread, its tid and the time it measured around each block
+ * (CLOCK_MONOTONIC), in ns: "f TID NS", "g TID NS", "j TID NS" (main
+ * waiting in pthread_join for the writer to end), "h TID NS".
  *
  * The system calls are made here with inline `syscall` instructions, not
  * through libc: frame-pointer stack walks lose the caller of a libc
@@ -87,12 +88,15 @@ static void *writer(void *arg)
 int main(int argc, char **argv)
 {
 	pthread_t w;
-	long long t0, fn, gn;
+	long long t0, fn, gn, jn;
+	FILE *out = stdout;
 
-	if (argc == 3) {
+	if (argc >= 3) {
 		f_ms = atol(argv[1]);
 		g_ms = atol(argv[2]);
 	}
+	if (argc >= 4 && !(out = fopen(argv[3], "w")))
+		return 1;
 	if (pipe(fds) || pthread_create(&w, NULL, writer, NULL))
 		return 1;
 	t0 = now_ns();
@@ -102,7 +106,10 @@ int main(int argc, char **argv)
 	g();
 	gn = now_ns() - t0;
 	/* the writer has written: it ends at once */
+	t0 = now_ns();
 	pthread_join(w, NULL);
-	printf("f %d %lld\ng %d %lld\nh %d %lld\n", gettid(), fn, gettid(), gn, h_tid, h_ns);
-	return 0;
+	jn = now_ns() - t0;
+	fprintf(out, "f %d %lld\ng %d %lld\nj %d %lld\nh %d %lld\n", gettid(), fn, gettid(), gn,
+		gettid(), jn, h_tid, h_ns);
+	return fclose(out) != 0;
 }

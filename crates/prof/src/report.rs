@@ -172,9 +172,8 @@ pub fn write_off_cpu_flame(r: &Report, out: &Path) -> Result<(), Error> {
         off.blocks
     );
     o.count_name = "ns".into();
-    o.colors = inferno::flamegraph::color::Palette::Basic(
-        inferno::flamegraph::color::BasicPalette::Io,
-    );
+    o.colors =
+        inferno::flamegraph::color::Palette::Basic(inferno::flamegraph::color::BasicPalette::Io);
     flame(&off.graph, o, out)
 }
 

@@ -166,9 +166,10 @@ int BPF_PROG(mo_switch, bool preempt, struct task_struct *prev, struct task_stru
 	 * an exiting thread never runs again: no start) */
 	if (!preempt && prev_state != 0 && !(prev_state & 0x80 /* TASK_DEAD */) && wanted(prev)) {
 		st.ts = now;
-		/* skip this program's frame and bpf_trace_run4, the
-		 * tracepoint's dispatcher: the leaf is __schedule */
-		st.kstack = stack_key(ctx, MO_KSTACK_SKIP, s);
+		/* from this program's own frame: the tracepoint's
+		 * dispatch frames above __schedule are left out in user
+		 * space (their number varies: model::offcpu::from_switch) */
+		st.kstack = stack_key(ctx, 0, s);
 		st.ustack = stack_key(ctx, BPF_F_USER_STACK, s);
 		tid = prev->pid;
 		if (bpf_map_update_elem(&starts, &tid, &st, BPF_ANY))

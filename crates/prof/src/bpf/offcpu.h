@@ -23,11 +23,6 @@
 #define MO_STACKS 16384     /* distinct stacks (never freed while recording; preallocated) */
 #define MO_TARGETS 65536    /* processes of a -p or command target */
 
-/* Kernel frames skipped at a switch-out (bpf_get_stack's skip field):
- * the program's own and bpf_trace_run4 (tp_btf's dispatcher), so that
- * stacks start at __schedule (checked by crates/prof/tests/offcpu.rs). */
-#define MO_KSTACK_SKIP 2
-
 /* Key of `counts`: one thread blocked at one place. */
 struct mo_key {
 	__u32 pid;              /* tgid */

@@ -193,6 +193,27 @@ pub struct OffCpuReport {
     pub graph: StackGraph,
 }
 
+/// The function the kernel switches tasks in: a kernel stack taken at
+/// sched_switch is cut to start there.
+pub const SWITCH_FUNCTION: &str = "__schedule";
+
+/// How deep [`from_switch`] looks for [`SWITCH_FUNCTION`].
+const DISPATCH_FRAMES: usize = 8;
+
+/// A kernel stack taken by the off-CPU program (leaf first) without the
+/// frames above `__schedule`: the program's own and the tracepoint's
+/// dispatch (`bpf_trace_run4`, sometimes `__traceiter_sched_switch`:
+/// their number varies, so no fixed skip count is right). Unchanged when
+/// `__schedule` is not among the first frames or kallsyms has no
+/// addresses (the dispatch frames then stay in the stack).
+pub fn from_switch<'a>(kernel: &'a [u64], ks: &super::Kallsyms) -> &'a [u64] {
+    kernel
+        .iter()
+        .take(DISPATCH_FRAMES)
+        .position(|&a| ks.lookup(a) == Some(SWITCH_FUNCTION))
+        .map_or(kernel, |i| &kernel[i..])
+}
+
 /// Parses one data line of offcpu.tsv (line `n`): `pid tid mode image
 /// offset ns blocks stack`, with `n_images` images and `n_stacks` stacks.
 pub fn parse_line(
@@ -322,6 +343,27 @@ mod tests {
         assert!(parse_line(1, &l.replace("\tk\t", "\tx\t"), 2, 3).is_err());
         assert!(parse_line(1, "10\t11\tk\t1\t1f0\t5\t1", 2, 3).is_err());
         assert!(parse_line(1, &l.replace("200000000", "-1"), 2, 3).is_err());
+    }
+
+    #[test]
+    fn kernel_stacks_start_at_the_switch() {
+        let ks = crate::model::Kallsyms::parse(
+            "ffffffff81000000 T bpf_trace_run4\nffffffff81000100 T __traceiter_sched_switch\nffffffff81000200 T __schedule\nffffffff81000300 T schedule\n",
+        );
+        let st = [
+            0xffffffffc0000010,
+            0xffffffff81000010,
+            0xffffffff81000110,
+            0xffffffff81000210,
+            0xffffffff81000310,
+        ];
+        assert_eq!(from_switch(&st, &ks), &st[3..]);
+        // without __schedule near the top, or without addresses: unchanged
+        assert_eq!(from_switch(&st[4..], &ks), &st[4..]);
+        assert_eq!(
+            from_switch(&st, &crate::model::Kallsyms::default()),
+            &st[..]
+        );
     }
 
     #[test]

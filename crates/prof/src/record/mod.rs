@@ -593,6 +593,10 @@ mod tests {
                 stacks: Stacks::Bpf,
                 ..cmd.clone()
             },
+            RecordOpts {
+                off_cpu: true,
+                ..cmd.clone()
+            },
         ] {
             let e = plan_access(&o, p(c(&[CAP_PERFMON]), true, 2))
                 .unwrap_err()

@@ -39,6 +39,8 @@ pub(super) struct OffCpuRec {
     seen: HashMap<OffKey, Seen>,
     frames: HashMap<u64, Vec<u64>>,
     buf: Vec<(OffKey, OffVal)>,
+    /// Kernel text symbols, to cut kernel stacks at `__schedule`.
+    kallsyms: model::Kallsyms,
     pub rows: OffCpu,
     unstacked: (u64, u64),
 }
@@ -71,6 +73,9 @@ impl OffCpuRec {
             seen: HashMap::new(),
             frames: HashMap::new(),
             buf: Vec::new(),
+            kallsyms: model::Kallsyms::parse(
+                &std::fs::read_to_string("/proc/kallsyms").unwrap_or_default(),
+            ),
             rows: OffCpu::default(),
             unstacked: (0, 0),
         })
@@ -109,7 +114,8 @@ impl OffCpuRec {
                             self.frames.get(&id).map(Vec::as_slice).unwrap_or(&[])
                         }
                     };
-                    let all = model::callers(0, get(k.kstack), get(k.ustack));
+                    let kernel = model::offcpu::from_switch(get(k.kstack), &self.kallsyms);
+                    let all = model::callers(0, kernel, get(k.ustack));
                     let place = all.first().map(|&leaf| {
                         let mode = if leaf >= 0xffff_8000_0000_0000 {
                             Mode::Kernel
