@@ -7,7 +7,10 @@
  *                  the writer fills G ms later;
  *   writer thread: h() sleeps F+G ms (nanosleep), then writes the pipe.
  *
- * Usage: blocker [F_MS G_MS [OUT]] (default 200 300, stdout). It writes,
+ * Usage: blocker [F_MS G_MS [OUT [LINGER_MS]]] (default 200 300, stdout,
+ * 0); LINGER_MS: stay alive that long at the end (a tool that names
+ * user frames from /proc/PID/maps when it stops needs the process). It
+ * writes,
  * for each thread, its tid and the time it measured around each block
  * (CLOCK_MONOTONIC), in ns: "f TID NS", "g TID NS", "j TID NS" (main
  * waiting in pthread_join for the writer to end), "h TID NS".
@@ -111,5 +114,9 @@ int main(int argc, char **argv)
 	jn = now_ns() - t0;
 	fprintf(out, "f %d %lld\ng %d %lld\nj %d %lld\nh %d %lld\n", gettid(), fn, gettid(), gn,
 		gettid(), jn, h_tid, h_ns);
-	return fclose(out) != 0;
+	if (fclose(out))
+		return 1;
+	if (argc >= 5)
+		usleep(atol(argv[4]) * 1000);
+	return 0;
 }

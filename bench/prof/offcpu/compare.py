@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
-"""mantle prof record --off-cpu against bcc's offcputime (offcputime-bpfcc,
-Debian's bpfcc-tools) on bench/prof/offcpu/blocker.c, and both against
-the time the program measured around each block (CLOCK_MONOTONIC).
+"""mantle prof record --off-cpu against bcc's offcputime on
+bench/prof/offcpu/blocker.c, and both against the time the program
+measured around each block (CLOCK_MONOTONIC).
+
+Which offcputime: libbpf-tools' (Debian package libbpf-tools,
+/usr/sbin/offcputime: CO-RE, BTF only). The Python one of bpfcc-tools
+(offcputime-bpfcc) compiles its program at start against the kernel's
+headers, and this VM's kernel (6.18, a Firecracker build) has none: no
+/lib/modules/$(uname -r)/build, CONFIG_IKHEADERS not set; it fails with
+"Failed to compile BPF module".
 
 Run as root from the repository root, after `cargo build --release -p
 mantle-cli`:
@@ -9,9 +16,10 @@ mantle-cli`:
     python3 bench/prof/offcpu/compare.py [-r RUNS] [--f-ms 200 --g-ms 300]
 
 Each run: blocker under `mantle prof record --off-cpu` (then `report
---off-cpu-folded`), and blocker while `offcputime-bpfcc -f` traces the
-whole system (started first, given time to compile; its lines of comm
-`blocker` kept). For f (nanosleep), g (pipe read) and h (the writer's
+--off-cpu-folded`), and blocker while offcputime traces the whole system
+(`-p PID`: a shell says its pid, offcputime is started on it, then the
+shell execs blocker; 16384 stacks; blocker stays alive until offcputime
+has printed, as it names user frames from /proc/PID/maps then). For f (nanosleep), g (pipe read) and h (the writer's
 nanosleep) it prints each tool's blocked time as a ratio to the
 program's own measurement, median and range over the runs, and the
 per-run tables to --json. No pinning: both tools see the same scheduler
@@ -46,6 +54,31 @@ def folded_sums(path, comm=None, scale=1.0):
             for f in FUNCS:
                 if f in frames:
                     out[f] += float(n) * scale
+    return out
+
+
+def offcputime_sums(path, comm, scale):
+    """libbpf-tools offcputime's default output: per entry, its frames
+    (kernel then user, leaf first, one per line), `-  comm (tid)`, then
+    the time in microseconds."""
+    out = {f: 0.0 for f in FUNCS}
+    frames = []
+    who = None
+    with open(path) as fh:
+        for line in fh:
+            t = line.strip()
+            if not t:
+                frames, who = [], None
+            elif t.startswith("-") and "(" in t:
+                who = t[1:].rsplit("(", 1)[0].strip()
+            elif who is not None and t.isdigit():
+                if who == comm:
+                    for f in FUNCS:
+                        if f in frames:
+                            out[f] += float(t) * scale
+                frames, who = [], None
+            else:
+                frames.append(t)
     return out
 
 
@@ -84,15 +117,26 @@ def main():
                            check=True, stdout=subprocess.DEVNULL)
             mantle = folded_sums(mf)
             bf, bm = os.path.join(tmp, f"bf{i}"), os.path.join(tmp, f"bm{i}")
-            dur = (a.f_ms + a.g_ms) / 1000 + 8
+            dur = int((a.f_ms + a.g_ms) / 1000 + 3)
+            # a shell that says its pid, waits for a line, then execs
+            # blocker (same pid): offcputime -p follows it from the start
+            sh = subprocess.Popen(
+                ["sh", "-c", 'echo $$; read x; exec "$@"', "sh", blocker, *args, bm,
+                 str((dur + 3) * 1000)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            pid = sh.stdout.readline().strip()
             with open(bf, "w") as out:
-                bcc = subprocess.Popen(["offcputime-bpfcc", "-f", str(int(dur + 1))],
+                bcc = subprocess.Popen(["/usr/sbin/offcputime", "--stack-storage-size",
+                                        "16384", "-p", pid, str(dur)],
                                        stdout=out, stderr=subprocess.DEVNULL)
-                time.sleep(6)  # bcc compiles its program first
-                subprocess.run([blocker, *args, bm], check=True)
+                time.sleep(1)
+                sh.stdin.write("go\n")
+                sh.stdin.flush()
+                # blocker stays alive until offcputime has printed
                 bcc.wait()
-            # bcc's folded values are microseconds
-            bccs = folded_sums(bf, comm="blocker", scale=1000.0)
+            sh.wait()
+            # offcputime's values are microseconds
+            bccs = offcputime_sums(bf, comm="blocker", scale=1000.0)
             runs.append({"measured_mantle": measured(mm), "mantle": mantle,
                          "measured_bcc": measured(bm), "bcc": bccs})
         print(f"blocker {a.f_ms} {a.g_ms}, {a.runs} runs: blocked time / the program's own "
