@@ -17,12 +17,12 @@ pub enum ProfCmd {
     /// Sample the system, a process or a command into a session (any user
     /// for their own processes, user mode; CAP_BPF + CAP_PERFMON for all).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n  mantle prof record -- ./x                         # as any user: own process, user mode only\n  mantle prof record --cgroup /sys/fs/cgroup/unified/system.slice/nginx.service --duration 10s\n  mantle prof record -a --continuous /var/lib/prof --rotate 60s --keep 1h  # one session a minute, the last hour kept\n  mantle prof record -a --continuous prof.d --rotate 10s --keep 10m --max-size 500MiB\n\nWithout CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) a user records their own\nprocesses where kernel.perf_event_paranoid allows (2: user mode only), through\nthe perf ring, untagged; -a, others' processes and --transport ring,\n--self-timing, --stacks bpf are refused (exit 4, naming what is missing).\nStacks follow kernel.perf_event_max_stack (a warning when it is above what is kept).\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n  mantle prof record -- ./x                         # as any user: own process, user mode only\n  mantle prof record --cgroup /sys/fs/cgroup/unified/system.slice/nginx.service --duration 10s\n  mantle prof record -a --continuous /var/lib/prof --rotate 60s --keep 1h  # one session a minute, the last hour kept\n  mantle prof record -a --continuous prof.d --rotate 10s --keep 10m --max-size 500MiB\n  mantle prof record --off-cpu -- ./server          # also where threads block, and how long\n\nWithout CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) a user records their own\nprocesses where kernel.perf_event_paranoid allows (2: user mode only), through\nthe perf ring, untagged; -a, others' processes and --transport ring,\n--self-timing, --stacks bpf, --off-cpu are refused (exit 4, naming what is missing).\n--off-cpu records one session: with --continuous it is refused (exit 2).\nStacks follow kernel.perf_event_max_stack (a warning when it is above what is kept).\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
     #[command(
-        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --by-cgroup             # per systemd service / container\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  go tool pprof -list slow_multiply out.pb.gz  # source lines (built with -g)\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --callers memcpy          # also __memcpy_avx_unaligned_erms (aliases)\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/ (or by .gnu_debuglink)\n\nNames: C++ and Rust demangled; of several names at one address the public one\n(read, not __GI___libc_read); unnamed code of stripped images one row per\nfunction, [libx.so+0x1130..0x11a0]."
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --by-cgroup             # per systemd service / container\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  go tool pprof -list slow_multiply out.pb.gz  # source lines (built with -g)\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --callers memcpy          # also __memcpy_avx_unaligned_erms (aliases)\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/ (or by .gnu_debuglink)\n  mantle prof report -i io.prof --off-cpu-flame off.svg  # a session recorded with --off-cpu\n  go tool pprof -sample_index=off_cpu -top out.pb.gz  # its blocked time in pprof\n\nNames: C++ and Rust demangled; of several names at one address the public one\n(read, not __GI___libc_read); unnamed code of stripped images one row per\nfunction, [libx.so+0x1130..0x11a0].\n\nA session recorded with --off-cpu adds an off-CPU section (blocked time per\nthread, on and off CPU per component side by side, where threads waited),\nits own flame graph (--off-cpu-flame) and pprof's third sample type,\noff_cpu/nanoseconds."
     )]
     Report(ReportArgs),
     /// What changed between two sessions, per function (like perf diff).
@@ -165,6 +165,12 @@ pub struct RecordArgs {
     /// a larger copy costs more per sample.
     #[arg(long, default_value = "8KiB", value_name = "SIZE", value_parser = parse_stack_size)]
     stack_size: u32,
+    /// Also record off-CPU time: how long each thread was blocked, with
+    /// its kernel and user stack where it blocked (sched_switch, eBPF:
+    /// needs CAP_BPF and CAP_PERFMON). The report shows it beside the
+    /// on-CPU samples.
+    #[arg(long)]
+    off_cpu: bool,
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
@@ -208,6 +214,13 @@ pub struct ReportArgs {
     /// Also write the folded stacks (one "root;...;leaf count" per line).
     #[arg(long, value_name = "FILE")]
     folded: Option<PathBuf>,
+    /// Also write the off-CPU flame graph (SVG; a session recorded with
+    /// --off-cpu): where threads blocked, widths in ns, blue.
+    #[arg(long, value_name = "SVG")]
+    off_cpu_flame: Option<PathBuf>,
+    /// Also write the off-CPU folded stacks (counts in ns).
+    #[arg(long, value_name = "FILE")]
+    off_cpu_folded: Option<PathBuf>,
     /// The flame graph's (and folded stacks') bottom frame.
     #[arg(long, default_value = "process", value_parser = ["process", "component", "tag", "cgroup", "none"])]
     flame_root: String,
@@ -354,6 +367,7 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                     max_bytes: a.max_size,
                 }),
                 faults: Default::default(),
+                off_cpu: a.off_cpu,
             };
             let s = mantle_prof::record::record(&opts)?;
             if a.json {
@@ -415,6 +429,12 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
             }
             if let Some(p) = &a.folded {
                 mantle_prof::report::write_folded(&r, p)?;
+            }
+            if let Some(p) = &a.off_cpu_flame {
+                mantle_prof::report::write_off_cpu_flame(&r, p)?;
+            }
+            if let Some(p) = &a.off_cpu_folded {
+                mantle_prof::report::write_off_cpu_folded(&r, p)?;
             }
             if a.callers.is_some() || a.callees.is_some() {
                 if let (Some(x), Some(y)) = (&a.callers, &a.callees) {
@@ -597,6 +617,7 @@ mod tests {
                 vdso: None,
                 jit_maps: &[],
                 cgroups: &[],
+                off_cpu: None,
             },
             false,
         )

@@ -187,6 +187,7 @@ fn nobody_is_refused_with_4_naming_the_capabilities() {
         &["--transport", "ring"][..],
         &["--self-timing"][..],
         &["--stacks", "bpf"][..],
+        &["--off-cpu"][..],
     ] {
         let mut a = opt.to_vec();
         a.extend(["--", "true"]);

@@ -16,6 +16,9 @@
 //!   kallsyms.gz      kernel text symbols at record time
 //!   vdso.so          the vDSO image
 //!   jit/perf-PID.map JIT symbol maps found while recording
+//!   offcpu.tsv       record --off-cpu: blocked time per (pid, tid, leaf,
+//!                    stack), in ns, with the number of blocks (the
+//!                    stacks and images are the tables above)
 //! ```
 
 use crate::files;
@@ -86,6 +89,8 @@ pub struct SessionData<'a> {
     pub jit_maps: &'a [(u32, String)],
     /// Cgroup v2 id -> path of the cgroups the rows name.
     pub cgroups: &'a [(u64, String)],
+    /// `record --off-cpu`: the blocked time (offcpu.tsv).
+    pub off_cpu: Option<&'a crate::model::OffCpu>,
 }
 
 /// Whether `dir` can take a new session: it does not exist, or `force` is
@@ -268,6 +273,14 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
     if let Some(v) = d.vdso {
         write(&dir.join("vdso.so"), v)?;
     }
+    if let Some(off) = d.off_cpu {
+        let mut s = String::from(crate::model::offcpu::HEADER);
+        for (k, t) in off.sorted_rows() {
+            s.push_str(&crate::model::offcpu::format_line(&k, &t));
+            s.push('\n');
+        }
+        write(&dir.join("offcpu.tsv"), s.as_bytes())?;
+    }
     if !d.jit_maps.is_empty() {
         let jd = dir.join("jit");
         std::fs::create_dir_all(&jd).map_err(|e| ioerr("create", &jd, e))?;
@@ -429,6 +442,49 @@ fn for_each_line(
     }
 }
 
+/// Streams stacks.tsv, then offcpu.tsv, into a report builder of the
+/// off-CPU half (counts in ns), and sums each thread's blocked time
+/// (kept whatever the builder's filter). None when the session has no
+/// offcpu.tsv (recorded without --off-cpu).
+pub fn stream_offcpu(
+    head: &Head,
+    b: &mut crate::model::ReportBuilder,
+) -> Result<Option<crate::model::OffCpu>, Error> {
+    let dir = &head.dir;
+    if !dir.join("offcpu.tsv").exists() && head.meta.off_cpu.is_none() {
+        return Ok(None);
+    }
+    let n_images = head.images.len();
+    let mut frames = Vec::new();
+    for_each_line(dir, "stacks.tsv", TABLE_MAX, &mut |n, line| {
+        parse::stack_line(n, line, n_images, b.stacks(), &mut frames)?;
+        b.add_stack(&frames)
+            .map(|_| ())
+            .map_err(|e| ParseError::new(parse::At::Line(n), e.to_string()))
+    })?;
+    let n_stacks = b.stacks();
+    let words = crate::abi::MT_WORDS;
+    let mut off = crate::model::OffCpu::default();
+    let found = for_each_line(dir, "offcpu.tsv", TABLE_MAX, &mut |n, line| {
+        let (k, t) = crate::model::offcpu::parse_line(n, line, n_images, n_stacks)?;
+        let at = || parse::At::Field(n, "ns");
+        off.add(k, t.ns, t.blocks)
+            .map_err(|e| ParseError::new(at(), e.to_string()))?;
+        b.add_row(&k.row_key(words), t.ns)
+            .map_err(|e| ParseError::new(at(), e.to_string()))
+    })?;
+    if !found {
+        return Err(Error::Corrupt {
+            file: dir.join("offcpu.tsv"),
+            source: ParseError::new(
+                parse::At::File,
+                "missing, but meta.json says off-CPU time was recorded",
+            ),
+        });
+    }
+    Ok(Some(off))
+}
+
 /// Streams stacks.tsv, then profile.tsv, into a report builder, a line at
 /// a time: neither file is ever whole in memory.
 pub fn stream_tables(head: &Head, b: &mut crate::model::ReportBuilder) -> Result<(), Error> {
@@ -577,6 +633,7 @@ mod tests {
                 vdso: None,
                 jit_maps: &[(5, "1000 10 j\n".into())],
                 cgroups: &[(42, "/a\tb/c".into())],
+                off_cpu: None,
             },
             false,
         )
@@ -598,6 +655,7 @@ mod tests {
                 vdso: None,
                 jit_maps: &[],
                 cgroups: &[],
+                off_cpu: None,
             },
             false,
         )
@@ -618,6 +676,7 @@ mod tests {
                 vdso: None,
                 jit_maps: &[],
                 cgroups: &[],
+                off_cpu: None,
             },
             false,
         )

@@ -84,6 +84,7 @@ fn session(dir: &Path, elf: &str, n: u64) {
             vdso: Some(&std::fs::read("/bin/true").unwrap()),
             jit_maps: &[],
             cgroups: &[],
+            off_cpu: None,
         },
         true, // dir may be a fresh empty directory
     )

@@ -167,6 +167,9 @@ pub struct Report {
     /// stacks, pprof and call graphs ([`StackGraph`]).
     #[serde(skip)]
     pub graph: StackGraph,
+    /// `record --off-cpu`: the blocked time, in the same tables (ns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<super::offcpu::OffCpuReport>,
 }
 
 impl Report {
@@ -815,6 +818,7 @@ fn tables(
         stacks: any_stack,
         inclusive: sym_rows(func_rows(&inclusive), total, opts.limit),
         graph: g,
+        off_cpu: None,
     }
 }
 

@@ -212,6 +212,8 @@ fn write_all(
                 vdso: vdso.as_deref(),
                 jit_maps: &d.jit_maps,
                 cgroups: &d.cgroups,
+                // --off-cpu is refused with --continuous
+                off_cpu: None,
             },
             false,
         )?;

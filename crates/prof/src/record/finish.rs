@@ -235,10 +235,10 @@ pub(super) fn meta(
         user_only: !r.access.kernel,
         max_stack: (o.stacks != Stacks::None).then_some(r.max_stack),
         cgroups: Some(r.cgroup_source.name().into()),
+        off_cpu: run.off_cpu.as_ref().map(|off| off.info()),
     }
 }
 
-/// Writes the session and says what was recorded.
 /// What a session holds besides the profile and the metadata.
 pub(super) struct Tables<'a> {
     pub side: &'a SideStats,
@@ -247,6 +247,7 @@ pub(super) struct Tables<'a> {
     pub cgroups: &'a super::cgroups::Cgroups,
 }
 
+/// Writes the session and says what was recorded.
 pub(super) fn write(
     o: &RecordOpts,
     run: Run,
@@ -271,6 +272,7 @@ pub(super) fn write(
             vdso: vdso.as_deref(),
             jit_maps: t.jit_maps,
             cgroups: &cgroups,
+            off_cpu: run.off_cpu.as_ref().map(|off| &off.rows),
         },
         o.force,
     )?;

@@ -12,7 +12,8 @@
 //!    `host`);
 //! 6. the sampling events opened, with the fallback if need be
 //!    (`choose::open_sampling`), and the sample path attached;
-//! 7. the read loop: replay, drain, stop (`run`);
+//! 7. the read loop: replay, drain, stop (`run`), with the off-CPU path
+//!    when asked (`offcpu`);
 //! 8. JIT maps, metadata, the session written, the summary (`finish`,
 //!    `summary`).
 //!
@@ -25,6 +26,7 @@ mod choose;
 pub mod continuous;
 mod finish;
 mod host;
+mod offcpu;
 mod run;
 mod sideband;
 mod summary;
@@ -115,6 +117,9 @@ pub struct RecordOpts {
     pub continuous: Option<Continuous>,
     /// Failures to simulate (tests).
     pub faults: Faults,
+    /// Also record off-CPU time (blocked threads and their stacks, from
+    /// sched_switch; eBPF only).
+    pub off_cpu: bool,
 }
 
 /// A seam for tests: system call failures to simulate, so that paths such
@@ -152,6 +157,7 @@ impl Default for RecordOpts {
             force: false,
             continuous: None,
             faults: Faults::default(),
+            off_cpu: false,
         }
     }
 }
@@ -204,6 +210,13 @@ fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
         if o.self_timing {
             return Err(Error::Invalid(
                 "--self-timing measures one recording, not with --continuous".into(),
+            ));
+        }
+        if o.off_cpu {
+            // the off-CPU rows are summed in the kernel over the whole
+            // recording and index its one stack table: not per period
+            return Err(Error::Invalid(
+                "--off-cpu records one session, not with --continuous".into(),
             ));
         }
     }
@@ -289,7 +302,8 @@ impl Privilege {
 /// ring, untagged. Refusals are [`Error::Permission`] naming what is
 /// missing: `-a` above paranoid 0, any recording at paranoid 3 or more
 /// (Debian's "no unprivileged perf"), and the options that exist only on
-/// the eBPF path (`--transport ring`, `--self-timing`, `--stacks bpf`).
+/// the eBPF path (`--transport ring`, `--self-timing`, `--stacks bpf`,
+/// `--off-cpu`).
 /// Pure.
 pub fn plan_access(o: &RecordOpts, p: Privilege) -> Result<Access, Error> {
     use mantle_sys::os::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
@@ -325,6 +339,8 @@ pub fn plan_access(o: &RecordOpts, p: Privilege) -> Result<Access, Error> {
             Some("--self-timing")
         } else if o.stacks == Stacks::Bpf {
             Some("--stacks bpf")
+        } else if o.off_cpu {
+            Some("--off-cpu (sched_switch)")
         } else {
             None
         };
@@ -422,6 +438,13 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         cpus.len(),
     )?;
     let mut tracee = target::start(&o.target)?;
+    // --off-cpu: its own eBPF programs, on sched_switch (plan_access
+    // refused it without CAP_BPF)
+    let off_cpu = if o.off_cpu {
+        Some(offcpu::OffCpuRec::load(&o.target, &tracee)?)
+    } else {
+        None
+    };
     let mut side = SideBand::open(
         &cpus,
         &tracee.pids,
@@ -492,6 +515,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             run::Sink {
                 cgroups: &mut cg,
                 rotation: None,
+                off_cpu,
             },
         )?;
         // what the report needs later, and the session
@@ -550,6 +574,8 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             rotation: Some((c.rotate, &mut |p, sp, cg| {
                 write_period(p, sp, cg).map(|_| ())
             })),
+            // refused with --continuous (check_opts)
+            off_cpu: None,
         },
     )?;
     let command_status = last.run.command_status;
@@ -710,6 +736,10 @@ mod tests {
             },
             RecordOpts {
                 stacks: Stacks::Bpf,
+                ..cmd.clone()
+            },
+            RecordOpts {
+                off_cpu: true,
                 ..cmd.clone()
             },
         ] {

@@ -203,6 +203,8 @@ struct Drainer {
     dwarf: DwarfSink,
     /// The layout of sample records met in the side band.
     layout: RingLayout,
+    /// `--off-cpu`: the off-CPU path and its rows.
+    off_cpu: Option<super::offcpu::OffCpuRec>,
 }
 
 /// What `--stacks dwarf` samples need and give.
@@ -239,6 +241,10 @@ impl Drainer {
         sp: &AddressSpaces,
         cg: &mut Cgroups,
     ) -> Result<(), Error> {
+        if let Some(off) = self.off_cpu.as_mut() {
+            let ids = &mut self.ids;
+            off.drain(&mut self.profile, sp, &mut |r: &mut Resolved| ids.fill(r))?;
+        }
         let Some(sampler) = sampler else {
             return Ok(());
         };
@@ -463,6 +469,9 @@ impl PeriodStart {
                 cost_hist: Vec::new(),
                 dwarf,
                 unwind,
+                // (--off-cpu is refused with --continuous: its rows index
+                // the whole recording's stack table)
+                off_cpu: None,
             },
             side: side.stats.since(&self.side),
         }
@@ -487,6 +496,8 @@ pub(super) struct Run {
     /// `--stacks dwarf`: samples, their cost, the unwinders' counters.
     pub dwarf: DwarfSink,
     pub unwind: crate::unwind::UnwindStats,
+    /// `--off-cpu`: the off-CPU path, drained, and its rows.
+    pub off_cpu: Option<super::offcpu::OffCpuRec>,
 }
 
 /// Where samples go besides the profile: their cgroups' names, and with
@@ -495,6 +506,8 @@ pub(super) struct Sink<'a> {
     pub cgroups: &'a mut Cgroups,
     /// The period length and what is done with each period.
     pub rotation: Option<(Duration, OnPeriod<'a>)>,
+    /// `--off-cpu`: the off-CPU path (never with a rotation).
+    pub off_cpu: Option<super::offcpu::OffCpuRec>,
 }
 
 /// A continuous recording's rotation, called on every poll of the read
@@ -527,14 +540,20 @@ pub(super) fn run(
     let Sink {
         cgroups: cg,
         mut rotation,
+        off_cpu,
     } = sink;
     let fds = &sampling.fds;
-    let start = Instant::now();
-    let start_unix_ns = unix_ns();
     let mut d = Drainer {
         layout: path.layout,
+        off_cpu,
         ..Drainer::default()
     };
+    // off-CPU blocks are charged from here (not a command's gate wait)
+    if let Some(off) = d.off_cpu.as_mut() {
+        off.arm()?;
+    }
+    let start = Instant::now();
+    let start_unix_ns = unix_ns();
     // the counters before the first sample: every sample in a period
     let mut period = PeriodStart::now(path, side, &d);
     start_sampling(fds, tracee)?;
@@ -568,6 +587,11 @@ pub(super) fn run(
     )?;
     let duration = start.elapsed();
     let command_status = stop_sampling(fds, path, tracee, command_status);
+    // (the off-CPU path stayed attached until the command had exited:
+    // its last blocks are charged when it runs to exit)
+    if let Some(off) = d.off_cpu.as_mut() {
+        off.stop();
+    }
     // what is left (twice: each drain flips the two count maps and
     // empties the one that was taking samples, so both end up empty)
     d.replay(side, sp, cg)?;
@@ -609,6 +633,7 @@ pub(super) fn run(
             cost_hist,
             dwarf: d.dwarf,
             unwind,
+            off_cpu: d.off_cpu,
         };
         Period {
             run,
