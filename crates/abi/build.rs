@@ -2,7 +2,7 @@
 //! are built with, so that a number shared by both halves is written once.
 //!
 //! Every `#define NAME <integer literal>` and every `NAME = <integer>`
-//! member of an `enum` in `tags.h` and `prof.h` becomes a `pub const` in
+//! member of an `enum` in `tags.h`, `prof.h` and `offcpu.h` becomes a `pub const` in
 //! `$OUT_DIR/<header>_consts.rs`. Lengths used to size Rust arrays are
 //! `usize`, everything else `u32`. Macros whose value is an expression
 //! (`MT_WORDS`) are derived in Rust instead. `MANTLE_MT_TAGS` overrides
@@ -91,6 +91,10 @@ fn main() {
     generate(
         &crates.join("prof/src/bpf/prof.h"),
         &out.join("prof_consts.rs"),
+    );
+    generate(
+        &crates.join("prof/src/bpf/offcpu.h"),
+        &out.join("offcpu_consts.rs"),
     );
     println!("cargo:rerun-if-env-changed=MANTLE_MT_TAGS");
 }

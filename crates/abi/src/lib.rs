@@ -10,7 +10,7 @@
 //!
 //! Design principles:
 //! 1. **One definition per side.** C: `crates/<subsystem>/src/bpf/<x>.h`.
-//!    Rust: one module here ([`tags`], [`prof`], [`exec`], [`comp`]; the
+//!    Rust: one module here ([`tags`], [`prof`], [`offcpu`], [`exec`], [`comp`]; the
 //!    components' layouts have no C header, C reaches them through
 //!    libmantle). Nobody else declares a
 //!    shared struct, enum, flag or errno.
@@ -37,6 +37,7 @@
 //! |----------------------------------------|-----------------------------|-------------|
 //! | tags: view, ctl, tag table, lifeline, ops, admin, deadlock reports | `crates/tags/src/bpf/tags.h` | [`tags`] |
 //! | profiler: sample key, sample-path counters | `crates/prof/src/bpf/prof.h` | [`prof`] |
+//! | profiler's off-CPU path: block key and value, counters, control | `crates/prof/src/bpf/offcpu.h` | [`offcpu`] |
 //! | executive ↔ guest: the fast path's region header and per-thread slots | `crates/exec/stub/fast.h` | [`exec`] |
 //! | application thread ↔ bootstrap thread (`run --offload`): the shared area of Figure 4.3 | `crates/offload/lib/offload.h` | [`offload`] |
 //! | manager ↔ component: invocation regions, slots, CBUF tables and slab metadata, cbids | — (Rust only; C via libmantle) | [`comp`] |
@@ -46,6 +47,7 @@
 
 pub mod comp;
 pub mod exec;
+pub mod offcpu;
 pub mod offload;
 pub mod paths;
 pub mod prof;

@@ -23,7 +23,8 @@ pub const NO_STACK: u64 = MP_NO_STACK as u64;
 /// ```text
 /// 0 pid (tgid; 0: idle)  4 tid  8 ip (u64)  16 cpu  20 mode (MP_MODE_*)
 /// 24 kstack (u64 stack key, MP_NO_STACK: none)  32 ustack (same)
-/// 40 tags[W] (the thread's tag vector)      40+8W end
+/// 40 tags[W] (the thread's tag vector)
+/// 40+8W cgroup (u64 cgroup v2 id)            48+8W end
 /// ```
 ///
 /// The stack keys (64-bit hashes of the frames) index the stack map of
@@ -42,9 +43,12 @@ pub struct Key {
     pub kstack: u64,
     pub ustack: u64,
     pub tags: [u64; MT_WORDS],
+    /// The task's cgroup v2 id (`bpf_get_current_cgroup_id`).
+    pub cgroup: u64,
 }
-offsets!(Key: pid @ 0, tid @ 4, ip @ 8, cpu @ 16, mode @ 20, kstack @ 24, ustack @ 32, tags @ 40);
-const _: () = assert!(size_of::<Key>() == 40 + 8 * MT_WORDS);
+offsets!(Key: pid @ 0, tid @ 4, ip @ 8, cpu @ 16, mode @ 20, kstack @ 24, ustack @ 32, tags @ 40,
+    cgroup @ 40 + 8 * MT_WORDS);
+const _: () = assert!(size_of::<Key>() == 48 + 8 * MT_WORDS);
 
 /// `struct mp_stack`: one stored stack, `MP_MAX_STACK` u64 frames, leaf
 /// first, zero after the last.
@@ -112,6 +116,7 @@ mod tests {
             kstack: 6,
             ustack: NO_STACK,
             tags: [5; MT_WORDS],
+            cgroup: 9,
         };
         let mut b = Vec::new();
         for v in [1u32, 2] {
@@ -127,6 +132,7 @@ mod tests {
         for _ in 0..MT_WORDS {
             b.extend_from_slice(&5u64.to_ne_bytes());
         }
+        b.extend_from_slice(&9u64.to_ne_bytes());
         assert_eq!(crate::read::<Key>(&b, "mp_key").unwrap(), k);
         assert_eq!(k.as_bytes(), &b[..]);
         assert!(crate::read::<Key>(&b[..b.len() - 1], "mp_key").is_err());

@@ -17,17 +17,17 @@ pub enum ProfCmd {
     /// Sample the system, a process or a command into a session (any user
     /// for their own processes, user mode; CAP_BPF + CAP_PERFMON for all).
     #[command(
-        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n  mantle prof record -- ./x                         # as any user: own process, user mode only\n  mantle prof record --cgroup /sys/fs/cgroup/unified/system.slice/nginx.service --duration 10s\n\nWithout CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) a user records their own\nprocesses where kernel.perf_event_paranoid allows (2: user mode only), through\nthe perf ring, untagged; -a, others' processes and --transport ring,\n--self-timing, --stacks bpf are refused (exit 4, naming what is missing).\nStacks follow kernel.perf_event_max_stack (a warning when it is above what is kept).\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
+        after_help = "Examples:\n  mantle prof record -a --duration 10s             # whole system, 10 s, 4000 Hz\n  mantle prof record -F 10000 -- ./multiply         # a command and its children\n  mantle prof record -p 1234 -c 100000 -o srv.prof  # a process, every 100 us of CPU\n  mantle prof record -e cycles --fallback cpu-clock -- make\n  mantle prof record --force -o srv.prof -p 1234    # replace the session srv.prof\n  mantle prof record --stacks none -- ./x           # flat profile, no call stacks\n  mantle prof record --stacks dwarf -- xz -9 f      # stacks of code without frame pointers\n  mantle prof record -- ./x                         # as any user: own process, user mode only\n  mantle prof record --cgroup /sys/fs/cgroup/unified/system.slice/nginx.service --duration 10s\n  mantle prof record -a --continuous /var/lib/prof --rotate 60s --keep 1h  # one session a minute, the last hour kept\n  mantle prof record -a --continuous prof.d --rotate 10s --keep 10m --max-size 500MiB\n  mantle prof record --off-cpu -- ./server          # also where threads block, and how long\n\nWithout CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) a user records their own\nprocesses where kernel.perf_event_paranoid allows (2: user mode only), through\nthe perf ring, untagged; -a, others' processes and --transport ring,\n--self-timing, --stacks bpf, --off-cpu are refused (exit 4, naming what is missing).\n--off-cpu records one session: with --continuous it is refused (exit 2).\nStacks follow kernel.perf_event_max_stack (a warning when it is above what is kept).\n\nThe session (default ./mantle.prof/) is read by `mantle prof report`; an\nexisting one is replaced only with --force.\nStop system-wide or -p recording with Ctrl-C (or --duration)."
     )]
     Record(RecordArgs),
     /// Report on a session: symbols, images, components, tags.
     #[command(
-        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  go tool pprof -list slow_multiply out.pb.gz  # source lines (built with -g)\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --callers memcpy          # also __memcpy_avx_unaligned_erms (aliases)\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/ (or by .gnu_debuglink)\n\nNames: C++ and Rust demangled; of several names at one address the public one\n(read, not __GI___libc_read); unnamed code of stripped images one row per\nfunction, [libx.so+0x1130..0x11a0]."
+        after_help = "Examples:\n  mantle prof report                       # ./mantle.prof\n  mantle prof report -i srv.prof --by-tag\n  mantle prof report --by-cgroup             # per systemd service / container\n  mantle prof report --json | jq '.components'\n  mantle prof report --flame out.svg --pprof out.pb.gz\n  go tool pprof -top out.pb.gz\n  go tool pprof -list slow_multiply out.pb.gz  # source lines (built with -g)\n  mantle prof report --callers b --callees b   # who calls b, what b calls\n  mantle prof report --callers memcpy          # also __memcpy_avx_unaligned_erms (aliases)\n  mantle prof report --folded out.folded --flame-root tag\n  mantle prof report --debug-dir ./dbg       # split debug files in ./dbg/.build-id/ (or by .gnu_debuglink)\n  mantle prof report -i io.prof --off-cpu-flame off.svg  # a session recorded with --off-cpu\n  go tool pprof -sample_index=off_cpu -top out.pb.gz  # its blocked time in pprof\n\nNames: C++ and Rust demangled; of several names at one address the public one\n(read, not __GI___libc_read); unnamed code of stripped images one row per\nfunction, [libx.so+0x1130..0x11a0].\n\nA session recorded with --off-cpu adds an off-CPU section (blocked time per\nthread, on and off CPU per component side by side, where threads waited),\nits own flame graph (--off-cpu-flame) and pprof's third sample type,\noff_cpu/nanoseconds."
     )]
     Report(ReportArgs),
     /// What changed between two sessions, per function (like perf diff).
     #[command(
-        after_help = "Examples:\n  mantle prof diff before.prof after.prof          # largest changes first\n  mantle prof diff a.prof b.prof --comm xz -n 20\n  mantle prof diff a.prof b.prof --json | jq '.rows[0]'\n\nShares of each session's own samples are compared (recordings differ in\nlength and rate): BASELINE% and NEW% of self time, DELTA in points, and the\ninclusive share's change. Functions are matched on (image, symbol)."
+        after_help = "Examples:\n  mantle prof diff before.prof after.prof          # largest changes first\n  mantle prof diff a.prof b.prof --comm xz -n 20\n  mantle prof diff a.prof b.prof --json | jq '.rows[0]'\n  mantle prof diff a.prof b.prof --flamegraph diff.svg  # differential flame graph\n\nShares of each session's own samples are compared (recordings differ in\nlength and rate): BASELINE% and NEW% of self time, DELTA in points, and the\ninclusive share's change. Functions are matched on (image, symbol)."
     )]
     Diff(DiffArgs),
     /// Where one function's own samples fell: per source line and per
@@ -53,6 +53,10 @@ pub struct DiffArgs {
     /// The comparison as JSON (docs/json.md, "diff").
     #[arg(long)]
     json: bool,
+    /// Also write a differential flame graph (SVG): the new session's
+    /// stacks, red where a function's share grew, blue where it shrank.
+    #[arg(long, value_name = "SVG")]
+    flamegraph: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -117,6 +121,24 @@ pub struct RecordArgs {
     /// everywhere else in mantle (`instr -f NAME`).
     #[arg(long)]
     force: bool,
+    /// Continuous recording: one session per --rotate period in DIR (made
+    /// if missing, not its parents), named by its start time in UTC
+    /// (20261129T114500.000Z); the oldest deleted beyond --keep and
+    /// --max-size. No sample is lost at a rotation. Instead of --output.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["output", "force", "self_timing"])]
+    continuous: Option<PathBuf>,
+    /// With --continuous: the length of one session (at least 100ms and
+    /// the drain interval).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "continuous")]
+    rotate: Option<Duration>,
+    /// With --continuous: how far back sessions are kept (the newest
+    /// ceil(KEEP / ROTATE) sessions); at least --rotate.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "continuous")]
+    keep: Option<Duration>,
+    /// With --continuous: also delete the oldest sessions while they take
+    /// more than SIZE (500MiB, 2GiB); the newest is always kept.
+    #[arg(long, value_name = "SIZE", value_parser = mantle_units::parse_size, requires = "continuous")]
+    max_size: Option<u64>,
     /// Stop after this long (10s, 500ms, 1m; more than 0).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     duration: Option<Duration>,
@@ -143,6 +165,12 @@ pub struct RecordArgs {
     /// a larger copy costs more per sample.
     #[arg(long, default_value = "8KiB", value_name = "SIZE", value_parser = parse_stack_size)]
     stack_size: u32,
+    /// Also record off-CPU time: how long each thread was blocked, with
+    /// its kernel and user stack where it blocked (sched_switch, eBPF:
+    /// needs CAP_BPF and CAP_PERFMON). The report shows it beside the
+    /// on-CPU samples.
+    #[arg(long)]
+    off_cpu: bool,
     /// No live status line.
     #[arg(short, long)]
     quiet: bool,
@@ -162,6 +190,10 @@ pub struct ReportArgs {
     /// Per tag: which processes and symbols spent time on its behalf.
     #[arg(long)]
     by_tag: bool,
+    /// Per cgroup (systemd service, container, scope): which processes
+    /// and symbols spent time in it, by its path at record time.
+    #[arg(long)]
+    by_cgroup: bool,
     /// Only samples of this process.
     #[arg(long)]
     pid: Option<u32>,
@@ -182,8 +214,15 @@ pub struct ReportArgs {
     /// Also write the folded stacks (one "root;...;leaf count" per line).
     #[arg(long, value_name = "FILE")]
     folded: Option<PathBuf>,
+    /// Also write the off-CPU flame graph (SVG; a session recorded with
+    /// --off-cpu): where threads blocked, widths in ns, blue.
+    #[arg(long, value_name = "SVG")]
+    off_cpu_flame: Option<PathBuf>,
+    /// Also write the off-CPU folded stacks (counts in ns).
+    #[arg(long, value_name = "FILE")]
+    off_cpu_folded: Option<PathBuf>,
     /// The flame graph's (and folded stacks') bottom frame.
-    #[arg(long, default_value = "process", value_parser = ["process", "component", "tag", "none"])]
+    #[arg(long, default_value = "process", value_parser = ["process", "component", "tag", "cgroup", "none"])]
     flame_root: String,
     /// Instead of the tables: who called SYMBOL (and SYMBOL's totals).
     #[arg(long, value_name = "SYMBOL")]
@@ -321,7 +360,14 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 stack_copy: a.stack_size,
                 status: !a.quiet,
                 force: a.force,
+                continuous: a.continuous.map(|dir| mantle_prof::record::Continuous {
+                    dir,
+                    rotate: a.rotate.unwrap_or(Duration::from_secs(60)),
+                    keep: a.keep.unwrap_or(Duration::from_secs(3600)),
+                    max_bytes: a.max_size,
+                }),
                 faults: Default::default(),
+                off_cpu: a.off_cpu,
             };
             let s = mantle_prof::record::record(&opts)?;
             if a.json {
@@ -361,12 +407,14 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
         ProfCmd::Report(a) => {
             let opts = ReportOpts {
                 by_tag: a.by_tag,
+                by_cgroup: a.by_cgroup,
                 pid: a.pid,
                 comm: a.comm,
                 limit: a.limit,
                 flame_root: match a.flame_root.as_str() {
                     "component" => FlameRoot::Component,
                     "tag" => FlameRoot::Tag,
+                    "cgroup" => FlameRoot::Cgroup,
                     "none" => FlameRoot::None,
                     _ => FlameRoot::Process,
                 },
@@ -381,6 +429,12 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
             }
             if let Some(p) = &a.folded {
                 mantle_prof::report::write_folded(&r, p)?;
+            }
+            if let Some(p) = &a.off_cpu_flame {
+                mantle_prof::report::write_off_cpu_flame(&r, p)?;
+            }
+            if let Some(p) = &a.off_cpu_folded {
+                mantle_prof::report::write_off_cpu_folded(&r, p)?;
             }
             if a.callers.is_some() || a.callees.is_some() {
                 if let (Some(x), Some(y)) = (&a.callers, &a.callees) {
@@ -437,7 +491,12 @@ pub fn run(c: ProfCmd) -> Result<(), mantle_prof::Error> {
                 comm: a.comm,
                 ..Default::default()
             };
-            let mut d = mantle_prof::diff::diff(&a.baseline, &a.new, &opts)?;
+            let mut d = mantle_prof::diff::diff_and_flame(
+                &a.baseline,
+                &a.new,
+                &opts,
+                a.flamegraph.as_deref(),
+            )?;
             if a.json {
                 if a.limit > 0 {
                     d.rows.truncate(a.limit);
@@ -495,6 +554,42 @@ mod tests {
         assert!(record(&["--drain-interval", "5ms"]).is_err());
     }
 
+    /// `--continuous`: its options only with it, not with -o, --force or
+    /// --self-timing, durations with units; the defaults 60s and 1h.
+    #[test]
+    fn continuous_options_are_usage_errors_out_of_place() {
+        let a = record(&["--continuous", "d"]).unwrap();
+        assert_eq!(a.continuous.as_deref(), Some(std::path::Path::new("d")));
+        assert_eq!((a.rotate, a.keep, a.max_size), (None, None, None));
+        let a = record(&[
+            "--continuous",
+            "d",
+            "--rotate",
+            "1s",
+            "--keep",
+            "3s",
+            "--max-size",
+            "1MiB",
+        ])
+        .unwrap();
+        assert_eq!(a.rotate, Some(Duration::from_secs(1)));
+        assert_eq!(a.keep, Some(Duration::from_secs(3)));
+        assert_eq!(a.max_size, Some(1 << 20));
+        for bad in [
+            &["--rotate", "1s"][..],
+            &["--keep", "1h"],
+            &["--max-size", "1MiB"],
+            &["--continuous", "d", "-o", "s"],
+            &["--continuous", "d", "--force"],
+            &["--continuous", "d", "--self-timing"],
+            &["--continuous", "d", "--rotate", "60"],
+            &["--continuous", "d", "--keep", "0s"],
+        ] {
+            let e = record(bad).err().unwrap_or_else(|| panic!("{bad:?}"));
+            assert_eq!(e.exit_code(), crate::EXIT_USAGE as i32, "{bad:?}");
+        }
+    }
+
     /// Writes a session of `p` (cpu-clock) in `d`, with kernel symbols
     /// when `kallsyms` is given.
     fn write_test_session(
@@ -521,6 +616,8 @@ mod tests {
                 kallsyms_text: kallsyms,
                 vdso: None,
                 jit_maps: &[],
+                cgroups: &[],
+                off_cpu: None,
             },
             false,
         )
@@ -568,6 +665,7 @@ mod tests {
                     offset: leaf,
                     tags: vec![0; mantle_prof::abi::MT_WORDS],
                     stack,
+                    cgroup: 0,
                 },
                 n,
             )
@@ -675,6 +773,7 @@ mod tests {
                 offset: 0x10,
                 tags: vec![0; mantle_prof::abi::MT_WORDS],
                 stack: 0,
+                cgroup: 0,
             },
             3,
         )

@@ -72,6 +72,32 @@ fn diff_of_two_sessions_in_text_and_json() {
     assert_eq!(code, 0, "{err}");
     let after_header = out.lines().skip_while(|l| !l.contains("BASELINE%")).count();
     assert!(out.contains("DELTA") && after_header == 1 + 3, "{out}");
+    // the differential flame graph: the function that changed most is
+    // in it with its change in points (inferno's tooltip)
+    let svg = d.join("diff.svg");
+    let (code, _, err) = mantle(&["prof", "diff", a, b, "--flamegraph", svg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<?xml") && text.contains("mantle prof diff"));
+    let v = json(&["prof", "diff", a, b, "--json"]);
+    let top = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["new_samples"].as_u64() > Some(0) && r["delta"].as_f64() != Some(0.0))
+        .expect("a changed function present in B");
+    let name = top["symbol"].as_str().unwrap();
+    let titles: Vec<&str> = text
+        .match_indices(&format!("<title>{name} ("))
+        .map(|(at, _)| &text[at..at + text[at..].find("</title>").unwrap()])
+        .collect();
+    assert!(!titles.is_empty(), "{name} not in the SVG");
+    assert!(
+        titles
+            .iter()
+            .any(|t| t.contains("%; +") || t.contains("%; -")),
+        "{titles:?}"
+    );
     // a missing session: not found
     let (code, _, err) = mantle(&["prof", "diff", a, d.join("none").to_str().unwrap()]);
     assert_eq!(code, 5, "{err}");

@@ -104,6 +104,24 @@ fn nobody_records_their_own_command_user_mode_only() {
     let ctx = mantle_prof::model::render_text(&r);
     assert!(r.meta.user_only, "{ctx}");
     assert_eq!(r.meta.sample_path.as_deref(), Some("perf-ring"), "{ctx}");
+    // unprivileged, the samples carry their cgroup too (the kernel's
+    // PERF_SAMPLE_CGROUP, which needs no privilege), named at record time
+    assert_eq!(r.meta.cgroups.as_deref(), Some("perf-sample"), "{ctx}");
+    let by = mantle_prof::report::report(
+        &out,
+        &mantle_prof::ReportOpts {
+            comm: Some("callgraph".into()),
+            by_cgroup: true,
+            ..Default::default()
+        },
+    )
+    .expect("report")
+    .by_cgroup
+    .unwrap();
+    let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let mine = mine.lines().find_map(|l| l.strip_prefix("0::")).unwrap();
+    assert_eq!(by.len(), 1, "{by:?}");
+    assert_eq!(by[0].cgroup, mine, "{by:?}");
     assert!(r.total > 200, "{ctx}");
     assert!(
         r.components.iter().all(|c| c.kernel == 0),
@@ -169,6 +187,7 @@ fn nobody_is_refused_with_4_naming_the_capabilities() {
         &["--transport", "ring"][..],
         &["--self-timing"][..],
         &["--stacks", "bpf"][..],
+        &["--off-cpu"][..],
     ] {
         let mut a = opt.to_vec();
         a.extend(["--", "true"]);

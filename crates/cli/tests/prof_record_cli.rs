@@ -1,6 +1,7 @@
 //! `mantle prof record` as a command wrapper (issue 33): the command's
 //! exit status is passed on, a command that cannot run is refused before
-//! recording, `record --` alone is a usage error, and an output that
+//! recording, `record --` alone and `--off-cpu` with `--continuous` are
+//! usage errors, and an output that
 //! cannot be written is found before the command runs (its parents are
 //! never created).
 
@@ -83,6 +84,34 @@ fn a_command_that_cannot_run_is_refused_before_recording() {
     assert_ne!(code, 0, "{err}");
     assert!(err.contains("cannot run /etc/passwd"), "{err}");
     assert!(!s.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// `--off-cpu` sums blocked time over the whole recording: refused with
+/// `--continuous` before anything is loaded or written (no privilege
+/// needed to hear it).
+#[test]
+fn off_cpu_with_continuous_is_a_usage_error() {
+    let d = tmp("offcont");
+    let c = d.join("c");
+    let (code, err) = mantle(&[
+        "prof",
+        "record",
+        "-q",
+        "--off-cpu",
+        "--continuous",
+        c.to_str().unwrap(),
+        "--rotate",
+        "1s",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--off-cpu records one session, not with --continuous"),
+        "{err}"
+    );
+    assert!(!c.exists());
     std::fs::remove_dir_all(&d).unwrap();
 }
 

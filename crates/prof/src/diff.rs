@@ -7,7 +7,11 @@
 //! same filters on each) and their symbol tables joined on (image path,
 //! symbol) — the key `perf diff` matches on (dso, symbol). Shares, not
 //! sample counts, are compared: two recordings differ in length and rate.
-//! [`diff_rows`] is the pure core.
+//! [`diff_rows`] is the pure core. [`write_diff_flame`] draws the
+//! differential flame graph with inferno's differential mode (Brendan
+//! Gregg's difffolded.pl): the new session's stacks, each frame coloured
+//! by how its samples changed (red: more, blue: fewer), the baseline
+//! scaled to the new session's total so that shares are compared.
 //!
 //! Invariant: every function of either session has a row (one missing
 //! from a session counts 0 % there), so the deltas of the self column sum
@@ -102,12 +106,33 @@ pub fn diff_rows(a: (&[SymRow], &[SymRow], u64), b: (&[SymRow], &[SymRow], u64))
 /// Compares the sessions `a` (baseline) and `b`, each reported with
 /// `opts` (all rows: `opts.limit` is for the rendering).
 pub fn diff(a: &Path, b: &Path, opts: &ReportOpts) -> Result<Diff, Error> {
+    diff_and_flame(a, b, opts, None)
+}
+
+/// [`diff`], and with `flame` the differential flame graph written there
+/// ([`write_diff_flame`]).
+pub fn diff_and_flame(
+    a: &Path,
+    b: &Path,
+    opts: &ReportOpts,
+    flame: Option<&Path>,
+) -> Result<Diff, Error> {
+    // stacks without a per-process root: pids differ between recordings
     let opts = ReportOpts {
         limit: 0,
+        flame_root: crate::model::FlameRoot::None,
         ..opts.clone()
     };
     let ra: Report = crate::report::report(a, &opts)?;
     let rb: Report = crate::report::report(b, &opts)?;
+    if let Some(out) = flame {
+        write_diff_flame(
+            &ra,
+            &rb,
+            &format!("{} -> {}", a.display(), b.display()),
+            out,
+        )?;
+    }
     let rows = diff_rows(
         (&ra.symbols, &ra.inclusive, ra.total),
         (&rb.symbols, &rb.inclusive, rb.total),
@@ -130,6 +155,44 @@ pub fn diff(a: &Path, b: &Path, opts: &ReportOpts) -> Result<Diff, Error> {
         rows,
         caveats,
     })
+}
+
+/// Writes the differential flame graph of reports `a` (baseline) and `b`
+/// to `out`: inferno's differential mode over the two reports' folded
+/// stacks, with the baseline normalized to `b`'s total. Frames are `b`'s
+/// stacks sized by `b`'s samples; each frame's colour and its tooltip's
+/// last figure (`+1.23%`) are its change in share of all samples. (A
+/// function only the baseline ran has no frame: perf and Gregg's
+/// flamegraph draw the new profile; swap the two to see it.)
+pub fn write_diff_flame(a: &Report, b: &Report, title: &str, out: &Path) -> Result<(), Error> {
+    let werr = |source| Error::Io {
+        op: "write flame graph",
+        path: out.to_path_buf(),
+        source,
+    };
+    let (mut fa, mut fb) = (Vec::new(), Vec::new());
+    a.graph.write_folded(&mut fa).map_err(werr)?;
+    b.graph.write_folded(&mut fb).map_err(werr)?;
+    let mut folded = Vec::new();
+    inferno::differential::from_readers(
+        inferno::differential::Options {
+            normalize: true,
+            strip_hex: false,
+        },
+        &fa[..],
+        &fb[..],
+        &mut folded,
+    )
+    .map_err(werr)?;
+    let f = std::fs::File::create(out).map_err(werr)?;
+    let mut o = inferno::flamegraph::Options::default();
+    o.title = format!("mantle prof diff: {title}");
+    o.subtitle = Some(format!(
+        "{} -> {} samples; red: more, blue: less (baseline scaled to the new total)",
+        a.total, b.total
+    ));
+    o.count_name = "samples".into();
+    inferno::flamegraph::from_reader(&mut o, &folded[..], std::io::BufWriter::new(f)).map_err(werr)
 }
 
 /// A path shortened from the left to `n` characters.
@@ -227,5 +290,97 @@ mod tests {
         assert_eq!(v.len(), 2);
         // empty sessions: no division by zero
         assert!(diff_rows((&[], &[], 0), (&[], &[], 0)).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod flame_tests {
+    use super::*;
+    use crate::model::{
+        build_report, Frame, Image, ImageKind, Meta, Mode, Profile, RowKey, Symbolizer,
+    };
+
+    /// Names offsets 0x100.. as f0, f1, ... (one function per 0x100).
+    struct Names;
+    impl Symbolizer for Names {
+        fn symbolize(&mut self, _: &Image, offsets: &[u64]) -> Vec<Option<String>> {
+            let names = ["main", "steady", "grows", "shrinks"];
+            offsets
+                .iter()
+                .map(|o| names.get((*o / 0x100) as usize).map(|s| s.to_string()))
+                .collect()
+        }
+    }
+
+    /// main -> steady, main -> grows, main -> shrinks with these counts.
+    fn report(steady: u64, grows: u64, shrinks: u64) -> Report {
+        let mut p = Profile::with_images(vec![Image::named("/bin/x", ImageKind::Elf)]);
+        let main = p.stack_id(&[Frame {
+            image: 0,
+            offset: 0x11,
+        }]);
+        for (leaf, n) in [(0x110, steady), (0x210, grows), (0x310, shrinks)] {
+            if n == 0 {
+                continue;
+            }
+            p.add_row(
+                RowKey {
+                    pid: 1,
+                    tid: 1,
+                    cpu: 0,
+                    mode: Mode::User,
+                    image: 0,
+                    offset: leaf,
+                    tags: vec![0; crate::abi::MT_WORDS],
+                    stack: main,
+                    cgroup: 0,
+                },
+                n,
+            )
+            .unwrap();
+        }
+        build_report(
+            &p,
+            &Default::default(),
+            &[],
+            &Meta::default(),
+            &mut Names,
+            &ReportOpts {
+                flame_root: crate::model::FlameRoot::None,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// The SVG names the function whose share grew with a positive
+    /// change and the one that shrank with a negative one, and the steady
+    /// one with none (the baseline is scaled to the new total: twice the
+    /// samples at the same shares is no change).
+    #[test]
+    fn differential_flame_graph_names_the_changed_functions() {
+        let a = report(500, 250, 250);
+        let b = report(1000, 900, 100);
+        let out =
+            std::env::temp_dir().join(format!("mantle-diff-flame-{}.svg", std::process::id()));
+        write_diff_flame(&a, &b, "a -> b", &out).unwrap();
+        let svg = std::fs::read_to_string(&out).unwrap();
+        std::fs::remove_file(&out).unwrap();
+        let title = |f: &str| -> String {
+            let at = svg
+                .find(&format!("<title>{f} ("))
+                .unwrap_or_else(|| panic!("no frame {f}"));
+            svg[at..at + svg[at..].find("</title>").unwrap()].to_string()
+        };
+        // grows: 25% -> 45% of 2000 samples: +20 points
+        assert!(title("grows").ends_with("; +20.00%)"), "{}", title("grows"));
+        assert!(
+            title("shrinks").ends_with("; -20.00%)"),
+            "{}",
+            title("shrinks")
+        );
+        assert!(title("steady").ends_with("; 0.00%)"), "{}", title("steady"));
+        assert!(
+            svg.contains("mantle prof diff: a -&gt; b") || svg.contains("mantle prof diff: a -> b")
+        );
     }
 }

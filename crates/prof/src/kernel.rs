@@ -38,9 +38,9 @@ pub use mantle_sys::perf::{
     PERF_RECORD_FORK, PERF_RECORD_LOST, PERF_RECORD_LOST_SAMPLES, PERF_RECORD_MISC_COMM_EXEC,
     PERF_RECORD_MISC_CPUMODE_MASK, PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_MMAP_BUILD_ID,
     PERF_RECORD_MMAP2, PERF_RECORD_SAMPLE, PERF_RECORD_THROTTLE, PERF_RECORD_UNTHROTTLE,
-    PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU,
-    PERF_SAMPLE_IP, PERF_SAMPLE_REGS_ABI_NONE, PERF_SAMPLE_REGS_USER, PERF_SAMPLE_STACK_USER,
-    PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+    PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP, PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CGROUP,
+    PERF_SAMPLE_CPU, PERF_SAMPLE_IP, PERF_SAMPLE_REGS_ABI_NONE, PERF_SAMPLE_REGS_USER,
+    PERF_SAMPLE_STACK_USER, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
 };
 
 use mantle_sys::os::page_size;
@@ -300,3 +300,169 @@ pub use mantle_sys::os::{
     catch_stop_signals, memfd, spawn_gated, stderr_is_tty, stop_requested, vdso_image, Gate,
     GatedChild as Child,
 };
+
+// The off-CPU path (offcpu.bpf.c), a skeleton of its own.
+#[allow(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+mod offcpu_skel {
+    include!(concat!(env!("OUT_DIR"), "/offcpu.skel.rs"));
+}
+use mantle_abi::offcpu::{OffCtl, OffKey, OffStats, OffVal};
+use offcpu_skel::{OffcpuSkel, OffcpuSkelBuilder};
+
+/// Which blocked threads the off-CPU path records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffCpuFilter {
+    /// Every thread (-a).
+    All,
+    /// The processes added with [`OffCpuPath::add_target`] and those they
+    /// fork.
+    Tgids,
+    /// The tasks under one cgroup.
+    Cgroup,
+}
+
+/// The loaded off-CPU path (`record --off-cpu`).
+pub struct OffCpuPath {
+    skel: OffcpuSkel<'static>,
+    links: Vec<libbpf_rs::Link>,
+}
+
+impl OffCpuPath {
+    /// Opens and loads offcpu.bpf.o (not attached yet).
+    pub fn load(filter: OffCpuFilter) -> Result<OffCpuPath, Error> {
+        use mantle_abi::offcpu::{MO_FILTER_ALL, MO_FILTER_CGROUP, MO_FILTER_TGIDS};
+        // as Sampler::load: the object outlives the skeleton; one small
+        // leak per recording process
+        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+            Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = OffcpuSkelBuilder::default()
+            .open(storage)
+            .map_err(|e| kerr("open the off-CPU eBPF object", e))?;
+        if let Some(ro) = open.maps.rodata_data.as_deref_mut() {
+            ro.filter = match filter {
+                OffCpuFilter::All => MO_FILTER_ALL,
+                OffCpuFilter::Tgids => MO_FILTER_TGIDS,
+                OffCpuFilter::Cgroup => MO_FILTER_CGROUP,
+            };
+        }
+        let skel = open.load().map_err(|e| {
+            kerr(
+                "load the off-CPU path (verifier or kernel refused offcpu.bpf.o)",
+                e,
+            )
+        })?;
+        Ok(OffCpuPath {
+            skel,
+            links: Vec::new(),
+        })
+    }
+
+    /// Makes process `tgid` (and the processes it forks from now on) a
+    /// target ([`OffCpuFilter::Tgids`]).
+    pub fn add_target(&self, tgid: u32) -> Result<(), Error> {
+        self.skel
+            .maps
+            .targets
+            .update(&tgid.to_ne_bytes(), &[1u8], MapFlags::ANY)
+            .map_err(|e| kerr("add an off-CPU target process", e))
+    }
+
+    /// The cgroup whose tasks are recorded ([`OffCpuFilter::Cgroup`]):
+    /// an open cgroup v2 directory.
+    pub fn set_cgroup(&self, dir: BorrowedFd) -> Result<(), Error> {
+        use std::os::fd::AsRawFd;
+        let fd = dir.as_raw_fd() as u32;
+        self.skel
+            .maps
+            .cgroup
+            .update(&0u32.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| kerr("set the off-CPU cgroup", e))
+    }
+
+    /// Blocks that began before `since_ns` (CLOCK_MONOTONIC) are not
+    /// charged.
+    pub fn set_since(&self, since_ns: u64) -> Result<(), Error> {
+        use mantle_abi::IntoBytes;
+        let c = OffCtl { since_ns };
+        self.skel
+            .maps
+            .ctl
+            .update(&0u32.to_ne_bytes(), c.as_bytes(), MapFlags::ANY)
+            .map_err(|e| kerr("set the off-CPU start time", e))
+    }
+
+    /// Attaches the sched_switch and sched_process_fork programs.
+    pub fn attach(&mut self) -> Result<(), Error> {
+        let sw = self
+            .skel
+            .progs
+            .mo_switch
+            .attach()
+            .map_err(|e| kerr("attach the off-CPU path to sched_switch", e))?;
+        let fk = self
+            .skel
+            .progs
+            .mo_fork
+            .attach()
+            .map_err(|e| kerr("attach the off-CPU path to sched_process_fork", e))?;
+        self.links.push(sw);
+        self.links.push(fk);
+        Ok(())
+    }
+
+    /// Detaches both programs (the maps stay readable).
+    pub fn detach(&mut self) {
+        self.links.clear();
+    }
+
+    /// Every (key, totals) of `counts` (totals since the start: the map
+    /// is never emptied), and the frames of every stack key they name
+    /// that `stacks` does not hold yet.
+    pub fn read(
+        &self,
+        out: &mut Vec<(OffKey, OffVal)>,
+        stacks: &mut HashMap<u64, Vec<u64>>,
+    ) -> Result<(), Error> {
+        let counts = &self.skel.maps.counts;
+        for k in counts.keys() {
+            if let (Ok(Some(v)), Ok(key)) = (
+                counts.lookup(&k, MapFlags::ANY),
+                mantle_abi::read::<OffKey>(&k, "mo_key"),
+            ) {
+                if let Ok(val) = mantle_abi::read::<OffVal>(&v, "mo_val") {
+                    out.push((key, val));
+                }
+            }
+        }
+        let sm = &self.skel.maps.stacks;
+        for (k, _) in out.iter() {
+            for id in [k.kstack, k.ustack] {
+                if id == crate::abi::NO_STACK || stacks.contains_key(&id) {
+                    continue;
+                }
+                if let Ok(Some(v)) = sm.lookup(&id.to_ne_bytes(), MapFlags::ANY) {
+                    stacks.insert(id, crate::model::stack_frames(&v));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The per-CPU counters, summed.
+    pub fn stats(&self) -> OffStats {
+        let mut s = OffStats::default();
+        if let Ok(Some(v)) = self
+            .skel
+            .maps
+            .stats
+            .lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY)
+        {
+            for c in v {
+                if let Ok(v) = mantle_abi::read::<OffStats>(&c, "mo_stats") {
+                    s.merge(&v);
+                }
+            }
+        }
+        s
+    }
+}

@@ -338,8 +338,9 @@ pub fn stacks(b: &[u8], n_images: usize) -> Result<Vec<Vec<Frame>>, ParseError> 
 }
 
 /// One data line of profile.tsv (line number `n`): `pid tid cpu mode
-/// image offset tags count stack` (format 2; format 1 has no stack
-/// column: stack 0), with `n_images` images, `n_stacks` stacks (with the
+/// image offset tags count stack cgroup` (format 2; format 1 has no stack
+/// column: stack 0; sessions before per-sample cgroups have no cgroup
+/// column: cgroup 0, unknown), with `n_images` images, `n_stacks` stacks (with the
 /// empty stack 0) and tag vectors of `words` words.
 pub fn profile_line(
     n: usize,
@@ -348,21 +349,26 @@ pub fn profile_line(
     n_stacks: usize,
     words: usize,
 ) -> Result<(RowKey, u64), ParseError> {
-    let mut f = [""; 9];
+    let mut f = [""; 10];
     let mut nf = 0;
     for (i, x) in line.split('\t').enumerate() {
-        if i < 9 {
+        if i < 10 {
             f[i] = x;
         }
         nf = i + 1;
     }
-    if nf != 8 && nf != 9 {
+    if !(8..=10).contains(&nf) {
         return Err(ParseError::new(
             At::Line(n),
-            format!("{nf} tab-separated fields, 9 (or 8, format 1) expected"),
+            format!("{nf} tab-separated fields, 10 (or 9 without cgroups, 8 in format 1) expected"),
         ));
     }
-    let stack: u32 = if nf == 9 {
+    let cgroup: u64 = if nf == 10 {
+        dec(f[9], At::Field(n, "cgroup"))?
+    } else {
+        0
+    };
+    let stack: u32 = if nf >= 9 {
         dec(f[8], At::Field(n, "stack"))?
     } else {
         0
@@ -399,6 +405,7 @@ pub fn profile_line(
             )
         })?,
         stack,
+        cgroup,
     };
     if key.image as usize >= n_images {
         return Err(ParseError::new(
@@ -474,6 +481,38 @@ pub fn unescape_field(s: &str) -> Option<String> {
         });
     }
     Some(o)
+}
+
+/// cgroups.tsv: `id path` (the id decimal, the path escaped by
+/// [`escape_field`], absolute in the cgroup2 mount); an id twice is
+/// refused.
+pub fn cgroups(b: &[u8]) -> Result<std::collections::HashMap<u64, String>, ParseError> {
+    let text = utf8(b)?;
+    let mut m = std::collections::HashMap::new();
+    for (n, line) in data_lines(text) {
+        let Some((id, path)) = line.split_once('\t') else {
+            return Err(ParseError::new(
+                At::Line(n),
+                "1 field, 2 expected (id, path)",
+            ));
+        };
+        let id: u64 = dec(id, At::Field(n, "id"))?;
+        let path = unescape_field(path)
+            .filter(|p| p.starts_with('/') && !p.contains('\0'))
+            .ok_or_else(|| {
+                ParseError::new(
+                    At::Field(n, "path"),
+                    "not absolute, contains NUL, or a bad escape",
+                )
+            })?;
+        if m.insert(id, path).is_some() {
+            return Err(ParseError::new(
+                At::Field(n, "id"),
+                format!("cgroup {id} twice"),
+            ));
+        }
+    }
+    Ok(m)
 }
 
 /// mappings.tsv: `pid start end pgoff build_id path` (hex; build_id `-`

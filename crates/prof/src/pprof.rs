@@ -146,12 +146,20 @@ struct Prepared {
     head: Profile,
     /// Location id of each frame (0: no row reaches it).
     loc_of_frame: Vec<u64>,
+    /// The same for the off-CPU graph (`record --off-cpu`).
+    loc_of_frame_off: Vec<u64>,
+    /// Whether the profile has the third sample type, off_cpu/nanoseconds.
+    off_cpu: bool,
     per_sample: i64,
     keys: (i64, i64, i64, i64),
     comm: HashMap<u32, i64>,
     user: i64,
     kernel: i64,
     tags: Vec<Vec<i64>>,
+    /// The `cgroup` label's key, and each cgroup's path (string ids, by
+    /// [`StackGraph::cgroups`] index; 0 for a row without a cgroup).
+    cgroup_key: i64,
+    cgroups: Vec<i64>,
 }
 
 /// Everything but the samples: one mapping per image (the main binary
@@ -159,9 +167,15 @@ struct Prepared {
 /// address; a caller's address is its call instruction, return address
 /// − 1) with its source lines (inlined calls first), one function per
 /// (name, source file) with its first line; every string a sample's
-/// labels use.
+/// labels use. With off-CPU time (`record --off-cpu`) a third sample
+/// type, `off_cpu`/`nanoseconds`: the on-CPU samples have 0 there, and
+/// each off-CPU row is a sample with 0 samples, 0 CPU time and its
+/// blocked time, its stack in the same locations and functions.
 fn prepare(r: &Report) -> Prepared {
     let g = &r.graph;
+    let graphs: Vec<&StackGraph> = std::iter::once(g)
+        .chain(r.off_cpu.as_ref().map(|o| &o.graph))
+        .collect();
     let mut st = Strings::new();
     let m = &r.meta;
     let clock = m.event.ends_with("-clock");
@@ -175,7 +189,7 @@ fn prepare(r: &Report) -> Prepared {
     } else {
         (m.event.as_str(), "count")
     };
-    let sample_type = vec![
+    let mut sample_type = vec![
         ValueType {
             r#type: st.id("samples"),
             unit: st.id("count"),
@@ -185,19 +199,27 @@ fn prepare(r: &Report) -> Prepared {
             unit: st.id(unit_u),
         },
     ];
+    if r.off_cpu.is_some() {
+        sample_type.push(ValueType {
+            r#type: st.id("off_cpu"),
+            unit: st.id("nanoseconds"),
+        });
+    }
     let period_type = Some(ValueType {
         r#type: st.id(unit_t),
         unit: st.id(unit_u),
     });
     // each image's frames: where its mapping goes
     let mut span: Vec<Option<(u64, u64)>> = vec![None; g.images.len()];
-    for (i, &(img, a)) in g.frames.iter().enumerate() {
-        if g.frame_func.get(i).is_some_and(|&f| f != u32::MAX) {
-            let s = &mut span[img as usize];
-            *s = Some(s.map_or((a, a), |(lo, hi)| (lo.min(a), hi.max(a))));
+    for gr in &graphs {
+        for (i, &(img, a)) in gr.frames.iter().enumerate() {
+            if gr.frame_func.get(i).is_some_and(|&f| f != u32::MAX) {
+                let s = &mut span[img as usize];
+                *s = Some(s.map_or((a, a), |(lo, hi)| (lo.min(a), hi.max(a))));
+            }
         }
     }
-    let maps = Maps::new(g, &span);
+    let maps = Maps::new(&graphs, &span);
     let mut mappings: Vec<Mapping> = Vec::new();
     let mut map_ids: HashMap<(String, Option<String>), u64> = HashMap::new();
     let keys = (st.id("comm"), st.id("pid"), st.id("mode"), st.id("tag"));
@@ -212,72 +234,95 @@ fn prepare(r: &Report) -> Prepared {
         }
     }
     let mut functions: Vec<Function> = Vec::new();
-    let mut fn_ids: HashMap<(String, u32), u64> = HashMap::new();
-    let mut function = |st: &mut Strings, name: &str, file: u32, start: u32| -> u64 {
-        *fn_ids.entry((name.to_string(), file)).or_insert_with(|| {
-            let id = functions.len() as u64 + 1;
-            let n = st.id(name);
-            functions.push(Function {
-                id,
-                name: n,
-                system_name: n,
-                // no source: no file (pprof -list would print the ELF)
-                filename: st.id(g.file(file).unwrap_or("")),
-                start_line: start as i64,
-            });
-            id
-        })
-    };
+    // functions by (name, source file name): the two graphs number their
+    // files each their own way
+    let mut fn_ids: HashMap<(String, String), u64> = HashMap::new();
+    let mut function =
+        |st: &mut Strings, g: &StackGraph, name: &str, file: u32, start: u32| -> u64 {
+            let fname = g.file(file).unwrap_or("").to_string();
+            *fn_ids
+                .entry((name.to_string(), fname))
+                .or_insert_with_key(|k| {
+                    let id = functions.len() as u64 + 1;
+                    let n = st.id(name);
+                    functions.push(Function {
+                        id,
+                        name: n,
+                        system_name: n,
+                        // no source: no file (pprof -list would print the ELF)
+                        filename: st.id(&k.1),
+                        start_line: start as i64,
+                    });
+                    id
+                })
+        };
     let mut locations: Vec<Location> = Vec::new();
-    let mut loc_of_frame = vec![0u64; g.frames.len()];
-    for (i, &(img, offset)) in g.frames.iter().enumerate() {
-        let func = g.frame_func[i];
-        if func == u32::MAX {
-            continue;
+    let mut loc_of: Vec<Vec<u64>> = Vec::new();
+    for g in &graphs {
+        let mut loc_of_frame = vec![0u64; g.frames.len()];
+        for (i, &(img, offset)) in g.frames.iter().enumerate() {
+            let func = g.frame_func[i];
+            if func == u32::MAX {
+                continue;
+            }
+            let mid = mapping_id(&mut st, &mut mappings, &mut map_ids, &maps, img as usize);
+            let (ffile, fstart) = g
+                .func_src
+                .get(func as usize)
+                .copied()
+                .unwrap_or((NO_FILE, 0));
+            let (file, line) = g.frame_src.get(i).copied().unwrap_or((NO_FILE, 0));
+            // the outer function's file: where the address's line is, else
+            // where the function starts
+            let ffile = if file != NO_FILE { file } else { ffile };
+            let outer = function(&mut st, g, &g.funcs[func as usize].symbol, ffile, fstart);
+            // innermost inlined call first, the outer function last
+            let mut lines: Vec<Line> = g
+                .frame_inlined
+                .get(&(i as u32))
+                .into_iter()
+                .flatten()
+                .rev()
+                .map(|(n, f, l)| Line {
+                    function_id: function(&mut st, g, n, *f, 0),
+                    line: *l as i64,
+                })
+                .collect();
+            lines.push(Line {
+                function_id: outer,
+                line: line as i64,
+            });
+            let id = locations.len() as u64 + 1;
+            locations.push(Location {
+                id,
+                mapping_id: mid,
+                address: maps.address(img as usize, offset),
+                line: lines,
+            });
+            loc_of_frame[i] = id;
         }
-        let mid = mapping_id(&mut st, &mut mappings, &mut map_ids, &maps, img as usize);
-        let (ffile, fstart) = g
-            .func_src
-            .get(func as usize)
-            .copied()
-            .unwrap_or((NO_FILE, 0));
-        let (file, line) = g.frame_src.get(i).copied().unwrap_or((NO_FILE, 0));
-        // the outer function's file: where the address's line is, else
-        // where the function starts
-        let ffile = if file != NO_FILE { file } else { ffile };
-        let outer = function(&mut st, &g.funcs[func as usize].symbol, ffile, fstart);
-        // innermost inlined call first, the outer function last
-        let mut lines: Vec<Line> = g
-            .frame_inlined
-            .get(&(i as u32))
-            .into_iter()
-            .flatten()
-            .rev()
-            .map(|(n, f, l)| Line {
-                function_id: function(&mut st, n, *f, 0),
-                line: *l as i64,
-            })
-            .collect();
-        lines.push(Line {
-            function_id: outer,
-            line: line as i64,
-        });
-        let id = locations.len() as u64 + 1;
-        locations.push(Location {
-            id,
-            mapping_id: mid,
-            address: maps.address(img as usize, offset),
-            line: lines,
-        });
-        loc_of_frame[i] = id;
+        loc_of.push(loc_of_frame);
     }
-    let comm = g.comms.iter().map(|(&p, c)| (p, st.id(c))).collect();
+    let mut loc_of = loc_of.into_iter();
+    let loc_of_frame = loc_of.next().unwrap_or_default();
+    let loc_of_frame_off = loc_of.next().unwrap_or_default();
+    let comm = graphs
+        .iter()
+        .flat_map(|g| g.comms.iter())
+        .map(|(&p, c)| (p, st.id(c)))
+        .collect();
     let tags = g
         .tagsets
         .iter()
         .map(|t| t.iter().map(|n| st.id(n)).collect())
         .collect();
     let (user, kernel) = (st.id("user"), st.id("kernel"));
+    let cgroup_key = st.id("cgroup");
+    let cgroups = g
+        .cgroups
+        .iter()
+        .map(|(id, path)| if *id == 0 { 0 } else { st.id(path) })
+        .collect();
     let comment = r.caveats.iter().map(|c| st.id(c)).collect();
     Prepared {
         head: Profile {
@@ -294,8 +339,12 @@ fn prepare(r: &Report) -> Prepared {
             comment,
         },
         loc_of_frame,
+        loc_of_frame_off,
+        off_cpu: r.off_cpu.is_some(),
         per_sample,
         keys,
+        cgroup_key,
+        cgroups,
         comm,
         user,
         kernel,
@@ -305,12 +354,33 @@ fn prepare(r: &Report) -> Prepared {
 
 impl Prepared {
     /// The sample of one row: its stack leaf first, labelled with comm,
-    /// pid, mode and tags; values samples and the event's amount.
+    /// pid, mode, tags and cgroup (its path); values samples and the event's amount.
     fn sample(&self, g: &StackGraph, row: &GraphRow) -> Sample {
+        let mut s = self.sample_of(g, row, &self.loc_of_frame, true);
+        s.value = vec![
+            row.count as i64,
+            (row.count as i64).saturating_mul(self.per_sample),
+        ];
+        if self.off_cpu {
+            s.value.push(0);
+        }
+        s
+    }
+
+    /// The sample of one off-CPU row (`count` in ns): off_cpu only.
+    fn sample_off(&self, g: &StackGraph, row: &GraphRow) -> Sample {
+        let mut s = self.sample_of(g, row, &self.loc_of_frame_off, false);
+        s.value = vec![0, 0, i64::try_from(row.count).unwrap_or(i64::MAX)];
+        s
+    }
+
+    /// A row's locations and labels (tags only for on-CPU rows: the
+    /// off-CPU path records none); no values yet.
+    fn sample_of(&self, g: &StackGraph, row: &GraphRow, loc: &[u64], tags: bool) -> Sample {
         let (k_comm, k_pid, k_mode, k_tag) = self.keys;
         let location_id = std::iter::once(row.leaf)
             .chain(g.callers(row.stack).iter().copied())
-            .map(|f| self.loc_of_frame[f as usize])
+            .map(|f| loc[f as usize])
             .collect();
         let mut label = vec![
             Label {
@@ -332,19 +402,26 @@ impl Prepared {
                 num: 0,
             },
         ];
-        for &t in &self.tags[row.tags as usize] {
-            label.push(Label {
-                key: k_tag,
-                str: t,
+        if tags {
+            for &t in &self.tags[row.tags as usize] {
+                label.push(Label {
+                    key: k_tag,
+                    str: t,
+                    num: 0,
+                });
+            }
+        }
+        match self.cgroups.get(row.cgroup as usize) {
+            Some(&c) if c != 0 => label.push(Label {
+                key: self.cgroup_key,
+                str: c,
                 num: 0,
-            });
+            }),
+            _ => {}
         }
         Sample {
             location_id,
-            value: vec![
-                row.count as i64,
-                (row.count as i64).saturating_mul(self.per_sample),
-            ],
+            value: Vec::new(),
             label,
         }
     }
@@ -361,6 +438,14 @@ pub fn build(r: &Report) -> Profile {
         .iter()
         .map(|row| p.sample(&r.graph, row))
         .collect();
+    if let Some(off) = &r.off_cpu {
+        head.sample.extend(
+            off.graph
+                .rows
+                .iter()
+                .map(|row| p.sample_off(&off.graph, row)),
+        );
+    }
     head
 }
 
@@ -373,9 +458,19 @@ pub fn write_gz(r: &Report, w: impl std::io::Write) -> std::io::Result<()> {
     let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
     gz.write_all(&p.head.encode_to_vec())?;
     let mut buf = Vec::new();
-    for row in &r.graph.rows {
+    let off = r.off_cpu.as_ref().map(|o| &o.graph);
+    let rows = r
+        .graph
+        .rows
+        .iter()
+        .map(|row| p.sample(&r.graph, row))
+        .chain(
+            off.into_iter()
+                .flat_map(|g| g.rows.iter().map(move |row| (g, row)))
+                .map(|(g, row)| p.sample_off(g, row)),
+        );
+    for s in rows {
         buf.clear();
-        let s = p.sample(&r.graph, row);
         // field 2 (sample), wire type 2 (length-delimited)
         prost::encoding::encode_key(2, prost::encoding::WireType::LengthDelimited, &mut buf);
         prost::encoding::encode_varint(s.encoded_len() as u64, &mut buf);
@@ -404,15 +499,20 @@ struct Maps {
 }
 
 impl Maps {
-    fn new(g: &StackGraph, span: &[Option<(u64, u64)>]) -> Maps {
+    /// `graphs[0]` is the report's; the others (off-CPU) share its
+    /// images.
+    fn new(graphs: &[&StackGraph], span: &[Option<(u64, u64)>]) -> Maps {
+        let g = graphs[0];
         let n = g.images.len();
         let (mut files, mut lines, mut inline) = (vec![false; n], vec![false; n], vec![false; n]);
-        for (i, &(img, _)) in g.frames.iter().enumerate() {
-            if let Some(&(f, l)) = g.frame_src.get(i) {
-                files[img as usize] |= f != NO_FILE;
-                lines[img as usize] |= l != 0;
+        for gr in graphs {
+            for (i, &(img, _)) in gr.frames.iter().enumerate() {
+                if let Some(&(f, l)) = gr.frame_src.get(i) {
+                    files[img as usize] |= f != NO_FILE;
+                    lines[img as usize] |= l != 0;
+                }
+                inline[img as usize] |= gr.frame_inlined.contains_key(&(i as u32));
             }
-            inline[img as usize] |= g.frame_inlined.contains_key(&(i as u32));
         }
         let m = g
             .images
@@ -561,6 +661,7 @@ mod tests {
                 offset: 0x502,
                 tags: vec![0; crate::abi::MT_WORDS],
                 stack,
+                cgroup: 0,
             },
             4,
         )
@@ -635,6 +736,7 @@ mod tests {
                     offset: 0x500 + i,
                     tags: vec![0; crate::abi::MT_WORDS],
                     stack,
+                    cgroup: 0,
                 },
                 n,
             )

@@ -5,15 +5,20 @@
 //!   meta.json        event, rate, duration, CPUs, fallback, lost, throttled
 //!   profile.tsv      the merged profile: one line per
 //!                    (pid, tid, cpu, mode, image, offset, tags) with a
-//!                    count and a stack index
+//!                    count, a stack index and a cgroup id
 //!   stacks.tsv       the stack table (callers, nearest first)
 //!   images.json      image table (index = the image column of profile.tsv)
 //!   processes.json   pid, ppid, comm, exe, exited, mantle
 //!   mappings.tsv     every executable mapping seen while recording
 //!   tags.json        the tag table's names at record time (bit -> name)
+//!   cgroups.tsv      cgroup v2 id -> path (the profile's cgroup column),
+//!                    resolved while recording
 //!   kallsyms.gz      kernel text symbols at record time
 //!   vdso.so          the vDSO image
 //!   jit/perf-PID.map JIT symbol maps found while recording
+//!   offcpu.tsv       record --off-cpu: blocked time per (pid, tid, leaf,
+//!                    stack), in ns, with the number of blocks (the
+//!                    stacks and images are the tables above)
 //! ```
 
 use crate::files;
@@ -68,6 +73,8 @@ pub struct Session {
     pub vdso: Option<Vec<u8>>,
     /// The JIT map of every JIT image's process.
     pub jit: HashMap<u32, JitMap>,
+    /// Cgroup v2 id -> path (cgroups.tsv; empty in older sessions).
+    pub cgroups: HashMap<u64, String>,
 }
 
 /// What the recorder hands over to be written.
@@ -80,6 +87,10 @@ pub struct SessionData<'a> {
     pub kallsyms_text: Option<&'a str>,
     pub vdso: Option<&'a [u8]>,
     pub jit_maps: &'a [(u32, String)],
+    /// Cgroup v2 id -> path of the cgroups the rows name.
+    pub cgroups: &'a [(u64, String)],
+    /// `record --off-cpu`: the blocked time (offcpu.tsv).
+    pub off_cpu: Option<&'a crate::model::OffCpu>,
 }
 
 /// Whether `dir` can take a new session: it does not exist, or `force` is
@@ -209,11 +220,11 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
     }
     write(&dir.join("stacks.tsv"), st.as_bytes())?;
 
-    let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\tstack\n");
+    let mut s = String::from("# pid\ttid\tcpu\tmode\timage\toffset\ttags\tcount\tstack\tcgroup\n");
     for (k, n) in d.profile.sorted_rows() {
         let _ = writeln!(
             s,
-            "{}\t{}\t{}\t{}\t{}\t{:x}\t{}\t{}\t{}",
+            "{}\t{}\t{}\t{}\t{}\t{:x}\t{}\t{}\t{}\t{}",
             k.pid,
             k.tid,
             k.cpu,
@@ -225,10 +236,17 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
             k.offset,
             crate::model::tags_hex(&k.tags),
             n,
-            k.stack
+            k.stack,
+            k.cgroup
         );
     }
     write(&dir.join("profile.tsv"), s.as_bytes())?;
+
+    let mut c = String::from("# id\tpath (cgroup v2, relative to its mount)\n");
+    for (id, path) in d.cgroups {
+        let _ = writeln!(c, "{id}\t{}", parse::escape_field(path));
+    }
+    write(&dir.join("cgroups.tsv"), c.as_bytes())?;
 
     let mut m = String::from("# pid\tstart\tend\tpgoff\tbuild_id\tpath\n");
     for (pid, mp) in d.history {
@@ -254,6 +272,14 @@ fn write_files(dir: &Path, d: &SessionData) -> Result<(), Error> {
     }
     if let Some(v) = d.vdso {
         write(&dir.join("vdso.so"), v)?;
+    }
+    if let Some(off) = d.off_cpu {
+        let mut s = String::from(crate::model::offcpu::HEADER);
+        for (k, t) in off.sorted_rows() {
+            s.push_str(&crate::model::offcpu::format_line(&k, &t));
+            s.push('\n');
+        }
+        write(&dir.join("offcpu.tsv"), s.as_bytes())?;
     }
     if !d.jit_maps.is_empty() {
         let jd = dir.join("jit");
@@ -298,6 +324,8 @@ pub struct Head {
     pub mappings: Vec<(u32, Mapping)>,
     pub vdso: Option<Vec<u8>>,
     pub jit: HashMap<u32, JitMap>,
+    /// Cgroup v2 id -> path (cgroups.tsv; empty in older sessions).
+    pub cgroups: HashMap<u64, String>,
 }
 
 /// Reads and validates every file of a session but profile.tsv and
@@ -340,6 +368,10 @@ pub fn read_head(dir: &Path) -> Result<Head, Error> {
         }
         None => None,
     };
+    let cgroups = match load_optional(dir, "cgroups.tsv", TABLE_MAX)? {
+        Some(b) => parse::cgroups(&b).map_err(corrupt(dir, "cgroups.tsv"))?,
+        None => HashMap::new(),
+    };
     let mut jit = HashMap::new();
     for pid in jit_pids {
         let name = format!("jit/perf-{pid}.map");
@@ -356,6 +388,7 @@ pub fn read_head(dir: &Path) -> Result<Head, Error> {
         mappings,
         vdso,
         jit,
+        cgroups,
     })
 }
 
@@ -407,6 +440,49 @@ fn for_each_line(
             f(n, line).map_err(corrupt(dir, name))?;
         }
     }
+}
+
+/// Streams stacks.tsv, then offcpu.tsv, into a report builder of the
+/// off-CPU half (counts in ns), and sums each thread's blocked time
+/// (kept whatever the builder's filter). None when the session has no
+/// offcpu.tsv (recorded without --off-cpu).
+pub fn stream_offcpu(
+    head: &Head,
+    b: &mut crate::model::ReportBuilder,
+) -> Result<Option<crate::model::OffCpu>, Error> {
+    let dir = &head.dir;
+    if !dir.join("offcpu.tsv").exists() && head.meta.off_cpu.is_none() {
+        return Ok(None);
+    }
+    let n_images = head.images.len();
+    let mut frames = Vec::new();
+    for_each_line(dir, "stacks.tsv", TABLE_MAX, &mut |n, line| {
+        parse::stack_line(n, line, n_images, b.stacks(), &mut frames)?;
+        b.add_stack(&frames)
+            .map(|_| ())
+            .map_err(|e| ParseError::new(parse::At::Line(n), e.to_string()))
+    })?;
+    let n_stacks = b.stacks();
+    let words = crate::abi::MT_WORDS;
+    let mut off = crate::model::OffCpu::default();
+    let found = for_each_line(dir, "offcpu.tsv", TABLE_MAX, &mut |n, line| {
+        let (k, t) = crate::model::offcpu::parse_line(n, line, n_images, n_stacks)?;
+        let at = || parse::At::Field(n, "ns");
+        off.add(k, t.ns, t.blocks)
+            .map_err(|e| ParseError::new(at(), e.to_string()))?;
+        b.add_row(&k.row_key(words), t.ns)
+            .map_err(|e| ParseError::new(at(), e.to_string()))
+    })?;
+    if !found {
+        return Err(Error::Corrupt {
+            file: dir.join("offcpu.tsv"),
+            source: ParseError::new(
+                parse::At::File,
+                "missing, but meta.json says off-CPU time was recorded",
+            ),
+        });
+    }
+    Ok(Some(off))
 }
 
 /// Streams stacks.tsv, then profile.tsv, into a report builder, a line at
@@ -467,6 +543,7 @@ pub fn read_session(dir: &Path) -> Result<Session, Error> {
         mappings: h.mappings,
         vdso: h.vdso,
         jit: h.jit,
+        cgroups: h.cgroups,
     })
 }
 
@@ -515,6 +592,7 @@ mod tests {
                 mode: Mode::User,
                 ip: 0x1010,
                 tags: tags.clone(),
+                cgroup: 42,
             },
             7,
         )
@@ -527,6 +605,7 @@ mod tests {
             mode: Mode::Kernel,
             ip: 0xffffffff81000000,
             tags: vec![0; words],
+            cgroup: 0,
         };
         let stack = p.add_stack(&sp, 5, &[0xffffffff81000100, 0x1020, 0x3010], &mut |_| {});
         assert_eq!(stack, 1);
@@ -553,6 +632,8 @@ mod tests {
                 kallsyms_text: Some("ffffffff81000000 T _stext\n"),
                 vdso: None,
                 jit_maps: &[(5, "1000 10 j\n".into())],
+                cgroups: &[(42, "/a\tb/c".into())],
+                off_cpu: None,
             },
             false,
         )
@@ -573,6 +654,8 @@ mod tests {
                 kallsyms_text: None,
                 vdso: None,
                 jit_maps: &[],
+                cgroups: &[],
+                off_cpu: None,
             },
             false,
         )
@@ -592,6 +675,8 @@ mod tests {
                 kallsyms_text: None,
                 vdso: None,
                 jit_maps: &[],
+                cgroups: &[],
+                off_cpu: None,
             },
             false,
         )
@@ -609,6 +694,7 @@ mod tests {
         assert_eq!(s.tags, names);
         assert_eq!(s.kallsyms.lookup(0xffffffff81000001), Some("_stext"));
         assert!(dir.join("jit/perf-5.map").exists());
+        assert_eq!(s.cgroups[&42], "/a\tb/c");
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(matches!(read_session(&dir), Err(Error::NoSession(_))));
     }
@@ -654,6 +740,40 @@ mod tests {
     fn malformed_profile() {
         assert!(parse::profile(b"1\t2\n", vec![], vec![], 1).is_err());
         assert!(parse::profile(b"1\t1\t0\tu\t0\t10\t0\t5\n", vec![], vec![], 1).is_err());
+        // the cgroup column: decimal; 11 fields are too many
+        let p =
+            parse::profile(b"1\t1\t0\tu\t0\t10\t0\t5\t0\t77\n", vec![img()], vec![], 1).unwrap();
+        assert_eq!(p.counts().keys().next().unwrap().cgroup, 77);
+        for bad in [
+            &b"1\t1\t0\tu\t0\t10\t0\t5\t0\tx\n"[..],
+            b"1\t1\t0\tu\t0\t10\t0\t5\t0\t-1\n",
+            b"1\t1\t0\tu\t0\t10\t0\t5\t0\t1\t1\n",
+        ] {
+            let e = parse::profile(bad, vec![img()], vec![], 1).unwrap_err();
+            assert!(
+                e.to_string().contains("cgroup") || e.to_string().contains("fields"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_cgroups() {
+        let ok = parse::cgroups(b"# id\tpath\n5\t/\n7\t/a\\tb\n").unwrap();
+        assert_eq!((ok[&5].as_str(), ok[&7].as_str()), ("/", "/a\tb"));
+        for bad in [
+            &b"5\n"[..],
+            b"x\t/a\n",
+            b"5\trel\n",
+            b"5\t/a\n5\t/b\n",
+            b"5\t\n",
+        ] {
+            assert!(
+                parse::cgroups(bad).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[test]

@@ -89,6 +89,17 @@ pub struct DwarfSample<'a> {
     pub regs: Option<UserRegs>,
     /// The copied stack, from `regs.sp` up (its `dyn_size` bytes).
     pub stack: &'a [u8],
+    /// The offset just past the fields parsed: where a field asked for
+    /// after them starts (PERF_SAMPLE_CGROUP, [`sample_cgroup`]).
+    pub end: usize,
+}
+
+/// The PERF_SAMPLE_CGROUP field of a sample record parsed as `s` (the
+/// u64 right after the fields [`parse_sample`] and [`parse_chain_sample`]
+/// read: it follows them in the kernel's order of fields, and mantle asks
+/// for no field after it). None when the record is too short.
+pub fn sample_cgroup(b: &[u8], s: &DwarfSample) -> Option<u64> {
+    u64_at(b, s.end)
 }
 
 fn u64_at(b: &[u8], o: usize) -> Option<u64> {
@@ -137,6 +148,7 @@ pub fn parse_sample(b: &[u8]) -> Option<DwarfSample<'_>> {
     } else {
         let data = b.get(o..o.checked_add(size)?)?;
         let dyn_size = usize::try_from(u64_at(b, o + size)?).ok()?;
+        o += size + 8;
         data.get(..dyn_size)?
     };
     Some(DwarfSample {
@@ -148,6 +160,7 @@ pub fn parse_sample(b: &[u8]) -> Option<DwarfSample<'_>> {
         kernel,
         regs,
         stack,
+        end: o,
     })
 }
 
@@ -162,9 +175,10 @@ pub fn parse_chain_sample(b: &[u8], callchain: bool) -> Option<DwarfSample<'_>> 
     let (pid, tid) = (u32_at(b, 8)?, u32_at(b, 12)?);
     let time = u64_at(b, 16)?;
     let cpu = u32_at(b, 24)?;
+    let mut end = 32;
     let kernel = if callchain {
         let nr = usize::try_from(u64_at(b, 32)?).ok()?;
-        let end = nr.checked_mul(8)?.checked_add(40)?;
+        end = nr.checked_mul(8)?.checked_add(40)?;
         crate::model::stack_frames(b.get(40..end)?)
     } else {
         Vec::new()
@@ -178,6 +192,7 @@ pub fn parse_chain_sample(b: &[u8], callchain: bool) -> Option<DwarfSample<'_>> 
         kernel,
         regs: None,
         stack: &[],
+        end,
     })
 }
 
@@ -491,10 +506,20 @@ mod tests {
             })
         );
         assert_eq!(s.stack, &[5; 8]);
+        // PERF_SAMPLE_CGROUP after the stack copy
+        assert_eq!(sample_cgroup(&b, &s), None);
+        let mut with = b.clone();
+        with.extend(0x1234u64.to_ne_bytes());
+        let s = parse_sample(&with).unwrap();
+        assert_eq!(sample_cgroup(&with, &s), Some(0x1234));
         // a kernel thread: no registers, no stack
         let b = body(&[], None, &[], 0);
         let s = parse_sample(&b).unwrap();
         assert_eq!((s.regs, s.stack.len()), (None, 0));
+        let mut with = b.clone();
+        with.extend(77u64.to_ne_bytes());
+        let s = parse_sample(&with).unwrap();
+        assert_eq!(sample_cgroup(&with, &s), Some(77));
     }
 
     /// Every truncation of a valid record, and a dyn_size or a callchain
@@ -538,8 +563,16 @@ mod tests {
         for len in 0..b.len() {
             assert!(parse_chain_sample(&b[..len], true).is_none(), "{len}");
         }
+        let mut with = b.clone();
+        with.extend(5u64.to_ne_bytes());
+        let s = parse_chain_sample(&with, true).unwrap();
+        assert_eq!(sample_cgroup(&with, &s), Some(5));
         let s = parse_chain_sample(&flat, false).unwrap();
         assert!(s.kernel.is_empty());
+        let mut with = flat.clone();
+        with.extend(6u64.to_ne_bytes());
+        let s = parse_chain_sample(&with, false).unwrap();
+        assert_eq!(sample_cgroup(&with, &s), Some(6));
         assert!(parse_chain_sample(&flat[..27], false).is_none());
         let mut huge = b.clone();
         huge[32..40].copy_from_slice(&u64::MAX.to_ne_bytes());

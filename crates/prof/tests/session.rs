@@ -51,6 +51,7 @@ fn session(dir: &Path, elf: &str, n: u64) {
                 offset: 0x10,
                 tags: vec![0; mantle_prof::abi::MT_WORDS],
                 stack: 0,
+                cgroup: 0,
             },
             n,
         );
@@ -82,6 +83,8 @@ fn session(dir: &Path, elf: &str, n: u64) {
             kallsyms_text: Some("ffffffff81000000 T _stext\n"),
             vdso: Some(&std::fs::read("/bin/true").unwrap()),
             jit_maps: &[],
+            cgroups: &[],
+            off_cpu: None,
         },
         true, // dir may be a fresh empty directory
     )

@@ -128,6 +128,10 @@ pub const PERF_SAMPLE_REGS_USER: u64 = 1 << 12;
 /// A copy of `sample_stack_user` bytes of the user stack from its stack
 /// pointer up (Linux 3.7): what `perf record --call-graph dwarf` unwinds.
 pub const PERF_SAMPLE_STACK_USER: u64 = 1 << 13;
+/// The cgroup id of the sampled task in the perf_event controller's
+/// hierarchy (Linux 5.7, CONFIG_CGROUP_PERF): the last field of a
+/// sample record among those mantle asks for.
+pub const PERF_SAMPLE_CGROUP: u64 = 1 << 21;
 
 /// x86-64 register numbers of `sample_regs_user`
 /// (arch/x86/include/uapi/asm/perf_regs.h): the three an unwinder needs.

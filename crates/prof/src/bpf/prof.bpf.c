@@ -219,6 +219,9 @@ static __always_inline void take(struct bpf_perf_event_data *ctx, struct mp_stat
 	k.ip = ctx->regs.ip;
 	k.mode = (ctx->regs.csx & 3) ? MP_MODE_USER : MP_MODE_KERNEL;
 	k.cpu = bpf_get_smp_processor_id();
+	/* the cgroup v2 id (the inode of its directory in cgroupfs); user
+	 * space names it at drain time, while the cgroup still exists */
+	k.cgroup = bpf_get_current_cgroup_id();
 	k.kstack = MP_NO_STACK;
 	k.ustack = MP_NO_STACK;
 	/* one read of sel: the stacks and the count go to the same pair */

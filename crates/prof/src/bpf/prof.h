@@ -51,6 +51,7 @@ struct mp_key {
 	__u64 kstack;           /* kernel stack's key in stacks<sel>, or MP_NO_STACK */
 	__u64 ustack;           /* user stack's key in stacks<sel>, or MP_NO_STACK */
 	__u64 tags[MT_WORDS];   /* the thread's tag vector (view[tid]) */
+	__u64 cgroup;           /* cgroup v2 id of the task (bpf_get_current_cgroup_id) */
 };
 
 /* Per-CPU counters of the sample path (PERCPU_ARRAY, one entry). */
@@ -74,7 +75,7 @@ struct mp_stats {
 #define MP_OFF(s, f, n)                                                        \
 	MP_STATIC_ASSERT(__builtin_offsetof(struct s, f) == (n), "offset of " #s "." #f)
 
-MP_STATIC_ASSERT(sizeof(struct mp_key) == 40 + 8 * MT_WORDS, "mp_key layout"); /* Key */
+MP_STATIC_ASSERT(sizeof(struct mp_key) == 48 + 8 * MT_WORDS, "mp_key layout"); /* Key */
 MP_OFF(mp_key, pid, 0);
 MP_OFF(mp_key, tid, 4);
 MP_OFF(mp_key, ip, 8);
@@ -83,6 +84,7 @@ MP_OFF(mp_key, mode, 20);
 MP_OFF(mp_key, kstack, 24);
 MP_OFF(mp_key, ustack, 32);
 MP_OFF(mp_key, tags, 40);
+MP_OFF(mp_key, cgroup, 40 + 8 * MT_WORDS);
 
 MP_STATIC_ASSERT(sizeof(struct mp_stack) == 8 * MP_MAX_STACK, "mp_stack layout"); /* Stack */
 

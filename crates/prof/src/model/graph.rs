@@ -41,8 +41,13 @@ pub struct GraphRow {
     pub stack: u32,
     /// Index in [`StackGraph::tagsets`].
     pub tags: u32,
+    /// Index in [`StackGraph::cgroups`].
+    pub cgroup: u32,
     pub count: u64,
 }
+
+// the report's memory per row (issue 33's bars): 32 bytes, cgroup included
+const _: () = assert!(std::mem::size_of::<GraphRow>() == 32);
 
 /// Every row of a report with its interned stack.
 #[derive(Debug, Clone, Default)]
@@ -60,6 +65,9 @@ pub struct StackGraph {
     pub rows: Vec<GraphRow>,
     /// The tag names of each tag set (empty: untagged).
     pub tagsets: Vec<Vec<String>>,
+    /// Each cgroup rows name: (cgroup v2 id, path; `cgroup:ID` when the
+    /// session has no path for it, `(unknown)` for id 0).
+    pub cgroups: Vec<(u64, String)>,
     /// Command name of each pid with rows.
     pub comms: HashMap<u32, String>,
     /// Component of each (pid, mode) with rows.
@@ -115,6 +123,13 @@ impl StackGraph {
         self.files.get(f as usize).map(String::as_str)
     }
 
+    /// The path of cgroup index `c` ([`Self::cgroups`]).
+    pub fn cgroup_name(&self, c: u32) -> &str {
+        self.cgroups
+            .get(c as usize)
+            .map_or("(unknown)", |x| x.1.as_str())
+    }
+
     /// The command name of `pid`.
     pub fn comm(&self, pid: u32) -> &str {
         self.comms.get(&pid).map(String::as_str).unwrap_or("?")
@@ -131,6 +146,7 @@ impl StackGraph {
                 .unwrap_or_default()],
             FlameRoot::Tag if tags.is_empty() => vec!["(untagged)".into()],
             FlameRoot::Tag => tags.iter().map(|t| format!("tag {t}")).collect(),
+            FlameRoot::Cgroup => vec![self.cgroup_name(r.cgroup).to_string()],
             FlameRoot::None => vec![],
         }
     }

@@ -65,6 +65,16 @@ pub struct Meta {
     /// from `kernel.perf_event_max_stack`). Absent in older sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_stack: Option<u16>,
+    /// Where each sample's cgroup came from: "bpf"
+    /// (`bpf_get_current_cgroup_id`), "perf-sample" (PERF_SAMPLE_CGROUP),
+    /// "proc" (`/proc/PID/cgroup` at the process's first sample) or "none"
+    /// (no cgroup v2). Absent in sessions before per-sample cgroups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroups: Option<String>,
+    /// `record --off-cpu`: what the off-CPU path recorded and lost
+    /// (the rows are in offcpu.tsv). Absent without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<super::offcpu::OffCpuInfo>,
 }
 
 /// What `--stacks dwarf` unwinding did (crate::unwind).
@@ -225,6 +235,9 @@ impl Meta {
         // (a user-mode-only recording has no kernel frames to name)
         if !self.kernel_symbols && !self.user_only {
             v.push("kernel symbols unavailable (kallsyms addresses hidden)".into());
+        }
+        if let Some(o) = &self.off_cpu {
+            v.extend(o.caveats());
         }
         v.extend(self.warnings.iter().cloned());
         v

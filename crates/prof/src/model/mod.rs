@@ -8,6 +8,7 @@
 //! * [`profile`]: the compact merged profile ([`Profile`]) and tag vectors;
 //! * [`kallsyms`]: kernel addresses looked up in a kallsyms snapshot;
 //! * [`meta`]: the recording's metadata and its caveats;
+//! * [`offcpu`]: off-CPU time (`record --off-cpu`) and its report half;
 //! * [`report`]: the report model ([`ReportBuilder`], [`build_report`]);
 //! * [`graph`]: the report's interned stacks ([`StackGraph`]);
 //! * [`text`]: the text renderer ([`render_text`]).
@@ -19,6 +20,7 @@ pub mod graph;
 pub mod image;
 pub mod kallsyms;
 pub mod meta;
+pub mod offcpu;
 pub mod profile;
 pub mod report;
 pub mod space;
@@ -28,6 +30,7 @@ pub use graph::*;
 pub use image::*;
 pub use kallsyms::*;
 pub use meta::*;
+pub use offcpu::*;
 pub use profile::*;
 pub use report::*;
 pub use space::*;

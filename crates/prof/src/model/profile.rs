@@ -27,6 +27,9 @@ pub struct RowKey {
     pub tags: Vec<u64>,
     /// Index in [`Profile::stacks`] (0: no callers known).
     pub stack: u32,
+    /// The cgroup v2 id of the sampled task (0: unknown; a session's
+    /// cgroups.tsv names it).
+    pub cgroup: u64,
 }
 
 /// One frame of a call stack: an image (index in [`Profile::images`])
@@ -96,6 +99,8 @@ pub struct RawSample {
     pub mode: Mode,
     pub ip: u64,
     pub tags: Vec<u64>,
+    /// The task's cgroup v2 id (0: unknown).
+    pub cgroup: u64,
 }
 
 impl Profile {
@@ -209,6 +214,7 @@ impl Profile {
                 offset: r.offset,
                 tags: s.tags.clone(),
                 stack,
+                cgroup: s.cgroup,
             },
             count,
         )

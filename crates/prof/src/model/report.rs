@@ -121,6 +121,25 @@ pub struct TagRow {
     pub symbols: Vec<SymRow>,
 }
 
+/// What was done in one cgroup (`--by-cgroup`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CgroupRow {
+    /// Its path in the cgroup v2 tree (`/system.slice/x.service`),
+    /// `cgroup:ID` when it was not named while recording, `(unknown)`
+    /// when the sample carried no cgroup.
+    pub cgroup: String,
+    /// The cgroup v2 id (0: unknown).
+    pub id: u64,
+    pub samples: u64,
+    /// Share of all samples.
+    pub percent: f64,
+    /// Per process ("comm\[pid\]"), user and kernel time of that process.
+    pub processes: Vec<CompRow>,
+    /// Per command name (all processes of one name together).
+    pub commands: Vec<CompRow>,
+    pub symbols: Vec<SymRow>,
+}
+
 /// The whole report, ready for any renderer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -132,6 +151,8 @@ pub struct Report {
     pub components: Vec<CompRow>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by_tag: Option<Vec<TagRow>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_cgroup: Option<Vec<CgroupRow>>,
     /// The executable of the process with the most samples (idle and
     /// mantle's own left out): pprof's main binary.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,6 +167,9 @@ pub struct Report {
     /// stacks, pprof and call graphs ([`StackGraph`]).
     #[serde(skip)]
     pub graph: StackGraph,
+    /// `record --off-cpu`: the blocked time, in the same tables (ns).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<super::offcpu::OffCpuReport>,
 }
 
 impl Report {
@@ -168,6 +192,8 @@ pub enum FlameRoot {
     Component,
     /// The sample's tags (one stack per tag; `(untagged)`).
     Tag,
+    /// The sample's cgroup path.
+    Cgroup,
     /// No root: the stacks alone.
     None,
 }
@@ -192,6 +218,8 @@ fn pct(n: u64, total: u64) -> f64 {
 #[derive(Debug, Clone, Default)]
 pub struct ReportOpts {
     pub by_tag: bool,
+    /// A table per cgroup ([`Report::by_cgroup`]).
+    pub by_cgroup: bool,
     /// Only samples of this process, if set.
     pub pid: Option<u32>,
     /// Only samples of processes with this command name, if set.
@@ -299,6 +327,10 @@ pub struct ReportBuilder<'a> {
     stack_hash: FxMap<u64, u32>,
     tagsets: FxMap<Vec<u64>, u32>,
     tag_vectors: Vec<Vec<u64>>,
+    /// Cgroup id -> index in `g.cgroups`.
+    cgroup_index: FxMap<u64, u32>,
+    /// Cgroup id -> path, from the session.
+    cgroup_names: HashMap<u64, String>,
     /// Whether each pid passes the report's filter (cached).
     keep: HashMap<u32, bool>,
     total: u64,
@@ -331,9 +363,18 @@ impl<'a> ReportBuilder<'a> {
             stack_hash: FxMap::default(),
             tagsets: FxMap::default(),
             tag_vectors: Vec::new(),
+            cgroup_index: FxMap::default(),
+            cgroup_names: HashMap::new(),
             keep: HashMap::new(),
             total: 0,
         }
+    }
+
+    /// The session's cgroup names (id -> path), for `--by-cgroup`, the
+    /// cgroup flame-graph root and pprof's `cgroup` label.
+    pub fn with_cgroup_names(mut self, names: HashMap<u64, String>) -> Self {
+        self.cgroup_names = names;
+        self
     }
 
     fn frame(&mut self, image: u32, addr: u64) -> u32 {
@@ -401,12 +442,24 @@ impl<'a> ReportBuilder<'a> {
                 t
             }
         };
+        let cgroups = &mut self.g.cgroups;
+        let names = &self.cgroup_names;
+        let cgroup = *self.cgroup_index.entry(k.cgroup).or_insert_with(|| {
+            let name = match (k.cgroup, names.get(&k.cgroup)) {
+                (0, _) => "(unknown)".to_string(),
+                (_, Some(p)) => p.clone(),
+                (id, None) => format!("cgroup:{id}"),
+            };
+            cgroups.push((k.cgroup, name));
+            (cgroups.len() - 1) as u32
+        });
         self.g.rows.push(GraphRow {
             pid: k.pid,
             mode: k.mode,
             leaf,
             stack: k.stack,
             tags,
+            cgroup,
             count,
         });
         Ok(())
@@ -420,13 +473,15 @@ impl<'a> ReportBuilder<'a> {
         drop(self.frame_ids);
         drop(self.stack_hash);
         drop(self.tagsets);
+        drop(self.cgroup_index);
+        drop(self.cgroup_names);
         // merge rows that differ only in tid and cpu; by stack first, so
         // that the inclusive sums walk each stack once
         g.rows
-            .sort_unstable_by_key(|r| (r.stack, r.leaf, r.pid, r.mode, r.tags));
+            .sort_unstable_by_key(|r| (r.stack, r.leaf, r.pid, r.mode, r.tags, r.cgroup));
         g.rows.dedup_by(|b, a| {
-            let same = (a.pid, a.mode, a.leaf, a.stack, a.tags)
-                == (b.pid, b.mode, b.leaf, b.stack, b.tags);
+            let same = (a.pid, a.mode, a.leaf, a.stack, a.tags, a.cgroup)
+                == (b.pid, b.mode, b.leaf, b.stack, b.tags, b.cgroup);
             if same {
                 // both counts are parts of the checked total
                 a.count += b.count;
@@ -563,6 +618,7 @@ fn tables(
         syms: HashMap<u32, u64>,
     }
     let mut per_tag: BTreeMap<Option<u32>, TagAcc> = BTreeMap::new();
+    let mut per_cgroup: BTreeMap<u32, TagAcc> = BTreeMap::new();
     // Plain additions below: each accumulator sums a subset of the rows
     // (a row at most once per accumulator), and the rows' total fits a
     // u64 (checked as they were added).
@@ -599,6 +655,20 @@ fn tables(
             images[g.frames[r.leaf as usize].0 as usize] += n;
             *comp_n.entry((r.pid, r.mode)).or_insert(0) += n;
             *per_pid.entry(r.pid).or_insert(0) += n;
+            if opts.by_cgroup {
+                let t = per_cgroup.entry(r.cgroup).or_insert_with(|| TagAcc {
+                    n: 0,
+                    procs: HashMap::new(),
+                    syms: HashMap::new(),
+                });
+                t.n += n;
+                let pe = t.procs.entry(r.pid).or_insert((0, 0));
+                match r.mode {
+                    Mode::User => pe.0 += n,
+                    Mode::Kernel => pe.1 += n,
+                }
+                *t.syms.entry(leaf_func).or_insert(0) += n;
+            }
             if opts.by_tag {
                 let bits = &tag_bits_of[r.tags as usize];
                 let keys: Vec<Option<u32>> = if bits.is_empty() {
@@ -662,37 +732,67 @@ fn tables(
     // the same path with two build IDs stays two rows
     image_rows.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.image.cmp(&b.image)));
 
+    // one group's processes, commands and symbols (a tag's, a cgroup's)
+    let group = |t: TagAcc| -> (u64, Vec<CompRow>, Vec<CompRow>, Vec<SymRow>) {
+        let mut pm: HashMap<String, (u64, u64)> = HashMap::new();
+        let mut cm: HashMap<String, (u64, u64)> = HashMap::new();
+        for (pid, (u, k)) in t.procs {
+            let name = g.comm(pid).to_string();
+            let e = pm.entry(format!("{name}[{pid}]")).or_insert((0, 0));
+            e.0 += u;
+            e.1 += k;
+            let e = cm.entry(name).or_insert((0, 0));
+            e.0 += u;
+            e.1 += k;
+        }
+        let sm = t
+            .syms
+            .into_iter()
+            .map(|(f, n)| {
+                let f = &g.funcs[f as usize];
+                ((f.image.clone(), f.symbol.clone()), n)
+            })
+            .collect();
+        (
+            t.n,
+            comp_rows(pm, t.n),
+            comp_rows(cm, t.n),
+            sym_rows(sm, t.n, opts.limit),
+        )
+    };
+    let by_cgroup = opts.by_cgroup.then(|| {
+        let mut v: Vec<CgroupRow> = per_cgroup
+            .into_iter()
+            .map(|(c, t)| {
+                let (n, processes, commands, symbols) = group(t);
+                let (id, name) = g.cgroups[c as usize].clone();
+                CgroupRow {
+                    cgroup: name,
+                    id,
+                    samples: n,
+                    percent: pct(n, total),
+                    processes,
+                    commands,
+                    symbols,
+                }
+            })
+            .collect();
+        v.sort_by(|a, b| b.samples.cmp(&a.samples).then(a.cgroup.cmp(&b.cgroup)));
+        v
+    });
     let by_tag = opts.by_tag.then(|| {
         let mut v: Vec<TagRow> = per_tag
             .into_iter()
             .map(|(bit, t)| {
-                let mut pm: HashMap<String, (u64, u64)> = HashMap::new();
-                let mut cm: HashMap<String, (u64, u64)> = HashMap::new();
-                for (pid, (u, k)) in t.procs {
-                    let name = g.comm(pid).to_string();
-                    let e = pm.entry(format!("{name}[{pid}]")).or_insert((0, 0));
-                    e.0 += u;
-                    e.1 += k;
-                    let e = cm.entry(name).or_insert((0, 0));
-                    e.0 += u;
-                    e.1 += k;
-                }
-                let sm = t
-                    .syms
-                    .into_iter()
-                    .map(|(f, n)| {
-                        let f = &g.funcs[f as usize];
-                        ((f.image.clone(), f.symbol.clone()), n)
-                    })
-                    .collect();
+                let (n, processes, commands, symbols) = group(t);
                 TagRow {
                     tag: bit.map(tag_name).unwrap_or_else(|| "(untagged)".into()),
                     bit,
-                    samples: t.n,
-                    percent: pct(t.n, total),
-                    processes: comp_rows(pm, t.n),
-                    commands: comp_rows(cm, t.n),
-                    symbols: sym_rows(sm, t.n, opts.limit),
+                    samples: n,
+                    percent: pct(n, total),
+                    processes,
+                    commands,
+                    symbols,
                 }
             })
             .collect();
@@ -713,10 +813,12 @@ fn tables(
         images: image_rows,
         components: comp_rows(comps, total),
         by_tag,
+        by_cgroup,
         main_binary: main_binary(&per_pid, procs),
         stacks: any_stack,
         inclusive: sym_rows(func_rows(&inclusive), total, opts.limit),
         graph: g,
+        off_cpu: None,
     }
 }
 

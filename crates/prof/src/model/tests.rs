@@ -52,6 +52,7 @@ fn raw(pid: u32, ip: u64, mode: Mode, tags: u64) -> RawSample {
         mode,
         ip,
         tags: vec![tags],
+        cgroup: 0,
     }
 }
 
@@ -528,6 +529,7 @@ fn short_names_and_lookup_by_them() {
                 offset: leaf,
                 tags: vec![0; 1],
                 stack,
+                cgroup: 0,
             },
             n,
         )
@@ -601,6 +603,7 @@ fn lookup_by_alias() {
                 offset: leaf,
                 tags: vec![0; 1],
                 stack,
+                cgroup: 0,
             },
             n,
         )

@@ -3,7 +3,7 @@
 //! form of [`Report`]; flame graphs and pprof are written by
 //! [`crate::report`] and [`crate::pprof`].
 
-use super::report::{CallGraph, Report, SymRow};
+use super::report::{CallGraph, CompRow, Report, SymRow};
 use std::fmt::Write as _;
 
 /// `--callers` / `--callees`: one function's callers or callees, with
@@ -118,6 +118,21 @@ pub fn render_text(r: &Report) -> String {
             c.samples, c.percent, c.user, c.kernel, c.component
         );
     }
+    if let Some(cgs) = &r.by_cgroup {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "Per cgroup:");
+        for t in cgs {
+            let _ = writeln!(
+                o,
+                "cgroup {}: {} samples ({:.4}% of all)",
+                t.cgroup, t.samples, t.percent
+            );
+            group_tables(&mut o, &t.processes, &t.symbols);
+        }
+    }
+    if let Some(off) = &r.off_cpu {
+        off_cpu_section(&mut o, r, off);
+    }
     if let Some(tags) = &r.by_tag {
         let _ = writeln!(o);
         let _ = writeln!(o, "Per tag:");
@@ -153,6 +168,104 @@ pub fn render_text(r: &Report) -> String {
         }
     }
     o
+}
+
+/// A group's processes and its first ten symbols (`--by-cgroup`).
+fn group_tables(o: &mut String, procs: &[CompRow], syms: &[SymRow]) {
+    let _ = writeln!(
+        o,
+        "  {:>10} {:>9} {:>10} {:>10}  PROCESS",
+        "SAMPLES", "%", "USER", "KERNEL"
+    );
+    for c in procs {
+        let _ = writeln!(
+            o,
+            "  {:>10} {:>9.4} {:>10} {:>10}  {}",
+            c.samples, c.percent, c.user, c.kernel, c.component
+        );
+    }
+    let _ = writeln!(o, "  {:>10} {:>9}  {:<32} SYMBOL", "SAMPLES", "%", "IMAGE");
+    for s in syms.iter().take(10) {
+        let _ = writeln!(
+            o,
+            "  {:>10} {:>9.4}  {:<32} {}",
+            s.samples,
+            s.percent,
+            short(&s.image, 32),
+            s.symbol
+        );
+    }
+}
+
+/// Rows of the off-CPU text tables when `-n` does not say.
+const OFF_CPU_ROWS: usize = 25;
+
+/// `record --off-cpu`: blocked time per thread, on and off CPU per
+/// component side by side, and where the threads waited.
+fn off_cpu_section(o: &mut String, r: &Report, off: &super::offcpu::OffCpuReport) {
+    let ms = |ns: u64| ns as f64 / 1e6;
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Off-CPU time (blocked from switch-out to switch-in, sched_switch): {:.3} ms in {} block(s)",
+        ms(off.total_ns),
+        off.blocks
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Per thread, off CPU:");
+    let _ = writeln!(o, "{:>12} {:>8} {:>9}  THREAD", "MS", "BLOCKS", "%");
+    for t in &off.threads {
+        let _ = writeln!(
+            o,
+            "{:>12.3} {:>8} {:>9.4}  {}[{}] tid {}",
+            ms(t.ns),
+            t.blocks,
+            t.percent,
+            t.comm,
+            t.pid,
+            t.tid
+        );
+    }
+    // on and off CPU side by side, per component
+    let mut comps: Vec<(&str, u64, u64)> = Vec::new();
+    for c in &r.components {
+        comps.push((c.component.as_str(), c.samples, 0));
+    }
+    for c in &off.components {
+        match comps.iter_mut().find(|x| x.0 == c.component) {
+            Some(x) => x.2 = c.samples,
+            None => comps.push((c.component.as_str(), 0, c.samples)),
+        }
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(o, "Per component, on and off CPU:");
+    let _ = writeln!(o, "{:>10} {:>12}  COMPONENT", "ON SAMPLES", "OFF-CPU MS");
+    for (c, on, offn) in comps {
+        let _ = writeln!(o, "{on:>10} {:>12.3}  {c}", ms(offn));
+    }
+    let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "Off CPU, inclusive (the function or its callees blocked), ms:"
+    );
+    let _ = writeln!(o, "{:>12} {:>9}  {:<32} SYMBOL", "MS", "%", "IMAGE");
+    for s in off.inclusive.iter().take(OFF_CPU_ROWS) {
+        let _ = writeln!(
+            o,
+            "{:>12.3} {:>9.4}  {:<32} {}",
+            ms(s.samples),
+            s.percent,
+            short(&s.image, 32),
+            s.symbol
+        );
+    }
+    if off.inclusive.len() > OFF_CPU_ROWS {
+        let _ = writeln!(
+            o,
+            "  ... {} more (--json, --off-cpu-flame, --pprof)",
+            off.inclusive.len() - OFF_CPU_ROWS
+        );
+    }
 }
 
 /// A path shortened from the left to `n` characters.

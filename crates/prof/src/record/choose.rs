@@ -188,6 +188,9 @@ pub(super) struct Placement<'a> {
     pub exclude_kernel: bool,
     /// `--cgroup`: the events are opened in cgroup mode on this directory.
     pub cgroup: Option<BorrowedFd<'a>>,
+    /// Perf-ring sample records carry the task's cgroup id
+    /// (PERF_SAMPLE_CGROUP, after every other field).
+    pub sample_cgroup: bool,
 }
 
 /// The sampling events that were opened, and the event they sample.
@@ -251,6 +254,10 @@ pub(super) fn open_sampling(
                         | kernel::PERF_SAMPLE_STACK_USER;
                     flags |= attr::EXCLUDE_CALLCHAIN_USER;
                     (regs, stack) = (crate::unwind::REGS_MASK, copy);
+                }
+                if at.sample_cgroup && (at.ring_samples || at.dwarf.is_some()) {
+                    // the last field (crate::unwind::sample_cgroup)
+                    sample_type |= kernel::PERF_SAMPLE_CGROUP;
                 }
                 let a = PerfEventAttr {
                     type_: ev.type_,

@@ -144,36 +144,38 @@ fn unwind_info(run: &Run, stack_copy: u32) -> UnwindInfo {
     }
 }
 
-/// What [`write`] needs besides the run itself.
-pub(super) struct Recorded<'a> {
+/// What [`meta`] and [`write`] need besides the run itself, the side
+/// band's counters and the cgroups.
+#[derive(Clone)]
+pub(super) struct Recorded {
     pub ev: &'static EventDef,
     pub fallback_from: Option<String>,
     pub freq: Option<u64>,
     pub period: Option<u64>,
     pub target: String,
     pub cpus: u32,
-    pub side: &'a SideStats,
     pub max_rate_start: Option<i64>,
     pub tags_loaded: bool,
-    pub tags: &'a [TagName],
-    pub jit_maps: &'a [(u32, String)],
     pub warnings: Vec<String>,
     pub throttle_visible: bool,
     /// How the recorder could sample (eBPF path, kernel mode).
     pub access: super::Access,
     /// The callchain depth asked for.
     pub max_stack: u16,
+    /// Where the samples' cgroups come from.
+    pub cgroup_source: super::cgroups::Source,
 }
 
-/// Writes the session and says what was recorded.
-pub(super) fn write(
+/// The metadata of a recording (or of one period of a continuous
+/// one): what was sampled, how, and what was lost.
+pub(super) fn meta(
     o: &RecordOpts,
-    run: Run,
-    sp: &AddressSpaces,
-    r: Recorded,
-) -> Result<Summary, Error> {
-    let mut warnings = r.warnings;
-    let ks = kallsyms_text();
+    run: &Run,
+    r: &Recorded,
+    side: &SideStats,
+    kernel_symbols: bool,
+) -> Meta {
+    let mut warnings = r.warnings.clone();
     if !r.throttle_visible {
         warnings.push(
             "throttle records could not be routed to the side band: throttling is detected only through the max-sample-rate sysctl".into(),
@@ -183,14 +185,14 @@ pub(super) fn write(
     let cost = o
         .self_timing
         .then(|| sample_cost(st, run.prog_run, &run.drain_costs, &run.cost_hist));
-    let meta = Meta {
+    Meta {
         format: session::FORMAT,
         mantle_version: env!("CARGO_PKG_VERSION").into(),
         event: r.ev.name.into(),
-        fallback_from: r.fallback_from,
+        fallback_from: r.fallback_from.clone(),
         freq: r.freq,
         period: r.period,
-        target: r.target,
+        target: r.target.clone(),
         cpus: r.cpus,
         start_unix_ns: run.start_unix_ns,
         duration_ns: run.duration.as_nanos() as u64,
@@ -198,11 +200,11 @@ pub(super) fn write(
         lost_samples: st
             .dropped
             .saturating_add(st.ring_full)
-            .saturating_add(r.side.lost_samples),
+            .saturating_add(side.lost_samples),
         // a corrupted stretch of ring is at least one record lost
-        lost_sideband: r.side.lost.saturating_add(r.side.corrupt),
-        throttle_events: r.side.throttle,
-        unthrottle_events: r.side.unthrottle,
+        lost_sideband: side.lost.saturating_add(side.corrupt),
+        throttle_events: side.throttle,
+        unthrottle_events: side.unthrottle,
         max_sample_rate_start: r.max_rate_start,
         max_sample_rate_end: max_sample_rate(),
         transport: match o.transport {
@@ -218,10 +220,10 @@ pub(super) fn write(
         }
         .into(),
         lost_stacks: st.stack_lost,
-        kernel_symbols: ks.is_some(),
+        kernel_symbols,
         warnings,
         cost,
-        unwind: (o.stacks == Stacks::Dwarf).then(|| unwind_info(&run, o.stack_copy)),
+        unwind: (o.stacks == Stacks::Dwarf).then(|| unwind_info(run, o.stack_copy)),
         sample_path: Some(
             if r.access.bpf && o.stacks != Stacks::Dwarf {
                 "bpf"
@@ -232,9 +234,32 @@ pub(super) fn write(
         ),
         user_only: !r.access.kernel,
         max_stack: (o.stacks != Stacks::None).then_some(r.max_stack),
-    };
+        cgroups: Some(r.cgroup_source.name().into()),
+        off_cpu: run.off_cpu.as_ref().map(|off| off.info()),
+    }
+}
+
+/// What a session holds besides the profile and the metadata.
+pub(super) struct Tables<'a> {
+    pub side: &'a SideStats,
+    pub tags: &'a [TagName],
+    pub jit_maps: &'a [(u32, String)],
+    pub cgroups: &'a super::cgroups::Cgroups,
+}
+
+/// Writes the session and says what was recorded.
+pub(super) fn write(
+    o: &RecordOpts,
+    run: Run,
+    sp: &AddressSpaces,
+    r: Recorded,
+    t: Tables,
+) -> Result<Summary, Error> {
+    let ks = kallsyms_text();
+    let meta = meta(o, &run, &r, t.side, ks.is_some());
     let vdso = kernel::vdso_image();
     let profile = &run.profile;
+    let cgroups = t.cgroups.table(profile.counts().keys().map(|k| k.cgroup));
     session::write_session(
         &o.output,
         &SessionData {
@@ -242,10 +267,12 @@ pub(super) fn write(
             profile,
             procs: &sp.procs,
             history: &sp.history,
-            tags: r.tags,
+            tags: t.tags,
             kallsyms_text: ks.as_deref(),
             vdso: vdso.as_deref(),
-            jit_maps: r.jit_maps,
+            jit_maps: t.jit_maps,
+            cgroups: &cgroups,
+            off_cpu: run.off_cpu.as_ref().map(|off| &off.rows),
         },
         o.force,
     )?;
@@ -257,5 +284,6 @@ pub(super) fn write(
         processes: sp.procs.len(),
         meta,
         command_status: run.command_status,
+        continuous: None,
     })
 }

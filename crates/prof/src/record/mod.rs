@@ -12,7 +12,8 @@
 //!    `host`);
 //! 6. the sampling events opened, with the fallback if need be
 //!    (`choose::open_sampling`), and the sample path attached;
-//! 7. the read loop: replay, drain, stop (`run`);
+//! 7. the read loop: replay, drain, stop (`run`), with the off-CPU path
+//!    when asked (`offcpu`);
 //! 8. JIT maps, metadata, the session written, the summary (`finish`,
 //!    `summary`).
 //!
@@ -20,19 +21,24 @@
 //! before recording starts (a refusal after minutes of recording would
 //! waste them).
 
+mod cgroups;
 mod choose;
+pub mod continuous;
 mod finish;
 mod host;
+mod offcpu;
 mod run;
 mod sideband;
 mod summary;
 mod target;
 
+pub use cgroups::Source as CgroupSource;
 pub use choose::event_available;
+pub use continuous::{Continuous, ContinuousSummary};
 pub use host::{max_sample_rate, online_cpus, parse_cpu_list};
 pub use summary::Summary;
 
-use crate::model::AddressSpaces;
+use crate::model::{AddressSpaces, Meta};
 use crate::session;
 use crate::Error;
 use choose::Placement;
@@ -107,8 +113,13 @@ pub struct RecordOpts {
     pub status: bool,
     /// Replace `output` if it holds a session (never anything else).
     pub force: bool,
+    /// One session per period in a directory instead of `output`.
+    pub continuous: Option<Continuous>,
     /// Failures to simulate (tests).
     pub faults: Faults,
+    /// Also record off-CPU time (blocked threads and their stacks, from
+    /// sched_switch; eBPF only).
+    pub off_cpu: bool,
 }
 
 /// A seam for tests: system call failures to simulate, so that paths such
@@ -122,6 +133,9 @@ pub struct Faults {
     /// (a root test takes the unprivileged perf-ring path; the kernel
     /// still checks what is opened against the real credentials).
     pub privilege: Option<Privilege>,
+    /// Take the perf-ring path's cgroups from /proc, as on a kernel
+    /// without PERF_SAMPLE_CGROUP.
+    pub no_sample_cgroup: bool,
 }
 
 impl Default for RecordOpts {
@@ -141,7 +155,9 @@ impl Default for RecordOpts {
             stack_copy: crate::unwind::STACK_COPY,
             status: true,
             force: false,
+            continuous: None,
             faults: Faults::default(),
+            off_cpu: false,
         }
     }
 }
@@ -182,6 +198,26 @@ fn check_opts(o: &RecordOpts) -> Result<(Option<u64>, Option<u64>), Error> {
     if let Target::Command(argv) = &o.target {
         if argv.is_empty() {
             return Err(Error::Invalid("no command given after --".into()));
+        }
+    }
+    if let Some(c) = &o.continuous {
+        c.check(o.drain_interval)?;
+        if o.force {
+            return Err(Error::Invalid(
+                "--force is for -o; --continuous writes new sessions only".into(),
+            ));
+        }
+        if o.self_timing {
+            return Err(Error::Invalid(
+                "--self-timing measures one recording, not with --continuous".into(),
+            ));
+        }
+        if o.off_cpu {
+            // the off-CPU rows are summed in the kernel over the whole
+            // recording and index its one stack table: not per period
+            return Err(Error::Invalid(
+                "--off-cpu records one session, not with --continuous".into(),
+            ));
         }
     }
     Ok((freq, period))
@@ -266,7 +302,8 @@ impl Privilege {
 /// ring, untagged. Refusals are [`Error::Permission`] naming what is
 /// missing: `-a` above paranoid 0, any recording at paranoid 3 or more
 /// (Debian's "no unprivileged perf"), and the options that exist only on
-/// the eBPF path (`--transport ring`, `--self-timing`, `--stacks bpf`).
+/// the eBPF path (`--transport ring`, `--self-timing`, `--stacks bpf`,
+/// `--off-cpu`).
 /// Pure.
 pub fn plan_access(o: &RecordOpts, p: Privilege) -> Result<Access, Error> {
     use mantle_sys::os::{CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN};
@@ -302,6 +339,8 @@ pub fn plan_access(o: &RecordOpts, p: Privilege) -> Result<Access, Error> {
             Some("--self-timing")
         } else if o.stacks == Stacks::Bpf {
             Some("--stacks bpf")
+        } else if o.off_cpu {
+            Some("--off-cpu (sched_switch)")
         } else {
             None
         };
@@ -374,8 +413,14 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     // then the output, still before anything is recorded (an unprivileged
     // user hears about the privilege first: the output's directory may be
     // one only the privileged can write)
-    session::check_output(&o.output, o.force)?;
-    session::check_writable(&o.output)?;
+    let mut writer = match &o.continuous {
+        Some(c) => Some(continuous::Writer::new(c)?),
+        None => {
+            session::check_output(&o.output, o.force)?;
+            session::check_writable(&o.output)?;
+            None
+        }
+    };
     // set up: host, sample path, target, side band, sampling events
     let cpus = online_cpus();
     let mut sp = AddressSpaces::new(host::mantle_comms());
@@ -393,6 +438,13 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
         cpus.len(),
     )?;
     let mut tracee = target::start(&o.target)?;
+    // --off-cpu: its own eBPF programs, on sched_switch (plan_access
+    // refused it without CAP_BPF)
+    let off_cpu = if o.off_cpu {
+        Some(offcpu::OffCpuRec::load(&o.target, &tracee)?)
+    } else {
+        None
+    };
     let mut side = SideBand::open(
         &cpus,
         &tracee.pids,
@@ -404,6 +456,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     .map_err(|e| not_yours(e, o, access, privilege))?;
     snapshot(&mut sp, &o.target);
     let max_stack = host::max_stack(ring_samples);
+    let cgroups = cgroup_source(ring_samples, &o.faults, &mut warnings);
     let sampling = choose::open_sampling(
         chosen,
         &Placement {
@@ -419,6 +472,7 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
             ring_samples,
             exclude_kernel: !access.kernel,
             cgroup: tracee.cgroup.as_ref().map(|f| f.as_fd()),
+            sample_cgroup: cgroups == cgroups::Source::PerfSample,
         },
         &o.faults,
     )
@@ -431,34 +485,149 @@ pub fn record(o: &RecordOpts) -> Result<Summary, Error> {
     let throttle_visible = path.attach(&sampling.fds, &side.rings)?;
 
     // record until the end, then drain
-    let mut run = run::run(o, &mut path, &mut side, &mut sp, &sampling, &mut tracee)?;
-
-    // what the report needs later, and the session
-    let (_, tags_end) = host::tag_names();
-    let tags = host::merge_tag_names(tags_start, tags_end);
-    let jit_maps = finish::jit_maps(&mut run.profile, &mut sp, &mut warnings)?;
-    finish::write(
+    let mut cg = cgroups::Cgroups::new(cgroups);
+    if cg.source == cgroups::Source::None {
+        warnings.push("no cgroup v2 mounted: samples carry no cgroup".into());
+    }
+    let recorded = finish::Recorded {
+        ev: sampling.ev,
+        fallback_from: sampling.fallback_from.clone(),
+        freq,
+        period,
+        target: tracee.desc.clone(),
+        cpus: cpus.len() as u32,
+        max_rate_start,
+        tags_loaded,
+        warnings,
+        throttle_visible,
+        access,
+        max_stack: max_stack.depth,
+        cgroup_source: cg.source,
+    };
+    let Some(writer) = writer.as_mut() else {
+        let mut p = run::run(
+            o,
+            &mut path,
+            &mut side,
+            &mut sp,
+            &sampling,
+            &mut tracee,
+            run::Sink {
+                cgroups: &mut cg,
+                rotation: None,
+                off_cpu,
+            },
+        )?;
+        // what the report needs later, and the session
+        let (_, tags_end) = host::tag_names();
+        let tags = host::merge_tag_names(tags_start, tags_end);
+        let mut r = recorded;
+        let jit_maps = finish::jit_maps(&mut p.run.profile, &mut sp, &mut r.warnings)?;
+        return finish::write(
+            o,
+            p.run,
+            &sp,
+            r,
+            finish::Tables {
+                side: &p.side,
+                tags: &tags,
+                jit_maps: &jit_maps,
+                cgroups: &cg,
+            },
+        );
+    };
+    // continuous: each period written as it ends, the last one at the end;
+    // the writer reads kallsyms for each session, the summary says now
+    // whether it can
+    let kernel_symbols = host::kallsyms_text().is_some();
+    let mut write_period = |mut p: run::Period,
+                            sp: &mut AddressSpaces,
+                            cg: &cgroups::Cgroups|
+     -> Result<Meta, Error> {
+        let (_, names) = host::tag_names();
+        let tags = host::merge_tag_names(tags_start.clone(), names);
+        let mut r = recorded.clone();
+        let jit_maps = finish::jit_maps(&mut p.run.profile, sp, &mut r.warnings)?;
+        let meta = finish::meta(o, &p.run, &r, &p.side, kernel_symbols);
+        let cgroups = cg.table(p.run.profile.counts().keys().map(|k| k.cgroup));
+        writer.submit(continuous::PeriodData {
+            meta: meta.clone(),
+            profile: p.run.profile,
+            procs: sp.procs.clone(),
+            history: sp.history.clone(),
+            tags,
+            jit_maps,
+            cgroups,
+        })?;
+        Ok(meta)
+    };
+    let c = o.continuous.as_ref().expect("continuous");
+    let last = run::run(
         o,
-        run,
-        &sp,
-        finish::Recorded {
-            ev: sampling.ev,
-            fallback_from: sampling.fallback_from.clone(),
-            freq,
-            period,
-            target: tracee.desc.clone(),
-            cpus: cpus.len() as u32,
-            side: &side.stats,
-            max_rate_start,
-            tags_loaded,
-            tags: &tags,
-            jit_maps: &jit_maps,
-            warnings,
-            throttle_visible,
-            access,
-            max_stack: max_stack.depth,
+        &mut path,
+        &mut side,
+        &mut sp,
+        &sampling,
+        &mut tracee,
+        run::Sink {
+            cgroups: &mut cg,
+            rotation: Some((c.rotate, &mut |p, sp, cg| {
+                write_period(p, sp, cg).map(|_| ())
+            })),
+            // refused with --continuous (check_opts)
+            off_cpu: None,
         },
-    )
+    )?;
+    let command_status = last.run.command_status;
+    let rows = last.run.profile.counts().len();
+    let images = last.run.profile.images.len();
+    let meta = write_period(last, &mut sp, &cg)?;
+    writer.finish()?;
+    Ok(Summary {
+        session: writer
+            .summary
+            .written
+            .last()
+            .map(|n| c.dir.join(n).display().to_string())
+            .unwrap_or_default(),
+        caveats: meta.caveats(),
+        rows,
+        images,
+        processes: sp.procs.len(),
+        meta,
+        command_status,
+        continuous: Some(writer.summary.clone()),
+    })
+}
+
+/// Where the samples' cgroups will come from: the eBPF sample path reads
+/// them itself; sample records through the perf ring carry them where
+/// the kernel takes PERF_SAMPLE_CGROUP and the perf_event controller is
+/// on the v2 hierarchy (else the ids would be of a v1 tree), and are
+/// otherwise looked up in /proc per process (said in `warnings`).
+fn cgroup_source(
+    ring_samples: bool,
+    faults: &Faults,
+    warnings: &mut Vec<String>,
+) -> cgroups::Source {
+    if !ring_samples {
+        return cgroups::Source::Bpf;
+    }
+    let v1 =
+        std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|t| cgroups::perf_event_on_v1(&t));
+    let works = !faults.no_sample_cgroup && cgroups::perf_sample_cgroup_works();
+    if works && !v1 {
+        return cgroups::Source::PerfSample;
+    }
+    warnings.push(format!(
+        "{}: each process's cgroup was read from /proc/PID/cgroup at its first sample (a process that moved later is counted in its first cgroup)",
+        if v1 {
+            "the perf_event controller is on a cgroup v1 hierarchy"
+        } else {
+            "this kernel does not take PERF_SAMPLE_CGROUP (Linux 5.7+, CONFIG_CGROUP_PERF)"
+        }
+    ));
+    cgroups::Source::Proc
 }
 
 /// A perf event refused for `-p` of a process that is not the
@@ -567,6 +736,10 @@ mod tests {
             },
             RecordOpts {
                 stacks: Stacks::Bpf,
+                ..cmd.clone()
+            },
+            RecordOpts {
+                off_cpu: true,
                 ..cmd.clone()
             },
         ] {

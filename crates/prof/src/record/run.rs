@@ -14,6 +14,7 @@
 //! sample is resolved against the mappings that were announced before it
 //! was drained (an exec keeps the old spaces for samples that predate it).
 
+use super::cgroups::{Cgroups, Source as CgroupSource};
 use super::choose::Sampling;
 use super::host::unix_ns;
 use super::sideband::SideBand;
@@ -181,6 +182,7 @@ fn to_raw(k: &Key) -> RawSample {
         },
         ip: k.ip,
         tags: k.tags.to_vec(),
+        cgroup: k.cgroup,
     }
 }
 
@@ -201,6 +203,8 @@ struct Drainer {
     dwarf: DwarfSink,
     /// The layout of sample records met in the side band.
     layout: RingLayout,
+    /// `--off-cpu`: the off-CPU path and its rows.
+    off_cpu: Option<super::offcpu::OffCpuRec>,
 }
 
 /// What `--stacks dwarf` samples need and give.
@@ -231,7 +235,16 @@ impl BuildIds {
 }
 
 impl Drainer {
-    fn drain(&mut self, sampler: Option<&mut Sampler>, sp: &AddressSpaces) -> Result<(), Error> {
+    fn drain(
+        &mut self,
+        sampler: Option<&mut Sampler>,
+        sp: &AddressSpaces,
+        cg: &mut Cgroups,
+    ) -> Result<(), Error> {
+        if let Some(off) = self.off_cpu.as_mut() {
+            let ids = &mut self.ids;
+            off.drain(&mut self.profile, sp, &mut |r: &mut Resolved| ids.fill(r))?;
+        }
         let Some(sampler) = sampler else {
             return Ok(());
         };
@@ -251,6 +264,7 @@ impl Drainer {
         // one resolution per (pid, ip, kernel stack, user stack) per drain
         let mut stacks: HashMap<(u32, u64, u64, u64), u32> = HashMap::new();
         for (k, c) in raw.drain(..) {
+            cg.saw(k.cgroup);
             let s = to_raw(&k);
             let mut r = sp.resolve(s.pid, s.ip, s.mode);
             fill(&mut r);
@@ -274,13 +288,20 @@ impl Drainer {
         if n > 0 {
             self.costs.push(t.elapsed().as_nanos() as f64 / n as f64);
         }
+        // name new cgroups while they exist
+        cg.settle(false);
         Ok(())
     }
 
     /// One `--stacks dwarf` sample record, replayed in time order: its
     /// user stack unwound against the address space of its moment, and
     /// merged into the profile as the eBPF path's stacks are.
-    fn sample(&mut self, rec: &PerfRecord, sp: &AddressSpaces) -> Result<(), Error> {
+    fn sample(
+        &mut self,
+        rec: &PerfRecord,
+        sp: &AddressSpaces,
+        cg: &mut Cgroups,
+    ) -> Result<(), Error> {
         let t = Instant::now();
         let parsed = match self.layout {
             RingLayout::Chain { callchain } => {
@@ -308,6 +329,15 @@ impl Drainer {
         } else {
             Vec::new()
         };
+        let cgroup = match cg.source {
+            CgroupSource::PerfSample => {
+                let id = crate::unwind::sample_cgroup(&rec.body, &s).unwrap_or(0);
+                cg.saw(id);
+                id
+            }
+            CgroupSource::Proc => cg.of_pid(s.pid),
+            CgroupSource::Bpf | CgroupSource::None => 0,
+        };
         let raw = RawSample {
             pid: s.pid,
             tid: s.tid,
@@ -315,6 +345,7 @@ impl Drainer {
             mode,
             ip: s.ip,
             tags: vec![0; crate::abi::MT_WORDS],
+            cgroup,
         };
         let mut r = sp.resolve(s.pid, s.ip, mode);
         self.ids.fill(&mut r);
@@ -336,14 +367,114 @@ impl Drainer {
     }
 
     /// Replays the side band, with `--stacks dwarf` samples in their place.
-    fn replay(&mut self, side: &mut SideBand, sp: &mut AddressSpaces) -> Result<(), Error> {
+    fn replay(
+        &mut self,
+        side: &mut SideBand,
+        sp: &mut AddressSpaces,
+        cg: &mut Cgroups,
+    ) -> Result<(), Error> {
         let mut err = None;
         side.replay(sp, &mut |rec, sp| {
             if err.is_none() {
-                err = self.sample(rec, sp).err();
+                err = self.sample(rec, sp, cg).err();
             }
         });
+        cg.settle(false);
         err.map_or(Ok(()), Err)
+    }
+}
+
+/// One period of a continuous recording, drained: its samples and
+/// counters (differences from the period before), the side band's too.
+pub(super) struct Period {
+    pub run: Run,
+    pub side: super::sideband::SideStats,
+}
+
+/// What a continuous recording does with each period's [`Period`]
+/// (write it as a session), given the address spaces and cgroups as they
+/// are at its end.
+pub(super) type OnPeriod<'a> =
+    &'a mut dyn FnMut(Period, &mut AddressSpaces, &Cgroups) -> Result<(), Error>;
+
+/// Where a continuous recording's period started: the counters then.
+struct PeriodStart {
+    at: Instant,
+    unix_ns: u64,
+    stats: Stats,
+    side: super::sideband::SideStats,
+    dwarf: (u64, u64, u64),
+    unwind: crate::unwind::UnwindStats,
+}
+
+impl PeriodStart {
+    fn now(path: &SamplePath, side: &SideBand, d: &Drainer) -> PeriodStart {
+        PeriodStart {
+            at: Instant::now(),
+            unix_ns: unix_ns(),
+            stats: path
+                .sampler
+                .as_ref()
+                .map(Sampler::stats)
+                .unwrap_or_default(),
+            side: side.stats.clone(),
+            dwarf: (d.dwarf.samples, d.dwarf.malformed, d.dwarf.stack_bytes),
+            unwind: d.dwarf.unw.stats.clone(),
+        }
+    }
+
+    /// The period from this start to now: takes the drained profile out.
+    fn close(
+        &self,
+        path: &SamplePath,
+        side: &SideBand,
+        d: &mut Drainer,
+        command_status: Option<i32>,
+    ) -> Period {
+        let now = path
+            .sampler
+            .as_ref()
+            .map(Sampler::stats)
+            .unwrap_or_default();
+        let b = &self.stats;
+        let stats = Stats {
+            samples: now.samples.saturating_sub(b.samples),
+            dropped: now.dropped.saturating_sub(b.dropped),
+            ring_full: now.ring_full.saturating_sub(b.ring_full),
+            stack_lost: now.stack_lost.saturating_sub(b.stack_lost),
+            ..Stats::default()
+        };
+        let u = &d.dwarf.unw.stats;
+        let unwind = crate::unwind::UnwindStats {
+            stacks: u.stacks.saturating_sub(self.unwind.stacks),
+            truncated: u.truncated.saturating_sub(self.unwind.truncated),
+            no_user: u.no_user.saturating_sub(self.unwind.no_user),
+        };
+        let dwarf = DwarfSink {
+            samples: d.dwarf.samples.saturating_sub(self.dwarf.0),
+            malformed: d.dwarf.malformed.saturating_sub(self.dwarf.1),
+            stack_bytes: d.dwarf.stack_bytes.saturating_sub(self.dwarf.2),
+            costs: std::mem::take(&mut d.dwarf.costs),
+            ..DwarfSink::default()
+        };
+        Period {
+            run: Run {
+                profile: std::mem::take(&mut d.profile),
+                start_unix_ns: self.unix_ns,
+                duration: self.at.elapsed(),
+                command_status,
+                stats,
+                prog_run: (0, 0),
+                drain_costs: std::mem::take(&mut d.costs),
+                cost_hist: Vec::new(),
+                dwarf,
+                unwind,
+                // (--off-cpu is refused with --continuous: its rows index
+                // the whole recording's stack table)
+                off_cpu: None,
+            },
+            side: side.stats.since(&self.side),
+        }
     }
 }
 
@@ -365,6 +496,35 @@ pub(super) struct Run {
     /// `--stacks dwarf`: samples, their cost, the unwinders' counters.
     pub dwarf: DwarfSink,
     pub unwind: crate::unwind::UnwindStats,
+    /// `--off-cpu`: the off-CPU path, drained, and its rows.
+    pub off_cpu: Option<super::offcpu::OffCpuRec>,
+}
+
+/// Where samples go besides the profile: their cgroups' names, and with
+/// a continuous recording each period.
+pub(super) struct Sink<'a> {
+    pub cgroups: &'a mut Cgroups,
+    /// The period length and what is done with each period.
+    pub rotation: Option<(Duration, OnPeriod<'a>)>,
+    /// `--off-cpu`: the off-CPU path (never with a rotation).
+    pub off_cpu: Option<super::offcpu::OffCpuRec>,
+}
+
+/// A continuous recording's rotation, called on every poll of the read
+/// loop (it checks the time itself).
+type Rotate<'a> = &'a mut dyn FnMut(
+    &mut SamplePath,
+    &mut SideBand,
+    &mut AddressSpaces,
+    &mut Drainer,
+    &mut Cgroups,
+) -> Result<(), Error>;
+
+/// What the read loop needs besides the recording's parts.
+struct Loop<'a> {
+    start: Instant,
+    cg: &'a mut Cgroups,
+    rotate: Rotate<'a>,
 }
 
 /// Starts sampling, reads until the recording ends, stops and drains.
@@ -375,18 +535,70 @@ pub(super) fn run(
     sp: &mut AddressSpaces,
     sampling: &Sampling,
     tracee: &mut Tracee,
-) -> Result<Run, Error> {
+    sink: Sink,
+) -> Result<Period, Error> {
+    let Sink {
+        cgroups: cg,
+        mut rotation,
+        off_cpu,
+    } = sink;
     let fds = &sampling.fds;
-    let start = Instant::now();
-    let start_unix_ns = unix_ns();
-    start_sampling(fds, tracee)?;
     let mut d = Drainer {
         layout: path.layout,
+        off_cpu,
         ..Drainer::default()
     };
-    let command_status = read_loop(o, path, side, sp, tracee, &mut d, start)?;
+    // off-CPU blocks are charged from here (not a command's gate wait)
+    if let Some(off) = d.off_cpu.as_mut() {
+        off.arm()?;
+    }
+    let start = Instant::now();
+    let start_unix_ns = unix_ns();
+    // the counters before the first sample: every sample in a period
+    let mut period = PeriodStart::now(path, side, &d);
+    start_sampling(fds, tracee)?;
+    let command_status = read_loop(
+        o,
+        path,
+        side,
+        sp,
+        tracee,
+        &mut d,
+        Loop {
+            start,
+            cg: &mut *cg,
+            rotate: &mut |path, side, sp, d, cg| {
+                // a continuous recording's rotation: a drain (after the side
+                // band), then the drained profile is the period's
+                let Some((every, on_period)) = rotation.as_mut() else {
+                    return Ok(());
+                };
+                if period.at.elapsed() < *every {
+                    return Ok(());
+                }
+                d.replay(side, sp, cg)?;
+                d.drain(path.sampler.as_mut(), sp, cg)?;
+                cg.settle(true);
+                let p = period.close(path, side, d, None);
+                period = PeriodStart::now(path, side, d);
+                on_period(p, sp, cg)
+            },
+        },
+    )?;
     let duration = start.elapsed();
-    stop_sampling(fds, path, tracee, command_status, side, sp, &mut d).map(|command_status| {
+    let command_status = stop_sampling(fds, path, tracee, command_status);
+    // (the off-CPU path stayed attached until the command had exited:
+    // its last blocks are charged when it runs to exit)
+    if let Some(off) = d.off_cpu.as_mut() {
+        off.stop();
+    }
+    // what is left (twice: each drain flips the two count maps and
+    // empties the one that was taking samples, so both end up empty)
+    d.replay(side, sp, cg)?;
+    d.drain(path.sampler.as_mut(), sp, cg)?;
+    d.drain(path.sampler.as_mut(), sp, cg)?;
+    cg.settle(true);
+    Ok(command_status).map(|command_status| {
         let stats = path
             .sampler
             .as_ref()
@@ -406,7 +618,11 @@ pub(super) fn run(
         };
         drop(path.stats_fd.take());
         let unwind = d.dwarf.unw.stats.clone();
-        Run {
+        if rotation.is_some() {
+            // the last period: from its start, its counters only
+            return period.close(path, side, &mut d, command_status);
+        }
+        let run = Run {
             profile: d.profile,
             start_unix_ns,
             duration,
@@ -417,6 +633,11 @@ pub(super) fn run(
             cost_hist,
             dwarf: d.dwarf,
             unwind,
+            off_cpu: d.off_cpu,
+        };
+        Period {
+            run,
+            side: side.stats.clone(),
         }
     })
 }
@@ -444,8 +665,9 @@ fn read_loop(
     sp: &mut AddressSpaces,
     tracee: &mut Tracee,
     d: &mut Drainer,
-    start: Instant,
+    l: Loop,
 ) -> Result<Option<i32>, Error> {
+    let Loop { start, cg, rotate } = l;
     let live = o.status && kernel::stderr_is_tty();
     let mut last_drain = Instant::now();
     let mut last_status = Instant::now();
@@ -460,11 +682,12 @@ fn read_loop(
     };
     loop {
         std::thread::sleep(poll);
-        d.replay(side, sp)?;
+        d.replay(side, sp, cg)?;
         if o.transport == Transport::Ring || last_drain.elapsed() >= o.drain_interval {
-            d.drain(path.sampler.as_mut(), sp)?;
+            d.drain(path.sampler.as_mut(), sp, cg)?;
             last_drain = Instant::now();
         }
+        rotate(path, side, sp, d, cg)?;
         if live && last_status.elapsed() >= Duration::from_millis(500) {
             let st = path
                 .sampler
@@ -512,18 +735,14 @@ fn read_loop(
     Ok(command_status)
 }
 
-/// Disables the events, detaches the program, waits for the command, and
-/// drains what is left (twice: each drain flips the two count maps and
-/// empties the one that was taking samples, so both end up empty).
+/// Disables the events, detaches the program, waits for the command;
+/// its status.
 fn stop_sampling(
     fds: &[(u32, OwnedFd)],
     path: &mut SamplePath,
     tracee: &mut Tracee,
     mut command_status: Option<i32>,
-    side: &mut SideBand,
-    sp: &mut AddressSpaces,
-    d: &mut Drainer,
-) -> Result<Option<i32>, Error> {
+) -> Option<i32> {
     for (_, fd) in fds {
         let _ = kernel::perf_disable(fd.as_fd());
     }
@@ -536,8 +755,5 @@ fn stop_sampling(
             command_status.get_or_insert(s);
         }
     }
-    d.replay(side, sp)?;
-    d.drain(path.sampler.as_mut(), sp)?;
-    d.drain(path.sampler.as_mut(), sp)?;
-    Ok(command_status)
+    command_status
 }

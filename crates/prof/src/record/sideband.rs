@@ -105,7 +105,7 @@ pub(super) fn fit_pages(
 }
 
 /// Counters from the side band.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct SideStats {
     /// Records lost: PERF_RECORD_LOST counts, plus malformed records.
     pub lost: u64,
@@ -126,6 +126,19 @@ pub(super) struct SideBand {
     /// Reused buffer of records read and not yet applied.
     recs: Vec<PerfRecord>,
     pub stats: SideStats,
+}
+
+impl SideStats {
+    /// The counts since `before` (a continuous recording's period).
+    pub fn since(&self, before: &SideStats) -> SideStats {
+        SideStats {
+            lost: self.lost.saturating_sub(before.lost),
+            throttle: self.throttle.saturating_sub(before.throttle),
+            unthrottle: self.unthrottle.saturating_sub(before.unthrottle),
+            lost_samples: self.lost_samples.saturating_sub(before.lost_samples),
+            corrupt: self.corrupt.saturating_sub(before.corrupt),
+        }
+    }
 }
 
 impl SideBand {

@@ -14,6 +14,10 @@ pub struct Summary {
     pub processes: usize,
     /// Exit code of the profiled command, if one was run.
     pub command_status: Option<i32>,
+    /// `--continuous`: the sessions written and deleted (`meta` is then
+    /// the last period's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continuous: Option<super::continuous::ContinuousSummary>,
 }
 
 impl Summary {
@@ -37,6 +41,16 @@ impl Summary {
             "  session {} ({} profile rows, {} images, {} processes)\n",
             self.session, self.rows, self.images, self.processes
         );
+        if let Some(c) = &self.continuous {
+            s += &format!(
+                "  continuous: {} session(s) written in {} ({} samples), {} deleted (beyond --keep/--max-size), {} kept; the last one's figures above\n",
+                c.written.len(),
+                c.dir,
+                c.samples,
+                c.deleted.len(),
+                c.written.len() - c.deleted.len()
+            );
+        }
         for c in &self.caveats {
             s += &format!("  warning: {c}\n");
         }
