@@ -25,9 +25,9 @@ Rows (the paper's tables, their shape):
              application CPUs.
   idle       CPU used by an idle offloaded program (blocked in read for
              3 s), whole process (rusage of the child), against native.
-  Table 4.5  lines of code and McCabe cyclomatic complexity (pmccabe) of
-             the offload part; rows for the giant and fine executives are
-             left for issue 31 part 1.
+  Table 4.5  is made by loc.py (`bash bench/multicore/loc.sh`): lizard
+             for C and Rust alike, the offload part beside the giant and
+             fine executives.
 
 Configurations (pinning):
   native-1   taskset -c APP (the paper's "uniprocessor Linux")
@@ -267,9 +267,6 @@ def run(a, reps, cs, boot, apps, lib, work):
     ok = med(res["idle"]["off-1+1"]) < 1.0
     bars.append(("idle offloaded program < 1% CPU", med(res["idle"]["off-1+1"]), spread(res["idle"]["off-1+1"]), ok))
     p("")
-    p("Table 4.5 shape: comment-free lines of code and McCabe cyclomatic complexity (pmccabe)")
-    p(complexity())
-    p("")
     p("Bars:")
     for name, v, s, ok in bars:
         p(f"  {name}: {v:.2f} ({s}) {'MET' if ok else 'MISS'}")
@@ -282,62 +279,6 @@ def run(a, reps, cs, boot, apps, lib, work):
     with open(os.path.join(outdir, f"{stamp}.json"), "w") as f:
         json.dump({"head": head, "results": res, "bars": bars}, f, indent=1)
     plot(res, os.path.join(HERE, "RESULTS.png"), head)
-
-
-def complexity():
-    """pmccabe over the C of the offload part; physical lines without
-    comments or blank lines for the Rust and C files."""
-    rows = []
-    parts = [
-        ("bootstrap thread + trap (preloaded library, C)", ["crates/offload/lib/offload.c", "crates/offload/lib/offload.h"]),
-        ("site rewriting + signal emulation (C, shared with the fast path's stub)",
-         ["crates/exec/stub/site.h", "crates/exec/stub/sigemu.h"]),
-        ("start-up, CPU checks (Rust)", ["crates/offload/src/lib.rs", "crates/cli/src/offload.rs"]),
-        ("placement policy (Rust, generates the C table)", ["crates/offload/src/placement.rs"]),
-        ("shared area layout (Rust mirror)", ["crates/abi/src/offload.rs"]),
-    ]
-    for name, files in parts:
-        loc = sum(code_lines(os.path.join(ROOT, f)) for f in files)
-        rows.append(f"  {name:52s} {loc:6d} lines")
-    loc = code_lines(os.path.join(ROOT, "crates/exec/src/executive.rs"))
-    rows.append(f"  {'giant- and fine-lock executives (one Rust code path, issue 31 part 1)':52s} {loc:6d} lines "
-                f"(crates/exec/src/executive.rs; pmccabe reads only C)")
-    pm = shutil.which("pmccabe")
-    if pm:
-        out = subprocess.run([pm] + [os.path.join(ROOT, f) for f in
-                                     ("crates/offload/lib/offload.c", "crates/exec/stub/site.h",
-                                      "crates/exec/stub/sigemu.h")],
-                             capture_output=True, text=True).stdout
-        cc = [int(l.split()[0]) for l in out.splitlines() if l.strip()]
-        hist = {"1-4": 0, "5-9": 0, "10-19": 0, "20+": 0}
-        for c in cc:
-            hist["1-4" if c < 5 else "5-9" if c < 10 else "10-19" if c < 20 else "20+"] += 1
-        rows.append(f"  McCabe of offload.c, site.h, sigemu.h ({len(cc)} functions): median {med(cc)}, max {max(cc)}; histogram {hist}")
-    else:
-        rows.append("  McCabe: pmccabe not installed (Debian package pmccabe)")
-    return "\n".join(rows)
-
-
-def code_lines(path):
-    n = 0
-    in_block = False
-    with open(path) as f:
-        for line in f:
-            s = line.strip()
-            if in_block:
-                if "*/" in s:
-                    in_block = False
-                    s = s.split("*/", 1)[1].strip()
-                else:
-                    continue
-            if s.startswith("/*"):
-                if "*/" not in s:
-                    in_block = True
-                continue
-            if not s or s.startswith("//") or s.startswith("*"):
-                continue
-            n += 1
-    return n
 
 
 def plot(res, path, head):

@@ -7,8 +7,8 @@
 # to run.py, whose docstring is the documentation (rows, pinning,
 # repetitions, statistics, bars): `bash bench/multicore/run.sh --help`.
 # It loads no kernel side (no eBPF), so it does not take
-# /run/mantle-kernel.lock. Needs xz, gzip, tar, find, grep; zstd and
-# pmccabe are used when installed.
+# /run/mantle-kernel.lock. Needs xz, gzip, tar, find, grep; zstd
+# is used when installed. Table 4.5 is loc.sh's.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 if [[ -z ${MANTLE_OFFLOAD_LIB:-} ]]; then
