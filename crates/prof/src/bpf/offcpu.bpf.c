@@ -30,6 +30,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include "offcpu.h"
+#include "stack_key.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -106,35 +107,7 @@ struct {
  * MP_NO_STACK (a kernel thread has no user stack: not a loss). */
 static __always_inline __u64 stack_key(void *ctx, __u64 flags, struct mo_stats *s)
 {
-	__u32 zero = 0;
-	struct mp_stack *st = bpf_map_lookup_elem(&scratch, &zero);
-	__u64 h = 0xcbf29ce484222325ULL; /* FNV-1a 64 offset basis */
-	long n, err;
-
-	if (!st)
-		return MP_NO_STACK;
-	n = bpf_get_stack(ctx, st, sizeof(*st), flags);
-	if (n <= 0) {
-		if (n < 0 && n != -14 /* EFAULT: no such stack */)
-			s->stack_lost++;
-		return MP_NO_STACK;
-	}
-	n /= 8;
-	for (int i = 0; i < MP_MAX_STACK; i++) {
-		if (i >= n)
-			break;
-		h ^= st->ips[i];
-		h *= 0x100000001b3ULL; /* FNV prime */
-	}
-	h ^= flags; /* a kernel and a user stack never share a key */
-	if (h == MP_NO_STACK)
-		h = 1;
-	err = bpf_map_update_elem(&stacks, &h, st, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: stored already */) {
-		s->stack_lost++;
-		return MP_NO_STACK;
-	}
-	return h;
+	return mp_stack_key(ctx, &scratch, &stacks, flags, &s->stack_lost);
 }
 
 static __always_inline bool wanted(struct task_struct *t)

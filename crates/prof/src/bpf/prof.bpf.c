@@ -37,6 +37,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include "prof.h"
+#include "stack_key.h"
 
 /* take() reads the interrupted ip and the privilege level from x86-64
  * registers (regs.ip, regs.csx); another architecture needs its own. */
@@ -144,36 +145,7 @@ static __always_inline void take(struct bpf_perf_event_data *ctx, struct mp_stat
  * stack) is not a loss. */
 static __always_inline __u64 stack_key(void *ctx, void *map, __u64 flags, struct mp_stats *s)
 {
-	__u32 zero = 0;
-	struct mp_stack *st = bpf_map_lookup_elem(&scratch, &zero);
-	__u64 h = 0xcbf29ce484222325ULL; /* FNV-1a 64 offset basis */
-	long n, err;
-
-	if (!st)
-		return MP_NO_STACK;
-	/* the helper zeroes the buffer after the last frame */
-	n = bpf_get_stack(ctx, st, sizeof(*st), flags);
-	if (n <= 0) {
-		if (n < 0 && n != -14 /* EFAULT: no such stack */)
-			s->stack_lost++;
-		return MP_NO_STACK;
-	}
-	n /= 8;
-	for (int i = 0; i < MP_MAX_STACK; i++) {
-		if (i >= n)
-			break;
-		h ^= st->ips[i];
-		h *= 0x100000001b3ULL; /* FNV prime */
-	}
-	h ^= flags; /* a kernel and a user stack never share a key */
-	if (h == MP_NO_STACK)
-		h = 1;
-	err = bpf_map_update_elem(map, &h, st, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: stored already */) {
-		s->stack_lost++;
-		return MP_NO_STACK;
-	}
-	return h;
+	return mp_stack_key(ctx, &scratch, map, flags, &s->stack_lost);
 }
 
 SEC("perf_event")
