@@ -6,9 +6,11 @@
 //! guest that cannot start.
 
 use mantle_exec::agent::{Agent, Call, Decision, Guest, Outcome, Times};
-use mantle_exec::executive::{End, Executive, GuestSpec, Locking, Options};
+use mantle_exec::executive::{End, Executive, GuestSpec, Options};
 use mantle_exec::Sysno;
 use std::sync::{Arc, Mutex};
+
+mod common;
 use std::time::{Duration, Instant};
 
 fn base() -> Options {
@@ -27,35 +29,23 @@ fn base() -> Options {
 /// thread pinned on each of (up to) two allowed CPUs, guests spread over
 /// them round robin.
 fn designs() -> Vec<Options> {
-    let cpus: Vec<usize> = mantle_sys::os::allowed_cpus()
-        .unwrap()
+    common::designs()
         .into_iter()
-        .take(2)
-        .map(|c| c as usize)
-        .collect();
-    let mut out = Vec::new();
-    for locking in [Locking::Fine, Locking::Giant] {
-        for cpus in [vec![], cpus.clone()] {
-            out.push(Options {
-                locking,
-                cpus,
-                ..base()
-            });
-        }
-    }
-    out
+        .map(|(locking, cpus)| Options {
+            locking,
+            cpus,
+            ..base()
+        })
+        .collect()
 }
 
 /// Runs `test` under every design, saying which on failure.
 fn each_design(test: impl Fn(Options)) {
-    for o in designs() {
-        let what = format!("{} locking on cpus {:?}", o.locking.name(), o.cpus);
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(o)));
-        if let Err(e) = r {
-            eprintln!("failed with {what}");
-            std::panic::resume_unwind(e);
-        }
-    }
+    let options = designs()
+        .into_iter()
+        .map(|o| (o.locking, o.cpus.clone(), o))
+        .collect();
+    common::each_design(options, test)
 }
 
 fn nr(n: &str) -> Sysno {

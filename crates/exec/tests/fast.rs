@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
+mod common;
+
 fn nr(name: &str) -> Sysno {
     Sysno::from_name(name).unwrap()
 }
@@ -18,35 +20,23 @@ fn nr(name: &str) -> Sysno {
 /// one unpinned serving thread and with a thread pinned on each of (up
 /// to) two allowed CPUs.
 fn designs() -> Vec<FastOptions> {
-    let cpus: Vec<usize> = mantle_sys::os::allowed_cpus()
-        .unwrap()
+    common::designs()
         .into_iter()
-        .take(2)
-        .map(|c| c as usize)
-        .collect();
-    let mut out = Vec::new();
-    for locking in [Locking::Fine, Locking::Giant] {
-        for cpus in [vec![], cpus.clone()] {
-            out.push(FastOptions {
-                locking,
-                cpus,
-                ..FastOptions::default()
-            });
-        }
-    }
-    out
+        .map(|(locking, cpus)| FastOptions {
+            locking,
+            cpus,
+            ..FastOptions::default()
+        })
+        .collect()
 }
 
 /// Runs `test` under every design, saying which on failure.
 fn each_design(test: impl Fn(FastOptions)) {
-    for o in designs() {
-        let what = format!("{} locking on cpus {:?}", o.locking.name(), o.cpus);
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(o)));
-        if let Err(e) = r {
-            eprintln!("failed with {what}");
-            std::panic::resume_unwind(e);
-        }
-    }
+    let options = designs()
+        .into_iter()
+        .map(|o| (o.locking, o.cpus.clone(), o))
+        .collect();
+    common::each_design(options, test)
 }
 
 /// Answers a fixed value for getppid.
